@@ -13,6 +13,11 @@ from numba import cuda, config, float32, int32, int64, uint32, uint16  # noqa: F
 
 SIMULATOR: bool = bool(config.ENABLE_CUDASIM)
 
+if SIMULATOR:  # the simulator lacks warp shuffles and syncwarp: add faithful twins
+    from numba_flash import _simwarp
+
+    _simwarp.install()
+
 
 def gpu_available() -> bool:
     """True when kernels run on a real CUDA device (not the simulator)."""

@@ -1,0 +1,129 @@
+"""The public API: ``flash_attention`` and ``flash_attention_backward``.
+
+Host side only: check the arguments, pick the kernel and its tiles, launch on CuPy's
+current stream, hand back arrays of the caller's kind.  The math is in the kernels
+(``numba_flash.kernels``) and in the NumPy reference (``numba_flash.reference``).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from numba_flash import _arrays as A
+from numba_flash.config import simt_backward_tiles, simt_forward_tiles
+from numba_flash.kernels import simt_backward, simt_forward
+
+
+def _cdiv(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def _out_shape(layout: str, B: int, N: int, H: int, d: int):
+    return (B, N, H, d) if layout == "bshd" else (B, H, N, d)
+
+
+def _bshd(arr, layout: str):
+    return arr if layout == "bshd" else arr.transpose(0, 2, 1, 3)
+
+
+def flash_attention(q, k, v, *, causal=False, softmax_scale=None, return_lse=False, layout="bshd"):
+    """Exact attention ``softmax(scale · Q·Kᵀ) · V`` without the N×N matrix.
+
+    Args:
+        q: (batch, seqlen_q, heads, headdim) for ``layout="bshd"`` (the default, as
+            flash-attn), or (batch, heads, seqlen_q, headdim) for ``layout="bhsd"``.
+            float32 (exact fp32 kernel) or float16.  Any strides with the last axis
+            contiguous.
+        k, v: (batch, seqlen_k, heads, headdim), or (batch, heads, seqlen_k, headdim);
+            same dtype and side (host/device) as q.
+        causal: mask key j from query i unless j <= i + seqlen_k − seqlen_q
+            (bottom-right aligned, as FlashAttention-2 >= 2.1).  A query that sees no
+            key gets a zero output row and lse = −inf.
+        softmax_scale: multiplies Q·Kᵀ before the softmax; default 1/sqrt(headdim).
+        return_lse: also return the log-sum-exp that the backward pass needs.
+        layout: "bshd" or "bhsd".
+
+    Returns:
+        ``out`` with q's shape and dtype, or ``(out, lse)`` with lse of shape
+        (batch, heads, seqlen_q), float32, natural log.  NumPy in gives NumPy out;
+        CuPy (or any ``__cuda_array_interface__`` / ``__dlpack__`` device object) in
+        gives CuPy out, computed on CuPy's current stream without copying the inputs.
+    """
+    layout = A.check_layout(layout)
+    causal = A.check_causal(causal)
+    q_op = A.check_operand("q", q, layout)
+    k_op = A.check_operand("k", k, layout)
+    v_op = A.check_operand("v", v, layout)
+    B, Nq, Nk, H, d = A.check_qkv(q_op, k_op, v_op, layout)
+    scale = A.check_scale(softmax_scale, d)
+    kind = q_op.kind
+
+    qc, kc, vc = (_bshd(A.to_compute(op.array, kind), layout) for op in (q_op, k_op, v_op))
+    out = A.empty(kind, _out_shape(layout, B, Nq, H, d), q_op.dtype)
+    lse = A.empty(kind, (B, H, Nq), np.float32)
+
+    t = simt_forward_tiles(d)
+    kernel = simt_forward.forward_kernel(t, causal)
+    grid = (_cdiv(Nq, t.block_m), H, B)
+    kernel[grid, t.threads, A.launch_stream()](
+        A.kernel_arg(qc), A.kernel_arg(kc), A.kernel_arg(vc),
+        A.kernel_arg(_bshd(out, layout)), A.kernel_arg(lse), scale,
+    )  # fmt: skip
+
+    out = A.to_caller(out, kind)
+    if return_lse:
+        return out, A.to_caller(lse, kind)
+    return out
+
+
+def flash_attention_backward(dout, q, k, v, out, lse, *, causal=False, softmax_scale=None, layout="bshd"):
+    """Gradients of ``flash_attention`` by recomputation from the saved log-sum-exp.
+
+    Args:
+        dout: gradient of the loss with respect to ``out``; shape and dtype of q.
+        q, k, v, causal, softmax_scale, layout: exactly as given to the forward.
+        out, lse: what the forward returned (``return_lse=True``); lse is
+            (batch, heads, seqlen_q) float32.
+
+    Returns:
+        ``(dq, dk, dv)`` with the shapes and dtype of q, k, v, of the caller's kind.
+        dQ is computed without atomics, so the result is bitwise the same run to run.
+    """
+    layout = A.check_layout(layout)
+    causal = A.check_causal(causal)
+    q_op = A.check_operand("q", q, layout)
+    k_op = A.check_operand("k", k, layout)
+    v_op = A.check_operand("v", v, layout)
+    B, Nq, Nk, H, d = A.check_qkv(q_op, k_op, v_op, layout)
+    do_op = A.check_operand("dout", dout, layout)
+    o_op = A.check_operand("out", out, layout)
+    A.check_like("dout", do_op, q_op)
+    A.check_like("out", o_op, q_op)
+    lse_arr = A.check_lse(lse, q_op, B, H, Nq)
+    scale = A.check_scale(softmax_scale, d)
+    kind = q_op.kind
+
+    qc, kc, vc, doc, oc = (
+        _bshd(A.to_compute(op.array, kind), layout) for op in (q_op, k_op, v_op, do_op, o_op)
+    )
+    lsec = A.to_compute(lse_arr, kind)
+    dq = A.empty(kind, _out_shape(layout, B, Nq, H, d), q_op.dtype)
+    dk = A.empty(kind, _out_shape(layout, B, Nk, H, d), q_op.dtype)
+    dv = A.empty(kind, _out_shape(layout, B, Nk, H, d), q_op.dtype)
+    delta = A.empty(kind, (B, H, Nq), np.float32)
+
+    t = simt_backward_tiles(d)
+    rows = t.threads // t.group
+    stream = A.launch_stream()
+    arg = A.kernel_arg
+    simt_backward.preprocess_kernel(t)[(_cdiv(Nq, rows), H, B), t.threads, stream](
+        arg(oc), arg(doc), arg(delta)
+    )
+    simt_backward.dkdv_kernel(t, causal)[(_cdiv(Nk, rows), H, B), t.threads, stream](
+        arg(qc), arg(kc), arg(vc), arg(doc), arg(lsec), arg(delta),
+        arg(_bshd(dk, layout)), arg(_bshd(dv, layout)), scale,
+    )  # fmt: skip
+    simt_backward.dq_kernel(t, causal)[(_cdiv(Nq, rows), H, B), t.threads, stream](
+        arg(qc), arg(kc), arg(vc), arg(doc), arg(lsec), arg(delta), arg(_bshd(dq, layout)), scale
+    )
+    return tuple(A.to_caller(x, kind) for x in (dq, dk, dv))

@@ -1,0 +1,95 @@
+"""Tile sizes: one readable function per kernel family, of (head dim, dtype, causal).
+
+The fp32 SIMT kernels map a *group* of ``G`` consecutive lanes onto one row (a query
+row in the forward and dQ kernels, a key row in the dK/dV kernel).  Lane ``g`` of a
+group owns the columns ``c·G + g`` for ``c = 0 .. COLS-1`` (interleaved, so the G lanes
+of a group read G consecutive words of a shared-memory row: no bank conflict, and the
+other groups of the warp read the same words: a broadcast).  A dot product over the
+head dimension is a partial sum per lane, then ``log2(G)`` butterfly shuffles.
+
+Limits that shape the choice:
+- ``G`` is a power of two that divides the head dim (head dims are multiples of 8, so
+  ``G <= 8`` always divides) and keeps ``COLS = d / G >= 8`` so each shuffle is paid for
+  by at least 8 FMAs.
+- registers: a forward thread holds ``2·ROWS·COLS`` floats (q and acc); we allow
+  ``ROWS = 2`` while ``COLS <= 16`` (d <= 128) and 1 beyond.  A backward thread holds
+  ``4·COLS`` (k, v, dk, dv or q, dO, dq).
+- static shared memory is capped at 48 KiB per block in numba: K and V tiles are
+  ``2 · BLOCK_N · d · 4`` bytes, so ``BLOCK_N = 64`` for d <= 64, 32 for d <= 128 and
+  16 beyond (32 KiB at most), plus a padded score tile of ``BLOCK_M · (BLOCK_N + 1)``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+THREADS = 128  # 4 warps per block in every fp32 kernel
+
+
+@dataclass(frozen=True)
+class SimtTiles:
+    """Compile-time tile shape of an fp32 SIMT kernel.
+
+    Attributes:
+        head_dim: d, the length of a q/k/v row.
+        group: G, lanes that share one row (power of two, divides d).
+        cols: d / G, columns of a row held by one lane.
+        rows: rows per lane (register blocking of the forward; 1 in the backward).
+        block_m: query rows per block = rows · THREADS / G (forward, dQ).
+        block_n: key rows per shared-memory tile (forward, dQ) or per block (dK/dV).
+        threads: threads per block.
+    """
+
+    head_dim: int
+    group: int
+    cols: int
+    rows: int
+    block_m: int
+    block_n: int
+    threads: int = THREADS
+
+
+def _group(head_dim: int) -> int:
+    g = 8
+    while g > 1 and head_dim // g < 8:
+        g //= 2
+    return g
+
+
+def _block_n(head_dim: int) -> int:
+    if head_dim <= 64:
+        return 64
+    if head_dim <= 128:
+        return 32
+    return 16
+
+
+SMEM_LIMIT = 48 * 1024  # numba's static shared arrays: 48 KiB per block
+
+
+def forward_smem_bytes(t: SimtTiles) -> int:
+    """K tile + V tile + the padded score tile, fp32."""
+    return 4 * (2 * t.block_n * t.head_dim + t.block_m * (t.block_n + 1))
+
+
+def simt_forward_tiles(head_dim: int) -> SimtTiles:
+    """Tiles of the fp32 forward kernel for head dim ``head_dim``."""
+    g = _group(head_dim)
+    cols = head_dim // g
+    rows = 2 if cols <= 16 else 1
+    t = SimtTiles(head_dim, g, cols, rows, rows * THREADS // g, _block_n(head_dim))
+    while forward_smem_bytes(t) > SMEM_LIMIT:  # small d: many rows, so a narrower tile
+        t = SimtTiles(head_dim, g, cols, rows, t.block_m, t.block_n // 2)
+    return t
+
+
+def simt_backward_tiles(head_dim: int) -> SimtTiles:
+    """Tiles of the fp32 backward kernels (dQ, dK/dV) for head dim ``head_dim``.
+
+    One row per lane group: a dK/dV block owns ``THREADS / G`` key rows and walks the
+    query tiles of ``block_n`` rows (named by what they tile: here queries);
+    a dQ block owns ``THREADS / G`` query rows and walks key tiles of ``block_n`` rows.
+    """
+    g = _group(head_dim)
+    cols = head_dim // g
+    return SimtTiles(head_dim, g, cols, 1, THREADS // g, _block_n(head_dim))
