@@ -1,0 +1,232 @@
+"""The kernels against the float64 reference: forward (O, LSE) and backward (dQ, dK, dV).
+
+One test body for both worlds: on a CPU-only machine the kernels run in numba's CUDA
+simulator on tiny shapes; on a GPU the cases marked ``gpu`` add real sizes (the tiny
+ones run there too).  Inputs are fresh random numbers every run (the seed is in the
+failure message); every output buffer the API allocates is poisoned with NaN first, so
+an element a kernel forgets to write fails the comparison.
+
+Tolerances: fp32 relative error (max |x − ref| / max |ref|) ≤ 1e-5 for O and LSE and
+≤ 1e-4 for the gradients; fp16 within FlashAttention-2's convention of 2× (forward) /
+3× (backward) the error of a standard attention computed in fp16.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import numba_flash
+from numba_flash import _arrays, reference
+from numba_flash._backend import SIMULATOR
+
+FWD_TOL = 1e-5
+BWD_TOL = 1e-4
+
+
+@pytest.fixture(autouse=True)
+def poisoned_outputs(monkeypatch):
+    """Every array the API allocates for an output starts as NaN."""
+    real_empty = _arrays.empty
+
+    def nan_empty(kind, shape, dtype):
+        arr = real_empty(kind, shape, dtype)
+        arr.fill(np.nan)
+        return arr
+
+    monkeypatch.setattr(_arrays, "empty", nan_empty)
+
+
+@pytest.fixture
+def rng():
+    seed = int(np.random.SeedSequence().entropy % 2**32)
+    gen = np.random.default_rng(seed)
+    gen.seed_value = seed
+    return gen
+
+
+def xp_for(case_xp):
+    if case_xp == "cupy":
+        import cupy
+
+        return cupy
+    return np
+
+
+def make_qkv(rng, B, H, Nq, Nk, d, layout, dtype=np.float32):
+    def one(n):
+        shape = (B, n, H, d) if layout == "bshd" else (B, H, n, d)
+        return rng.standard_normal(shape).astype(dtype)
+
+    return one(Nq), one(Nk), one(Nk)
+
+
+def to_bhsd(x, layout):
+    return x if layout == "bhsd" else np.swapaxes(x, 1, 2)
+
+
+def host(x):
+    return x.get() if hasattr(x, "get") else np.asarray(x)
+
+
+# (B, H, Nq, Nk, d, causal, layout): sizes that are multiples of no tile, Nq != Nk both
+# ways (causal with Nq > Nk leaves rows that see no key), every lane-group width
+# (d = 8 → 1 lane a row, 16/24 → 2, 32 → 4, 64+ → 8).
+SIM_CASES = [
+    (1, 1, 1, 1, 16, False, "bshd"),
+    (1, 2, 17, 17, 32, True, "bshd"),
+    (1, 1, 17, 40, 64, False, "bhsd"),
+    (2, 1, 33, 17, 16, True, "bshd"),
+    (1, 1, 9, 63, 24, True, "bhsd"),
+    (1, 1, 63, 5, 8, False, "bshd"),
+]
+GPU_CASES = [
+    pytest.param(B, H, N, N, d, causal, layout, marks=pytest.mark.gpu)
+    for N, B, H in ((1, 3, 5), (127, 2, 3), (1024, 2, 4), (4096, 1, 2))
+    for d in (64, 128)
+    for causal in (False, True)
+    for layout in ("bshd",)
+] + [
+    pytest.param(2, 3, Nq, Nk, d, causal, "bhsd", marks=pytest.mark.gpu)
+    for Nq, Nk in ((1000, 1500), (1500, 1000))
+    for d in (64, 128)
+    for causal in (False, True)
+]
+CASES = SIM_CASES + GPU_CASES
+
+
+def case_id(case):
+    values = case.values if hasattr(case, "values") else case
+    B, H, Nq, Nk, d, causal, layout = values
+    return f"B{B}H{H}-q{Nq}k{Nk}-d{d}-{'causal' if causal else 'full'}-{layout}"
+
+
+@pytest.mark.parametrize("B,H,Nq,Nk,d,causal,layout", CASES, ids=[case_id(c) for c in CASES])
+def test_forward_fp32(rng, B, H, Nq, Nk, d, causal, layout):
+    q, k, v = make_qkv(rng, B, H, Nq, Nk, d, layout)
+    xp = np if SIMULATOR else xp_for("cupy")
+    out, lse = numba_flash.flash_attention(
+        xp.asarray(q), xp.asarray(k), xp.asarray(v), causal=causal, return_lse=True, layout=layout
+    )
+    assert type(out) is type(xp.asarray(q)) and out.shape == q.shape and out.dtype == np.float32
+    assert lse.shape == (B, H, Nq) and lse.dtype == np.float32
+    ref_out, ref_lse = reference.attention(q, k, v, causal=causal, layout=layout)
+    seed = rng.seed_value
+    assert reference.rel_error(host(out), ref_out) <= FWD_TOL, f"O, seed {seed}"
+    assert reference.rel_error(host(lse), ref_lse) <= FWD_TOL, f"LSE, seed {seed}"
+
+
+@pytest.mark.parametrize("B,H,Nq,Nk,d,causal,layout", CASES, ids=[case_id(c) for c in CASES])
+def test_backward_fp32(rng, B, H, Nq, Nk, d, causal, layout):
+    q, k, v = make_qkv(rng, B, H, Nq, Nk, d, layout)
+    dout = rng.standard_normal(q.shape).astype(np.float32)
+    ref_out, ref_lse = reference.attention(q, k, v, causal=causal, layout=layout)
+    out, lse = ref_out.astype(np.float32), ref_lse.astype(np.float32)
+    xp = np if SIMULATOR else xp_for("cupy")
+    grads = numba_flash.flash_attention_backward(
+        *(xp.asarray(x) for x in (dout, q, k, v, out, lse)), causal=causal, layout=layout
+    )
+    ref_grads = reference.attention_backward(dout, q, k, v, out, lse, causal=causal, layout=layout)
+    for name, got, want, like in zip(("dq", "dk", "dv"), grads, ref_grads, (q, k, v)):
+        assert got.shape == like.shape and got.dtype == np.float32, name
+        err = reference.rel_error(host(got), want)
+        assert err <= BWD_TOL, f"{name}: rel error {err:.3g}, seed {rng.seed_value}"
+
+
+def test_forward_then_backward_roundtrip(rng):
+    """The API's own forward output and LSE feed its backward."""
+    B, H, Nq, Nk, d = 1, 1, 20, 12, 32
+    q, k, v = make_qkv(rng, B, H, Nq, Nk, d, "bshd")
+    dout = rng.standard_normal(q.shape).astype(np.float32)
+    out, lse = numba_flash.flash_attention(q, k, v, causal=True, return_lse=True)
+    dq, dk, dv = numba_flash.flash_attention_backward(dout, q, k, v, out, lse, causal=True)
+    ref = reference.attention_backward(dout, q, k, v, out, lse, causal=True, layout="bshd")
+    for got, want in zip((dq, dk, dv), ref):
+        assert reference.rel_error(host(got), want) <= BWD_TOL, rng.seed_value
+
+
+def test_fully_masked_rows(rng):
+    """Causal with Nq > Nk: the first Nq − Nk queries see no key: O = 0, LSE = −inf."""
+    q, k, v = make_qkv(rng, 1, 1, 24, 8, 16, "bshd")
+    out, lse = numba_flash.flash_attention(q, k, v, causal=True, return_lse=True)
+    out, lse = host(out), host(lse)
+    assert np.all(out[:, :16] == 0) and np.all(np.isneginf(lse[..., :16]))
+    assert np.all(np.isfinite(out[:, 16:])) and np.all(np.isfinite(lse[..., 16:]))
+    dq, dk, dv = numba_flash.flash_attention_backward(q, q, k, v, out, lse, causal=True)
+    assert np.all(host(dq)[:, :16] == 0) and np.all(np.isfinite(host(dk)))
+
+
+def _strided(rng, shape_bshd, xp):
+    """A (B, N, H, d) view with no axis contiguous but the last: a slice of a packed
+    (B, N, 3, H, d + 8) buffer, as flash-attn's qkvpacked layout, plus padding."""
+    B, N, H, d = shape_bshd
+    packed = xp.asarray(rng.standard_normal((B, N, 3, H, d + 8)).astype(np.float32))
+    return packed[:, :, 0, :, :d], packed[:, :, 1, :, 4 : 4 + d], packed[:, :, 2, :, 8 : 8 + d]
+
+
+@pytest.mark.parametrize(
+    "B,H,N,d",
+    [(1, 2, 19, 16), pytest.param(2, 4, 1000, 64, marks=pytest.mark.gpu)],
+)
+def test_strided_views(rng, B, H, N, d):
+    xp = np if SIMULATOR else xp_for("cupy")
+    q, k, v = _strided(rng, (B, N, H, d), xp)
+    assert not q.flags.c_contiguous
+    before = [host(x).copy() for x in (q, k, v)]
+    dout = xp.asarray(rng.standard_normal((B, N, H, d)).astype(np.float32))[:, ::1]
+    out, lse = numba_flash.flash_attention(q, k, v, causal=True, return_lse=True)
+    hq, hk, hv = (host(x) for x in (q, k, v))
+    ref_out, ref_lse = reference.attention(hq, hk, hv, causal=True, layout="bshd")
+    assert reference.rel_error(host(out), ref_out) <= FWD_TOL, rng.seed_value
+    grads = numba_flash.flash_attention_backward(dout, q, k, v, out, lse, causal=True)
+    ref_grads = reference.attention_backward(host(dout), hq, hk, hv, host(out), host(lse), causal=True, layout="bshd")
+    for got, want in zip(grads, ref_grads):
+        assert reference.rel_error(host(got), want) <= BWD_TOL, rng.seed_value
+    for x, b in zip((q, k, v), before):  # inputs are never modified
+        np.testing.assert_array_equal(host(x), b)
+
+
+@pytest.mark.parametrize("N,runs", [(33, 3), pytest.param(2048, 10, marks=pytest.mark.gpu)])
+def test_backward_is_deterministic(rng, N, runs):
+    xp = np if SIMULATOR else xp_for("cupy")
+    q, k, v = (xp.asarray(x) for x in make_qkv(rng, 1, 2, N, N, 32 if SIMULATOR else 64, "bshd"))
+    dout = xp.asarray(rng.standard_normal(q.shape).astype(np.float32))
+    out, lse = numba_flash.flash_attention(q, k, v, return_lse=True)
+    first = [host(g) for g in numba_flash.flash_attention_backward(dout, q, k, v, out, lse)]
+    for _ in range(runs - 1):
+        again = numba_flash.flash_attention_backward(dout, q, k, v, out, lse)
+        for a, b in zip(first, again):
+            assert np.array_equal(a, host(b)), "backward is not bitwise deterministic"
+
+
+def test_softmax_scale_and_inputs_unchanged(rng):
+    q, k, v = make_qkv(rng, 1, 1, 13, 21, 16, "bhsd")
+    copies = [x.copy() for x in (q, k, v)]
+    out = numba_flash.flash_attention(q, k, v, softmax_scale=0.37, layout="bhsd")
+    ref_out, _ = reference.attention(q, k, v, softmax_scale=0.37, layout="bhsd")
+    assert reference.rel_error(host(out), ref_out) <= FWD_TOL
+    for x, c in zip((q, k, v), copies):
+        np.testing.assert_array_equal(x, c)
+
+
+def test_float16_fallback(rng):
+    """fp16 runs through the SIMT kernel (fp32 math): within 2× / 3× of a same-dtype
+    standard attention's error, FlashAttention-2's convention."""
+    B, H, Nq, Nk, d = 1, 1, 17, 29, 32
+    q, k, v = make_qkv(rng, B, H, Nq, Nk, d, "bshd", np.float16)
+    dout = rng.standard_normal(q.shape).astype(np.float16)
+    out, lse = numba_flash.flash_attention(q, k, v, causal=True, return_lse=True)
+    assert out.dtype == np.float16
+    ref_out, ref_lse = reference.attention(q, k, v, causal=True, layout="bshd")
+    low_out, _ = reference.attention_lowp(q, k, v, dtype=np.float16, causal=True, layout="bshd")
+    base = reference.rel_error(low_out, ref_out)
+    assert reference.rel_error(host(out), ref_out) <= 2 * base + 1e-6, rng.seed_value
+    grads = numba_flash.flash_attention_backward(dout, q, k, v, out, lse, causal=True)
+    ref_grads = reference.attention_backward(dout, q, k, v, ref_out, ref_lse, causal=True, layout="bshd")
+    low_grads = reference.attention_backward_lowp(
+        dout, q, k, v, low_out, ref_lse.astype(np.float32), dtype=np.float16, causal=True, layout="bshd"
+    )
+    for name, got, want, low in zip(("dq", "dk", "dv"), grads, ref_grads, low_grads):
+        assert got.dtype == np.float16
+        base = reference.rel_error(low, want)
+        assert reference.rel_error(host(got), want) <= 3 * base + 1e-6, (name, rng.seed_value)
