@@ -6,9 +6,20 @@
 
 ``numba_flash.reference`` holds the float64 NumPy reference (standard attention, the
 online softmax, the tiled algorithm, the backward).
-"""
 
-from numba_flash.api import flash_attention, flash_attention_backward
+Importing this package does not import numba: the API is loaded on first use, so that a
+program (the test suite, the command line) can still choose numba's CUDA simulator
+(``NUMBA_ENABLE_CUDASIM``, read once when numba.cuda is imported) after
+``import numba_flash``.
+"""
 
 __version__ = "0.1.0"
 __all__ = ["flash_attention", "flash_attention_backward", "__version__"]
+
+
+def __getattr__(name):
+    if name in ("flash_attention", "flash_attention_backward"):
+        from numba_flash import api
+
+        return getattr(api, name)
+    raise AttributeError(f"module 'numba_flash' has no attribute {name!r}")

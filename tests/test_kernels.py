@@ -37,12 +37,20 @@ def poisoned_outputs(monkeypatch):
     monkeypatch.setattr(_arrays, "empty", nan_empty)
 
 
+class SeededRng:
+    """A fresh NumPy generator that remembers its seed for failure messages."""
+
+    def __init__(self):
+        self.seed_value = int(np.random.SeedSequence().entropy % 2**32)
+        self._gen = np.random.default_rng(self.seed_value)
+
+    def standard_normal(self, shape):
+        return self._gen.standard_normal(shape)
+
+
 @pytest.fixture
 def rng():
-    seed = int(np.random.SeedSequence().entropy % 2**32)
-    gen = np.random.default_rng(seed)
-    gen.seed_value = seed
-    return gen
+    return SeededRng()
 
 
 def xp_for(case_xp):
