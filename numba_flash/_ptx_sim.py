@@ -1,0 +1,594 @@
+"""Pure-Python twins of ``numba_flash.ptx`` for numba's CUDA simulator.
+
+``numba_flash.ptx`` binds these names instead of its inline-PTX intrinsics
+when ``NUMBA_ENABLE_CUDASIM=1``; their docstrings are copied from there.  The
+semantics and fragment layouts are those of the PTX instructions.
+
+How the twins work
+------------------
+* The simulator runs every CUDA thread of a block as a Python thread
+  (``numba.cuda.simulator.kernel.BlockThread``: it carries ``thread_id``, the
+  linear thread index, ``_manager``, its block's ``BlockManager``, and
+  ``abort``, set when another thread raised); blocks run one after another,
+  each with a fresh ``BlockManager``.  All per-block state here hangs off the
+  ``BlockManager`` object, so it starts fresh with every block and launch.
+* Warp-collective operations (mma, ldmatrix) meet in a
+  per-block, per-warp ``_Warp`` rendezvous: each lane deposits its registers
+  in the current round, the lane that completes the round computes the
+  results of all lanes at once (vectorised NumPy) and wakes the others; each
+  lane then reads its own result from the round object it deposited into, so
+  a round never needs a second barrier and the next call simply starts a new
+  round.  A waiting lane polls every 0.2 s: if its thread's ``abort`` flag
+  is set (another thread raised), or every lane still missing has exited or
+  waits in ``syncthreads`` (a call not reached by the whole warp, which can
+  never complete), it raises instead of hanging.  Rounds are keyed by the
+  participating lane mask (always the whole warp for mma/ldmatrix).
+* Several warps per block, several blocks and repeated launches work: warps
+  are ``thread_id // 32`` of their block, and nothing outlives the block.
+* Shared-memory "addresses" (``smem_addr``) live in a fake 32-bit shared
+  window per block: the first time an allocation (a ``cuda.shared.array``
+  buffer, found by walking ``.base`` from any view) is addressed it gets a
+  128-byte-aligned range; an address is resolved back to (allocation bytes,
+  offset) by bisection.  Byte arithmetic on addresses therefore works as on
+  the GPU, and reads and writes are byte-exact whatever the array's dtype.
+* ``cp.async`` copies are queued per thread: the 16 source bytes are read at
+  issue time and written to shared memory when ``cp_async_wait_group``/
+  ``cp_async_wait_all`` retires their group, so a kernel that reads a tile
+  before waiting sees stale data here too.
+"""
+
+import bisect
+import threading
+import time
+from collections import deque
+
+import ml_dtypes
+import numpy as np
+
+_WAIT_TIMEOUT_S = 600.0  # last resort: a lane waits this long for the others
+_POLL_S = 0.2  # how often a waiting lane checks its thread's abort flag
+_FULL = 0xFFFFFFFF
+_SMEM_BASE = 0x400  # first fake shared address (0 stays invalid)
+_SMEM_ALIGN = 128
+
+_state_lock = threading.Lock()
+
+
+# ---------------------------------------------------------------------------
+# per-thread / per-block state
+# ---------------------------------------------------------------------------
+
+
+def _thread():
+    t = threading.current_thread()
+    if not hasattr(t, "_manager") or not hasattr(t, "thread_id"):
+        raise RuntimeError(
+            "numba_flash.ptx simulator twins can only be called from a kernel "
+            "running in numba's CUDA simulator"
+        )
+    return t
+
+
+class _BlockState:
+    def __init__(self, block_dim):
+        self.nthreads = int(np.prod(block_dim))
+        self.lock = threading.Lock()
+        self.warps = {}
+        self.smem = _SharedWindow()
+
+    def warp(self, wid):
+        with self.lock:
+            w = self.warps.get(wid)
+            if w is None:
+                live = min(32, self.nthreads - 32 * wid)
+                w = self.warps[wid] = _Warp((1 << live) - 1)
+            return w
+
+
+def _block(t):
+    m = t._manager
+    st = getattr(m, "_numba_flash_ptx_state", None)
+    if st is None:
+        with _state_lock:
+            st = getattr(m, "_numba_flash_ptx_state", None)
+            if st is None:
+                st = _BlockState(m._block_dim)
+                m._numba_flash_ptx_state = st
+    return st
+
+
+# ---------------------------------------------------------------------------
+# warp rendezvous
+# ---------------------------------------------------------------------------
+
+
+class _Round:
+    __slots__ = ("op", "inputs", "arrived", "have", "results", "error")
+
+    def __init__(self, op):
+        self.op = op
+        self.inputs = [None] * 32
+        self.arrived = 0
+        self.have = 0  # bit mask of the lanes that deposited
+        self.results = None
+        self.error = None
+
+
+class _Warp:
+    def __init__(self, live_mask):
+        self.live_mask = live_mask
+        self.cond = threading.Condition()
+        self.rounds = {}  # participating-lane mask -> open _Round
+
+    def exchange(self, op, value, compute, mask=None):
+        """Deposit ``value`` for this lane; return this lane's result.
+
+        ``compute(inputs)`` gets the list of 32 per-lane inputs (None for
+        lanes not taking part) and returns a list of 32 per-lane results; it
+        runs once, in the lane that completes the round.
+        """
+        t = _thread()
+        lane = t.thread_id % 32
+        members = self.live_mask if mask is None else (int(mask) & self.live_mask)
+        if not (members >> lane) & 1:
+            raise RuntimeError(f"{op}: lane {lane} is not in mask {mask:#x}")
+        need = bin(members).count("1")
+        with self.cond:
+            r = self.rounds.get(members)
+            if r is None:
+                r = self.rounds[members] = _Round(op)
+            if r.op != op:
+                r.error = RuntimeError(
+                    f"warp-divergent collective calls: {r.op!r} and {op!r} "
+                    "met in one round"
+                )
+                del self.rounds[members]
+                self.cond.notify_all()
+            else:
+                r.inputs[lane] = value
+                r.arrived += 1
+                r.have |= 1 << lane
+                if r.arrived == need:
+                    del self.rounds[members]
+                    try:
+                        r.results = compute(r.inputs)
+                    except BaseException as e:  # reported to every lane
+                        r.error = e
+                    self.cond.notify_all()
+                else:
+                    deadline = time.monotonic() + _WAIT_TIMEOUT_S
+                    while r.results is None and r.error is None:
+                        self.cond.wait(_POLL_S)
+                        if r.results is not None or r.error is not None:
+                            break
+                        if t.abort:
+                            raise RuntimeError(f"{op}: kernel aborted")
+                        why = None
+                        if time.monotonic() > deadline:
+                            why = f"not all arrived within {_WAIT_TIMEOUT_S} s"
+                        elif _missing_lanes_stuck(t, r, members):
+                            why = "the missing lanes exited or wait in syncthreads"
+                        if why:
+                            missing = [i for i in range(32)
+                                       if ((members & ~r.have) >> i) & 1]
+                            r.error = RuntimeError(
+                                f"{op}: lanes {missing} of warp "
+                                f"{t.thread_id // 32} never joined the call ({why}): "
+                                "a warp-collective call must be reached by all "
+                                "lanes of the warp together"
+                            )
+                            self.rounds.pop(members, None)
+                            self.cond.notify_all()
+        if r.error is not None:
+            raise RuntimeError(f"{op} failed: {r.error}") from r.error
+        return r.results[lane]
+
+
+def _missing_lanes_stuck(t, r, members):
+    """True when no lane missing from round ``r`` can still arrive.
+
+    A missing lane that has exited never arrives; one blocked in
+    ``syncthreads`` neither, since the simulator releases a syncthreads only
+    once every live thread of the block is in it, and the waiting lanes are
+    not.
+    """
+    manager, warp = t._manager, t.thread_id // 32
+    lanes = {}
+    for th in threading.enumerate():
+        if getattr(th, "_manager", None) is manager and th.thread_id // 32 == warp:
+            lanes[th.thread_id % 32] = th
+    for lane in range(32):
+        if ((members & ~r.have) >> lane) & 1:
+            th = lanes.get(lane)
+            if th is not None and th.is_alive() and not th.syncthreads_blocked:
+                return False
+    return True
+
+
+def _warp_exchange(op, value, compute, mask=None):
+    t = _thread()
+    return _block(t).warp(t.thread_id // 32).exchange(op, value, compute, mask)
+
+
+# ---------------------------------------------------------------------------
+# byte-level memory access
+# ---------------------------------------------------------------------------
+
+
+def _unwrap(ary):
+    """The ndarray behind a simulator array argument (or the array itself)."""
+    item = getattr(ary, "__dict__", {}).get("_item")  # FakeWithinKernelCUDAArray
+    if item is not None:
+        ary = item
+    inner = getattr(ary, "__dict__", {}).get("_ary")  # FakeCUDAArray
+    if inner is not None:
+        ary = inner
+    if not isinstance(ary, np.ndarray):
+        raise TypeError(f"expected an array, got {type(ary).__name__}")
+    return ary
+
+
+def _root(ary):
+    """The ndarray owning the memory ``ary`` views (walks .base)."""
+    a = ary
+    while True:
+        b = a.base
+        if isinstance(b, memoryview) and isinstance(b.obj, np.ndarray):
+            b = b.obj
+        if isinstance(b, np.ndarray):
+            a = b
+        else:
+            return a
+
+
+def _bytes_of(root):
+    """Flat writable uint8 view of a contiguous owning array."""
+    flat = root.ravel(order="K")
+    if flat.size and flat.ctypes.data != root.ctypes.data:  # pragma: no cover
+        raise ValueError("cannot address a non-contiguous allocation")
+    return flat.view(np.uint8)
+
+
+def _element(ary, index):
+    """(root array, byte offset of ary[index] in it) with no wraparound."""
+    a = _unwrap(ary)
+    idx = tuple(int(i) for i in index) if isinstance(index, tuple) else (int(index),)
+    if len(idx) != a.ndim:
+        raise IndexError(f"{len(idx)} indices for a {a.ndim}-d array")
+    addr = a.ctypes.data + sum(i * s for i, s in zip(idx, a.strides))
+    root = _root(a)
+    return root, addr - root.ctypes.data
+
+
+class _SharedWindow:
+    """Fake 32-bit shared-memory window of one block."""
+
+    def __init__(self):
+        self.lock = threading.Lock()
+        self.by_root = {}  # (data pointer, nbytes) -> region index
+        self.bases = []  # sorted fake base addresses
+        self.regions = []  # (base, nbytes, uint8 view, root) in base order
+        self.next = _SMEM_BASE
+
+    def address(self, root, offset):
+        key = (root.ctypes.data, root.nbytes)
+        with self.lock:
+            i = self.by_root.get(key)
+            if i is None:
+                base = -(-self.next // _SMEM_ALIGN) * _SMEM_ALIGN
+                self.next = base + root.nbytes
+                i = self.by_root[key] = len(self.regions)
+                self.regions.append((base, root.nbytes, _bytes_of(root), root))
+                self.bases.append(base)
+            base, nbytes, _, _ = self.regions[i]
+        if not 0 <= offset <= nbytes:
+            raise IndexError("smem_addr: index outside the shared array")
+        return base + offset
+
+    def resolve(self, addr, nbytes, align, what):
+        addr = int(addr) & _FULL
+        if addr % align:
+            raise ValueError(f"{what}: shared address {addr:#x} is not {align}-byte aligned")
+        i = bisect.bisect_right(self.bases, addr) - 1
+        if i >= 0:
+            base, size, view, _ = self.regions[i]
+            if addr + nbytes <= base + size:
+                return view, addr - base
+        raise ValueError(
+            f"{what}: {nbytes} bytes at shared address {addr:#x} are not inside "
+            "an array registered with smem_addr in this block"
+        )
+
+
+def _is_shared_allocation(root):
+    """True unless we can tell ``root`` is not a simulator shared array."""
+    try:
+        from numba.cuda.simulator import kernel as simkernel
+
+        shared = simkernel._get_kernel_context()._shared
+        known = list(shared._allocations.values()) + [shared._dynshared]
+    except Exception:  # pragma: no cover - simulator internals changed
+        return True
+    return any(root is _root(k) for k in known)
+
+
+# ---------------------------------------------------------------------------
+# bit helpers
+# ---------------------------------------------------------------------------
+
+
+def _u32(x):
+    return int(x) & _FULL
+
+
+def _halves(regs):
+    """uint32 array -> (low uint16, high uint16) arrays."""
+    r = np.asarray(regs, dtype=np.uint64).astype(np.uint32)
+    return (r & 0xFFFF).astype(np.uint16), (r >> 16).astype(np.uint16)
+
+
+# ---------------------------------------------------------------------------
+# mma.sync
+# ---------------------------------------------------------------------------
+
+_LANES = np.arange(32)
+_G = _LANES >> 2
+_T = _LANES & 3
+
+
+def _mma_k16_compute(decode):
+    def compute(inputs):
+        regs = np.array([[_u32(v) for v in x[:6]] for x in inputs], dtype=np.uint64)
+        acc = np.array([[float(v) for v in x[6:]] for x in inputs], dtype=np.float32)
+        A = np.zeros((16, 16))
+        B = np.zeros((16, 8))
+        C = np.zeros((16, 8))
+        for reg, rows, cols in ((0, _G, 2 * _T), (1, _G + 8, 2 * _T),
+                                (2, _G, 2 * _T + 8), (3, _G + 8, 2 * _T + 8)):
+            lo, hi = _halves(regs[:, reg])
+            A[rows, cols] = decode(lo)
+            A[rows, cols + 1] = decode(hi)
+        for reg, k0 in ((4, 2 * _T), (5, 2 * _T + 8)):
+            lo, hi = _halves(regs[:, reg])
+            B[k0, _G] = decode(lo)
+            B[k0 + 1, _G] = decode(hi)
+        C[_G, 2 * _T], C[_G, 2 * _T + 1] = acc[:, 0], acc[:, 1]
+        C[_G + 8, 2 * _T], C[_G + 8, 2 * _T + 1] = acc[:, 2], acc[:, 3]
+        D = (A @ B + C).astype(np.float32)
+        d = np.stack([D[_G, 2 * _T], D[_G, 2 * _T + 1],
+                      D[_G + 8, 2 * _T], D[_G + 8, 2 * _T + 1]], axis=1)
+        return [tuple(row) for row in d]
+
+    return compute
+
+
+def _dec_f16(h):
+    return h.view(np.float16).astype(np.float64)
+
+
+def _dec_bf16(h):
+    return h.view(ml_dtypes.bfloat16).astype(np.float64)
+
+
+def _dec_tf32(bits):
+    b = np.asarray(bits, dtype=np.uint64).astype(np.uint32) & np.uint32(0xFFFFE000)
+    return b.view(np.float32).astype(np.float64)
+
+
+_mma_f16 = _mma_k16_compute(_dec_f16)
+_mma_bf16 = _mma_k16_compute(_dec_bf16)
+
+
+def _mma_tf32(inputs):
+    regs = np.array([[_u32(v) for v in x[:6]] for x in inputs], dtype=np.uint64)
+    acc = np.array([[float(v) for v in x[6:]] for x in inputs], dtype=np.float32)
+    A = np.zeros((16, 8))
+    B = np.zeros((8, 8))
+    C = np.zeros((16, 8))
+    A[_G, _T] = _dec_tf32(regs[:, 0])
+    A[_G + 8, _T] = _dec_tf32(regs[:, 1])
+    A[_G, _T + 4] = _dec_tf32(regs[:, 2])
+    A[_G + 8, _T + 4] = _dec_tf32(regs[:, 3])
+    B[_T, _G] = _dec_tf32(regs[:, 4])
+    B[_T + 4, _G] = _dec_tf32(regs[:, 5])
+    C[_G, 2 * _T], C[_G, 2 * _T + 1] = acc[:, 0], acc[:, 1]
+    C[_G + 8, 2 * _T], C[_G + 8, 2 * _T + 1] = acc[:, 2], acc[:, 3]
+    D = (A @ B + C).astype(np.float32)
+    d = np.stack([D[_G, 2 * _T], D[_G, 2 * _T + 1],
+                  D[_G + 8, 2 * _T], D[_G + 8, 2 * _T + 1]], axis=1)
+    return [tuple(row) for row in d]
+
+
+def mma_m16n8k16_f16(a0, a1, a2, a3, b0, b1, c0, c1, c2, c3):
+    return _warp_exchange("mma.m16n8k16.f16", (a0, a1, a2, a3, b0, b1, c0, c1, c2, c3), _mma_f16)
+
+
+def mma_m16n8k16_bf16(a0, a1, a2, a3, b0, b1, c0, c1, c2, c3):
+    return _warp_exchange("mma.m16n8k16.bf16", (a0, a1, a2, a3, b0, b1, c0, c1, c2, c3), _mma_bf16)
+
+
+def mma_m16n8k8_tf32(a0, a1, a2, a3, b0, b1, c0, c1, c2, c3):
+    return _warp_exchange("mma.m16n8k8.tf32", (a0, a1, a2, a3, b0, b1, c0, c1, c2, c3), _mma_tf32)
+
+
+def cvt_rna_tf32(x):
+    bits = int(np.float32(x).view(np.uint32))
+    if (bits & 0x7F800000) == 0x7F800000:  # inf / nan: keep, truncating NaN payload
+        if bits & 0x007FFFFF:
+            return 0x7FFFFFFF  # canonical NaN
+        return bits
+    # round to nearest, ties away from zero, on the magnitude bits
+    return ((bits + 0x1000) & 0xFFFFE000) & _FULL
+
+
+# ---------------------------------------------------------------------------
+# shared addresses and ldmatrix
+# ---------------------------------------------------------------------------
+
+
+def smem_addr(array, index):
+    t = _thread()
+    root, offset = _element(array, index)
+    if not _is_shared_allocation(root):
+        raise ValueError("smem_addr: array is not a cuda.shared.array")
+    return _block(t).smem.address(root, offset)
+
+
+def _ldmatrix_compute(num, trans, window, what):
+    def compute(inputs):
+        out = np.zeros((num, 32), dtype=np.uint32)
+        for i in range(num):
+            M = np.empty((8, 8), dtype=np.uint16)
+            for j in range(8):
+                view, off = window.resolve(inputs[8 * i + j], 16, 16, what)
+                M[j] = view[off:off + 16].view(np.uint16)
+            if trans:
+                M = M.T
+            lo = M[_G, 2 * _T].astype(np.uint32)
+            hi = M[_G, 2 * _T + 1].astype(np.uint32)
+            out[i] = lo | (hi << np.uint32(16))
+        if num == 1:
+            return [int(v) for v in out[0]]
+        return [tuple(int(v) for v in out[:, lane]) for lane in range(32)]
+
+    return compute
+
+
+def _ldmatrix(num, trans, addr):
+    t = _thread()
+    what = f"ldmatrix.x{num}{'.trans' if trans else ''}"
+    window = _block(t).smem
+    return _warp_exchange(what, _u32(addr), _ldmatrix_compute(num, trans, window, what))
+
+
+def ldmatrix_x1(addr):
+    return _ldmatrix(1, False, addr)
+
+
+def ldmatrix_x2(addr):
+    return _ldmatrix(2, False, addr)
+
+
+def ldmatrix_x4(addr):
+    return _ldmatrix(4, False, addr)
+
+
+def ldmatrix_x1_trans(addr):
+    return _ldmatrix(1, True, addr)
+
+
+def ldmatrix_x2_trans(addr):
+    return _ldmatrix(2, True, addr)
+
+
+def ldmatrix_x4_trans(addr):
+    return _ldmatrix(4, True, addr)
+
+
+# ---------------------------------------------------------------------------
+# cp.async
+# ---------------------------------------------------------------------------
+
+
+class _CpAsyncState:
+    def __init__(self):
+        self.current = []
+        self.committed = deque()
+
+
+def _cp_state(t):
+    st = getattr(t, "_numba_flash_cp_async", None)
+    if st is None:
+        st = t._numba_flash_cp_async = _CpAsyncState()
+    return st
+
+
+def _cp_async(dst, src, index, pred, what):
+    t = _thread()
+    view, off = _block(t).smem.resolve(dst, 16, 16, what)
+    if pred:
+        root, soff = _element(src, index)
+        sbytes = _bytes_of(root)
+        if soff % 16:
+            raise ValueError(f"{what}: global source is not 16-byte aligned")
+        if not 0 <= soff <= sbytes.size - 16:
+            raise IndexError(f"{what}: 16 source bytes outside the global array")
+        data = sbytes[soff:soff + 16].copy()
+    else:
+        data = np.zeros(16, dtype=np.uint8)
+    _cp_state(t).current.append((view, off, data))
+
+
+def cp_async_16(dst, src, index):
+    _cp_async(dst, src, index, True, "cp_async_16")
+
+
+def cp_async_16_zfill(dst, src, index, pred):
+    _cp_async(dst, src, index, bool(pred), "cp_async_16_zfill")
+
+
+def cp_async_commit():
+    st = _cp_state(_thread())
+    st.committed.append(st.current)
+    st.current = []
+
+
+def _retire(group):
+    for view, off, data in group:
+        view[off:off + 16] = data
+
+
+def cp_async_wait_group(n):
+    n = int(n)
+    st = _cp_state(_thread())
+    while len(st.committed) > n:
+        _retire(st.committed.popleft())
+
+
+def cp_async_wait_all():
+    cp_async_commit()
+    cp_async_wait_group(0)
+
+
+# ---------------------------------------------------------------------------
+# conversions and math
+# ---------------------------------------------------------------------------
+
+
+def _bits16(x, dtype):
+    with np.errstate(over="ignore"):  # overflow to inf is the cvt.rn result
+        return int(np.array(np.float32(x)).astype(dtype).view(np.uint16))
+
+
+def pack_f16x2(lo, hi):
+    return _bits16(lo, np.float16) | (_bits16(hi, np.float16) << 16)
+
+
+def pack_bf16x2(lo, hi):
+    return _bits16(lo, ml_dtypes.bfloat16) | (_bits16(hi, ml_dtypes.bfloat16) << 16)
+
+
+def unpack_f16x2(u):
+    u = _u32(u)
+    h = np.array([u & 0xFFFF, u >> 16], dtype=np.uint16).view(np.float16)
+    return np.float32(h[0]), np.float32(h[1])
+
+
+def unpack_bf16x2(u):
+    u = _u32(u)
+    f = np.array([(u & 0xFFFF) << 16, u & 0xFFFF0000], dtype=np.uint32).view(np.float32)
+    return f[0], f[1]
+
+
+_F32_TINY = np.finfo(np.float32).tiny
+
+
+def ex2_approx(x):
+    x = np.float32(x)
+    if x != 0 and abs(x) < _F32_TINY:  # ftz input
+        x = np.float32(0)
+    with np.errstate(over="ignore", under="ignore"):
+        r = np.exp2(x, dtype=np.float32)
+    if r != 0 and abs(r) < _F32_TINY:  # ftz result
+        r = np.float32(0)
+    return r

@@ -1,0 +1,682 @@
+"""Inline-PTX intrinsics for tensor-core kernels: the only place PTX lives.
+
+numba has no tensor-core API, so this module emits the few PTX instructions a
+FlashAttention-2-style kernel needs through ``numba.cuda.extending.intrinsic``
+and llvmlite's ``ir.InlineAsm`` (the same pattern as numba-cuda's own
+``numba/cuda/cache_hints.py``).  Every operand and result is a scalar
+(``uint32`` / ``float32``); intrinsics that produce several registers return a
+``UniTuple``, so fragments stay in registers and never touch local memory.
+
+Under the CUDA simulator (``NUMBA_ENABLE_CUDASIM=1``, ``SIMULATOR`` True) every
+public name is bound instead to a pure-Python twin from
+``numba_flash._ptx_sim`` with identical semantics and fragment layouts, so the
+same kernel source runs on the CPU.  The warp-collective twins (``mma_*``,
+``ldmatrix_*``) exchange the 32 lanes' registers through a per-block, per-warp
+rendezvous.  Warp shuffles and ``syncwarp`` are not here: use numba's
+``cuda.shfl_*_sync``/``cuda.syncwarp`` (``numba_flash._backend`` adds
+simulator twins of those).
+
+Conventions used in all docstrings
+----------------------------------
+* ``lane = threadIdx-linear % 32``, ``g = lane >> 2`` ("groupID"),
+  ``t = lane & 3`` ("threadID_in_group"), as in the PTX ISA figures.
+* A ``uint32`` register holding two 16-bit values ("x2" packing) keeps the
+  element with the LOWER column/row index in the LOW 16 bits.
+* Arguments documented as ``uint32`` accept any integer type (they are
+  truncated to 32 bits); ``float32`` arguments accept any number type.
+  ``uint32`` results are numba ``uint32`` on the GPU and non-negative Python
+  ints in the simulator.
+
+m16n8k16 fragment layouts (fp16 and bf16; ``A`` is 16x16 row-major M x K,
+``B`` is 16x8 K x N ("col": B^T is row-major), ``C``/``D`` are 16x8 fp32)::
+
+    a0 = A[g  , 2t:2t+2]     a1 = A[g+8, 2t:2t+2]
+    a2 = A[g  , 2t+8:2t+10]  a3 = A[g+8, 2t+8:2t+10]
+    b0 = B[2t:2t+2,   g]     b1 = B[2t+8:2t+10, g]
+    c0 = C[g, 2t]   c1 = C[g, 2t+1]   c2 = C[g+8, 2t]   c3 = C[g+8, 2t+1]
+
+ldmatrix (m8n8, b16): lanes ``8i..8i+7`` give the shared addresses of the 8
+rows (16 bytes each) of matrix ``i``; register ``ri`` of lane ``lane`` receives
+``M_i[g, 2t:2t+2]`` (``.trans``: ``M_i[2t:2t+2, g]``, i.e. the transposed
+matrix).  Feeding mma from row-major 16-bit shared tiles ``sQ[m][k]``,
+``sK[n][k]`` and ``sV[k][n]`` (any row stride that keeps rows 16-byte aligned)::
+
+    # A operand, 16x16 tile at (m0, k0):       a0, a1, a2, a3 = ldmatrix_x4(
+    #     smem_addr(sQ, (m0 + (lane & 15), k0 + (lane >> 4) * 8)))
+    # B operand from K (S = Q K^T), n-tiles n0 and n0+8 at k0:
+    #     b0_n0, b1_n0, b0_n8, b1_n8 = ldmatrix_x4(
+    #     smem_addr(sK, (n0 + (lane & 7) + ((lane >> 4) << 3), k0 + ((lane >> 3) & 1) * 8)))
+    # B operand from V (O = P V), k-tile k0, n-tiles n0 and n0+8:
+    #     b0_n0, b1_n0, b0_n8, b1_n8 = ldmatrix_x4_trans(
+    #     smem_addr(sV, (k0 + (lane & 7) + ((lane >> 3) & 1) * 8, n0 + (lane >> 4) * 8)))
+
+Accumulators become A operands in registers (P = softmax(S) feeding P V):
+the m16n8 accumulators of the two n-tiles covering S columns ``16kk..16kk+15``
+are, once packed, the A fragment of the K-slice ``kk`` of the next mma:
+``a0 = pack_f16x2(c0, c1)`` and ``a1 = pack_f16x2(c2, c3)`` of the first
+n-tile, ``a2``/``a3`` likewise of the second.  These recipes are exercised by
+``tests/test_ptx.py::test_ldmatrix_mma_attention_tile``.
+
+Shared-memory alignment: ldmatrix rows and cp.async destinations must be
+16-byte aligned, but numba aligns a ``cuda.shared.array`` only to its dtype
+(2 bytes for fp16) and the simulator rejects ``alignment=``.  Bind
+``SMEM_ALIGN`` (128 on the GPU, None in the simulator) to a module-level global
+of the kernel's module -- numba types a global int as a literal, but
+``ptx.SMEM_ALIGN`` (a module attribute) as a plain int64, which
+``cuda.shared.array`` refuses::
+
+    _ALIGN = ptx.SMEM_ALIGN
+    ...
+    sK = cuda.shared.array((64, 64), float16, alignment=_ALIGN)
+"""
+
+from llvmlite import ir
+from numba import types
+from numba.cuda import cgutils
+from numba.cuda.extending import intrinsic
+
+from numba_flash._backend import SIMULATOR
+
+try:  # numba-cuda keeps its own copy of numba's errors
+    from numba.cuda.core.errors import NumbaTypeError as _TypeError
+except ImportError:  # pragma: no cover
+    from numba.core.errors import NumbaTypeError as _TypeError
+
+__all__ = [
+    "SMEM_ALIGN",
+    "mma_m16n8k16_f16",
+    "mma_m16n8k16_bf16",
+    "mma_m16n8k8_tf32",
+    "cvt_rna_tf32",
+    "ldmatrix_x1",
+    "ldmatrix_x2",
+    "ldmatrix_x4",
+    "ldmatrix_x1_trans",
+    "ldmatrix_x2_trans",
+    "ldmatrix_x4_trans",
+    "smem_addr",
+    "cp_async_16",
+    "cp_async_16_zfill",
+    "cp_async_commit",
+    "cp_async_wait_group",
+    "cp_async_wait_all",
+    "pack_f16x2",
+    "pack_bf16x2",
+    "unpack_f16x2",
+    "unpack_bf16x2",
+    "ex2_approx",
+]
+
+#: ``alignment=`` for ``cuda.shared.array`` tiles used with ldmatrix/cp.async:
+#: 128 bytes on the GPU (16 are required; 128 keeps swizzled rows on bank
+#: boundaries); None in the simulator, which refuses the argument.
+SMEM_ALIGN = None if SIMULATOR else 128
+
+_I32 = ir.IntType(32)
+_I64 = ir.IntType(64)
+_F32 = ir.FloatType()
+_F32x2 = types.UniTuple(types.float32, 2)
+_F32x4 = types.UniTuple(types.float32, 4)
+
+# ---------------------------------------------------------------------------
+# codegen helpers
+# ---------------------------------------------------------------------------
+
+
+def _require_ints(fname, **tys):
+    for name, ty in tys.items():
+        if not isinstance(ty, (types.Integer, types.Boolean)):
+            raise _TypeError(f"{fname}: {name} must be an integer, got {ty}")
+
+
+def _require_numbers(fname, **tys):
+    for name, ty in tys.items():
+        if not isinstance(ty, (types.Integer, types.Float, types.Boolean)):
+            raise _TypeError(f"{fname}: {name} must be a number, got {ty}")
+
+
+def _casted(context, builder, sig, args, kinds):
+    """Cast each argument to the LLVM type of its kind ('u32' or 'f32')."""
+    target = {"u32": types.uint32, "f32": types.float32}
+    return [
+        context.cast(builder, v, ty, target[k])
+        for v, ty, k in zip(args, sig.args, kinds)
+    ]
+
+
+def _asm(builder, text, constraints, args, outs, side_effect=False, pure=False,
+         convergent=False):
+    """Emit one inline-asm call; return a list of its results (maybe empty).
+
+    ``outs`` lists the LLVM types of the outputs.  ``pure`` marks the call
+    ``readnone`` so LLVM may schedule, CSE or drop it like arithmetic;
+    ``convergent`` (warp-collective ``.sync.aligned`` instructions) forbids
+    LLVM to make it control-dependent on more values (e.g. duplicate it into
+    the arms of a branch), as clang does for CUDA inline asm.
+    """
+    if not outs:
+        ret = ir.VoidType()
+    elif len(outs) == 1:
+        ret = outs[0]
+    else:
+        ret = ir.LiteralStructType(outs)
+    fnty = ir.FunctionType(ret, [a.type for a in args])
+    asm = ir.InlineAsm(fnty, text, constraints, side_effect=side_effect)
+    attrs = ("nounwind",) + (("readnone",) if pure else ()) + (
+        ("convergent",) if convergent else ())
+    res = builder.call(asm, args, attrs=attrs)
+    if not outs:
+        return []
+    if len(outs) == 1:
+        return [res]
+    return [builder.extract_value(res, i) for i in range(len(outs))]
+
+
+def _element_pointer(context, builder, aryty, idxty, ary, idx):
+    """Generic-space pointer to ``ary[idx]`` (idx: integer or tuple of them).
+
+    No wraparound of negative indices and no bounds check: this is address
+    arithmetic, as in C.
+    """
+    if isinstance(idxty, types.BaseTuple):
+        idxtys = list(idxty)
+        idxs = cgutils.unpack_tuple(builder, idx, len(idxtys))
+    else:
+        idxtys, idxs = [idxty], [idx]
+    idxs = [context.cast(builder, v, t, types.intp) for v, t in zip(idxs, idxtys)]
+    arystruct = context.make_array(aryty)(context, builder, value=ary)
+    return cgutils.get_item_pointer(
+        context, builder, aryty, arystruct, idxs, wraparound=False
+    )
+
+
+def _check_array_index(fname, ary, index):
+    if not isinstance(ary, types.Array):
+        raise _TypeError(f"{fname}: expected an array, got {ary}")
+    if isinstance(index, types.BaseTuple):
+        ok = len(index) == ary.ndim and all(
+            isinstance(t, types.Integer) for t in index
+        )
+    else:
+        ok = isinstance(index, types.Integer) and ary.ndim == 1
+    if not ok:
+        raise _TypeError(
+            f"{fname}: index {index} does not index a {ary.ndim}-d array "
+            "(give an integer for 1-d arrays, else a tuple of ndim integers)"
+        )
+
+
+# ---------------------------------------------------------------------------
+# mma.sync
+# ---------------------------------------------------------------------------
+
+
+def _mma_codegen(ptx_type, shape):
+    text = (
+        f"mma.sync.aligned.{shape}.row.col.f32.{ptx_type}.{ptx_type}.f32 "
+        "{$0, $1, $2, $3}, {$4, $5, $6, $7}, {$8, $9}, {$10, $11, $12, $13};"
+    )
+    constraints = "=f,=f,=f,=f,r,r,r,r,r,r,f,f,f,f"
+
+    def codegen(context, builder, sig, args):
+        vals = _casted(context, builder, sig, args, ["u32"] * 6 + ["f32"] * 4)
+        outs = _asm(builder, text, constraints, vals, [_F32] * 4, pure=True,
+                    convergent=True)
+        return context.make_tuple(builder, sig.return_type, outs)
+
+    return codegen
+
+
+def _mma_typer(fname, args):
+    names = ["a0", "a1", "a2", "a3", "b0", "b1", "c0", "c1", "c2", "c3"]
+    named = dict(zip(names, args))
+    _require_ints(fname, **{k: named[k] for k in names[:6]})
+    _require_numbers(fname, **{k: named[k] for k in names[6:]})
+    return _F32x4(*args)
+
+
+@intrinsic
+def mma_m16n8k16_f16(typingctx, a0, a1, a2, a3, b0, b1, c0, c1, c2, c3):
+    """``mma_m16n8k16_f16(a0, a1, a2, a3, b0, b1, c0, c1, c2, c3) -> (d0, d1, d2, d3)``
+
+    Warp-wide ``D = A @ B + C`` via
+    ``mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32``.  All 32 lanes of the
+    warp must call it together (converged).  A is 16x16 (M x K), B is 16x8
+    (K x N), C and D are 16x8 fp32.
+
+    a0..a3, b0, b1: uint32, each packing two fp16 (low half = lower index);
+    c0..c3: float32; returns a UniTuple of 4 float32.  Per lane
+    (g = lane >> 2, t = lane & 3)::
+
+        a0 = A[g, 2t:2t+2]    a1 = A[g+8, 2t:2t+2]
+        a2 = A[g, 2t+8:2t+10] a3 = A[g+8, 2t+8:2t+10]
+        b0 = B[2t:2t+2, g]    b1 = B[2t+8:2t+10, g]
+        c0/d0 = C[g, 2t]  c1/d1 = C[g, 2t+1]  c2/d2 = C[g+8, 2t]  c3/d3 = C[g+8, 2t+1]
+    """
+    args = (a0, a1, a2, a3, b0, b1, c0, c1, c2, c3)
+    return _mma_typer("mma_m16n8k16_f16", args), _mma_codegen("f16", "m16n8k16")
+
+
+@intrinsic
+def mma_m16n8k16_bf16(typingctx, a0, a1, a2, a3, b0, b1, c0, c1, c2, c3):
+    """``mma_m16n8k16_bf16(a0, a1, a2, a3, b0, b1, c0, c1, c2, c3) -> (d0, d1, d2, d3)``
+
+    As ``mma_m16n8k16_f16`` but A and B hold bfloat16 pairs:
+    ``mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32``.  Same fragment
+    layout (g = lane >> 2, t = lane & 3)::
+
+        a0 = A[g, 2t:2t+2]    a1 = A[g+8, 2t:2t+2]
+        a2 = A[g, 2t+8:2t+10] a3 = A[g+8, 2t+8:2t+10]
+        b0 = B[2t:2t+2, g]    b1 = B[2t+8:2t+10, g]
+        c0/d0 = C[g, 2t]  c1/d1 = C[g, 2t+1]  c2/d2 = C[g+8, 2t]  c3/d3 = C[g+8, 2t+1]
+    """
+    args = (a0, a1, a2, a3, b0, b1, c0, c1, c2, c3)
+    return _mma_typer("mma_m16n8k16_bf16", args), _mma_codegen("bf16", "m16n8k16")
+
+
+@intrinsic
+def mma_m16n8k8_tf32(typingctx, a0, a1, a2, a3, b0, b1, c0, c1, c2, c3):
+    """``mma_m16n8k8_tf32(a0, a1, a2, a3, b0, b1, c0, c1, c2, c3) -> (d0, d1, d2, d3)``
+
+    Warp-wide ``D = A @ B + C`` with TF32 inputs:
+    ``mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32``.  A is 16x8, B is
+    8x8, C/D 16x8 fp32.  a*/b* are uint32 holding one tf32 each (fp32 bits, of
+    which the hardware uses the top 19; round with ``cvt_rna_tf32``); c*
+    float32.  Per lane (g = lane >> 2, t = lane & 3)::
+
+        a0 = A[g, t]   a1 = A[g+8, t]   a2 = A[g, t+4]   a3 = A[g+8, t+4]
+        b0 = B[t, g]   b1 = B[t+4, g]
+        c0/d0 = C[g, 2t]  c1/d1 = C[g, 2t+1]  c2/d2 = C[g+8, 2t]  c3/d3 = C[g+8, 2t+1]
+    """
+    args = (a0, a1, a2, a3, b0, b1, c0, c1, c2, c3)
+    return _mma_typer("mma_m16n8k8_tf32", args), _mma_codegen("tf32", "m16n8k8")
+
+
+@intrinsic
+def cvt_rna_tf32(typingctx, x):
+    """``cvt_rna_tf32(x: float32) -> uint32``
+
+    ``cvt.rna.tf32.f32``: round an fp32 value to TF32 (10 mantissa bits,
+    round to nearest, ties away from zero); the result is the fp32 bit pattern
+    with its low 13 bits zero, ready as an ``mma_m16n8k8_tf32`` operand.
+    """
+    _require_numbers("cvt_rna_tf32", x=x)
+
+    def codegen(context, builder, sig, args):
+        vals = _casted(context, builder, sig, args, ["f32"])
+        return _asm(builder, "cvt.rna.tf32.f32 $0, $1;", "=r,f", vals, [_I32],
+                    pure=True)[0]
+
+    return types.uint32(x), codegen
+
+
+# ---------------------------------------------------------------------------
+# shared-memory addresses and ldmatrix
+# ---------------------------------------------------------------------------
+
+
+@intrinsic
+def smem_addr(typingctx, array, index):
+    """``smem_addr(array, index) -> uint32``
+
+    The 32-bit shared-state-space address (what ``cvta.to.shared`` gives, the
+    operand ``ldmatrix``/``cp.async`` take) of ``array[index]``, where
+    ``array`` is a ``cuda.shared.array`` (static or dynamic) or a view of one
+    and ``index`` an integer (1-d) or a tuple of ndim integers.  Negative
+    indices are NOT wrapped.  Compute it once per tile and add byte offsets
+    (``+ row * row_bytes + col * 2``) with integer arithmetic; the result stays
+    a valid address in the simulator too.  Implemented as an LLVM
+    ``addrspacecast`` generic->shared (addrspace 3) plus ``ptrtoint``; NVVM
+    folds the casts, leaving the shared symbol's address plus the offset (no
+    ``cvta``).  Passing a non-shared array is undefined on the GPU (the
+    simulator raises).
+    """
+    _check_array_index("smem_addr", array, index)
+
+    def codegen(context, builder, sig, args):
+        aryty, idxty = sig.args
+        ptr = _element_pointer(context, builder, aryty, idxty, *args)
+        sptr = builder.addrspacecast(
+            ptr, ir.PointerType(ptr.type.pointee, addrspace=3)
+        )
+        return builder.ptrtoint(sptr, _I32)
+
+    return types.uint32(array, index), codegen
+
+
+def _ldmatrix(num, trans):
+    regs = ", ".join(f"${i}" for i in range(num))
+    text = (
+        f"ldmatrix.sync.aligned.m8n8.x{num}{'.trans' if trans else ''}"
+        f".shared.b16 {{{regs}}}, [${num}];"
+    )
+    constraints = ",".join(["=r"] * num + ["r", "~{memory}"])
+    ret = types.uint32 if num == 1 else types.UniTuple(types.uint32, num)
+
+    def typer(fname, addr):
+        _require_ints(fname, addr=addr)
+        return ret(addr)
+
+    def codegen(context, builder, sig, args):
+        vals = _casted(context, builder, sig, args, ["u32"])
+        outs = _asm(builder, text, constraints, vals, [_I32] * num,
+                    side_effect=True, convergent=True)
+        return outs[0] if num == 1 else context.make_tuple(builder, ret, outs)
+
+    return typer, codegen
+
+
+@intrinsic
+def ldmatrix_x4(typingctx, addr):
+    """``ldmatrix_x4(addr: uint32) -> (r0, r1, r2, r3)``
+
+    ``ldmatrix.sync.aligned.m8n8.x4.shared.b16``: the warp loads four 8x8
+    matrices of 16-bit elements from shared memory.  Lane ``8i + j`` gives in
+    ``addr`` the shared address (``smem_addr``) of row ``j`` of matrix ``i``
+    (8 contiguous 16-bit elements, 16-byte aligned).  Lane ``lane`` receives
+    ``ri = M_i[g, 2t] | M_i[g, 2t+1] << 16`` (g = lane >> 2, t = lane & 3),
+    i.e. exactly the mma A/B fragment layout (see module docstring for the
+    Q/K address recipes).
+    """
+    typer, codegen = _ldmatrix(4, False)
+    return typer("ldmatrix_x4", addr), codegen
+
+
+@intrinsic
+def ldmatrix_x4_trans(typingctx, addr):
+    """``ldmatrix_x4_trans(addr: uint32) -> (r0, r1, r2, r3)``
+
+    ``ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16``: as ``ldmatrix_x4``
+    (lane ``8i + j`` addresses row ``j`` of matrix ``i``) but each matrix is
+    delivered transposed: ``ri = M_i[2t, g] | M_i[2t+1, g] << 16``.  Used for
+    the V operand of ``P @ V`` with V row-major [k][n] in shared memory.
+    """
+    typer, codegen = _ldmatrix(4, True)
+    return typer("ldmatrix_x4_trans", addr), codegen
+
+
+@intrinsic
+def ldmatrix_x2(typingctx, addr):
+    """``ldmatrix_x2(addr: uint32) -> (r0, r1)``
+
+    ``ldmatrix.sync.aligned.m8n8.x2.shared.b16``: two 8x8 matrices; lanes
+    0-15 give row addresses (lane ``8i + j``: row ``j`` of matrix ``i``), the
+    addresses of lanes 16-31 are ignored (all 32 lanes still execute it).
+    ``ri = M_i[g, 2t] | M_i[g, 2t+1] << 16``.
+    """
+    typer, codegen = _ldmatrix(2, False)
+    return typer("ldmatrix_x2", addr), codegen
+
+
+@intrinsic
+def ldmatrix_x2_trans(typingctx, addr):
+    """``ldmatrix_x2_trans(addr: uint32) -> (r0, r1)``
+
+    ``ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16``: as ``ldmatrix_x2``,
+    transposed: ``ri = M_i[2t, g] | M_i[2t+1, g] << 16``.
+    """
+    typer, codegen = _ldmatrix(2, True)
+    return typer("ldmatrix_x2_trans", addr), codegen
+
+
+@intrinsic
+def ldmatrix_x1(typingctx, addr):
+    """``ldmatrix_x1(addr: uint32) -> r0``
+
+    ``ldmatrix.sync.aligned.m8n8.x1.shared.b16``: one 8x8 matrix; lanes 0-7
+    give the row addresses (others ignored).  Returns one uint32 (not a
+    tuple): ``r0 = M[g, 2t] | M[g, 2t+1] << 16``.
+    """
+    typer, codegen = _ldmatrix(1, False)
+    return typer("ldmatrix_x1", addr), codegen
+
+
+@intrinsic
+def ldmatrix_x1_trans(typingctx, addr):
+    """``ldmatrix_x1_trans(addr: uint32) -> r0``
+
+    ``ldmatrix.sync.aligned.m8n8.x1.trans.shared.b16``: as ``ldmatrix_x1``,
+    transposed: ``r0 = M[2t, g] | M[2t+1, g] << 16``.
+    """
+    typer, codegen = _ldmatrix(1, True)
+    return typer("ldmatrix_x1_trans", addr), codegen
+
+
+# ---------------------------------------------------------------------------
+# cp.async
+# ---------------------------------------------------------------------------
+
+
+def _global_ptr(context, builder, sig, args):
+    """i64 global-space address of src[index] (args[1], args[2])."""
+    aryty, idxty = sig.args[1], sig.args[2]
+    ptr = _element_pointer(context, builder, aryty, idxty, args[1], args[2])
+    gptr = builder.addrspacecast(
+        ptr, ir.PointerType(ptr.type.pointee, addrspace=1)
+    )
+    return builder.ptrtoint(gptr, _I64)
+
+
+@intrinsic
+def cp_async_16(typingctx, dst, src, index):
+    """``cp_async_16(dst: uint32, src: array, index) -> None``
+
+    ``cp.async.cg.shared.global [dst], [src + index], 16;``: start an
+    asynchronous 16-byte copy (L2 only, bypassing L1) from global
+    ``src[index]`` (a device array; ``index`` an integer or ndim-tuple; the
+    element's address must be 16-byte aligned) to the shared address ``dst``
+    (from ``smem_addr``, 16-byte aligned).  The copy belongs to the current
+    group: close it with ``cp_async_commit`` and wait with
+    ``cp_async_wait_group``/``cp_async_wait_all``; the data is then visible
+    to the issuing thread only, so ``cuda.syncthreads()`` before other
+    threads read it.
+    """
+    _require_ints("cp_async_16", dst=dst)
+    _check_array_index("cp_async_16", src, index)
+
+    def codegen(context, builder, sig, args):
+        d = context.cast(builder, args[0], sig.args[0], types.uint32)
+        s = _global_ptr(context, builder, sig, args)
+        _asm(builder, "cp.async.cg.shared.global [$0], [$1], 16;",
+             "r,l,~{memory}", [d, s], [], side_effect=True)
+        return context.get_dummy_value()
+
+    return types.void(dst, src, index), codegen
+
+
+@intrinsic
+def cp_async_16_zfill(typingctx, dst, src, index, pred):
+    """``cp_async_16_zfill(dst: uint32, src: array, index, pred) -> None``
+
+    ``cp.async.cg.shared.global [dst], [src + index], 16, src_size;`` with
+    ``src_size = 16 if pred else 0``: like ``cp_async_16`` when ``pred`` is
+    true; when false nothing is read and the 16 destination bytes are filled
+    with zeros (out-of-range rows of a tile).  ``src[index]`` should still be
+    an in-bounds address (clamp the row), though no byte is read from it.
+    """
+    _require_ints("cp_async_16_zfill", dst=dst, pred=pred)
+    _check_array_index("cp_async_16_zfill", src, index)
+
+    def codegen(context, builder, sig, args):
+        d = context.cast(builder, args[0], sig.args[0], types.uint32)
+        s = _global_ptr(context, builder, sig, args)
+        p = context.cast(builder, args[3], sig.args[3], types.boolean)
+        size = builder.select(p, ir.Constant(_I32, 16), ir.Constant(_I32, 0))
+        _asm(builder, "cp.async.cg.shared.global [$0], [$1], 16, $2;",
+             "r,l,r,~{memory}", [d, s, size], [], side_effect=True)
+        return context.get_dummy_value()
+
+    return types.void(dst, src, index, pred), codegen
+
+
+@intrinsic
+def cp_async_commit(typingctx):
+    """``cp_async_commit() -> None``
+
+    ``cp.async.commit_group;``: close the current group of this thread's
+    ``cp_async_16*`` copies (an empty group is allowed).
+    """
+
+    def codegen(context, builder, sig, args):
+        _asm(builder, "cp.async.commit_group;", "~{memory}", [], [],
+             side_effect=True)
+        return context.get_dummy_value()
+
+    return types.void(), codegen
+
+
+@intrinsic
+def cp_async_wait_group(typingctx, n):
+    """``cp_async_wait_group(n) -> None``  (n: compile-time integer constant)
+
+    ``cp.async.wait_group n;``: wait until at most ``n`` of this thread's
+    committed groups are still pending (``n = 0``: all committed groups are
+    complete; uncommitted copies are not waited for).  Follow with
+    ``cuda.syncthreads()`` before other threads read the data.
+    """
+    if not isinstance(n, types.IntegerLiteral):
+        # numba retries with literal argument types when this returns None;
+        # a non-constant n then fails to type.
+        return None
+    count = int(n.literal_value)
+    if not 0 <= count <= 7:
+        raise _TypeError(f"cp_async_wait_group: n must be in 0..7, got {count}")
+
+    def codegen(context, builder, sig, args):
+        _asm(builder, f"cp.async.wait_group {count};", "~{memory}", [], [],
+             side_effect=True)
+        return context.get_dummy_value()
+
+    return types.void(n), codegen
+
+
+@intrinsic
+def cp_async_wait_all(typingctx):
+    """``cp_async_wait_all() -> None``
+
+    ``cp.async.wait_all;`` (= ``commit_group`` + ``wait_group 0``): wait for
+    all of this thread's copies, committed or not.
+    """
+
+    def codegen(context, builder, sig, args):
+        _asm(builder, "cp.async.wait_all;", "~{memory}", [], [],
+             side_effect=True)
+        return context.get_dummy_value()
+
+    return types.void(), codegen
+
+
+# ---------------------------------------------------------------------------
+# conversions and math
+# ---------------------------------------------------------------------------
+
+
+def _pack(ptx_type):
+    # PTX: cvt.rn.f16x2.f32 d, a, b puts cvt(a) in d[31:16] and cvt(b) in
+    # d[15:0], so the HIGH value is the first source operand.
+    text = f"cvt.rn.{ptx_type}x2.f32 $0, $2, $1;"
+
+    def codegen(context, builder, sig, args):
+        vals = _casted(context, builder, sig, args, ["f32", "f32"])
+        return _asm(builder, text, "=r,f,f", vals, [_I32], pure=True)[0]
+
+    return codegen
+
+
+@intrinsic
+def pack_f16x2(typingctx, lo, hi):
+    """``pack_f16x2(lo: float32, hi: float32) -> uint32``
+
+    ``cvt.rn.f16x2.f32 d, hi, lo;`` (PTX puts the FIRST source in the UPPER
+    half): both values rounded to fp16 (nearest-even, overflow to inf), ``lo``
+    in bits 0-15, ``hi`` in bits 16-31 -- the element order mma fragments use.
+    """
+    _require_numbers("pack_f16x2", lo=lo, hi=hi)
+    return types.uint32(lo, hi), _pack("f16")
+
+
+@intrinsic
+def pack_bf16x2(typingctx, lo, hi):
+    """``pack_bf16x2(lo: float32, hi: float32) -> uint32``
+
+    ``cvt.rn.bf16x2.f32 d, hi, lo;``: both values rounded to bfloat16
+    (nearest-even), ``lo`` in bits 0-15, ``hi`` in bits 16-31.
+    """
+    _require_numbers("pack_bf16x2", lo=lo, hi=hi)
+    return types.uint32(lo, hi), _pack("bf16")
+
+
+@intrinsic
+def unpack_f16x2(typingctx, u):
+    """``unpack_f16x2(u: uint32) -> (lo: float32, hi: float32)``
+
+    Inverse of ``pack_f16x2`` (exact): the fp16 in bits 0-15 and bits 16-31
+    widened to float32.  Emitted as LLVM ``bitcast``/``fpext half`` which
+    NVVM lowers to ``mov.b32 {lo, hi}`` + ``cvt.f32.f16``.
+    """
+    _require_ints("unpack_f16x2", u=u)
+
+    def codegen(context, builder, sig, args):
+        (v,) = _casted(context, builder, sig, args, ["u32"])
+        i16 = ir.IntType(16)
+        half = ir.HalfType()
+        lo = builder.bitcast(builder.trunc(v, i16), half)
+        hi = builder.bitcast(builder.trunc(builder.lshr(v, ir.Constant(_I32, 16)), i16), half)
+        outs = [builder.fpext(lo, _F32), builder.fpext(hi, _F32)]
+        return context.make_tuple(builder, sig.return_type, outs)
+
+    return _F32x2(u), codegen
+
+
+@intrinsic
+def unpack_bf16x2(typingctx, u):
+    """``unpack_bf16x2(u: uint32) -> (lo: float32, hi: float32)``
+
+    Inverse of ``pack_bf16x2`` (exact): a bfloat16 is the top half of an
+    fp32, so ``lo = bits(u << 16)`` and ``hi = bits(u & 0xFFFF0000)``
+    (plain integer ops, no PTX cvt needed).
+    """
+    _require_ints("unpack_bf16x2", u=u)
+
+    def codegen(context, builder, sig, args):
+        (v,) = _casted(context, builder, sig, args, ["u32"])
+        lo = builder.bitcast(builder.shl(v, ir.Constant(_I32, 16)), _F32)
+        hi = builder.bitcast(builder.and_(v, ir.Constant(_I32, 0xFFFF0000)), _F32)
+        return context.make_tuple(builder, sig.return_type, [lo, hi])
+
+    return _F32x2(u), codegen
+
+
+@intrinsic
+def ex2_approx(typingctx, x):
+    """``ex2_approx(x: float32) -> float32``
+
+    ``ex2.approx.ftz.f32``: 2**x on the SFU, approximate to a few ulp (within
+    2e-6 relative of exp2 in the tests), subnormal inputs and results flushed
+    to zero; ex2(-inf) = 0.  Use with ``x * log2(e)`` pre-scaled scores for
+    softmax.  The simulator twin computes exp2 in float32 (with the ftz).
+    """
+    _require_numbers("ex2_approx", x=x)
+
+    def codegen(context, builder, sig, args):
+        vals = _casted(context, builder, sig, args, ["f32"])
+        return _asm(builder, "ex2.approx.ftz.f32 $0, $1;", "=f,f", vals, [_F32],
+                    pure=True)[0]
+
+    return types.float32(x), codegen
+
+
+# ---------------------------------------------------------------------------
+# simulator binding
+# ---------------------------------------------------------------------------
+
+if SIMULATOR:
+    from numba_flash import _ptx_sim
+
+    for _name in __all__:
+        if _name == "SMEM_ALIGN":
+            continue
+        _twin = getattr(_ptx_sim, _name)
+        _twin.__doc__ = globals()[_name].__doc__
+        globals()[_name] = _twin
+    del _name, _twin

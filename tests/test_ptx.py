@@ -1,0 +1,490 @@
+"""numba_flash.ptx against NumPy, in the CUDA simulator or on a real GPU.
+
+The same kernels run in both modes.  Without a GPU the module runs in numba's
+simulator: NUMBA_ENABLE_CUDASIM=1 is set here when numba has not been
+imported yet (a conftest.py setting it for the whole suite supersedes this).
+On a GPU machine run ``NUMBA_ENABLE_CUDASIM=0 python -m pytest tests/test_ptx.py``.
+"""
+
+import os
+import sys
+
+if "numba" not in sys.modules:
+    os.environ.setdefault("NUMBA_ENABLE_CUDASIM", "1")
+
+import ml_dtypes  # noqa: E402
+import numpy as np  # noqa: E402
+import pytest  # noqa: E402
+from numba import float32, uint16, uint32  # noqa: E402
+
+from numba_flash import ptx  # noqa: E402
+from numba_flash._backend import SIMULATOR, cuda, gpu_available  # noqa: E402
+
+pytestmark = pytest.mark.skipif(
+    not (SIMULATOR or gpu_available()),
+    reason="needs the CUDA simulator (NUMBA_ENABLE_CUDASIM=1) or a GPU",
+)
+
+_ALIGN = ptx.SMEM_ALIGN  # a module global, so numba sees a literal
+
+
+def _run(kernel, grid, block, *args):
+    """Launch with explicit transfers; return all arguments, arrays copied back."""
+    dev = [cuda.to_device(a) if isinstance(a, np.ndarray) else a for a in args]
+    kernel[grid, block](*dev)
+    cuda.synchronize()
+    return [d.copy_to_host() if isinstance(a, np.ndarray) else a
+            for a, d in zip(args, dev)]
+
+
+def _bits(x, dtype):
+    with np.errstate(over="ignore"):
+        return np.asarray(x, dtype=np.float32).astype(dtype).view(np.uint16)
+
+
+def _tf32_rna(x):
+    """Reference cvt.rna.tf32.f32 on finite float32 values (bits)."""
+    b = np.asarray(x, dtype=np.float32).view(np.uint32).astype(np.uint64)
+    return ((b + 0x1000) & 0xFFFFE000).astype(np.uint32)
+
+
+@cuda.jit(device=True)
+def _pk(lo, hi):
+    return uint32(lo) | (uint32(hi) << uint32(16))
+
+
+# ---------------------------------------------------------------------------
+# mma
+# ---------------------------------------------------------------------------
+
+
+@cuda.jit
+def _mma16_kernel(A, B, C, D, use_bf16):
+    # A: uint16[nwarps, 16, 16] bits, B: uint16[nwarps, 16, 8] bits (K x N),
+    # C, D: float32[nwarps, 16, 8]; warp w of the grid computes tile w.
+    tid = cuda.threadIdx.x
+    w = cuda.blockIdx.x * (cuda.blockDim.x // 32) + tid // 32
+    lane = tid % 32
+    g = lane >> 2
+    t = lane & 3
+    a0 = _pk(A[w, g, 2 * t], A[w, g, 2 * t + 1])
+    a1 = _pk(A[w, g + 8, 2 * t], A[w, g + 8, 2 * t + 1])
+    a2 = _pk(A[w, g, 2 * t + 8], A[w, g, 2 * t + 9])
+    a3 = _pk(A[w, g + 8, 2 * t + 8], A[w, g + 8, 2 * t + 9])
+    b0 = _pk(B[w, 2 * t, g], B[w, 2 * t + 1, g])
+    b1 = _pk(B[w, 2 * t + 8, g], B[w, 2 * t + 9, g])
+    c0 = C[w, g, 2 * t]
+    c1 = C[w, g, 2 * t + 1]
+    c2 = C[w, g + 8, 2 * t]
+    c3 = C[w, g + 8, 2 * t + 1]
+    if use_bf16:
+        d0, d1, d2, d3 = ptx.mma_m16n8k16_bf16(a0, a1, a2, a3, b0, b1, c0, c1, c2, c3)
+    else:
+        d0, d1, d2, d3 = ptx.mma_m16n8k16_f16(a0, a1, a2, a3, b0, b1, c0, c1, c2, c3)
+    D[w, g, 2 * t] = d0
+    D[w, g, 2 * t + 1] = d1
+    D[w, g + 8, 2 * t] = d2
+    D[w, g + 8, 2 * t + 1] = d3
+
+
+def _mma16_case(dtype, grid, block, seed):
+    rng = np.random.default_rng(seed)
+    nw = grid * block // 32
+    A = rng.standard_normal((nw, 16, 16)).astype(np.float32)
+    B = rng.standard_normal((nw, 16, 8)).astype(np.float32)
+    C = rng.standard_normal((nw, 16, 8)).astype(np.float32)
+    Ab, Bb = _bits(A, dtype), _bits(B, dtype)
+    D = np.zeros_like(C)
+    (D,) = _run(_mma16_kernel, grid, block, Ab, Bb, C, D, np.int32(dtype is not np.float16))[3:4]
+    Aq = Ab.view(dtype).astype(np.float64)
+    Bq = Bb.view(dtype).astype(np.float64)
+    ref = Aq @ Bq + C
+    np.testing.assert_allclose(D, ref, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("dtype", [np.float16, ml_dtypes.bfloat16], ids=["f16", "bf16"])
+def test_mma_m16n8k16(dtype):
+    _mma16_case(dtype, 1, 32, seed=1)
+
+
+def test_mma_m16n8k16_several_warps_and_blocks():
+    # 2 blocks x 2 warps, each warp its own tile: the simulator's per-warp
+    # rendezvous must keep warps and blocks apart.
+    _mma16_case(np.float16, 2, 64, seed=2)
+
+
+@cuda.jit
+def _mma_tf32_kernel(A, B, C, D):
+    # A: float32[16, 8], B: float32[8, 8] (K x N), C, D: float32[16, 8]
+    lane = cuda.threadIdx.x
+    g = lane >> 2
+    t = lane & 3
+    a0 = ptx.cvt_rna_tf32(A[g, t])
+    a1 = ptx.cvt_rna_tf32(A[g + 8, t])
+    a2 = ptx.cvt_rna_tf32(A[g, t + 4])
+    a3 = ptx.cvt_rna_tf32(A[g + 8, t + 4])
+    b0 = ptx.cvt_rna_tf32(B[t, g])
+    b1 = ptx.cvt_rna_tf32(B[t + 4, g])
+    d0, d1, d2, d3 = ptx.mma_m16n8k8_tf32(
+        a0, a1, a2, a3, b0, b1,
+        C[g, 2 * t], C[g, 2 * t + 1], C[g + 8, 2 * t], C[g + 8, 2 * t + 1])
+    D[g, 2 * t] = d0
+    D[g, 2 * t + 1] = d1
+    D[g + 8, 2 * t] = d2
+    D[g + 8, 2 * t + 1] = d3
+
+
+def test_mma_m16n8k8_tf32():
+    rng = np.random.default_rng(3)
+    A = rng.standard_normal((16, 8)).astype(np.float32)
+    B = rng.standard_normal((8, 8)).astype(np.float32)
+    C = rng.standard_normal((16, 8)).astype(np.float32)
+    D = np.zeros_like(C)
+    (D,) = _run(_mma_tf32_kernel, 1, 32, A, B, C, D)[3:4]
+    Aq = _tf32_rna(A).view(np.float32).astype(np.float64)
+    Bq = _tf32_rna(B).view(np.float32).astype(np.float64)
+    np.testing.assert_allclose(D, Aq @ Bq + C, rtol=1e-5, atol=1e-5)
+    # and the tf32 rounding is really applied
+    assert not np.allclose(D, A.astype(np.float64) @ B + C, rtol=1e-7, atol=1e-7)
+
+
+@cuda.jit
+def _tf32_kernel(x, out):
+    i = cuda.grid(1)
+    if i < x.shape[0]:
+        out[i] = ptx.cvt_rna_tf32(x[i])
+
+
+def test_cvt_rna_tf32():
+    one = 1.0
+    ulp = 2.0 ** -10
+    x = np.array([0.0, -0.0, 1.0, one + ulp / 2, -(one + ulp / 2), one + 1.5 * ulp,
+                  one + ulp / 2 - 2.0 ** -23, 3.14159265, -2.718281828, 1e-30,
+                  3.0e38, 65504.0, np.inf, -np.inf], dtype=np.float32)
+    x = np.concatenate([x, np.random.default_rng(4).standard_normal(18).astype(np.float32)])
+    out = np.zeros(x.size, np.uint32)
+    (out,) = _run(_tf32_kernel, 1, 32, x, out)[1:]
+    ref = _tf32_rna(x)
+    np.testing.assert_array_equal(out, ref)
+    assert out[3] == np.float32(one + ulp).view(np.uint32)  # tie -> away
+    assert out[4] == np.float32(-(one + ulp)).view(np.uint32)
+
+
+# ---------------------------------------------------------------------------
+# ldmatrix
+# ---------------------------------------------------------------------------
+
+_LD = 24  # padded shared row stride in elements (48 bytes, 16-byte aligned)
+
+
+@cuda.jit
+def _ldmatrix_kernel(M, out):
+    # M: uint16[16, 16]; out: uint32[32, 14]
+    lane = cuda.threadIdx.x
+    s = cuda.shared.array((16, _LD), uint16, alignment=_ALIGN)
+    for i in range(lane, 16 * 16, 32):
+        s[i // 16, i % 16] = M[i // 16, i % 16]
+    cuda.syncthreads()
+    # lane l addresses row (l & 15), column block (l >> 4): matrix i is
+    # M[8(i%2):8(i%2)+8, 8(i//2):8(i//2)+8]
+    base = ptx.smem_addr(s, (0, 0))
+    addr = base + (lane & 15) * (_LD * 2) + (lane >> 4) * 16
+    r0, r1, r2, r3 = ptx.ldmatrix_x4(addr)
+    out[lane, 0] = r0
+    out[lane, 1] = r1
+    out[lane, 2] = r2
+    out[lane, 3] = r3
+    r0, r1, r2, r3 = ptx.ldmatrix_x4_trans(ptx.smem_addr(s, (lane & 15, (lane >> 4) * 8)))
+    out[lane, 4] = r0
+    out[lane, 5] = r1
+    out[lane, 6] = r2
+    out[lane, 7] = r3
+    r0, r1 = ptx.ldmatrix_x2(addr)
+    out[lane, 8] = r0
+    out[lane, 9] = r1
+    r0, r1 = ptx.ldmatrix_x2_trans(addr)
+    out[lane, 10] = r0
+    out[lane, 11] = r1
+    out[lane, 12] = ptx.ldmatrix_x1(addr)
+    out[lane, 13] = ptx.ldmatrix_x1_trans(addr)
+
+
+def _expected_ldmatrix(M, nmat, trans):
+    lanes = np.arange(32)
+    g, t = lanes >> 2, lanes & 3
+    regs = []
+    for i in range(nmat):
+        Mi = M[8 * (i % 2):8 * (i % 2) + 8, 8 * (i // 2):8 * (i // 2) + 8].astype(np.uint32)
+        if trans:
+            Mi = Mi.T
+        regs.append(Mi[g, 2 * t] | (Mi[g, 2 * t + 1] << 16))
+    return np.stack(regs, axis=1)
+
+
+def test_ldmatrix_layouts():
+    M = (np.arange(256, dtype=np.uint32) * 37 + 5).astype(np.uint16).reshape(16, 16)
+    out = np.zeros((32, 14), np.uint32)
+    (out,) = _run(_ldmatrix_kernel, 1, 32, M, out)[1:]
+    np.testing.assert_array_equal(out[:, 0:4], _expected_ldmatrix(M, 4, False))
+    np.testing.assert_array_equal(out[:, 4:8], _expected_ldmatrix(M, 4, True))
+    np.testing.assert_array_equal(out[:, 8:10], _expected_ldmatrix(M, 2, False))
+    np.testing.assert_array_equal(out[:, 10:12], _expected_ldmatrix(M, 2, True))
+    np.testing.assert_array_equal(out[:, 12:13], _expected_ldmatrix(M, 1, False))
+    np.testing.assert_array_equal(out[:, 13:14], _expected_ldmatrix(M, 1, True))
+
+
+@cuda.jit
+def _attention_tile_kernel(Q, K, V, S, O):
+    # Q, K, V: uint16[16, 16] fp16 bits (Q[m][k], K[n][k], V[k][n]);
+    # S = Q K^T (float32[16, 16]); O = fp16(S) V (float32[16, 16]).
+    # Uses the ldmatrix address recipes of the ptx module docstring and the
+    # accumulator -> A-operand reuse of an FA2 kernel.
+    lane = cuda.threadIdx.x
+    sQ = cuda.shared.array((16, 16), uint16, alignment=_ALIGN)
+    sK = cuda.shared.array((16, 16), uint16, alignment=_ALIGN)
+    sV = cuda.shared.array((16, 16), uint16, alignment=_ALIGN)
+    for i in range(lane, 256, 32):
+        sQ[i // 16, i % 16] = Q[i // 16, i % 16]
+        sK[i // 16, i % 16] = K[i // 16, i % 16]
+        sV[i // 16, i % 16] = V[i // 16, i % 16]
+    cuda.syncthreads()
+    g = lane >> 2
+    t = lane & 3
+    a0, a1, a2, a3 = ptx.ldmatrix_x4(ptx.smem_addr(sQ, (lane & 15, (lane >> 4) * 8)))
+    kb0, kb1, kb2, kb3 = ptx.ldmatrix_x4(
+        ptx.smem_addr(sK, ((lane & 7) + ((lane >> 4) << 3), ((lane >> 3) & 1) * 8)))
+    z = float32(0.0)
+    s0, s1, s2, s3 = ptx.mma_m16n8k16_f16(a0, a1, a2, a3, kb0, kb1, z, z, z, z)
+    s4, s5, s6, s7 = ptx.mma_m16n8k16_f16(a0, a1, a2, a3, kb2, kb3, z, z, z, z)
+    S[g, 2 * t] = s0
+    S[g, 2 * t + 1] = s1
+    S[g + 8, 2 * t] = s2
+    S[g + 8, 2 * t + 1] = s3
+    S[g, 8 + 2 * t] = s4
+    S[g, 8 + 2 * t + 1] = s5
+    S[g + 8, 8 + 2 * t] = s6
+    S[g + 8, 8 + 2 * t + 1] = s7
+    p0 = ptx.pack_f16x2(s0, s1)
+    p1 = ptx.pack_f16x2(s2, s3)
+    p2 = ptx.pack_f16x2(s4, s5)
+    p3 = ptx.pack_f16x2(s6, s7)
+    vb0, vb1, vb2, vb3 = ptx.ldmatrix_x4_trans(
+        ptx.smem_addr(sV, ((lane & 7) + ((lane >> 3) & 1) * 8, (lane >> 4) * 8)))
+    o0, o1, o2, o3 = ptx.mma_m16n8k16_f16(p0, p1, p2, p3, vb0, vb1, z, z, z, z)
+    o4, o5, o6, o7 = ptx.mma_m16n8k16_f16(p0, p1, p2, p3, vb2, vb3, z, z, z, z)
+    O[g, 2 * t] = o0
+    O[g, 2 * t + 1] = o1
+    O[g + 8, 2 * t] = o2
+    O[g + 8, 2 * t + 1] = o3
+    O[g, 8 + 2 * t] = o4
+    O[g, 8 + 2 * t + 1] = o5
+    O[g + 8, 8 + 2 * t] = o6
+    O[g + 8, 8 + 2 * t + 1] = o7
+
+
+def test_ldmatrix_mma_attention_tile():
+    rng = np.random.default_rng(5)
+    Q, K, V = (rng.standard_normal((16, 16)).astype(np.float16) for _ in range(3))
+    S = np.zeros((16, 16), np.float32)
+    O = np.zeros((16, 16), np.float32)
+    S, O = _run(_attention_tile_kernel, 1, 32, Q.view(np.uint16), K.view(np.uint16),
+                V.view(np.uint16), S, O)[3:]
+    S_ref = Q.astype(np.float64) @ K.astype(np.float64).T
+    np.testing.assert_allclose(S, S_ref, rtol=1e-5, atol=1e-5)
+    P = S.astype(np.float16).astype(np.float64)
+    np.testing.assert_allclose(O, P @ V.astype(np.float64), rtol=1e-5, atol=1e-4)
+
+
+# ---------------------------------------------------------------------------
+# cp.async
+# ---------------------------------------------------------------------------
+
+
+@cuda.jit
+def _cp_async_kernel(G, valid_rows, out, early):
+    # G: uint16[8, 16] (8 rows x 32 bytes = 16 chunks of 16 bytes).
+    # Lanes 0-15 copy G into tile a (plain cp.async, group 0); lanes 16-31
+    # copy G into tile b with zero fill for rows >= valid_rows (group 1).
+    # out: uint16[2, 8, 16]; early[lane]: tile a's first 8 elements of the
+    # lane's own chunk, read after wait_group(1) retired group 0.
+    lane = cuda.threadIdx.x
+    ta = cuda.shared.array((8, 16), uint16, alignment=_ALIGN)
+    tb = cuda.shared.array((8, 16), uint16, alignment=_ALIGN)
+    for i in range(lane, 128, 32):
+        ta[i // 16, i % 16] = 0xFFFF
+        tb[i // 16, i % 16] = 0xFFFF
+    cuda.syncthreads()
+    c = lane & 15
+    row = c >> 1
+    col = (c & 1) * 8
+    if lane < 16:
+        ptx.cp_async_16(ptx.smem_addr(ta, (row, col)), G, (row, col))
+    ptx.cp_async_commit()
+    if lane >= 16:
+        ok = row < valid_rows
+        src_row = row if ok else 0  # clamp: no byte is read when ok is False
+        ptx.cp_async_16_zfill(ptx.smem_addr(tb, (row, col)), G, (src_row, col), ok)
+    ptx.cp_async_commit()
+    ptx.cp_async_wait_group(1)
+    if lane < 16:
+        for j in range(8):
+            early[lane, j] = ta[row, col + j]
+    ptx.cp_async_wait_all()
+    cuda.syncthreads()
+    for i in range(lane, 128, 32):
+        out[0, i // 16, i % 16] = ta[i // 16, i % 16]
+        out[1, i // 16, i % 16] = tb[i // 16, i % 16]
+
+
+def test_cp_async():
+    G = np.arange(128, dtype=np.uint16).reshape(8, 16) * 3 + 1
+    valid = 5
+    out = np.zeros((2, 8, 16), np.uint16)
+    early = np.zeros((16, 8), np.uint16)
+    out, early = _run(_cp_async_kernel, 1, 32, G, np.int32(valid), out, early)[2:]
+    np.testing.assert_array_equal(out[0], G)
+    expect_b = G.copy()
+    expect_b[valid:] = 0
+    np.testing.assert_array_equal(out[1], expect_b)
+    np.testing.assert_array_equal(early, G.reshape(16, 8))
+
+
+@cuda.jit
+def _pipeline_kernel(A, B, D, ntiles):
+    # D = sum_j A[j] @ B with the A tiles streamed through a 2-stage cp.async
+    # pipeline in dynamic shared memory (2 x 16 x 16 fp16), always read with
+    # the same ldmatrix addresses: catches hoisted/reordered ldmatrix on the
+    # GPU and a wrong wait_group in the simulator (which defers the copies).
+    # A: uint16[ntiles, 16, 16], B: uint16[16, 8], D: float32[16, 8]
+    lane = cuda.threadIdx.x
+    g = lane >> 2
+    t = lane & 3
+    s = cuda.shared.array(0, uint16, alignment=_ALIGN)
+    base = ptx.smem_addr(s, 0)
+    row = lane >> 1  # lane copies 16 bytes: row lane // 2, half lane % 2
+    col = (lane & 1) * 8
+    ptx.cp_async_16(base + row * 32 + col * 2, A, (0, row, col))
+    ptx.cp_async_commit()
+    b0 = _pk(B[2 * t, g], B[2 * t + 1, g])
+    b1 = _pk(B[2 * t + 8, g], B[2 * t + 9, g])
+    d0 = float32(0.0)
+    d1 = float32(0.0)
+    d2 = float32(0.0)
+    d3 = float32(0.0)
+    frag = base + (lane & 15) * 32 + (lane >> 4) * 16
+    for j in range(ntiles):
+        if j + 1 < ntiles:
+            nxt = ((j + 1) & 1) * 512
+            ptx.cp_async_16(base + nxt + row * 32 + col * 2, A, (j + 1, row, col))
+        ptx.cp_async_commit()
+        ptx.cp_async_wait_group(1)
+        cuda.syncthreads()
+        a0, a1, a2, a3 = ptx.ldmatrix_x4(frag + (j & 1) * 512)
+        d0, d1, d2, d3 = ptx.mma_m16n8k16_f16(a0, a1, a2, a3, b0, b1, d0, d1, d2, d3)
+        cuda.syncthreads()
+    D[g, 2 * t] = d0
+    D[g, 2 * t + 1] = d1
+    D[g + 8, 2 * t] = d2
+    D[g + 8, 2 * t + 1] = d3
+
+
+def test_cp_async_ldmatrix_pipeline():
+    rng = np.random.default_rng(7)
+    ntiles = 3
+    A = rng.standard_normal((ntiles, 16, 16)).astype(np.float16)
+    B = rng.standard_normal((16, 8)).astype(np.float16)
+    dA, dB = cuda.to_device(A.view(np.uint16)), cuda.to_device(B.view(np.uint16))
+    dD = cuda.to_device(np.zeros((16, 8), np.float32))
+    _pipeline_kernel[1, 32, 0, 2 * 16 * 16 * 2](dA, dB, dD, np.int32(ntiles))
+    D = dD.copy_to_host()
+    ref = sum(A[j].astype(np.float64) @ B.astype(np.float64) for j in range(ntiles))
+    np.testing.assert_allclose(D, ref, rtol=1e-5, atol=1e-4)
+
+
+# ---------------------------------------------------------------------------
+# conversions, ex2
+# ---------------------------------------------------------------------------
+
+
+@cuda.jit
+def _pack_kernel(x, packed, unpacked, use_bf16):
+    # x: float32[2n]; packed: uint32[n]; unpacked: float32[2n]
+    i = cuda.grid(1)
+    if i < packed.shape[0]:
+        if use_bf16:
+            u = ptx.pack_bf16x2(x[2 * i], x[2 * i + 1])
+            lo, hi = ptx.unpack_bf16x2(u)
+        else:
+            u = ptx.pack_f16x2(x[2 * i], x[2 * i + 1])
+            lo, hi = ptx.unpack_f16x2(u)
+        packed[i] = u
+        unpacked[2 * i] = lo
+        unpacked[2 * i + 1] = hi
+
+
+@pytest.mark.parametrize("dtype", [np.float16, ml_dtypes.bfloat16], ids=["f16", "bf16"])
+def test_pack_unpack(dtype):
+    special = [0.0, -0.0, 1.0, -2.5, 65504.0, 65520.0, 1e5, -1e5, 6e-8, 3e-5,
+               1.0 + 2.0 ** -11, 1.0 + 3 * 2.0 ** -11, 1.0 + 2.0 ** -8,
+               1.0 + 3 * 2.0 ** -8, 3.0e38, np.inf, -np.inf, 1e-30]
+    rng = np.random.default_rng(6)
+    x = np.concatenate([np.array(special, np.float32),
+                        (rng.standard_normal(46) * 100).astype(np.float32)])
+    n = x.size // 2
+    packed = np.zeros(n, np.uint32)
+    unpacked = np.zeros(2 * n, np.float32)
+    packed, unpacked = _run(_pack_kernel, 1, 32, x, packed, unpacked,
+                            np.int32(dtype is not np.float16))[1:3]
+    h = _bits(x, dtype).astype(np.uint32)
+    np.testing.assert_array_equal(packed, h[0::2] | (h[1::2] << 16))
+    np.testing.assert_array_equal(unpacked, _bits(x, dtype).view(dtype).astype(np.float32))
+
+
+@cuda.jit
+def _ex2_kernel(x, out):
+    i = cuda.grid(1)
+    if i < x.shape[0]:
+        out[i] = ptx.ex2_approx(x[i])
+
+
+def test_ex2_approx():
+    x = np.concatenate([np.linspace(-30, 30, 25), [0.0, 1.0, -1.0, 0.5, 127.5, 128.0,
+                                                   -126.0, -140.0, -np.inf, np.inf]]
+                       ).astype(np.float32)
+    out = np.zeros_like(x)
+    (out,) = _run(_ex2_kernel, 1, 64, x, out)[1:]
+    ref = np.exp2(x.astype(np.float64))
+    ref[ref < np.finfo(np.float32).tiny] = 0.0  # ftz
+    with np.errstate(over="ignore"):
+        ref = ref.astype(np.float32)
+    np.testing.assert_allclose(out, ref, rtol=2e-6, atol=0)
+    assert out[list(x).index(128.0)] == np.inf
+    assert out[list(x).index(-140.0)] == 0.0
+
+
+# ---------------------------------------------------------------------------
+# simulator-only behaviour
+# ---------------------------------------------------------------------------
+
+
+@cuda.jit
+def _divergent_kernel(out):
+    lane = cuda.threadIdx.x
+    if lane < 16:
+        z = float32(0.0)
+        d0, d1, d2, d3 = ptx.mma_m16n8k16_f16(0, 0, 0, 0, 0, 0, z, z, z, z)
+        out[lane] = d0
+
+
+@cuda.jit
+def _not_shared_kernel(G, out):
+    out[0] = ptx.smem_addr(G, 0)
+
+
+@pytest.mark.skipif(not SIMULATOR, reason="simulator error reporting")
+def test_sim_reports_misuse():
+    out = np.zeros(32, np.float32)
+    with pytest.raises(RuntimeError, match="never joined"):
+        _divergent_kernel[1, 32](out)
+    with pytest.raises(ValueError, match="not a cuda.shared.array"):
+        _not_shared_kernel[1, 1](np.zeros(8, np.uint16), np.zeros(1, np.uint32))
