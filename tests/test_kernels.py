@@ -73,6 +73,22 @@ def to_bhsd(x, layout):
     return x if layout == "bhsd" else np.swapaxes(x, 1, 2)
 
 
+def grad_errors(grads, ref_grads):
+    """Relative errors of (dq, dk, dv), each normalised by max(max |ref|, 1e-3 · the
+    largest reference gradient of the problem).  The floor matters when a gradient is
+    zero in exact arithmetic: with a single key, P = 1 and dS = dP − delta = 0, so dq and
+    dk hold only rounding noise in the kernel and the reference alike."""
+    floor = 1e-3 * max(float(np.max(np.abs(g))) for g in ref_grads)
+    errs = []
+    for got, want in zip(grads, ref_grads):
+        got = host(got).astype(np.float64)
+        if not np.all(np.isfinite(got)):
+            errs.append(np.inf)
+            continue
+        errs.append(float(np.max(np.abs(got - want)) / max(float(np.max(np.abs(want))), floor, 1e-30)))
+    return errs
+
+
 def host(x):
     return x.get() if hasattr(x, "get") else np.asarray(x)
 
@@ -135,9 +151,8 @@ def test_backward_fp32(rng, B, H, Nq, Nk, d, causal, layout):
         *(xp.asarray(x) for x in (dout, q, k, v, out, lse)), causal=causal, layout=layout
     )
     ref_grads = reference.attention_backward(dout, q, k, v, out, lse, causal=causal, layout=layout)
-    for name, got, want, like in zip(("dq", "dk", "dv"), grads, ref_grads, (q, k, v)):
+    for name, got, like, err in zip(("dq", "dk", "dv"), grads, (q, k, v), grad_errors(grads, ref_grads)):
         assert got.shape == like.shape and got.dtype == np.float32, name
-        err = reference.rel_error(host(got), want)
         assert err <= BWD_TOL, f"{name}: rel error {err:.3g}, seed {rng.seed_value}"
 
 
@@ -149,8 +164,7 @@ def test_forward_then_backward_roundtrip(rng):
     out, lse = numba_flash.flash_attention(q, k, v, causal=True, return_lse=True)
     dq, dk, dv = numba_flash.flash_attention_backward(dout, q, k, v, out, lse, causal=True)
     ref = reference.attention_backward(dout, q, k, v, out, lse, causal=True, layout="bshd")
-    for got, want in zip((dq, dk, dv), ref):
-        assert reference.rel_error(host(got), want) <= BWD_TOL, rng.seed_value
+    assert max(grad_errors((dq, dk, dv), ref)) <= BWD_TOL, rng.seed_value
 
 
 def test_fully_masked_rows(rng):
@@ -188,8 +202,7 @@ def test_strided_views(rng, B, H, N, d):
     assert reference.rel_error(host(out), ref_out) <= FWD_TOL, rng.seed_value
     grads = numba_flash.flash_attention_backward(dout, q, k, v, out, lse, causal=True)
     ref_grads = reference.attention_backward(host(dout), hq, hk, hv, host(out), host(lse), causal=True, layout="bshd")
-    for got, want in zip(grads, ref_grads):
-        assert reference.rel_error(host(got), want) <= BWD_TOL, rng.seed_value
+    assert max(grad_errors(grads, ref_grads)) <= BWD_TOL, rng.seed_value
     for x, b in zip((q, k, v), before):  # inputs are never modified
         np.testing.assert_array_equal(host(x), b)
 
