@@ -33,7 +33,8 @@ def _bfloat16():
     return np.dtype(ml_dtypes.bfloat16)
 
 
-SUPPORTED_DTYPES = (np.dtype(np.float32), np.dtype(np.float16))
+BFLOAT16 = _bfloat16()
+SUPPORTED_DTYPES = tuple(d for d in (np.dtype(np.float32), np.dtype(np.float16), BFLOAT16) if d is not None)
 
 
 def _cupy():
@@ -221,6 +222,19 @@ def kernel_arg(arr):
         return FakeCUDAArray(arr)
     # sync=False: we launch on CuPy's current stream ourselves, in order.
     return cuda.as_cuda_array(arr, sync=False)
+
+
+def data_ptr(arr) -> int:
+    """Address of ``arr``'s first element (NumPy or CuPy)."""
+    if isinstance(arr, np.ndarray):
+        return arr.__array_interface__["data"][0]
+    return arr.data.ptr
+
+
+def aligned16(arr) -> bool:
+    """True when every row (last axis) of ``arr`` starts on a 16-byte boundary, as
+    cp.async's 16-byte copies need: the data pointer and every outer stride."""
+    return data_ptr(arr) % 16 == 0 and all(s % 16 == 0 for s in arr.strides[:-1])
 
 
 def launch_stream():

@@ -10,8 +10,9 @@ from __future__ import annotations
 import numpy as np
 
 from numba_flash import _arrays as A
+from numba_flash import dispatch
 from numba_flash.config import simt_backward_tiles, simt_forward_tiles
-from numba_flash.kernels import simt_backward, simt_forward
+from numba_flash.kernels import simt_backward, simt_forward, tc_forward
 
 
 def _cdiv(a: int, b: int) -> int:
@@ -32,8 +33,10 @@ def flash_attention(q, k, v, *, causal=False, softmax_scale=None, return_lse=Fal
     Args:
         q: (batch, seqlen_q, heads, headdim) for ``layout="bshd"`` (the default, as
             flash-attn), or (batch, heads, seqlen_q, headdim) for ``layout="bhsd"``.
-            float32 (exact fp32 kernel) or float16.  Any strides with the last axis
-            contiguous.
+            float32 (exact fp32 kernel), float16 or bfloat16 (``ml_dtypes.bfloat16``;
+            tensor-core kernel for head dims 64 and 128 when rows are 16-byte
+            aligned, else the fp32 kernel as a fallback).  Any strides with the last
+            axis contiguous.
         k, v: (batch, seqlen_k, heads, headdim), or (batch, heads, seqlen_k, headdim);
             same dtype and side (host/device) as q.
         causal: mask key j from query i unless j <= i + seqlen_k − seqlen_q
@@ -58,17 +61,31 @@ def flash_attention(q, k, v, *, causal=False, softmax_scale=None, return_lse=Fal
     scale = A.check_scale(softmax_scale, d)
     kind = q_op.kind
 
-    qc, kc, vc = (_bshd(A.to_compute(op.array, kind), layout) for op in (q_op, k_op, v_op))
+    qc, kc, vc = (A.to_compute(op.array, kind) for op in (q_op, k_op, v_op))
     out = A.empty(kind, _out_shape(layout, B, Nq, H, d), q_op.dtype)
     lse = A.empty(kind, (B, H, Nq), np.float32)
+    stream = A.launch_stream()
+    family = dispatch.forward_family(q_op.dtype, d, all(A.aligned16(x) for x in (qc, kc, vc)))
 
-    t = simt_forward_tiles(d)
-    kernel = simt_forward.forward_kernel(t, causal)
-    grid = (_cdiv(Nq, t.block_m), H, B)
-    kernel[grid, t.threads, A.launch_stream()](
-        A.kernel_arg(qc), A.kernel_arg(kc), A.kernel_arg(vc),
-        A.kernel_arg(_bshd(out, layout)), A.kernel_arg(lse), scale,
-    )  # fmt: skip
+    if family == "tensor-core":
+        t = dispatch.tc_forward_tiles(d, causal, A.dtype_name(q_op.dtype))
+        kernel = tc_forward.forward_kernel(t, causal, A.dtype_name(q_op.dtype))
+        bits = (A.kernel_arg(_bshd(x.view(np.uint16), layout)) for x in (qc, kc, vc))
+        kernel[(_cdiv(Nq, t.block_m), H, B), t.threads, stream](
+            *bits, A.kernel_arg(_bshd(out.view(np.uint32), layout)), A.kernel_arg(lse), scale
+        )
+    else:  # exact fp32 SIMT kernel; bf16 runs it on fp32 copies (fallback)
+        upcast = q_op.dtype == A.BFLOAT16
+        if upcast:
+            qc, kc, vc = (x.astype(np.float32) for x in (qc, kc, vc))
+        o = A.empty(kind, out.shape, np.float32) if upcast else out
+        t = simt_forward_tiles(d)
+        kernel = simt_forward.forward_kernel(t, causal)
+        kernel[(_cdiv(Nq, t.block_m), H, B), t.threads, stream](
+            *(A.kernel_arg(_bshd(x, layout)) for x in (qc, kc, vc, o)), A.kernel_arg(lse), scale
+        )
+        if upcast:
+            out[...] = o.astype(out.dtype)
 
     out = A.to_caller(out, kind)
     if return_lse:
@@ -103,13 +120,17 @@ def flash_attention_backward(dout, q, k, v, out, lse, *, causal=False, softmax_s
     scale = A.check_scale(softmax_scale, d)
     kind = q_op.kind
 
+    # exact fp32 SIMT kernels; fp16 reads and writes its own dtype, bf16 runs on fp32
+    # copies (fallback until the tensor-core backward exists)
+    upcast = q_op.dtype == A.BFLOAT16
+    work_dtype = np.float32 if upcast else q_op.dtype
     qc, kc, vc, doc, oc = (
-        _bshd(A.to_compute(op.array, kind), layout) for op in (q_op, k_op, v_op, do_op, o_op)
+        _bshd(A.to_compute(op.array, kind).astype(work_dtype, copy=False), layout)
+        for op in (q_op, k_op, v_op, do_op, o_op)
     )
     lsec = A.to_compute(lse_arr, kind)
-    dq = A.empty(kind, _out_shape(layout, B, Nq, H, d), q_op.dtype)
-    dk = A.empty(kind, _out_shape(layout, B, Nk, H, d), q_op.dtype)
-    dv = A.empty(kind, _out_shape(layout, B, Nk, H, d), q_op.dtype)
+    grads = [A.empty(kind, _out_shape(layout, B, n, H, d), q_op.dtype) for n in (Nq, Nk, Nk)]
+    dq, dk, dv = (A.empty(kind, g.shape, np.float32) for g in grads) if upcast else grads
     delta = A.empty(kind, (B, H, Nq), np.float32)
 
     t = simt_backward_tiles(d)
@@ -126,4 +147,7 @@ def flash_attention_backward(dout, q, k, v, out, lse, *, causal=False, softmax_s
     simt_backward.dq_kernel(t, causal)[(_cdiv(Nq, rows), H, B), t.threads, stream](
         arg(qc), arg(kc), arg(vc), arg(doc), arg(lsec), arg(delta), arg(_bshd(dq, layout)), scale
     )
-    return tuple(A.to_caller(x, kind) for x in (dq, dk, dv))
+    if upcast:
+        for g, g32 in zip(grads, (dq, dk, dv)):
+            g[...] = g32.astype(g.dtype)
+    return tuple(A.to_caller(x, kind) for x in grads)

@@ -93,3 +93,54 @@ def simt_backward_tiles(head_dim: int) -> SimtTiles:
     g = _group(head_dim)
     cols = head_dim // g
     return SimtTiles(head_dim, g, cols, 1, THREADS // g, _block_n(head_dim))
+
+
+# --- tensor-core (fp16 / bf16) kernels ---------------------------------------------
+
+
+@dataclass(frozen=True)
+class TcTiles:
+    """Compile-time tile shape of a tensor-core kernel (mma.sync m16n8k16).
+
+    Attributes:
+        head_dim: d (64 or 128).
+        block_m: query rows per block = 16 · warps (warp w owns rows 16w .. 16w+15).
+        block_n: keys per K/V tile.
+        warps: warps per block.
+        stages: K/V shared-memory buffers (2: tile j+1 is copied while j is used).
+    """
+
+    head_dim: int
+    block_m: int
+    block_n: int
+    warps: int
+    stages: int = 2
+
+    @property
+    def threads(self) -> int:
+        return 32 * self.warps
+
+
+TC_HEAD_DIMS = (64, 128)
+
+
+def tc_smem_bytes(t: TcTiles) -> int:
+    """Q tile + ``stages`` K tiles + ``stages`` V tiles, 2 bytes an element."""
+    return 2 * t.head_dim * (t.block_m + 2 * t.stages * t.block_n)
+
+
+def tc_forward_tiles(head_dim: int, causal: bool = False, dtype: str = "float16") -> TcTiles:
+    """Tiles of the tensor-core forward.
+
+    Four warps of 16 query rows (BLOCK_M = 64).  The limit that bites is numba's 48 KiB
+    of static shared memory: Q (64·d) plus double-buffered K and V (2·2·BLOCK_N·d), all
+    2-byte elements, so BLOCK_N = 64 at d = 64 (40 KiB) and 32 at d = 128 (48 KiB).
+    Causal and dtype do not change the choice today (they are arguments so that a
+    tuned table can).
+    """
+    if head_dim not in TC_HEAD_DIMS:
+        raise ValueError(f"head_dim: the tensor-core forward supports {TC_HEAD_DIMS}, got {head_dim}")
+    t = TcTiles(head_dim, block_m=64, block_n=64, warps=4)
+    while tc_smem_bytes(t) > SMEM_LIMIT:
+        t = TcTiles(head_dim, t.block_m, t.block_n // 2, t.warps)
+    return t

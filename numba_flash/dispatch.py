@@ -13,8 +13,15 @@ from typing import Any
 
 import numpy as np
 
-from numba_flash.config import SimtTiles, simt_backward_tiles, simt_forward_tiles
-from numba_flash.kernels import simt_backward, simt_forward
+from numba_flash.config import (
+    TC_HEAD_DIMS,
+    SimtTiles,
+    TcTiles,
+    simt_backward_tiles,
+    simt_forward_tiles,
+    tc_forward_tiles,
+)
+from numba_flash.kernels import simt_backward, simt_forward, tc_forward
 
 PASSES = ("forward", "backward")
 
@@ -25,9 +32,24 @@ class KernelSpec:
 
     name: str
     kernel: Any
-    tiles: SimtTiles
+    tiles: SimtTiles | TcTiles
     argtypes: tuple
-    family: str  # "simt-fp32" today; "tensor-core" when it exists
+    family: str  # "simt-fp32" or "tensor-core"
+
+
+def _is_half(dtype) -> bool:
+    from numba_flash._arrays import dtype_name
+
+    return dtype_name(dtype) in ("float16", "bfloat16")
+
+
+def forward_family(dtype, head_dim: int, aligned: bool = True) -> str:
+    """"tensor-core" for fp16/bf16 at head dims 64 and 128 with 16-byte aligned rows
+    (cp.async copies 16 bytes); otherwise "simt-fp32", the exact fp32 kernel (fp16 read
+    as is, bf16 through fp32 copies): the documented fallback."""
+    if _is_half(dtype) and head_dim in TC_HEAD_DIMS and aligned:
+        return "tensor-core"
+    return "simt-fp32"
 
 
 def _numba_types(dtype, layout: str = "A"):
@@ -47,6 +69,25 @@ def kernels_for(pass_: str, dtype, head_dim: int, causal: bool) -> list[KernelSp
     if pass_ not in PASSES:
         raise ValueError(f"pass_: expected one of {PASSES}, got {pass_!r}")
     arr4, arr3, scalar = _numba_types(dtype)
+    if pass_ == "forward" and forward_family(dtype, head_dim) == "tensor-core":
+        from numba import types
+
+        from numba_flash._arrays import dtype_name
+
+        t = tc_forward_tiles(head_dim, causal, dtype_name(dtype))
+        bits = types.Array(types.uint16, 4, "A")
+        words = types.Array(types.uint32, 4, "A")
+        return [
+            KernelSpec(
+                "tc_forward",
+                tc_forward.forward_kernel(t, causal, dtype_name(dtype)),
+                t,
+                (bits, bits, bits, words, arr3, scalar),
+                "tensor-core",
+            )
+        ]
+    if _is_half(dtype) and dtype != np.float16:  # bf16 runs the fp32 kernels on copies
+        arr4, arr3, scalar = _numba_types(np.float32)
     if pass_ == "forward":
         t = simt_forward_tiles(head_dim)
         return [
@@ -84,12 +125,13 @@ def available() -> list[dict]:
 
     rows = []
     for dt in SUPPORTED_DTYPES:
-        rows.append(
-            {
-                "dtype": dtype_name(dt),
-                "head_dims": "8, 16, ..., 256 (multiples of 8)",
-                "forward": "simt-fp32" + ("" if dt == np.float32 else " (fp32 math, fallback)"),
-                "backward": "simt-fp32" + ("" if dt == np.float32 else " (fp32 math, fallback)"),
-            }
-        )
+        name = dtype_name(dt)
+        if name == "float32":
+            rows.append({"dtype": name, "head_dims": "8, 16, ..., 256", "forward": "simt-fp32", "backward": "simt-fp32"})
+            continue
+        fallback = "simt-fp32 (fp32 math" + (", on fp32 copies)" if name == "bfloat16" else ")")
+        rows.append({"dtype": name, "head_dims": ", ".join(map(str, TC_HEAD_DIMS)), "forward": "tensor-core",
+                     "backward": fallback})  # fmt: skip
+        rows.append({"dtype": name, "head_dims": "other multiples of 8 up to 256, or rows not 16-byte aligned",
+                     "forward": fallback, "backward": fallback})  # fmt: skip
     return rows

@@ -12,7 +12,9 @@ import numpy as np
 import numba_flash
 
 rng = np.random.default_rng(0)
-for dtype in (np.float32, np.float16):
+import ml_dtypes
+
+for dtype in (np.float32, np.float16, ml_dtypes.bfloat16):
     for (Nq, Nk, d, causal, layout) in ((77, 77, 64, True, "bshd"), (50, 93, 128, False, "bhsd"), (93, 50, 32, True, "bshd")):
         B, H = 1, 2
         shape = lambda n: (B, n, H, d) if layout == "bshd" else (B, H, n, d)  # noqa: E731

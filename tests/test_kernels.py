@@ -251,3 +251,73 @@ def test_float16_fallback(rng):
         assert got.dtype == np.float16
         base = reference.rel_error(low, want)
         assert reference.rel_error(host(got), want) <= 3 * base + 1e-6, (name, rng.seed_value)
+
+
+# --- fp16 / bf16 --------------------------------------------------------------------
+
+HALF_DTYPES = [np.float16, _arrays.BFLOAT16]
+HALF_SIM_CASES = [
+    (1, 1, 1, 1, 64, False, "bshd"),
+    (1, 1, 17, 40, 64, True, "bshd"),
+    (1, 2, 33, 17, 128, True, "bhsd"),
+    (1, 1, 70, 75, 64, False, "bshd"),  # two query blocks, two K/V tiles: the cp.async pipeline
+]
+HALF_GPU_CASES = [
+    pytest.param(B, H, N, N, d, causal, "bshd", marks=pytest.mark.gpu)
+    for N, B, H in ((1, 3, 5), (127, 2, 3), (1000, 2, 4), (4096, 1, 2))
+    for d in (64, 128)
+    for causal in (False, True)
+] + [
+    pytest.param(2, 3, Nq, Nk, d, causal, "bhsd", marks=pytest.mark.gpu)
+    for Nq, Nk in ((1000, 1500), (1500, 1000))
+    for d in (64, 128)
+    for causal in (False, True)
+]
+HALF_CASES = HALF_SIM_CASES + HALF_GPU_CASES
+
+
+def half_floor(dtype):
+    """Half an ulp of 1 in ``dtype``: an output that is exact in float64 (one key: O = V)
+    still rounds once when stored."""
+    import ml_dtypes
+
+    return 0.5 * float(ml_dtypes.finfo(dtype).eps)
+
+
+@pytest.mark.parametrize("dtype", HALF_DTYPES, ids=lambda d: _arrays.dtype_name(d))
+@pytest.mark.parametrize("B,H,Nq,Nk,d,causal,layout", HALF_CASES, ids=[case_id(c) for c in HALF_CASES])
+def test_forward_half(rng, dtype, B, H, Nq, Nk, d, causal, layout):
+    """Tensor-core forward: error against float64 at most 2× that of a standard attention
+    computed in the same dtype (FlashAttention-2's criterion)."""
+    q, k, v = make_qkv(rng, B, H, Nq, Nk, d, layout, dtype)
+    xp = np if SIMULATOR else xp_for("cupy")
+    out, lse = numba_flash.flash_attention(
+        xp.asarray(q), xp.asarray(k), xp.asarray(v), causal=causal, return_lse=True, layout=layout
+    )
+    assert out.dtype == dtype and out.shape == q.shape
+    ref_out, ref_lse = reference.attention(q, k, v, causal=causal, layout=layout)
+    low_out, _ = reference.attention_lowp(q, k, v, dtype=dtype, causal=causal, layout=layout)
+    base = reference.rel_error(low_out, ref_out)
+    err = reference.rel_error(host(out), ref_out)
+    assert err <= 2 * base + half_floor(dtype), f"O: {err:.3g} vs same-dtype {base:.3g}, seed {rng.seed_value}"
+    assert reference.rel_error(host(lse), ref_lse) <= 1e-4, f"LSE, seed {rng.seed_value}"
+
+
+@pytest.mark.parametrize("dtype", HALF_DTYPES, ids=lambda d: _arrays.dtype_name(d))
+def test_half_fallbacks(rng, dtype):
+    """Head dim 32 and rows that are not 16-byte aligned take the fp32 kernel (the
+    documented fallback) and still meet the same criterion."""
+    from numba_flash import dispatch
+
+    q, k, v = make_qkv(rng, 1, 1, 19, 23, 32, "bshd", dtype)
+    assert dispatch.forward_family(q.dtype, 32) == "simt-fp32"
+    packed = rng.standard_normal((1, 23, 2, 64 + 4)).astype(dtype)
+    kk, vv = packed[:, :, :1, 4 : 4 + 64], packed[:, :, 1:, 4 : 4 + 64]  # 8-byte offset
+    qq = make_qkv(rng, 1, 1, 19, 23, 64, "bshd", dtype)[0]
+    assert not _arrays.aligned16(kk)
+    for q_, k_, v_ in ((q, k, v), (qq, kk, vv)):
+        out = numba_flash.flash_attention(q_, k_, v_, causal=True)
+        ref_out, _ = reference.attention(q_, k_, v_, causal=True, layout="bshd")
+        low_out, _ = reference.attention_lowp(q_, k_, v_, dtype=dtype, causal=True, layout="bshd")
+        base = reference.rel_error(low_out, ref_out)
+        assert reference.rel_error(host(out), ref_out) <= 2 * base + half_floor(dtype), rng.seed_value

@@ -1,0 +1,273 @@
+"""Tensor-core FlashAttention forward for fp16 and bf16 (mma.sync m16n8k16, fp32 accumulators).
+
+Math, per query row i (log2 domain: the softmax scale and log2(e) are folded into
+one multiply, so exponentials are ``ex2``)::
+
+    x_ij  = s_ij · scale · log2(e)            s = Q·Kᵀ from mma, fp32
+    m_i   = max_j x_ij                        running, per K/V tile
+    alpha = 2^(m_old − m_new)                 rescales l_i and acc when the max grows
+    p_ij  = 2^(x_ij − m_new)                  rounded to fp16/bf16: the A operand of P·V
+    l_i   = l_i · alpha + Σ_j p_ij            (fp32, from the unrounded p)
+    acc_i = acc_i · alpha + Σ_j p_ij · v_j    mma, fp32
+    o_i   = acc_i / l_i,   lse_i = m_i · ln 2 + ln l_i   (natural log)
+
+Grid and threads:
+    grid = (ceil(Nq / BLOCK_M), H, B), block = 32·WARPS threads;
+    warp w owns query rows start_m + 16w .. 16w+15.  In an m16n8 accumulator, lane
+    ``lane`` holds rows ``g = lane >> 2`` and ``g + 8``, columns ``2t, 2t+1`` with
+    ``t = lane & 3`` (see ``numba_flash.ptx``); a row's max and sum are finished across
+    the 4 lanes of a quad with two ``shfl_xor`` (1, 2).
+
+Per block:
+    1. cp.async Q (BLOCK_M × d) and the first K, V tiles into shared memory; each warp
+       then loads its Q fragments with ldmatrix into registers, where they stay;
+    2. for each K/V tile j (stage j % 2): wait for it, barrier, start copying tile j+1
+       into the other stage, then S = Q·K_jᵀ (ldmatrix.x4 of K, 2 mma per load), mask
+       (only tiles that cross the end of the keys or the causal diagonal), online
+       softmax in registers, P packed to 16-bit pairs in registers is directly the A
+       operand of O += P·V_j (ldmatrix.x4.trans of V);
+    3. O = acc / l written as 16-bit pairs; LSE (float32) by the quad's lane 0.
+    Causal: key tiles wholly above the diagonal (bottom-right aligned) are not visited.
+
+Shared memory (2-byte elements): Q BLOCK_M·d + 2 stages × (K + V) BLOCK_N·d
+(``config.tc_smem_bytes``: 40 KiB at d = 64, 48 KiB at d = 128).  Rows are d·2 bytes
+(128 or 256), so the 8 rows an ldmatrix reads would all hit the same banks; the 16-byte
+chunk c of row r is stored at chunk ``c ^ (r & 7)`` (XOR swizzle), which spreads any 8
+consecutive rows over all 32 banks, for the cp.async writes and the ldmatrix reads alike.
+
+Inputs are passed as uint16 views (cp.async moves bytes; the dtype matters only to
+mma and to the pack of P and O), the output as a uint32 view (two 16-bit values a word).
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+
+from numba_flash import ptx
+from numba_flash._backend import cuda, float32, uint16, uint32
+from numba_flash.config import TcTiles
+
+NEG_INF = float32(-math.inf)
+LOG2E = 1.4426950408889634
+LN2 = 0.6931471805599453
+FULL_MASK = 0xFFFFFFFF
+_ALIGN = ptx.SMEM_ALIGN  # a module global, so numba sees a literal (see ptx.SMEM_ALIGN)
+
+
+@functools.lru_cache(maxsize=None)
+def forward_kernel(t: TcTiles, causal: bool, dtype: str):
+    """``kernel[grid, threads, stream](q, k, v, out32, lse, softmax_scale)``.
+
+    q (B, Nq, H, d) and k, v (B, Nk, H, d) as uint16 views of fp16/bf16 data, out32
+    (B, Nq, H, d/2) a uint32 view of the fp16/bf16 output, lse (B, H, Nq) float32.
+    """
+    BLOCK_M, BLOCK_N, HEAD_DIM, THREADS = t.block_m, t.block_n, t.head_dim, t.threads
+    CAUSAL = causal
+    KSTEPS = HEAD_DIM // 16  # k-slices of Q·Kᵀ
+    NT_S = BLOCK_N // 8  # n-tiles of S (8 keys each)
+    NT_O = HEAD_DIM // 8  # n-tiles of O (8 columns each)
+    PSTEPS = BLOCK_N // 16  # k-slices of P·V
+    CHUNKS = HEAD_DIM // 8  # 16-byte chunks in a row
+    Q_REGS, S_REGS, O_REGS = KSTEPS * 4, NT_S * 4, NT_O * 4  # fragment registers a lane
+    Q_ELEMS = BLOCK_M * HEAD_DIM
+    KV_ELEMS = BLOCK_N * HEAD_DIM  # one stage
+    KV_STAGES_ELEMS = t.stages * KV_ELEMS
+    KV_BYTES = KV_ELEMS * 2
+    ROW_BYTES = HEAD_DIM * 2
+    mma = ptx.mma_m16n8k16_f16 if dtype == "float16" else ptx.mma_m16n8k16_bf16
+    pack = ptx.pack_f16x2 if dtype == "float16" else ptx.pack_bf16x2
+
+    @cuda.jit
+    def kernel(q, k, v, out32, lse, softmax_scale):
+        start_m = cuda.blockIdx.x * BLOCK_M
+        h = cuda.blockIdx.y
+        b = cuda.blockIdx.z
+        tid = cuda.threadIdx.x
+        warp = tid // 32
+        lane = tid % 32
+        g = lane >> 2  # accumulator rows g and g + 8
+        tq = lane & 3  # accumulator columns 2·tq, 2·tq + 1
+        seqlen_q = q.shape[1]
+        seqlen_k = k.shape[1]
+        diag = seqlen_k - seqlen_q  # query i sees keys j <= i + diag
+        scale_log2 = float32(softmax_scale * LOG2E)
+
+        s_q = cuda.shared.array((Q_ELEMS,), uint16, alignment=_ALIGN)
+        s_k = cuda.shared.array((KV_STAGES_ELEMS,), uint16, alignment=_ALIGN)
+        s_v = cuda.shared.array((KV_STAGES_ELEMS,), uint16, alignment=_ALIGN)
+        q_base = ptx.smem_addr(s_q, 0)
+        k_base = ptx.smem_addr(s_k, 0)
+        v_base = ptx.smem_addr(s_v, 0)
+
+        q_frag = cuda.local.array(Q_REGS, uint32)
+        acc_s = cuda.local.array(S_REGS, float32)
+        acc_o = cuda.local.array(O_REGS, float32)
+        m_i = cuda.local.array(2, float32)
+        l_i = cuda.local.array(2, float32)
+        for i in range(NT_O * 4):
+            acc_o[i] = float32(0.0)
+        for r in range(2):
+            m_i[r] = NEG_INF
+            l_i[r] = float32(0.0)
+
+        end_n = seqlen_k
+        if CAUSAL:  # key tiles wholly above the diagonal are skipped
+            end_n = min(seqlen_k, max(0, start_m + BLOCK_M + diag))
+        n_tiles = (end_n + BLOCK_N - 1) // BLOCK_N
+
+        # Q: BLOCK_M rows, 16-byte chunk c of row r at swizzled chunk c ^ (r & 7);
+        # rows past the end are zero-filled (their source row clamped in bounds)
+        for idx in range(tid, BLOCK_M * CHUNKS, THREADS):
+            r = idx // CHUNKS
+            c = idx - r * CHUNKS
+            row = start_m + r
+            dst = q_base + r * ROW_BYTES + ((c ^ (r & 7)) << 4)
+            ptx.cp_async_16_zfill(dst, q, (b, min(row, seqlen_q - 1), h, c * 8), row < seqlen_q)
+
+        # j = -1 only starts the copy of tile 0; tile j+1 is copied while j is used
+        for j in range(-1, n_tiles):
+            stage = j & 1
+            if j >= 0:
+                ptx.cp_async_wait_group(0)
+                # tile j (and Q) landed for every thread's copies; every warp is done
+                # with tile j-1, whose stage the copies of tile j+1 overwrite next
+                cuda.syncthreads()
+            if j == 0:  # Q fragments: A operands, 16 rows of this warp × d, kept in registers
+                for kk in range(KSTEPS):
+                    row = warp * 16 + (lane & 15)
+                    chunk = 2 * kk + (lane >> 4)
+                    a0, a1, a2, a3 = ptx.ldmatrix_x4(q_base + row * ROW_BYTES + ((chunk ^ (row & 7)) << 4))
+                    q_frag[kk * 4 + 0] = a0
+                    q_frag[kk * 4 + 1] = a1
+                    q_frag[kk * 4 + 2] = a2
+                    q_frag[kk * 4 + 3] = a3
+            if j + 1 < n_tiles:
+                nxt = ((j + 1) & 1) * KV_BYTES
+                for idx in range(tid, BLOCK_N * CHUNKS, THREADS):
+                    r = idx // CHUNKS
+                    c = idx - r * CHUNKS
+                    row = (j + 1) * BLOCK_N + r
+                    off = nxt + r * ROW_BYTES + ((c ^ (r & 7)) << 4)
+                    src = (b, min(row, seqlen_k - 1), h, c * 8)
+                    ptx.cp_async_16_zfill(k_base + off, k, src, row < seqlen_k)
+                    ptx.cp_async_16_zfill(v_base + off, v, src, row < seqlen_k)
+            ptx.cp_async_commit()
+            if j < 0:
+                continue
+            start_n = j * BLOCK_N
+            k_tile = k_base + stage * KV_BYTES
+            v_tile = v_base + stage * KV_BYTES
+
+            # S = Q·K_jᵀ: one ldmatrix.x4 gives the B fragments of two n-tiles
+            for i in range(NT_S * 4):
+                acc_s[i] = float32(0.0)
+            for kk in range(KSTEPS):
+                for np2 in range(NT_S // 2):
+                    row = np2 * 16 + (lane & 7) + ((lane >> 4) << 3)
+                    chunk = 2 * kk + ((lane >> 3) & 1)
+                    b0, b1, b2, b3 = ptx.ldmatrix_x4(k_tile + row * ROW_BYTES + ((chunk ^ (row & 7)) << 4))
+                    n0 = np2 * 8  # accumulator index of n-tile 2·np2
+                    d0, d1, d2, d3 = mma(
+                        q_frag[kk * 4], q_frag[kk * 4 + 1], q_frag[kk * 4 + 2], q_frag[kk * 4 + 3],
+                        b0, b1, acc_s[n0], acc_s[n0 + 1], acc_s[n0 + 2], acc_s[n0 + 3],
+                    )  # fmt: skip
+                    acc_s[n0] = d0
+                    acc_s[n0 + 1] = d1
+                    acc_s[n0 + 2] = d2
+                    acc_s[n0 + 3] = d3
+                    d0, d1, d2, d3 = mma(
+                        q_frag[kk * 4], q_frag[kk * 4 + 1], q_frag[kk * 4 + 2], q_frag[kk * 4 + 3],
+                        b2, b3, acc_s[n0 + 4], acc_s[n0 + 5], acc_s[n0 + 6], acc_s[n0 + 7],
+                    )  # fmt: skip
+                    acc_s[n0 + 4] = d0
+                    acc_s[n0 + 5] = d1
+                    acc_s[n0 + 6] = d2
+                    acc_s[n0 + 7] = d3
+
+            # scale into the log2 domain; mask only tiles that need it
+            needs_mask = start_n + BLOCK_N > seqlen_k
+            if CAUSAL:
+                needs_mask = needs_mask or start_n + BLOCK_N - 1 > start_m + diag
+            for i in range(NT_S * 4):
+                acc_s[i] *= scale_log2
+            if needs_mask:
+                for nt in range(NT_S):
+                    for i in range(4):
+                        col = start_n + nt * 8 + 2 * tq + (i & 1)
+                        row = start_m + warp * 16 + g + 8 * (i >> 1)
+                        masked = col >= seqlen_k
+                        if CAUSAL:
+                            masked = masked or col > row + diag
+                        if masked:
+                            acc_s[nt * 4 + i] = NEG_INF
+
+            # online softmax for rows g (r = 0) and g + 8 (r = 1)
+            for r in range(2):
+                mx = m_i[r]
+                for nt in range(NT_S):
+                    mx = max(mx, max(acc_s[nt * 4 + 2 * r], acc_s[nt * 4 + 2 * r + 1]))
+                mx = max(mx, cuda.shfl_xor_sync(FULL_MASK, mx, 1))  # across the quad
+                mx = max(mx, cuda.shfl_xor_sync(FULL_MASK, mx, 2))
+                m_use = mx if mx != NEG_INF else float32(0.0)  # no -inf - -inf
+                alpha = ptx.ex2_approx(m_i[r] - m_use)
+                m_i[r] = mx
+                row_sum = float32(0.0)
+                for nt in range(NT_S):
+                    p0 = ptx.ex2_approx(acc_s[nt * 4 + 2 * r] - m_use)
+                    p1 = ptx.ex2_approx(acc_s[nt * 4 + 2 * r + 1] - m_use)
+                    acc_s[nt * 4 + 2 * r] = p0
+                    acc_s[nt * 4 + 2 * r + 1] = p1
+                    row_sum += p0 + p1
+                l_i[r] = l_i[r] * alpha + row_sum  # a per-lane partial: the quad adds at the end
+                for nt in range(NT_O):
+                    acc_o[nt * 4 + 2 * r] *= alpha
+                    acc_o[nt * 4 + 2 * r + 1] *= alpha
+
+            # O += P·V_j: the S accumulators of n-tiles 2·ps and 2·ps+1, packed, are the
+            # A fragment of k-slice ps
+            for ps in range(PSTEPS):
+                s0 = ps * 8
+                a0 = pack(acc_s[s0], acc_s[s0 + 1])
+                a1 = pack(acc_s[s0 + 2], acc_s[s0 + 3])
+                a2 = pack(acc_s[s0 + 4], acc_s[s0 + 5])
+                a3 = pack(acc_s[s0 + 6], acc_s[s0 + 7])
+                for nn in range(NT_O // 2):
+                    row = ps * 16 + (lane & 7) + ((lane >> 3) & 1) * 8
+                    chunk = 2 * nn + (lane >> 4)
+                    b0, b1, b2, b3 = ptx.ldmatrix_x4_trans(v_tile + row * ROW_BYTES + ((chunk ^ (row & 7)) << 4))
+                    o0 = nn * 8
+                    d0, d1, d2, d3 = mma(
+                        a0, a1, a2, a3, b0, b1, acc_o[o0], acc_o[o0 + 1], acc_o[o0 + 2], acc_o[o0 + 3]
+                    )
+                    acc_o[o0] = d0
+                    acc_o[o0 + 1] = d1
+                    acc_o[o0 + 2] = d2
+                    acc_o[o0 + 3] = d3
+                    d0, d1, d2, d3 = mma(
+                        a0, a1, a2, a3, b2, b3, acc_o[o0 + 4], acc_o[o0 + 5], acc_o[o0 + 6], acc_o[o0 + 7]
+                    )
+                    acc_o[o0 + 4] = d0
+                    acc_o[o0 + 5] = d1
+                    acc_o[o0 + 6] = d2
+                    acc_o[o0 + 7] = d3
+
+        # epilogue: o = acc / l as 16-bit pairs; lse = m·ln2 + ln l
+        for r in range(2):
+            l_row = l_i[r]
+            l_row += cuda.shfl_xor_sync(FULL_MASK, l_row, 1)
+            l_row += cuda.shfl_xor_sync(FULL_MASK, l_row, 2)
+            row = start_m + warp * 16 + g + 8 * r
+            inv = float32(1.0) / l_row if l_row > float32(0.0) else float32(0.0)
+            if row < seqlen_q:
+                for nt in range(NT_O):
+                    out32[b, row, h, nt * 4 + tq] = pack(
+                        acc_o[nt * 4 + 2 * r] * inv, acc_o[nt * 4 + 2 * r + 1] * inv
+                    )
+                if tq == 0:
+                    if l_row > float32(0.0):
+                        lse[b, h, row] = m_i[r] * float32(LN2) + math.log(l_row)
+                    else:
+                        lse[b, h, row] = NEG_INF
+
+    return kernel
