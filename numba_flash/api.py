@@ -11,7 +11,8 @@ import numpy as np
 
 from numba_flash import _arrays as A
 from numba_flash import dispatch
-from numba_flash.config import simt_backward_tiles, simt_forward_tiles
+from numba_flash._launch import launch
+from numba_flash.config import simt_backward_tiles, simt_forward_tiles, tc_smem_bytes
 from numba_flash.kernels import simt_backward, simt_forward, tc_forward
 
 
@@ -71,9 +72,10 @@ def flash_attention(q, k, v, *, causal=False, softmax_scale=None, return_lse=Fal
         t = dispatch.tc_forward_tiles(d, causal, A.dtype_name(q_op.dtype))
         kernel = tc_forward.forward_kernel(t, causal, A.dtype_name(q_op.dtype))
         bits = (A.kernel_arg(_bshd(x.view(np.uint16), layout)) for x in (qc, kc, vc))
-        kernel[(_cdiv(Nq, t.block_m), H, B), t.threads, stream](
-            *bits, A.kernel_arg(_bshd(out.view(np.uint32), layout)), A.kernel_arg(lse), scale
-        )
+        launch(
+            kernel, (_cdiv(Nq, t.block_m), H, B), t.threads, stream, tc_smem_bytes(t),
+            *bits, A.kernel_arg(_bshd(out.view(np.uint32), layout)), A.kernel_arg(lse), scale,
+        )  # fmt: skip
     else:  # exact fp32 SIMT kernel; bf16 runs it on fp32 copies (fallback)
         upcast = q_op.dtype == A.BFLOAT16
         if upcast:

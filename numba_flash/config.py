@@ -132,15 +132,12 @@ def tc_smem_bytes(t: TcTiles) -> int:
 def tc_forward_tiles(head_dim: int, causal: bool = False, dtype: str = "float16") -> TcTiles:
     """Tiles of the tensor-core forward.
 
-    Four warps of 16 query rows (BLOCK_M = 64).  The limit that bites is numba's 48 KiB
-    of static shared memory: Q (64·d) plus double-buffered K and V (2·2·BLOCK_N·d), all
-    2-byte elements, so BLOCK_N = 64 at d = 64 (40 KiB) and 32 at d = 128 (48 KiB).
-    Causal and dtype do not change the choice today (they are arguments so that a
-    tuned table can).
+    Warps of 16 query rows; K/V tiles of BLOCK_N keys double-buffered in dynamic shared
+    memory.  The limits: registers (a lane holds d/16·4 Q words, BLOCK_N/2 S floats and
+    d/2 O floats: 112 at d = 128, BLOCK_N = 64) and shared memory per SM (228 KiB, so
+    at most two 80 KiB blocks at d = 128).  Causal and dtype do not change the choice
+    today (they are arguments so that a tuned table can).
     """
     if head_dim not in TC_HEAD_DIMS:
         raise ValueError(f"head_dim: the tensor-core forward supports {TC_HEAD_DIMS}, got {head_dim}")
-    t = TcTiles(head_dim, block_m=64, block_n=64, warps=4)
-    while tc_smem_bytes(t) > SMEM_LIMIT:
-        t = TcTiles(head_dim, t.block_m, t.block_n // 2, t.warps)
-    return t
+    return TcTiles(head_dim, block_m=64, block_n=64, warps=4)

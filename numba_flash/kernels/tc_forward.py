@@ -29,8 +29,8 @@ Per block:
     3. O = acc / l written as 16-bit pairs; LSE (float32) by the quad's lane 0.
     Causal: key tiles wholly above the diagonal (bottom-right aligned) are not visited.
 
-Shared memory (2-byte elements): Q BLOCK_M·d + 2 stages × (K + V) BLOCK_N·d
-(``config.tc_smem_bytes``: 40 KiB at d = 64, 48 KiB at d = 128).  Rows are d·2 bytes
+Shared memory (2-byte elements, one dynamic array): Q BLOCK_M·d + STAGES × (K + V)
+BLOCK_N·d (``config.tc_smem_bytes``; over 48 KiB is opted in at launch).  Rows are d·2 bytes
 (128 or 256), so the 8 rows an ldmatrix reads would all hit the same banks; the 16-byte
 chunk c of row r is stored at chunk ``c ^ (r & 7)`` (XOR swizzle), which spreads any 8
 consecutive rows over all 32 banks, for the cp.async writes and the ldmatrix reads alike.
@@ -57,23 +57,24 @@ _ALIGN = ptx.SMEM_ALIGN  # a module global, so numba sees a literal (see ptx.SME
 
 @functools.lru_cache(maxsize=None)
 def forward_kernel(t: TcTiles, causal: bool, dtype: str):
-    """``kernel[grid, threads, stream](q, k, v, out32, lse, softmax_scale)``.
+    """``kernel[grid, threads, stream, config.tc_smem_bytes(t)](q, k, v, out32, lse, softmax_scale)``
+    (launch through ``numba_flash._launch.launch``, which opts in to > 48 KiB).
 
     q (B, Nq, H, d) and k, v (B, Nk, H, d) as uint16 views of fp16/bf16 data, out32
     (B, Nq, H, d/2) a uint32 view of the fp16/bf16 output, lse (B, H, Nq) float32.
     """
     BLOCK_M, BLOCK_N, HEAD_DIM, THREADS = t.block_m, t.block_n, t.head_dim, t.threads
     CAUSAL = causal
+    STAGES = t.stages
     KSTEPS = HEAD_DIM // 16  # k-slices of Q·Kᵀ
     NT_S = BLOCK_N // 8  # n-tiles of S (8 keys each)
     NT_O = HEAD_DIM // 8  # n-tiles of O (8 columns each)
     PSTEPS = BLOCK_N // 16  # k-slices of P·V
     CHUNKS = HEAD_DIM // 8  # 16-byte chunks in a row
     Q_REGS, S_REGS, O_REGS = KSTEPS * 4, NT_S * 4, NT_O * 4  # fragment registers a lane
-    Q_ELEMS = BLOCK_M * HEAD_DIM
-    KV_ELEMS = BLOCK_N * HEAD_DIM  # one stage
-    KV_STAGES_ELEMS = t.stages * KV_ELEMS
-    KV_BYTES = KV_ELEMS * 2
+    Q_BYTES = BLOCK_M * HEAD_DIM * 2
+    KV_BYTES = BLOCK_N * HEAD_DIM * 2  # one stage of K (or V)
+    KV_STAGES_BYTES = t.stages * KV_BYTES
     ROW_BYTES = HEAD_DIM * 2
     mma = ptx.mma_m16n8k16_f16 if dtype == "float16" else ptx.mma_m16n8k16_bf16
     pack = ptx.pack_f16x2 if dtype == "float16" else ptx.pack_bf16x2
@@ -93,12 +94,12 @@ def forward_kernel(t: TcTiles, causal: bool, dtype: str):
         diag = seqlen_k - seqlen_q  # query i sees keys j <= i + diag
         scale_log2 = float32(softmax_scale * LOG2E)
 
-        s_q = cuda.shared.array((Q_ELEMS,), uint16, alignment=_ALIGN)
-        s_k = cuda.shared.array((KV_STAGES_ELEMS,), uint16, alignment=_ALIGN)
-        s_v = cuda.shared.array((KV_STAGES_ELEMS,), uint16, alignment=_ALIGN)
-        q_base = ptx.smem_addr(s_q, 0)
-        k_base = ptx.smem_addr(s_k, 0)
-        v_base = ptx.smem_addr(s_v, 0)
+        # one dynamic shared array (sized at launch: config.tc_smem_bytes), carved into
+        # Q | K stages | V stages; addresses are byte offsets in the shared window
+        smem = cuda.shared.array(0, uint16, alignment=_ALIGN)
+        q_base = ptx.smem_addr(smem, 0)
+        k_base = q_base + Q_BYTES
+        v_base = k_base + KV_STAGES_BYTES
 
         q_frag = cuda.local.array(Q_REGS, uint32)
         acc_s = cuda.local.array(S_REGS, float32)
@@ -127,7 +128,7 @@ def forward_kernel(t: TcTiles, causal: bool, dtype: str):
 
         # j = -1 only starts the copy of tile 0; tile j+1 is copied while j is used
         for j in range(-1, n_tiles):
-            stage = j & 1
+            stage = j % STAGES
             if j >= 0:
                 ptx.cp_async_wait_group(0)
                 # tile j (and Q) landed for every thread's copies; every warp is done
@@ -143,7 +144,7 @@ def forward_kernel(t: TcTiles, causal: bool, dtype: str):
                     q_frag[kk * 4 + 2] = a2
                     q_frag[kk * 4 + 3] = a3
             if j + 1 < n_tiles:
-                nxt = ((j + 1) & 1) * KV_BYTES
+                nxt = ((j + 1) % STAGES) * KV_BYTES
                 for idx in range(tid, BLOCK_N * CHUNKS, THREADS):
                     r = idx // CHUNKS
                     c = idx - r * CHUNKS
