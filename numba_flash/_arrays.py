@@ -195,8 +195,9 @@ def check_lse(lse, q: Operand, B: int, H: int, Nq: int):
 
 
 def empty(kind: str, shape, dtype):
-    """An output array on the side where the kernels run."""
-    if kind == "numpy" or SIMULATOR:
+    """An output array on the side where the kernels run: the GPU (CuPy) for every
+    kind of input, or the host under the simulator.  ``to_caller`` brings it back."""
+    if SIMULATOR:
         return np.empty(shape, dtype)
     return _cupy().empty(shape, dtype)
 

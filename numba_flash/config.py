@@ -21,6 +21,8 @@ Limits that shape the choice:
 
 from __future__ import annotations
 
+import json
+import os
 from dataclasses import dataclass
 
 THREADS = 128  # 4 warps per block in every fp32 kernel
@@ -104,10 +106,11 @@ class TcTiles:
 
     Attributes:
         head_dim: d (64 or 128).
-        block_m: query rows per block = 16 · warps (warp w owns rows 16w .. 16w+15).
+        block_m: query rows per block = 16 · m_tiles · warps.
         block_n: keys per K/V tile.
         warps: warps per block.
         stages: K/V shared-memory buffers (2: tile j+1 is copied while j is used).
+        m_tiles: 16-row m-tiles per warp (each K/V fragment feeds m_tiles mma).
     """
 
     head_dim: int
@@ -115,6 +118,11 @@ class TcTiles:
     block_n: int
     warps: int
     stages: int = 2
+    m_tiles: int = 1
+
+    def __post_init__(self):
+        if self.block_m != 16 * self.m_tiles * self.warps:
+            raise ValueError(f"block_m={self.block_m} must be 16 · m_tiles · warps = {16 * self.m_tiles * self.warps}")
 
     @property
     def threads(self) -> int:
@@ -140,4 +148,8 @@ def tc_forward_tiles(head_dim: int, causal: bool = False, dtype: str = "float16"
     """
     if head_dim not in TC_HEAD_DIMS:
         raise ValueError(f"head_dim: the tensor-core forward supports {TC_HEAD_DIMS}, got {head_dim}")
+    override = os.environ.get("NUMBA_FLASH_TC_TILES")  # tuning runs: {"64": [bm, bn, warps, m_tiles]}
+    if override and str(head_dim) in json.loads(override):
+        bm, bn, warps, m_tiles = json.loads(override)[str(head_dim)]
+        return TcTiles(head_dim, bm, bn, warps, m_tiles=m_tiles)
     return TcTiles(head_dim, block_m=64, block_n=64, warps=4)

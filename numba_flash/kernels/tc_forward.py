@@ -13,7 +13,8 @@ one multiply, so exponentials are ``ex2``)::
 
 Grid and threads:
     grid = (ceil(Nq / BLOCK_M), H, B), block = 32·WARPS threads;
-    warp w owns query rows start_m + 16w .. 16w+15.  In an m16n8 accumulator, lane
+    warp w owns the WARP_ROWS = 16·MT query rows from start_m + w·WARP_ROWS (MT m-tiles:
+    every K and V fragment loaded from shared memory feeds MT mma).  In an m16n8 accumulator, lane
     ``lane`` holds rows ``g = lane >> 2`` and ``g + 8``, columns ``2t, 2t+1`` with
     ``t = lane & 3`` (see ``numba_flash.ptx``); a row's max and sum are finished across
     the 4 lanes of a quad with two ``shfl_xor`` (1, 2).
@@ -71,7 +72,10 @@ def forward_kernel(t: TcTiles, causal: bool, dtype: str):
     NT_O = HEAD_DIM // 8  # n-tiles of O (8 columns each)
     PSTEPS = BLOCK_N // 16  # k-slices of P·V
     CHUNKS = HEAD_DIM // 8  # 16-byte chunks in a row
-    Q_REGS, S_REGS, O_REGS = KSTEPS * 4, NT_S * 4, NT_O * 4  # fragment registers a lane
+    MT = t.m_tiles  # 16-row m-tiles per warp: each K/V fragment feeds MT mma
+    WARP_ROWS = 16 * MT
+    S_TILE, O_TILE, Q_TILE = NT_S * 4, NT_O * 4, KSTEPS * 4  # registers per m-tile
+    Q_REGS, S_REGS, O_REGS, ROW_REGS = MT * Q_TILE, MT * S_TILE, MT * O_TILE, 2 * MT
     Q_BYTES = BLOCK_M * HEAD_DIM * 2
     KV_BYTES = BLOCK_N * HEAD_DIM * 2  # one stage of K (or V)
     KV_STAGES_BYTES = t.stages * KV_BYTES
@@ -104,11 +108,12 @@ def forward_kernel(t: TcTiles, causal: bool, dtype: str):
         q_frag = cuda.local.array(Q_REGS, uint32)
         acc_s = cuda.local.array(S_REGS, float32)
         acc_o = cuda.local.array(O_REGS, float32)
-        m_i = cuda.local.array(2, float32)
-        l_i = cuda.local.array(2, float32)
-        for i in range(NT_O * 4):
+        p_frag = cuda.local.array(Q_TILE, uint32)  # P of one k-slice, all m-tiles (MT·4 words)
+        m_i = cuda.local.array(ROW_REGS, float32)  # rows g, g+8 of each m-tile
+        l_i = cuda.local.array(ROW_REGS, float32)
+        for i in range(O_REGS):
             acc_o[i] = float32(0.0)
-        for r in range(2):
+        for r in range(ROW_REGS):
             m_i[r] = NEG_INF
             l_i[r] = float32(0.0)
 
@@ -134,15 +139,16 @@ def forward_kernel(t: TcTiles, causal: bool, dtype: str):
                 # tile j (and Q) landed for every thread's copies; every warp is done
                 # with tile j-1, whose stage the copies of tile j+1 overwrite next
                 cuda.syncthreads()
-            if j == 0:  # Q fragments: A operands, 16 rows of this warp × d, kept in registers
-                for kk in range(KSTEPS):
-                    row = warp * 16 + (lane & 15)
-                    chunk = 2 * kk + (lane >> 4)
-                    a0, a1, a2, a3 = ptx.ldmatrix_x4(q_base + row * ROW_BYTES + ((chunk ^ (row & 7)) << 4))
-                    q_frag[kk * 4 + 0] = a0
-                    q_frag[kk * 4 + 1] = a1
-                    q_frag[kk * 4 + 2] = a2
-                    q_frag[kk * 4 + 3] = a3
+            if j == 0:  # Q fragments: A operands, WARP_ROWS rows × d, kept in registers
+                for mt in range(MT):
+                    for kk in range(KSTEPS):
+                        row = warp * WARP_ROWS + mt * 16 + (lane & 15)
+                        chunk = 2 * kk + (lane >> 4)
+                        a0, a1, a2, a3 = ptx.ldmatrix_x4(q_base + row * ROW_BYTES + ((chunk ^ (row & 7)) << 4))
+                        q_frag[mt * Q_TILE + kk * 4 + 0] = a0
+                        q_frag[mt * Q_TILE + kk * 4 + 1] = a1
+                        q_frag[mt * Q_TILE + kk * 4 + 2] = a2
+                        q_frag[mt * Q_TILE + kk * 4 + 3] = a3
             if j + 1 < n_tiles:
                 nxt = ((j + 1) % STAGES) * KV_BYTES
                 for idx in range(tid, BLOCK_N * CHUNKS, THREADS):
@@ -160,115 +166,127 @@ def forward_kernel(t: TcTiles, causal: bool, dtype: str):
             k_tile = k_base + stage * KV_BYTES
             v_tile = v_base + stage * KV_BYTES
 
-            # S = Q·K_jᵀ: one ldmatrix.x4 gives the B fragments of two n-tiles
-            for i in range(NT_S * 4):
+            # S = Q·K_jᵀ: one ldmatrix.x4 gives the B fragments of two n-tiles, used by
+            # 2·MT mma
+            for i in range(S_REGS):
                 acc_s[i] = float32(0.0)
             for kk in range(KSTEPS):
                 for np2 in range(NT_S // 2):
                     row = np2 * 16 + (lane & 7) + ((lane >> 4) << 3)
                     chunk = 2 * kk + ((lane >> 3) & 1)
                     b0, b1, b2, b3 = ptx.ldmatrix_x4(k_tile + row * ROW_BYTES + ((chunk ^ (row & 7)) << 4))
-                    n0 = np2 * 8  # accumulator index of n-tile 2·np2
-                    d0, d1, d2, d3 = mma(
-                        q_frag[kk * 4], q_frag[kk * 4 + 1], q_frag[kk * 4 + 2], q_frag[kk * 4 + 3],
-                        b0, b1, acc_s[n0], acc_s[n0 + 1], acc_s[n0 + 2], acc_s[n0 + 3],
-                    )  # fmt: skip
-                    acc_s[n0] = d0
-                    acc_s[n0 + 1] = d1
-                    acc_s[n0 + 2] = d2
-                    acc_s[n0 + 3] = d3
-                    d0, d1, d2, d3 = mma(
-                        q_frag[kk * 4], q_frag[kk * 4 + 1], q_frag[kk * 4 + 2], q_frag[kk * 4 + 3],
-                        b2, b3, acc_s[n0 + 4], acc_s[n0 + 5], acc_s[n0 + 6], acc_s[n0 + 7],
-                    )  # fmt: skip
-                    acc_s[n0 + 4] = d0
-                    acc_s[n0 + 5] = d1
-                    acc_s[n0 + 6] = d2
-                    acc_s[n0 + 7] = d3
+                    for mt in range(MT):
+                        qa = mt * Q_TILE + kk * 4
+                        n0 = mt * S_TILE + np2 * 8  # accumulator index of n-tile 2·np2
+                        d0, d1, d2, d3 = mma(
+                            q_frag[qa], q_frag[qa + 1], q_frag[qa + 2], q_frag[qa + 3],
+                            b0, b1, acc_s[n0], acc_s[n0 + 1], acc_s[n0 + 2], acc_s[n0 + 3],
+                        )  # fmt: skip
+                        acc_s[n0] = d0
+                        acc_s[n0 + 1] = d1
+                        acc_s[n0 + 2] = d2
+                        acc_s[n0 + 3] = d3
+                        d0, d1, d2, d3 = mma(
+                            q_frag[qa], q_frag[qa + 1], q_frag[qa + 2], q_frag[qa + 3],
+                            b2, b3, acc_s[n0 + 4], acc_s[n0 + 5], acc_s[n0 + 6], acc_s[n0 + 7],
+                        )  # fmt: skip
+                        acc_s[n0 + 4] = d0
+                        acc_s[n0 + 5] = d1
+                        acc_s[n0 + 6] = d2
+                        acc_s[n0 + 7] = d3
 
             # scale into the log2 domain; mask only tiles that need it
             needs_mask = start_n + BLOCK_N > seqlen_k
             if CAUSAL:
                 needs_mask = needs_mask or start_n + BLOCK_N - 1 > start_m + diag
-            for i in range(NT_S * 4):
+            for i in range(S_REGS):
                 acc_s[i] *= scale_log2
             if needs_mask:
-                for nt in range(NT_S):
-                    for i in range(4):
-                        col = start_n + nt * 8 + 2 * tq + (i & 1)
-                        row = start_m + warp * 16 + g + 8 * (i >> 1)
-                        masked = col >= seqlen_k
-                        if CAUSAL:
-                            masked = masked or col > row + diag
-                        if masked:
-                            acc_s[nt * 4 + i] = NEG_INF
+                for mt in range(MT):
+                    for nt in range(NT_S):
+                        for i in range(4):
+                            col = start_n + nt * 8 + 2 * tq + (i & 1)
+                            row = start_m + warp * WARP_ROWS + mt * 16 + g + 8 * (i >> 1)
+                            masked = col >= seqlen_k
+                            if CAUSAL:
+                                masked = masked or col > row + diag
+                            if masked:
+                                acc_s[mt * S_TILE + nt * 4 + i] = NEG_INF
 
-            # online softmax for rows g (r = 0) and g + 8 (r = 1)
-            for r in range(2):
-                mx = m_i[r]
-                for nt in range(NT_S):
-                    mx = max(mx, max(acc_s[nt * 4 + 2 * r], acc_s[nt * 4 + 2 * r + 1]))
-                mx = max(mx, cuda.shfl_xor_sync(FULL_MASK, mx, 1))  # across the quad
-                mx = max(mx, cuda.shfl_xor_sync(FULL_MASK, mx, 2))
-                m_use = mx if mx != NEG_INF else float32(0.0)  # no -inf - -inf
-                alpha = ptx.ex2_approx(m_i[r] - m_use)
-                m_i[r] = mx
-                row_sum = float32(0.0)
-                for nt in range(NT_S):
-                    p0 = ptx.ex2_approx(acc_s[nt * 4 + 2 * r] - m_use)
-                    p1 = ptx.ex2_approx(acc_s[nt * 4 + 2 * r + 1] - m_use)
-                    acc_s[nt * 4 + 2 * r] = p0
-                    acc_s[nt * 4 + 2 * r + 1] = p1
-                    row_sum += p0 + p1
-                l_i[r] = l_i[r] * alpha + row_sum  # a per-lane partial: the quad adds at the end
-                for nt in range(NT_O):
-                    acc_o[nt * 4 + 2 * r] *= alpha
-                    acc_o[nt * 4 + 2 * r + 1] *= alpha
+            # online softmax for rows g (r = 0) and g + 8 (r = 1) of each m-tile
+            for mt in range(MT):
+                for r in range(2):
+                    mr = mt * 2 + r
+                    sr = mt * S_TILE + 2 * r  # the row's first accumulator
+                    mx = m_i[mr]
+                    for nt in range(NT_S):
+                        mx = max(mx, max(acc_s[sr + nt * 4], acc_s[sr + nt * 4 + 1]))
+                    mx = max(mx, cuda.shfl_xor_sync(FULL_MASK, mx, 1))  # across the quad
+                    mx = max(mx, cuda.shfl_xor_sync(FULL_MASK, mx, 2))
+                    m_use = mx if mx != NEG_INF else float32(0.0)  # no -inf - -inf
+                    alpha = ptx.ex2_approx(m_i[mr] - m_use)
+                    m_i[mr] = mx
+                    row_sum = float32(0.0)
+                    for nt in range(NT_S):
+                        p0 = ptx.ex2_approx(acc_s[sr + nt * 4] - m_use)
+                        p1 = ptx.ex2_approx(acc_s[sr + nt * 4 + 1] - m_use)
+                        acc_s[sr + nt * 4] = p0
+                        acc_s[sr + nt * 4 + 1] = p1
+                        row_sum += p0 + p1
+                    l_i[mr] = l_i[mr] * alpha + row_sum  # a per-lane partial: the quad adds at the end
+                    orow = mt * O_TILE + 2 * r
+                    for nt in range(NT_O):
+                        acc_o[orow + nt * 4] *= alpha
+                        acc_o[orow + nt * 4 + 1] *= alpha
 
             # O += P·V_j: the S accumulators of n-tiles 2·ps and 2·ps+1, packed, are the
             # A fragment of k-slice ps
             for ps in range(PSTEPS):
-                s0 = ps * 8
-                a0 = pack(acc_s[s0], acc_s[s0 + 1])
-                a1 = pack(acc_s[s0 + 2], acc_s[s0 + 3])
-                a2 = pack(acc_s[s0 + 4], acc_s[s0 + 5])
-                a3 = pack(acc_s[s0 + 6], acc_s[s0 + 7])
+                for mt in range(MT):
+                    s0 = mt * S_TILE + ps * 8
+                    p_frag[mt * 4 + 0] = pack(acc_s[s0], acc_s[s0 + 1])
+                    p_frag[mt * 4 + 1] = pack(acc_s[s0 + 2], acc_s[s0 + 3])
+                    p_frag[mt * 4 + 2] = pack(acc_s[s0 + 4], acc_s[s0 + 5])
+                    p_frag[mt * 4 + 3] = pack(acc_s[s0 + 6], acc_s[s0 + 7])
                 for nn in range(NT_O // 2):
                     row = ps * 16 + (lane & 7) + ((lane >> 3) & 1) * 8
                     chunk = 2 * nn + (lane >> 4)
                     b0, b1, b2, b3 = ptx.ldmatrix_x4_trans(v_tile + row * ROW_BYTES + ((chunk ^ (row & 7)) << 4))
-                    o0 = nn * 8
-                    d0, d1, d2, d3 = mma(
-                        a0, a1, a2, a3, b0, b1, acc_o[o0], acc_o[o0 + 1], acc_o[o0 + 2], acc_o[o0 + 3]
-                    )
-                    acc_o[o0] = d0
-                    acc_o[o0 + 1] = d1
-                    acc_o[o0 + 2] = d2
-                    acc_o[o0 + 3] = d3
-                    d0, d1, d2, d3 = mma(
-                        a0, a1, a2, a3, b2, b3, acc_o[o0 + 4], acc_o[o0 + 5], acc_o[o0 + 6], acc_o[o0 + 7]
-                    )
-                    acc_o[o0 + 4] = d0
-                    acc_o[o0 + 5] = d1
-                    acc_o[o0 + 6] = d2
-                    acc_o[o0 + 7] = d3
+                    for mt in range(MT):
+                        a0, a1, a2, a3 = p_frag[mt * 4], p_frag[mt * 4 + 1], p_frag[mt * 4 + 2], p_frag[mt * 4 + 3]
+                        o0 = mt * O_TILE + nn * 8
+                        d0, d1, d2, d3 = mma(
+                            a0, a1, a2, a3, b0, b1, acc_o[o0], acc_o[o0 + 1], acc_o[o0 + 2], acc_o[o0 + 3]
+                        )
+                        acc_o[o0] = d0
+                        acc_o[o0 + 1] = d1
+                        acc_o[o0 + 2] = d2
+                        acc_o[o0 + 3] = d3
+                        d0, d1, d2, d3 = mma(
+                            a0, a1, a2, a3, b2, b3, acc_o[o0 + 4], acc_o[o0 + 5], acc_o[o0 + 6], acc_o[o0 + 7]
+                        )
+                        acc_o[o0 + 4] = d0
+                        acc_o[o0 + 5] = d1
+                        acc_o[o0 + 6] = d2
+                        acc_o[o0 + 7] = d3
 
         # epilogue: o = acc / l as 16-bit pairs; lse = m·ln2 + ln l
-        for r in range(2):
-            l_row = l_i[r]
-            l_row += cuda.shfl_xor_sync(FULL_MASK, l_row, 1)
-            l_row += cuda.shfl_xor_sync(FULL_MASK, l_row, 2)
-            row = start_m + warp * 16 + g + 8 * r
-            inv = float32(1.0) / l_row if l_row > float32(0.0) else float32(0.0)
-            if row < seqlen_q:
-                for nt in range(NT_O):
-                    out32[b, row, h, nt * 4 + tq] = pack(
-                        acc_o[nt * 4 + 2 * r] * inv, acc_o[nt * 4 + 2 * r + 1] * inv
-                    )
-                if tq == 0:
-                    if l_row > float32(0.0):
-                        lse[b, h, row] = m_i[r] * float32(LN2) + math.log(l_row)
-                    else:
-                        lse[b, h, row] = NEG_INF
+        for mt in range(MT):
+            for r in range(2):
+                mr = mt * 2 + r
+                l_row = l_i[mr]
+                l_row += cuda.shfl_xor_sync(FULL_MASK, l_row, 1)
+                l_row += cuda.shfl_xor_sync(FULL_MASK, l_row, 2)
+                row = start_m + warp * WARP_ROWS + mt * 16 + g + 8 * r
+                inv = float32(1.0) / l_row if l_row > float32(0.0) else float32(0.0)
+                if row < seqlen_q:
+                    orow = mt * O_TILE + 2 * r
+                    for nt in range(NT_O):
+                        out32[b, row, h, nt * 4 + tq] = pack(acc_o[orow + nt * 4] * inv, acc_o[orow + nt * 4 + 1] * inv)
+                    if tq == 0:
+                        if l_row > float32(0.0):
+                            lse[b, h, row] = m_i[mr] * float32(LN2) + math.log(l_row)
+                        else:
+                            lse[b, h, row] = NEG_INF
 
     return kernel
