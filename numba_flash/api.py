@@ -13,7 +13,8 @@ from numba_flash import _arrays as A
 from numba_flash import dispatch
 from numba_flash._launch import launch
 from numba_flash.config import simt_backward_tiles, simt_forward_tiles, tc_smem_bytes
-from numba_flash.kernels import simt_backward, simt_forward, tc_forward
+from numba_flash.config import tc_bwd_smem_bytes as tc_smem_bwd
+from numba_flash.kernels import simt_backward, simt_forward, tc_backward, tc_forward
 
 
 def _cdiv(a: int, b: int) -> int:
@@ -107,6 +108,8 @@ def flash_attention_backward(dout, q, k, v, out, lse, *, causal=False, softmax_s
     Returns:
         ``(dq, dk, dv)`` with the shapes and dtype of q, k, v, of the caller's kind.
         dQ is computed without atomics, so the result is bitwise the same run to run.
+        fp16/bf16 at head dims 64 and 128 (16-byte aligned rows) run on tensor cores;
+        other cases run the exact fp32 kernels.
     """
     layout = A.check_layout(layout)
     causal = A.check_causal(causal)
@@ -122,23 +125,40 @@ def flash_attention_backward(dout, q, k, v, out, lse, *, causal=False, softmax_s
     scale = A.check_scale(softmax_scale, d)
     kind = q_op.kind
 
-    # exact fp32 SIMT kernels; fp16 reads and writes its own dtype, bf16 runs on fp32
-    # copies (fallback until the tensor-core backward exists)
-    upcast = q_op.dtype == A.BFLOAT16
-    work_dtype = np.float32 if upcast else q_op.dtype
-    qc, kc, vc, doc, oc = (
-        _bshd(A.to_compute(op.array, kind).astype(work_dtype, copy=False), layout)
-        for op in (q_op, k_op, v_op, do_op, o_op)
-    )
+    computed = [A.to_compute(op.array, kind) for op in (q_op, k_op, v_op, do_op, o_op)]
     lsec = A.to_compute(lse_arr, kind)
     grads = [A.empty(kind, _out_shape(layout, B, n, H, d), q_op.dtype) for n in (Nq, Nk, Nk)]
-    dq, dk, dv = (A.empty(kind, g.shape, np.float32) for g in grads) if upcast else grads
     delta = A.empty(kind, (B, H, Nq), np.float32)
+    stream = A.launch_stream()
+    arg = A.kernel_arg
+    aligned = all(A.aligned16(x) for x in computed)
+    if dispatch.backward_family(q_op.dtype, d, aligned) == "tensor-core":
+        dtype = A.dtype_name(q_op.dtype)
+        t = dispatch.tc_backward_tiles(d, causal, dtype)
+        smem_kv, smem_q = tc_smem_bwd(t)
+        qc, kc, vc, doc, oc = (arg(_bshd(x.view(np.uint16), layout)) for x in computed)
+        dq, dk, dv = (arg(_bshd(g.view(np.uint32), layout)) for g in grads)
+        o32, do32 = (arg(_bshd(x.view(np.uint32), layout)) for x in (computed[4], computed[3]))
+        tc_backward.preprocess_kernel(d, dtype)[(_cdiv(Nq, 128), H, B), 128, stream](o32, do32, arg(delta))
+        launch(
+            tc_backward.dkdv_kernel(t, causal, dtype), (_cdiv(Nk, t.kv_block_n), H, B), t.threads, stream,
+            smem_kv, qc, kc, vc, doc, arg(lsec), arg(delta), dk, dv, scale,
+        )  # fmt: skip
+        launch(
+            tc_backward.dq_kernel(t, causal, dtype), (_cdiv(Nq, t.q_block_m), H, B), t.threads, stream,
+            smem_q, qc, kc, vc, doc, arg(lsec), arg(delta), dq, scale,
+        )  # fmt: skip
+        return tuple(A.to_caller(x, kind) for x in grads)
+
+    # exact fp32 SIMT kernels (the fallback for fp16/bf16): fp16 reads and writes its
+    # own dtype, bf16 runs on fp32 copies
+    upcast = q_op.dtype == A.BFLOAT16
+    work_dtype = np.float32 if upcast else q_op.dtype
+    qc, kc, vc, doc, oc = (_bshd(x.astype(work_dtype, copy=False), layout) for x in computed)
+    dq, dk, dv = (A.empty(kind, g.shape, np.float32) for g in grads) if upcast else grads
 
     t = simt_backward_tiles(d)
     rows = t.threads // t.group
-    stream = A.launch_stream()
-    arg = A.kernel_arg
     simt_backward.preprocess_kernel(t)[(_cdiv(Nq, rows), H, B), t.threads, stream](
         arg(oc), arg(doc), arg(delta)
     )

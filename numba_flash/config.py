@@ -153,3 +153,58 @@ def tc_forward_tiles(head_dim: int, causal: bool = False, dtype: str = "float16"
         bm, bn, warps, m_tiles = json.loads(override)[str(head_dim)]
         return TcTiles(head_dim, bm, bn, warps, m_tiles=m_tiles)
     return TcTiles(head_dim, block_m=64, block_n=64, warps=4)
+
+
+@dataclass(frozen=True)
+class TcBwdTiles:
+    """Compile-time tiles of the tensor-core backward (dkdv and dq kernels).
+
+    Attributes:
+        head_dim: d (64 or 128).
+        warps: warps per block; each owns 16 rows (keys in dkdv, queries in dq).
+        kv_block_m: queries per Q/dO tile walked by a dkdv block (16·warps keys).
+        q_block_n: keys per K/V tile walked by a dq block (16·warps queries).
+        kv_frags_in_regs: dkdv keeps its K and V fragments in registers (else re-reads
+            them from shared memory for every query tile).
+    """
+
+    head_dim: int
+    warps: int
+    kv_block_m: int
+    q_block_n: int
+    kv_frags_in_regs: bool
+
+    @property
+    def threads(self) -> int:
+        return 32 * self.warps
+
+    @property
+    def kv_block_n(self) -> int:
+        return 16 * self.warps
+
+    @property
+    def q_block_m(self) -> int:
+        return 16 * self.warps
+
+
+def tc_bwd_smem_bytes(t: TcBwdTiles) -> tuple[int, int]:
+    """Dynamic shared bytes of (dkdv, dq): dkdv holds K, V and two stages of Q and dO;
+    dq holds Q, dO and two stages of K and V (2-byte elements)."""
+    row = 2 * t.head_dim
+    return row * (2 * t.kv_block_n + 4 * t.kv_block_m), row * (2 * t.q_block_m + 4 * t.q_block_n)
+
+
+def tc_backward_tiles(head_dim: int, causal: bool = False, dtype: str = "float16") -> TcBwdTiles:
+    """Tiles of the tensor-core backward.
+
+    Registers are the limit: a dkdv lane holds dK and dV (d floats) plus Sᵀ and dPᵀ
+    (kv_block_m / 2 floats) plus, at d = 64, the K and V fragments (d / 4 words); a dq
+    lane holds Q and dO fragments (d / 4), S and dP (q_block_n / 2) and dQ (d / 2).  At
+    d = 128 the K/V fragments stay in shared memory and the tiles are 32 wide, keeping
+    both kernels near 160 registers a lane.
+    """
+    if head_dim not in TC_HEAD_DIMS:
+        raise ValueError(f"head_dim: the tensor-core backward supports {TC_HEAD_DIMS}, got {head_dim}")
+    if head_dim == 64:
+        return TcBwdTiles(64, warps=4, kv_block_m=64, q_block_n=64, kv_frags_in_regs=True)
+    return TcBwdTiles(head_dim, warps=4, kv_block_m=32, q_block_n=32, kv_frags_in_regs=False)

@@ -16,12 +16,14 @@ import numpy as np
 from numba_flash.config import (
     TC_HEAD_DIMS,
     SimtTiles,
+    TcBwdTiles,
     TcTiles,
     simt_backward_tiles,
     simt_forward_tiles,
+    tc_backward_tiles,
     tc_forward_tiles,
 )
-from numba_flash.kernels import simt_backward, simt_forward, tc_forward
+from numba_flash.kernels import simt_backward, simt_forward, tc_backward, tc_forward
 
 PASSES = ("forward", "backward")
 
@@ -32,7 +34,7 @@ class KernelSpec:
 
     name: str
     kernel: Any
-    tiles: SimtTiles | TcTiles
+    tiles: SimtTiles | TcTiles | TcBwdTiles
     argtypes: tuple
     family: str  # "simt-fp32" or "tensor-core"
 
@@ -41,6 +43,11 @@ def _is_half(dtype) -> bool:
     from numba_flash._arrays import dtype_name
 
     return dtype_name(dtype) in ("float16", "bfloat16")
+
+
+def backward_family(dtype, head_dim: int, aligned: bool = True) -> str:
+    """The backward's family: the same rule as the forward's."""
+    return forward_family(dtype, head_dim, aligned)
 
 
 def forward_family(dtype, head_dim: int, aligned: bool = True) -> str:
@@ -86,6 +93,23 @@ def kernels_for(pass_: str, dtype, head_dim: int, causal: bool) -> list[KernelSp
                 "tensor-core",
             )
         ]
+    if pass_ == "backward" and backward_family(dtype, head_dim) == "tensor-core":
+        from numba import types
+
+        from numba_flash._arrays import dtype_name
+
+        name = dtype_name(dtype)
+        t = tc_backward_tiles(head_dim, causal, name)
+        bits = types.Array(types.uint16, 4, "A")
+        words = types.Array(types.uint32, 4, "A")
+        return [
+            KernelSpec("tc_bwd_preprocess", tc_backward.preprocess_kernel(head_dim, name), t,
+                       (words, words, arr3), "tensor-core"),
+            KernelSpec("tc_bwd_dkdv", tc_backward.dkdv_kernel(t, causal, name), t,
+                       (bits, bits, bits, bits, arr3, arr3, words, words, scalar), "tensor-core"),
+            KernelSpec("tc_bwd_dq", tc_backward.dq_kernel(t, causal, name), t,
+                       (bits, bits, bits, bits, arr3, arr3, words, scalar), "tensor-core"),
+        ]  # fmt: skip
     if _is_half(dtype) and dtype != np.float16:  # bf16 runs the fp32 kernels on copies
         arr4, arr3, scalar = _numba_types(np.float32)
     if pass_ == "forward":
@@ -131,7 +155,7 @@ def available() -> list[dict]:
             continue
         fallback = "simt-fp32 (fp32 math" + (", on fp32 copies)" if name == "bfloat16" else ")")
         rows.append({"dtype": name, "head_dims": ", ".join(map(str, TC_HEAD_DIMS)), "forward": "tensor-core",
-                     "backward": fallback})  # fmt: skip
+                     "backward": "tensor-core"})  # fmt: skip
         rows.append({"dtype": name, "head_dims": "other multiples of 8 up to 256, or rows not 16-byte aligned",
                      "forward": fallback, "backward": fallback})  # fmt: skip
     return rows

@@ -1,0 +1,482 @@
+"""Tensor-core FlashAttention backward for fp16 and bf16 (mma.sync m16n8k16, fp32 accumulators).
+
+Math (P is recomputed from the saved log-sum-exp, in the log2 domain of the forward;
+``scale2 = softmax_scale · log2(e)``, ``lse2 = lse · log2(e)``)::
+
+    delta_i = Σ_c dO_ic · O_ic                          preprocess, fp32
+    p_ij    = 2^(s_ij · scale2 − lse2_i)                 s = q_i · k_j (mma), 0 where masked
+    dp_ij   = dO_i · v_j                                 mma
+    ds_ij   = p_ij · (dp_ij − delta_i)
+    dv_j    = Σ_i p_ij · dO_i       dk_j = scale · Σ_i ds_ij · q_i       (dkdv kernel)
+    dq_i    = scale · Σ_j ds_ij · k_j                                     (dq kernel)
+
+P and dS are rounded to the input dtype to become mma operands (as FlashAttention-2
+does); every sum is fp32.  dQ has its own pass over the key tiles, so every output
+element is written once by the warp that owns it: no atomics, bitwise deterministic.
+
+Kernels (4 warps, 16 rows a warp; fragment layouts as in ``numba_flash.ptx``):
+
+- ``preprocess``: grid (ceil(Nq / 128), H, B); one thread a query row reads dO and O as
+  16-bit pairs and writes delta (B, H, Nq) float32.
+- ``dkdv``: grid (ceil(Nk / BLOCK_N), H, B); warp w owns keys start_n + 16w .. +15.  K
+  and V of the block are staged once; Q, dO (and lse, delta) tiles of BLOCK_M queries
+  are double-buffered with cp.async.  Per query tile a warp forms Sᵀ = K·Qᵀ and
+  dPᵀ = V·dOᵀ (B operands: Q and dO rows by ldmatrix), then dV += Pᵀ·dO and
+  dK += dSᵀ·Q (A operands: Pᵀ and dSᵀ packed from the accumulators in registers;
+  B operands: dO and Q by ldmatrix.trans).  Causal: query tiles that see none of the
+  block's keys are skipped.
+- ``dq``: grid (ceil(Nq / BLOCK_M), H, B); warp w owns queries start_m + 16w .. +15
+  (Q and dO fragments in registers); K, V tiles double-buffered; S = Q·Kᵀ,
+  dP = dO·Vᵀ (K, V by ldmatrix), dQ += dS·K (K by ldmatrix.trans).  Causal: key tiles
+  wholly above the diagonal are skipped.
+
+Shared memory: one dynamic uint16 array (XOR-swizzled 16-byte chunks, as the forward)
+for the 16-bit tiles, plus a small static float32 array for lse and delta
+(``config.tc_bwd_smem_bytes``).  Inputs arrive as uint16 views, outputs leave as uint32
+views (two 16-bit values a word).
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+
+from numba_flash import ptx
+from numba_flash._backend import cuda, float32, uint16, uint32
+from numba_flash.config import TcBwdTiles
+
+NEG_INF = float32(-math.inf)
+LOG2E = 1.4426950408889634
+FULL_MASK = 0xFFFFFFFF
+_ALIGN = ptx.SMEM_ALIGN
+
+
+def _ops(dtype: str):
+    if dtype == "float16":
+        return ptx.mma_m16n8k16_f16, ptx.pack_f16x2, ptx.unpack_f16x2
+    return ptx.mma_m16n8k16_bf16, ptx.pack_bf16x2, ptx.unpack_bf16x2
+
+
+@functools.lru_cache(maxsize=None)
+def preprocess_kernel(head_dim: int, dtype: str):
+    """``kernel[grid, 128, stream](out32, dout32, delta)``: delta = rowsum(dO∘O)."""
+    WORDS = head_dim // 2
+    _, _, unpack = _ops(dtype)
+
+    @cuda.jit
+    def kernel(out32, dout32, delta):
+        row = cuda.blockIdx.x * cuda.blockDim.x + cuda.threadIdx.x
+        h = cuda.blockIdx.y
+        b = cuda.blockIdx.z
+        if row < out32.shape[1]:
+            acc = float32(0.0)
+            for w in range(WORDS):
+                o0, o1 = unpack(out32[b, row, h, w])
+                d0, d1 = unpack(dout32[b, row, h, w])
+                acc += o0 * d0 + o1 * d1
+            delta[b, h, row] = acc
+
+    return kernel
+
+
+@functools.lru_cache(maxsize=None)
+def dkdv_kernel(t: TcBwdTiles, causal: bool, dtype: str):
+    """``kernel[grid, threads, stream, smem](q, k, v, dout, lse, delta, dk32, dv32, softmax_scale)``."""
+    BLOCK_M, BLOCK_N, HEAD_DIM, THREADS = t.kv_block_m, t.kv_block_n, t.head_dim, t.threads
+    CAUSAL = causal
+    KSTEPS = HEAD_DIM // 16  # k-slices over d (Sᵀ, dPᵀ)
+    NT_S = BLOCK_M // 8  # n-tiles of Sᵀ (8 queries each)
+    NT_O = HEAD_DIM // 8  # n-tiles of dK, dV
+    PSTEPS = BLOCK_M // 16  # k-slices over queries (dV, dK)
+    CHUNKS = HEAD_DIM // 8
+    ROW_BYTES = HEAD_DIM * 2
+    KV_BYTES = BLOCK_N * ROW_BYTES
+    QT_BYTES = BLOCK_M * ROW_BYTES  # one stage of Q (or dO)
+    S_REGS, O_REGS, F_REGS = NT_S * 4, NT_O * 4, KSTEPS * 4
+    ROW_VALS = 4 * BLOCK_M  # lse2 and delta, two stages
+    KV_IN_REGS = t.kv_frags_in_regs  # else K and V fragments are re-read from shared memory
+    mma, pack, _ = _ops(dtype)
+
+    @cuda.jit
+    def kernel(q, k, v, dout, lse, delta, dk32, dv32, softmax_scale):
+        start_n = cuda.blockIdx.x * BLOCK_N
+        h = cuda.blockIdx.y
+        b = cuda.blockIdx.z
+        tid = cuda.threadIdx.x
+        warp = tid // 32
+        lane = tid % 32
+        g = lane >> 2
+        tq = lane & 3
+        seqlen_q = q.shape[1]
+        seqlen_k = k.shape[1]
+        diag = seqlen_k - seqlen_q  # query i sees keys j <= i + diag
+        scale2 = float32(softmax_scale * LOG2E)
+
+        # dynamic: K | V | Q stages | dO stages (16-bit, swizzled); static: lse2 | delta
+        smem = cuda.shared.array(0, uint16, alignment=_ALIGN)
+        k_base = ptx.smem_addr(smem, 0)
+        v_base = k_base + KV_BYTES
+        q_base = v_base + KV_BYTES
+        do_base = q_base + 2 * QT_BYTES
+        s_rows = cuda.shared.array(ROW_VALS, float32)  # [stage][lse2 (BLOCK_M) | delta (BLOCK_M)]
+
+        k_frag = cuda.local.array(F_REGS, uint32)
+        v_frag = cuda.local.array(F_REGS, uint32)
+        ka = cuda.local.array(4, uint32)  # this k-slice's K and V fragments
+        va = cuda.local.array(4, uint32)
+        acc_s = cuda.local.array(S_REGS, float32)
+        acc_dp = cuda.local.array(S_REGS, float32)
+        acc_dk = cuda.local.array(O_REGS, float32)
+        acc_dv = cuda.local.array(O_REGS, float32)
+        for i in range(O_REGS):
+            acc_dk[i] = float32(0.0)
+            acc_dv[i] = float32(0.0)
+
+        # K and V of this block (rows past the end zero-filled)
+        for idx in range(tid, BLOCK_N * CHUNKS, THREADS):
+            r = idx // CHUNKS
+            c = idx - r * CHUNKS
+            row = start_n + r
+            off = r * ROW_BYTES + ((c ^ (r & 7)) << 4)
+            src = (b, min(row, seqlen_k - 1), h, c * 8)
+            ptx.cp_async_16_zfill(k_base + off, k, src, row < seqlen_k)
+            ptx.cp_async_16_zfill(v_base + off, v, src, row < seqlen_k)
+
+        start_q = 0
+        if CAUSAL:  # queries before max(0, start_n - diag) see none of this block's keys
+            start_q = (max(0, start_n - diag) // BLOCK_M) * BLOCK_M
+        n_tiles = (seqlen_q - start_q + BLOCK_M - 1) // BLOCK_M
+
+        # i = -1 only starts the copy of query tile 0; tile i+1 is copied while i is used
+        for i in range(-1, n_tiles):
+            if i >= 0:
+                ptx.cp_async_wait_group(0)
+                # tile i (and K, V) landed for every thread's copies, lse/delta stores are
+                # done; every warp is done with tile i-1, whose stage is refilled next
+                cuda.syncthreads()
+            if i == 0 and KV_IN_REGS:  # K and V fragments of this warp's 16 keys: A operands
+                for kk in range(KSTEPS):
+                    row = warp * 16 + (lane & 15)
+                    chunk = 2 * kk + (lane >> 4)
+                    off = row * ROW_BYTES + ((chunk ^ (row & 7)) << 4)
+                    a0, a1, a2, a3 = ptx.ldmatrix_x4(k_base + off)
+                    k_frag[kk * 4 + 0] = a0
+                    k_frag[kk * 4 + 1] = a1
+                    k_frag[kk * 4 + 2] = a2
+                    k_frag[kk * 4 + 3] = a3
+                    a0, a1, a2, a3 = ptx.ldmatrix_x4(v_base + off)
+                    v_frag[kk * 4 + 0] = a0
+                    v_frag[kk * 4 + 1] = a1
+                    v_frag[kk * 4 + 2] = a2
+                    v_frag[kk * 4 + 3] = a3
+            if i + 1 < n_tiles:
+                nxt = (i + 1) & 1
+                first = start_q + (i + 1) * BLOCK_M
+                for idx in range(tid, BLOCK_M * CHUNKS, THREADS):
+                    r = idx // CHUNKS
+                    c = idx - r * CHUNKS
+                    row = first + r
+                    off = nxt * QT_BYTES + r * ROW_BYTES + ((c ^ (r & 7)) << 4)
+                    src = (b, min(row, seqlen_q - 1), h, c * 8)
+                    ptx.cp_async_16_zfill(q_base + off, q, src, row < seqlen_q)
+                    ptx.cp_async_16_zfill(do_base + off, dout, src, row < seqlen_q)
+                for r in range(tid, BLOCK_M, THREADS):
+                    row = first + r
+                    ok = row < seqlen_q
+                    s_rows[nxt * 2 * BLOCK_M + r] = lse[b, h, row] * float32(LOG2E) if ok else float32(0.0)
+                    s_rows[nxt * 2 * BLOCK_M + BLOCK_M + r] = delta[b, h, row] if ok else float32(0.0)
+            ptx.cp_async_commit()
+            if i < 0:
+                continue
+            stage = i & 1
+            start_m = start_q + i * BLOCK_M
+            q_tile = q_base + stage * QT_BYTES
+            do_tile = do_base + stage * QT_BYTES
+            rows_off = stage * 2 * BLOCK_M
+
+            # Sᵀ = K·Qᵀ and dPᵀ = V·dOᵀ: Q and dO rows are the n dimension
+            for j in range(S_REGS):
+                acc_s[j] = float32(0.0)
+                acc_dp[j] = float32(0.0)
+            for kk in range(KSTEPS):
+                if KV_IN_REGS:
+                    for e in range(4):
+                        ka[e] = k_frag[kk * 4 + e]
+                        va[e] = v_frag[kk * 4 + e]
+                else:
+                    row = warp * 16 + (lane & 15)
+                    chunk = 2 * kk + (lane >> 4)
+                    off = row * ROW_BYTES + ((chunk ^ (row & 7)) << 4)
+                    ka[0], ka[1], ka[2], ka[3] = ptx.ldmatrix_x4(k_base + off)
+                    va[0], va[1], va[2], va[3] = ptx.ldmatrix_x4(v_base + off)
+                for np2 in range(NT_S // 2):
+                    row = np2 * 16 + (lane & 7) + ((lane >> 4) << 3)
+                    chunk = 2 * kk + ((lane >> 3) & 1)
+                    off = row * ROW_BYTES + ((chunk ^ (row & 7)) << 4)
+                    n0 = np2 * 8
+                    b0, b1, b2, b3 = ptx.ldmatrix_x4(q_tile + off)
+                    d0, d1, d2, d3 = mma(
+                        ka[0], ka[1], ka[2], ka[3],
+                        b0, b1, acc_s[n0], acc_s[n0 + 1], acc_s[n0 + 2], acc_s[n0 + 3],
+                    )  # fmt: skip
+                    acc_s[n0], acc_s[n0 + 1], acc_s[n0 + 2], acc_s[n0 + 3] = d0, d1, d2, d3
+                    d0, d1, d2, d3 = mma(
+                        ka[0], ka[1], ka[2], ka[3],
+                        b2, b3, acc_s[n0 + 4], acc_s[n0 + 5], acc_s[n0 + 6], acc_s[n0 + 7],
+                    )  # fmt: skip
+                    acc_s[n0 + 4], acc_s[n0 + 5], acc_s[n0 + 6], acc_s[n0 + 7] = d0, d1, d2, d3
+                    b0, b1, b2, b3 = ptx.ldmatrix_x4(do_tile + off)
+                    d0, d1, d2, d3 = mma(
+                        va[0], va[1], va[2], va[3],
+                        b0, b1, acc_dp[n0], acc_dp[n0 + 1], acc_dp[n0 + 2], acc_dp[n0 + 3],
+                    )  # fmt: skip
+                    acc_dp[n0], acc_dp[n0 + 1], acc_dp[n0 + 2], acc_dp[n0 + 3] = d0, d1, d2, d3
+                    d0, d1, d2, d3 = mma(
+                        va[0], va[1], va[2], va[3],
+                        b2, b3, acc_dp[n0 + 4], acc_dp[n0 + 5], acc_dp[n0 + 6], acc_dp[n0 + 7],
+                    )  # fmt: skip
+                    acc_dp[n0 + 4], acc_dp[n0 + 5], acc_dp[n0 + 6], acc_dp[n0 + 7] = d0, d1, d2, d3
+
+            # Pᵀ and dSᵀ: element (key row g + 8·(e >> 1), query column nt·8 + 2·tq + (e & 1))
+            for nt in range(NT_S):
+                for e in range(4):
+                    col = nt * 8 + 2 * tq + (e & 1)
+                    key = start_n + warp * 16 + g + 8 * (e >> 1)
+                    qi = start_m + col
+                    visible = qi < seqlen_q
+                    if CAUSAL:
+                        visible = visible and key <= qi + diag
+                    p = float32(0.0)
+                    if visible:
+                        p = ptx.ex2_approx(acc_s[nt * 4 + e] * scale2 - s_rows[rows_off + col])
+                    acc_s[nt * 4 + e] = p
+                    acc_dp[nt * 4 + e] = p * (acc_dp[nt * 4 + e] - s_rows[rows_off + BLOCK_M + col])
+
+            # dV += Pᵀ·dO and dK += dSᵀ·Q: queries are the k dimension (ldmatrix.trans)
+            for ps in range(PSTEPS):
+                s0 = ps * 8
+                p0 = pack(acc_s[s0], acc_s[s0 + 1])
+                p1 = pack(acc_s[s0 + 2], acc_s[s0 + 3])
+                p2 = pack(acc_s[s0 + 4], acc_s[s0 + 5])
+                p3 = pack(acc_s[s0 + 6], acc_s[s0 + 7])
+                s_0 = pack(acc_dp[s0], acc_dp[s0 + 1])
+                s_1 = pack(acc_dp[s0 + 2], acc_dp[s0 + 3])
+                s_2 = pack(acc_dp[s0 + 4], acc_dp[s0 + 5])
+                s_3 = pack(acc_dp[s0 + 6], acc_dp[s0 + 7])
+                for nn in range(NT_O // 2):
+                    row = ps * 16 + (lane & 7) + ((lane >> 3) & 1) * 8
+                    chunk = 2 * nn + (lane >> 4)
+                    off = row * ROW_BYTES + ((chunk ^ (row & 7)) << 4)
+                    o0 = nn * 8
+                    b0, b1, b2, b3 = ptx.ldmatrix_x4_trans(do_tile + off)
+                    d0, d1, d2, d3 = mma(p0, p1, p2, p3, b0, b1, acc_dv[o0], acc_dv[o0 + 1], acc_dv[o0 + 2], acc_dv[o0 + 3])
+                    acc_dv[o0], acc_dv[o0 + 1], acc_dv[o0 + 2], acc_dv[o0 + 3] = d0, d1, d2, d3
+                    d0, d1, d2, d3 = mma(
+                        p0, p1, p2, p3, b2, b3, acc_dv[o0 + 4], acc_dv[o0 + 5], acc_dv[o0 + 6], acc_dv[o0 + 7]
+                    )
+                    acc_dv[o0 + 4], acc_dv[o0 + 5], acc_dv[o0 + 6], acc_dv[o0 + 7] = d0, d1, d2, d3
+                    b0, b1, b2, b3 = ptx.ldmatrix_x4_trans(q_tile + off)
+                    d0, d1, d2, d3 = mma(s_0, s_1, s_2, s_3, b0, b1, acc_dk[o0], acc_dk[o0 + 1], acc_dk[o0 + 2], acc_dk[o0 + 3])
+                    acc_dk[o0], acc_dk[o0 + 1], acc_dk[o0 + 2], acc_dk[o0 + 3] = d0, d1, d2, d3
+                    d0, d1, d2, d3 = mma(
+                        s_0, s_1, s_2, s_3, b2, b3, acc_dk[o0 + 4], acc_dk[o0 + 5], acc_dk[o0 + 6], acc_dk[o0 + 7]
+                    )
+                    acc_dk[o0 + 4], acc_dk[o0 + 5], acc_dk[o0 + 6], acc_dk[o0 + 7] = d0, d1, d2, d3
+
+        ptx.cp_async_wait_all()  # no copy may land after the block exits (n_tiles = 0)
+        # epilogue: dK (times the softmax scale) and dV as 16-bit pairs, written once
+        scale = float32(softmax_scale)
+        for r in range(2):
+            key = start_n + warp * 16 + g + 8 * r
+            if key < seqlen_k:
+                for nt in range(NT_O):
+                    a = nt * 4 + 2 * r
+                    dk32[b, key, h, nt * 4 + tq] = pack(acc_dk[a] * scale, acc_dk[a + 1] * scale)
+                    dv32[b, key, h, nt * 4 + tq] = pack(acc_dv[a], acc_dv[a + 1])
+
+    return kernel
+
+
+@functools.lru_cache(maxsize=None)
+def dq_kernel(t: TcBwdTiles, causal: bool, dtype: str):
+    """``kernel[grid, threads, stream, smem](q, k, v, dout, lse, delta, dq32, softmax_scale)``."""
+    BLOCK_M, BLOCK_N, HEAD_DIM, THREADS = t.q_block_m, t.q_block_n, t.head_dim, t.threads
+    CAUSAL = causal
+    KSTEPS = HEAD_DIM // 16
+    NT_S = BLOCK_N // 8
+    NT_O = HEAD_DIM // 8
+    PSTEPS = BLOCK_N // 16
+    CHUNKS = HEAD_DIM // 8
+    ROW_BYTES = HEAD_DIM * 2
+    Q_BYTES = BLOCK_M * ROW_BYTES
+    KV_BYTES = BLOCK_N * ROW_BYTES  # one stage of K (or V)
+    S_REGS, O_REGS, F_REGS = NT_S * 4, NT_O * 4, KSTEPS * 4
+    mma, pack, _ = _ops(dtype)
+
+    @cuda.jit
+    def kernel(q, k, v, dout, lse, delta, dq32, softmax_scale):
+        start_m = cuda.blockIdx.x * BLOCK_M
+        h = cuda.blockIdx.y
+        b = cuda.blockIdx.z
+        tid = cuda.threadIdx.x
+        warp = tid // 32
+        lane = tid % 32
+        g = lane >> 2
+        tq = lane & 3
+        seqlen_q = q.shape[1]
+        seqlen_k = k.shape[1]
+        diag = seqlen_k - seqlen_q
+        scale2 = float32(softmax_scale * LOG2E)
+
+        # dynamic: Q | dO | K stages | V stages (16-bit, swizzled)
+        smem = cuda.shared.array(0, uint16, alignment=_ALIGN)
+        q_base = ptx.smem_addr(smem, 0)
+        do_base = q_base + Q_BYTES
+        k_base = do_base + Q_BYTES
+        v_base = k_base + 2 * KV_BYTES
+
+        q_frag = cuda.local.array(F_REGS, uint32)
+        do_frag = cuda.local.array(F_REGS, uint32)
+        acc_s = cuda.local.array(S_REGS, float32)
+        acc_dp = cuda.local.array(S_REGS, float32)
+        acc_dq = cuda.local.array(O_REGS, float32)
+        lse2 = cuda.local.array(2, float32)
+        delta_i = cuda.local.array(2, float32)
+        for i in range(O_REGS):
+            acc_dq[i] = float32(0.0)
+        for r in range(2):
+            row = start_m + warp * 16 + g + 8 * r
+            ok = row < seqlen_q
+            lse2[r] = lse[b, h, row] * float32(LOG2E) if ok else float32(0.0)
+            delta_i[r] = delta[b, h, row] if ok else float32(0.0)
+
+        for idx in range(tid, BLOCK_M * CHUNKS, THREADS):
+            r = idx // CHUNKS
+            c = idx - r * CHUNKS
+            row = start_m + r
+            off = r * ROW_BYTES + ((c ^ (r & 7)) << 4)
+            src = (b, min(row, seqlen_q - 1), h, c * 8)
+            ptx.cp_async_16_zfill(q_base + off, q, src, row < seqlen_q)
+            ptx.cp_async_16_zfill(do_base + off, dout, src, row < seqlen_q)
+
+        end_n = seqlen_k
+        if CAUSAL:  # key tiles wholly above the diagonal are skipped
+            end_n = min(seqlen_k, max(0, start_m + BLOCK_M + diag))
+        n_tiles = (end_n + BLOCK_N - 1) // BLOCK_N
+
+        # j = -1 only starts the copy of tile 0; tile j+1 is copied while j is used
+        for j in range(-1, n_tiles):
+            if j >= 0:
+                ptx.cp_async_wait_group(0)
+                # tile j (and Q, dO) landed for every thread's copies; every warp is
+                # done with tile j-1, whose stage the copies of tile j+1 overwrite next
+                cuda.syncthreads()
+            if j == 0:  # Q and dO fragments of this warp's 16 queries: A operands
+                for kk in range(KSTEPS):
+                    row = warp * 16 + (lane & 15)
+                    chunk = 2 * kk + (lane >> 4)
+                    off = row * ROW_BYTES + ((chunk ^ (row & 7)) << 4)
+                    a0, a1, a2, a3 = ptx.ldmatrix_x4(q_base + off)
+                    q_frag[kk * 4 + 0] = a0
+                    q_frag[kk * 4 + 1] = a1
+                    q_frag[kk * 4 + 2] = a2
+                    q_frag[kk * 4 + 3] = a3
+                    a0, a1, a2, a3 = ptx.ldmatrix_x4(do_base + off)
+                    do_frag[kk * 4 + 0] = a0
+                    do_frag[kk * 4 + 1] = a1
+                    do_frag[kk * 4 + 2] = a2
+                    do_frag[kk * 4 + 3] = a3
+            if j + 1 < n_tiles:
+                nxt = ((j + 1) & 1) * KV_BYTES
+                for idx in range(tid, BLOCK_N * CHUNKS, THREADS):
+                    r = idx // CHUNKS
+                    c = idx - r * CHUNKS
+                    row = (j + 1) * BLOCK_N + r
+                    off = nxt + r * ROW_BYTES + ((c ^ (r & 7)) << 4)
+                    src = (b, min(row, seqlen_k - 1), h, c * 8)
+                    ptx.cp_async_16_zfill(k_base + off, k, src, row < seqlen_k)
+                    ptx.cp_async_16_zfill(v_base + off, v, src, row < seqlen_k)
+            ptx.cp_async_commit()
+            if j < 0:
+                continue
+            start_n = j * BLOCK_N
+            k_tile = k_base + (j & 1) * KV_BYTES
+            v_tile = v_base + (j & 1) * KV_BYTES
+
+            # S = Q·K_jᵀ and dP = dO·V_jᵀ: K and V rows are the n dimension
+            for i in range(S_REGS):
+                acc_s[i] = float32(0.0)
+                acc_dp[i] = float32(0.0)
+            for kk in range(KSTEPS):
+                for np2 in range(NT_S // 2):
+                    row = np2 * 16 + (lane & 7) + ((lane >> 4) << 3)
+                    chunk = 2 * kk + ((lane >> 3) & 1)
+                    off = row * ROW_BYTES + ((chunk ^ (row & 7)) << 4)
+                    n0 = np2 * 8
+                    qa = kk * 4
+                    b0, b1, b2, b3 = ptx.ldmatrix_x4(k_tile + off)
+                    d0, d1, d2, d3 = mma(
+                        q_frag[qa], q_frag[qa + 1], q_frag[qa + 2], q_frag[qa + 3],
+                        b0, b1, acc_s[n0], acc_s[n0 + 1], acc_s[n0 + 2], acc_s[n0 + 3],
+                    )  # fmt: skip
+                    acc_s[n0], acc_s[n0 + 1], acc_s[n0 + 2], acc_s[n0 + 3] = d0, d1, d2, d3
+                    d0, d1, d2, d3 = mma(
+                        q_frag[qa], q_frag[qa + 1], q_frag[qa + 2], q_frag[qa + 3],
+                        b2, b3, acc_s[n0 + 4], acc_s[n0 + 5], acc_s[n0 + 6], acc_s[n0 + 7],
+                    )  # fmt: skip
+                    acc_s[n0 + 4], acc_s[n0 + 5], acc_s[n0 + 6], acc_s[n0 + 7] = d0, d1, d2, d3
+                    b0, b1, b2, b3 = ptx.ldmatrix_x4(v_tile + off)
+                    d0, d1, d2, d3 = mma(
+                        do_frag[qa], do_frag[qa + 1], do_frag[qa + 2], do_frag[qa + 3],
+                        b0, b1, acc_dp[n0], acc_dp[n0 + 1], acc_dp[n0 + 2], acc_dp[n0 + 3],
+                    )  # fmt: skip
+                    acc_dp[n0], acc_dp[n0 + 1], acc_dp[n0 + 2], acc_dp[n0 + 3] = d0, d1, d2, d3
+                    d0, d1, d2, d3 = mma(
+                        do_frag[qa], do_frag[qa + 1], do_frag[qa + 2], do_frag[qa + 3],
+                        b2, b3, acc_dp[n0 + 4], acc_dp[n0 + 5], acc_dp[n0 + 6], acc_dp[n0 + 7],
+                    )  # fmt: skip
+                    acc_dp[n0 + 4], acc_dp[n0 + 5], acc_dp[n0 + 6], acc_dp[n0 + 7] = d0, d1, d2, d3
+
+            # P and dS: element (query row g + 8·(e >> 1), key column nt·8 + 2·tq + (e & 1))
+            for nt in range(NT_S):
+                for e in range(4):
+                    r = e >> 1
+                    kj = start_n + nt * 8 + 2 * tq + (e & 1)
+                    qi = start_m + warp * 16 + g + 8 * r
+                    visible = kj < seqlen_k and qi < seqlen_q
+                    if CAUSAL:
+                        visible = visible and kj <= qi + diag
+                    p = float32(0.0)
+                    if visible:
+                        p = ptx.ex2_approx(acc_s[nt * 4 + e] * scale2 - lse2[r])
+                    acc_dp[nt * 4 + e] = p * (acc_dp[nt * 4 + e] - delta_i[r])
+
+            # dQ += dS·K_j: keys are the k dimension (ldmatrix.trans of K rows)
+            for ps in range(PSTEPS):
+                s0 = ps * 8
+                a0 = pack(acc_dp[s0], acc_dp[s0 + 1])
+                a1 = pack(acc_dp[s0 + 2], acc_dp[s0 + 3])
+                a2 = pack(acc_dp[s0 + 4], acc_dp[s0 + 5])
+                a3 = pack(acc_dp[s0 + 6], acc_dp[s0 + 7])
+                for nn in range(NT_O // 2):
+                    row = ps * 16 + (lane & 7) + ((lane >> 3) & 1) * 8
+                    chunk = 2 * nn + (lane >> 4)
+                    b0, b1, b2, b3 = ptx.ldmatrix_x4_trans(k_tile + row * ROW_BYTES + ((chunk ^ (row & 7)) << 4))
+                    o0 = nn * 8
+                    d0, d1, d2, d3 = mma(a0, a1, a2, a3, b0, b1, acc_dq[o0], acc_dq[o0 + 1], acc_dq[o0 + 2], acc_dq[o0 + 3])
+                    acc_dq[o0], acc_dq[o0 + 1], acc_dq[o0 + 2], acc_dq[o0 + 3] = d0, d1, d2, d3
+                    d0, d1, d2, d3 = mma(
+                        a0, a1, a2, a3, b2, b3, acc_dq[o0 + 4], acc_dq[o0 + 5], acc_dq[o0 + 6], acc_dq[o0 + 7]
+                    )
+                    acc_dq[o0 + 4], acc_dq[o0 + 5], acc_dq[o0 + 6], acc_dq[o0 + 7] = d0, d1, d2, d3
+
+        ptx.cp_async_wait_all()  # no copy may land after the block exits (n_tiles = 0)
+        scale = float32(softmax_scale)
+        for r in range(2):
+            row = start_m + warp * 16 + g + 8 * r
+            if row < seqlen_q:
+                for nt in range(NT_O):
+                    a = nt * 4 + 2 * r
+                    dq32[b, row, h, nt * 4 + tq] = pack(acc_dq[a] * scale, acc_dq[a + 1] * scale)
+
+    return kernel
