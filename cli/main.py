@@ -1,0 +1,732 @@
+"""``numba-flash``: check, bench, memory, info, inspect.
+
+Only option parsing and output formatting live here; every number comes from a library
+function (``numba_flash.check``, ``.bench``, ``.memory``, ``.info``, ``.inspection``).
+The group's first action, before numba is imported anywhere, is to turn numba's CUDA
+simulator on when there is no GPU (``numba_flash._device.use_simulator_without_gpu``).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+
+import click
+
+CONTEXT = dict(help_option_names=["-h", "--help"], max_content_width=100)
+ON_OFF_BOTH = click.Choice(["on", "off", "both"])
+CHECK_DTYPES = ("float32", "float16", "bfloat16")
+KERNEL_DTYPES = ("float32", "float16", "bfloat16")
+BENCH_IMPLS = (
+    "numba-flash",
+    "cupy-standard",
+    "torch-sdpa-flash",
+    "torch-sdpa-cudnn",
+    "torch-sdpa-efficient",
+    "torch-sdpa-math",
+)  # = numba_flash.bench.IMPLS (kept here so --help needs no import)
+
+
+# --------------------------------------------------------------------------------------
+# helpers: consoles, option parsing
+# --------------------------------------------------------------------------------------
+
+
+def _console(stderr: bool = False):
+    from rich.console import Console
+
+    stream = sys.stderr if stderr else sys.stdout
+    tty = hasattr(stream, "isatty") and stream.isatty()
+    return Console(file=stream, highlight=False, width=None if tty else 150, soft_wrap=False)
+
+
+def _fail(message: str, code: int = 1):
+    """A clean error: the message on stderr, exit ``code``, no traceback."""
+    click.echo(f"numba-flash: error: {message}", err=True)
+    sys.exit(code)
+
+
+def _causal_values(value: str) -> list[bool]:
+    return {"on": [True], "off": [False], "both": [False, True]}[value]
+
+
+def _split_multi(values) -> list[str]:
+    """Options given several times and/or comma-separated: ("1,2", "3") → ["1","2","3"]."""
+    out = []
+    for v in values or ():
+        out.extend(p.strip() for p in str(v).split(",") if p.strip())
+    return out
+
+
+def _parse_seqlens(ctx, param, values):
+    items = _split_multi(values)
+    if not items:
+        return None
+    from numba_flash.check import parse_seqlen  # pure Python, no numba
+
+    try:
+        return [parse_seqlen(s) for s in items]
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), ctx=ctx, param=param)
+
+
+def _parse_head_dims(ctx, param, values):
+    items = _split_multi(values)
+    if not items:
+        return None
+    dims = []
+    for s in items:
+        try:
+            d = int(s)
+        except ValueError:
+            raise click.BadParameter(f"{s!r} is not an integer", ctx=ctx, param=param)
+        if d % 8 or not 8 <= d <= 256:
+            raise click.BadParameter(f"{d}: head dims are multiples of 8 from 8 to 256", ctx=ctx, param=param)
+        dims.append(d)
+    return dims
+
+
+def _head_dim_one(ctx, param, value):
+    if value is None:
+        return None
+    return _parse_head_dims(ctx, param, [str(value)])[0]
+
+
+def _fmt_sci(x) -> str:
+    if x is None:
+        return "—"
+    if isinstance(x, float) and math.isinf(x):
+        return "inf"
+    return f"{x:.2e}"
+
+
+def _write_json(path: str, doc: dict):
+    with open(path, "w") as f:
+        json.dump(doc, f, indent=2)
+        f.write("\n")
+
+
+def _need_matplotlib():
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        _fail("--plot needs matplotlib: pip install 'numba-flash[plot]' (or pip install matplotlib)")
+
+
+# --------------------------------------------------------------------------------------
+# the group
+# --------------------------------------------------------------------------------------
+
+
+def _print_version(ctx, param, value):
+    if not value or ctx.resilient_parsing:
+        return
+    from numba_flash import __version__  # imports no numba
+
+    click.echo(f"numba-flash {__version__}")
+    ctx.exit()
+
+
+@click.group(context_settings=CONTEXT)
+@click.option("--version", is_flag=True, expose_value=False, is_eager=True, callback=_print_version,
+              help="Show the version and exit.")
+def main():
+    """numba-flash: exact FlashAttention with kernels written in numba.cuda.
+
+    Without a GPU the kernels run in numba's CUDA simulator (tiny shapes only).
+
+    \b
+    Examples:
+      numba-flash check                      # kernels vs the float64 reference
+      numba-flash bench --preset fa2 --json out.json --plot out.png
+      numba-flash memory --json mem.json --plot mem.png
+      numba-flash info
+      numba-flash inspect --pass forward --dtype float32 --head-dim 64
+    """
+    import warnings
+
+    from numba_flash._device import use_simulator_without_gpu  # imports no numba
+
+    use_simulator_without_gpu()
+    # numba warns about small grids ("Grid size 6 will likely result in GPU
+    # under-utilization"): expected for the small cases these commands run
+    warnings.filterwarnings("ignore", message=".*Grid size .* under-utilization")
+
+
+# --------------------------------------------------------------------------------------
+# check
+# --------------------------------------------------------------------------------------
+
+
+@main.command(context_settings=CONTEXT)
+@click.option("--seqlen", "seqlens", multiple=True, callback=_parse_seqlens, metavar="N|NQ:NK",
+              help="Sequence length(s): N, or NQ:NK for seqlen_q != seqlen_k; repeat or comma-separate.")
+@click.option("--head-dim", "head_dims", multiple=True, callback=_parse_head_dims, metavar="D",
+              help="Head dim(s), multiples of 8 up to 256; repeat or comma-separate.")
+@click.option("--dtype", "dtypes", multiple=True, type=click.Choice(CHECK_DTYPES), help="Dtype(s); repeatable.")
+@click.option("--causal", type=ON_OFF_BOTH, default=None, help="Causal masking: on, off or both.")
+@click.option("--layout", type=click.Choice(["bshd", "bhsd", "both"]), default=None, help="Input layout(s).")
+@click.option("--batch", type=click.IntRange(1, 65535), default=None, help="Batch size.")
+@click.option("--heads", type=click.IntRange(1, 65535), default=None, help="Number of heads.")
+@click.option("--pass", "pass_", type=click.Choice(["forward", "backward", "both"]), default="both",
+              show_default=True, help="Which outputs to check (backward also runs the forward).")
+@click.option("--seed", type=click.IntRange(0, 2**31 - 1), default=None,
+              help="Random seed (default: a fresh one, printed).")
+@click.option("--json", "json_path", type=click.Path(dir_okay=False, writable=True), default=None,
+              help="Also write the results as JSON to FILE.")
+def check(seqlens, head_dims, dtypes, causal, layout, batch, heads, pass_, seed, json_path):
+    """Forward and backward against the float64 reference, PASS/FAIL per output.
+
+    Without shape options: the default grid (on a GPU: N in 1, 127, 1024 and Nq != Nk
+    both ways, d in 64, 128, causal on/off, both layouts, float32, float16 and bfloat16;
+    in the simulator: 6 tiny cases).  With some options: the product of the given values, the
+    others taken from that grid.  Exit code 1 if any output fails its tolerance
+    (float32: rel. error <= 1e-5 for O and LSE, <= 1e-4 for dQ, dK, dV; float16/bfloat16:
+    <= 2x / 3x the error of a standard attention in the same dtype, + half an ulp).
+
+    \b
+    Examples:
+      numba-flash check
+      numba-flash check --seqlen 127 --seqlen 64:128 --head-dim 64 --causal both --seed 7
+      numba-flash check --dtype float16 --layout bhsd --pass forward --json check.json
+    """
+    from numba_flash import check as C
+
+    mode = C.runtime_mode()
+    if mode == "none":
+        _fail("no CUDA device found and numba's CUDA simulator is off "
+              "(unset NUMBA_ENABLE_CUDASIM=0 to run the kernels in the simulator)")  # fmt: skip
+    simulator = mode == "simulator"
+    options_given = any(x is not None for x in (seqlens, head_dims, causal, layout, batch, heads)) or bool(dtypes)
+    try:
+        if options_given:
+            cases = C.build_cases(
+                simulator=simulator,
+                seqlens=seqlens,
+                head_dims=head_dims,
+                dtypes=list(dtypes) or None,
+                causal=None if causal is None else _causal_values(causal),
+                layouts=None if layout is None else (["bshd", "bhsd"] if layout == "both" else [layout]),
+                batch=batch,
+                heads=heads,
+            )
+        else:
+            cases = C.default_cases(simulator)
+    except ValueError as exc:
+        raise click.UsageError(str(exc))
+    seed = C.new_seed() if seed is None else seed
+    passes = ("forward", "backward") if pass_ == "both" else (pass_,)
+
+    out = _console()
+    if simulator:
+        head = "CUDA simulator (no GPU found): kernels run on the CPU, so only tiny shapes"
+    else:
+        from numba_flash.info import device_info
+
+        dev = device_info("gpu")
+        head = f"{dev['name']} (compute capability {dev['compute_capability']})"
+    click.echo(f"numba-flash check: {head}; {len(cases)} case(s), seed {seed}")
+    if simulator and any(max(c.seqlen_q, c.seqlen_k) > 64 or c.batch * c.heads > 4 for c in cases):
+        click.echo("  note: the simulator runs every CUDA thread as a Python thread; these shapes will take long")
+
+    def on_case(r):
+        status = "PASS" if r.passed else "FAIL"
+        click.echo(f"  {status}  [{r.index + 1}/{len(cases)}] {r.case.label}  ({r.seconds:.1f} s)"
+                   + (f"  {r.error}" if r.error else ""))  # fmt: skip
+
+    results = C.run_check(cases, seed=seed, passes=passes, on_case=on_case)
+
+    from rich.markup import escape
+    from rich.table import Table
+
+    table = Table(title=f"numba-flash check — seed {seed}", title_justify="left", show_lines=False)
+    for col, just in (("#", "right"), ("case", "left"), ("output", "left"), ("max abs err", "right"),
+                      ("rel err", "right"), ("limit", "right"), ("result", "left")):  # fmt: skip
+        table.add_column(col, justify=just, no_wrap=col != "case")
+    for r in results:
+        if r.error:
+            table.add_row(str(r.index + 1), escape(r.case.label), "—", "—", "—", "—", "[bold red]ERROR[/] " + escape(r.error))
+            continue
+        for j, o in enumerate(r.outputs):
+            res = "[green]PASS[/]" if o.passed else "[bold red]FAIL[/]"
+            if o.note:
+                res += " " + escape(o.note)
+            limit = _fmt_sci(o.limit)
+            if o.baseline_rel is not None:
+                limit += f" (base {_fmt_sci(o.baseline_rel)})"
+            table.add_row(
+                str(r.index + 1) if j == 0 else "",
+                escape(r.case.label) if j == 0 else "",
+                {"out": "O", "lse": "LSE", "dq": "dQ", "dk": "dK", "dv": "dV"}[o.output],
+                _fmt_sci(o.max_abs),
+                _fmt_sci(o.rel),
+                limit,
+                res,
+            )
+        table.add_section()
+    out.print(table)
+    failed = [r for r in results if not r.passed]
+    if json_path:
+        doc = {
+            "schema": "numba-flash-check/1",
+            "mode": mode,
+            "seed": seed,
+            "passes": list(passes),
+            "tolerances": {"float32": C.FP32_TOLERANCE, "lowp_factor": C.LOWP_FACTOR,
+                           "lowp_floor": {dt: C.lowp_floor(dt) for dt in ("float16", "bfloat16")},
+                           "zero_ref_floor": C.ZERO_REF_FLOOR},  # fmt: skip
+            "passed": not failed,
+            "results": [r.to_dict() for r in results],
+        }
+        _write_json(json_path, doc)
+        click.echo(f"wrote {json_path}")
+    if failed:
+        click.echo(f"FAILED: {len(failed)} of {len(results)} case(s) (seed {seed})")
+        sys.exit(1)
+    click.echo(f"all {len(results)} case(s) passed (seed {seed})")
+
+
+# --------------------------------------------------------------------------------------
+# bench
+# --------------------------------------------------------------------------------------
+
+
+def _progress(enabled: bool):
+    """A rich progress bar as a ``progress(done, total, description)`` callback."""
+    import contextlib
+
+    if not enabled:
+        return contextlib.nullcontext(None)
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    @contextlib.contextmanager
+    def cm():
+        prog = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                        console=_console(stderr=True), transient=True)  # fmt: skip
+        with prog:
+            task = prog.add_task("starting", total=None)
+
+            def update(done, total, desc):
+                prog.update(task, completed=done, total=total, description=desc[:70])
+
+            yield update
+
+    return cm()
+
+
+def _bench_tables(results, out):
+    from rich.markup import escape
+    from rich.table import Table
+
+    from numba_flash.bench import ALL_PASSES, IMPLS
+
+    rows = [r.to_dict() for r in results]
+    impls = [i for i in IMPLS if any(r["impl"] == i for r in rows)]
+    short = {"ok": None, "oom": "OOM", "unsupported": "n/s", "unavailable": "n/a", "error": "error"}
+    notes = {}
+    for p in ALL_PASSES:
+        sel = [r for r in rows if r["pass"] == p]
+        if not sel:
+            continue
+        t = Table(title=f"{p}: TFLOP/s (time ÷ numba-flash's time; > 1 = numba-flash faster)", title_justify="left")
+        t.add_column("case", no_wrap=True)
+        for i in impls:
+            t.add_column(i, justify="right", no_wrap=True)
+        cases = []
+        for r in sel:
+            key = (r["dtype"], r["batch"], r["heads"], r["seqlen_q"], r["seqlen_k"], r["head_dim"], r["causal"])
+            if key not in cases:
+                cases.append(key)
+        for key in cases:
+            dt, b, h, nq, nk, d, c = key
+            seq = f"N={nq}" if nq == nk else f"Nq={nq} Nk={nk}"
+            cells = [f"{dt} B={b} H={h} {seq} d={d}{' causal' if c else ''}"]
+            for i in impls:
+                m = [r for r in sel if r["impl"] == i and (r["dtype"], r["batch"], r["heads"], r["seqlen_q"],
+                                                            r["seqlen_k"], r["head_dim"], r["causal"]) == key]  # fmt: skip
+                if not m:
+                    cells.append("")
+                    continue
+                r = m[0]
+                if r["status"] == "ok":
+                    if i == "numba-flash":
+                        cells.append(f"{r['tflops']:.1f} ({r['ms']:.3g} ms)")
+                    else:
+                        ratio = r["ratio_vs_numba_flash"]
+                        cells.append(f"{r['tflops']:.1f}" + (f" ({ratio:.2f}×)" if ratio is not None else ""))
+                else:
+                    cells.append(short.get(r["status"], r["status"]))
+                    if r["detail"]:
+                        notes.setdefault((i, r["status"], r["detail"]), None)
+            t.add_row(*[escape(c) for c in cells])
+        out.print(t)
+    if notes:
+        out.print("[bold]not measured:[/]")
+        for i, status, detail in list(notes)[:30]:
+            out.print(f"  {escape(i)}: {short.get(status, status)} — {escape(detail)}")
+
+
+@main.command(context_settings=CONTEXT)
+@click.option("--preset", type=click.Choice(["fa2", "smoke"]), default=None,
+              help="fa2: FlashAttention-2's grid (batch·seqlen = 16k, hidden 2048, d 64/128, seqlen 512…16k, "
+                   "causal off/on). smoke: 4 quick shapes.")  # fmt: skip
+@click.option("--seqlen", "seqlens", multiple=True, callback=_parse_seqlens, metavar="N|NQ:NK",
+              help="Sequence length(s) for a single-shape run (default 2048).")
+@click.option("--head-dim", "head_dims", multiple=True, callback=_parse_head_dims, metavar="D",
+              help="Head dim(s) (default 64).")
+@click.option("--batch", type=click.IntRange(1, 65535), default=None, help="Batch (default 16384 // seqlen).")
+@click.option("--heads", type=click.IntRange(1, 65535), default=None, help="Heads (default 2048 // head dim).")
+@click.option("--dtype", "dtypes", multiple=True, type=click.Choice(["float16", "bfloat16", "float32"]),
+              help="Dtype(s) (default float16, as FlashAttention-2's benchmarks).")
+@click.option("--causal", type=ON_OFF_BOTH, default="both", show_default=True, help="Causal masking.")
+@click.option("--pass", "pass_", type=click.Choice(["forward", "backward", "both"]), default="both",
+              show_default=True, help="Which pass to time (both also reports forward+backward).")
+@click.option("--impl", "impls", multiple=True, type=click.Choice(BENCH_IMPLS),
+              help="Implementations to time (default: all; those not available are reported as such).")
+@click.option("--layout", type=click.Choice(["bshd", "bhsd"]), default="bshd", show_default=True,
+              help="numba-flash's input layout.")
+@click.option("--warmup", type=click.IntRange(1, 1000), default=5, show_default=True, help="Warm-up calls.")
+@click.option("--rep", type=click.IntRange(1, 100000), default=30, show_default=True, help="Most timed calls.")
+@click.option("--min-rep", type=click.IntRange(1, 100000), default=5, show_default=True, help="Fewest timed calls.")
+@click.option("--budget-ms", type=click.FloatRange(0, min_open=True), default=1500.0, show_default=True,
+              help="Timed calls are cut to fit about this much time per measurement.")
+@click.option("--json", "json_path", type=click.Path(dir_okay=False, writable=True), default=None,
+              help="Write the results as JSON (schema numba-flash-bench/1) to FILE.")
+@click.option("--csv", "csv_path", type=click.Path(dir_okay=False, writable=True), default=None,
+              help="Write the results as CSV to FILE.")
+@click.option("--plot", "plot_path", type=click.Path(dir_okay=False, writable=True), default=None,
+              help="Draw TFLOP/s against seqlen per implementation into FILE (.png; needs matplotlib).")
+@click.option("--progress/--no-progress", default=True, show_default=True, help="Show a progress bar.")
+def bench(preset, seqlens, head_dims, batch, heads, dtypes, causal, pass_, impls, layout, warmup, rep, min_rep,
+          budget_ms, json_path, csv_path, plot_path, progress):  # fmt: skip
+    """Time forward / backward against CuPy and torch SDPA, with CUDA events.
+
+    Median of many calls after warm-up, inputs rotated through more than 3x the L2
+    cache.  TFLOP/s counts 4·B·H·Nq·Nk·d (x0.5 causal, x2.5 backward).  Peers in the
+    same run: a CuPy standard attention (fp32 math, materialised N×N) and, when torch is
+    importable, torch SDPA's flash, cudnn, efficient and math backends.  A peer that is
+    unavailable, unsupported or out of memory is reported, not a crash.  Needs a GPU.
+
+    \b
+    Examples:
+      numba-flash bench --preset fa2 --json out.json --plot out.png
+      numba-flash bench --seqlen 4096 --head-dim 128 --causal on --pass forward
+      numba-flash bench --seqlen 1024 --dtype float32 --impl numba-flash --impl cupy-standard --csv out.csv
+    """
+    if preset is not None and any(x is not None for x in (seqlens, head_dims, batch, heads)):
+        raise click.UsageError("--preset fixes the shapes: drop --seqlen / --head-dim / --batch / --heads")
+    if min_rep > rep:
+        raise click.UsageError(f"--min-rep {min_rep} is larger than --rep {rep}")
+    if plot_path:
+        _need_matplotlib()
+    from numba_flash import bench as B
+
+    dtypes = list(dtypes) or ["float16"]
+    causal_vals = _causal_values(causal)
+    try:
+        if preset is not None:
+            cases = [c for c in B.preset_cases(preset, dtypes) if c.causal in causal_vals]
+        else:
+            cases = B.shape_cases(
+                seqlens=seqlens or [(2048, 2048)],
+                head_dims=head_dims or [64],
+                dtypes=dtypes,
+                causal=causal_vals,
+                batch=batch,
+                heads=heads,
+            )
+    except ValueError as exc:
+        raise click.UsageError(str(exc))
+    try:
+        B.require_device()
+    except B.NoDeviceError as exc:
+        _fail(f"bench: {exc}. Run it on a machine with an NVIDIA GPU (CuPy installed).")
+    passes = ("forward", "backward") if pass_ == "both" else (pass_,)
+    impl_names = list(impls) or list(B.IMPLS)
+    from numba_flash.info import gather_info
+
+    env = gather_info()
+    dev = env["device"]
+    click.echo(f"numba-flash bench on {dev['name']} (cc {dev['compute_capability']}, {dev['sms']} SMs): "
+               f"{len(cases)} case(s) × {len(passes)} pass(es) × {len(impl_names)} implementation(s)")  # fmt: skip
+    with _progress(progress) as update:
+        results = B.run_bench(cases, impls=impl_names, passes=passes, layout=layout, warmup=warmup, rep=rep,
+                              min_rep=min_rep, budget_ms=budget_ms, progress=update)  # fmt: skip
+    out = _console()
+    _bench_tables(results, out)
+    settings = dict(warmup=warmup, rep=rep, min_rep=min_rep, budget_ms=budget_ms, l2_bytes=B.l2_bytes(),
+                    layout=layout, preset=preset)  # fmt: skip
+    environment = {"device": dev, "versions": env["versions"]}
+    if json_path:
+        B.write_json(results, json_path, settings=settings, environment=environment)
+        click.echo(f"wrote {json_path}")
+    if csv_path:
+        B.write_csv(results, csv_path)
+        click.echo(f"wrote {csv_path}")
+    if plot_path:
+        try:
+            B.plot(results, plot_path, title=f"numba-flash vs peers on {dev['name']}")
+            click.echo(f"wrote {plot_path}")
+        except Exception as exc:  # a plot must not lose the measurements
+            click.echo(f"numba-flash: warning: plotting failed: {type(exc).__name__}: {exc}", err=True)
+            sys.exit(1)
+
+
+# --------------------------------------------------------------------------------------
+# memory
+# --------------------------------------------------------------------------------------
+
+
+@main.command(context_settings=CONTEXT)
+@click.option("--max-seqlen", type=click.IntRange(1), default=131072, show_default=True,
+              help="Largest N (N doubles from --min-seqlen).")
+@click.option("--min-seqlen", type=click.IntRange(1), default=1024, show_default=True, help="Smallest N.")
+@click.option("--batch", type=click.IntRange(1, 65535), default=1, show_default=True)
+@click.option("--heads", type=click.IntRange(1, 65535), default=1, show_default=True)
+@click.option("--head-dim", type=int, default=64, show_default=True, callback=_head_dim_one)
+@click.option("--dtype", type=click.Choice(["float16", "float32"]), default="float16", show_default=True)
+@click.option("--causal/--no-causal", default=False, show_default=True)
+@click.option("--pass", "pass_", type=click.Choice(["forward", "forward+backward", "both"]), default="both",
+              show_default=True)
+@click.option("--impl", "impls", multiple=True, type=click.Choice(["numba-flash", "cupy-standard"]),
+              help="Implementations (default both).")
+@click.option("--max-seqlen-standard", type=click.IntRange(1), default=None,
+              help="Do not try the CuPy standard attention above this N (it stops at out-of-memory anyway).")
+@click.option("--json", "json_path", type=click.Path(dir_okay=False, writable=True), default=None,
+              help="Write the results as JSON (schema numba-flash-memory/1) to FILE.")
+@click.option("--plot", "plot_path", type=click.Path(dir_okay=False, writable=True), default=None,
+              help="Draw peak memory against N into FILE (.png; needs matplotlib).")
+@click.option("--progress/--no-progress", default=True, show_default=True)
+def memory(max_seqlen, min_seqlen, batch, heads, head_dim, dtype, causal, pass_, impls, max_seqlen_standard,
+           json_path, plot_path, progress):  # fmt: skip
+    """Peak device memory against N: numba-flash (linear) vs a standard attention (quadratic).
+
+    Peak = high-water mark of a fresh CuPy memory pool around the call (inputs counted
+    separately).  The CuPy standard attention stops with "out of memory" gracefully.
+    Needs a GPU.
+
+    \b
+    Examples:
+      numba-flash memory --json mem.json --plot mem.png
+      numba-flash memory --max-seqlen 32768 --head-dim 128 --dtype float32 --pass forward
+    """
+    if min_seqlen > max_seqlen:
+        raise click.UsageError(f"--min-seqlen {min_seqlen} is larger than --max-seqlen {max_seqlen}")
+    if plot_path:
+        _need_matplotlib()
+    from numba_flash import bench as B
+    from numba_flash import memory as M
+
+    try:
+        B.require_device("memory measurements")
+    except B.NoDeviceError as exc:
+        _fail(f"memory: {exc}. Run it on a machine with an NVIDIA GPU (CuPy installed).")
+    seqlens = M.seqlens_up_to(max_seqlen, min_seqlen)
+    passes = ("forward", "forward+backward") if pass_ == "both" else (pass_,)
+    from numba_flash.info import gather_info
+
+    env = gather_info()
+    click.echo(f"numba-flash memory on {env['device']['name']}: B={batch} H={heads} d={head_dim} {dtype}"
+               f"{' causal' if causal else ''}, N = {seqlens[0]} … {seqlens[-1]}")  # fmt: skip
+    with _progress(progress) as update:
+        results = M.run_memory(seqlens=seqlens, impls=list(impls) or list(M.IMPLS), passes=passes, dtype=dtype,
+                               batch=batch, heads=heads, head_dim=head_dim, causal=causal,
+                               max_seqlen_standard=max_seqlen_standard, progress=update)  # fmt: skip
+    from rich.markup import escape
+    from rich.table import Table
+
+    t = Table(title="peak device memory of the call (inputs listed apart)", title_justify="left")
+    for col in ("N", "impl", "pass", "inputs", "outputs", "peak", "beyond outputs", "growth ×", "status"):
+        t.add_column(col, justify="left" if col in ("impl", "pass", "status") else "right", no_wrap=True)
+    notes = {}
+    for r in sorted(results, key=lambda r: (r.seqlen, M.IMPLS.index(r.impl), M.PASSES.index(r.pass_))):
+        status = r.status
+        if r.status != "ok" and r.detail:
+            mark = notes.setdefault(r.detail, len(notes) + 1)
+            status = f"{r.status} [{mark}]"
+        t.add_row(
+            str(r.seqlen), r.impl, r.pass_, M.human_bytes(r.input_bytes), M.human_bytes(r.output_bytes),
+            M.human_bytes(r.peak_bytes), M.human_bytes(r.beyond_outputs_bytes),
+            "—" if r.growth is None else f"{r.growth:.2f}", escape(status),
+        )  # fmt: skip
+    out = _console()
+    out.print(t)
+    for detail, mark in notes.items():
+        out.print(escape(f"  [{mark}] {detail}"))
+    settings = dict(seqlens=seqlens, batch=batch, heads=heads, head_dim=head_dim, dtype=dtype, causal=causal,
+                    max_seqlen_standard=max_seqlen_standard)  # fmt: skip
+    if json_path:
+        M.write_json(results, json_path, settings=settings, environment={"device": env["device"],
+                                                                       "versions": env["versions"]})  # fmt: skip
+        click.echo(f"wrote {json_path}")
+    if plot_path:
+        try:
+            M.plot(results, plot_path)
+            click.echo(f"wrote {plot_path}")
+        except Exception as exc:
+            click.echo(f"numba-flash: warning: plotting failed: {type(exc).__name__}: {exc}", err=True)
+            sys.exit(1)
+
+
+# --------------------------------------------------------------------------------------
+# info
+# --------------------------------------------------------------------------------------
+
+
+@main.command(context_settings=CONTEXT)
+@click.option("--json", "as_json", is_flag=True, help="Print the information as JSON.")
+def info(as_json):
+    """Device, versions, simulator on/off, and the kernels available (dtype × head dim).
+
+    \b
+    Examples:
+      numba-flash info
+      numba-flash info --json
+    """
+    from numba_flash.info import gather_info
+
+    data = gather_info()
+    if as_json:
+        click.echo(json.dumps(data, indent=2))
+        return
+    from rich.markup import escape
+    from rich.table import Table
+
+    out = _console()
+    click.echo(f"simulator: {'on' if data['simulator'] else 'off'}"
+               + ("  (no GPU found: kernels run in numba's CUDA simulator)" if data["simulator"] else ""))  # fmt: skip
+    dev = data["device"]
+
+    def mem(x):
+        from numba_flash.memory import human_bytes
+
+        return human_bytes(x) if isinstance(x, int) else str(x)
+
+    t = Table(title="device", title_justify="left", show_header=False)
+    t.add_column("field")
+    t.add_column("value")
+    for label, key, fmt in (
+        ("name", "name", str), ("compute capability", "compute_capability", str), ("SMs", "sms", str),
+        ("shared memory per block", "shared_memory_per_block", mem),
+        ("shared memory per block (opt-in)", "shared_memory_per_block_optin", mem),
+        ("L2 cache", "l2_cache", mem), ("memory", "total_memory", mem),
+        ("driver (CUDA version)", "driver_version", str), ("CUDA runtime", "runtime_version", str),
+    ):  # fmt: skip
+        t.add_row(label, escape(fmt(dev[key])))
+    out.print(t)
+    t = Table(title="software", title_justify="left", show_header=False)
+    t.add_column("package")
+    t.add_column("version")
+    for k, v in data["versions"].items():
+        t.add_row(k, escape(str(v)))
+    out.print(t)
+    t = Table(title="kernels available", title_justify="left")
+    for col in ("dtype", "head dims", "forward", "backward"):
+        t.add_column(col)
+    for row in data["kernels"]:
+        t.add_row(*(escape(str(row.get(k, ""))) for k in ("dtype", "head_dims", "forward", "backward")))
+    out.print(t)
+
+
+# --------------------------------------------------------------------------------------
+# inspect
+# --------------------------------------------------------------------------------------
+
+
+def _tiles_text(tiles: dict) -> str:
+    short = {"group": "G", "block_m": "M", "block_n": "N", "threads": "T", "warps": "W", "stages": "S",
+             "rows": "R", "cols": "C"}  # fmt: skip
+    return " ".join(f"{short.get(k, k)}={v}" for k, v in tiles.items() if k != "head_dim")
+
+
+def _parse_arch_opt(ctx, param, value):
+    from numba_flash.inspection import parse_arch  # pure Python
+
+    try:
+        major, minor = parse_arch(value)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), ctx=ctx, param=param)
+    return f"sm_{major}{minor}"
+
+
+@main.command(context_settings=CONTEXT)
+@click.option("--pass", "pass_", type=click.Choice(["forward", "backward"]), required=True, help="Which pass.")
+@click.option("--dtype", type=click.Choice(KERNEL_DTYPES), required=True, help="Input dtype.")
+@click.option("--head-dim", type=int, required=True, callback=_head_dim_one, help="Head dim (multiple of 8, ≤ 256).")
+@click.option("--causal/--no-causal", default=False, show_default=True, help="The causal variant.")
+@click.option("--arch", default="sm_90", show_default=True, callback=_parse_arch_opt,
+              help="Target architecture, sm_XY.")
+@click.option("--ptx", "show_ptx", is_flag=True, help="Also print the PTX.")
+@click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
+def inspect(pass_, dtype, head_dim, causal, arch, show_ptx, as_json):
+    """Compile the kernels a pass would launch (no GPU needed) and summarise them.
+
+    Registers, spills, stack, shared and local memory (from nvJitLink or ptxas when one
+    is available, else "n/a"), static shared/local memory from the PTX, and static
+    counts of the instructions that matter: mma, ldmatrix, cp.async, ld/st by state
+    space (shared, global, generic, local), ex2, shfl, bar.sync, fma, atom.
+
+    \b
+    Examples:
+      numba-flash inspect --pass forward --dtype float32 --head-dim 64
+      numba-flash inspect --pass backward --dtype float16 --head-dim 128 --causal --arch sm_80
+      numba-flash inspect --pass forward --dtype float32 --head-dim 64 --ptx > fwd.ptx
+    """
+    from numba_flash.inspection import COUNT_KEYS, inspect_kernels
+
+    try:
+        reports = inspect_kernels(pass_, dtype, head_dim, causal, arch=arch)
+    except (ValueError, TypeError) as exc:
+        raise click.UsageError(str(exc))
+    except RuntimeError as exc:
+        _fail(str(exc))
+    if as_json:
+        click.echo(json.dumps([r.to_dict(with_ptx=show_ptx) for r in reports], indent=2))
+        return
+    from rich.markup import escape
+    from rich.table import Table
+
+    from numba_flash.memory import human_bytes
+
+    click.echo(f"numba-flash inspect: {pass_}, {dtype}, head dim {head_dim}, {'causal' if causal else 'non-causal'}, "
+               f"{arch}: {len(reports)} kernel(s), compiled with numba.cuda.compile_ptx (no GPU needed)")  # fmt: skip
+    click.echo("resources, and instruction counts in the PTX (static: in the code, not executed):")
+    t = Table()
+    t.add_column("")
+    for r in reports:
+        t.add_column(r.name, justify="right")
+
+    def na(x, fmt=str):
+        return "n/a" if x is None else fmt(x)
+
+    rows = [
+        ("family", [r.family for r in reports]),
+        ("tiles", [_tiles_text(r.tiles) for r in reports]),
+        ("registers / thread", [na(r.registers) for r in reports]),
+        ("spill stores / loads", [na(r.spill_stores, lambda x: f"{x} B") + " / " + na(r.spill_loads, lambda x: f"{x} B")
+                                  for r in reports]),  # fmt: skip
+        ("stack frame", [na(r.stack_bytes, lambda x: f"{x} B") for r in reports]),
+        ("shared memory (assembler)", [na(r.shared_bytes, human_bytes) for r in reports]),
+        ("local memory (assembler)", [na(r.local_bytes, lambda x: f"{x} B") for r in reports]),
+        ("shared memory (PTX decl.)", [human_bytes(r.shared_bytes_ptx) + (" + dynamic" if r.dynamic_shared else "")
+                                       for r in reports]),  # fmt: skip
+        ("dynamic shared (launch)", [na(r.dynamic_shared_bytes, human_bytes) if r.dynamic_shared else "—"
+                                     for r in reports]),  # fmt: skip
+        ("local memory (PTX decl.)", [f"{r.local_bytes_ptx} B" for r in reports]),
+    ]
+    for label, cells in rows:
+        t.add_row(label, *(escape(str(c)) for c in cells))
+    t.add_section()
+    for key in COUNT_KEYS:
+        t.add_row(key, *(str(r.counts.get(key, 0)) for r in reports))
+    _console().print(t)
+    click.echo("registers/spills from: " + "; ".join(sorted({r.assembler for r in reports})))
+    if show_ptx:
+        for r in reports:
+            click.echo(f"\n// ===== {r.name} ({r.arch}) =====")
+            click.echo(r.ptx)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main(prog_name="numba-flash")

@@ -1,0 +1,456 @@
+"""``numba-flash check``: the kernels against the float64 reference on a grid of cases.
+
+Every case draws fresh random inputs (standard normals, rounded to the case's dtype;
+``seed`` makes a run reproducible: case ``i`` uses ``numpy.random.default_rng([seed, i])``),
+runs ``flash_attention`` (and ``flash_attention_backward`` on its own ``out`` and ``lse``)
+and compares every element of O, LSE, dQ, dK and dV with ``numba_flash.reference``.
+
+The project's tolerances (:func:`tolerance`, :func:`judge`)
+---------------------------------------------------------
+Errors are *relative*: ``max |x − ref| / max |ref|`` (:func:`numba_flash.reference.rel_error`),
+computed over all elements in float64.
+
+* float32: ≤ 1e-5 for O and LSE, ≤ 1e-4 for dQ, dK, dV.
+* float16 / bfloat16 (FlashAttention-2's convention): the error may be at most
+  2× (forward: O, LSE) or 3× (backward: dQ, dK, dV) the error of a *standard attention
+  computed in the same dtype* (``reference.attention_lowp`` /
+  ``reference.attention_backward_lowp``: matmuls in fp32 rounded to the dtype, softmax
+  in fp32, P rounded), both measured against the float64 reference, plus a floor of
+  half an ulp of 1 in the dtype (:func:`lowp_floor`: fp16 2⁻¹¹ ≈ 4.9e-4, bf16 2⁻⁸ ≈
+  3.9e-3, relative to max |ref|): an output that is exact in float64 (one key: O = V)
+  still rounds once when it is stored, and the baseline may happen to be exact there.
+* Gradients that vanish in exact arithmetic (a single key: P = 1, so dS = 0 and dQ,
+  dK are pure rounding noise in the kernel and the reference alike) have no scale of
+  their own: a gradient's error is normalised by
+  ``max(max |ref|, ZERO_REF_FLOOR · the largest reference gradient of the case)`` with
+  ``ZERO_REF_FLOOR`` = 1e-3 (the convention of ``tests/test_kernels.py``).  Whenever
+  ``max |ref|`` exceeds that floor (every ordinary case) the error is exactly
+  ``reference.rel_error``.
+* LSE: entries that are −inf in the reference (queries that see no key: causal with
+  seqlen_q > seqlen_k) must be −inf in the result and vice versa, and no NaN anywhere
+  (a NaN counts as an infinite error).
+
+``run_check`` never raises for a failing case: an exception inside the library is
+recorded in :attr:`CaseResult.error` and the case fails.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import time
+import traceback
+from dataclasses import asdict, dataclass, field
+from typing import Callable, Iterable, Sequence
+
+import numpy as np
+
+from numba_flash import reference
+
+__all__ = [
+    "FP32_TOLERANCE",
+    "LOWP_FACTOR",
+    "lowp_floor",
+    "ZERO_REF_FLOOR",
+    "CaseSpec",
+    "OutputResult",
+    "CaseResult",
+    "tolerance",
+    "judge",
+    "check_case",
+    "run_check",
+    "default_cases",
+    "build_cases",
+    "parse_seqlen",
+    "runtime_mode",
+    "new_seed",
+]
+
+FORWARD_OUTPUTS = ("out", "lse")
+BACKWARD_OUTPUTS = ("dq", "dk", "dv")
+FP32_TOLERANCE = {"out": 1e-5, "lse": 1e-5, "dq": 1e-4, "dk": 1e-4, "dv": 1e-4}
+LOWP_FACTOR = {"out": 2.0, "lse": 2.0, "dq": 3.0, "dk": 3.0, "dv": 3.0}
+ZERO_REF_FLOOR = 1e-3
+DTYPES = ("float32", "float16", "bfloat16")
+LAYOUTS = ("bshd", "bhsd")
+PASSES = ("forward", "backward")
+
+
+def _np_dtype(name: str):
+    if name == "bfloat16":
+        import ml_dtypes
+
+        return np.dtype(ml_dtypes.bfloat16)
+    return np.dtype(name)
+
+
+# --------------------------------------------------------------------------------------
+# Cases
+# --------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class CaseSpec:
+    """One configuration to check."""
+
+    batch: int
+    heads: int
+    seqlen_q: int
+    seqlen_k: int
+    head_dim: int
+    causal: bool
+    layout: str = "bshd"
+    dtype: str = "float32"
+
+    def __post_init__(self):
+        for name in ("batch", "heads", "seqlen_q", "seqlen_k", "head_dim"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
+                raise ValueError(f"{name}: expected a positive int, got {value!r}")
+        if self.layout not in LAYOUTS:
+            raise ValueError(f"layout: expected one of {LAYOUTS}, got {self.layout!r}")
+        if self.dtype not in DTYPES:
+            raise ValueError(f"dtype: expected one of {DTYPES}, got {self.dtype!r}")
+
+    @property
+    def label(self) -> str:
+        seq = f"N={self.seqlen_q}" if self.seqlen_q == self.seqlen_k else f"Nq={self.seqlen_q} Nk={self.seqlen_k}"
+        return (
+            f"{self.dtype} B={self.batch} H={self.heads} {seq} d={self.head_dim} "
+            f"{'causal' if self.causal else 'full'} {self.layout}"
+        )
+
+    def shape(self, seqlen: int) -> tuple:
+        if self.layout == "bshd":
+            return (self.batch, seqlen, self.heads, self.head_dim)
+        return (self.batch, self.heads, seqlen, self.head_dim)
+
+
+def parse_seqlen(text) -> tuple[int, int]:
+    """``"127"`` → (127, 127); ``"64:128"`` → (seqlen_q, seqlen_k) = (64, 128)."""
+    if isinstance(text, (tuple, list)) and len(text) == 2:
+        q, k = text
+    else:
+        s = str(text).strip()
+        parts = s.split(":")
+        if len(parts) == 1:
+            q = k = parts[0]
+        elif len(parts) == 2:
+            q, k = parts
+        else:
+            raise ValueError(f"seqlen {text!r}: expected N or NQ:NK (e.g. 127 or 64:128)")
+    try:
+        q, k = int(q), int(k)
+    except (TypeError, ValueError):
+        raise ValueError(f"seqlen {text!r}: expected N or NQ:NK with positive integers (e.g. 127 or 64:128)")
+    if q < 1 or k < 1:
+        raise ValueError(f"seqlen {text!r}: sequence lengths must be at least 1")
+    return q, k
+
+
+# The simulator runs every CUDA thread as a Python thread: a launch costs seconds, so the
+# default simulator grid is a handful of tiny cases that still cover Nq != Nk both ways
+# (causal with Nq > Nk leaves queries that see no key), both layouts, two lane-group
+# widths (d = 16 → 2 lanes a row, d = 32 → 4), two heads, seqlen 1 (dQ = dK = 0 exactly), one
+# float16 case.
+SIM_CASES = (
+    CaseSpec(1, 1, 33, 33, 16, False, "bshd", "float32"),
+    CaseSpec(1, 1, 1, 1, 16, True, "bhsd", "float32"),
+    CaseSpec(1, 1, 17, 33, 32, True, "bhsd", "float32"),
+    CaseSpec(1, 1, 33, 17, 16, True, "bshd", "float32"),
+    CaseSpec(1, 2, 24, 24, 16, True, "bshd", "float32"),
+    CaseSpec(1, 1, 20, 31, 16, False, "bhsd", "float16"),
+)
+
+# Axes a GPU grid is the product of (and the fall-back axes when options name only some)
+GPU_AXES = dict(
+    seqlens=((1, 1), (127, 127), (1024, 1024), (127, 1024), (1024, 127)),
+    head_dims=(64, 128),
+    dtypes=("float32", "float16", "bfloat16"),
+    causal=(False, True),
+    layouts=("bshd", "bhsd"),
+    batch=2,
+    heads=3,
+)
+SIM_AXES = dict(
+    seqlens=((17, 33),),
+    head_dims=(16,),
+    dtypes=("float32",),
+    causal=(False, True),
+    layouts=("bshd",),
+    batch=1,
+    heads=1,
+)
+
+
+def default_cases(simulator: bool) -> list[CaseSpec]:
+    """The grid ``numba-flash check`` runs without shape options."""
+    if simulator:
+        return list(SIM_CASES)
+    return build_cases(simulator=False)
+
+
+def build_cases(
+    *,
+    simulator: bool,
+    seqlens: Sequence | None = None,
+    head_dims: Sequence[int] | None = None,
+    dtypes: Sequence[str] | None = None,
+    causal: Sequence[bool] | None = None,
+    layouts: Sequence[str] | None = None,
+    batch: int | None = None,
+    heads: int | None = None,
+) -> list[CaseSpec]:
+    """The product of the given axes; an axis left as None takes the default of the mode
+    (GPU: the full default grid's axis; simulator: one tiny value, so a run stays short)."""
+    axes = SIM_AXES if simulator else GPU_AXES
+    seqlens = [parse_seqlen(s) for s in (seqlens or axes["seqlens"])]
+    head_dims = list(head_dims or axes["head_dims"])
+    dtypes = list(dtypes or axes["dtypes"])
+    causal = list(axes["causal"] if causal is None else causal)
+    layouts = list(layouts or axes["layouts"])
+    batch = axes["batch"] if batch is None else batch
+    heads = axes["heads"] if heads is None else heads
+    cases = []
+    for dt, d, (nq, nk), c, lay in itertools.product(dtypes, head_dims, seqlens, causal, layouts):
+        cases.append(CaseSpec(batch, heads, nq, nk, d, bool(c), lay, dt))
+    return cases
+
+
+# --------------------------------------------------------------------------------------
+# Tolerances
+# --------------------------------------------------------------------------------------
+
+
+def lowp_floor(dtype: str) -> float:
+    """Half an ulp of 1 in ``dtype`` (float16: 2**-11, bfloat16: 2**-8)."""
+    import ml_dtypes
+
+    return 0.5 * float(ml_dtypes.finfo(_np_dtype(dtype)).eps)
+
+
+def tolerance(output: str, dtype: str, baseline_rel: float | None = None) -> float:
+    """The largest relative error ``output`` ("out", "lse", "dq", "dk", "dv") may have.
+
+    float32: a fixed bound.  float16 / bfloat16: ``factor · baseline_rel + lowp_floor(dtype)``
+    where ``baseline_rel`` is the relative error of the same-dtype standard attention
+    (required for those dtypes).
+    """
+    if output not in FP32_TOLERANCE:
+        raise ValueError(f"output: expected one of {tuple(FP32_TOLERANCE)}, got {output!r}")
+    if dtype == "float32":
+        return FP32_TOLERANCE[output]
+    if dtype not in DTYPES:
+        raise ValueError(f"dtype: expected one of {DTYPES}, got {dtype!r}")
+    if baseline_rel is None:
+        raise ValueError(f"{dtype}: the tolerance needs the error of the same-dtype standard attention")
+    return LOWP_FACTOR[output] * float(baseline_rel) + lowp_floor(dtype)
+
+
+def _finite_max_abs(x) -> float:
+    x = np.asarray(x, dtype=np.float64)
+    x = np.abs(x[np.isfinite(x)])
+    return float(x.max()) if x.size else 0.0
+
+
+def measured_error(x, ref, scale_floor: float | None = None) -> tuple[float, float]:
+    """(max abs error, relative error) of ``x`` against ``ref``, over all elements.
+
+    The relative error is ``reference.rel_error`` unless ``max|ref|`` is below
+    ``scale_floor`` (a reference that is zero everywhere), which is then the denominator.
+    """
+    abs_err = reference.max_abs_error(x, ref)
+    denom = _finite_max_abs(ref)
+    if scale_floor is not None:
+        denom = max(denom, float(scale_floor))
+    denom = max(denom, np.finfo(np.float64).tiny)
+    return abs_err, (abs_err / denom if math.isfinite(abs_err) else math.inf)
+
+
+@dataclass
+class OutputResult:
+    """One output of one case: its errors, its limit and the verdict."""
+
+    output: str
+    max_abs: float
+    rel: float
+    limit: float
+    passed: bool
+    baseline_rel: float | None = None  # same-dtype standard attention's error (fp16/bf16)
+    note: str = ""
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        for key in ("max_abs", "rel", "limit", "baseline_rel"):
+            if d[key] is not None and not math.isfinite(d[key]):
+                d[key] = str(d[key])  # JSON has no inf
+        return d
+
+
+def judge(output: str, dtype: str, x, ref, *, baseline=None, scale_floor=None) -> OutputResult:
+    """Compare ``x`` with the float64 ``ref`` under the project's tolerance.
+
+    ``baseline`` is the same-dtype standard attention's value of this output (needed for
+    float16 / bfloat16); ``scale_floor`` the smallest denominator of the relative error
+    (for gradients: ``ZERO_REF_FLOOR`` × the case's largest reference gradient).  For
+    "lse" the −inf pattern must also match exactly.
+    """
+    x64 = np.asarray(x, dtype=np.float64)
+    ref64 = np.asarray(ref, dtype=np.float64)
+    if x64.shape != ref64.shape:
+        return OutputResult(output, math.inf, math.inf, 0.0, False, None, f"shape {x64.shape} != {ref64.shape}")
+    abs_err, rel = measured_error(x64, ref64, scale_floor)
+    base_rel = None
+    if dtype != "float32":
+        if baseline is None:
+            raise ValueError(f"{output}: {dtype} needs the same-dtype standard attention's result")
+        _, base_rel = measured_error(baseline, ref64, scale_floor)
+    limit = tolerance(output, dtype, base_rel)
+    notes = []
+    ok = rel <= limit
+    if np.isnan(x64).any():
+        ok = False
+        notes.append(f"{int(np.isnan(x64).sum())} NaN")
+    if output == "lse":
+        mismatch = int((np.isneginf(x64) != np.isneginf(ref64)).sum())
+        if mismatch:
+            ok = False
+            notes.append(f"{mismatch} -inf mismatches")
+    return OutputResult(output, abs_err, rel, limit, bool(ok), base_rel, ", ".join(notes))
+
+
+# --------------------------------------------------------------------------------------
+# Running
+# --------------------------------------------------------------------------------------
+
+
+@dataclass
+class CaseResult:
+    """The outputs checked for one case (or the error that stopped it)."""
+
+    case: CaseSpec
+    seed: int
+    index: int
+    outputs: list[OutputResult] = field(default_factory=list)
+    error: str | None = None
+    seconds: float = 0.0
+
+    @property
+    def passed(self) -> bool:
+        return self.error is None and bool(self.outputs) and all(o.passed for o in self.outputs)
+
+    def to_dict(self) -> dict:
+        return {
+            "case": asdict(self.case),
+            "label": self.case.label,
+            "seed": self.seed,
+            "index": self.index,
+            "passed": self.passed,
+            "error": self.error,
+            "seconds": round(self.seconds, 3),
+            "outputs": [o.to_dict() for o in self.outputs],
+        }
+
+
+def runtime_mode() -> str:
+    """Where kernels run: "gpu", "simulator" or "none" (numba without the simulator and
+    no device: nothing can run)."""
+    from numba_flash._backend import SIMULATOR, gpu_available
+
+    if SIMULATOR:
+        return "simulator"
+    return "gpu" if gpu_available() else "none"
+
+
+def new_seed() -> int:
+    """A fresh random seed (printed by the CLI so a run can be replayed)."""
+    return int(np.random.SeedSequence().entropy % (2**31))
+
+
+def _array_module(xp):
+    if xp is not None:
+        return xp
+    if runtime_mode() == "gpu":
+        import cupy
+
+        return cupy
+    return np
+
+
+def _host(x):
+    return x.get() if hasattr(x, "get") else np.asarray(x)
+
+
+def check_case(case: CaseSpec, seed: int, *, index: int = 0, passes: Iterable[str] = PASSES, xp=None) -> CaseResult:
+    """Run one case and judge every output; never raises (errors go in ``.error``)."""
+    from numba_flash import api  # looked up at call time, so tests can patch it
+
+    passes = tuple(passes)
+    for p in passes:
+        if p not in PASSES:
+            raise ValueError(f"passes: expected a subset of {PASSES}, got {p!r}")
+    result = CaseResult(case, int(seed), index)
+    t0 = time.perf_counter()
+    try:
+        xp = _array_module(xp)
+        dt = _np_dtype(case.dtype)
+        rng = np.random.default_rng([int(seed), int(index)])
+        q, k, v = (rng.standard_normal(case.shape(n)).astype(dt) for n in (case.seqlen_q, case.seqlen_k, case.seqlen_k))
+        dout = rng.standard_normal(case.shape(case.seqlen_q)).astype(dt)
+        kw = dict(causal=case.causal, layout=case.layout)
+        lowp = case.dtype != "float32"
+
+        out, lse = api.flash_attention(xp.asarray(q), xp.asarray(k), xp.asarray(v), return_lse=True, **kw)
+        out_h, lse_h = _host(out), _host(lse)
+        ref_out, ref_lse = reference.attention(q, k, v, **kw)
+        low_out = low_lse = None
+        if lowp:
+            low_out, low_lse = reference.attention_lowp(q, k, v, dtype=dt, **kw)
+        if "forward" in passes:
+            result.outputs.append(judge("out", case.dtype, out_h, ref_out, baseline=low_out))
+            result.outputs.append(judge("lse", case.dtype, lse_h, ref_lse, baseline=low_lse))
+        if "backward" in passes:
+            grads = api.flash_attention_backward(
+                xp.asarray(dout), xp.asarray(q), xp.asarray(k), xp.asarray(v), out, lse, **kw
+            )
+            ref_grads = reference.attention_backward(dout, q, k, v, ref_out, ref_lse, **kw)
+            low_grads = (None, None, None)
+            if lowp:
+                low_grads = reference.attention_backward_lowp(dout, q, k, v, low_out, low_lse, dtype=dt, **kw)
+            floor = ZERO_REF_FLOOR * max(_finite_max_abs(g) for g in ref_grads)
+            for name, got, want, low in zip(BACKWARD_OUTPUTS, grads, ref_grads, low_grads):
+                result.outputs.append(judge(name, case.dtype, _host(got), want, baseline=low, scale_floor=floor))
+    except Exception as exc:  # recorded, so one bad case does not hide the others
+        last = traceback.extract_tb(exc.__traceback__)[-1:]
+        where = f" ({last[0].filename.rsplit('/', 1)[-1]}:{last[0].lineno})" if last else ""
+        result.error = f"{type(exc).__name__}: {exc}{where}"
+    result.seconds = time.perf_counter() - t0
+    return result
+
+
+def run_check(
+    cases: Sequence[CaseSpec],
+    *,
+    seed: int | None = None,
+    passes: Iterable[str] = PASSES,
+    xp=None,
+    on_case: Callable[[CaseResult], None] | None = None,
+    before_case: Callable[[int, CaseSpec], None] | None = None,
+) -> list[CaseResult]:
+    """Check every case; returns one :class:`CaseResult` per case, in order.
+
+    ``seed`` None draws a fresh one (read it back from any result's ``.seed``).
+    ``xp`` is the array module the API is fed with (default: CuPy on a GPU, NumPy in
+    the simulator).  ``before_case(i, case)`` / ``on_case(result)`` report progress.
+    """
+    seed = new_seed() if seed is None else int(seed)
+    passes = tuple(passes)
+    results = []
+    for i, case in enumerate(cases):
+        if before_case is not None:
+            before_case(i, case)
+        r = check_case(case, seed, index=i, passes=passes, xp=xp)
+        results.append(r)
+        if on_case is not None:
+            on_case(r)
+    return results

@@ -1,0 +1,522 @@
+"""The ``numba-flash`` command line and the library modules behind it.
+
+Runs on a CPU-only machine: ``check`` in numba's CUDA simulator on tiny shapes, ``inspect``
+through ``numba.cuda.compile_ptx`` (no GPU needed), ``bench`` and ``memory`` only as far
+as their clean "needs a CUDA device" exit plus the pure-library parts (FLOP formula,
+presets, JSON/CSV schema, plots).  Tests marked ``gpu`` time real peers on a GPU.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import math
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+from numba_flash import bench as B
+from numba_flash import check as C
+from numba_flash import inspection as I
+from numba_flash import memory as M
+from numba_flash._backend import SIMULATOR
+
+try:
+    from numba_flash_cli.main import main
+except ImportError:  # the project is not pip-installed: import cli/ from the checkout
+    from cli.main import main
+
+COMMANDS = ["check", "bench", "memory", "info", "inspect"]
+
+
+def invoke(*args):
+    result = CliRunner().invoke(main, list(args), prog_name="numba-flash", catch_exceptions=True)
+    return result
+
+
+def assert_clean_exit(result, code):
+    """Exit ``code`` through SystemExit: never an uncaught exception or a traceback."""
+    assert result.exit_code == code, result.output
+    assert result.exception is None or isinstance(result.exception, SystemExit), repr(result.exception)
+    assert "Traceback" not in result.output
+
+
+# --------------------------------------------------------------------------------------
+# --help and usage errors
+# --------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("command", [None] + COMMANDS)
+def test_help_has_an_example(command):
+    args = ([command] if command else []) + ["--help"]
+    result = invoke(*args)
+    assert_clean_exit(result, 0)
+    assert "Usage: numba-flash" in result.output
+    assert "Example" in result.output and "numba-flash " + (command or "") in result.output
+
+
+BAD_OPTIONS = [
+    ["nonsense"],
+    ["check", "--seqlen", "abc"],
+    ["check", "--seqlen", "0"],
+    ["check", "--seqlen", "1:2:3"],
+    ["check", "--head-dim", "12"],
+    ["check", "--head-dim", "512"],
+    ["check", "--dtype", "float64"],
+    ["check", "--causal", "maybe"],
+    ["check", "--layout", "sbhd"],
+    ["check", "--batch", "0"],
+    ["check", "--seed", "-1"],
+    ["bench", "--preset", "fa3"],
+    ["bench", "--preset", "fa2", "--seqlen", "128"],
+    ["bench", "--rep", "5", "--min-rep", "10"],
+    ["bench", "--impl", "triton"],
+    ["bench", "--budget-ms", "0"],
+    ["memory", "--min-seqlen", "4096", "--max-seqlen", "1024"],
+    ["memory", "--head-dim", "7"],
+    ["memory", "--dtype", "int8"],
+    ["inspect"],
+    ["inspect", "--pass", "sideways", "--dtype", "float32", "--head-dim", "64"],
+    ["inspect", "--pass", "forward", "--dtype", "float32", "--head-dim", "64", "--arch", "foo"],
+    ["inspect", "--pass", "forward", "--dtype", "float32", "--head-dim", "x"],
+    ["info", "--verbose"],
+]
+
+
+@pytest.mark.parametrize("args", BAD_OPTIONS, ids=[" ".join(a) for a in BAD_OPTIONS])
+def test_bad_options_are_usage_errors(args):
+    result = invoke(*args)
+    assert_clean_exit(result, 2)
+    assert "Error" in result.output
+
+
+# --------------------------------------------------------------------------------------
+# check
+# --------------------------------------------------------------------------------------
+
+
+needs_sim = pytest.mark.skipif(not SIMULATOR, reason="the tiny-shape check cases are for the simulator")
+
+
+@needs_sim
+def test_check_passes_in_the_simulator(tmp_path):
+    out = tmp_path / "check.json"
+    result = invoke("check", "--seqlen", "9:17", "--head-dim", "16", "--causal", "on",
+                    "--dtype", "float32", "--dtype", "float16", "--seed", "3", "--json", str(out))  # fmt: skip
+    assert_clean_exit(result, 0)
+    first = result.output.splitlines()[0]
+    assert first.startswith("numba-flash check:") and "simulator" in first and "seed 3" in first
+    assert result.output.count("PASS") >= 2 + 10 and "FAIL" not in result.output
+    assert "all 2 case(s) passed" in result.output
+    doc = json.loads(out.read_text())
+    assert doc["schema"] == "numba-flash-check/1" and doc["passed"] is True and doc["seed"] == 3
+    assert doc["mode"] == "simulator"
+    assert [r["case"]["dtype"] for r in doc["results"]] == ["float32", "float16"]
+    for r in doc["results"]:
+        assert r["passed"] and r["error"] is None
+        assert [o["output"] for o in r["outputs"]] == ["out", "lse", "dq", "dk", "dv"]
+        for o in r["outputs"]:
+            assert o["passed"] and o["rel"] <= o["limit"]
+        lowp = r["case"]["dtype"] == "float16"
+        assert all((o["baseline_rel"] is not None) == lowp for o in r["outputs"])
+
+
+def _fake_api(monkeypatch, *, error=0.0, raise_in_forward=False):
+    """Replace the API with the float64 reference (+ ``error``): no kernel runs."""
+    from numba_flash import api, reference
+
+    def flash_attention(q, k, v, *, causal=False, softmax_scale=None, return_lse=False, layout="bshd"):
+        if raise_in_forward:
+            raise RuntimeError("kernel exploded")
+        out, lse = reference.attention(q, k, v, causal=causal, layout=layout)
+        out = (out + error).astype(q.dtype)
+        return (out, lse.astype(np.float32)) if return_lse else out
+
+    def flash_attention_backward(dout, q, k, v, out, lse, *, causal=False, softmax_scale=None, layout="bshd"):
+        grads = reference.attention_backward(dout, q, k, v, out, lse, causal=causal, layout=layout)
+        return tuple((g + error).astype(q.dtype) for g in grads)
+
+    monkeypatch.setattr(api, "flash_attention", flash_attention)
+    monkeypatch.setattr(api, "flash_attention_backward", flash_attention_backward)
+
+
+def test_check_fails_on_wrong_results(monkeypatch, tmp_path):
+    _fake_api(monkeypatch, error=1e-2)
+    out = tmp_path / "c.json"
+    result = invoke("check", "--seqlen", "7", "--head-dim", "16", "--causal", "off", "--seed", "5",
+                    "--json", str(out))  # fmt: skip
+    assert_clean_exit(result, 1)
+    assert "FAIL" in result.output and "FAILED: 1 of 1" in result.output
+    doc = json.loads(out.read_text())
+    assert doc["passed"] is False
+    outputs = {o["output"]: o for o in doc["results"][0]["outputs"]}
+    assert not outputs["out"]["passed"] and not outputs["dq"]["passed"]
+    assert outputs["lse"]["passed"]  # the fake leaves the LSE exact
+
+
+def test_check_passes_with_exact_results_and_reports_errors(monkeypatch):
+    _fake_api(monkeypatch, error=0.0)
+    result = invoke("check", "--seqlen", "5:9", "--head-dim", "8", "--causal", "both", "--layout", "both",
+                    "--seed", "1")  # fmt: skip
+    assert_clean_exit(result, 0)
+    assert "all 4 case(s) passed" in result.output
+
+    _fake_api(monkeypatch, raise_in_forward=True)
+    result = invoke("check", "--seqlen", "5", "--head-dim", "8", "--causal", "off", "--seed", "1")
+    assert_clean_exit(result, 1)
+    assert "ERROR" in result.output and "kernel exploded" in result.output
+
+
+def test_no_device_and_no_simulator(monkeypatch):
+    """NUMBA_ENABLE_CUDASIM=0 on a machine without a GPU: nothing can run, say so."""
+    monkeypatch.setattr(C, "runtime_mode", lambda: "none")
+    for args in (["check"], ["bench"], ["memory"]):
+        result = invoke(*args)
+        assert_clean_exit(result, 1)
+        assert "CUDA device" in result.output
+
+
+def test_version():
+    result = invoke("--version")
+    assert_clean_exit(result, 0)
+    assert result.output.startswith("numba-flash ")
+
+
+def test_default_simulator_grid_is_tiny():
+    cases = C.default_cases(simulator=True)
+    assert 1 <= len(cases) <= 6
+    assert all(c.batch == 1 and c.heads <= 2 and max(c.seqlen_q, c.seqlen_k) <= 33 for c in cases)
+    assert {c.head_dim for c in cases} <= {16, 32}
+    assert {c.causal for c in cases} == {False, True} and {c.layout for c in cases} == {"bshd", "bhsd"}
+    assert any(c.seqlen_q < c.seqlen_k for c in cases) and any(c.seqlen_q > c.seqlen_k and c.causal for c in cases)
+    assert [c.dtype for c in cases].count("float16") == 1
+
+
+def test_default_gpu_grid_covers_the_brief():
+    cases = C.default_cases(simulator=False)
+    assert {(c.seqlen_q, c.seqlen_k) for c in cases} >= {(1, 1), (127, 127), (1024, 1024), (127, 1024), (1024, 127)}
+    assert {c.head_dim for c in cases} == {64, 128} and {c.dtype for c in cases} >= {"float32", "float16"}
+    assert {c.causal for c in cases} == {False, True} and {c.layout for c in cases} == {"bshd", "bhsd"}
+
+
+def test_build_cases_takes_unset_axes_from_the_mode():
+    cases = C.build_cases(simulator=True, head_dims=[32])
+    assert {c.head_dim for c in cases} == {32} and all(c.seqlen_q <= 33 for c in cases)
+    cases = C.build_cases(simulator=True, seqlens=["4:8", 3], causal=[True], layouts=["bhsd"], batch=2, heads=3)
+    assert [(c.seqlen_q, c.seqlen_k) for c in cases] == [(4, 8), (3, 3)]
+    assert all(c.causal and c.layout == "bhsd" and (c.batch, c.heads) == (2, 3) for c in cases)
+    with pytest.raises(ValueError):
+        C.parse_seqlen("4:x")
+
+
+def test_tolerance_rules():
+    assert C.tolerance("out", "float32") == 1e-5 and C.tolerance("lse", "float32") == 1e-5
+    assert all(C.tolerance(g, "float32") == 1e-4 for g in ("dq", "dk", "dv"))
+    assert C.lowp_floor("float16") == 2.0**-11 and C.lowp_floor("bfloat16") == 2.0**-8
+    assert C.tolerance("out", "float16", 1e-3) == pytest.approx(2e-3 + 2.0**-11)
+    assert C.tolerance("dv", "bfloat16", 1e-2) == pytest.approx(3e-2 + 2.0**-8)
+    with pytest.raises(ValueError):
+        C.tolerance("out", "float16")  # needs the baseline
+    with pytest.raises(ValueError):
+        C.tolerance("dz", "float32")
+
+
+def test_judge():
+    rng = np.random.default_rng(0)
+    ref = rng.standard_normal((1, 4, 1, 8))
+    assert C.judge("out", "float32", ref.astype(np.float32), ref).passed
+    bad = C.judge("out", "float32", ref + 1e-3, ref)
+    assert not bad.passed and bad.rel == pytest.approx(1e-3 / np.abs(ref).max())
+    nan = ref.copy()
+    nan[0, 0, 0, 0] = np.nan
+    r = C.judge("out", "float32", nan, ref)
+    assert not r.passed and "NaN" in r.note
+    # LSE: -inf must match exactly, both ways
+    lse = np.array([[[-np.inf, 0.5, 1.5]]])
+    assert C.judge("lse", "float32", lse, lse).passed
+    r = C.judge("lse", "float32", np.array([[[-1e30, 0.5, 1.5]]]), lse)
+    assert not r.passed and "-inf" in r.note
+    assert not C.judge("lse", "float32", np.array([[[-np.inf, -np.inf, 1.5]]]), lse).passed
+    # fp16: against the same-dtype baseline
+    base = ref + 1e-3
+    assert C.judge("out", "float16", ref + 1.5e-3, ref, baseline=base).passed
+    assert not C.judge("out", "float16", ref + 5e-3, ref, baseline=base).passed
+    # a gradient that is zero everywhere is judged against the case's gradient scale
+    zero = np.zeros((1, 1, 1, 8))
+    assert C.judge("dq", "float32", zero + 1e-9, zero, scale_floor=1e-3).passed
+    assert not C.judge("dq", "float32", zero + 1e-6, zero, scale_floor=1e-3).passed
+
+
+# --------------------------------------------------------------------------------------
+# bench (library parts on the CPU; the command needs a GPU)
+# --------------------------------------------------------------------------------------
+
+
+@needs_sim
+def test_bench_without_gpu_exits_cleanly():
+    result = invoke("bench", "--seqlen", "128")
+    assert_clean_exit(result, 1)
+    assert "need a CUDA device" in result.output
+    result = invoke("bench", "--preset", "fa2", "--json", "out.json", "--plot", "out.png")
+    assert_clean_exit(result, 1)
+    with pytest.raises(B.NoDeviceError):
+        B.run_bench([B.BenchCase(1, 1, 128, 128, 64, False)])
+
+
+@needs_sim
+def test_memory_without_gpu_exits_cleanly():
+    result = invoke("memory", "--json", "mem.json")
+    assert_clean_exit(result, 1)
+    assert "need a CUDA device" in result.output
+    with pytest.raises(B.NoDeviceError):
+        M.run_memory(seqlens=[1024])
+
+
+def test_flop_formula():
+    f = B.attention_flops(2, 3, 5, 7, 64, False, "forward")
+    assert f == 4 * 2 * 3 * 5 * 7 * 64
+    assert B.attention_flops(2, 3, 5, 7, 64, True, "forward") == f / 2
+    assert B.attention_flops(2, 3, 5, 7, 64, False, "backward") == 2.5 * f
+    assert B.attention_flops(2, 3, 5, 7, 64, True, "forward+backward") == 3.5 * f / 2
+    assert B.tflops(1e12, 1000.0) == pytest.approx(1.0)
+    assert B.tflops(1e12, None) is None
+    with pytest.raises(ValueError):
+        B.attention_flops(1, 1, 1, 1, 8, False, "sideways")
+
+
+def test_fa2_preset():
+    cases = B.preset_cases("fa2")
+    assert len(cases) == 2 * 2 * 6
+    for c in cases:
+        assert c.batch * c.seqlen_q == 16384 and c.heads * c.head_dim == 2048 and c.seqlen_q == c.seqlen_k
+        assert c.dtype == "float16"
+    assert {c.seqlen_q for c in cases} == {512, 1024, 2048, 4096, 8192, 16384}
+    assert {c.head_dim for c in cases} == {64, 128} and {c.causal for c in cases} == {False, True}
+    assert len(B.preset_cases("fa2", ("float16", "bfloat16"))) == 48
+    with pytest.raises(ValueError):
+        B.preset_cases("fa3")
+    one = B.shape_cases(seqlens=[(4096, 4096)], head_dims=[128], causal=[True])
+    assert [(c.batch, c.heads, c.causal) for c in one] == [(4, 16, True)]
+
+
+def test_rotation_count():
+    l2 = 60 * 2**20
+    assert B.rotation_count(10 * 2**20, l2=l2) == 18
+    assert B.rotation_count(1 * 2**30, l2=l2) == 1
+    assert B.rotation_count(1024, l2=l2) == B.MAX_SETS
+    assert B.rotation_count(10 * 2**20, l2=l2, free=40 * 2**20) == 1
+
+
+def _synthetic_results():
+    case = B.BenchCase(2, 4, 1024, 1024, 64, True, "float16")
+    t = lambda ms: B.Timing.from_samples([ms * 0.9, ms, ms * 1.2], rotation=3)  # noqa: E731
+    return [
+        B.BenchResult("numba-flash", "forward", case, timing=t(2.0)),
+        B.BenchResult("numba-flash", "backward", case, timing=t(5.0)),
+        B.BenchResult("cupy-standard", "forward", case, timing=t(4.0)),
+        B.BenchResult("cupy-standard", "backward", case, "oom", "out of memory: OutOfMemoryError"),
+        B.BenchResult("torch-sdpa-flash", "forward", case, "unavailable", "torch is not importable"),
+    ]
+
+
+def test_bench_results_json_schema(tmp_path):
+    results = B.add_derived(_synthetic_results())
+    rows = [r.to_dict() for r in results]
+    assert all(tuple(r) == B.ROW_KEYS for r in rows)
+    by = {(r["impl"], r["pass"]): r for r in rows}
+    nf, cp = by[("numba-flash", "forward")], by[("cupy-standard", "forward")]
+    flops = 4 * 2 * 4 * 1024 * 1024 * 64 * 0.5
+    assert nf["flops"] == flops and nf["ms"] == 2.0 and nf["tflops"] == pytest.approx(flops / 2.0 / 1e9, rel=1e-5)
+    assert nf["ratio_vs_numba_flash"] == 1.0 and cp["ratio_vs_numba_flash"] == 2.0
+    assert nf["ms_min"] == pytest.approx(1.8) and nf["ms_max"] == pytest.approx(2.4) and nf["reps"] == 3
+    assert nf["rotation"] == 3
+    both = by[("numba-flash", "forward+backward")]
+    assert both["ms"] == 7.0 and both["flops"] == 3.5 * flops and both["status"] == "ok"
+    assert by[("cupy-standard", "forward+backward")]["status"] == "oom"
+    oom = by[("cupy-standard", "backward")]
+    assert oom["ms"] is None and oom["tflops"] is None and oom["ratio_vs_numba_flash"] is None and oom["reps"] == 0
+    assert by[("torch-sdpa-flash", "forward")]["status"] == "unavailable"
+    assert all(r["status"] in B.STATUSES for r in rows)
+    types = {"impl": str, "pass": str, "dtype": str, "batch": int, "heads": int, "seqlen_q": int, "seqlen_k": int,
+             "head_dim": int, "causal": bool, "flops": float, "reps": int, "rotation": int, "status": str,
+             "detail": str}  # fmt: skip
+    for r in rows:
+        for key, ty in types.items():
+            assert isinstance(r[key], ty), (key, r[key])
+        for key in ("ms", "ms_min", "ms_max", "ms_q1", "ms_q3", "tflops", "ratio_vs_numba_flash"):
+            assert r[key] is None or isinstance(r[key], float)
+    # the document, through a file and back
+    path = tmp_path / "out.json"
+    B.write_json(results, path, settings={"warmup": 5}, environment={"device": {"name": "x"}})
+    doc = json.loads(path.read_text())
+    assert doc["schema"] == B.SCHEMA and set(doc) == {"schema", "created", "environment", "settings", "results"}
+    assert B.rows_from_json(doc) == json.loads(json.dumps(rows))
+    with pytest.raises(ValueError):
+        B.rows_from_json({"schema": "other"})
+    text = B.csv_text(results)
+    parsed = list(csv.DictReader(io.StringIO(text)))
+    assert list(parsed[0]) == list(B.ROW_KEYS) and len(parsed) == len(rows)
+
+
+def test_bench_plot(tmp_path):
+    pytest.importorskip("matplotlib")
+    results = B.add_derived(_synthetic_results())
+    path = tmp_path / "bench.png"
+    B.plot(results, path)
+    assert path.read_bytes()[:4] == b"\x89PNG"
+    # and from JSON rows
+    B.plot([r.to_dict() for r in results], tmp_path / "rows.png")
+    assert (tmp_path / "rows.png").stat().st_size > 0
+
+
+def test_memory_library_parts(tmp_path):
+    pytest.importorskip("matplotlib")
+    assert M.seqlens_up_to(131072) == [1024 * 2**i for i in range(8)]
+    assert M.human_bytes(512) == "512 B" and M.human_bytes(3 * 2**30) == "3.0 GiB"
+    rows = []
+    for n in (1024, 2048, 4096):
+        rows.append(M.MemoryResult("numba-flash", "forward", "float16", 1, 1, n, 64, False, 3 * n * 128,
+                                   n * 128 + 4 * n, n * 128 + 4 * n + 512))  # fmt: skip
+        rows.append(M.MemoryResult("cupy-standard", "forward", "float16", 1, 1, n, 64, False, 3 * n * 128,
+                                   n * 128, 4 * n * n))  # fmt: skip
+    rows.append(M.MemoryResult("cupy-standard", "forward", "float16", 1, 1, 8192, 64, False, status="oom",
+                               detail="out of memory"))  # fmt: skip
+    d = rows[0].to_dict()
+    assert tuple(d) == M.ROW_KEYS and d["beyond_outputs_bytes"] == 512
+    assert rows[-1].to_dict()["peak_bytes"] is None
+    doc = M.to_json_dict(rows)
+    assert doc["schema"] == M.SCHEMA and len(doc["results"]) == 7
+    json.dumps(doc)
+    M.plot(rows, tmp_path / "mem.png")
+    assert (tmp_path / "mem.png").read_bytes()[:4] == b"\x89PNG"
+
+
+# --------------------------------------------------------------------------------------
+# info and inspect
+# --------------------------------------------------------------------------------------
+
+
+@needs_sim
+def test_info_in_the_simulator():
+    result = invoke("info")
+    assert_clean_exit(result, 0)
+    assert result.output.splitlines()[0].startswith("simulator: on")
+    for word in ("compute capability", "SMs", "numba-cuda", "cupy", "numpy", "float32", "float16", "n/a"):
+        assert word in result.output
+    data = json.loads(invoke("info", "--json").output)
+    assert data["simulator"] is True and data["device"]["name"] == "n/a"
+    assert {r["dtype"] for r in data["kernels"]} >= {"float32", "float16"}
+    assert data["versions"]["numba-cuda"] != "n/a"
+
+
+def test_inspect_forward_ptx():
+    result = invoke("inspect", "--pass", "forward", "--dtype", "float32", "--head-dim", "64", "--ptx")
+    assert_clean_exit(result, 0)
+    summary, _, ptx = result.output.partition("// =====")
+    assert "simt_forward" in summary and "registers / thread" in summary and "fma" in summary
+    assert ".entry" in ptx and ".target sm_90" in ptx
+    assert "fma.rn.f32" in ptx
+    assert "ld.local" not in ptx and "st.local" not in ptx  # nothing spilled to local memory
+
+
+def test_inspect_backward_json():
+    result = invoke("inspect", "--pass", "backward", "--dtype", "float16", "--head-dim", "32", "--causal",
+                    "--arch", "sm_80", "--json")  # fmt: skip
+    assert_clean_exit(result, 0)
+    kernels = json.loads(result.output)
+    assert [k["name"] for k in kernels] == ["simt_bwd_preprocess", "simt_bwd_dkdv", "simt_bwd_dq"]
+    for k in kernels:
+        assert k["arch"] == "sm_80" and set(k["counts"]) == set(I.COUNT_KEYS) and "ptx" not in k
+        assert k["counts"]["ld.local"] == 0 and k["counts"]["atom"] == 0  # dQ without atomics
+        assert k["registers"] is None or k["registers"] > 0
+    assert kernels[1]["shared_bytes_ptx"] > 0 and kernels[1]["counts"]["bar.sync"] > 0
+
+
+def test_ptx_counting():
+    ptx = """
+.version 8.0
+.target sm_90
+.visible .shared .align 4 .b8 _smem_a[4096];
+.shared .align 16 .f32 _smem_b[100];
+.extern .shared .align 16 .b8 dyn[];
+.local .align 8 .b8 __local_depot0[24];
+.visible .entry k(
+{
+$L__BB0_1:
+	ld.param.u64 	%rd1, [k_param_0];
+	ld.global.nc.f32 	%f1, [%rd1];
+	ld.f32 	%f2, [%rd2];
+	st.f32 	[%rd2], %f2;
+	ld.shared.f32 	%f3, [%rd3];
+	@%p1 st.shared.v2.f32 	[%rd3], {%f1, %f2};
+	ld.local.u32 	%r1, [%rd4];
+	st.local.u32 	[%rd4], %r1;
+	fma.rn.f32 	%f4, %f1, %f2, %f3;
+	ex2.approx.ftz.f32 	%f5, %f4;
+	shfl.sync.bfly.b32 	%r2, %r1, 1, 31, -1;
+	bar.sync 	0;
+	bar.warp.sync 	-1;
+	mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%f1,%f2,%f3,%f4}, {%r1,%r2,%r3,%r4}, {%r5,%r6}, {%f1,%f2,%f3,%f4};
+	ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%r1,%r2,%r3,%r4}, [%r5];
+	cp.async.cg.shared.global [%r1], [%rd1], 16;
+	atom.global.add.f32 	%f6, [%rd1], %f1;
+	ret;
+}
+"""
+    c = I.count_instructions(ptx)
+    expect = {"ld.param": 1, "ld.global": 1, "ld.generic": 1, "st.generic": 1, "ld.shared": 1, "st.shared": 1,
+              "ld.local": 1, "st.local": 1, "fma": 1, "ex2": 1, "shfl": 1, "bar.sync": 1, "mma": 1,
+              "ldmatrix": 1, "cp.async": 1, "atom": 1, "total": 18}  # fmt: skip
+    for k, v in expect.items():
+        assert c[k] == v, (k, c[k], v)
+    assert I.declared_memory(ptx) == (4096 + 400, 24, True)
+    assert I.parse_arch("sm_90") == (9, 0) and I.parse_arch("sm_120") == (12, 0) and I.parse_arch("8.6") == (8, 6)
+    log_ptxas = ("ptxas info    : Function properties for k\n"
+                 "    16 bytes stack frame, 8 bytes spill stores, 4 bytes spill loads\n"
+                 "ptxas info    : Used 168 registers, used 1 barriers, 42112 bytes smem, 400 bytes cmem[0]")  # fmt: skip
+    r = I.parse_resource_log(log_ptxas)
+    assert r == {"registers": 168, "stack_bytes": 16, "spill_stores": 8, "spill_loads": 4, "shared_bytes": 42112,
+                 "local_bytes": None}  # fmt: skip
+    log_nvjitlink = "info    : used 124 registers, used 1 barriers, 0 stack, 42112 bytes smem, 1040 bytes cmem[0], 0 bytes lmem"
+    r = I.parse_resource_log(log_nvjitlink)
+    assert r["registers"] == 124 and r["stack_bytes"] == 0 and r["local_bytes"] == 0
+
+
+# --------------------------------------------------------------------------------------
+# on a GPU: the peers for real (pytest -m gpu)
+# --------------------------------------------------------------------------------------
+
+
+@pytest.mark.gpu
+def test_bench_on_gpu_small(tmp_path):
+    cases = [B.BenchCase(2, 4, 512, 512, 64, True, "float16"), B.BenchCase(1, 2, 256, 384, 64, False, "float32")]
+    results = B.run_bench(cases, warmup=2, rep=5, min_rep=3, budget_ms=200)
+    rows = [r.to_dict() for r in results]
+    nf = [r for r in rows if r["impl"] == "numba-flash"]
+    assert nf and all(r["status"] == "ok" and r["ms"] > 0 and r["ratio_vs_numba_flash"] == 1.0 for r in nf)
+    assert all(r["status"] in B.STATUSES for r in rows)
+    assert any(r["impl"] == "cupy-standard" and r["status"] == "ok" for r in rows)
+    fa_fp32 = [r for r in rows if r["impl"] == "torch-sdpa-flash" and r["dtype"] == "float32"]
+    assert all(r["status"] in ("unsupported", "unavailable") for r in fa_fp32)
+    json.dumps(B.to_json_dict(results))
+
+
+@pytest.mark.gpu
+def test_memory_on_gpu_small():
+    results = M.run_memory(seqlens=[1024, 2048], dtype="float32")
+    nf = [r for r in results if r.impl == "numba-flash" and r.pass_ == "forward"]
+    assert all(r.status == "ok" and r.beyond_outputs_bytes <= 4096 for r in nf)
+    std = [r for r in results if r.impl == "cupy-standard" and r.pass_ == "forward"]
+    assert all(r.status == "ok" and r.peak_bytes >= 4 * r.seqlen**2 for r in std)
+
+
+@pytest.mark.gpu
+def test_time_fn_on_gpu():
+    import cupy
+
+    x = cupy.ones((1 << 20,), cupy.float32)
+    t = B.time_fn([lambda: x * 2, lambda: x + 1], warmup=2, rep=10, min_rep=3, budget_ms=None)
+    assert t.reps == 10 and t.rotation == 2 and 0 < t.ms_min <= t.ms <= t.ms_max
+    assert not math.isnan(t.ms_q1)
