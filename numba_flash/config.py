@@ -140,8 +140,11 @@ def tc_smem_bytes(t: TcTiles) -> int:
 def tc_forward_tiles(head_dim: int, causal: bool = False, dtype: str = "float16") -> TcTiles:
     """Tiles of the tensor-core forward.
 
-    Warps of 16 query rows; K/V tiles of BLOCK_N keys double-buffered in dynamic shared
-    memory.  The limits: registers (a lane holds d/16·4 Q words, BLOCK_N/2 S floats and
+    Tuned on the H200 (scripts/tune_tc_tiles.py, docs/benchmarks/tc-forward.md): at
+    d = 64 four warps of two m-tiles (32 rows each: every K/V fragment feeds two mma);
+    at d = 128 eight warps of 16 rows (K/V tiles shared by 128 queries) since two
+    m-tiles do not fit the registers with Q held in them.  K/V tiles of BLOCK_N keys
+    are double-buffered in dynamic shared memory.  The limits: registers (a lane holds d/16·4 Q words, BLOCK_N/2 S floats and
     d/2 O floats: 112 at d = 128, BLOCK_N = 64) and shared memory per SM (228 KiB, so
     at most two 80 KiB blocks at d = 128).  Causal and dtype do not change the choice
     today (they are arguments so that a tuned table can).
@@ -152,7 +155,9 @@ def tc_forward_tiles(head_dim: int, causal: bool = False, dtype: str = "float16"
     if override and str(head_dim) in json.loads(override):
         bm, bn, warps, m_tiles = json.loads(override)[str(head_dim)]
         return TcTiles(head_dim, bm, bn, warps, m_tiles=m_tiles)
-    return TcTiles(head_dim, block_m=64, block_n=64, warps=4)
+    if head_dim == 64:  # 4 warps × 2 m-tiles: 0.74-0.79× FA2 where 4 × 1 gave 0.64-0.71×
+        return TcTiles(64, block_m=128, block_n=64, warps=4, m_tiles=2)
+    return TcTiles(head_dim, block_m=128, block_n=64, warps=8)  # 0.645× where 64×64×4 gave 0.585×
 
 
 @dataclass(frozen=True)
