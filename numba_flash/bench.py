@@ -602,10 +602,14 @@ class InputSet:
         if self.dtype == "bfloat16":
             import cupy
 
+            bf16 = _cupy_dtype("bfloat16")
             try:  # the top 16 bits of the (already rounded) float32 values
-                x = (x.view(cupy.uint32) >> 16).astype(cupy.uint16).view(_cupy_dtype("bfloat16"))
-            except Exception as exc:
-                raise NotImplementedError(f"CuPy cannot hold bfloat16 arrays here ({type(exc).__name__}: {exc})")
+                x = (x.view(cupy.uint32) >> 16).astype(cupy.uint16).view(bf16)
+            except Exception:
+                try:  # through the host, as cupy.asarray(numpy bfloat16 array)
+                    x = cupy.asarray(cupy.asnumpy(x).astype(bf16))
+                except Exception as exc:
+                    raise NotImplementedError(f"CuPy cannot hold bfloat16 arrays here ({type(exc).__name__}: {exc})")
         return x
 
     @staticmethod
