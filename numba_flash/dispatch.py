@@ -75,7 +75,9 @@ def kernels_for(pass_: str, dtype, head_dim: int, causal: bool) -> list[KernelSp
     """The kernels a ``pass_`` ("forward" or "backward") launches, in launch order."""
     if pass_ not in PASSES:
         raise ValueError(f"pass_: expected one of {PASSES}, got {pass_!r}")
-    arr4, arr3, scalar = _numba_types(dtype)
+    # bf16 has no numba type: the tensor-core kernels see uint16 bits and the fp32
+    # fallback sees fp32 copies
+    arr4, arr3, scalar = _numba_types(np.float16 if _is_half(dtype) else dtype)
     if pass_ == "forward" and forward_family(dtype, head_dim) == "tensor-core":
         from numba import types
 
