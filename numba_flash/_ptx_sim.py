@@ -592,3 +592,16 @@ def ex2_approx(x):
     if r != 0 and abs(r) < _F32_TINY:  # ftz result
         r = np.float32(0)
     return r
+
+
+def _mma_acc(mma):
+    def twin(acc, i, a, ai, b0, b1):
+        d = mma(a[ai], a[ai + 1], a[ai + 2], a[ai + 3], b0, b1, acc[i], acc[i + 1], acc[i + 2], acc[i + 3])
+        for k in range(4):
+            acc[i + k] = d[k]
+
+    return twin
+
+
+mma_m16n8k16_f16_acc = _mma_acc(mma_m16n8k16_f16)
+mma_m16n8k16_bf16_acc = _mma_acc(mma_m16n8k16_bf16)

@@ -86,6 +86,8 @@ __all__ = [
     "SMEM_ALIGN",
     "mma_m16n8k16_f16",
     "mma_m16n8k16_bf16",
+    "mma_m16n8k16_f16_acc",
+    "mma_m16n8k16_bf16_acc",
     "mma_m16n8k8_tf32",
     "cvt_rna_tf32",
     "ldmatrix_x1",
@@ -272,6 +274,72 @@ def mma_m16n8k16_bf16(typingctx, a0, a1, a2, a3, b0, b1, c0, c1, c2, c3):
     """
     args = (a0, a1, a2, a3, b0, b1, c0, c1, c2, c3)
     return _mma_typer("mma_m16n8k16_bf16", args), _mma_codegen("bf16", "m16n8k16")
+
+
+def _mma_acc_codegen(ptx_type):
+    """acc[i:i+4] = a[ai:ai+4] @ (b0, b1) + acc[i:i+4], through the mma's registers."""
+    text = (
+        f"mma.sync.aligned.m16n8k16.row.col.f32.{ptx_type}.{ptx_type}.f32 "
+        "{$0, $1, $2, $3}, {$4, $5, $6, $7}, {$8, $9}, {$10, $11, $12, $13};"
+    )
+    constraints = "=f,=f,=f,=f,r,r,r,r,r,r,f,f,f,f"
+
+    def codegen(context, builder, sig, args):
+        acc_ty, i_ty, a_ty, ai_ty = sig.args[:4]
+        acc, i, a, ai = args[:4]
+
+        def pointers(aryty, idxty, ary, idx):
+            idx = context.cast(builder, idx, idxty, types.intp)
+            return [
+                _element_pointer(context, builder, aryty, types.intp, ary,
+                                 builder.add(idx, ir.Constant(idx.type, k)))
+                for k in range(4)
+            ]
+
+        c_ptrs = pointers(acc_ty, i_ty, acc, i)
+        a_vals = [builder.load(p) for p in pointers(a_ty, ai_ty, a, ai)]
+        b_vals = [context.cast(builder, v, t, types.uint32) for v, t in zip(args[4:], sig.args[4:])]
+        c_vals = [builder.load(p) for p in c_ptrs]
+        outs = _asm(builder, text, constraints, a_vals + b_vals + c_vals, [_F32] * 4,
+                    pure=True, convergent=True)
+        for p, v in zip(c_ptrs, outs):
+            builder.store(v, p)
+        return context.get_dummy_value()
+
+    return codegen
+
+
+def _mma_acc_typer(fname, acc, i, a, ai, b0, b1):
+    if not (isinstance(acc, types.Array) and acc.ndim == 1 and acc.dtype == types.float32):
+        raise _TypeError(f"{fname}: acc must be a 1-d float32 array, got {acc}")
+    if not (isinstance(a, types.Array) and a.ndim == 1 and a.dtype == types.uint32):
+        raise _TypeError(f"{fname}: a must be a 1-d uint32 array, got {a}")
+    _require_ints(fname, i=i, ai=ai, b0=b0, b1=b1)
+    return types.void(acc, i, a, ai, b0, b1)
+
+
+@intrinsic
+def mma_m16n8k16_f16_acc(typingctx, acc, i, a, ai, b0, b1):
+    """``mma_m16n8k16_f16_acc(acc, i, a, ai, b0, b1) -> None``
+
+    ``mma_m16n8k16_f16`` on fragments kept in (register) arrays, accumulating in
+    place: ``acc[i:i+4] += A @ B`` with A's fragment ``a[ai:ai+4]`` (uint32,
+    a0..a3 as in ``mma_m16n8k16_f16``), B's ``b0, b1``, C/D ``acc[i:i+4]``
+    (c0..c3).  ``acc`` and ``a`` are 1-d ``cuda.local.array``\ s; with
+    compile-time indices (unrolled loops) they stay in registers.  One line of a
+    kernel per mma instead of a call and four stores.
+    """
+    return _mma_acc_typer("mma_m16n8k16_f16_acc", acc, i, a, ai, b0, b1), _mma_acc_codegen("f16")
+
+
+@intrinsic
+def mma_m16n8k16_bf16_acc(typingctx, acc, i, a, ai, b0, b1):
+    """``mma_m16n8k16_bf16_acc(acc, i, a, ai, b0, b1) -> None``
+
+    As ``mma_m16n8k16_f16_acc`` with bfloat16 fragments
+    (``mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32``).
+    """
+    return _mma_acc_typer("mma_m16n8k16_bf16_acc", acc, i, a, ai, b0, b1), _mma_acc_codegen("bf16")
 
 
 @intrinsic

@@ -52,9 +52,10 @@ _ALIGN = ptx.SMEM_ALIGN
 
 
 def _ops(dtype: str):
+    """(accumulating mma, pack two fp32 into a 16-bit pair, unpack) for ``dtype``."""
     if dtype == "float16":
-        return ptx.mma_m16n8k16_f16, ptx.pack_f16x2, ptx.unpack_f16x2
-    return ptx.mma_m16n8k16_bf16, ptx.pack_bf16x2, ptx.unpack_bf16x2
+        return ptx.mma_m16n8k16_f16_acc, ptx.pack_f16x2, ptx.unpack_f16x2
+    return ptx.mma_m16n8k16_bf16_acc, ptx.pack_bf16x2, ptx.unpack_bf16x2
 
 
 @functools.lru_cache(maxsize=None)
@@ -124,6 +125,8 @@ def dkdv_kernel(t: TcBwdTiles, causal: bool, dtype: str):
         v_frag = cuda.local.array(F_REGS, uint32)
         ka = cuda.local.array(4, uint32)  # this k-slice's K and V fragments
         va = cuda.local.array(4, uint32)
+        p_frag = cuda.local.array(4, uint32)  # Pᵀ and dSᵀ of one k-slice, packed: A operands
+        ds_frag = cuda.local.array(4, uint32)
         acc_s = cuda.local.array(S_REGS, float32)
         acc_dp = cuda.local.array(S_REGS, float32)
         acc_dk = cuda.local.array(O_REGS, float32)
@@ -215,27 +218,11 @@ def dkdv_kernel(t: TcBwdTiles, causal: bool, dtype: str):
                     off = row * ROW_BYTES + ((chunk ^ (row & 7)) << 4)
                     n0 = np2 * 8
                     b0, b1, b2, b3 = ptx.ldmatrix_x4(q_tile + off)
-                    d0, d1, d2, d3 = mma(
-                        ka[0], ka[1], ka[2], ka[3],
-                        b0, b1, acc_s[n0], acc_s[n0 + 1], acc_s[n0 + 2], acc_s[n0 + 3],
-                    )  # fmt: skip
-                    acc_s[n0], acc_s[n0 + 1], acc_s[n0 + 2], acc_s[n0 + 3] = d0, d1, d2, d3
-                    d0, d1, d2, d3 = mma(
-                        ka[0], ka[1], ka[2], ka[3],
-                        b2, b3, acc_s[n0 + 4], acc_s[n0 + 5], acc_s[n0 + 6], acc_s[n0 + 7],
-                    )  # fmt: skip
-                    acc_s[n0 + 4], acc_s[n0 + 5], acc_s[n0 + 6], acc_s[n0 + 7] = d0, d1, d2, d3
+                    mma(acc_s, n0, ka, 0, b0, b1)
+                    mma(acc_s, n0 + 4, ka, 0, b2, b3)
                     b0, b1, b2, b3 = ptx.ldmatrix_x4(do_tile + off)
-                    d0, d1, d2, d3 = mma(
-                        va[0], va[1], va[2], va[3],
-                        b0, b1, acc_dp[n0], acc_dp[n0 + 1], acc_dp[n0 + 2], acc_dp[n0 + 3],
-                    )  # fmt: skip
-                    acc_dp[n0], acc_dp[n0 + 1], acc_dp[n0 + 2], acc_dp[n0 + 3] = d0, d1, d2, d3
-                    d0, d1, d2, d3 = mma(
-                        va[0], va[1], va[2], va[3],
-                        b2, b3, acc_dp[n0 + 4], acc_dp[n0 + 5], acc_dp[n0 + 6], acc_dp[n0 + 7],
-                    )  # fmt: skip
-                    acc_dp[n0 + 4], acc_dp[n0 + 5], acc_dp[n0 + 6], acc_dp[n0 + 7] = d0, d1, d2, d3
+                    mma(acc_dp, n0, va, 0, b0, b1)
+                    mma(acc_dp, n0 + 4, va, 0, b2, b3)
 
             # Pᵀ and dSᵀ: element (key row g + 8·(e >> 1), query column nt·8 + 2·tq + (e & 1))
             for nt in range(NT_S):
@@ -255,33 +242,20 @@ def dkdv_kernel(t: TcBwdTiles, causal: bool, dtype: str):
             # dV += Pᵀ·dO and dK += dSᵀ·Q: queries are the k dimension (ldmatrix.trans)
             for ps in range(PSTEPS):
                 s0 = ps * 8
-                p0 = pack(acc_s[s0], acc_s[s0 + 1])
-                p1 = pack(acc_s[s0 + 2], acc_s[s0 + 3])
-                p2 = pack(acc_s[s0 + 4], acc_s[s0 + 5])
-                p3 = pack(acc_s[s0 + 6], acc_s[s0 + 7])
-                s_0 = pack(acc_dp[s0], acc_dp[s0 + 1])
-                s_1 = pack(acc_dp[s0 + 2], acc_dp[s0 + 3])
-                s_2 = pack(acc_dp[s0 + 4], acc_dp[s0 + 5])
-                s_3 = pack(acc_dp[s0 + 6], acc_dp[s0 + 7])
+                for e in range(4):
+                    p_frag[e] = pack(acc_s[s0 + 2 * e], acc_s[s0 + 2 * e + 1])
+                    ds_frag[e] = pack(acc_dp[s0 + 2 * e], acc_dp[s0 + 2 * e + 1])
                 for nn in range(NT_O // 2):
                     row = ps * 16 + (lane & 7) + ((lane >> 3) & 1) * 8
                     chunk = 2 * nn + (lane >> 4)
                     off = row * ROW_BYTES + ((chunk ^ (row & 7)) << 4)
                     o0 = nn * 8
                     b0, b1, b2, b3 = ptx.ldmatrix_x4_trans(do_tile + off)
-                    d0, d1, d2, d3 = mma(p0, p1, p2, p3, b0, b1, acc_dv[o0], acc_dv[o0 + 1], acc_dv[o0 + 2], acc_dv[o0 + 3])
-                    acc_dv[o0], acc_dv[o0 + 1], acc_dv[o0 + 2], acc_dv[o0 + 3] = d0, d1, d2, d3
-                    d0, d1, d2, d3 = mma(
-                        p0, p1, p2, p3, b2, b3, acc_dv[o0 + 4], acc_dv[o0 + 5], acc_dv[o0 + 6], acc_dv[o0 + 7]
-                    )
-                    acc_dv[o0 + 4], acc_dv[o0 + 5], acc_dv[o0 + 6], acc_dv[o0 + 7] = d0, d1, d2, d3
+                    mma(acc_dv, o0, p_frag, 0, b0, b1)
+                    mma(acc_dv, o0 + 4, p_frag, 0, b2, b3)
                     b0, b1, b2, b3 = ptx.ldmatrix_x4_trans(q_tile + off)
-                    d0, d1, d2, d3 = mma(s_0, s_1, s_2, s_3, b0, b1, acc_dk[o0], acc_dk[o0 + 1], acc_dk[o0 + 2], acc_dk[o0 + 3])
-                    acc_dk[o0], acc_dk[o0 + 1], acc_dk[o0 + 2], acc_dk[o0 + 3] = d0, d1, d2, d3
-                    d0, d1, d2, d3 = mma(
-                        s_0, s_1, s_2, s_3, b2, b3, acc_dk[o0 + 4], acc_dk[o0 + 5], acc_dk[o0 + 6], acc_dk[o0 + 7]
-                    )
-                    acc_dk[o0 + 4], acc_dk[o0 + 5], acc_dk[o0 + 6], acc_dk[o0 + 7] = d0, d1, d2, d3
+                    mma(acc_dk, o0, ds_frag, 0, b0, b1)
+                    mma(acc_dk, o0 + 4, ds_frag, 0, b2, b3)
 
         ptx.cp_async_wait_all()  # no copy may land after the block exits (n_tiles = 0)
         # epilogue: dK (times the softmax scale) and dV as 16-bit pairs, written once
@@ -340,6 +314,7 @@ def dq_kernel(t: TcBwdTiles, causal: bool, dtype: str):
         acc_s = cuda.local.array(S_REGS, float32)
         acc_dp = cuda.local.array(S_REGS, float32)
         acc_dq = cuda.local.array(O_REGS, float32)
+        ds_frag = cuda.local.array(4, uint32)  # dS of one k-slice, packed: the A operand
         lse2 = cuda.local.array(2, float32)
         delta_i = cuda.local.array(2, float32)
         for i in range(O_REGS):
@@ -413,29 +388,12 @@ def dq_kernel(t: TcBwdTiles, causal: bool, dtype: str):
                     chunk = 2 * kk + ((lane >> 3) & 1)
                     off = row * ROW_BYTES + ((chunk ^ (row & 7)) << 4)
                     n0 = np2 * 8
-                    qa = kk * 4
                     b0, b1, b2, b3 = ptx.ldmatrix_x4(k_tile + off)
-                    d0, d1, d2, d3 = mma(
-                        q_frag[qa], q_frag[qa + 1], q_frag[qa + 2], q_frag[qa + 3],
-                        b0, b1, acc_s[n0], acc_s[n0 + 1], acc_s[n0 + 2], acc_s[n0 + 3],
-                    )  # fmt: skip
-                    acc_s[n0], acc_s[n0 + 1], acc_s[n0 + 2], acc_s[n0 + 3] = d0, d1, d2, d3
-                    d0, d1, d2, d3 = mma(
-                        q_frag[qa], q_frag[qa + 1], q_frag[qa + 2], q_frag[qa + 3],
-                        b2, b3, acc_s[n0 + 4], acc_s[n0 + 5], acc_s[n0 + 6], acc_s[n0 + 7],
-                    )  # fmt: skip
-                    acc_s[n0 + 4], acc_s[n0 + 5], acc_s[n0 + 6], acc_s[n0 + 7] = d0, d1, d2, d3
+                    mma(acc_s, n0, q_frag, kk * 4, b0, b1)
+                    mma(acc_s, n0 + 4, q_frag, kk * 4, b2, b3)
                     b0, b1, b2, b3 = ptx.ldmatrix_x4(v_tile + off)
-                    d0, d1, d2, d3 = mma(
-                        do_frag[qa], do_frag[qa + 1], do_frag[qa + 2], do_frag[qa + 3],
-                        b0, b1, acc_dp[n0], acc_dp[n0 + 1], acc_dp[n0 + 2], acc_dp[n0 + 3],
-                    )  # fmt: skip
-                    acc_dp[n0], acc_dp[n0 + 1], acc_dp[n0 + 2], acc_dp[n0 + 3] = d0, d1, d2, d3
-                    d0, d1, d2, d3 = mma(
-                        do_frag[qa], do_frag[qa + 1], do_frag[qa + 2], do_frag[qa + 3],
-                        b2, b3, acc_dp[n0 + 4], acc_dp[n0 + 5], acc_dp[n0 + 6], acc_dp[n0 + 7],
-                    )  # fmt: skip
-                    acc_dp[n0 + 4], acc_dp[n0 + 5], acc_dp[n0 + 6], acc_dp[n0 + 7] = d0, d1, d2, d3
+                    mma(acc_dp, n0, do_frag, kk * 4, b0, b1)
+                    mma(acc_dp, n0 + 4, do_frag, kk * 4, b2, b3)
 
             # P and dS: element (query row g + 8·(e >> 1), key column nt·8 + 2·tq + (e & 1))
             for nt in range(NT_S):
@@ -454,21 +412,14 @@ def dq_kernel(t: TcBwdTiles, causal: bool, dtype: str):
             # dQ += dS·K_j: keys are the k dimension (ldmatrix.trans of K rows)
             for ps in range(PSTEPS):
                 s0 = ps * 8
-                a0 = pack(acc_dp[s0], acc_dp[s0 + 1])
-                a1 = pack(acc_dp[s0 + 2], acc_dp[s0 + 3])
-                a2 = pack(acc_dp[s0 + 4], acc_dp[s0 + 5])
-                a3 = pack(acc_dp[s0 + 6], acc_dp[s0 + 7])
+                for e in range(4):
+                    ds_frag[e] = pack(acc_dp[s0 + 2 * e], acc_dp[s0 + 2 * e + 1])
                 for nn in range(NT_O // 2):
                     row = ps * 16 + (lane & 7) + ((lane >> 3) & 1) * 8
                     chunk = 2 * nn + (lane >> 4)
                     b0, b1, b2, b3 = ptx.ldmatrix_x4_trans(k_tile + row * ROW_BYTES + ((chunk ^ (row & 7)) << 4))
-                    o0 = nn * 8
-                    d0, d1, d2, d3 = mma(a0, a1, a2, a3, b0, b1, acc_dq[o0], acc_dq[o0 + 1], acc_dq[o0 + 2], acc_dq[o0 + 3])
-                    acc_dq[o0], acc_dq[o0 + 1], acc_dq[o0 + 2], acc_dq[o0 + 3] = d0, d1, d2, d3
-                    d0, d1, d2, d3 = mma(
-                        a0, a1, a2, a3, b2, b3, acc_dq[o0 + 4], acc_dq[o0 + 5], acc_dq[o0 + 6], acc_dq[o0 + 7]
-                    )
-                    acc_dq[o0 + 4], acc_dq[o0 + 5], acc_dq[o0 + 6], acc_dq[o0 + 7] = d0, d1, d2, d3
+                    mma(acc_dq, nn * 8, ds_frag, 0, b0, b1)
+                    mma(acc_dq, nn * 8 + 4, ds_frag, 0, b2, b3)
 
         ptx.cp_async_wait_all()  # no copy may land after the block exits (n_tiles = 0)
         scale = float32(softmax_scale)

@@ -80,7 +80,7 @@ def forward_kernel(t: TcTiles, causal: bool, dtype: str):
     KV_BYTES = BLOCK_N * HEAD_DIM * 2  # one stage of K (or V)
     KV_STAGES_BYTES = t.stages * KV_BYTES
     ROW_BYTES = HEAD_DIM * 2
-    mma = ptx.mma_m16n8k16_f16 if dtype == "float16" else ptx.mma_m16n8k16_bf16
+    mma = ptx.mma_m16n8k16_f16_acc if dtype == "float16" else ptx.mma_m16n8k16_bf16_acc
     pack = ptx.pack_f16x2 if dtype == "float16" else ptx.pack_bf16x2
 
     @cuda.jit
@@ -178,22 +178,8 @@ def forward_kernel(t: TcTiles, causal: bool, dtype: str):
                     for mt in range(MT):
                         qa = mt * Q_TILE + kk * 4
                         n0 = mt * S_TILE + np2 * 8  # accumulator index of n-tile 2·np2
-                        d0, d1, d2, d3 = mma(
-                            q_frag[qa], q_frag[qa + 1], q_frag[qa + 2], q_frag[qa + 3],
-                            b0, b1, acc_s[n0], acc_s[n0 + 1], acc_s[n0 + 2], acc_s[n0 + 3],
-                        )  # fmt: skip
-                        acc_s[n0] = d0
-                        acc_s[n0 + 1] = d1
-                        acc_s[n0 + 2] = d2
-                        acc_s[n0 + 3] = d3
-                        d0, d1, d2, d3 = mma(
-                            q_frag[qa], q_frag[qa + 1], q_frag[qa + 2], q_frag[qa + 3],
-                            b2, b3, acc_s[n0 + 4], acc_s[n0 + 5], acc_s[n0 + 6], acc_s[n0 + 7],
-                        )  # fmt: skip
-                        acc_s[n0 + 4] = d0
-                        acc_s[n0 + 5] = d1
-                        acc_s[n0 + 6] = d2
-                        acc_s[n0 + 7] = d3
+                        mma(acc_s, n0, q_frag, qa, b0, b1)
+                        mma(acc_s, n0 + 4, q_frag, qa, b2, b3)
 
             # scale into the log2 domain; mask only tiles that need it
             needs_mask = start_n + BLOCK_N > seqlen_k
@@ -253,22 +239,9 @@ def forward_kernel(t: TcTiles, causal: bool, dtype: str):
                     chunk = 2 * nn + (lane >> 4)
                     b0, b1, b2, b3 = ptx.ldmatrix_x4_trans(v_tile + row * ROW_BYTES + ((chunk ^ (row & 7)) << 4))
                     for mt in range(MT):
-                        a0, a1, a2, a3 = p_frag[mt * 4], p_frag[mt * 4 + 1], p_frag[mt * 4 + 2], p_frag[mt * 4 + 3]
                         o0 = mt * O_TILE + nn * 8
-                        d0, d1, d2, d3 = mma(
-                            a0, a1, a2, a3, b0, b1, acc_o[o0], acc_o[o0 + 1], acc_o[o0 + 2], acc_o[o0 + 3]
-                        )
-                        acc_o[o0] = d0
-                        acc_o[o0 + 1] = d1
-                        acc_o[o0 + 2] = d2
-                        acc_o[o0 + 3] = d3
-                        d0, d1, d2, d3 = mma(
-                            a0, a1, a2, a3, b2, b3, acc_o[o0 + 4], acc_o[o0 + 5], acc_o[o0 + 6], acc_o[o0 + 7]
-                        )
-                        acc_o[o0 + 4] = d0
-                        acc_o[o0 + 5] = d1
-                        acc_o[o0 + 6] = d2
-                        acc_o[o0 + 7] = d3
+                        mma(acc_o, o0, p_frag, mt * 4, b0, b1)
+                        mma(acc_o, o0 + 4, p_frag, mt * 4, b2, b3)
 
         ptx.cp_async_wait_all()  # no copy may land after the block exits (n_tiles = 0)
         # epilogue: o = acc / l as 16-bit pairs; lse = m·ln2 + ln l
