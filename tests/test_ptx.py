@@ -87,7 +87,37 @@ def _mma16_kernel(A, B, C, D, use_bf16):
     D[w, g + 8, 2 * t + 1] = d3
 
 
-def _mma16_case(dtype, grid, block, seed):
+@cuda.jit
+def _mma16_acc_kernel(A, B, C, D, use_bf16):
+    # as _mma16_kernel, through the accumulating form on register arrays
+    tid = cuda.threadIdx.x
+    w = cuda.blockIdx.x * (cuda.blockDim.x // 32) + tid // 32
+    lane = tid % 32
+    g = lane >> 2
+    t = lane & 3
+    a = cuda.local.array(4, uint32)
+    acc = cuda.local.array(4, float32)
+    a[0] = _pk(A[w, g, 2 * t], A[w, g, 2 * t + 1])
+    a[1] = _pk(A[w, g + 8, 2 * t], A[w, g + 8, 2 * t + 1])
+    a[2] = _pk(A[w, g, 2 * t + 8], A[w, g, 2 * t + 9])
+    a[3] = _pk(A[w, g + 8, 2 * t + 8], A[w, g + 8, 2 * t + 9])
+    b0 = _pk(B[w, 2 * t, g], B[w, 2 * t + 1, g])
+    b1 = _pk(B[w, 2 * t + 8, g], B[w, 2 * t + 9, g])
+    acc[0] = C[w, g, 2 * t]
+    acc[1] = C[w, g, 2 * t + 1]
+    acc[2] = C[w, g + 8, 2 * t]
+    acc[3] = C[w, g + 8, 2 * t + 1]
+    if use_bf16:
+        ptx.mma_m16n8k16_bf16_acc(acc, 0, a, 0, b0, b1)
+    else:
+        ptx.mma_m16n8k16_f16_acc(acc, 0, a, 0, b0, b1)
+    D[w, g, 2 * t] = acc[0]
+    D[w, g, 2 * t + 1] = acc[1]
+    D[w, g + 8, 2 * t] = acc[2]
+    D[w, g + 8, 2 * t + 1] = acc[3]
+
+
+def _mma16_case(dtype, grid, block, seed, kernel=_mma16_kernel):
     rng = np.random.default_rng(seed)
     nw = grid * block // 32
     A = rng.standard_normal((nw, 16, 16)).astype(np.float32)
@@ -95,7 +125,7 @@ def _mma16_case(dtype, grid, block, seed):
     C = rng.standard_normal((nw, 16, 8)).astype(np.float32)
     Ab, Bb = _bits(A, dtype), _bits(B, dtype)
     D = np.zeros_like(C)
-    (D,) = _run(_mma16_kernel, grid, block, Ab, Bb, C, D, np.int32(dtype is not np.float16))[3:4]
+    (D,) = _run(kernel, grid, block, Ab, Bb, C, D, np.int32(dtype is not np.float16))[3:4]
     Aq = Ab.view(dtype).astype(np.float64)
     Bq = Bb.view(dtype).astype(np.float64)
     ref = Aq @ Bq + C
@@ -105,6 +135,11 @@ def _mma16_case(dtype, grid, block, seed):
 @pytest.mark.parametrize("dtype", [np.float16, ml_dtypes.bfloat16], ids=["f16", "bf16"])
 def test_mma_m16n8k16(dtype):
     _mma16_case(dtype, 1, 32, seed=1)
+
+
+@pytest.mark.parametrize("dtype", [np.float16, ml_dtypes.bfloat16], ids=["f16", "bf16"])
+def test_mma_m16n8k16_acc(dtype):
+    _mma16_case(dtype, 1, 32, seed=5, kernel=_mma16_acc_kernel)
 
 
 def test_mma_m16n8k16_several_warps_and_blocks():
