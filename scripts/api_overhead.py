@@ -1,0 +1,90 @@
+"""Where the per-call time of a short forward goes: host work in the API vs the kernel.
+
+    python3 scripts/api_overhead.py [B H N d causal]     (default 16 32 1024 64 1)
+
+Prints, per call, in microseconds: the host time of the whole API call (no sync), of the
+argument checks alone, of wrapping the operands for numba (``kernel_arg``), of numba's
+launch with prepared arguments, and the GPU time of the kernel (CUDA events around
+launches of prepared arguments, many in flight).  If the API's host time exceeds the
+kernel's GPU time, back-to-back calls are host-bound and a benchmark measures the host.
+"""
+
+import sys
+import time
+
+import cupy as cp
+import numpy as np
+
+import numba_flash
+from numba_flash import _arrays as A
+from numba_flash import dispatch
+from numba_flash._launch import launch
+from numba_flash.config import tc_smem_bytes
+from numba_flash.kernels import tc_forward
+
+B, H, N, d, causal = (int(x) for x in (sys.argv[1:6] if len(sys.argv) > 5 else (16, 32, 1024, 64, 1)))
+causal = bool(causal)
+q, k, v = (cp.random.standard_normal((B, N, H, d), dtype=cp.float32).astype(cp.float16) for _ in range(3))
+REPS = 200
+
+
+def host_us(fn, reps=REPS):
+    fn()
+    cp.cuda.runtime.deviceSynchronize()
+    t = time.perf_counter()
+    for _ in range(reps):
+        fn()
+    host = (time.perf_counter() - t) / reps * 1e6
+    cp.cuda.runtime.deviceSynchronize()
+    return host
+
+
+def gpu_us(fn, reps=REPS):
+    fn()
+    s, e = cp.cuda.Event(), cp.cuda.Event()
+    s.record()
+    for _ in range(reps):
+        fn()
+    e.record()
+    e.synchronize()
+    return cp.cuda.get_elapsed_time(s, e) / reps * 1e3
+
+
+t = dispatch.tc_forward_tiles(d, causal, "float16")
+kern = tc_forward.forward_kernel(t, causal, "float16")
+out, lse = cp.empty_like(q), cp.empty((B, H, N), cp.float32)
+args = [A.kernel_arg(x.view(cp.uint16)) for x in (q, k, v)] + [A.kernel_arg(out.view(cp.uint32)), A.kernel_arg(lse), 1 / np.sqrt(d)]
+grid = ((N + t.block_m - 1) // t.block_m, H, B)
+stream = A.launch_stream()
+
+
+def prepared():
+    launch(kern, grid, t.threads, stream, tc_smem_bytes(t), *args)
+
+
+def api():
+    numba_flash.flash_attention(q, k, v, causal=causal)
+
+
+def checks():
+    ops = [A.check_operand(n, x, "bshd") for n, x in (("q", q), ("k", k), ("v", v))]
+    A.check_qkv(*ops, "bshd")
+
+
+def wrap():
+    for x in (q, k, v, out, lse):
+        A.kernel_arg(x)
+
+
+rows = {
+    "API call, host": host_us(api),
+    "argument checks, host": host_us(checks),
+    "kernel_arg x5, host": host_us(wrap),
+    "launch_stream, host": host_us(A.launch_stream),
+    "numba launch (prepared args), host": host_us(prepared),
+    "kernel, GPU (prepared args)": gpu_us(prepared),
+    "API call, GPU-timed back to back": gpu_us(api),
+}
+print(f"B={B} H={H} N={N} d={d} causal={causal} fp16")
+for name, us in rows.items():
+    print(f"{name:40s} {us:9.1f} us")
