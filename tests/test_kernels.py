@@ -364,3 +364,31 @@ def test_backward_half_is_deterministic(rng, N, runs):
         again = numba_flash.flash_attention_backward(dout, q, k, v, out, lse, causal=True)
         for a, b in zip(first, again):
             assert np.array_equal(a, host(b)), "backward is not bitwise deterministic"
+
+
+@pytest.mark.skipif(not SIMULATOR, reason="the simulator's shapes; on a GPU the parametrized cases cover more")
+def test_forward_property_random_shapes():
+    """Hypothesis draws shapes (any seqlens, Nq ≠ Nk, head dims of every lane-group width,
+    causal, layout); the fp32 forward must match float64 every time."""
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    @settings(max_examples=4, deadline=None, derandomize=False)
+    @given(
+        nq=st.integers(1, 24),
+        nk=st.integers(1, 24),
+        d=st.sampled_from([8, 16, 24, 32, 64]),
+        causal=st.booleans(),
+        layout=st.sampled_from(["bshd", "bhsd"]),
+        seed=st.integers(0, 2**31 - 1),
+    )
+    def check(nq, nk, d, causal, layout, seed):
+        gen = np.random.default_rng(seed)
+        shape = (lambda n: (1, n, 1, d)) if layout == "bshd" else (lambda n: (1, 1, n, d))
+        q, k, v = (gen.standard_normal(shape(n)).astype(np.float32) for n in (nq, nk, nk))
+        out, lse = numba_flash.flash_attention(q, k, v, causal=causal, return_lse=True, layout=layout)
+        ref_out, ref_lse = reference.attention(q, k, v, causal=causal, layout=layout)
+        assert reference.rel_error(out, ref_out) <= FWD_TOL, seed
+        assert reference.rel_error(lse, ref_lse) <= FWD_TOL, seed
+
+    check()
