@@ -207,10 +207,10 @@ def test_strided_views(rng, B, H, N, d):
         np.testing.assert_array_equal(host(x), b)
 
 
-@pytest.mark.parametrize("N,runs", [(33, 3), pytest.param(2048, 10, marks=pytest.mark.gpu)])
+@pytest.mark.parametrize("N,runs", [(20, 2), pytest.param(2048, 10, marks=pytest.mark.gpu)])
 def test_backward_is_deterministic(rng, N, runs):
     xp = np if SIMULATOR else xp_for("cupy")
-    q, k, v = (xp.asarray(x) for x in make_qkv(rng, 1, 2, N, N, 32 if SIMULATOR else 64, "bshd"))
+    q, k, v = (xp.asarray(x) for x in make_qkv(rng, 1, 1, N, N, 16 if SIMULATOR else 64, "bshd"))
     dout = xp.asarray(rng.standard_normal(q.shape).astype(np.float32))
     out, lse = numba_flash.flash_attention(q, k, v, return_lse=True)
     first = [host(g) for g in numba_flash.flash_attention_backward(dout, q, k, v, out, lse)]
@@ -353,10 +353,11 @@ def test_backward_half(rng, dtype, B, H, Nq, Nk, d, causal, layout):
         assert err <= 3 * base + half_floor(dtype), f"{name}: {err:.3g} vs same-dtype {base:.3g}, seed {rng.seed_value}"
 
 
-@pytest.mark.parametrize("N,runs", [(70, 2), pytest.param(4096, 50, marks=pytest.mark.gpu)])
+@pytest.mark.parametrize("N,runs", [(33, 2), pytest.param(4096, 50, marks=pytest.mark.gpu)])
 def test_backward_half_is_deterministic(rng, N, runs):
     xp = np if SIMULATOR else xp_for("cupy")
-    q, k, v = (xp.asarray(x) for x in make_qkv(rng, 1, 2, N, N, 64, "bshd", np.float16))
+    H = 1 if SIMULATOR else 2
+    q, k, v = (xp.asarray(x) for x in make_qkv(rng, 1, H, N, N, 64, "bshd", np.float16))
     dout = xp.asarray(rng.standard_normal(q.shape).astype(np.float16))
     out, lse = numba_flash.flash_attention(q, k, v, causal=True, return_lse=True)
     first = [host(g) for g in numba_flash.flash_attention_backward(dout, q, k, v, out, lse, causal=True)]
