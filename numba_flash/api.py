@@ -138,8 +138,7 @@ def flash_attention_backward(dout, q, k, v, out, lse, *, causal=False, softmax_s
         smem_kv, smem_q = tc_smem_bwd(t)
         qc, kc, vc, doc, oc = (arg(_bshd(x.view(np.uint16), layout)) for x in computed)
         dq, dk, dv = (arg(_bshd(g.view(np.uint32), layout)) for g in grads)
-        o32, do32 = (arg(_bshd(x.view(np.uint32), layout)) for x in (computed[4], computed[3]))
-        tc_backward.preprocess_kernel(d, dtype)[(_cdiv(Nq, 128), H, B), 128, stream](o32, do32, arg(delta))
+        tc_backward.preprocess_kernel(d, dtype)[(_cdiv(Nq, 128), H, B), 128, stream](oc, doc, arg(delta))
         launch(
             tc_backward.dkdv_kernel(t, causal, dtype), (_cdiv(Nk, t.kv_block_n), H, B), t.threads, stream,
             smem_kv, qc, kc, vc, doc, arg(lsec), arg(delta), dk, dv, scale,

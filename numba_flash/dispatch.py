@@ -106,7 +106,7 @@ def kernels_for(pass_: str, dtype, head_dim: int, causal: bool) -> list[KernelSp
         words = types.Array(types.uint32, 4, "A")
         return [
             KernelSpec("tc_bwd_preprocess", tc_backward.preprocess_kernel(head_dim, name), t,
-                       (words, words, arr3), "tensor-core"),
+                       (bits, bits, arr3), "tensor-core"),
             KernelSpec("tc_bwd_dkdv", tc_backward.dkdv_kernel(t, causal, name), t,
                        (bits, bits, bits, bits, arr3, arr3, words, words, scalar), "tensor-core"),
             KernelSpec("tc_bwd_dq", tc_backward.dq_kernel(t, causal, name), t,

@@ -393,3 +393,33 @@ def test_forward_property_random_shapes():
         assert reference.rel_error(lse, ref_lse) <= FWD_TOL, seed
 
     check()
+
+
+@pytest.mark.parametrize("N", [20, pytest.param(1000, marks=pytest.mark.gpu)])
+def test_strided_half_tensor_core(rng, N):
+    """Slices of a packed (B, N, 3, H, d + 8) fp16 buffer whose rows stay 16-byte aligned
+    run the tensor-core kernels on the caller's strides (no copies) and meet the
+    same-dtype criterion forward and backward; the inputs are left as they were."""
+    from numba_flash import dispatch
+
+    xp = np if SIMULATOR else xp_for("cupy")
+    B, H, d = 1, 2, 64
+    packed = xp.asarray(rng.standard_normal((B, N, 3, H, d + 8)).astype(np.float16))
+    q, k, v = packed[:, :, 0, :, :d], packed[:, :, 1, :, 8 : 8 + d], packed[:, :, 2, :, :d]
+    assert all(_arrays.aligned16(x) for x in (q, k, v)) and not q.flags.c_contiguous
+    assert dispatch.forward_family(q.dtype, d, True) == "tensor-core"
+    before = host(packed).copy()
+    dout = xp.asarray(rng.standard_normal((B, N, H, d)).astype(np.float16))
+    out, lse = numba_flash.flash_attention(q, k, v, causal=True, return_lse=True)
+    hq, hk, hv = (host(x) for x in (q, k, v))
+    ref_out, ref_lse = reference.attention(hq, hk, hv, causal=True, layout="bshd")
+    low_out, _ = reference.attention_lowp(hq, hk, hv, dtype=np.float16, causal=True, layout="bshd")
+    base = reference.rel_error(low_out, ref_out)
+    assert reference.rel_error(host(out), ref_out) <= 2 * base + half_floor(np.float16), rng.seed_value
+    grads = numba_flash.flash_attention_backward(dout, q, k, v, out, lse, causal=True)
+    args = (host(dout), hq, hk, hv, host(out), host(lse))
+    ref_grads = reference.attention_backward(*args, causal=True, layout="bshd")
+    low_grads = reference.attention_backward_lowp(*args, dtype=np.float16, causal=True, layout="bshd")
+    for err, base in zip(grad_errors(grads, ref_grads), grad_errors(low_grads, ref_grads)):
+        assert err <= 3 * base + half_floor(np.float16), rng.seed_value
+    np.testing.assert_array_equal(host(packed), before)

@@ -16,8 +16,8 @@ element is written once by the warp that owns it: no atomics, bitwise determinis
 
 Kernels (4 warps, 16 rows a warp; fragment layouts as in ``numba_flash.ptx``):
 
-- ``preprocess``: grid (ceil(Nq / 128), H, B); one thread a query row reads dO and O as
-  16-bit pairs and writes delta (B, H, Nq) float32.
+- ``preprocess``: grid (ceil(Nq / 128), H, B); one thread a query row reads dO and O
+  (16-bit values, two at a time) and writes delta (B, H, Nq) float32.
 - ``dkdv``: grid (ceil(Nk / BLOCK_N), H, B); warp w owns keys start_n + 16w .. +15.  K
   and V of the block are staged once; Q, dO (and lse, delta) tiles of BLOCK_M queries
   are double-buffered with cp.async.  Per query tile a warp forms Sᵀ = K·Qᵀ and
@@ -60,20 +60,21 @@ def _ops(dtype: str):
 
 @functools.lru_cache(maxsize=None)
 def preprocess_kernel(head_dim: int, dtype: str):
-    """``kernel[grid, 128, stream](out32, dout32, delta)``: delta = rowsum(dO∘O)."""
+    """``kernel[grid, 128, stream](out16, dout16, delta)``: delta = rowsum(dO∘O), from
+    uint16 views of O and dO (any strides with the last axis contiguous)."""
     WORDS = head_dim // 2
     _, _, unpack = _ops(dtype)
 
     @cuda.jit
-    def kernel(out32, dout32, delta):
+    def kernel(out16, dout16, delta):
         row = cuda.blockIdx.x * cuda.blockDim.x + cuda.threadIdx.x
         h = cuda.blockIdx.y
         b = cuda.blockIdx.z
-        if row < out32.shape[1]:
+        if row < out16.shape[1]:
             acc = float32(0.0)
-            for w in range(WORDS):
-                o0, o1 = unpack(out32[b, row, h, w])
-                d0, d1 = unpack(dout32[b, row, h, w])
+            for w in range(WORDS):  # two 16-bit values a step, as one 32-bit pair
+                o0, o1 = unpack(uint32(out16[b, row, h, 2 * w]) | (uint32(out16[b, row, h, 2 * w + 1]) << 16))
+                d0, d1 = unpack(uint32(dout16[b, row, h, 2 * w]) | (uint32(dout16[b, row, h, 2 * w + 1]) << 16))
                 acc += o0 * d0 + o1 * d1
             delta[b, h, row] = acc
 
