@@ -14,6 +14,8 @@ import sys
 
 import click
 
+from numba_flash._report import write_json  # json and time only: imports no numba
+
 CONTEXT = dict(help_option_names=["-h", "--help"], max_content_width=100)
 ON_OFF_BOTH = click.Choice(["on", "off", "both"])
 CHECK_DTYPES = ("float32", "float16", "bfloat16")
@@ -99,12 +101,6 @@ def _fmt_sci(x) -> str:
     if isinstance(x, float) and math.isinf(x):
         return "inf"
     return f"{x:.2e}"
-
-
-def _write_json(path: str, doc: dict):
-    with open(path, "w") as f:
-        json.dump(doc, f, indent=2)
-        f.write("\n")
 
 
 def _need_matplotlib():
@@ -279,7 +275,7 @@ def check(seqlens, head_dims, dtypes, causal, layout, batch, heads, pass_, seed,
             "passed": not failed,
             "results": [r.to_dict() for r in results],
         }
-        _write_json(json_path, doc)
+        write_json(doc, json_path)
         click.echo(f"wrote {json_path}")
     if failed:
         click.echo(f"FAILED: {len(failed)} of {len(results)} case(s) (seed {seed})")

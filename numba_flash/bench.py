@@ -87,13 +87,13 @@ import contextlib
 import csv
 import gc
 import io
-import json
 import math
 import statistics
-import time
 import warnings
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Callable, Iterable, Sequence
+
+from numba_flash import _report
 
 SCHEMA = "numba-flash-bench/1"
 IMPLS = (
@@ -966,19 +966,11 @@ def run_bench(
 
 def to_json_dict(results: Sequence[BenchResult], *, settings: dict | None = None, environment: dict | None = None) -> dict:
     """The JSON document (schema in the module docstring)."""
-    return {
-        "schema": SCHEMA,
-        "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-        "environment": environment or {},
-        "settings": settings or {},
-        "results": [r.to_dict() for r in results],
-    }
+    return _report.json_document(SCHEMA, results, settings=settings, environment=environment)
 
 
 def write_json(results, path, **kw) -> None:
-    with open(path, "w") as f:
-        json.dump(to_json_dict(results, **kw), f, indent=2)
-        f.write("\n")
+    _report.write_json(to_json_dict(results, **kw), path)
 
 
 def csv_text(results: Sequence[BenchResult]) -> str:

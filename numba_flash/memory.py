@@ -33,11 +33,10 @@ JSON schema (``numba-flash-memory/1``): ``{"schema", "created", "environment",
 
 from __future__ import annotations
 
-import json
-import math
-import time
 from dataclasses import dataclass
 from typing import Callable, Iterable, Sequence
+
+from numba_flash import _report
 
 SCHEMA = "numba-flash-memory/1"
 IMPLS = ("numba-flash", "cupy-standard")
@@ -242,19 +241,12 @@ def run_memory(
 
 
 def to_json_dict(results: Sequence[MemoryResult], *, settings: dict | None = None, environment: dict | None = None) -> dict:
-    return {
-        "schema": SCHEMA,
-        "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-        "environment": environment or {},
-        "settings": settings or {},
-        "results": [r.to_dict() for r in results],
-    }
+    """The JSON document (schema in the module docstring)."""
+    return _report.json_document(SCHEMA, results, settings=settings, environment=environment)
 
 
 def write_json(results, path, **kw) -> None:
-    with open(path, "w") as f:
-        json.dump(to_json_dict(results, **kw), f, indent=2)
-        f.write("\n")
+    _report.write_json(to_json_dict(results, **kw), path)
 
 
 def human_bytes(n: int | None) -> str:
