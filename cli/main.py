@@ -15,19 +15,13 @@ import sys
 import click
 
 from numba_flash._report import write_json  # json and time only: imports no numba
+from numba_flash.bench import IMPLS
 
 CONTEXT = dict(help_option_names=["-h", "--help"], max_content_width=100)
 ON_OFF_BOTH = click.Choice(["on", "off", "both"])
 CHECK_DTYPES = ("float32", "float16", "bfloat16")
 KERNEL_DTYPES = ("float32", "float16", "bfloat16")
-BENCH_IMPLS = (
-    "numba-flash",
-    "cupy-standard",
-    "torch-sdpa-flash",
-    "torch-sdpa-cudnn",
-    "torch-sdpa-efficient",
-    "torch-sdpa-math",
-)  # = numba_flash.bench.IMPLS (kept here so --help needs no import)
+BENCH_IMPLS = IMPLS  # numba_flash.bench imports only the standard library: --help stays fast
 
 
 # --------------------------------------------------------------------------------------

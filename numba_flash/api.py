@@ -29,6 +29,16 @@ def _bshd(arr, layout: str):
     return arr if layout == "bshd" else arr.transpose(0, 2, 1, 3)
 
 
+def _check_qkv(q, k, v, causal, softmax_scale, layout):
+    """The checks the forward and backward share; returns
+    (layout, causal, (q_op, k_op, v_op), (B, Nq, Nk, H, d), scale)."""
+    layout = A.check_layout(layout)
+    causal = A.check_causal(causal)
+    ops = tuple(A.check_operand(name, x, layout) for name, x in (("q", q), ("k", k), ("v", v)))
+    dims = A.check_qkv(*ops, layout)
+    return layout, causal, ops, dims, A.check_scale(softmax_scale, dims[-1])
+
+
 def flash_attention(q, k, v, *, causal=False, softmax_scale=None, return_lse=False, layout="bshd"):
     """Exact attention ``softmax(scale · Q·Kᵀ) · V`` without the N×N matrix.
 
@@ -54,13 +64,7 @@ def flash_attention(q, k, v, *, causal=False, softmax_scale=None, return_lse=Fal
         CuPy (or any ``__cuda_array_interface__`` / ``__dlpack__`` device object) in
         gives CuPy out, computed on CuPy's current stream without copying the inputs.
     """
-    layout = A.check_layout(layout)
-    causal = A.check_causal(causal)
-    q_op = A.check_operand("q", q, layout)
-    k_op = A.check_operand("k", k, layout)
-    v_op = A.check_operand("v", v, layout)
-    B, Nq, Nk, H, d = A.check_qkv(q_op, k_op, v_op, layout)
-    scale = A.check_scale(softmax_scale, d)
+    layout, causal, (q_op, k_op, v_op), (B, Nq, Nk, H, d), scale = _check_qkv(q, k, v, causal, softmax_scale, layout)
     kind = q_op.kind
 
     qc, kc, vc = (A.to_compute(op.array, kind) for op in (q_op, k_op, v_op))
@@ -111,18 +115,12 @@ def flash_attention_backward(dout, q, k, v, out, lse, *, causal=False, softmax_s
         fp16/bf16 at head dims 64 and 128 (16-byte aligned rows) run on tensor cores;
         other cases run the exact fp32 kernels.
     """
-    layout = A.check_layout(layout)
-    causal = A.check_causal(causal)
-    q_op = A.check_operand("q", q, layout)
-    k_op = A.check_operand("k", k, layout)
-    v_op = A.check_operand("v", v, layout)
-    B, Nq, Nk, H, d = A.check_qkv(q_op, k_op, v_op, layout)
+    layout, causal, (q_op, k_op, v_op), (B, Nq, Nk, H, d), scale = _check_qkv(q, k, v, causal, softmax_scale, layout)
     do_op = A.check_operand("dout", dout, layout)
     o_op = A.check_operand("out", out, layout)
     A.check_like("dout", do_op, q_op)
     A.check_like("out", o_op, q_op)
     lse_arr = A.check_lse(lse, q_op, B, H, Nq)
-    scale = A.check_scale(softmax_scale, d)
     kind = q_op.kind
 
     computed = [A.to_compute(op.array, kind) for op in (q_op, k_op, v_op, do_op, o_op)]

@@ -145,10 +145,9 @@ class BenchCase:
     dtype: str = "float16"
 
     def __post_init__(self):
-        for name in ("batch", "heads", "seqlen_q", "seqlen_k", "head_dim"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"{name}: expected a positive int, got {value!r}")
+        from numba_flash.check import check_shape_fields
+
+        check_shape_fields(self)
         if self.dtype not in DTYPES:
             raise ValueError(f"dtype: expected one of {DTYPES}, got {self.dtype!r}")
 

@@ -76,6 +76,14 @@ LAYOUTS = ("bshd", "bhsd")
 PASSES = ("forward", "backward")
 
 
+def check_shape_fields(case) -> None:
+    """batch, heads, seqlen_q, seqlen_k and head_dim of a case must be positive ints."""
+    for name in ("batch", "heads", "seqlen_q", "seqlen_k", "head_dim"):
+        value = getattr(case, name)
+        if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
+            raise ValueError(f"{name}: expected a positive int, got {value!r}")
+
+
 def _np_dtype(name: str):
     if name == "bfloat16":
         import ml_dtypes
@@ -103,10 +111,7 @@ class CaseSpec:
     dtype: str = "float32"
 
     def __post_init__(self):
-        for name in ("batch", "heads", "seqlen_q", "seqlen_k", "head_dim"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
-                raise ValueError(f"{name}: expected a positive int, got {value!r}")
+        check_shape_fields(self)
         if self.layout not in LAYOUTS:
             raise ValueError(f"layout: expected one of {LAYOUTS}, got {self.layout!r}")
         if self.dtype not in DTYPES:
