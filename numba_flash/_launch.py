@@ -1,43 +1,137 @@
-"""Launching numba kernels that need more than 48 KiB of shared memory.
+"""Launching numba kernels on CuPy's current stream with little host work per call.
 
-A block may use up to 227 KiB of shared memory on Hopper, but only 48 KiB without
-asking: beyond that the kernel must use *dynamic* shared memory
-(``cuda.shared.array(0, dtype)``, sized at launch) and opt in once through the
-function attribute ``CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES``.  numba-cuda has
-no option for it, so ``launch`` compiles the kernel for the arguments, sets the
-attribute on the loaded function, and launches.
+Every kernel of numba-flash is launched here, with the compute-side arrays themselves
+(CuPy on a GPU, NumPy under the simulator) and Python floats.
+
+Two things numba's own launch path (``kernel[grid, block, stream, smem](*args)``) does
+not do for us:
+
+1. **More than 48 KiB of shared memory.**  A block may use up to 227 KiB on Hopper, but
+   only 48 KiB without asking: beyond that the kernel must use *dynamic* shared memory
+   (``cuda.shared.array(0, dtype)``, sized at launch) and opt in once through the
+   function attribute ``CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES``.
+
+2. **A cheap launch.**  numba wraps every CuPy array in a device-array object
+   (``cuda.as_cuda_array``), types it, flattens each 4-D array into 13 kernel
+   parameters (meminfo, parent, nitems, itemsize, data, shape×4, strides×4) as Python
+   objects, wraps CuPy's stream, and launches through ``cuda.core``: tens of
+   microseconds per launch, which is as long as a short kernel runs.  Here the
+   first launch of a (kernel, argument types) pair goes through numba once (to compile
+   and to learn the function handle); later ones write the same flattened parameters
+   into one int64 buffer and call ``cuLaunchKernel`` through CuPy's driver binding.
+   Every parameter of our kernels is 8 bytes wide (pointers, ``intp`` sizes and
+   strides, float64 scalars), so one int64 slot each is numba's ABI exactly.
+
+``NUMBA_FLASH_LAUNCH=numba`` switches every launch back to numba's own path (for
+comparison: ``scripts/api_overhead.py``).
 """
 
 from __future__ import annotations
 
+import os
+import struct
+
+import numpy as np
+
 from numba_flash._backend import SIMULATOR
 
 STATIC_LIMIT = 48 * 1024
-_opted_in: dict = {}
+_NUMBA_PATH = os.environ.get("NUMBA_FLASH_LAUNCH", "direct") == "numba"
+_prepared: dict = {}  # (id(kernel), smem, arg types) -> (handle, offsets)
+_opted_in: set = set()
 
 
-def _layout_key(args) -> tuple:
-    return tuple(
-        (a.is_c_contiguous(), a.is_f_contiguous()) if hasattr(a, "is_c_contiguous") else type(a) for a in args
-    )
+def _is_array(a) -> bool:
+    return getattr(a, "ndim", 0) > 0  # NumPy scalars have a shape too, of ndim 0
 
 
-def _allow_dynamic_smem(kernel, args, nbytes: int) -> None:
+def _arg_key(a):
+    if _is_array(a):
+        flags = a.flags
+        return (a.dtype.str, a.ndim, flags.c_contiguous, flags.f_contiguous)
+    return type(a)
+
+
+def _numba_args(args):
+    from numba_flash._arrays import kernel_arg
+
+    return [kernel_arg(a) if _is_array(a) else a for a in args]
+
+
+def _stream_ptr() -> int:
+    import cupy
+
+    return cupy.cuda.get_current_stream().ptr
+
+
+def _numba_stream():
+    from numba_flash._backend import cuda
+
+    ptr = _stream_ptr()
+    return cuda.default_stream() if ptr == 0 else cuda.external_stream(ptr)
+
+
+def _allow_dynamic_smem(compiled, nbytes: int) -> None:
+    """Raise the kernel's dynamic shared-memory limit to ``nbytes`` (once per size)."""
     from numba.cuda.cudadrv.driver import binding, driver
 
-    key = (id(kernel), nbytes, _layout_key(args))
+    cufunc = compiled._codelibrary.get_cufunc()
+    key = (int(cufunc.handle), nbytes)
     if key in _opted_in:
         return
-    cufunc = kernel._compile_for_args(*args)._codelibrary.get_cufunc()
     attr = binding.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
     driver.cuKernelSetAttribute(attr, nbytes, cufunc.handle, cufunc.device.id)
-    _opted_in[key] = True
+    _opted_in.add(key)
 
 
-def launch(kernel, grid, threads, stream, shared_bytes: int, *args) -> None:
-    """``kernel[grid, threads, stream, shared_bytes](*args)``, opting in to the dynamic
-    shared memory first: static and dynamic together may not pass 48 KiB otherwise, and
-    some kernels add a small static array to their dynamic one."""
-    if shared_bytes > 0 and not SIMULATOR:
-        _allow_dynamic_smem(kernel, args, shared_bytes)
-    kernel[grid, threads, stream, shared_bytes](*args)
+def _prepare(kernel, shared_bytes: int, args):
+    """Compile ``kernel`` for ``args`` through numba, opt in to the shared memory, and
+    return (function handle, number of 8-byte parameters)."""
+    compiled = kernel._compile_for_args(*_numba_args(args))
+    if shared_bytes > 0:
+        _allow_dynamic_smem(compiled, shared_bytes)
+    count = sum(2 * a.ndim + 5 if _is_array(a) else 1 for a in args)
+    handle = int(compiled._codelibrary.get_cufunc().handle)
+    return handle, np.arange(count, dtype=np.uint64) * 8
+
+
+def _pack(args, count: int) -> np.ndarray:
+    vals = []
+    for a in args:
+        if _is_array(a):
+            # meminfo, parent, nitems, itemsize, data, shape..., strides... (numba's order)
+            vals += (0, 0, a.size, a.itemsize, a.data.ptr, *a.shape, *a.strides)
+        elif isinstance(a, float):
+            vals.append(struct.unpack("<q", struct.pack("<d", a))[0])
+        else:
+            raise TypeError(f"kernel argument of type {type(a).__name__} is not supported by launch()")
+    buf = np.array(vals, dtype=np.int64)
+    assert buf.size == count
+    return buf
+
+
+def launch(kernel, grid, threads, shared_bytes: int, *args) -> None:
+    """``kernel[grid, threads, current CuPy stream, shared_bytes](*args)``.
+
+    ``args`` are compute-side arrays (CuPy, or NumPy under the simulator) and Python
+    floats; arrays are passed as they are (zero-copy, any strides)."""
+    if SIMULATOR:
+        kernel[grid, threads, 0, shared_bytes](*_numba_args(args))
+        return
+    key = (id(kernel), shared_bytes, tuple(_arg_key(a) for a in args))
+    prepared = _prepared.get(key)
+    if prepared is None or _NUMBA_PATH:
+        if prepared is None:
+            prepared = _prepared[key] = _prepare(kernel, shared_bytes, args)
+        if _NUMBA_PATH:
+            kernel[grid, threads, _numba_stream(), shared_bytes](*_numba_args(args))
+            return
+    from cupy.cuda import driver
+
+    handle, offsets = prepared
+    buf = _pack(args, offsets.size)
+    params = offsets + np.uint64(buf.__array_interface__["data"][0])
+    gx, gy, gz = grid if isinstance(grid, tuple) else (grid, 1, 1)
+    driver.launchKernel(
+        handle, gx, gy, gz, threads, 1, 1, shared_bytes, _stream_ptr(), params.__array_interface__["data"][0], 0
+    )

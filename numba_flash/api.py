@@ -70,16 +70,15 @@ def flash_attention(q, k, v, *, causal=False, softmax_scale=None, return_lse=Fal
     qc, kc, vc = (A.to_compute(op.array, kind) for op in (q_op, k_op, v_op))
     out = A.empty(kind, _out_shape(layout, B, Nq, H, d), q_op.dtype)
     lse = A.empty(kind, (B, H, Nq), np.float32)
-    stream = A.launch_stream()
     family = dispatch.forward_family(q_op.dtype, d, all(A.aligned16(x) for x in (qc, kc, vc)))
 
     if family == "tensor-core":
         t = dispatch.tc_forward_tiles(d, causal, A.dtype_name(q_op.dtype))
         kernel = tc_forward.forward_kernel(t, causal, A.dtype_name(q_op.dtype))
-        bits = (A.kernel_arg(_bshd(x.view(np.uint16), layout)) for x in (qc, kc, vc))
+        bits = (_bshd(x.view(np.uint16), layout) for x in (qc, kc, vc))
         launch(
-            kernel, (_cdiv(Nq, t.block_m), H, B), t.threads, stream, tc_smem_bytes(t),
-            *bits, A.kernel_arg(_bshd(out.view(np.uint32), layout)), A.kernel_arg(lse), scale,
+            kernel, (_cdiv(Nq, t.block_m), H, B), t.threads, tc_smem_bytes(t),
+            *bits, _bshd(out.view(np.uint32), layout), lse, scale,
         )  # fmt: skip
     else:  # exact fp32 SIMT kernel; bf16 runs it on fp32 copies (fallback)
         upcast = q_op.dtype == A.BFLOAT16
@@ -88,9 +87,10 @@ def flash_attention(q, k, v, *, causal=False, softmax_scale=None, return_lse=Fal
         o = A.empty(kind, out.shape, np.float32) if upcast else out
         t = simt_forward_tiles(d)
         kernel = simt_forward.forward_kernel(t, causal)
-        kernel[(_cdiv(Nq, t.block_m), H, B), t.threads, stream](
-            *(A.kernel_arg(_bshd(x, layout)) for x in (qc, kc, vc, o)), A.kernel_arg(lse), scale
-        )
+        launch(
+            kernel, (_cdiv(Nq, t.block_m), H, B), t.threads, 0,
+            *(_bshd(x, layout) for x in (qc, kc, vc, o)), lse, scale,
+        )  # fmt: skip
         if upcast:
             out[...] = o.astype(out.dtype)
 
@@ -127,23 +127,21 @@ def flash_attention_backward(dout, q, k, v, out, lse, *, causal=False, softmax_s
     lsec = A.to_compute(lse_arr, kind)
     grads = [A.empty(kind, _out_shape(layout, B, n, H, d), q_op.dtype) for n in (Nq, Nk, Nk)]
     delta = A.empty(kind, (B, H, Nq), np.float32)
-    stream = A.launch_stream()
-    arg = A.kernel_arg
     aligned = all(A.aligned16(x) for x in computed)
     if dispatch.backward_family(q_op.dtype, d, aligned) == "tensor-core":
         dtype = A.dtype_name(q_op.dtype)
         t = dispatch.tc_backward_tiles(d, causal, dtype)
         smem_kv, smem_q = tc_smem_bwd(t)
-        qc, kc, vc, doc, oc = (arg(_bshd(x.view(np.uint16), layout)) for x in computed)
-        dq, dk, dv = (arg(_bshd(g.view(np.uint32), layout)) for g in grads)
-        tc_backward.preprocess_kernel(d, dtype)[(_cdiv(Nq, 128), H, B), 128, stream](oc, doc, arg(delta))
+        qc, kc, vc, doc, oc = (_bshd(x.view(np.uint16), layout) for x in computed)
+        dq, dk, dv = (_bshd(g.view(np.uint32), layout) for g in grads)
+        launch(tc_backward.preprocess_kernel(d, dtype), (_cdiv(Nq, 128), H, B), 128, 0, oc, doc, delta)
         launch(
-            tc_backward.dkdv_kernel(t, causal, dtype), (_cdiv(Nk, t.kv_block_n), H, B), t.threads, stream,
-            smem_kv, qc, kc, vc, doc, arg(lsec), arg(delta), dk, dv, scale,
+            tc_backward.dkdv_kernel(t, causal, dtype), (_cdiv(Nk, t.kv_block_n), H, B), t.threads,
+            smem_kv, qc, kc, vc, doc, lsec, delta, dk, dv, scale,
         )  # fmt: skip
         launch(
-            tc_backward.dq_kernel(t, causal, dtype), (_cdiv(Nq, t.q_block_m), H, B), t.threads, stream,
-            smem_q, qc, kc, vc, doc, arg(lsec), arg(delta), dq, scale,
+            tc_backward.dq_kernel(t, causal, dtype), (_cdiv(Nq, t.q_block_m), H, B), t.threads,
+            smem_q, qc, kc, vc, doc, lsec, delta, dq, scale,
         )  # fmt: skip
         return tuple(A.to_caller(x, kind) for x in grads)
 
@@ -156,16 +154,15 @@ def flash_attention_backward(dout, q, k, v, out, lse, *, causal=False, softmax_s
 
     t = simt_backward_tiles(d)
     rows = t.threads // t.group
-    simt_backward.preprocess_kernel(t)[(_cdiv(Nq, rows), H, B), t.threads, stream](
-        arg(oc), arg(doc), arg(delta)
-    )
-    simt_backward.dkdv_kernel(t, causal)[(_cdiv(Nk, rows), H, B), t.threads, stream](
-        arg(qc), arg(kc), arg(vc), arg(doc), arg(lsec), arg(delta),
-        arg(_bshd(dk, layout)), arg(_bshd(dv, layout)), scale,
+    launch(simt_backward.preprocess_kernel(t), (_cdiv(Nq, rows), H, B), t.threads, 0, oc, doc, delta)
+    launch(
+        simt_backward.dkdv_kernel(t, causal), (_cdiv(Nk, rows), H, B), t.threads, 0,
+        qc, kc, vc, doc, lsec, delta, _bshd(dk, layout), _bshd(dv, layout), scale,
     )  # fmt: skip
-    simt_backward.dq_kernel(t, causal)[(_cdiv(Nq, rows), H, B), t.threads, stream](
-        arg(qc), arg(kc), arg(vc), arg(doc), arg(lsec), arg(delta), arg(_bshd(dq, layout)), scale
-    )
+    launch(
+        simt_backward.dq_kernel(t, causal), (_cdiv(Nq, rows), H, B), t.threads, 0,
+        qc, kc, vc, doc, lsec, delta, _bshd(dq, layout), scale,
+    )  # fmt: skip
     if upcast:
         for g, g32 in zip(grads, (dq, dk, dv)):
             g[...] = g32.astype(g.dtype)

@@ -5,7 +5,8 @@
 Prints, per call, in microseconds: the host time of the whole API call (no sync), of the
 argument checks alone, of wrapping the operands for numba (``kernel_arg``), of numba's
 launch with prepared arguments, and the GPU time of the kernel (CUDA events around
-launches of prepared arguments, many in flight).  If the API's host time exceeds the
+launches of prepared arguments, many in flight) -- for numba's launch path and for
+numba-flash's direct one (``numba_flash._launch``).  If the API's host time exceeds the
 kernel's GPU time, back-to-back calls are host-bound and a benchmark measures the host.
 """
 
@@ -18,6 +19,7 @@ import numpy as np
 import numba_flash
 from numba_flash import _arrays as A
 from numba_flash import dispatch
+from numba_flash import _launch
 from numba_flash._launch import launch
 from numba_flash.config import tc_smem_bytes
 from numba_flash.kernels import tc_forward
@@ -53,13 +55,12 @@ def gpu_us(fn, reps=REPS):
 t = dispatch.tc_forward_tiles(d, causal, "float16")
 kern = tc_forward.forward_kernel(t, causal, "float16")
 out, lse = cp.empty_like(q), cp.empty((B, H, N), cp.float32)
-args = [A.kernel_arg(x.view(cp.uint16)) for x in (q, k, v)] + [A.kernel_arg(out.view(cp.uint32)), A.kernel_arg(lse), 1 / np.sqrt(d)]
+args = [x.view(cp.uint16) for x in (q, k, v)] + [out.view(cp.uint32), lse, float(1 / np.sqrt(d))]
 grid = ((N + t.block_m - 1) // t.block_m, H, B)
-stream = A.launch_stream()
 
 
 def prepared():
-    launch(kern, grid, t.threads, stream, tc_smem_bytes(t), *args)
+    launch(kern, grid, t.threads, tc_smem_bytes(t), *args)
 
 
 def api():
@@ -76,15 +77,33 @@ def wrap():
         A.kernel_arg(x)
 
 
+def one_call_gpu_us(fn, reps=REPS):
+    """Events around each single call (as ``numba-flash bench`` times): host time
+    spent before the kernel reaches the GPU counts here."""
+    fn()
+    times = []
+    for _ in range(reps):
+        s, e = cp.cuda.Event(), cp.cuda.Event()
+        s.record()
+        fn()
+        e.record()
+        e.synchronize()
+        times.append(cp.cuda.get_elapsed_time(s, e) * 1e3)
+    return float(np.median(times))
+
+
 rows = {
-    "API call, host": host_us(api),
     "argument checks, host": host_us(checks),
-    "kernel_arg x5, host": host_us(wrap),
-    "launch_stream, host": host_us(A.launch_stream),
-    "numba launch (prepared args), host": host_us(prepared),
-    "kernel, GPU (prepared args)": gpu_us(prepared),
-    "API call, GPU-timed back to back": gpu_us(api),
+    "kernel_arg x5 (numba wrap), host": host_us(wrap),
+    "launch_stream (numba wrap), host": host_us(A.launch_stream),
 }
+for path in ("numba", "direct"):
+    _launch._NUMBA_PATH = path == "numba"
+    rows[f"[{path}] API call, host"] = host_us(api)
+    rows[f"[{path}] launch only, host"] = host_us(prepared)
+    rows[f"[{path}] kernel, GPU, back to back"] = gpu_us(prepared)
+    rows[f"[{path}] API call, GPU, back to back"] = gpu_us(api)
+    rows[f"[{path}] API call, GPU, events around one call"] = one_call_gpu_us(api)
 print(f"B={B} H={H} N={N} d={d} causal={causal} fp16")
 for name, us in rows.items():
     print(f"{name:40s} {us:9.1f} us")

@@ -29,11 +29,11 @@ for (B,H,N,d,causal) in ((4,16,4096,128,False),(4,32,4096,64,False),(16,32,1024,
     fl=4*B*H*N*N*d*(0.5 if causal else 1)
     with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
         t_fa=timeit(lambda: F(tq.transpose(1,2),tk.transpose(1,2),tv.transpose(1,2),is_causal=causal))
-    args=[A.kernel_arg(x.view(cp.uint16)) for x in (q,k,v)]+[A.kernel_arg(out.view(cp.uint32)), A.kernel_arg(lse), 1/np.sqrt(d)]
+    args=[x.view(cp.uint16) for x in (q,k,v)]+[out.view(cp.uint32), lse, float(1/np.sqrt(d))]
     for bm,bn,w,mt in CFG[d]:
         t=TcTiles(d,bm,bn,w,m_tiles=mt); kern=tc_forward.forward_kernel(t,causal,"float16")
         try:
-            tm=timeit(lambda: launch(kern,((N+bm-1)//bm,H,B),t.threads,0,tc_smem_bytes(t),*args))
+            tm=timeit(lambda: launch(kern,((N+bm-1)//bm,H,B),t.threads,tc_smem_bytes(t),*args))
             regs=[int(x) for x in kern.get_regs_per_thread().values()]
             r=dict(B=B,H=H,N=N,d=d,causal=causal,tiles=[bm,bn,w,mt],smem=tc_smem_bytes(t),regs=regs,tflops=round(fl/tm/1e9,1),fa2=round(fl/t_fa/1e9,1),ratio=round(t_fa/tm,3))
             print(json.dumps(r),flush=True)
