@@ -325,7 +325,7 @@ def mma_m16n8k16_f16_acc(typingctx, acc, i, a, ai, b0, b1):
     ``mma_m16n8k16_f16`` on fragments kept in (register) arrays, accumulating in
     place: ``acc[i:i+4] += A @ B`` with A's fragment ``a[ai:ai+4]`` (uint32,
     a0..a3 as in ``mma_m16n8k16_f16``), B's ``b0, b1``, C/D ``acc[i:i+4]``
-    (c0..c3).  ``acc`` and ``a`` are 1-d ``cuda.local.array``\ s; with
+    (c0..c3).  ``acc`` and ``a`` are 1-d ``cuda.local.array`` objects; with
     compile-time indices (unrolled loops) they stay in registers.  One line of a
     kernel per mma instead of a call and four stores.
     """
