@@ -605,3 +605,18 @@ def _mma_acc(mma):
 
 mma_m16n8k16_f16_acc = _mma_acc(mma_m16n8k16_f16)
 mma_m16n8k16_bf16_acc = _mma_acc(mma_m16n8k16_bf16)
+
+
+# ---------------------------------------------------------------------------
+# vectorised shared-memory access
+# ---------------------------------------------------------------------------
+
+
+def ld_shared_v4_f32(addr):
+    view, off = _block(_thread()).smem.resolve(addr, 16, 16, "ld_shared_v4_f32")
+    return tuple(np.float32(x) for x in view[off:off + 16].view(np.float32))
+
+
+def st_shared_v4_f32(addr, x0, x1, x2, x3):
+    view, off = _block(_thread()).smem.resolve(addr, 16, 16, "st_shared_v4_f32")
+    view[off:off + 16] = np.array([x0, x1, x2, x3], dtype=np.float32).view(np.uint8)

@@ -107,6 +107,8 @@ __all__ = [
     "unpack_f16x2",
     "unpack_bf16x2",
     "ex2_approx",
+    "ld_shared_v4_f32",
+    "st_shared_v4_f32",
 ]
 
 #: ``alignment=`` for ``cuda.shared.array`` tiles used with ldmatrix/cp.async:
@@ -732,6 +734,52 @@ def ex2_approx(typingctx, x):
                     pure=True)[0]
 
     return types.float32(x), codegen
+
+
+# ---------------------------------------------------------------------------
+# vectorised shared-memory access (the fp32 SIMT kernels)
+# ---------------------------------------------------------------------------
+
+
+@intrinsic
+def ld_shared_v4_f32(typingctx, addr):
+    """``ld_shared_v4_f32(addr: uint32) -> (f32, f32, f32, f32)``
+
+    ``ld.shared.v4.f32 {$0, $1, $2, $3}, [addr];``: four consecutive float32
+    from the shared address ``addr`` (from ``smem_addr``; 16-byte aligned) in
+    one 16-byte load.  numba cannot prove a ``cuda.shared.array`` element
+    16-byte aligned, so it never emits vector loads itself; a register-blocked
+    (SGEMM-style) kernel needs them to keep one load per 4--8 FMAs.  Carries a
+    memory clobber, so it is ordered with ``syncthreads`` and with stores.
+    """
+    _require_ints("ld_shared_v4_f32", addr=addr)
+
+    def codegen(context, builder, sig, args):
+        a = context.cast(builder, args[0], sig.args[0], types.uint32)
+        vals = _asm(builder, "ld.shared.v4.f32 {$0, $1, $2, $3}, [$4];",
+                    "=f,=f,=f,=f,r,~{memory}", [a], [_F32] * 4)
+        return context.make_tuple(builder, sig.return_type, vals)
+
+    return _F32x4(addr), codegen
+
+
+@intrinsic
+def st_shared_v4_f32(typingctx, addr, x0, x1, x2, x3):
+    """``st_shared_v4_f32(addr: uint32, x0, x1, x2, x3: float32) -> None``
+
+    ``st.shared.v4.f32 [addr], {x0, x1, x2, x3};``: one 16-byte store of four
+    float32 to the 16-byte-aligned shared address ``addr``.
+    """
+    _require_ints("st_shared_v4_f32", addr=addr)
+    _require_numbers("st_shared_v4_f32", x0=x0, x1=x1, x2=x2, x3=x3)
+
+    def codegen(context, builder, sig, args):
+        vals = _casted(context, builder, sig, args, ["u32"] + ["f32"] * 4)
+        _asm(builder, "st.shared.v4.f32 [$0], {$1, $2, $3, $4};",
+             "r,f,f,f,f,~{memory}", vals, [], side_effect=True)
+        return context.get_dummy_value()
+
+    return types.void(addr, x0, x1, x2, x3), codegen
 
 
 # ---------------------------------------------------------------------------

@@ -523,3 +523,33 @@ def test_sim_reports_misuse():
         _divergent_kernel[1, 32](out)
     with pytest.raises(ValueError, match="not a cuda.shared.array"):
         _not_shared_kernel[1, 1](np.zeros(8, np.uint16), np.zeros(1, np.uint32))
+
+
+# ---------------------------------------------------------------------------
+# vectorised shared-memory access
+# ---------------------------------------------------------------------------
+
+
+@cuda.jit
+def _v4_roundtrip_kernel(src, dst):
+    # each thread stores its 4 floats with one st.shared.v4 into a rotated slot and
+    # reads back its neighbour's with one ld.shared.v4
+    s = cuda.shared.array(128, float32, alignment=_ALIGN)
+    tid = cuda.threadIdx.x
+    base = ptx.smem_addr(s, 0)
+    slot = (tid + 1) % 32
+    ptx.st_shared_v4_f32(base + slot * 16, src[tid, 0], src[tid, 1], src[tid, 2], src[tid, 3])
+    cuda.syncthreads()
+    a, b, c, d = ptx.ld_shared_v4_f32(base + tid * 16)
+    dst[tid, 0] = a
+    dst[tid, 1] = b
+    dst[tid, 2] = c
+    dst[tid, 3] = d
+
+
+def test_shared_v4_store_then_load_moves_four_floats():
+    src = np.random.default_rng().standard_normal((32, 4)).astype(np.float32)
+    dst = np.full((32, 4), np.nan, np.float32)
+    _, out = _run(_v4_roundtrip_kernel, 1, 32, src, dst)
+    # slot s holds thread (s - 1)'s values
+    np.testing.assert_array_equal(out, np.roll(src, 1, axis=0))
