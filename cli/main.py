@@ -647,9 +647,10 @@ def _parse_arch_opt(ctx, param, value):
 @click.option("--causal/--no-causal", default=False, show_default=True, help="The causal variant.")
 @click.option("--arch", default="sm_90", show_default=True, callback=_parse_arch_opt,
               help="Target architecture, sm_XY.")
+@click.option("--tf32", is_flag=True, help="As flash_attention(..., allow_tf32=True): the float32 forward on TF32 tensor cores.")
 @click.option("--ptx", "show_ptx", is_flag=True, help="Also print the PTX.")
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
-def inspect(pass_, dtype, head_dim, causal, arch, show_ptx, as_json):
+def inspect(pass_, dtype, head_dim, causal, arch, tf32, show_ptx, as_json):
     """Compile the kernels a pass would launch (no GPU needed) and summarise them.
 
     Registers, spills, stack, shared and local memory (from nvJitLink or ptxas when one
@@ -662,11 +663,12 @@ def inspect(pass_, dtype, head_dim, causal, arch, show_ptx, as_json):
       numba-flash inspect --pass forward --dtype float32 --head-dim 64
       numba-flash inspect --pass backward --dtype float16 --head-dim 128 --causal --arch sm_80
       numba-flash inspect --pass forward --dtype float32 --head-dim 64 --ptx > fwd.ptx
+      numba-flash inspect --pass forward --dtype float32 --head-dim 128 --tf32
     """
     from numba_flash.inspection import COUNT_KEYS, inspect_kernels
 
     try:
-        reports = inspect_kernels(pass_, dtype, head_dim, causal, arch=arch)
+        reports = inspect_kernels(pass_, dtype, head_dim, causal, arch=arch, tf32=tf32)
     except (ValueError, TypeError) as exc:
         raise click.UsageError(str(exc))
     except RuntimeError as exc:
@@ -679,7 +681,8 @@ def inspect(pass_, dtype, head_dim, causal, arch, show_ptx, as_json):
 
     from numba_flash.memory import human_bytes
 
-    click.echo(f"numba-flash inspect: {pass_}, {dtype}, head dim {head_dim}, {'causal' if causal else 'non-causal'}, "
+    click.echo(f"numba-flash inspect: {pass_}, {dtype}{' (allow_tf32)' if tf32 else ''}, head dim {head_dim}, "
+               f"{'causal' if causal else 'non-causal'}, "
                f"{arch}: {len(reports)} kernel(s), compiled with numba.cuda.compile_ptx (no GPU needed)")  # fmt: skip
     click.echo("resources, and instruction counts in the PTX (static: in the code, not executed):")
     t = Table()

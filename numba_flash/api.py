@@ -12,9 +12,11 @@ import numpy as np
 from numba_flash import _arrays as A
 from numba_flash import dispatch
 from numba_flash._launch import launch
+from numba_flash.config import blocked_forward_smem_bytes, blocked_forward_tiles
 from numba_flash.config import simt_backward_tiles, simt_forward_tiles, tc_smem_bytes
 from numba_flash.config import tc_bwd_smem_bytes as tc_smem_bwd
-from numba_flash.kernels import simt_backward, simt_forward, tc_backward, tc_forward
+from numba_flash.kernels import simt_backward, simt_blocked_forward, simt_forward, tc_backward, tc_forward
+from numba_flash.kernels import tf32_forward
 
 
 def _cdiv(a: int, b: int) -> int:
@@ -39,7 +41,7 @@ def _check_qkv(q, k, v, causal, softmax_scale, layout):
     return layout, causal, ops, dims, A.check_scale(softmax_scale, dims[-1])
 
 
-def flash_attention(q, k, v, *, causal=False, softmax_scale=None, return_lse=False, layout="bshd"):
+def flash_attention(q, k, v, *, causal=False, softmax_scale=None, return_lse=False, layout="bshd", allow_tf32=False):
     """Exact attention ``softmax(scale · Q·Kᵀ) · V`` without the N×N matrix.
 
     Args:
@@ -57,6 +59,13 @@ def flash_attention(q, k, v, *, causal=False, softmax_scale=None, return_lse=Fal
         softmax_scale: multiplies Q·Kᵀ before the softmax; default 1/sqrt(headdim).
         return_lse: also return the log-sum-exp that the backward pass needs.
         layout: "bshd" or "bhsd".
+        allow_tf32: float32 inputs only (ignored for fp16/bf16): run the TF32 tensor-core
+            kernel (``mma.sync`` m16n8k8 with Q, K, V and P rounded to TF32, fp32
+            accumulation) for head dims 64 and 128 with 16-byte aligned rows, as
+            PyTorch's ``allow_tf32``.  Precision about 1e-3 relative (10-bit mantissas,
+            like cuBLAS TF32) instead of exact fp32; other head dims keep the exact
+            kernel.  Default False: exact fp32.  ``flash_attention_backward`` always runs
+            the exact fp32 kernels for float32.
 
     Returns:
         ``out`` with q's shape and dtype, or ``(out, lse)`` with lse of shape
@@ -65,12 +74,14 @@ def flash_attention(q, k, v, *, causal=False, softmax_scale=None, return_lse=Fal
         gives CuPy out, computed on CuPy's current stream without copying the inputs.
     """
     layout, causal, (q_op, k_op, v_op), (B, Nq, Nk, H, d), scale = _check_qkv(q, k, v, causal, softmax_scale, layout)
+    if not isinstance(allow_tf32, (bool, np.bool_)):
+        raise TypeError(f"allow_tf32: expected a bool, got {allow_tf32!r}")
     kind = q_op.kind
 
     qc, kc, vc = (A.to_compute(op.array, kind) for op in (q_op, k_op, v_op))
     out = A.empty(kind, _out_shape(layout, B, Nq, H, d), q_op.dtype)
     lse = A.empty(kind, (B, H, Nq), np.float32)
-    family = dispatch.forward_family(q_op.dtype, d, all(A.aligned16(x) for x in (qc, kc, vc)))
+    family = dispatch.forward_family(q_op.dtype, d, all(A.aligned16(x) for x in (qc, kc, vc)), bool(allow_tf32))
 
     if family == "tensor-core":
         t = dispatch.tc_forward_tiles(d, causal, A.dtype_name(q_op.dtype))
@@ -80,15 +91,25 @@ def flash_attention(q, k, v, *, causal=False, softmax_scale=None, return_lse=Fal
             kernel, (_cdiv(Nq, t.block_m), H, B), t.threads, tc_smem_bytes(t),
             *bits, _bshd(out.view(np.uint32), layout), lse, scale,
         )  # fmt: skip
+    elif family == "tensor-core-tf32":  # float32 with allow_tf32: fp32 in and out, tf32 mma
+        t = tf32_forward.tf32_forward_tiles(d, causal)
+        launch(
+            tf32_forward.forward_kernel(t, causal), (_cdiv(Nq, t.block_m), H, B), t.threads,
+            tf32_forward.tf32_smem_bytes(t), *(_bshd(x, layout) for x in (qc, kc, vc, out)), lse, scale,
+        )  # fmt: skip
     else:  # exact fp32 SIMT kernel; bf16 runs it on fp32 copies (fallback)
         upcast = q_op.dtype == A.BFLOAT16
         if upcast:
             qc, kc, vc = (x.astype(np.float32) for x in (qc, kc, vc))
         o = A.empty(kind, out.shape, np.float32) if upcast else out
-        t = simt_forward_tiles(d)
-        kernel = simt_forward.forward_kernel(t, causal)
+        if dispatch.fp32_blocked(qc.dtype, d, all(A.aligned16(x) for x in (qc, kc, vc))):
+            t = blocked_forward_tiles(d, causal)
+            kernel, smem = simt_blocked_forward.forward_kernel(t, causal), blocked_forward_smem_bytes(t)
+        else:  # the row-group kernel: any head dim, fp16 read as is, any alignment
+            t = simt_forward_tiles(d)
+            kernel, smem = simt_forward.forward_kernel(t, causal), 0
         launch(
-            kernel, (_cdiv(Nq, t.block_m), H, B), t.threads, 0,
+            kernel, (_cdiv(Nq, t.block_m), H, B), t.threads, smem,
             *(_bshd(x, layout) for x in (qc, kc, vc, o)), lse, scale,
         )  # fmt: skip
         if upcast:
@@ -113,7 +134,8 @@ def flash_attention_backward(dout, q, k, v, out, lse, *, causal=False, softmax_s
         ``(dq, dk, dv)`` with the shapes and dtype of q, k, v, of the caller's kind.
         dQ is computed without atomics, so the result is bitwise the same run to run.
         fp16/bf16 at head dims 64 and 128 (16-byte aligned rows) run on tensor cores;
-        other cases run the exact fp32 kernels.
+        other cases run the exact fp32 kernels (float32 always: there is no TF32
+        backward, whatever ``allow_tf32`` the forward was given).
     """
     layout, causal, (q_op, k_op, v_op), (B, Nq, Nk, H, d), scale = _check_qkv(q, k, v, causal, softmax_scale, layout)
     do_op = A.check_operand("dout", dout, layout)

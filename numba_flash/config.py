@@ -213,3 +213,89 @@ def tc_backward_tiles(head_dim: int, causal: bool = False, dtype: str = "float16
     if head_dim == 64:
         return TcBwdTiles(64, warps=4, kv_block_m=64, q_block_n=64, kv_frags_in_regs=True)
     return TcBwdTiles(head_dim, warps=4, kv_block_m=32, q_block_n=32, kv_frags_in_regs=False)
+
+
+# --- register-blocked fp32 (SGEMM-style) kernels ------------------------------------
+
+
+@dataclass(frozen=True)
+class BlockedTiles:
+    """Compile-time tiles of the register-blocked fp32 kernels.
+
+    A block of ``threads = (block_m / tm) · (block_n / tn)`` threads computes a
+    ``block_m × block_n`` score tile; thread (ty, tx) owns a ``tm × tn`` register
+    micro-tile of it (rows ``ty + i·TY``, keys ``tx + j·TX``, interleaved so that the
+    threads of a warp read different shared-memory banks) and the matching
+    ``tm × d/TX`` slice of the output accumulator.  The TX = block_n / tn threads of a
+    row are consecutive lanes of one warp, so a row's max and sum are finished with
+    log2(TX) shuffles.
+
+    Attributes:
+        head_dim: d (a multiple of 4·TX).
+        block_m: query rows per block (forward) / key rows per block (dK/dV).
+        block_n: key columns per tile (forward) / query columns per tile (dK/dV).
+        tm, tn: the register micro-tile (tm a multiple of 4: P is read as 16-byte vectors).
+    """
+
+    head_dim: int
+    block_m: int
+    block_n: int
+    tm: int
+    tn: int
+
+    def __post_init__(self):
+        tx, ty = self.block_n // self.tn, self.block_m // self.tm
+        ok = (
+            tx * self.tn == self.block_n
+            and ty * self.tm == self.block_m
+            and tx in (1, 2, 4, 8, 16, 32)
+            and self.tm % 4 == 0
+            and self.head_dim % (4 * tx) == 0
+        )
+        if not ok:
+            raise ValueError(f"inconsistent register-blocked tiles {self}")
+
+    @property
+    def tx(self) -> int:
+        return self.block_n // self.tn
+
+    @property
+    def ty(self) -> int:
+        return self.block_m // self.tm
+
+    @property
+    def threads(self) -> int:
+        return self.tx * self.ty
+
+
+BLOCKED_HEAD_DIMS = (64, 128)
+
+
+def blocked_forward_smem_bytes(t: BlockedTiles) -> int:
+    """Q (block_m rows) and K (block_n rows) padded by 4 floats a row (16-byte reads of
+    rows i and i+1 fall on different banks), V unpadded, Pᵀ (block_n × (block_m + 4))."""
+    d = t.head_dim
+    return 4 * (t.block_m * (d + 4) + t.block_n * (d + 4) + t.block_n * d + t.block_n * (t.block_m + 4))
+
+
+def blocked_forward_tiles(head_dim: int, causal: bool = False) -> BlockedTiles:
+    """Tiles of the register-blocked fp32 forward.
+
+    An 8 × 4 micro-tile: per 4 steps of the head dimension a thread issues 8 + 4
+    16-byte shared loads for 128 FMAs, and per key of P·V 2 + d/64 loads for 8·d/16
+    FMAs.  128 × 64 tiles of 256 threads: 164 KiB of shared memory at d = 128 (one
+    block an SM), 100 KiB at d = 64 (two).  The simulator gets 16 × 16 tiles of 32
+    threads (same code, tests run in seconds; the GPU tests cover the real tiles).
+    ``NUMBA_FLASH_FP32_TILES``
+    (``{"128": [block_m, block_n, tm, tn]}``) overrides it for tuning runs.
+    """
+    if head_dim not in BLOCKED_HEAD_DIMS:
+        raise ValueError(f"head_dim: the register-blocked fp32 kernels support {BLOCKED_HEAD_DIMS}, got {head_dim}")
+    override = os.environ.get("NUMBA_FLASH_FP32_TILES")
+    if override and str(head_dim) in json.loads(override):
+        return BlockedTiles(head_dim, *json.loads(override)[str(head_dim)])
+    from numba_flash._backend import SIMULATOR
+
+    if SIMULATOR:  # the simulator's cost grows with the tile, not the problem: small tiles
+        return BlockedTiles(head_dim, block_m=16, block_n=16, tm=4, tn=2)
+    return BlockedTiles(head_dim, block_m=128, block_n=64, tm=8, tn=4)

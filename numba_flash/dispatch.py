@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 
 from numba_flash.config import (
+    BLOCKED_HEAD_DIMS,
     TC_HEAD_DIMS,
     SimtTiles,
     TcBwdTiles,
@@ -24,6 +25,7 @@ from numba_flash.config import (
     tc_forward_tiles,
 )
 from numba_flash.kernels import simt_backward, simt_forward, tc_backward, tc_forward
+from numba_flash.kernels import tf32_forward
 
 PASSES = ("forward", "backward")
 
@@ -36,7 +38,7 @@ class KernelSpec:
     kernel: Any
     tiles: SimtTiles | TcTiles | TcBwdTiles
     argtypes: tuple
-    family: str  # "simt-fp32" or "tensor-core"
+    family: str  # "simt-fp32", "tensor-core" or "tensor-core-tf32"
 
 
 def _is_half(dtype) -> bool:
@@ -50,13 +52,23 @@ def backward_family(dtype, head_dim: int, aligned: bool = True) -> str:
     return forward_family(dtype, head_dim, aligned)
 
 
-def forward_family(dtype, head_dim: int, aligned: bool = True) -> str:
+def forward_family(dtype, head_dim: int, aligned: bool = True, allow_tf32: bool = False) -> str:
     """"tensor-core" for fp16/bf16 at head dims 64 and 128 with 16-byte aligned rows
-    (cp.async copies 16 bytes); otherwise "simt-fp32", the exact fp32 kernel (fp16 read
-    as is, bf16 through fp32 copies): the documented fallback."""
+    (cp.async copies 16 bytes); "tensor-core-tf32" for float32 under the same conditions
+    when ``allow_tf32`` (opt-in, ~1e-3 relative); otherwise "simt-fp32", the exact fp32
+    kernel (fp16 read as is, bf16 through fp32 copies): the documented fallback."""
     if _is_half(dtype) and head_dim in TC_HEAD_DIMS and aligned:
         return "tensor-core"
+    if allow_tf32 and np.dtype(dtype) == np.float32 and head_dim in tf32_forward.TF32_HEAD_DIMS and aligned:
+        return "tensor-core-tf32"
     return "simt-fp32"
+
+
+def fp32_blocked(work_dtype, head_dim: int, aligned: bool = True) -> bool:
+    """Whether the exact fp32 work (float32 inputs, or bf16 on fp32 copies) runs the
+    register-blocked kernels (head dims 64 and 128, 16-byte aligned rows for cp.async)
+    rather than the row-group ones (any head dim, fp16 read as is)."""
+    return np.dtype(work_dtype) == np.float32 and head_dim in BLOCKED_HEAD_DIMS and aligned
 
 
 def _numba_types(dtype, layout: str = "A"):
@@ -71,10 +83,16 @@ def _numba_types(dtype, layout: str = "A"):
     )
 
 
-def kernels_for(pass_: str, dtype, head_dim: int, causal: bool) -> list[KernelSpec]:
-    """The kernels a ``pass_`` ("forward" or "backward") launches, in launch order."""
+def kernels_for(pass_: str, dtype, head_dim: int, causal: bool, allow_tf32: bool = False) -> list[KernelSpec]:
+    """The kernels a ``pass_`` ("forward" or "backward") launches, in launch order
+    (``allow_tf32`` as in ``flash_attention``: it changes the float32 forward only)."""
     if pass_ not in PASSES:
         raise ValueError(f"pass_: expected one of {PASSES}, got {pass_!r}")
+    if pass_ == "forward" and forward_family(dtype, head_dim, True, allow_tf32) == "tensor-core-tf32":
+        arr4, arr3, scalar = _numba_types(np.float32)
+        t = tf32_forward.tf32_forward_tiles(head_dim, causal)
+        kernel = tf32_forward.forward_kernel(t, causal)
+        return [KernelSpec("tf32_forward", kernel, t, (arr4, arr4, arr4, arr4, arr3, scalar), "tensor-core-tf32")]
     # bf16 has no numba type: the tensor-core kernels see uint16 bits and the fp32
     # fallback sees fp32 copies
     arr4, arr3, scalar = _numba_types(np.float16 if _is_half(dtype) else dtype)
@@ -154,6 +172,9 @@ def available() -> list[dict]:
         name = dtype_name(dt)
         if name == "float32":
             rows.append({"dtype": name, "head_dims": "8, 16, ..., 256", "forward": "simt-fp32", "backward": "simt-fp32"})
+            rows.append({"dtype": "float32, allow_tf32=True",
+                         "head_dims": ", ".join(map(str, tf32_forward.TF32_HEAD_DIMS)),
+                         "forward": "tensor-core-tf32 (~1e-3 relative)", "backward": "simt-fp32"})  # fmt: skip
             continue
         fallback = "simt-fp32 (fp32 math" + (", on fp32 copies)" if name == "bfloat16" else ")")
         rows.append({"dtype": name, "head_dims": ", ".join(map(str, TC_HEAD_DIMS)), "forward": "tensor-core",

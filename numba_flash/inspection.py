@@ -286,7 +286,7 @@ def _simulator_on() -> bool:
     return os.environ.get("NUMBA_ENABLE_CUDASIM", "0") not in ("", "0")
 
 
-def _compile_here(pass_: str, dtype: str, head_dim: int, causal: bool, arch: str) -> list[KernelReport]:
+def _compile_here(pass_: str, dtype: str, head_dim: int, causal: bool, arch: str, tf32: bool = False) -> list[KernelReport]:
     import numpy as np
     from numba import cuda
 
@@ -301,7 +301,7 @@ def _compile_here(pass_: str, dtype: str, head_dim: int, causal: bool, arch: str
     else:
         np_dtype = np.dtype(dtype)
     try:
-        specs = dispatch.kernels_for(pass_, np_dtype, head_dim, causal)
+        specs = dispatch.kernels_for(pass_, np_dtype, head_dim, causal, allow_tf32=tf32)
     except (ValueError, TypeError):
         raise
     except Exception as exc:  # e.g. numba has no type for this dtype
@@ -340,7 +340,10 @@ def _launch_dynamic_smem(spec) -> int | None:
     None when this module does not know the kernel)."""
     try:
         from numba_flash import config
+        from numba_flash.kernels import tf32_forward
 
+        if isinstance(spec.tiles, tf32_forward.Tf32Tiles):
+            return int(tf32_forward.tf32_smem_bytes(spec.tiles))
         if isinstance(spec.tiles, getattr(config, "TcTiles", ())):
             return int(config.tc_smem_bytes(spec.tiles))
         if isinstance(spec.tiles, getattr(config, "TcBwdTiles", ())):
@@ -354,12 +357,12 @@ def _launch_dynamic_smem(spec) -> int | None:
     return None
 
 
-def _compile_in_subprocess(pass_, dtype, head_dim, causal, arch) -> list[KernelReport]:
+def _compile_in_subprocess(pass_, dtype, head_dim, causal, arch, tf32=False) -> list[KernelReport]:
     env = {k: v for k, v in os.environ.items() if k != "NUMBA_ENABLE_CUDASIM"}
     # the package must be importable from the child as it is here
     pkg_root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     env["PYTHONPATH"] = pkg_root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
-    args = json.dumps(dict(pass_=pass_, dtype=dtype, head_dim=head_dim, causal=causal, arch=arch))
+    args = json.dumps(dict(pass_=pass_, dtype=dtype, head_dim=head_dim, causal=causal, arch=arch, tf32=tf32))
     p = subprocess.run(
         [sys.executable, "-m", "numba_flash.inspection", args],
         capture_output=True,
@@ -376,15 +379,17 @@ def _compile_in_subprocess(pass_, dtype, head_dim, causal, arch) -> list[KernelR
     return [KernelReport(**d) for d in doc["kernels"]]
 
 
-def inspect_kernels(pass_: str, dtype: str, head_dim: int, causal: bool, arch: str = "sm_90") -> list[KernelReport]:
+def inspect_kernels(pass_: str, dtype: str, head_dim: int, causal: bool, arch: str = "sm_90",
+                    tf32: bool = False) -> list[KernelReport]:
     """Compile every kernel ``pass_`` would launch for (dtype, head_dim, causal) for
-    ``arch`` and summarise it.  Works without a GPU and with the simulator on."""
+    ``arch`` and summarise it (``tf32``: as ``flash_attention(..., allow_tf32=True)``).
+    Works without a GPU and with the simulator on."""
     if pass_ not in ("forward", "backward"):
         raise ValueError(f"pass: expected 'forward' or 'backward', got {pass_!r}")
     parse_arch(arch)
     if _simulator_on():
-        return _compile_in_subprocess(pass_, dtype, head_dim, causal, arch)
-    return _compile_here(pass_, dtype, head_dim, causal, arch)
+        return _compile_in_subprocess(pass_, dtype, head_dim, causal, arch, tf32)
+    return _compile_here(pass_, dtype, head_dim, causal, arch, tf32)
 
 
 def _main(argv) -> int:  # the subprocess: JSON in argv[1], one JSON line out

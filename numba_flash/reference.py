@@ -74,6 +74,8 @@ __all__ = [
     "flash_backward",
     "attention_lowp",
     "attention_backward_lowp",
+    "round_tf32",
+    "attention_tf32",
     "rel_error",
     "max_abs_error",
 ]
@@ -589,6 +591,45 @@ def attention_backward_lowp(dout, q, k, v, out, lse, *, dtype, causal=False,
     dq = (np.float32(scale) * (_f32(ds) @ _f32(k))).astype(dt)
     dk = (np.float32(scale) * (_f32(ds).swapaxes(-1, -2) @ _f32(q))).astype(dt)
     return _from_bhsd(dq, layout), _from_bhsd(dk, layout), _from_bhsd(dv, layout)
+
+
+def round_tf32(x):
+    """``x`` rounded to TF32 (10 explicit mantissa bits, the fp32 exponent range), as
+    ``cvt.rna.tf32.f32``: to nearest, ties away from zero; returned as float32.
+
+    Works on the float32 bit pattern: add half of the 13 dropped bits' range to the
+    magnitude bits and clear them (a carry into the exponent is the correct rounding).
+    inf and NaN are returned as they are.
+    """
+    x = np.asarray(x, dtype=np.float32)
+    bits = x.view(np.uint32)
+    finite = (bits & np.uint32(0x7F800000)) != np.uint32(0x7F800000)
+    rounded = (bits + np.uint32(0x1000)) & np.uint32(0xFFFFE000)
+    return np.where(finite, rounded, bits).astype(np.uint32).view(np.float32)
+
+
+def attention_tf32(q, k, v, *, causal=False, softmax_scale=None, layout="bhsd"):
+    """Standard attention with TF32 tensor-core inputs: the "same precision" baseline
+    of the ``allow_tf32=True`` forward.
+
+    Q, K and V are rounded to TF32 (:func:`round_tf32`); ``S = scale * Q K^T``, the
+    softmax and ``P V`` are computed in float64, except that the unnormalised
+    ``P = exp(S - m)`` is rounded to TF32 before ``P V`` (its row sum ``l`` is not),
+    as a kernel feeding P to an mma does.  Returns ``(out, lse)`` in float64, ``out``
+    in ``layout``, ``lse`` (batch, heads, seqlen_q).
+    """
+    q, k, v, causal, scale = _prepare(q, k, v, causal, softmax_scale, layout)
+    q, k, v = (round_tf32(x).astype(np.float64) for x in (q, k, v))
+    s = _masked_scores(q, k, causal, scale)
+    m = s.max(axis=-1, keepdims=True)
+    m_safe = np.where(np.isneginf(m), 0.0, m)
+    p = np.exp(s - m_safe)
+    l = p.sum(axis=-1, keepdims=True)
+    has_keys = l > 0
+    l_safe = np.where(has_keys, l, 1.0)
+    out = (round_tf32(p).astype(np.float64) @ v) / l_safe
+    lse = np.where(has_keys, m_safe + np.log(l_safe), -np.inf)[..., 0]
+    return _from_bhsd(out, layout), lse
 
 
 # ---------------------------------------------------------------------------

@@ -1,0 +1,351 @@
+"""TF32 tensor-core FlashAttention forward for float32 inputs (opt-in: ``allow_tf32=True``).
+
+Math, per query row i, as ``tc_forward`` but with q, k, v and p rounded to TF32 (10
+mantissa bits, ``cvt.rna.tf32.f32``: round to nearest, ties away) before each
+``mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32``; everything else is fp32::
+
+    x_ij  = tf32(q_i)·tf32(k_j) · scale · log2(e)     mma, fp32 accumulate
+    m_i   = max_j x_ij                                running, per K/V tile
+    alpha = 2^(m_old − m_new)
+    p_ij  = 2^(x_ij − m_new)                          rounded to tf32 for P·V only
+    l_i   = l_i · alpha + Σ_j p_ij                    (fp32, from the unrounded p)
+    acc_i = acc_i · alpha + Σ_j tf32(p_ij) · tf32(v_j)
+    o_i   = acc_i / l_i,   lse_i = m_i · ln 2 + ln l_i   (natural log)
+
+Precision: each rounding is at most 2^-11 relative (about 4.9e-4), so O is good to about
+1e-3 relative, as cuBLAS TF32 GEMMs; ``tests/test_tf32.py`` holds it to 2× the error of a
+float64 attention computed from tf32-rounded Q, K, V and P (``reference.attention_tf32``).
+
+Grid and threads:
+    grid = (ceil(Nq / BLOCK_M), H, B), block = 32·WARPS threads, BLOCK_M = 16·WARPS;
+    warp w owns query rows start_m + 16w .. 16w + 15.  In an m16n8 accumulator lane
+    ``lane`` holds rows ``g = lane >> 2`` and ``g + 8``, columns ``2t, 2t+1``
+    (``t = lane & 3``); a row's max and sum are finished across the quad with two
+    ``shfl_xor`` (1, 2).
+
+m16n8k8 tf32 fragments (``ptx.mma_m16n8k8_tf32``): a0 = A[g][t], a1 = A[g+8][t],
+a2 = A[g][t+4], a3 = A[g+8][t+4]; b0 = B[t][g], b1 = B[t+4][g]; c as in m16n8k16.
+A sum over k does not care in which order its terms come, so both products use a
+permutation of k (and P·V one of n) that gives every lane contiguous data:
+
+* S = Q·Kᵀ (k = head dim): 16 columns 16p .. 16p+15 make two k-steps; lane t owns
+  columns 16p + 4t .. 16p + 4t + 3, i.e. k-step 2p has slot t ↔ column 16p+4t and slot
+  t+4 ↔ 16p+4t+1, k-step 2p+1 the next two.  One ``ld.shared.v4.f32`` of K row g gives
+  the b0, b1 of both k-steps (and of Q rows g, g+8 the a0..a3, once, into registers).
+* O += P·V (k = key): the S accumulator has columns 2t, 2t+1 where the A operand wants
+  t and t+4, so slot t ↔ key 2t and slot t+4 ↔ key 2t+1 of the 8-key n-tile:
+  a0, a1, a2, a3 = tf32(c0, c2, c1, c3) and b0 = V[k0+2t][·], b1 = V[k0+2t+1][·].
+  The n (head-dim) columns are permuted too: n-tile 4j+i, mma column n ↔ head-dim column
+  32j + 4n + i, so lane g reads V[key][32j + 4g .. 32j + 4g + 3] with one v4 load (the
+  b of four n-tiles), and holds O columns 32j + 8t .. 32j + 8t + 7 of its rows.
+
+Per block:
+    1. cp.async Q (BLOCK_M × d fp32) and the first K, V tiles into shared memory; each
+       warp then takes its Q fragments (tf32) into registers, where they stay;
+    2. for each K/V tile j (stage j % 2): wait, barrier, start copying tile j+1 into the
+       other stage, S = Q·K_jᵀ, mask (only tiles crossing the end of the keys or the
+       causal diagonal), online softmax in registers, O += P·V_j with P straight from
+       the S accumulators;
+    3. O = acc / l (fp32); LSE by the quad's lane 0.  Causal (bottom-right aligned):
+       key tiles wholly above the diagonal are not visited.
+
+Shared memory (fp32, one dynamic array): Q BLOCK_M·d + STAGES × (K + V) BLOCK_N·d,
+``tf32_smem_bytes``: 80 KiB at d = 64 and 96 KiB at d = 128 (two blocks an SM on an
+H100/H200; over 48 KiB is opted in at launch).  Rows are 256 or 512 bytes, so the same
+column of every row is in the same bank; the 16-byte chunk c of row r is stored at chunk
+``c ^ sw(r)``, ``sw(r) = (r & 6) ^ ((r & 1) << 2)``, which makes the three reads
+conflict-free: a v4 read serves 8 lanes a phase, and for Q/K those are rows g ∈ {2i,
+2i+1} at chunks 4p + t (sw(2i) ^ sw(2i+1) = 4 moves the second row to the other half of
+the banks); for V they are rows 2t (or 2t+1), t = 0..3, at chunks 8j + g, g ∈ {2i, 2i+1}
+(sw(2t) = 2t spreads the four rows over the chunk bits 1-2, g over bit 0).
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from dataclasses import dataclass
+
+from numba_flash import ptx
+from numba_flash._backend import cuda, float32, uint32
+
+NEG_INF = float32(-math.inf)
+LOG2E = 1.4426950408889634
+LN2 = 0.6931471805599453
+FULL_MASK = 0xFFFFFFFF
+_ALIGN = ptx.SMEM_ALIGN  # a module global, so numba sees a literal (see ptx.SMEM_ALIGN)
+
+TF32_HEAD_DIMS = (64, 128)
+
+
+@dataclass(frozen=True)
+class Tf32Tiles:
+    """Compile-time tile shape of the TF32 forward (mma.sync m16n8k8).
+
+    Attributes:
+        head_dim: d (64 or 128).
+        block_m: query rows per block = 16 · warps (a warp owns one 16-row m-tile).
+        block_n: keys per K/V tile.
+        warps: warps per block.
+        stages: K/V shared-memory buffers (2: tile j+1 is copied while j is used).
+    """
+
+    head_dim: int
+    block_m: int
+    block_n: int
+    warps: int
+    stages: int = 2
+
+    def __post_init__(self):
+        if self.block_m != 16 * self.warps:
+            raise ValueError(f"block_m={self.block_m} must be 16 · warps = {16 * self.warps}")
+        if self.head_dim % 32 or self.block_n % 8:
+            raise ValueError(f"head_dim={self.head_dim} must be a multiple of 32 and block_n={self.block_n} of 8")
+
+    @property
+    def threads(self) -> int:
+        return 32 * self.warps
+
+
+def tf32_smem_bytes(t: Tf32Tiles) -> int:
+    """Dynamic shared bytes: Q tile + ``stages`` K tiles + ``stages`` V tiles, fp32."""
+    return 4 * t.head_dim * (t.block_m + 2 * t.stages * t.block_n)
+
+
+def tf32_forward_tiles(head_dim: int, causal: bool = False) -> Tf32Tiles:
+    """Tiles of the TF32 forward.
+
+    Four warps of 16 rows.  A lane holds d/2 Q words (tf32), BLOCK_N/2 S floats and d/2
+    O floats: 96 at d = 64 with BLOCK_N = 64, 144 at d = 128 with BLOCK_N = 32, so both
+    stay well inside 255 registers.  fp32 tiles take twice the shared memory of fp16
+    ones: 80 KiB (d = 64) and 96 KiB (d = 128), two blocks per SM within Hopper's
+    228 KiB.  Not yet tuned on hardware; causal does not change the choice today.
+    """
+    if head_dim not in TF32_HEAD_DIMS:
+        raise ValueError(f"head_dim: the TF32 forward supports {TF32_HEAD_DIMS}, got {head_dim}")
+    if head_dim == 64:
+        return Tf32Tiles(64, block_m=64, block_n=64, warps=4)
+    return Tf32Tiles(128, block_m=64, block_n=32, warps=4)
+
+
+@functools.lru_cache(maxsize=None)
+def forward_kernel(t: Tf32Tiles, causal: bool):
+    """``kernel[grid, threads, stream, tf32_smem_bytes(t)](q, k, v, out, lse, softmax_scale)``
+    (launch through ``numba_flash._launch.launch``, which opts in to > 48 KiB).
+
+    q (B, Nq, H, d), k, v (B, Nk, H, d), out (B, Nq, H, d): float32 with 16-byte aligned
+    rows; lse (B, H, Nq) float32.
+    """
+    BLOCK_M, BLOCK_N, HEAD_DIM, THREADS = t.block_m, t.block_n, t.head_dim, t.threads
+    CAUSAL = causal
+    STAGES = t.stages
+    KPAIRS = HEAD_DIM // 16  # pairs of k-steps of Q·Kᵀ: one v4 load of K a pair
+    NT_S = BLOCK_N // 8  # n-tiles of S (8 keys each) = k-steps of P·V
+    OGROUPS = HEAD_DIM // 32  # groups of 4 n-tiles of O: one v4 load of V a group
+    CHUNKS = HEAD_DIM // 4  # 16-byte chunks in a row
+    Q_REGS = HEAD_DIM // 2  # 4 words for each of the d/8 k-steps
+    S_REGS = NT_S * 4
+    O_REGS = HEAD_DIM // 2  # 4 floats for each of the d/8 n-tiles
+    ROW_BYTES = HEAD_DIM * 4
+    Q_BYTES = BLOCK_M * ROW_BYTES
+    KV_BYTES = BLOCK_N * ROW_BYTES  # one stage of K (or V)
+    KV_STAGES_BYTES = STAGES * KV_BYTES
+    mma = ptx.mma_m16n8k8_tf32
+    tf32 = ptx.cvt_rna_tf32
+
+    @cuda.jit
+    def kernel(q, k, v, out, lse, softmax_scale):
+        start_m = cuda.blockIdx.x * BLOCK_M
+        h = cuda.blockIdx.y
+        b = cuda.blockIdx.z
+        tid = cuda.threadIdx.x
+        warp = tid // 32
+        lane = tid % 32
+        g = lane >> 2  # accumulator rows g and g + 8
+        tq = lane & 3  # accumulator columns 2·tq, 2·tq + 1
+        sw_g = (g & 6) ^ ((g & 1) << 2)  # sw(r) of the rows g (mod 8) this lane reads in Q, K
+        seqlen_q = q.shape[1]
+        seqlen_k = k.shape[1]
+        diag = seqlen_k - seqlen_q  # query i sees keys j <= i + diag
+        scale_log2 = float32(softmax_scale * LOG2E)
+
+        # one dynamic shared array (sized at launch: tf32_smem_bytes), carved into
+        # Q | K stages | V stages; addresses are byte offsets in the shared window
+        smem = cuda.shared.array(0, float32, alignment=_ALIGN)
+        q_base = ptx.smem_addr(smem, 0)
+        k_base = q_base + Q_BYTES
+        v_base = k_base + KV_STAGES_BYTES
+
+        q_frag = cuda.local.array(Q_REGS, uint32)  # tf32 A fragments of the d/8 k-steps
+        acc_s = cuda.local.array(S_REGS, float32)
+        acc_o = cuda.local.array(O_REGS, float32)
+        m_i = cuda.local.array(2, float32)  # rows g, g + 8
+        l_i = cuda.local.array(2, float32)
+        for i in range(O_REGS):
+            acc_o[i] = float32(0.0)
+        for r in range(2):
+            m_i[r] = NEG_INF
+            l_i[r] = float32(0.0)
+
+        end_n = seqlen_k
+        if CAUSAL:  # key tiles wholly above the diagonal are skipped
+            end_n = min(seqlen_k, max(0, start_m + BLOCK_M + diag))
+        n_tiles = (end_n + BLOCK_N - 1) // BLOCK_N
+
+        # Q: BLOCK_M rows, chunk c of row r at chunk c ^ sw(r); rows past the end are
+        # zero-filled (their source row clamped in bounds)
+        for idx in range(tid, BLOCK_M * CHUNKS, THREADS):
+            r = idx // CHUNKS
+            c = idx - r * CHUNKS
+            row = start_m + r
+            dst = q_base + r * ROW_BYTES + ((c ^ ((r & 6) ^ ((r & 1) << 2))) << 4)
+            ptx.cp_async_16_zfill(dst, q, (b, min(row, seqlen_q - 1), h, c * 4), row < seqlen_q)
+
+        # j = -1 only starts the copy of tile 0; tile j+1 is copied while j is used
+        for j in range(-1, n_tiles):
+            stage = j % STAGES
+            if j >= 0:
+                ptx.cp_async_wait_group(0)
+                # tile j (and Q) landed for every thread's copies; every warp is done
+                # with tile j-1, whose stage the copies of tile j+1 overwrite next
+                cuda.syncthreads()
+            if j == 0:  # Q fragments (tf32): rows g, g+8 of the warp's 16, kept in registers
+                row_q = q_base + (warp * 16 + g) * ROW_BYTES
+                for p in range(KPAIRS):
+                    off = ((4 * p + tq) ^ sw_g) << 4
+                    y0, y1, y2, y3 = ptx.ld_shared_v4_f32(row_q + off)  # row g, columns 16p+4t..+3
+                    z0, z1, z2, z3 = ptx.ld_shared_v4_f32(row_q + 8 * ROW_BYTES + off)  # row g + 8
+                    q_frag[8 * p + 0] = tf32(y0)  # k-step 2p: slots t, t+4 = columns 16p+4t, +1
+                    q_frag[8 * p + 1] = tf32(z0)
+                    q_frag[8 * p + 2] = tf32(y1)
+                    q_frag[8 * p + 3] = tf32(z1)
+                    q_frag[8 * p + 4] = tf32(y2)  # k-step 2p+1: columns 16p+4t+2, +3
+                    q_frag[8 * p + 5] = tf32(z2)
+                    q_frag[8 * p + 6] = tf32(y3)
+                    q_frag[8 * p + 7] = tf32(z3)
+            if j + 1 < n_tiles:
+                nxt = ((j + 1) % STAGES) * KV_BYTES
+                for idx in range(tid, BLOCK_N * CHUNKS, THREADS):
+                    r = idx // CHUNKS
+                    c = idx - r * CHUNKS
+                    row = (j + 1) * BLOCK_N + r
+                    off = nxt + r * ROW_BYTES + ((c ^ ((r & 6) ^ ((r & 1) << 2))) << 4)
+                    src = (b, min(row, seqlen_k - 1), h, c * 4)
+                    ptx.cp_async_16_zfill(k_base + off, k, src, row < seqlen_k)
+                    ptx.cp_async_16_zfill(v_base + off, v, src, row < seqlen_k)
+            ptx.cp_async_commit()
+            if j < 0:
+                continue
+            start_n = j * BLOCK_N
+            k_tile = k_base + stage * KV_BYTES
+            v_tile = v_base + stage * KV_BYTES
+
+            # S = Q·K_jᵀ: one v4 load of K row (8·nt + g) feeds the two k-steps of a pair
+            for i in range(S_REGS):
+                acc_s[i] = float32(0.0)
+            for p in range(KPAIRS):
+                for nt in range(NT_S):
+                    x0, x1, x2, x3 = ptx.ld_shared_v4_f32(
+                        k_tile + (nt * 8 + g) * ROW_BYTES + (((4 * p + tq) ^ sw_g) << 4)
+                    )
+                    s = nt * 4
+                    acc_s[s], acc_s[s + 1], acc_s[s + 2], acc_s[s + 3] = mma(
+                        q_frag[8 * p], q_frag[8 * p + 1], q_frag[8 * p + 2], q_frag[8 * p + 3],
+                        tf32(x0), tf32(x1), acc_s[s], acc_s[s + 1], acc_s[s + 2], acc_s[s + 3],
+                    )  # fmt: skip
+                    acc_s[s], acc_s[s + 1], acc_s[s + 2], acc_s[s + 3] = mma(
+                        q_frag[8 * p + 4], q_frag[8 * p + 5], q_frag[8 * p + 6], q_frag[8 * p + 7],
+                        tf32(x2), tf32(x3), acc_s[s], acc_s[s + 1], acc_s[s + 2], acc_s[s + 3],
+                    )  # fmt: skip
+
+            # scale into the log2 domain; mask only tiles that need it
+            needs_mask = start_n + BLOCK_N > seqlen_k
+            if CAUSAL:
+                needs_mask = needs_mask or start_n + BLOCK_N - 1 > start_m + diag
+            for i in range(S_REGS):
+                acc_s[i] *= scale_log2
+            if needs_mask:
+                for nt in range(NT_S):
+                    for i in range(4):
+                        col = start_n + nt * 8 + 2 * tq + (i & 1)
+                        row = start_m + warp * 16 + g + 8 * (i >> 1)
+                        masked = col >= seqlen_k
+                        if CAUSAL:
+                            masked = masked or col > row + diag
+                        if masked:
+                            acc_s[nt * 4 + i] = NEG_INF
+
+            # online softmax for rows g (r = 0) and g + 8 (r = 1)
+            for r in range(2):
+                mx = m_i[r]
+                for nt in range(NT_S):
+                    mx = max(mx, max(acc_s[nt * 4 + 2 * r], acc_s[nt * 4 + 2 * r + 1]))
+                mx = max(mx, cuda.shfl_xor_sync(FULL_MASK, mx, 1))  # across the quad
+                mx = max(mx, cuda.shfl_xor_sync(FULL_MASK, mx, 2))
+                m_use = mx if mx != NEG_INF else float32(0.0)  # no -inf - -inf
+                alpha = ptx.ex2_approx(m_i[r] - m_use)
+                m_i[r] = mx
+                row_sum = float32(0.0)
+                for nt in range(NT_S):
+                    p0 = ptx.ex2_approx(acc_s[nt * 4 + 2 * r] - m_use)
+                    p1 = ptx.ex2_approx(acc_s[nt * 4 + 2 * r + 1] - m_use)
+                    acc_s[nt * 4 + 2 * r] = p0
+                    acc_s[nt * 4 + 2 * r + 1] = p1
+                    row_sum += p0 + p1
+                l_i[r] = l_i[r] * alpha + row_sum  # a per-lane partial: the quad adds at the end
+                for nt in range(HEAD_DIM // 8):
+                    acc_o[nt * 4 + 2 * r] *= alpha
+                    acc_o[nt * 4 + 2 * r + 1] *= alpha
+
+            # O += P·V_j: n-tile nt of S is k-step nt (keys 8nt..8nt+7) with slot t ↔ key
+            # 2t and slot t+4 ↔ key 2t+1, so a0..a3 = tf32(c0, c2, c1, c3), and V's b0, b1
+            # come from rows 8nt + 2t and 8nt + 2t + 1 (sw = 2t and 2t ^ 4)
+            for nt in range(NT_S):
+                a0 = tf32(acc_s[nt * 4 + 0])
+                a1 = tf32(acc_s[nt * 4 + 2])
+                a2 = tf32(acc_s[nt * 4 + 1])
+                a3 = tf32(acc_s[nt * 4 + 3])
+                row_v = v_tile + (nt * 8 + 2 * tq) * ROW_BYTES
+                for jg in range(OGROUPS):
+                    # b of n-tiles 4jg .. 4jg+3: head-dim columns 32jg + 4g .. +3
+                    v0, v1, v2, v3 = ptx.ld_shared_v4_f32(row_v + (((8 * jg + g) ^ (2 * tq)) << 4))
+                    w0, w1, w2, w3 = ptx.ld_shared_v4_f32(row_v + ROW_BYTES + (((8 * jg + g) ^ (2 * tq) ^ 4) << 4))
+                    o = 16 * jg
+                    acc_o[o], acc_o[o + 1], acc_o[o + 2], acc_o[o + 3] = mma(
+                        a0, a1, a2, a3, tf32(v0), tf32(w0), acc_o[o], acc_o[o + 1], acc_o[o + 2], acc_o[o + 3]
+                    )
+                    o += 4
+                    acc_o[o], acc_o[o + 1], acc_o[o + 2], acc_o[o + 3] = mma(
+                        a0, a1, a2, a3, tf32(v1), tf32(w1), acc_o[o], acc_o[o + 1], acc_o[o + 2], acc_o[o + 3]
+                    )
+                    o += 4
+                    acc_o[o], acc_o[o + 1], acc_o[o + 2], acc_o[o + 3] = mma(
+                        a0, a1, a2, a3, tf32(v2), tf32(w2), acc_o[o], acc_o[o + 1], acc_o[o + 2], acc_o[o + 3]
+                    )
+                    o += 4
+                    acc_o[o], acc_o[o + 1], acc_o[o + 2], acc_o[o + 3] = mma(
+                        a0, a1, a2, a3, tf32(v3), tf32(w3), acc_o[o], acc_o[o + 1], acc_o[o + 2], acc_o[o + 3]
+                    )
+
+        ptx.cp_async_wait_all()  # no copy may land after the block exits (n_tiles = 0)
+        # epilogue: o = acc / l; n-tile 4jg+i holds head-dim columns 32jg + 8t + i (c0, c1
+        # of row g: + 0, + 4), so a lane writes 8 contiguous floats a group; lse = m·ln2 + ln l
+        for r in range(2):
+            l_row = l_i[r]
+            l_row += cuda.shfl_xor_sync(FULL_MASK, l_row, 1)
+            l_row += cuda.shfl_xor_sync(FULL_MASK, l_row, 2)
+            row = start_m + warp * 16 + g + 8 * r
+            inv = float32(1.0) / l_row if l_row > float32(0.0) else float32(0.0)
+            if row < seqlen_q:
+                for jg in range(OGROUPS):
+                    for i in range(4):
+                        col = 32 * jg + 8 * tq + i
+                        out[b, row, h, col] = acc_o[(4 * jg + i) * 4 + 2 * r] * inv
+                        out[b, row, h, col + 4] = acc_o[(4 * jg + i) * 4 + 2 * r + 1] * inv
+                if tq == 0:
+                    if l_row > float32(0.0):
+                        lse[b, h, row] = m_i[r] * float32(LN2) + math.log(l_row)
+                    else:
+                        lse[b, h, row] = NEG_INF
+
+    return kernel

@@ -1,0 +1,172 @@
+"""The opt-in TF32 tensor-core forward (``flash_attention(..., allow_tf32=True)``).
+
+Tolerance, from a same-precision baseline (FlashAttention-2's convention): the kernel's
+error against the exact float64 attention is at most twice the error of a float64
+standard attention whose Q, K, V and P are rounded to TF32 as the kernel rounds them
+(``reference.attention_tf32``), plus an fp32 floor of 1e-5 (fp32 accumulation and
+``ex2.approx``; it matters when the baseline's error is tiny, e.g. a single key).  The
+baseline error itself is a few 1e-4 relative: that is the precision ``allow_tf32`` buys.
+
+Inputs are fresh random numbers (the seed is in the failure message); every output the
+API allocates is poisoned with NaN first, so an element the kernel forgets fails.
+In the CUDA simulator the shapes are tiny (each launch takes seconds); the ``gpu`` cases
+add real sizes.
+"""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pytest
+
+import numba_flash
+from numba_flash import _arrays, dispatch, reference
+from numba_flash._backend import SIMULATOR
+
+FLOOR = 1e-5  # fp32 accumulation and ex2.approx, relative to max |ref|
+
+
+@pytest.fixture(autouse=True)
+def poisoned_outputs(monkeypatch):
+    """Every array the API allocates for an output starts as NaN."""
+    real_empty = _arrays.empty
+
+    def nan_empty(kind, shape, dtype):
+        arr = real_empty(kind, shape, dtype)
+        arr.fill(np.nan)
+        return arr
+
+    monkeypatch.setattr(_arrays, "empty", nan_empty)
+
+
+def host(x):
+    return x.get() if hasattr(x, "get") else np.asarray(x)
+
+
+def make_qkv(gen, B, H, Nq, Nk, d, layout):
+    def one(n):
+        shape = (B, n, H, d) if layout == "bshd" else (B, H, n, d)
+        return gen.standard_normal(shape).astype(np.float32)
+
+    return one(Nq), one(Nk), one(Nk)
+
+
+# (B, H, Nq, Nk, d, causal, layout): sizes that are multiples of no tile (the tiles are
+# 64×64 at d = 64, 64×32 at d = 128), Nq != Nk both ways (causal with Nq > Nk leaves
+# rows that see no key: O = 0, lse = -inf), several K/V tiles (the cp.async pipeline).
+SIM_CASES = [
+    (1, 1, 1, 1, 64, False, "bshd"),
+    (1, 1, 17, 40, 64, True, "bshd"),
+    (1, 2, 63, 17, 128, True, "bhsd"),
+    (1, 1, 17, 63, 128, False, "bshd"),
+    (2, 1, 9, 1, 64, True, "bhsd"),
+    (1, 1, 33, 63, 128, True, "bhsd"),
+]
+GPU_CASES = [
+    pytest.param(B, H, N, N, d, causal, layout, marks=pytest.mark.gpu)
+    for N, B, H, layout in ((127, 2, 3, "bshd"), (1000, 2, 4, "bhsd"), (4096, 1, 2, "bshd"))
+    for d in (64, 128)
+    for causal in (False, True)
+] + [
+    pytest.param(2, 3, Nq, Nk, d, True, "bhsd", marks=pytest.mark.gpu)
+    for Nq, Nk in ((1000, 1500), (1500, 1000))
+    for d in (64, 128)
+]
+
+
+def case_id(case):
+    values = case.values if hasattr(case, "values") else case
+    B, H, Nq, Nk, d, causal, layout = values
+    return f"B{B}H{H}-q{Nq}k{Nk}-d{d}-{'causal' if causal else 'full'}-{layout}"
+
+
+@pytest.mark.parametrize(
+    "B,H,Nq,Nk,d,causal,layout", SIM_CASES + GPU_CASES, ids=[case_id(c) for c in SIM_CASES + GPU_CASES]
+)
+def test_forward_tf32(B, H, Nq, Nk, d, causal, layout):
+    seed = int(np.random.SeedSequence().entropy % 2**32)
+    q, k, v = make_qkv(np.random.default_rng(seed), B, H, Nq, Nk, d, layout)
+    assert dispatch.forward_family(q.dtype, d, True, allow_tf32=True) == "tensor-core-tf32"
+    xp = np
+    if not SIMULATOR:
+        import cupy as xp
+    out, lse = numba_flash.flash_attention(
+        xp.asarray(q), xp.asarray(k), xp.asarray(v), causal=causal, return_lse=True, layout=layout, allow_tf32=True
+    )
+    assert out.dtype == np.float32 and out.shape == q.shape and lse.shape == (B, H, Nq)
+    out, lse = host(out), host(lse)
+    ref_out, ref_lse = reference.attention(q, k, v, causal=causal, layout=layout)
+    base_out, base_lse = reference.attention_tf32(q, k, v, causal=causal, layout=layout)
+    for name, got, ref, base in (("O", out, ref_out, base_out), ("LSE", lse, ref_lse, base_lse)):
+        err, tol = reference.rel_error(got, ref), 2 * reference.rel_error(base, ref) + FLOOR
+        assert err <= tol, f"{name}: rel error {err:.3g} > {tol:.3g} (2× the tf32 baseline + {FLOOR}), seed {seed}"
+    if causal and Nq > Nk:  # rows that see no key
+        blind = Nq - Nk
+        rows = out[:, :blind] if layout == "bshd" else out[:, :, :blind]
+        assert np.all(rows == 0) and np.all(np.isneginf(lse[..., :blind]))
+
+
+def test_tf32_differs_from_exact_and_is_opt_in():
+    """The default stays exact fp32 (1e-5); allow_tf32=True really rounds (its error is
+    the tf32 baseline's, far above fp32 rounding)."""
+    gen = np.random.default_rng(7)
+    q, k, v = make_qkv(gen, 1, 1, 17, 23, 64, "bshd")
+    ref_out, _ = reference.attention(q, k, v, layout="bshd")
+    exact = numba_flash.flash_attention(q, k, v)
+    tf32 = numba_flash.flash_attention(q, k, v, allow_tf32=True)
+    assert reference.rel_error(exact, ref_out) <= 1e-5
+    assert reference.rel_error(tf32, ref_out) > 1e-5  # 10-bit mantissas: ~1e-4 at least
+
+
+def test_tf32_fallbacks():
+    """allow_tf32 changes only float32 forwards at head dims 64/128 with 16-byte aligned
+    rows; anything else runs what it ran before (the exact fp32 kernel here)."""
+    assert dispatch.forward_family(np.float32, 64, True) == "simt-fp32"  # default: exact
+    assert dispatch.forward_family(np.float32, 32, True, allow_tf32=True) == "simt-fp32"
+    assert dispatch.forward_family(np.float32, 64, False, allow_tf32=True) == "simt-fp32"
+    assert dispatch.forward_family(np.float16, 64, True, allow_tf32=True) == "tensor-core"
+    assert dispatch.backward_family(np.float32, 64, True) == "simt-fp32"
+    gen = np.random.default_rng()
+    packed = gen.standard_normal((1, 19, 2, 64 + 1)).astype(np.float32)
+    k, v = packed[:, :, :1, 1:], packed[:, :, 1:, 1:]  # rows 4 bytes off a 16-byte boundary
+    q = make_qkv(gen, 1, 1, 11, 19, 64, "bshd")[0]
+    assert not _arrays.aligned16(k)
+    out = numba_flash.flash_attention(q, k, v, causal=True, allow_tf32=True)
+    ref_out, _ = reference.attention(q, k, v, causal=True, layout="bshd")
+    assert reference.rel_error(out, ref_out) <= 1e-5  # the exact kernel ran
+
+
+@pytest.mark.parametrize("bad", ["yes", 1, None])
+def test_allow_tf32_must_be_bool(bad):
+    q, k, v = make_qkv(np.random.default_rng(), 1, 1, 3, 4, 64, "bshd")
+    with pytest.raises(TypeError, match=re.escape(f"allow_tf32: expected a bool, got {bad!r}")):
+        numba_flash.flash_attention(q, k, v, allow_tf32=bad)
+
+
+def test_reference_round_tf32():
+    x = np.array([1.0, 1 + 2**-11, 1 + 2**-12, -(1 + 2**-11), 3.0, np.inf, -np.inf], dtype=np.float32)
+    want = np.array([1.0, 1 + 2**-10, 1.0, -(1 + 2**-10), 3.0, np.inf, -np.inf], dtype=np.float32)
+    np.testing.assert_array_equal(reference.round_tf32(x), want)  # nearest, ties away from zero
+    assert np.isnan(reference.round_tf32(np.float32(np.nan)))
+    r = reference.round_tf32(np.random.default_rng().standard_normal(1000).astype(np.float32))
+    assert np.all(r.view(np.uint32) & 0x1FFF == 0)
+
+
+@pytest.mark.parametrize("head_dim,causal", [(64, True), (128, False)])
+def test_tf32_ptx(head_dim, causal):
+    """``numba-flash inspect --tf32``: mma.sync m16n8k8 tf32, cvt.rna.tf32, cp.async,
+    vector shared loads, and nothing in local memory."""
+    from click.testing import CliRunner
+
+    from numba_flash_cli.main import main
+
+    args = ["inspect", "--pass", "forward", "--dtype", "float32", "--head-dim", str(head_dim), "--tf32",
+            "--arch", "sm_90", "--ptx"] + (["--causal"] if causal else [])  # fmt: skip
+    result = CliRunner().invoke(main, args)
+    assert result.exit_code == 0, result.output
+    summary, _, ptx = result.output.partition("// =====")
+    assert "tensor-core-tf32" in summary and "tf32_forward" in summary
+    assert re.search(r"mma\.sync\.aligned\.m16n8k8\.row\.col\.f32\.tf32\.tf32\.f32", ptx)
+    assert "cvt.rna.tf32.f32" in ptx and "cp.async.cg.shared.global" in ptx and "ld.shared.v4.f32" in ptx
+    assert "ld.local" not in ptx and "st.local" not in ptx
