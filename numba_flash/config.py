@@ -282,9 +282,11 @@ def blocked_forward_tiles(head_dim: int, causal: bool = False) -> BlockedTiles:
     """Tiles of the register-blocked fp32 forward.
 
     An 8 × 4 micro-tile: per 4 steps of the head dimension a thread issues 8 + 4
-    16-byte shared loads for 128 FMAs, and per key of P·V 2 + d/64 loads for 8·d/16
-    FMAs.  128 × 64 tiles of 256 threads: 164 KiB of shared memory at d = 128 (one
-    block an SM), 100 KiB at d = 64 (two).  The simulator gets 16 × 16 tiles of 32
+    16-byte shared loads for 128 FMAs, and per key of P·V 2 + d/(4·TX) loads for 8·d/TX
+    FMAs.  Tuned on the H200 (``scripts/tune_fp32_tiles.py``,
+    docs/benchmarks/fp32-forward.md): d = 128 takes 128 × 64 tiles of 256 threads
+    (164 KiB of shared memory, one block an SM, 253 registers), d = 64 128 × 32 tiles
+    of 128 threads (67 KiB, three blocks an SM, 229 registers).  The simulator gets 16 × 16 tiles of 32
     threads (same code, tests run in seconds; the GPU tests cover the real tiles).
     ``NUMBA_FLASH_FP32_TILES``
     (``{"128": [block_m, block_n, tm, tn]}``) overrides it for tuning runs.
@@ -298,4 +300,6 @@ def blocked_forward_tiles(head_dim: int, causal: bool = False) -> BlockedTiles:
 
     if SIMULATOR:  # the simulator's cost grows with the tile, not the problem: small tiles
         return BlockedTiles(head_dim, block_m=16, block_n=16, tm=4, tn=2)
-    return BlockedTiles(head_dim, block_m=128, block_n=64, tm=8, tn=4)
+    if head_dim == 64:  # 32.4 / 29.8 TFLOP/s (full / causal) where 128 × 64 gave 27.8 / 26.5
+        return BlockedTiles(64, block_m=128, block_n=32, tm=8, tn=4)
+    return BlockedTiles(128, block_m=128, block_n=64, tm=8, tn=4)  # 34.0 / 30.7; 64 × 32 gave 30.1 / 28.4

@@ -16,15 +16,17 @@ import numpy as np
 from numba_flash.config import (
     BLOCKED_HEAD_DIMS,
     TC_HEAD_DIMS,
+    BlockedTiles,
     SimtTiles,
     TcBwdTiles,
     TcTiles,
     simt_backward_tiles,
     simt_forward_tiles,
+    blocked_forward_tiles,
     tc_backward_tiles,
     tc_forward_tiles,
 )
-from numba_flash.kernels import simt_backward, simt_forward, tc_backward, tc_forward
+from numba_flash.kernels import simt_backward, simt_blocked_forward, simt_forward, tc_backward, tc_forward
 from numba_flash.kernels import tf32_forward
 
 PASSES = ("forward", "backward")
@@ -36,7 +38,7 @@ class KernelSpec:
 
     name: str
     kernel: Any
-    tiles: SimtTiles | TcTiles | TcBwdTiles
+    tiles: SimtTiles | BlockedTiles | TcTiles | TcBwdTiles
     argtypes: tuple
     family: str  # "simt-fp32", "tensor-core" or "tensor-core-tf32"
 
@@ -68,6 +70,10 @@ def fp32_blocked(work_dtype, head_dim: int, aligned: bool = True) -> bool:
     """Whether the exact fp32 work (float32 inputs, or bf16 on fp32 copies) runs the
     register-blocked kernels (head dims 64 and 128, 16-byte aligned rows for cp.async)
     rather than the row-group ones (any head dim, fp16 read as is)."""
+    from numba import types
+
+    if isinstance(work_dtype, types.Type):  # a numba element type (kernels_for)
+        return work_dtype == types.float32 and head_dim in BLOCKED_HEAD_DIMS and aligned
     return np.dtype(work_dtype) == np.float32 and head_dim in BLOCKED_HEAD_DIMS and aligned
 
 
@@ -132,6 +138,17 @@ def kernels_for(pass_: str, dtype, head_dim: int, causal: bool, allow_tf32: bool
         ]  # fmt: skip
     if _is_half(dtype) and dtype != np.float16:  # bf16 runs the fp32 kernels on copies
         arr4, arr3, scalar = _numba_types(np.float32)
+    if pass_ == "forward" and fp32_blocked(arr4.dtype, head_dim):
+        t = blocked_forward_tiles(head_dim, causal)
+        return [
+            KernelSpec(
+                "simt_blocked_forward",
+                simt_blocked_forward.forward_kernel(t, causal),
+                t,
+                (arr4, arr4, arr4, arr4, arr3, scalar),
+                "simt-fp32",
+            )
+        ]
     if pass_ == "forward":
         t = simt_forward_tiles(head_dim)
         return [
@@ -171,7 +188,10 @@ def available() -> list[dict]:
     for dt in SUPPORTED_DTYPES:
         name = dtype_name(dt)
         if name == "float32":
-            rows.append({"dtype": name, "head_dims": "8, 16, ..., 256", "forward": "simt-fp32", "backward": "simt-fp32"})
+            rows.append({"dtype": name, "head_dims": ", ".join(map(str, BLOCKED_HEAD_DIMS)) + " (16-byte aligned rows)",
+                         "forward": "simt-fp32, register-blocked", "backward": "simt-fp32"})  # fmt: skip
+            rows.append({"dtype": name, "head_dims": "8, 16, ..., 256", "forward": "simt-fp32, row-group",
+                         "backward": "simt-fp32"})  # fmt: skip
             rows.append({"dtype": "float32, allow_tf32=True",
                          "head_dims": ", ".join(map(str, tf32_forward.TF32_HEAD_DIMS)),
                          "forward": "tensor-core-tf32 (~1e-3 relative)", "backward": "simt-fp32"})  # fmt: skip

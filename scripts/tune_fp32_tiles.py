@@ -18,6 +18,7 @@ import numpy as np
 
 import numba_flash
 from numba_flash.config import BlockedTiles, blocked_forward_smem_bytes
+from numba_flash.kernels import simt_blocked_forward
 
 CANDIDATES = {
     64: [(128, 64, 8, 4), (64, 64, 4, 4), (64, 32, 4, 4), (128, 32, 8, 4), (128, 64, 8, 8), (64, 64, 8, 4)],
@@ -85,6 +86,10 @@ def main():
                     row[f"tflops_{'causal' if c else 'full'}"] = round(flops / ms / 1e9, 2)
                     if peer[c]:
                         row[f"sdpa_eff_{'causal' if c else 'full'}"] = round(flops / peer[c] / 1e9, 2)
+                kern = simt_blocked_forward.forward_kernel(t, False)
+                regs, local = kern.get_regs_per_thread(), kern.get_local_mem_per_thread()
+                row["regs"] = max(regs.values()) if isinstance(regs, dict) else regs
+                row["local_bytes"] = max(local.values()) if isinstance(local, dict) else local
             except Exception as e:  # a tile shape the device refuses is a result too
                 row["error"] = f"{type(e).__name__}: {e}"[:200]
             print(json.dumps(row), flush=True)
