@@ -12,10 +12,12 @@ import numpy as np
 from numba_flash import _arrays as A
 from numba_flash import dispatch
 from numba_flash._launch import launch
+from numba_flash.config import blocked_backward_tiles, blocked_dkdv_smem_bytes, blocked_dq_smem_bytes
 from numba_flash.config import blocked_forward_smem_bytes, blocked_forward_tiles
 from numba_flash.config import simt_backward_tiles, simt_forward_tiles, tc_smem_bytes
 from numba_flash.config import tc_bwd_smem_bytes as tc_smem_bwd
-from numba_flash.kernels import simt_backward, simt_blocked_forward, simt_forward, tc_backward, tc_forward
+from numba_flash.kernels import simt_backward, simt_blocked_backward, simt_blocked_forward, simt_forward
+from numba_flash.kernels import tc_backward, tc_forward
 from numba_flash.kernels import tf32_forward
 
 
@@ -177,14 +179,25 @@ def flash_attention_backward(dout, q, k, v, out, lse, *, causal=False, softmax_s
     t = simt_backward_tiles(d)
     rows = t.threads // t.group
     launch(simt_backward.preprocess_kernel(t), (_cdiv(Nq, rows), H, B), t.threads, 0, oc, doc, delta)
-    launch(
-        simt_backward.dkdv_kernel(t, causal), (_cdiv(Nk, rows), H, B), t.threads, 0,
-        qc, kc, vc, doc, lsec, delta, _bshd(dk, layout), _bshd(dv, layout), scale,
-    )  # fmt: skip
-    launch(
-        simt_backward.dq_kernel(t, causal), (_cdiv(Nq, rows), H, B), t.threads, 0,
-        qc, kc, vc, doc, lsec, delta, _bshd(dq, layout), scale,
-    )  # fmt: skip
+    if dispatch.fp32_blocked(qc.dtype, d, all(A.aligned16(x) for x in (qc, kc, vc, doc))):
+        tkv, tq = blocked_backward_tiles(d, causal)
+        launch(
+            simt_blocked_backward.dkdv_kernel(tkv, causal), (_cdiv(Nk, tkv.block_m), H, B), tkv.threads,
+            blocked_dkdv_smem_bytes(tkv), qc, kc, vc, doc, lsec, delta, _bshd(dk, layout), _bshd(dv, layout), scale,
+        )  # fmt: skip
+        launch(
+            simt_blocked_backward.dq_kernel(tq, causal), (_cdiv(Nq, tq.block_m), H, B), tq.threads,
+            blocked_dq_smem_bytes(tq), qc, kc, vc, doc, lsec, delta, _bshd(dq, layout), scale,
+        )  # fmt: skip
+    else:  # the row-group kernels: any head dim, fp16 read as is, any alignment
+        launch(
+            simt_backward.dkdv_kernel(t, causal), (_cdiv(Nk, rows), H, B), t.threads, 0,
+            qc, kc, vc, doc, lsec, delta, _bshd(dk, layout), _bshd(dv, layout), scale,
+        )  # fmt: skip
+        launch(
+            simt_backward.dq_kernel(t, causal), (_cdiv(Nq, rows), H, B), t.threads, 0,
+            qc, kc, vc, doc, lsec, delta, _bshd(dq, layout), scale,
+        )  # fmt: skip
     if upcast:
         for g, g32 in zip(grads, (dq, dk, dv)):
             g[...] = g32.astype(g.dtype)

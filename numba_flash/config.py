@@ -303,3 +303,43 @@ def blocked_forward_tiles(head_dim: int, causal: bool = False) -> BlockedTiles:
     if head_dim == 64:  # 32.4 / 29.8 TFLOP/s (full / causal) where 128 × 64 gave 27.8 / 26.5
         return BlockedTiles(64, block_m=128, block_n=32, tm=8, tn=4)
     return BlockedTiles(128, block_m=128, block_n=64, tm=8, tn=4)  # 34.0 / 30.7; 64 × 32 gave 30.1 / 28.4
+
+
+def blocked_bwd_layout(t: BlockedTiles) -> tuple[int, int, int]:
+    """(padded row of d floats, one thread's slot in a P/dS row, P/dS row) of the
+    register-blocked backward kernels, in floats."""
+    return t.head_dim + 4, t.tm, t.ty * t.tm + 4
+
+
+def blocked_dkdv_smem_bytes(t: BlockedTiles) -> int:
+    """K, V (block_m rows), Q, dO (block_n rows), Pᵀ, dSᵀ (block_n rows), lse, delta."""
+    rs, _, ps = blocked_bwd_layout(t)
+    return 4 * (2 * t.block_m * rs + 2 * t.block_n * rs + 2 * t.block_n * ps + 2 * t.block_n)
+
+
+def blocked_dq_smem_bytes(t: BlockedTiles) -> int:
+    """Q, dO (block_m rows), K, V (block_n rows), dSᵀ (block_n rows)."""
+    rs, _, ps = blocked_bwd_layout(t)
+    return 4 * (2 * t.block_m * rs + 2 * t.block_n * rs + t.block_n * ps)
+
+
+def blocked_backward_tiles(head_dim: int, causal: bool = False) -> tuple[BlockedTiles, BlockedTiles]:
+    """(dK/dV tiles, dQ tiles) of the register-blocked fp32 backward.
+
+    dK/dV: block_m keys a block, query tiles of block_n; a thread holds dK and dV
+    (2·tm·d/TX floats) and Sᵀ, dPᵀ (2·tm·tn).  dQ: block_m queries, key tiles of
+    block_n; dQ (tm·d/TX) and S, dP.  64 × 64 tiles of 4 × 4 keep both under ~170
+    registers at d = 128 with 256 threads.  ``NUMBA_FLASH_FP32_BWD_TILES``
+    (``{"128": [[dkdv bm, bn, tm, tn], [dq bm, bn, tm, tn]]}``) overrides it.
+    """
+    if head_dim not in BLOCKED_HEAD_DIMS:
+        raise ValueError(f"head_dim: the register-blocked fp32 kernels support {BLOCKED_HEAD_DIMS}, got {head_dim}")
+    override = os.environ.get("NUMBA_FLASH_FP32_BWD_TILES")
+    if override and str(head_dim) in json.loads(override):
+        a, b = json.loads(override)[str(head_dim)]
+        return BlockedTiles(head_dim, *a), BlockedTiles(head_dim, *b)
+    from numba_flash._backend import SIMULATOR
+
+    if SIMULATOR:  # small tiles: the simulator's cost grows with the tile
+        return BlockedTiles(head_dim, 16, 16, 4, 2), BlockedTiles(head_dim, 16, 16, 4, 2)
+    return BlockedTiles(head_dim, 64, 64, 4, 4), BlockedTiles(head_dim, 64, 64, 4, 4)

@@ -22,11 +22,13 @@ from numba_flash.config import (
     TcTiles,
     simt_backward_tiles,
     simt_forward_tiles,
+    blocked_backward_tiles,
     blocked_forward_tiles,
     tc_backward_tiles,
     tc_forward_tiles,
 )
-from numba_flash.kernels import simt_backward, simt_blocked_forward, simt_forward, tc_backward, tc_forward
+from numba_flash.kernels import simt_backward, simt_blocked_backward, simt_blocked_forward, simt_forward
+from numba_flash.kernels import tc_backward, tc_forward
 from numba_flash.kernels import tf32_forward
 
 PASSES = ("forward", "backward")
@@ -161,6 +163,15 @@ def kernels_for(pass_: str, dtype, head_dim: int, causal: bool, allow_tf32: bool
             )
         ]
     t = simt_backward_tiles(head_dim)
+    if fp32_blocked(arr4.dtype, head_dim):
+        tkv, tq = blocked_backward_tiles(head_dim, causal)
+        return [
+            KernelSpec("simt_bwd_preprocess", simt_backward.preprocess_kernel(t), t, (arr4, arr4, arr3), "simt-fp32"),
+            KernelSpec("simt_blocked_dkdv", simt_blocked_backward.dkdv_kernel(tkv, causal), tkv,
+                       (arr4, arr4, arr4, arr4, arr3, arr3, arr4, arr4, scalar), "simt-fp32"),
+            KernelSpec("simt_blocked_dq", simt_blocked_backward.dq_kernel(tq, causal), tq,
+                       (arr4, arr4, arr4, arr4, arr3, arr3, arr4, scalar), "simt-fp32"),
+        ]  # fmt: skip
     return [
         KernelSpec("simt_bwd_preprocess", simt_backward.preprocess_kernel(t), t, (arr4, arr4, arr3), "simt-fp32"),
         KernelSpec(
@@ -189,9 +200,9 @@ def available() -> list[dict]:
         name = dtype_name(dt)
         if name == "float32":
             rows.append({"dtype": name, "head_dims": ", ".join(map(str, BLOCKED_HEAD_DIMS)) + " (16-byte aligned rows)",
-                         "forward": "simt-fp32, register-blocked", "backward": "simt-fp32"})  # fmt: skip
+                         "forward": "simt-fp32, register-blocked", "backward": "simt-fp32, register-blocked"})  # fmt: skip
             rows.append({"dtype": name, "head_dims": "8, 16, ..., 256", "forward": "simt-fp32, row-group",
-                         "backward": "simt-fp32"})  # fmt: skip
+                         "backward": "simt-fp32, row-group"})  # fmt: skip
             rows.append({"dtype": "float32, allow_tf32=True",
                          "head_dims": ", ".join(map(str, tf32_forward.TF32_HEAD_DIMS)),
                          "forward": "tensor-core-tf32 (~1e-3 relative)", "backward": "simt-fp32"})  # fmt: skip
