@@ -11,6 +11,11 @@ Implementations (``IMPLS``)
 ``numba-flash``         ``flash_attention`` / ``flash_attention_backward`` (layout option,
                         bshd by default); the backward is timed alone, on the ``out`` and
                         ``lse`` of one forward run outside the timed region.
+``numba-flash-tf32``    the same with ``allow_tf32=True``: float32 inputs on TF32 tensor
+                        cores (~1e-3 relative) for head dims 64 and 128; the backward is
+                        the exact fp32 kernels (there is no TF32 backward yet).  Other
+                        dtypes and head dims are reported ``unsupported`` (allow_tf32 would
+                        change nothing there).
 ``cupy-standard``       standard attention with CuPy: fp32 math (inputs cast to fp32 inside
                         the timed region, cuBLAS matmuls, softmax materialising the
                         (B, H, Nq, Nk) score matrix, output cast back); the forward keeps P
@@ -98,6 +103,7 @@ from numba_flash import _report
 SCHEMA = "numba-flash-bench/1"
 IMPLS = (
     "numba-flash",
+    "numba-flash-tf32",
     "cupy-standard",
     "torch-sdpa-flash",
     "torch-sdpa-cudnn",
@@ -643,10 +649,23 @@ class Impl:
 
 
 class NumbaFlash(Impl):
-    name = "numba-flash"
+    """numba-flash; ``allow_tf32`` as in ``flash_attention`` (the "numba-flash-tf32" row)."""
 
-    def __init__(self, layout: str = "bshd"):
+    def __init__(self, layout: str = "bshd", allow_tf32: bool = False):
         self.layout = layout
+        self.allow_tf32 = allow_tf32
+        self.name = "numba-flash-tf32" if allow_tf32 else "numba-flash"
+
+    def unsupported(self, case, pass_):
+        if not self.allow_tf32:
+            return None
+        if case.dtype != "float32":
+            return "allow_tf32 applies to float32 inputs only (fp16/bf16 already run on tensor cores)"
+        from numba_flash.kernels.tf32_forward import TF32_HEAD_DIMS
+
+        if case.head_dim not in TF32_HEAD_DIMS:
+            return f"TF32 kernels cover head dims {TF32_HEAD_DIMS}; d={case.head_dim} runs the exact fp32 kernel"
+        return None
 
     def extra_set_bytes(self, case, pass_):
         o = case.batch * case.heads * case.seqlen_q * (case.head_dim * _itemsize(case.dtype) + 4)
@@ -656,13 +675,14 @@ class NumbaFlash(Impl):
         from numba_flash import api
 
         kw = dict(causal=case.causal, layout=self.layout)
+        fwd_kw = dict(kw, allow_tf32=True) if self.allow_tf32 else kw
         fns = []
         for s in sets:
             q, k, v, do = (s.get(n, self.layout) for n in ("q", "k", "v", "dout"))
             if pass_ == "forward":
-                fns.append(lambda q=q, k=k, v=v: api.flash_attention(q, k, v, return_lse=True, **kw))
+                fns.append(lambda q=q, k=k, v=v: api.flash_attention(q, k, v, return_lse=True, **fwd_kw))
             else:
-                out, lse = api.flash_attention(q, k, v, return_lse=True, **kw)
+                out, lse = api.flash_attention(q, k, v, return_lse=True, **fwd_kw)
                 fns.append(
                     lambda q=q, k=k, v=v, do=do, out=out, lse=lse: api.flash_attention_backward(
                         do, q, k, v, out, lse, **kw
@@ -844,8 +864,8 @@ class TorchSDPA(Impl):
 def make_impls(names: Iterable[str] = IMPLS, *, layout: str = "bshd") -> list[Impl]:
     impls = []
     for name in names:
-        if name == "numba-flash":
-            impls.append(NumbaFlash(layout))
+        if name in ("numba-flash", "numba-flash-tf32"):
+            impls.append(NumbaFlash(layout, allow_tf32=name == "numba-flash-tf32"))
         elif name == "cupy-standard":
             impls.append(CupyStandard())
         elif name in TORCH_BACKENDS:
@@ -895,7 +915,7 @@ def measure(impl: Impl, case: BenchCase, pass_: str, *, sets_cache: dict, warmup
             reasons = [str(w.message).split("\n")[0] for w in caught]
             status, detail = "unsupported", _short(exc, 80) + (" — " + "; ".join(reasons[:2]) if reasons else "")
             detail = detail[:300]
-        elif isinstance(exc, (TypeError, ValueError)) and impl.name == "numba-flash":
+        elif isinstance(exc, (TypeError, ValueError)) and impl.name.startswith("numba-flash"):
             status, detail = "unsupported", _short(exc)
         else:
             status, detail = "error", _short(exc)
@@ -1019,7 +1039,7 @@ def plot(results, path, *, title: str | None = None) -> str:
         if g not in groups:
             groups.append(g)
     impls = [i for i in IMPLS if any(r["impl"] == i for r in rows)]
-    colors = dict(zip(IMPLS, ("#d62728", "#7f7f7f", "#1f77b4", "#2ca02c", "#ff7f0e", "#9467bd")))
+    colors = dict(zip(IMPLS, ("#d62728", "#e377c2", "#7f7f7f", "#1f77b4", "#2ca02c", "#ff7f0e", "#9467bd")))
     fig, axes = plt.subplots(
         len(passes), len(groups), figsize=(max(6.0, 5.2 * len(groups)), 3.8 * len(passes)), squeeze=False
     )

@@ -265,6 +265,27 @@ def test_bench_without_gpu_exits_cleanly():
         B.run_bench([B.BenchCase(1, 1, 128, 128, 64, False)])
 
 
+def test_bench_tf32_impl():
+    """numba-flash-tf32: listed, accepted by --impl (and then the clean no-GPU exit),
+    float32 at head dims 64/128 only; anything else is reported ``unsupported``."""
+    assert "numba-flash-tf32" in B.IMPLS
+    tf32, plain = B.make_impls(["numba-flash-tf32", "numba-flash"])
+    assert (tf32.name, tf32.allow_tf32, plain.name, plain.allow_tf32) == ("numba-flash-tf32", True, "numba-flash", False)
+    for pass_ in B.PASSES:
+        assert tf32.unsupported(B.BenchCase(1, 2, 256, 256, 64, True, "float32"), pass_) is None
+        assert tf32.unsupported(B.BenchCase(1, 2, 256, 256, 128, False, "float32"), pass_) is None
+        assert "float32 inputs only" in tf32.unsupported(B.BenchCase(1, 2, 256, 256, 64, False, "float16"), pass_)
+        assert "float32 inputs only" in tf32.unsupported(B.BenchCase(1, 2, 256, 256, 64, False, "bfloat16"), pass_)
+        assert "head dims" in tf32.unsupported(B.BenchCase(1, 2, 256, 256, 32, False, "float32"), pass_)
+        assert plain.unsupported(B.BenchCase(1, 2, 256, 256, 64, False, "float16"), pass_) is None
+    r = B.measure(tf32, B.BenchCase(1, 2, 256, 256, 64, False, "float16"), "forward", sets_cache={})
+    assert r.status == "unsupported" and r.to_dict()["impl"] == "numba-flash-tf32"
+    if SIMULATOR:
+        result = invoke("bench", "--seqlen", "128", "--dtype", "float32", "--impl", "numba-flash-tf32")
+        assert_clean_exit(result, 1)
+        assert "need a CUDA device" in result.output
+
+
 @needs_sim
 def test_memory_without_gpu_exits_cleanly():
     result = invoke("memory", "--json", "mem.json")
@@ -315,6 +336,7 @@ def _synthetic_results():
     return [
         B.BenchResult("numba-flash", "forward", case, timing=t(2.0)),
         B.BenchResult("numba-flash", "backward", case, timing=t(5.0)),
+        B.BenchResult("numba-flash-tf32", "forward", case, "unsupported", "allow_tf32 applies to float32 inputs only"),
         B.BenchResult("cupy-standard", "forward", case, timing=t(4.0)),
         B.BenchResult("cupy-standard", "backward", case, "oom", "out of memory: OutOfMemoryError"),
         B.BenchResult("torch-sdpa-flash", "forward", case, "unavailable", "torch is not importable"),
@@ -338,6 +360,8 @@ def test_bench_results_json_schema(tmp_path):
     oom = by[("cupy-standard", "backward")]
     assert oom["ms"] is None and oom["tflops"] is None and oom["ratio_vs_numba_flash"] is None and oom["reps"] == 0
     assert by[("torch-sdpa-flash", "forward")]["status"] == "unavailable"
+    assert by[("numba-flash-tf32", "forward")]["status"] == "unsupported"
+    assert by[("numba-flash-tf32", "forward")]["ratio_vs_numba_flash"] is None
     assert all(r["status"] in B.STATUSES for r in rows)
     types = {"impl": str, "pass": str, "dtype": str, "batch": int, "heads": int, "seqlen_q": int, "seqlen_k": int,
              "head_dim": int, "causal": bool, "flops": float, "reps": int, "rotation": int, "status": str,
@@ -498,6 +522,8 @@ def test_bench_on_gpu_small(tmp_path):
     assert nf and all(r["status"] == "ok" and r["ms"] > 0 and r["ratio_vs_numba_flash"] == 1.0 for r in nf)
     assert all(r["status"] in B.STATUSES for r in rows)
     assert any(r["impl"] == "cupy-standard" and r["status"] == "ok" for r in rows)
+    tf32 = {r["dtype"]: r["status"] for r in rows if r["impl"] == "numba-flash-tf32" and r["pass"] != "forward+backward"}
+    assert tf32 == {"float16": "unsupported", "float32": "ok"}
     fa_fp32 = [r for r in rows if r["impl"] == "torch-sdpa-flash" and r["dtype"] == "float32"]
     assert all(r["status"] in ("unsupported", "unavailable") for r in fa_fp32)
     json.dumps(B.to_json_dict(results))
