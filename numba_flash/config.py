@@ -328,8 +328,9 @@ def blocked_backward_tiles(head_dim: int, causal: bool = False) -> tuple[Blocked
 
     dK/dV: block_m keys a block, query tiles of block_n; a thread holds dK and dV
     (2·tm·d/TX floats) and Sᵀ, dPᵀ (2·tm·tn).  dQ: block_m queries, key tiles of
-    block_n; dQ (tm·d/TX) and S, dP.  64 × 64 tiles of 4 × 4 keep both under ~170
-    registers at d = 128 with 256 threads.  ``NUMBA_FLASH_FP32_BWD_TILES``
+    block_n; dQ (tm·d/TX) and S, dP.  Registers are the limit: at d = 128 the dK/dV
+    kernel needs 254 with 64 × 64 tiles of 4 × 4 (256 threads), so 8 × 4 micro-tiles
+    fit only at d = 64.  ``NUMBA_FLASH_FP32_BWD_TILES``
     (``{"128": [[dkdv bm, bn, tm, tn], [dq bm, bn, tm, tn]]}``) overrides it.
     """
     if head_dim not in BLOCKED_HEAD_DIMS:
@@ -342,4 +343,6 @@ def blocked_backward_tiles(head_dim: int, causal: bool = False) -> tuple[Blocked
 
     if SIMULATOR:  # small tiles: the simulator's cost grows with the tile
         return BlockedTiles(head_dim, 16, 16, 4, 2), BlockedTiles(head_dim, 16, 16, 4, 2)
-    return BlockedTiles(head_dim, 64, 64, 4, 4), BlockedTiles(head_dim, 64, 64, 4, 4)
+    if head_dim == 64:  # tuned (docs/benchmarks/fp32-backward-tiles.jsonl): 8 × 4 micro-tiles
+        return BlockedTiles(64, 128, 64, 8, 4), BlockedTiles(64, 128, 32, 8, 4)
+    return BlockedTiles(128, 64, 64, 4, 4), BlockedTiles(128, 64, 32, 4, 4)

@@ -2,7 +2,7 @@
 
 Math (P is recomputed from the saved log-sum-exp; nothing N×N is stored)::
 
-    delta_i = Σ_c dO_ic · O_ic              (``simt_backward.preprocess_kernel``)
+    delta_i = Σ_c dO_ic · O_ic              (``preprocess``: in dP's summation order)
     p_ij    = exp(scale · q_i·k_j − lse_i)  (0 where key j is masked for query i)
     dv_j    = Σ_i p_ij · dO_i
     dp_ij   = dO_i · v_j
@@ -52,6 +52,33 @@ from numba_flash._backend import cuda, float32
 from numba_flash.config import BlockedTiles, blocked_bwd_layout
 
 FULL_MASK = 0xFFFFFFFF
+
+
+PRE_THREADS = 128  # preprocess: one query row a thread
+
+
+@functools.lru_cache(maxsize=None)
+def preprocess_kernel(head_dim: int):
+    """``kernel[(ceil(Nq / 128), H, B), 128, stream](out, dout, delta)``: delta = rowsum(dO∘O).
+
+    One thread a row, summing ``dO_c · O_c`` for c = 0, 1, ..., d−1 in one FMA chain:
+    the order in which the dK/dV and dQ kernels accumulate dP = dO·v.  So where O is
+    exactly v (a query that sees one key), dP − delta is exactly 0, as in exact
+    arithmetic, instead of a rounding residue."""
+    D = head_dim
+
+    @cuda.jit
+    def kernel(out, dout, delta):
+        h = cuda.blockIdx.y
+        b = cuda.blockIdx.z
+        row = cuda.blockIdx.x * PRE_THREADS + cuda.threadIdx.x
+        if row < out.shape[1]:
+            acc = float32(0.0)
+            for c in range(D):
+                acc += dout[b, row, h, c] * out[b, row, h, c]
+            delta[b, h, row] = acc
+
+    return kernel
 
 
 @functools.lru_cache(maxsize=None)
