@@ -49,7 +49,7 @@ def preprocess_kernel(t: SimtTiles):
     ROWS_PER_BLOCK = THREADS // G
 
     @cuda.jit
-    def kernel(out, dout, delta):
+    def simt_bwd_preprocess(out, dout, delta):
         h = cuda.blockIdx.y
         b = cuda.blockIdx.z
         g = cuda.threadIdx.x % G
@@ -66,7 +66,7 @@ def preprocess_kernel(t: SimtTiles):
         if row < seqlen_q and g == 0:
             delta[b, h, row] = acc
 
-    return kernel
+    return simt_bwd_preprocess
 
 
 @functools.lru_cache(maxsize=None)
@@ -78,7 +78,7 @@ def dkdv_kernel(t: SimtTiles, causal: bool):
     CAUSAL = causal
 
     @cuda.jit
-    def kernel(q, k, v, dout, lse, delta, dk, dv, softmax_scale):
+    def simt_bwd_dkdv(q, k, v, dout, lse, delta, dk, dv, softmax_scale):
         start_n = cuda.blockIdx.x * ROWS_PER_BLOCK
         h = cuda.blockIdx.y
         b = cuda.blockIdx.z
@@ -159,7 +159,7 @@ def dkdv_kernel(t: SimtTiles, causal: bool):
                 dk[b, kj, h, c * G + g] = dk_acc[c] * scale
                 dv[b, kj, h, c * G + g] = dv_acc[c]
 
-    return kernel
+    return simt_bwd_dkdv
 
 
 @functools.lru_cache(maxsize=None)
@@ -171,7 +171,7 @@ def dq_kernel(t: SimtTiles, causal: bool):
     CAUSAL = causal
 
     @cuda.jit
-    def kernel(q, k, v, dout, lse, delta, dq, softmax_scale):
+    def simt_bwd_dq(q, k, v, dout, lse, delta, dq, softmax_scale):
         start_m = cuda.blockIdx.x * ROWS_PER_BLOCK
         h = cuda.blockIdx.y
         b = cuda.blockIdx.z
@@ -246,4 +246,4 @@ def dq_kernel(t: SimtTiles, causal: bool):
             for c in range(COLS):
                 dq[b, qi, h, c * G + g] = dq_acc[c] * scale
 
-    return kernel
+    return simt_bwd_dq

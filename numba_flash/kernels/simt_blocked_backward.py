@@ -68,7 +68,7 @@ def preprocess_kernel(head_dim: int):
     D = head_dim
 
     @cuda.jit
-    def kernel(out, dout, delta):
+    def simt_blocked_preprocess(out, dout, delta):
         h = cuda.blockIdx.y
         b = cuda.blockIdx.z
         row = cuda.blockIdx.x * PRE_THREADS + cuda.threadIdx.x
@@ -78,7 +78,7 @@ def preprocess_kernel(head_dim: int):
                 acc += dout[b, row, h, c] * out[b, row, h, c]
             delta[b, h, row] = acc
 
-    return kernel
+    return simt_blocked_preprocess
 
 
 @functools.lru_cache(maxsize=None)
@@ -102,7 +102,7 @@ def dkdv_kernel(t: BlockedTiles, causal: bool):
     CAUSAL = causal
 
     @cuda.jit
-    def kernel(q, k, v, dout, lse, delta, dk, dv, softmax_scale):
+    def simt_blocked_dkdv(q, k, v, dout, lse, delta, dk, dv, softmax_scale):
         smem = cuda.shared.array(0, float32)
         base = ptx.smem_addr(smem, 0)
         tid = cuda.threadIdx.x
@@ -261,7 +261,7 @@ def dkdv_kernel(t: BlockedTiles, causal: bool):
                         dk[b, kj, h, col] = acc_dk[r * OC + 4 * o + e] * scale
                         dv[b, kj, h, col] = acc_dv[r * OC + 4 * o + e]
 
-    return kernel
+    return simt_blocked_dkdv
 
 
 @functools.lru_cache(maxsize=None)
@@ -282,7 +282,7 @@ def dq_kernel(t: BlockedTiles, causal: bool):
     CAUSAL = causal
 
     @cuda.jit
-    def kernel(q, k, v, dout, lse, delta, dq, softmax_scale):
+    def simt_blocked_dq(q, k, v, dout, lse, delta, dq, softmax_scale):
         smem = cuda.shared.array(0, float32)
         base = ptx.smem_addr(smem, 0)
         tid = cuda.threadIdx.x
@@ -417,4 +417,4 @@ def dq_kernel(t: BlockedTiles, causal: bool):
                     for e in range(4):
                         dq[b, qi, h, 4 * tx + 4 * TX * o + e] = acc[r * OC + 4 * o + e] * scale
 
-    return kernel
+    return simt_blocked_dq

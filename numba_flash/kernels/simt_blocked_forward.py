@@ -82,7 +82,7 @@ def forward_kernel(t: BlockedTiles, causal: bool):
     CAUSAL = causal
 
     @cuda.jit
-    def kernel(q, k, v, out, lse, softmax_scale):
+    def simt_blocked_forward(q, k, v, out, lse, softmax_scale):
         smem = cuda.shared.array(0, float32)
         base = ptx.smem_addr(smem, 0)  # byte address of smem[0]
         tid = cuda.threadIdx.x
@@ -266,4 +266,4 @@ def forward_kernel(t: BlockedTiles, causal: bool):
                 if tx == 0:
                     lse[b, h, row] = m_i[r] + math.log(l_row) if l_row > float32(0.0) else NEG_INF
 
-    return kernel
+    return simt_blocked_forward

@@ -66,7 +66,7 @@ def forward_kernel(t: SimtTiles, causal: bool):
     CAUSAL = causal
 
     @cuda.jit
-    def kernel(q, k, v, out, lse, softmax_scale):
+    def simt_forward(q, k, v, out, lse, softmax_scale):
         start_m = cuda.blockIdx.x * BLOCK_M
         h = cuda.blockIdx.y
         b = cuda.blockIdx.z
@@ -192,4 +192,4 @@ def forward_kernel(t: SimtTiles, causal: bool):
                     else:
                         lse[b, h, row] = NEG_INF
 
-    return kernel
+    return simt_forward

@@ -66,7 +66,7 @@ def preprocess_kernel(head_dim: int, dtype: str):
     _, _, unpack = _ops(dtype)
 
     @cuda.jit
-    def kernel(out16, dout16, delta):
+    def tc_bwd_preprocess(out16, dout16, delta):
         row = cuda.blockIdx.x * cuda.blockDim.x + cuda.threadIdx.x
         h = cuda.blockIdx.y
         b = cuda.blockIdx.z
@@ -78,7 +78,7 @@ def preprocess_kernel(head_dim: int, dtype: str):
                 acc += o0 * d0 + o1 * d1
             delta[b, h, row] = acc
 
-    return kernel
+    return tc_bwd_preprocess
 
 
 @functools.lru_cache(maxsize=None)
@@ -100,7 +100,7 @@ def dkdv_kernel(t: TcBwdTiles, causal: bool, dtype: str):
     mma, pack, _ = _ops(dtype)
 
     @cuda.jit
-    def kernel(q, k, v, dout, lse, delta, dk32, dv32, softmax_scale):
+    def tc_bwd_dkdv(q, k, v, dout, lse, delta, dk32, dv32, softmax_scale):
         start_n = cuda.blockIdx.x * BLOCK_N
         h = cuda.blockIdx.y
         b = cuda.blockIdx.z
@@ -269,7 +269,7 @@ def dkdv_kernel(t: TcBwdTiles, causal: bool, dtype: str):
                     dk32[b, key, h, nt * 4 + tq] = pack(acc_dk[a] * scale, acc_dk[a + 1] * scale)
                     dv32[b, key, h, nt * 4 + tq] = pack(acc_dv[a], acc_dv[a + 1])
 
-    return kernel
+    return tc_bwd_dkdv
 
 
 @functools.lru_cache(maxsize=None)
@@ -289,7 +289,7 @@ def dq_kernel(t: TcBwdTiles, causal: bool, dtype: str):
     mma, pack, _ = _ops(dtype)
 
     @cuda.jit
-    def kernel(q, k, v, dout, lse, delta, dq32, softmax_scale):
+    def tc_bwd_dq(q, k, v, dout, lse, delta, dq32, softmax_scale):
         start_m = cuda.blockIdx.x * BLOCK_M
         h = cuda.blockIdx.y
         b = cuda.blockIdx.z
@@ -431,4 +431,4 @@ def dq_kernel(t: TcBwdTiles, causal: bool, dtype: str):
                     a = nt * 4 + 2 * r
                     dq32[b, row, h, nt * 4 + tq] = pack(acc_dq[a] * scale, acc_dq[a + 1] * scale)
 
-    return kernel
+    return tc_bwd_dq

@@ -84,7 +84,7 @@ def forward_kernel(t: TcTiles, causal: bool, dtype: str):
     pack = ptx.pack_f16x2 if dtype == "float16" else ptx.pack_bf16x2
 
     @cuda.jit
-    def kernel(q, k, v, out32, lse, softmax_scale):
+    def tc_forward(q, k, v, out32, lse, softmax_scale):
         start_m = cuda.blockIdx.x * BLOCK_M
         h = cuda.blockIdx.y
         b = cuda.blockIdx.z
@@ -263,4 +263,4 @@ def forward_kernel(t: TcTiles, causal: bool, dtype: str):
                         else:
                             lse[b, h, row] = NEG_INF
 
-    return kernel
+    return tc_forward

@@ -154,7 +154,7 @@ def forward_kernel(t: Tf32Tiles, causal: bool):
     tf32 = ptx.cvt_rna_tf32
 
     @cuda.jit
-    def kernel(q, k, v, out, lse, softmax_scale):
+    def tf32_forward(q, k, v, out, lse, softmax_scale):
         start_m = cuda.blockIdx.x * BLOCK_M
         h = cuda.blockIdx.y
         b = cuda.blockIdx.z
@@ -348,4 +348,4 @@ def forward_kernel(t: Tf32Tiles, causal: bool):
                     else:
                         lse[b, h, row] = NEG_INF
 
-    return kernel
+    return tf32_forward
