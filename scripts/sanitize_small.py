@@ -14,15 +14,17 @@ import numba_flash
 rng = np.random.default_rng(0)
 import ml_dtypes
 
-for dtype in (np.float32, np.float16, ml_dtypes.bfloat16):
+MODES = [(np.float32, False), (np.float32, True), (np.float16, False), (ml_dtypes.bfloat16, False)]
+for dtype, tf32 in MODES:  # tf32: float32 with allow_tf32=True (the TF32 tensor-core kernels)
     for (Nq, Nk, d, causal, layout) in ((77, 77, 64, True, "bshd"), (50, 93, 128, False, "bhsd"), (93, 50, 32, True, "bshd")):
         B, H = 1, 2
         shape = lambda n: (B, n, H, d) if layout == "bshd" else (B, H, n, d)  # noqa: E731
         q, k, v = (cp.asarray(rng.standard_normal(shape(n)).astype(dtype)) for n in (Nq, Nk, Nk))
-        out, lse = numba_flash.flash_attention(q, k, v, causal=causal, return_lse=True, layout=layout)
+        opts = dict(causal=causal, layout=layout, allow_tf32=True) if tf32 else dict(causal=causal, layout=layout)
+        out, lse = numba_flash.flash_attention(q, k, v, return_lse=True, **opts)
         dout = cp.asarray(rng.standard_normal(out.shape).astype(dtype))
-        dq, dk, dv = numba_flash.flash_attention_backward(dout, q, k, v, out, lse, causal=causal, layout=layout)
+        dq, dk, dv = numba_flash.flash_attention_backward(dout, q, k, v, out, lse, **opts)
         cp.cuda.runtime.deviceSynchronize()
-        print(np.dtype(dtype).name, Nq, Nk, d, causal, layout, "finite:",
+        print(np.dtype(dtype).name, "tf32" if tf32 else "", Nq, Nk, d, causal, layout, "finite:",
               all(bool(cp.isfinite(x).all()) for x in (out, dq, dk, dv)))
 print("sanitize_small: done")

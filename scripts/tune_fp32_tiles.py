@@ -1,6 +1,6 @@
 """Register-blocked fp32 forward: tile shapes against SDPA's efficient kernel (H200).
 
-    python3 scripts/tune_fp32_tiles.py [out.jsonl]
+    python3 scripts/tune_fp32_tiles.py [out.jsonl ['{"128": [[bm, bn, tm, tn], ...]}']]
 
 For each head dim and candidate ``BlockedTiles`` (block_m, block_n, tm, tn): first a
 small correctness check against a float64 CuPy attention (so a tile shape that breaks
@@ -70,7 +70,10 @@ def sdpa_ms(B, H, N, d, causal):
 
 def main():
     out = open(sys.argv[1], "a") if len(sys.argv) > 1 else None
-    for d, cands in CANDIDATES.items():
+    candidates = CANDIDATES
+    if len(sys.argv) > 2:
+        candidates = {int(d): [tuple(c) for c in cs] for d, cs in json.loads(sys.argv[2]).items()}
+    for d, cands in candidates.items():
         B, H, N = SHAPES[d]
         q, k, v = (cp.random.standard_normal((B, N, H, d), dtype=cp.float32) for _ in range(3))
         peer = {c: sdpa_ms(B, H, N, d, c) for c in (False, True)}
