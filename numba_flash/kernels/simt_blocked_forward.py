@@ -79,6 +79,8 @@ def forward_kernel(t: BlockedTiles, causal: bool):
     KV_COPIES = BN * DC // THREADS
     assert Q_COPIES * THREADS == BM * DC and KV_COPIES * THREADS == BN * DC
     S_N, ACC_N, KF_N, TM4 = TM * TN, TM * OC, TN * 4, TM // 4  # register array sizes
+    K_STEP, Q_STEP = 4 * TX * KS, 4 * TY * QS  # bytes between a thread's keys / rows
+    P_ROW, V_ROW, V_STEP = 4 * PS, 4 * D, 16 * TX  # bytes: a Pᵀ row, a V row, a thread's V vectors
     CAUSAL = causal
 
     @cuda.jit
@@ -95,6 +97,12 @@ def forward_kernel(t: BlockedTiles, causal: bool):
         seqlen_k = k.shape[1]
         diag = seqlen_k - seqlen_q  # query i sees keys j <= i + diag
         scale = float32(softmax_scale)
+        # this thread's shared-memory byte addresses, computed once: the inner loops add
+        # only compile-time strides and the loop offset
+        k_addr = base + 4 * (K_OFF + tx * KS)
+        q_addr = base + 4 * (ty * QS)
+        p_addr = base + 4 * (P_OFF + ty * TM)
+        v_addr = base + 4 * (V_OFF + 4 * tx)
 
         s = cuda.local.array(S_N, float32)  # the S / P micro-tile
         acc = cuda.local.array(ACC_N, float32)
@@ -153,15 +161,15 @@ def forward_kernel(t: BlockedTiles, causal: bool):
             # 1. S = Q·Kᵀ on the micro-tile
             for i in range(S_N):
                 s[i] = float32(0.0)
-            for kk in range(0, D, 4):
+            for kb in range(0, 4 * D, 16):  # byte offset of 4 head-dim columns
                 for c in range(TN):
-                    k0, k1, k2, k3 = ptx.ld_shared_v4_f32(base + 4 * (K_OFF + (tx + c * TX) * KS + kk))
+                    k0, k1, k2, k3 = ptx.ld_shared_v4_f32(k_addr + (kb + c * K_STEP))
                     kf[4 * c] = k0
                     kf[4 * c + 1] = k1
                     kf[4 * c + 2] = k2
                     kf[4 * c + 3] = k3
                 for r in range(TM):
-                    q0, q1, q2, q3 = ptx.ld_shared_v4_f32(base + 4 * ((ty + r * TY) * QS + kk))
+                    q0, q1, q2, q3 = ptx.ld_shared_v4_f32(q_addr + (kb + r * Q_STEP))
                     for c in range(TN):  # four dependent FMAs, as a sequential dot product
                         x = s[r * TN + c] + q0 * kf[4 * c]
                         x += q1 * kf[4 * c + 1]
@@ -224,13 +232,13 @@ def forward_kernel(t: BlockedTiles, causal: bool):
             # 4. acc += P·V
             for j in range(BN):
                 for r4 in range(TM4):
-                    p0, p1, p2, p3 = ptx.ld_shared_v4_f32(base + 4 * (P_OFF + j * PS + ty * TM + 4 * r4))
+                    p0, p1, p2, p3 = ptx.ld_shared_v4_f32(p_addr + (j * P_ROW + 16 * r4))
                     pf[4 * r4] = p0
                     pf[4 * r4 + 1] = p1
                     pf[4 * r4 + 2] = p2
                     pf[4 * r4 + 3] = p3
                 for o in range(OV):
-                    v0, v1, v2, v3 = ptx.ld_shared_v4_f32(base + 4 * (V_OFF + j * D + 4 * tx + 4 * TX * o))
+                    v0, v1, v2, v3 = ptx.ld_shared_v4_f32(v_addr + (j * V_ROW + o * V_STEP))
                     vf[4 * o] = v0
                     vf[4 * o + 1] = v1
                     vf[4 * o + 2] = v2
