@@ -269,6 +269,12 @@ class BlockedTiles:
 
 
 BLOCKED_HEAD_DIMS = (64, 128)
+#: (block_m, block_n, tm, tn) on a GPU, tuned on the H200 (scripts/tune_fp32_tiles.py,
+#: docs/benchmarks/fp32.md): d = 64 32.4 / 29.8 TFLOP/s (full / causal) where 128 × 64
+#: gave 27.8 / 26.5; d = 128 34.0 / 30.7 where 64 × 32 gave 30.1 / 28.4.
+BLOCKED_FORWARD_GPU = {64: (128, 32, 8, 4), 128: (128, 64, 8, 4)}
+#: (dK/dV tiles, dQ tiles) on a GPU (scripts/tune_fp32_bwd_tiles.py)
+BLOCKED_BACKWARD_GPU = {64: ((128, 64, 8, 4), (128, 32, 8, 4)), 128: ((64, 64, 4, 4), (64, 32, 4, 4))}
 
 
 def blocked_forward_smem_bytes(t: BlockedTiles) -> int:
@@ -300,9 +306,7 @@ def blocked_forward_tiles(head_dim: int, causal: bool = False) -> BlockedTiles:
 
     if SIMULATOR:  # the simulator's cost grows with the tile, not the problem: small tiles
         return BlockedTiles(head_dim, block_m=16, block_n=16, tm=4, tn=2)
-    if head_dim == 64:  # 32.4 / 29.8 TFLOP/s (full / causal) where 128 × 64 gave 27.8 / 26.5
-        return BlockedTiles(64, block_m=128, block_n=32, tm=8, tn=4)
-    return BlockedTiles(128, block_m=128, block_n=64, tm=8, tn=4)  # 34.0 / 30.7; 64 × 32 gave 30.1 / 28.4
+    return BlockedTiles(head_dim, *BLOCKED_FORWARD_GPU[head_dim])
 
 
 def blocked_bwd_layout(t: BlockedTiles) -> tuple[int, int, int]:
@@ -343,6 +347,5 @@ def blocked_backward_tiles(head_dim: int, causal: bool = False) -> tuple[Blocked
 
     if SIMULATOR:  # small tiles: the simulator's cost grows with the tile
         return BlockedTiles(head_dim, 16, 16, 4, 2), BlockedTiles(head_dim, 16, 16, 4, 2)
-    if head_dim == 64:  # tuned (docs/benchmarks/fp32-backward-tiles.jsonl): 8 × 4 micro-tiles
-        return BlockedTiles(64, 128, 64, 8, 4), BlockedTiles(64, 128, 32, 8, 4)
-    return BlockedTiles(128, 64, 64, 4, 4), BlockedTiles(128, 64, 32, 4, 4)
+    kv, q = BLOCKED_BACKWARD_GPU[head_dim]
+    return BlockedTiles(head_dim, *kv), BlockedTiles(head_dim, *q)
