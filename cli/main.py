@@ -647,7 +647,7 @@ def _parse_arch_opt(ctx, param, value):
 @click.option("--causal/--no-causal", default=False, show_default=True, help="The causal variant.")
 @click.option("--arch", default="sm_90", show_default=True, callback=_parse_arch_opt,
               help="Target architecture, sm_XY.")
-@click.option("--tf32", is_flag=True, help="As flash_attention(..., allow_tf32=True): the float32 forward on TF32 tensor cores.")
+@click.option("--tf32", is_flag=True, help="As allow_tf32=True: the float32 forward / backward on TF32 tensor cores.")
 @click.option("--ptx", "show_ptx", is_flag=True, help="Also print the PTX.")
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
 def inspect(pass_, dtype, head_dim, causal, arch, tf32, show_ptx, as_json):

@@ -18,7 +18,7 @@ from numba_flash.config import simt_backward_tiles, simt_forward_tiles, tc_smem_
 from numba_flash.config import tc_bwd_smem_bytes as tc_smem_bwd
 from numba_flash.kernels import simt_backward, simt_blocked_backward, simt_blocked_forward, simt_forward
 from numba_flash.kernels import tc_backward, tc_forward
-from numba_flash.kernels import tf32_forward
+from numba_flash.kernels import tf32_backward, tf32_forward
 
 
 def _cdiv(a: int, b: int) -> int:
@@ -66,8 +66,8 @@ def flash_attention(q, k, v, *, causal=False, softmax_scale=None, return_lse=Fal
             accumulation) for head dims 64 and 128 with 16-byte aligned rows, as
             PyTorch's ``allow_tf32``.  Precision about 1e-3 relative (10-bit mantissas,
             like cuBLAS TF32) instead of exact fp32; other head dims keep the exact
-            kernel.  Default False: exact fp32.  ``flash_attention_backward`` always runs
-            the exact fp32 kernels for float32.
+            kernel.  Default False: exact fp32.  ``flash_attention_backward`` takes its
+            own ``allow_tf32`` (default False: the exact fp32 backward).
 
     Returns:
         ``out`` with q's shape and dtype, or ``(out, lse)`` with lse of shape
@@ -123,7 +123,8 @@ def flash_attention(q, k, v, *, causal=False, softmax_scale=None, return_lse=Fal
     return out
 
 
-def flash_attention_backward(dout, q, k, v, out, lse, *, causal=False, softmax_scale=None, layout="bshd"):
+def flash_attention_backward(dout, q, k, v, out, lse, *, causal=False, softmax_scale=None, layout="bshd",
+                             allow_tf32=False):
     """Gradients of ``flash_attention`` by recomputation from the saved log-sum-exp.
 
     Args:
@@ -131,13 +132,18 @@ def flash_attention_backward(dout, q, k, v, out, lse, *, causal=False, softmax_s
         q, k, v, causal, softmax_scale, layout: exactly as given to the forward.
         out, lse: what the forward returned (``return_lse=True``); lse is
             (batch, heads, seqlen_q) float32.
+        allow_tf32: float32 inputs only (ignored for fp16/bf16): run the backward's
+            matmuls on TF32 tensor cores (``mma.sync`` m16n8k8 with Q, K, V, dO, P and dS
+            rounded to TF32, fp32 accumulation, fp32 outputs) for head dims 64 and 128
+            with 16-byte aligned rows, as PyTorch's ``allow_tf32``.  Precision about
+            1e-3 relative instead of exact fp32; still deterministic.  Default False.
 
     Returns:
         ``(dq, dk, dv)`` with the shapes and dtype of q, k, v, of the caller's kind.
         dQ is computed without atomics, so the result is bitwise the same run to run.
         fp16/bf16 at head dims 64 and 128 (16-byte aligned rows) run on tensor cores;
-        other cases run the exact fp32 kernels (float32 always: there is no TF32
-        backward, whatever ``allow_tf32`` the forward was given).
+        float32 runs the exact fp32 kernels unless ``allow_tf32=True`` (whatever the
+        forward was given); other cases run the exact fp32 kernels too.
     """
     layout, causal, (q_op, k_op, v_op), (B, Nq, Nk, H, d), scale = _check_qkv(q, k, v, causal, softmax_scale, layout)
     do_op = A.check_operand("dout", dout, layout)
@@ -145,6 +151,8 @@ def flash_attention_backward(dout, q, k, v, out, lse, *, causal=False, softmax_s
     A.check_like("dout", do_op, q_op)
     A.check_like("out", o_op, q_op)
     lse_arr = A.check_lse(lse, q_op, B, H, Nq)
+    if not isinstance(allow_tf32, (bool, np.bool_)):
+        raise TypeError(f"allow_tf32: expected a bool, got {allow_tf32!r}")
     kind = q_op.kind
 
     computed = [A.to_compute(op.array, kind) for op in (q_op, k_op, v_op, do_op, o_op)]
@@ -152,7 +160,24 @@ def flash_attention_backward(dout, q, k, v, out, lse, *, causal=False, softmax_s
     grads = [A.empty(kind, _out_shape(layout, B, n, H, d), q_op.dtype) for n in (Nq, Nk, Nk)]
     delta = A.empty(kind, (B, H, Nq), np.float32)
     aligned = all(A.aligned16(x) for x in computed)
-    if dispatch.backward_family(q_op.dtype, d, aligned) == "tensor-core":
+    family = dispatch.backward_family(q_op.dtype, d, aligned, bool(allow_tf32))
+    if family == "tensor-core-tf32":  # float32 with allow_tf32: fp32 in and out, tf32 mma
+        t = tf32_backward.tf32_backward_tiles(d, causal)
+        smem_kv, smem_q = tf32_backward.tf32_bwd_smem_bytes(t)
+        qc, kc, vc, doc, oc = (_bshd(x, layout) for x in computed)
+        dq, dk, dv = (_bshd(g, layout) for g in grads)
+        threads = tf32_backward.PREPROCESS_THREADS
+        launch(tf32_backward.preprocess_kernel(d), (_cdiv(Nq, threads), H, B), threads, 0, oc, doc, delta)
+        launch(
+            tf32_backward.dkdv_kernel(t, causal), (_cdiv(Nk, t.kv_block_n), H, B), t.threads,
+            smem_kv, qc, kc, vc, doc, lsec, delta, dk, dv, scale,
+        )  # fmt: skip
+        launch(
+            tf32_backward.dq_kernel(t, causal), (_cdiv(Nq, t.q_block_m), H, B), t.threads,
+            smem_q, qc, kc, vc, doc, lsec, delta, dq, scale,
+        )  # fmt: skip
+        return tuple(A.to_caller(x, kind) for x in grads)
+    if family == "tensor-core":
         dtype = A.dtype_name(q_op.dtype)
         t = dispatch.tc_backward_tiles(d, causal, dtype)
         smem_kv, smem_q = tc_smem_bwd(t)

@@ -11,11 +11,10 @@ Implementations (``IMPLS``)
 ``numba-flash``         ``flash_attention`` / ``flash_attention_backward`` (layout option,
                         bshd by default); the backward is timed alone, on the ``out`` and
                         ``lse`` of one forward run outside the timed region.
-``numba-flash-tf32``    the same with ``allow_tf32=True``: float32 inputs on TF32 tensor
-                        cores (~1e-3 relative) for head dims 64 and 128; the backward is
-                        the exact fp32 kernels (there is no TF32 backward yet).  Other
-                        dtypes and head dims are reported ``unsupported`` (allow_tf32 would
-                        change nothing there).
+``numba-flash-tf32``    the same with ``allow_tf32=True`` given to both passes: float32
+                        inputs on TF32 tensor cores (~1e-3 relative) for head dims 64 and
+                        128.  Other dtypes and head dims are reported ``unsupported``
+                        (allow_tf32 would change nothing there).
 ``cupy-standard``       standard attention with CuPy: fp32 math (inputs cast to fp32 inside
                         the timed region, cuBLAS matmuls, softmax materialising the
                         (B, H, Nq, Nk) score matrix, output cast back); the forward keeps P
@@ -675,14 +674,15 @@ class NumbaFlash(Impl):
         from numba_flash import api
 
         kw = dict(causal=case.causal, layout=self.layout)
-        fwd_kw = dict(kw, allow_tf32=True) if self.allow_tf32 else kw
+        if self.allow_tf32:
+            kw["allow_tf32"] = True
         fns = []
         for s in sets:
             q, k, v, do = (s.get(n, self.layout) for n in ("q", "k", "v", "dout"))
             if pass_ == "forward":
-                fns.append(lambda q=q, k=k, v=v: api.flash_attention(q, k, v, return_lse=True, **fwd_kw))
+                fns.append(lambda q=q, k=k, v=v: api.flash_attention(q, k, v, return_lse=True, **kw))
             else:
-                out, lse = api.flash_attention(q, k, v, return_lse=True, **fwd_kw)
+                out, lse = api.flash_attention(q, k, v, return_lse=True, **kw)
                 fns.append(
                     lambda q=q, k=k, v=v, do=do, out=out, lse=lse: api.flash_attention_backward(
                         do, q, k, v, out, lse, **kw

@@ -29,7 +29,7 @@ from numba_flash.config import (
 )
 from numba_flash.kernels import simt_backward, simt_blocked_backward, simt_blocked_forward, simt_forward
 from numba_flash.kernels import tc_backward, tc_forward
-from numba_flash.kernels import tf32_forward
+from numba_flash.kernels import tf32_backward, tf32_forward
 
 PASSES = ("forward", "backward")
 
@@ -51,9 +51,10 @@ def _is_half(dtype) -> bool:
     return dtype_name(dtype) in ("float16", "bfloat16")
 
 
-def backward_family(dtype, head_dim: int, aligned: bool = True) -> str:
-    """The backward's family: the same rule as the forward's."""
-    return forward_family(dtype, head_dim, aligned)
+def backward_family(dtype, head_dim: int, aligned: bool = True, allow_tf32: bool = False) -> str:
+    """The backward's family: the same rule as the forward's (``allow_tf32`` as given to
+    ``flash_attention_backward``)."""
+    return forward_family(dtype, head_dim, aligned, allow_tf32)
 
 
 def forward_family(dtype, head_dim: int, aligned: bool = True, allow_tf32: bool = False) -> str:
@@ -93,7 +94,8 @@ def _numba_types(dtype, layout: str = "A"):
 
 def kernels_for(pass_: str, dtype, head_dim: int, causal: bool, allow_tf32: bool = False) -> list[KernelSpec]:
     """The kernels a ``pass_`` ("forward" or "backward") launches, in launch order
-    (``allow_tf32`` as in ``flash_attention``: it changes the float32 forward only)."""
+    (``allow_tf32`` as in ``flash_attention`` and ``flash_attention_backward``: it
+    changes float32 at head dims 64 and 128 only)."""
     if pass_ not in PASSES:
         raise ValueError(f"pass_: expected one of {PASSES}, got {pass_!r}")
     if pass_ == "forward" and forward_family(dtype, head_dim, True, allow_tf32) == "tensor-core-tf32":
@@ -101,6 +103,17 @@ def kernels_for(pass_: str, dtype, head_dim: int, causal: bool, allow_tf32: bool
         t = tf32_forward.tf32_forward_tiles(head_dim, causal)
         kernel = tf32_forward.forward_kernel(t, causal)
         return [KernelSpec("tf32_forward", kernel, t, (arr4, arr4, arr4, arr4, arr3, scalar), "tensor-core-tf32")]
+    if pass_ == "backward" and backward_family(dtype, head_dim, True, allow_tf32) == "tensor-core-tf32":
+        arr4, arr3, scalar = _numba_types(np.float32)
+        t = tf32_backward.tf32_backward_tiles(head_dim, causal)
+        fam = "tensor-core-tf32"
+        return [
+            KernelSpec("tf32_bwd_preprocess", tf32_backward.preprocess_kernel(head_dim), t, (arr4, arr4, arr3), fam),
+            KernelSpec("tf32_bwd_dkdv", tf32_backward.dkdv_kernel(t, causal), t,
+                       (arr4, arr4, arr4, arr4, arr3, arr3, arr4, arr4, scalar), fam),
+            KernelSpec("tf32_bwd_dq", tf32_backward.dq_kernel(t, causal), t,
+                       (arr4, arr4, arr4, arr4, arr3, arr3, arr4, scalar), fam),
+        ]  # fmt: skip
     # bf16 has no numba type: the tensor-core kernels see uint16 bits and the fp32
     # fallback sees fp32 copies
     arr4, arr3, scalar = _numba_types(np.float16 if _is_half(dtype) else dtype)
@@ -205,7 +218,8 @@ def available() -> list[dict]:
                          "backward": "simt-fp32, row-group"})  # fmt: skip
             rows.append({"dtype": "float32, allow_tf32=True",
                          "head_dims": ", ".join(map(str, tf32_forward.TF32_HEAD_DIMS)),
-                         "forward": "tensor-core-tf32 (~1e-3 relative)", "backward": "simt-fp32"})  # fmt: skip
+                         "forward": "tensor-core-tf32 (~1e-3 relative)",
+                         "backward": "tensor-core-tf32 (~1e-3 relative)"})  # fmt: skip
             continue
         fallback = "simt-fp32 (fp32 math" + (", on fp32 copies)" if name == "bfloat16" else ")")
         rows.append({"dtype": name, "head_dims": ", ".join(map(str, TC_HEAD_DIMS)), "forward": "tensor-core",

@@ -344,6 +344,11 @@ def _launch_dynamic_smem(spec) -> int | None:
 
         if isinstance(spec.tiles, tf32_forward.Tf32Tiles):
             return int(tf32_forward.tf32_smem_bytes(spec.tiles))
+        from numba_flash.kernels import tf32_backward
+
+        if isinstance(spec.tiles, tf32_backward.Tf32BwdTiles):
+            dkdv, dq = tf32_backward.tf32_bwd_smem_bytes(spec.tiles)
+            return int(dkdv) if "dkdv" in spec.name else int(dq) if spec.name.endswith("_dq") else None
         if isinstance(spec.tiles, getattr(config, "TcTiles", ())):
             return int(config.tc_smem_bytes(spec.tiles))
         if isinstance(spec.tiles, getattr(config, "TcBwdTiles", ())):

@@ -76,6 +76,7 @@ __all__ = [
     "attention_backward_lowp",
     "round_tf32",
     "attention_tf32",
+    "attention_backward_tf32",
     "rel_error",
     "max_abs_error",
 ]
@@ -630,6 +631,33 @@ def attention_tf32(q, k, v, *, causal=False, softmax_scale=None, layout="bhsd"):
     out = (round_tf32(p).astype(np.float64) @ v) / l_safe
     lse = np.where(has_keys, m_safe + np.log(l_safe), -np.inf)[..., 0]
     return _from_bhsd(out, layout), lse
+
+
+def attention_backward_tf32(dout, q, k, v, out, lse, *, causal=False, softmax_scale=None,
+                            layout="bhsd"):
+    """Standard attention backward with TF32 tensor-core inputs: the "same precision"
+    baseline of the ``allow_tf32=True`` backward.
+
+    Q, K, V and dO are rounded to TF32 (:func:`round_tf32`) as matmul operands;
+    ``P = exp(scale * Q K^T - lse)`` and ``dP = dO V^T`` are computed in float64 from
+    them; ``dS = P * (dP - D)`` uses the unrounded P and ``D = rowsum(dO * O)`` the
+    unrounded dO and O; P and dS are rounded to TF32 before ``dV = P^T dO``,
+    ``dQ = scale * dS K`` and ``dK = scale * dS^T Q``, as a kernel feeding them to an
+    mma does.  Returns ``(dq, dk, dv)`` in float64, shaped like ``q``, ``k``, ``v`` in
+    ``layout``.
+    """
+    dout, q, k, v, out, lse, causal, scale = _prepare_backward(
+        dout, q, k, v, out, lse, causal, softmax_scale, layout)
+    delta = np.sum(dout * out, axis=-1)
+    t_q, t_k, t_v, t_do = (round_tf32(x).astype(np.float64) for x in (q, k, v, dout))
+    p = _probs_from_lse(_masked_scores(t_q, t_k, causal, scale), lse)
+    dp = t_do @ t_v.swapaxes(-1, -2)
+    ds = p * (dp - delta[..., None])
+    t_p, t_ds = (round_tf32(x).astype(np.float64) for x in (p, ds))
+    dv = t_p.swapaxes(-1, -2) @ t_do
+    dq = scale * (t_ds @ t_k)
+    dk = scale * (t_ds.swapaxes(-1, -2) @ t_q)
+    return _from_bhsd(dq, layout), _from_bhsd(dk, layout), _from_bhsd(dv, layout)
 
 
 # ---------------------------------------------------------------------------

@@ -1,4 +1,4 @@
-"""The opt-in TF32 tensor-core forward (``flash_attention(..., allow_tf32=True)``).
+"""The opt-in TF32 tensor-core forward and backward (``allow_tf32=True``).
 
 Tolerance, from a same-precision baseline (FlashAttention-2's convention): the kernel's
 error against the exact float64 attention is at most twice the error of a float64
@@ -6,6 +6,10 @@ standard attention whose Q, K, V and P are rounded to TF32 as the kernel rounds 
 (``reference.attention_tf32``), plus an fp32 floor of 1e-5 (fp32 accumulation and
 ``ex2.approx``; it matters when the baseline's error is tiny, e.g. a single key).  The
 baseline error itself is a few 1e-4 relative: that is the precision ``allow_tf32`` buys.
+The backward's dQ, dK, dV may have 3× the error of a float64 backward whose Q, K, V, dO,
+P and dS are rounded to TF32 (``reference.attention_backward_tf32``), plus a floor of
+1e-4, each normalised as ``numba-flash check`` does (by max |ref|, or 1e-3 of the case's
+largest reference gradient when a gradient vanishes: a single key).
 
 Inputs are fresh random numbers (the seed is in the failure message); every output the
 API allocates is poisoned with NaN first, so an element the kernel forgets fails.
@@ -127,6 +131,10 @@ def test_tf32_fallbacks():
     assert dispatch.forward_family(np.float32, 64, False, allow_tf32=True) == "simt-fp32"
     assert dispatch.forward_family(np.float16, 64, True, allow_tf32=True) == "tensor-core"
     assert dispatch.backward_family(np.float32, 64, True) == "simt-fp32"
+    assert dispatch.backward_family(np.float32, 128, True, allow_tf32=True) == "tensor-core-tf32"
+    assert dispatch.backward_family(np.float32, 32, True, allow_tf32=True) == "simt-fp32"
+    assert dispatch.backward_family(np.float32, 64, False, allow_tf32=True) == "simt-fp32"
+    assert dispatch.backward_family(np.float16, 64, True, allow_tf32=True) == "tensor-core"
     gen = np.random.default_rng()
     packed = gen.standard_normal((1, 19, 2, 64 + 1)).astype(np.float32)
     k, v = packed[:, :, :1, 1:], packed[:, :, 1:, 1:]  # rows 4 bytes off a 16-byte boundary
@@ -142,6 +150,15 @@ def test_allow_tf32_must_be_bool(bad):
     q, k, v = make_qkv(np.random.default_rng(), 1, 1, 3, 4, 64, "bshd")
     with pytest.raises(TypeError, match=re.escape(f"allow_tf32: expected a bool, got {bad!r}")):
         numba_flash.flash_attention(q, k, v, allow_tf32=bad)
+
+
+@pytest.mark.parametrize("bad", ["yes", 1, None])
+def test_backward_allow_tf32_must_be_bool(bad):
+    q, k, v = make_qkv(np.random.default_rng(), 1, 1, 3, 4, 64, "bshd")
+    out, lse = reference.attention(q, k, v, layout="bshd")
+    out, lse = out.astype(np.float32), lse.astype(np.float32)
+    with pytest.raises(TypeError, match=re.escape(f"allow_tf32: expected a bool, got {bad!r}")):
+        numba_flash.flash_attention_backward(out, q, k, v, out, lse, allow_tf32=bad)
 
 
 def test_reference_round_tf32():
@@ -170,3 +187,112 @@ def test_tf32_ptx(head_dim, causal):
     assert re.search(r"mma\.sync\.aligned\.m16n8k8\.row\.col\.f32\.tf32\.tf32\.f32", ptx)
     assert "cvt.rna.tf32.f32" in ptx and "cp.async.cg.shared.global" in ptx and "ld.shared.v4.f32" in ptx
     assert "ld.local" not in ptx and "st.local" not in ptx
+
+
+# --------------------------------------------------------------------------------------
+# backward (flash_attention_backward(..., allow_tf32=True))
+# --------------------------------------------------------------------------------------
+
+BWD_FLOOR = 1e-4  # fp32 accumulation and ex2.approx, relative as in numba-flash check
+
+# (B, H, Nq, Nk, d, causal, layout); tiles are 64 keys × 64 queries (dK/dV) and 64 × 64
+# (dQ) at d = 64, 64 × 32 and 64 × 32 at d = 128, so these cross no tile boundary at
+# d = 64 and one or two at d = 128 (the cp.async pipeline); causal Nq > Nk has rows
+# that see no key (dQ = 0); one key (dQ, dK vanish: the zero-gradient normalisation).
+SIM_BWD_CASES = [
+    (1, 1, 1, 1, 64, False, "bshd"),
+    (1, 1, 17, 40, 64, True, "bshd"),
+    (2, 1, 9, 1, 64, True, "bhsd"),
+    (1, 1, 63, 17, 128, True, "bhsd"),
+    (1, 1, 17, 63, 128, False, "bshd"),
+    (1, 1, 33, 63, 128, True, "bhsd"),
+]
+GPU_BWD_CASES = [
+    pytest.param(B, H, N, N, d, causal, layout, marks=pytest.mark.gpu)
+    for N, B, H, layout in ((127, 2, 3, "bshd"), (1000, 2, 4, "bhsd"), (4096, 1, 2, "bshd"))
+    for d in (64, 128)
+    for causal in (False, True)
+] + [
+    pytest.param(2, 3, Nq, Nk, d, causal, "bhsd", marks=pytest.mark.gpu)
+    for Nq, Nk in ((1000, 1500), (1500, 1000))
+    for d in (64, 128)
+    for causal in (False, True)
+]
+
+
+def _backward_inputs(seed, B, H, Nq, Nk, d, causal, layout):
+    """q, k, v, dout and the float64 forward's out, lse (as float32, as a forward returns)."""
+    gen = np.random.default_rng(seed)
+    q, k, v = make_qkv(gen, B, H, Nq, Nk, d, layout)
+    dout = make_qkv(gen, B, H, Nq, Nq, d, layout)[0]
+    out, lse = reference.attention(q, k, v, causal=causal, layout=layout)
+    return q, k, v, dout, out.astype(np.float32), lse.astype(np.float32)
+
+
+def _run_backward(q, k, v, dout, out, lse, causal, layout):
+    xp = np
+    if not SIMULATOR:
+        import cupy as xp
+    grads = numba_flash.flash_attention_backward(
+        *(xp.asarray(x) for x in (dout, q, k, v, out, lse)), causal=causal, layout=layout, allow_tf32=True
+    )
+    return tuple(host(g) for g in grads)
+
+
+@pytest.mark.parametrize(
+    "B,H,Nq,Nk,d,causal,layout", SIM_BWD_CASES + GPU_BWD_CASES, ids=[case_id(c) for c in SIM_BWD_CASES + GPU_BWD_CASES]
+)
+def test_backward_tf32(B, H, Nq, Nk, d, causal, layout):
+    from numba_flash.check import ZERO_REF_FLOOR, measured_error
+
+    seed = int(np.random.SeedSequence().entropy % 2**32)
+    q, k, v, dout, out, lse = _backward_inputs(seed, B, H, Nq, Nk, d, causal, layout)
+    assert dispatch.backward_family(q.dtype, d, True, allow_tf32=True) == "tensor-core-tf32"
+    grads = _run_backward(q, k, v, dout, out, lse, causal, layout)
+    kw = dict(causal=causal, layout=layout)
+    refs = reference.attention_backward(dout, q, k, v, out, lse, **kw)
+    bases = reference.attention_backward_tf32(dout, q, k, v, out, lse, **kw)
+    floor = ZERO_REF_FLOOR * max(float(np.abs(r).max()) for r in refs)
+    for name, got, ref, base, like in zip(("dQ", "dK", "dV"), grads, refs, bases, (q, k, v)):
+        assert got.dtype == np.float32 and got.shape == like.shape
+        err, base_err = measured_error(got, ref, floor)[1], measured_error(base, ref, floor)[1]
+        tol = 3 * base_err + BWD_FLOOR
+        assert err <= tol, f"{name}: rel error {err:.3g} > {tol:.3g} (3× the tf32 baseline + {BWD_FLOOR}), seed {seed}"
+    if causal and Nq > Nk:  # rows that see no key contribute nothing and get dQ = 0
+        blind = Nq - Nk
+        rows = grads[0][:, :blind] if layout == "bshd" else grads[0][:, :, :blind]
+        assert np.all(rows == 0)
+
+
+@pytest.mark.parametrize(
+    "B,H,Nq,Nk,d,causal,runs",
+    [(1, 1, 9, 20, 64, True, 5), pytest.param(2, 4, 1000, 1000, 128, True, 50, marks=pytest.mark.gpu)],
+)
+def test_backward_tf32_deterministic(B, H, Nq, Nk, d, causal, runs):
+    """No atomics: the same inputs give bitwise the same dQ, dK, dV every run."""
+    args = _backward_inputs(3, B, H, Nq, Nk, d, causal, "bshd")
+    first = _run_backward(*args, causal, "bshd")
+    for _ in range(runs - 1):
+        again = _run_backward(*args, causal, "bshd")
+        for a, b in zip(first, again):
+            assert np.array_equal(a.view(np.uint32), b.view(np.uint32))
+
+
+@pytest.mark.parametrize("head_dim,causal", [(64, False), (128, True)])
+def test_tf32_backward_ptx(head_dim, causal):
+    """``numba-flash inspect --pass backward --tf32``: the three kernels, mma.sync m16n8k8
+    tf32 with cvt.rna.tf32 operands, cp.async, vector shared loads, no local memory."""
+    from click.testing import CliRunner
+
+    from numba_flash_cli.main import main
+
+    args = ["inspect", "--pass", "backward", "--dtype", "float32", "--head-dim", str(head_dim), "--tf32",
+            "--arch", "sm_90", "--ptx"] + (["--causal"] if causal else [])  # fmt: skip
+    result = CliRunner().invoke(main, args)
+    assert result.exit_code == 0, result.output
+    summary, _, ptx = result.output.partition("// =====")
+    assert "tensor-core-tf32" in summary
+    assert all(name in summary for name in ("tf32_bwd_preprocess", "tf32_bwd_dkdv", "tf32_bwd_dq"))
+    assert len(re.findall(r"mma\.sync\.aligned\.m16n8k8\.row\.col\.f32\.tf32\.tf32\.f32", ptx)) >= 2
+    assert "cvt.rna.tf32.f32" in ptx and "cp.async.cg.shared.global" in ptx and "ld.shared.v4.f32" in ptx
+    assert "ld.local" not in ptx and "st.local" not in ptx and "atom." not in ptx
