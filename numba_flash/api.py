@@ -203,9 +203,10 @@ def flash_attention_backward(dout, q, k, v, out, lse, *, causal=False, softmax_s
 
     t = simt_backward_tiles(d)
     rows = t.threads // t.group
-    launch(simt_backward.preprocess_kernel(t), (_cdiv(Nq, rows), H, B), t.threads, 0, oc, doc, delta)
     if dispatch.fp32_blocked(qc.dtype, d, all(A.aligned16(x) for x in (qc, kc, vc, doc))):
         tkv, tq = blocked_backward_tiles(d, causal)
+        pre, pre_threads = simt_blocked_backward.preprocess_kernel(d), simt_blocked_backward.PRE_THREADS
+        launch(pre, (_cdiv(Nq, pre_threads), H, B), pre_threads, 0, oc, doc, delta)
         launch(
             simt_blocked_backward.dkdv_kernel(tkv, causal), (_cdiv(Nk, tkv.block_m), H, B), tkv.threads,
             blocked_dkdv_smem_bytes(tkv), qc, kc, vc, doc, lsec, delta, _bshd(dk, layout), _bshd(dv, layout), scale,
@@ -215,6 +216,7 @@ def flash_attention_backward(dout, q, k, v, out, lse, *, causal=False, softmax_s
             blocked_dq_smem_bytes(tq), qc, kc, vc, doc, lsec, delta, _bshd(dq, layout), scale,
         )  # fmt: skip
     else:  # the row-group kernels: any head dim, fp16 read as is, any alignment
+        launch(simt_backward.preprocess_kernel(t), (_cdiv(Nq, rows), H, B), t.threads, 0, oc, doc, delta)
         launch(
             simt_backward.dkdv_kernel(t, causal), (_cdiv(Nk, rows), H, B), t.threads, 0,
             qc, kc, vc, doc, lsec, delta, _bshd(dk, layout), _bshd(dv, layout), scale,

@@ -179,7 +179,8 @@ def kernels_for(pass_: str, dtype, head_dim: int, causal: bool, allow_tf32: bool
     if fp32_blocked(arr4.dtype, head_dim):
         tkv, tq = blocked_backward_tiles(head_dim, causal)
         return [
-            KernelSpec("simt_bwd_preprocess", simt_backward.preprocess_kernel(t), t, (arr4, arr4, arr3), "simt-fp32"),
+            KernelSpec("simt_blocked_preprocess", simt_blocked_backward.preprocess_kernel(head_dim), tkv,
+                       (arr4, arr4, arr3), "simt-fp32"),
             KernelSpec("simt_blocked_dkdv", simt_blocked_backward.dkdv_kernel(tkv, causal), tkv,
                        (arr4, arr4, arr4, arr4, arr3, arr3, arr4, arr4, scalar), "simt-fp32"),
             KernelSpec("simt_blocked_dq", simt_blocked_backward.dq_kernel(tq, causal), tq,
