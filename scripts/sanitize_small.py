@@ -2,9 +2,12 @@
 
     compute-sanitizer --tool memcheck python3 scripts/sanitize_small.py
     compute-sanitizer --tool racecheck python3 scripts/sanitize_small.py
+    compute-sanitizer --tool memcheck python3 scripts/sanitize_small.py float32   # fp32 modes only
 
 Shapes are small and not multiples of any tile; causal on and off, Nq != Nk, both layouts.
 """
+
+import sys
 
 import cupy as cp
 import numpy as np
@@ -15,6 +18,8 @@ rng = np.random.default_rng(0)
 import ml_dtypes
 
 MODES = [(np.float32, False), (np.float32, True), (np.float16, False), (ml_dtypes.bfloat16, False)]
+if len(sys.argv) > 1:  # e.g. `float32`: only the modes of those dtypes (a shorter sanitizer run)
+    MODES = [(dt, tf32) for dt, tf32 in MODES if np.dtype(dt).name in sys.argv[1:]]
 for dtype, tf32 in MODES:  # tf32: float32 with allow_tf32=True (the TF32 tensor-core kernels)
     for (Nq, Nk, d, causal, layout) in ((77, 77, 64, True, "bshd"), (50, 93, 128, False, "bhsd"), (93, 50, 32, True, "bshd")):
         B, H = 1, 2
