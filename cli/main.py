@@ -165,7 +165,10 @@ def main():
               help="Random seed (default: a fresh one, printed).")
 @click.option("--json", "json_path", type=click.Path(dir_okay=False, writable=True), default=None,
               help="Also write the results as JSON to FILE.")
-def check(seqlens, head_dims, dtypes, causal, layout, batch, heads, pass_, seed, json_path):
+@click.option("--tf32", is_flag=True, default=False,
+              help="float32 with allow_tf32=True (the TF32 tensor-core kernels, head dims 64 and 128), "
+                   "judged against a TF32-rounded standard attention.")
+def check(seqlens, head_dims, dtypes, causal, layout, batch, heads, pass_, seed, json_path, tf32):
     """Forward and backward against the float64 reference, PASS/FAIL per output.
 
     Without shape options: the default grid (on a GPU: N in 1, 127, 1024 and Nq != Nk
@@ -173,13 +176,16 @@ def check(seqlens, head_dims, dtypes, causal, layout, batch, heads, pass_, seed,
     in the simulator: 6 tiny cases).  With some options: the product of the given values, the
     others taken from that grid.  Exit code 1 if any output fails its tolerance
     (float32: rel. error <= 1e-5 for O and LSE, <= 1e-4 for dQ, dK, dV; float16/bfloat16:
-    <= 2x / 3x the error of a standard attention in the same dtype, + half an ulp).
+    <= 2x / 3x the error of a standard attention in the same dtype, + half an ulp;
+    --tf32: <= 2x / 3x the error of a standard attention on TF32-rounded operands, + the
+    float32 bound).
 
     \b
     Examples:
       numba-flash check
       numba-flash check --seqlen 127 --seqlen 64:128 --head-dim 64 --causal both --seed 7
       numba-flash check --dtype float16 --layout bhsd --pass forward --json check.json
+      numba-flash check --tf32 --seqlen 1000:1500
     """
     from numba_flash import check as C
 
@@ -190,7 +196,7 @@ def check(seqlens, head_dims, dtypes, causal, layout, batch, heads, pass_, seed,
     simulator = mode == "simulator"
     options_given = any(x is not None for x in (seqlens, head_dims, causal, layout, batch, heads)) or bool(dtypes)
     try:
-        if options_given:
+        if options_given or tf32:
             cases = C.build_cases(
                 simulator=simulator,
                 seqlens=seqlens,
@@ -200,6 +206,7 @@ def check(seqlens, head_dims, dtypes, causal, layout, batch, heads, pass_, seed,
                 layouts=None if layout is None else (["bshd", "bhsd"] if layout == "both" else [layout]),
                 batch=batch,
                 heads=heads,
+                tf32=tf32,
             )
         else:
             cases = C.default_cases(simulator)

@@ -46,6 +46,7 @@ from typing import Callable, Iterable, Sequence
 import numpy as np
 
 from numba_flash import reference
+from numba_flash.config import TF32_HEAD_DIMS
 
 __all__ = [
     "FP32_TOLERANCE",
@@ -109,6 +110,7 @@ class CaseSpec:
     causal: bool
     layout: str = "bshd"
     dtype: str = "float32"
+    tf32: bool = False  # float32 with allow_tf32=True (the TF32 tensor-core kernels)
 
     def __post_init__(self):
         check_shape_fields(self)
@@ -116,12 +118,22 @@ class CaseSpec:
             raise ValueError(f"layout: expected one of {LAYOUTS}, got {self.layout!r}")
         if self.dtype not in DTYPES:
             raise ValueError(f"dtype: expected one of {DTYPES}, got {self.dtype!r}")
+        if self.tf32 and (self.dtype != "float32" or self.head_dim not in TF32_HEAD_DIMS):
+            raise ValueError(
+                f"tf32: applies to float32 at head dims {TF32_HEAD_DIMS} (where allow_tf32 selects "
+                f"the TF32 kernels), got {self.dtype} at head dim {self.head_dim}"
+            )
+
+    @property
+    def mode(self) -> str:
+        """The tolerance class: the dtype, or "tf32" for float32 with allow_tf32."""
+        return "tf32" if self.tf32 else self.dtype
 
     @property
     def label(self) -> str:
         seq = f"N={self.seqlen_q}" if self.seqlen_q == self.seqlen_k else f"Nq={self.seqlen_q} Nk={self.seqlen_k}"
         return (
-            f"{self.dtype} B={self.batch} H={self.heads} {seq} d={self.head_dim} "
+            f"{self.dtype}{'+tf32' if self.tf32 else ''} B={self.batch} H={self.heads} {seq} d={self.head_dim} "
             f"{'causal' if self.causal else 'full'} {self.layout}"
         )
 
@@ -205,20 +217,27 @@ def build_cases(
     layouts: Sequence[str] | None = None,
     batch: int | None = None,
     heads: int | None = None,
+    tf32: bool = False,
 ) -> list[CaseSpec]:
     """The product of the given axes; an axis left as None takes the default of the mode
-    (GPU: the full default grid's axis; simulator: one tiny value, so a run stays short)."""
+    (GPU: the full default grid's axis; simulator: one tiny value, so a run stays short).
+    ``tf32``: float32 cases run with ``allow_tf32=True`` (dtype defaults to float32 and
+    head dims to those of the TF32 kernels)."""
     axes = SIM_AXES if simulator else GPU_AXES
     seqlens = [parse_seqlen(s) for s in (seqlens or axes["seqlens"])]
+    if tf32:
+        head_dims = list(head_dims or (TF32_HEAD_DIMS[:1] if simulator else TF32_HEAD_DIMS))
+        if list(dtypes or ["float32"]) != ["float32"]:
+            raise ValueError(f"--tf32: applies to float32 only, got dtypes {list(dtypes)}")
     head_dims = list(head_dims or axes["head_dims"])
-    dtypes = list(dtypes or axes["dtypes"])
+    dtypes = list(dtypes or (["float32"] if tf32 else axes["dtypes"]))
     causal = list(axes["causal"] if causal is None else causal)
     layouts = list(layouts or axes["layouts"])
     batch = axes["batch"] if batch is None else batch
     heads = axes["heads"] if heads is None else heads
     cases = []
     for dt, d, (nq, nk), c, lay in itertools.product(dtypes, head_dims, seqlens, causal, layouts):
-        cases.append(CaseSpec(batch, heads, nq, nk, d, bool(c), lay, dt))
+        cases.append(CaseSpec(batch, heads, nq, nk, d, bool(c), lay, dt, tf32))
     return cases
 
 
@@ -245,6 +264,10 @@ def tolerance(output: str, dtype: str, baseline_rel: float | None = None) -> flo
         raise ValueError(f"output: expected one of {tuple(FP32_TOLERANCE)}, got {output!r}")
     if dtype == "float32":
         return FP32_TOLERANCE[output]
+    if dtype == "tf32":  # fp32 outputs: the TF32 baseline's error times the factor, + fp32's bound
+        if baseline_rel is None:
+            raise ValueError("tf32: the tolerance needs the error of the TF32-rounded standard attention")
+        return LOWP_FACTOR[output] * float(baseline_rel) + FP32_TOLERANCE[output]
     if dtype not in DTYPES:
         raise ValueError(f"dtype: expected one of {DTYPES}, got {dtype!r}")
     if baseline_rel is None:
@@ -403,28 +426,33 @@ def check_case(case: CaseSpec, seed: int, *, index: int = 0, passes: Iterable[st
         q, k, v = (rng.standard_normal(case.shape(n)).astype(dt) for n in (case.seqlen_q, case.seqlen_k, case.seqlen_k))
         dout = rng.standard_normal(case.shape(case.seqlen_q)).astype(dt)
         kw = dict(causal=case.causal, layout=case.layout)
-        lowp = case.dtype != "float32"
+        mode = case.mode  # "float32", "float16", "bfloat16" or "tf32"
+        api_kw = dict(kw, allow_tf32=True) if case.tf32 else kw
 
-        out, lse = api.flash_attention(xp.asarray(q), xp.asarray(k), xp.asarray(v), return_lse=True, **kw)
+        out, lse = api.flash_attention(xp.asarray(q), xp.asarray(k), xp.asarray(v), return_lse=True, **api_kw)
         out_h, lse_h = _host(out), _host(lse)
         ref_out, ref_lse = reference.attention(q, k, v, **kw)
-        low_out = low_lse = None
-        if lowp:
+        low_out = low_lse = None  # the same-precision standard attention (not for float32)
+        if case.tf32:
+            low_out, low_lse = reference.attention_tf32(q, k, v, **kw)
+        elif mode != "float32":
             low_out, low_lse = reference.attention_lowp(q, k, v, dtype=dt, **kw)
         if "forward" in passes:
-            result.outputs.append(judge("out", case.dtype, out_h, ref_out, baseline=low_out))
-            result.outputs.append(judge("lse", case.dtype, lse_h, ref_lse, baseline=low_lse))
+            result.outputs.append(judge("out", mode, out_h, ref_out, baseline=low_out))
+            result.outputs.append(judge("lse", mode, lse_h, ref_lse, baseline=low_lse))
         if "backward" in passes:
             grads = api.flash_attention_backward(
-                xp.asarray(dout), xp.asarray(q), xp.asarray(k), xp.asarray(v), out, lse, **kw
+                xp.asarray(dout), xp.asarray(q), xp.asarray(k), xp.asarray(v), out, lse, **api_kw
             )
             ref_grads = reference.attention_backward(dout, q, k, v, ref_out, ref_lse, **kw)
             low_grads = (None, None, None)
-            if lowp:
+            if case.tf32:
+                low_grads = reference.attention_backward_tf32(dout, q, k, v, low_out, low_lse, **kw)
+            elif mode != "float32":
                 low_grads = reference.attention_backward_lowp(dout, q, k, v, low_out, low_lse, dtype=dt, **kw)
             floor = ZERO_REF_FLOOR * max(_finite_max_abs(g) for g in ref_grads)
             for name, got, want, low in zip(BACKWARD_OUTPUTS, grads, ref_grads, low_grads):
-                result.outputs.append(judge(name, case.dtype, _host(got), want, baseline=low, scale_floor=floor))
+                result.outputs.append(judge(name, mode, _host(got), want, baseline=low, scale_floor=floor))
     except Exception as exc:  # recorded, so one bad case does not hide the others
         last = traceback.extract_tb(exc.__traceback__)[-1:]
         where = f" ({last[0].filename.rsplit('/', 1)[-1]}:{last[0].lineno})" if last else ""

@@ -130,6 +130,7 @@ class TcTiles:
 
 
 TC_HEAD_DIMS = (64, 128)
+TF32_HEAD_DIMS = (64, 128)  # float32 with allow_tf32=True: kernels/tf32_forward.py, tf32_backward.py
 
 
 def tc_smem_bytes(t: TcTiles) -> int:

@@ -547,3 +547,32 @@ def test_time_fn_on_gpu():
     t = B.time_fn([lambda: x * 2, lambda: x + 1], warmup=2, rep=10, min_rep=3, budget_ms=None)
     assert t.reps == 10 and t.rotation == 2 and 0 < t.ms_min <= t.ms <= t.ms_max
     assert not math.isnan(t.ms_q1)
+
+
+def test_check_tf32_cases_tolerance_and_usage_errors():
+    cases = C.build_cases(simulator=True, tf32=True)
+    assert cases and all(c.tf32 and c.dtype == "float32" and c.head_dim in (64, 128) for c in cases)
+    assert all(c.label.startswith("float32+tf32 ") for c in cases)
+    assert {c.head_dim for c in C.build_cases(simulator=False, tf32=True)} == {64, 128}
+    # the bound: factor x the TF32 baseline's error + the float32 bound
+    assert C.tolerance("out", "tf32", 4e-4) == pytest.approx(2 * 4e-4 + 1e-5)
+    assert C.tolerance("dq", "tf32", 5e-4) == pytest.approx(3 * 5e-4 + 1e-4)
+    with pytest.raises(ValueError, match="tf32"):
+        C.tolerance("out", "tf32")
+    with pytest.raises(ValueError, match="head dims"):
+        C.CaseSpec(1, 1, 5, 5, 32, False, tf32=True)
+    for args in (("--dtype", "float16"), ("--head-dim", "32")):
+        result = invoke("check", "--tf32", *args)
+        assert_clean_exit(result, 2)
+        assert "tf32" in result.output
+
+
+def test_check_tf32_case_runs_the_tf32_kernel():
+    """One real forward case in the simulator: the API gets allow_tf32=True, and the
+    result is judged against the TF32-rounded baseline (so it passes), while an exact
+    float32 judgement of the same output fails (TF32 error is ~1e-3)."""
+    case = C.CaseSpec(1, 1, 5, 9, 64, False, "bshd", "float32", tf32=True)
+    r = C.check_case(case, seed=11, passes=("forward",))
+    assert r.error is None and r.passed, r.error
+    out = {o.output: o for o in r.outputs}["out"]
+    assert out.baseline_rel is not None and out.rel > 1e-5  # TF32-sized error, within its bound

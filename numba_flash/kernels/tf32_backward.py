@@ -71,13 +71,13 @@ from dataclasses import dataclass
 
 from numba_flash import ptx
 from numba_flash._backend import cuda, float32
+from numba_flash.config import TF32_HEAD_DIMS
 
 LOG2E = 1.4426950408889634
 POS_INF = float32(math.inf)
 NEG_INF = float32(-math.inf)
 _ALIGN = ptx.SMEM_ALIGN  # a module global, so numba sees a literal (see ptx.SMEM_ALIGN)
 
-TF32_HEAD_DIMS = (64, 128)
 PREPROCESS_THREADS = 128
 
 

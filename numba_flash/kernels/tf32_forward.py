@@ -68,6 +68,7 @@ from dataclasses import dataclass
 
 from numba_flash import ptx
 from numba_flash._backend import cuda, float32, uint32
+from numba_flash.config import TF32_HEAD_DIMS
 
 NEG_INF = float32(-math.inf)
 LOG2E = 1.4426950408889634
@@ -75,7 +76,6 @@ LN2 = 0.6931471805599453
 FULL_MASK = 0xFFFFFFFF
 _ALIGN = ptx.SMEM_ALIGN  # a module global, so numba sees a literal (see ptx.SMEM_ALIGN)
 
-TF32_HEAD_DIMS = (64, 128)
 
 
 @dataclass(frozen=True)
