@@ -35,7 +35,6 @@ import numpy as np
 
 from numba_flash._backend import SIMULATOR
 
-STATIC_LIMIT = 48 * 1024
 _NUMBA_PATH = os.environ.get("NUMBA_FLASH_LAUNCH", "direct") == "numba"
 _prepared: dict = {}  # (id(kernel), smem, arg types) -> (handle, offsets)
 _opted_in: set = set()
@@ -62,13 +61,6 @@ def _stream_ptr() -> int:
     import cupy
 
     return cupy.cuda.get_current_stream().ptr
-
-
-def _numba_stream():
-    from numba_flash._backend import cuda
-
-    ptr = _stream_ptr()
-    return cuda.default_stream() if ptr == 0 else cuda.external_stream(ptr)
 
 
 def _allow_dynamic_smem(compiled, nbytes: int) -> None:
@@ -120,12 +112,13 @@ def launch(kernel, grid, threads, shared_bytes: int, *args) -> None:
         return
     key = (id(kernel), shared_bytes, tuple(_arg_key(a) for a in args))
     prepared = _prepared.get(key)
-    if prepared is None or _NUMBA_PATH:
-        if prepared is None:
-            prepared = _prepared[key] = _prepare(kernel, shared_bytes, args)
-        if _NUMBA_PATH:
-            kernel[grid, threads, _numba_stream(), shared_bytes](*_numba_args(args))
-            return
+    if prepared is None:
+        prepared = _prepared[key] = _prepare(kernel, shared_bytes, args)
+    if _NUMBA_PATH:
+        from numba_flash._arrays import launch_stream
+
+        kernel[grid, threads, launch_stream(), shared_bytes](*_numba_args(args))
+        return
     from cupy.cuda import driver
 
     handle, offsets = prepared
