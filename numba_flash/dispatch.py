@@ -73,10 +73,6 @@ def fp32_blocked(work_dtype, head_dim: int, aligned: bool = True) -> bool:
     """Whether the exact fp32 work (float32 inputs, or bf16 on fp32 copies) runs the
     register-blocked kernels (head dims 64 and 128, 16-byte aligned rows for cp.async)
     rather than the row-group ones (any head dim, fp16 read as is)."""
-    from numba import types
-
-    if isinstance(work_dtype, types.Type):  # a numba element type (kernels_for)
-        return work_dtype == types.float32 and head_dim in BLOCKED_HEAD_DIMS and aligned
     return np.dtype(work_dtype) == np.float32 and head_dim in BLOCKED_HEAD_DIMS and aligned
 
 
@@ -153,7 +149,8 @@ def kernels_for(pass_: str, dtype, head_dim: int, causal: bool, allow_tf32: bool
         ]  # fmt: skip
     if _is_half(dtype) and dtype != np.float16:  # bf16 runs the fp32 kernels on copies
         arr4, arr3, scalar = _numba_types(np.float32)
-    if pass_ == "forward" and fp32_blocked(arr4.dtype, head_dim):
+    work_dtype = np.dtype(str(arr4.dtype))  # what the fp32 kernels read: float32 or float16
+    if pass_ == "forward" and fp32_blocked(work_dtype, head_dim):
         t = blocked_forward_tiles(head_dim, causal)
         return [
             KernelSpec(
@@ -176,7 +173,7 @@ def kernels_for(pass_: str, dtype, head_dim: int, causal: bool, allow_tf32: bool
             )
         ]
     t = simt_backward_tiles(head_dim)
-    if fp32_blocked(arr4.dtype, head_dim):
+    if fp32_blocked(work_dtype, head_dim):
         tkv, tq = blocked_backward_tiles(head_dim, causal)
         return [
             KernelSpec("simt_blocked_preprocess", simt_blocked_backward.preprocess_kernel(head_dim), tkv,
