@@ -201,8 +201,6 @@ def flash_attention_backward(dout, q, k, v, out, lse, *, causal=False, softmax_s
     qc, kc, vc, doc, oc = (_bshd(x.astype(work_dtype, copy=False), layout) for x in computed)
     dq, dk, dv = (A.empty(kind, g.shape, np.float32) for g in grads) if upcast else grads
 
-    t = simt_backward_tiles(d)
-    rows = t.threads // t.group
     if dispatch.fp32_blocked(qc.dtype, d, all(A.aligned16(x) for x in (qc, kc, vc, doc))):
         tkv, tq = blocked_backward_tiles(d, causal)
         pre, pre_threads = simt_blocked_backward.preprocess_kernel(d), simt_blocked_backward.PRE_THREADS
@@ -216,6 +214,8 @@ def flash_attention_backward(dout, q, k, v, out, lse, *, causal=False, softmax_s
             blocked_dq_smem_bytes(tq), qc, kc, vc, doc, lsec, delta, _bshd(dq, layout), scale,
         )  # fmt: skip
     else:  # the row-group kernels: any head dim, fp16 read as is, any alignment
+        t = simt_backward_tiles(d)
+        rows = t.threads // t.group
         launch(simt_backward.preprocess_kernel(t), (_cdiv(Nq, rows), H, B), t.threads, 0, oc, doc, delta)
         launch(
             simt_backward.dkdv_kernel(t, causal), (_cdiv(Nk, rows), H, B), t.threads, 0,
