@@ -166,8 +166,8 @@ def flash_attention_backward(dout, q, k, v, out, lse, *, causal=False, softmax_s
         smem_kv, smem_q = tf32_backward.tf32_bwd_smem_bytes(t)
         qc, kc, vc, doc, oc = (_bshd(x, layout) for x in computed)
         dq, dk, dv = (_bshd(g, layout) for g in grads)
-        threads = tf32_backward.PREPROCESS_THREADS
-        launch(tf32_backward.preprocess_kernel(d), (_cdiv(Nq, threads), H, B), threads, 0, oc, doc, delta)
+        threads = simt_blocked_backward.PRE_THREADS  # delta in exact fp32, as the exact backward
+        launch(simt_blocked_backward.preprocess_kernel(d), (_cdiv(Nq, threads), H, B), threads, 0, oc, doc, delta)
         launch(
             tf32_backward.dkdv_kernel(t, causal), (_cdiv(Nk, t.kv_block_n), H, B), t.threads,
             smem_kv, qc, kc, vc, doc, lsec, delta, dk, dv, scale,

@@ -104,7 +104,8 @@ def kernels_for(pass_: str, dtype, head_dim: int, causal: bool, allow_tf32: bool
         t = tf32_backward.tf32_backward_tiles(head_dim, causal)
         fam = "tensor-core-tf32"
         return [
-            KernelSpec("tf32_bwd_preprocess", tf32_backward.preprocess_kernel(head_dim), t, (arr4, arr4, arr3), fam),
+            KernelSpec("tf32_bwd_preprocess", simt_blocked_backward.preprocess_kernel(head_dim), t, (arr4, arr4, arr3),
+                       fam),  # the exact fp32 preprocess
             KernelSpec("tf32_bwd_dkdv", tf32_backward.dkdv_kernel(t, causal), t,
                        (arr4, arr4, arr4, arr4, arr3, arr3, arr4, arr4, scalar), fam),
             KernelSpec("tf32_bwd_dq", tf32_backward.dq_kernel(t, causal), t,

@@ -41,7 +41,8 @@ so no operand is ever transposed in shared memory:
 
 Kernels (4 warps of 16 rows each):
 
-- ``preprocess``: grid (ceil(Nq / 128), H, B), one thread a query row: delta (B, H, Nq).
+- ``preprocess``: ``simt_blocked_backward.preprocess_kernel``, the exact fp32 one (one
+  thread a query row: delta (B, H, Nq)), shared with the exact backward.
 - ``dkdv``: grid (ceil(Nk / BLOCK_N), H, B); warp w owns keys start_n + 16w .. +15.
   K and V of the block are copied once; Q, dO (and lse2, delta) tiles of BLOCK_M queries
   are double-buffered with cp.async.  Per query tile a warp forms Sᵀ = K·Qᵀ and
@@ -77,9 +78,6 @@ LOG2E = 1.4426950408889634
 POS_INF = float32(math.inf)
 NEG_INF = float32(-math.inf)
 _ALIGN = ptx.SMEM_ALIGN  # a module global, so numba sees a literal (see ptx.SMEM_ALIGN)
-
-PREPROCESS_THREADS = 128
-
 
 @dataclass(frozen=True)
 class Tf32BwdTiles:
@@ -141,27 +139,6 @@ def tf32_backward_tiles(head_dim: int, causal: bool = False) -> Tf32BwdTiles:
 
 
 @functools.lru_cache(maxsize=None)
-def preprocess_kernel(head_dim: int):
-    """``kernel[grid, PREPROCESS_THREADS, stream](out, dout, delta)``: delta = rowsum(dO∘O)
-    in fp32, one thread a query row; out, dout (B, Nq, H, d) float32, any strides with
-    the last axis contiguous; delta (B, H, Nq) float32."""
-    HEAD_DIM = head_dim
-
-    @cuda.jit
-    def kernel(out, dout, delta):
-        row = cuda.blockIdx.x * cuda.blockDim.x + cuda.threadIdx.x
-        h = cuda.blockIdx.y
-        b = cuda.blockIdx.z
-        if row < out.shape[1]:
-            acc = float32(0.0)
-            for c in range(HEAD_DIM):
-                acc += out[b, row, h, c] * dout[b, row, h, c]
-            delta[b, h, row] = acc
-
-    return kernel
-
-
-@functools.lru_cache(maxsize=None)
 def dkdv_kernel(t: Tf32BwdTiles, causal: bool):
     """``kernel[grid, threads, stream, tf32_bwd_smem_bytes(t)[0]](q, k, v, dout, lse, delta,
     dk, dv, softmax_scale)``; q, dout (B, Nq, H, d), k, v, dk, dv (B, Nk, H, d) float32
@@ -182,7 +159,7 @@ def dkdv_kernel(t: Tf32BwdTiles, causal: bool):
     tf32 = ptx.cvt_rna_tf32
 
     @cuda.jit
-    def kernel(q, k, v, dout, lse, delta, dk, dv, softmax_scale):
+    def tf32_bwd_dkdv(q, k, v, dout, lse, delta, dk, dv, softmax_scale):
         start_n = cuda.blockIdx.x * BLOCK_N
         h = cuda.blockIdx.y
         b = cuda.blockIdx.z
@@ -372,7 +349,7 @@ def dkdv_kernel(t: Tf32BwdTiles, causal: bool):
                         dv[b, key, h, col] = acc_dv[a]
                         dv[b, key, h, col + 4] = acc_dv[a + 1]
 
-    return kernel
+    return tf32_bwd_dkdv
 
 
 @functools.lru_cache(maxsize=None)
@@ -394,7 +371,7 @@ def dq_kernel(t: Tf32BwdTiles, causal: bool):
     tf32 = ptx.cvt_rna_tf32
 
     @cuda.jit
-    def kernel(q, k, v, dout, lse, delta, dq, softmax_scale):
+    def tf32_bwd_dq(q, k, v, dout, lse, delta, dq, softmax_scale):
         start_m = cuda.blockIdx.x * BLOCK_M
         h = cuda.blockIdx.y
         b = cuda.blockIdx.z
@@ -557,4 +534,4 @@ def dq_kernel(t: Tf32BwdTiles, causal: bool):
                         dq[b, row, h, col] = acc_dq[a] * scale
                         dq[b, row, h, col + 4] = acc_dq[a + 1] * scale
 
-    return kernel
+    return tf32_bwd_dq
