@@ -18,6 +18,7 @@ import cupy as cp
 import numpy as np
 
 import numba_flash
+from numba_flash.bench import time_fn
 from numba_flash import reference
 from numba_flash.config import BlockedTiles
 from numba_flash.kernels import simt_blocked_backward
@@ -33,18 +34,9 @@ DQ = {
 SHAPES = {64: (4, 32, 4096), 128: (4, 16, 4096)}
 
 
-def median_ms(fn, warmup=3, reps=10):
-    for _ in range(warmup):
-        fn()
-    times = []
-    for _ in range(reps):
-        a, b = cp.cuda.Event(), cp.cuda.Event()
-        a.record()
-        fn()
-        b.record()
-        b.synchronize()
-        times.append(cp.cuda.get_elapsed_time(a, b))
-    return float(np.median(times))
+def median_ms(fn):
+    """Median of 10 CUDA-event timings after warm-up (``numba_flash.bench.time_fn``)."""
+    return time_fn(fn, warmup=3, rep=10, min_rep=10, budget_ms=None).ms
 
 
 def grad_error(d, causal):
