@@ -83,7 +83,8 @@ def flash_attention(q, k, v, *, causal=False, softmax_scale=None, return_lse=Fal
     qc, kc, vc = (A.to_compute(op.array, kind) for op in (q_op, k_op, v_op))
     out = A.empty(kind, _out_shape(layout, B, Nq, H, d), q_op.dtype)
     lse = A.empty(kind, (B, H, Nq), np.float32)
-    family = dispatch.forward_family(q_op.dtype, d, all(A.aligned16(x) for x in (qc, kc, vc)), bool(allow_tf32))
+    aligned = all(A.aligned16(x) for x in (qc, kc, vc))
+    family = dispatch.forward_family(q_op.dtype, d, aligned, bool(allow_tf32))
 
     if family == "tensor-core":
         t = dispatch.tc_forward_tiles(d, causal, A.dtype_name(q_op.dtype))
@@ -104,7 +105,9 @@ def flash_attention(q, k, v, *, causal=False, softmax_scale=None, return_lse=Fal
         if upcast:
             qc, kc, vc = (x.astype(np.float32) for x in (qc, kc, vc))
         o = A.empty(kind, out.shape, np.float32) if upcast else out
-        if dispatch.fp32_blocked(qc.dtype, d, all(A.aligned16(x) for x in (qc, kc, vc))):
+        if upcast:  # fresh fp32 copies
+            aligned = all(A.aligned16(x) for x in (qc, kc, vc))
+        if dispatch.fp32_blocked(qc.dtype, d, aligned):
             t = blocked_forward_tiles(d, causal)
             kernel, smem = simt_blocked_forward.forward_kernel(t, causal), blocked_forward_smem_bytes(t)
         else:  # the row-group kernel: any head dim, fp16 read as is, any alignment
