@@ -3,7 +3,7 @@
 Only option parsing and output formatting live here; every number comes from a library
 function (``numba_flash.check``, ``.bench``, ``.memory``, ``.info``, ``.inspection``).
 The group's first action, before numba is imported anywhere, is to turn numba's CUDA
-simulator on when there is no GPU (``numba_flash._device.use_simulator_without_gpu``).
+simulator on when there is no GPU (``numba_flash._gpu_probe.use_simulator_without_gpu``).
 """
 
 from __future__ import annotations
@@ -136,7 +136,7 @@ def main():
     """
     import warnings
 
-    from numba_flash._device import use_simulator_without_gpu  # imports no numba
+    from numba_flash._gpu_probe import use_simulator_without_gpu  # imports no numba
 
     use_simulator_without_gpu()
     # numba warns about small grids ("Grid size 6 will likely result in GPU

@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from numba_flash._backend import SIMULATOR, cuda
+from numba_flash._numba_cuda import SIMULATOR, cuda
 
 LAYOUTS = ("bshd", "bhsd")
 MAX_HEAD_DIM = 256

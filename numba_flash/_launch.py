@@ -33,7 +33,7 @@ import struct
 
 import numpy as np
 
-from numba_flash._backend import SIMULATOR
+from numba_flash._numba_cuda import SIMULATOR
 
 _NUMBA_PATH = os.environ.get("NUMBA_FLASH_LAUNCH", "direct") == "numba"
 _prepared: dict = {}  # (id(kernel), smem, arg types) -> (handle, offsets)

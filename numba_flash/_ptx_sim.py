@@ -12,7 +12,9 @@ How the twins work
   ``abort``, set when another thread raised); blocks run one after another,
   each with a fresh ``BlockManager``.  All per-block state here hangs off the
   ``BlockManager`` object, so it starts fresh with every block and launch.
-* Warp-collective operations (mma, ldmatrix) meet in a
+* Warp-collective operations (mma, ldmatrix, and the warp shuffles and
+  ``syncwarp`` that the simulator lacks; ``install_warp_twins`` adds those to
+  its fake ``cuda`` module) meet in a
   per-block, per-warp ``_Warp`` rendezvous: each lane deposits its registers
   in the current round, the lane that completes the round computes the
   results of all lanes at once (vectorised NumPy) and wakes the others; each
@@ -620,3 +622,64 @@ def ld_shared_v4_f32(addr):
 def st_shared_v4_f32(addr, x0, x1, x2, x3):
     view, off = _block(_thread()).smem.resolve(addr, 16, 16, "st_shared_v4_f32")
     view[off:off + 16] = np.array([x0, x1, x2, x3], dtype=np.float32).view(np.uint8)
+
+
+# ---------------------------------------------------------------------------
+# warp shuffles and syncwarp (numba's simulator has neither)
+# ---------------------------------------------------------------------------
+
+
+def _shuffle(op, value, src_of_lane, mask):
+    """Every lane deposits ``value``; lane ``l`` gets lane ``src_of_lane(l)``'s value, or
+    its own when that lane is out of range (as ``shfl.sync`` with the default clamp)."""
+
+    def compute(inputs):
+        out = []
+        for lane, own in enumerate(inputs):
+            src = src_of_lane(lane)
+            ok = 0 <= src < 32 and inputs[src] is not None
+            out.append(inputs[src] if ok else own)
+        return out
+
+    result = _warp_exchange(op, value, compute, mask)
+    return type(value)(result)
+
+
+def shfl_xor_sync(mask, value, lane_mask):
+    m = int(lane_mask)
+    return _shuffle(f"shfl.bfly {m}", value, lambda lane: lane ^ m, mask)
+
+
+def shfl_sync(mask, value, src_lane):
+    s = int(src_lane)
+    return _shuffle(f"shfl.idx {s}", value, lambda lane: s, mask)
+
+
+def shfl_down_sync(mask, value, delta):
+    d = int(delta)
+    return _shuffle(f"shfl.down {d}", value, lambda lane: lane + d, mask)
+
+
+def shfl_up_sync(mask, value, delta):
+    d = int(delta)
+    return _shuffle(f"shfl.up {d}", value, lambda lane: lane - d if lane >= d else lane, mask)
+
+
+def syncwarp(mask=_FULL):
+    _warp_exchange("syncwarp", None, lambda inputs: [None] * 32, mask)
+
+
+def install_warp_twins():
+    """Add the shuffle and syncwarp twins to the simulator's fake ``cuda`` module
+    (idempotent)."""
+    from numba.cuda.simulator.kernelapi import FakeCUDAModule
+
+    for name, fn in (
+        ("syncwarp", syncwarp),
+        ("shfl_xor_sync", shfl_xor_sync),
+        ("shfl_sync", shfl_sync),
+        ("shfl_down_sync", shfl_down_sync),
+        ("shfl_up_sync", shfl_up_sync),
+    ):
+        if not hasattr(FakeCUDAModule, name):
+            setattr(FakeCUDAModule, name, staticmethod(fn))

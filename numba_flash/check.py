@@ -383,7 +383,7 @@ class CaseResult:
 def runtime_mode() -> str:
     """Where kernels run: "gpu", "simulator" or "none" (numba without the simulator and
     no device: nothing can run)."""
-    from numba_flash._backend import SIMULATOR, gpu_available
+    from numba_flash._numba_cuda import SIMULATOR, gpu_available
 
     if SIMULATOR:
         return "simulator"

@@ -303,7 +303,7 @@ def blocked_forward_tiles(head_dim: int, causal: bool = False) -> BlockedTiles:
     override = os.environ.get("NUMBA_FLASH_FP32_TILES")
     if override and str(head_dim) in json.loads(override):
         return BlockedTiles(head_dim, *json.loads(override)[str(head_dim)])
-    from numba_flash._backend import SIMULATOR
+    from numba_flash._numba_cuda import SIMULATOR
 
     if SIMULATOR:  # the simulator's cost grows with the tile, not the problem: small tiles
         return BlockedTiles(head_dim, block_m=16, block_n=16, tm=4, tn=2)
@@ -344,7 +344,7 @@ def blocked_backward_tiles(head_dim: int, causal: bool = False) -> tuple[Blocked
     if override and str(head_dim) in json.loads(override):
         a, b = json.loads(override)[str(head_dim)]
         return BlockedTiles(head_dim, *a), BlockedTiles(head_dim, *b)
-    from numba_flash._backend import SIMULATOR
+    from numba_flash._numba_cuda import SIMULATOR
 
     if SIMULATOR:  # small tiles: the simulator's cost grows with the tile
         return BlockedTiles(head_dim, 16, 16, 4, 2), BlockedTiles(head_dim, 16, 16, 4, 2)

@@ -13,7 +13,7 @@ public name is bound instead to a pure-Python twin from
 same kernel source runs on the CPU.  The warp-collective twins (``mma_*``,
 ``ldmatrix_*``) exchange the 32 lanes' registers through a per-block, per-warp
 rendezvous.  Warp shuffles and ``syncwarp`` are not here: use numba's
-``cuda.shfl_*_sync``/``cuda.syncwarp`` (``numba_flash._backend`` adds
+``cuda.shfl_*_sync``/``cuda.syncwarp`` (``numba_flash._numba_cuda`` adds
 simulator twins of those).
 
 Conventions used in all docstrings
@@ -75,7 +75,7 @@ from numba import types
 from numba.cuda import cgutils
 from numba.cuda.extending import intrinsic
 
-from numba_flash._backend import SIMULATOR
+from numba_flash._numba_cuda import SIMULATOR
 
 try:  # numba-cuda keeps its own copy of numba's errors
     from numba.cuda.core.errors import NumbaTypeError as _TypeError

@@ -10,7 +10,7 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from numba_flash._device import use_simulator_without_gpu  # noqa: E402
+from numba_flash._gpu_probe import use_simulator_without_gpu  # noqa: E402
 
 SIMULATOR = use_simulator_without_gpu()
 

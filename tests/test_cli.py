@@ -21,7 +21,7 @@ from numba_flash import bench as B
 from numba_flash import check as C
 from numba_flash import inspection as I
 from numba_flash import memory as M
-from numba_flash._backend import SIMULATOR
+from numba_flash._numba_cuda import SIMULATOR
 
 try:
     from numba_flash_cli.main import main

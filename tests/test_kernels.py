@@ -18,7 +18,7 @@ import pytest
 
 import numba_flash
 from numba_flash import _arrays, reference
-from numba_flash._backend import SIMULATOR
+from numba_flash._numba_cuda import SIMULATOR
 
 FWD_TOL = 1e-5
 BWD_TOL = 1e-4

@@ -18,7 +18,7 @@ import pytest  # noqa: E402
 from numba import float32, uint16, uint32  # noqa: E402
 
 from numba_flash import ptx  # noqa: E402
-from numba_flash._backend import SIMULATOR, cuda, gpu_available  # noqa: E402
+from numba_flash._numba_cuda import SIMULATOR, cuda, gpu_available  # noqa: E402
 
 pytestmark = pytest.mark.skipif(
     not (SIMULATOR or gpu_available()),

@@ -26,7 +26,7 @@ import pytest
 
 import numba_flash
 from numba_flash import _arrays, dispatch, reference
-from numba_flash._backend import SIMULATOR
+from numba_flash._numba_cuda import SIMULATOR
 
 FLOOR = 1e-5  # fp32 accumulation and ex2.approx, relative to max |ref|
 

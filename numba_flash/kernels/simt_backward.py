@@ -35,7 +35,7 @@ from __future__ import annotations
 import functools
 import math
 
-from numba_flash._backend import cuda, float32
+from numba_flash._numba_cuda import cuda, float32
 from numba_flash.config import SimtTiles
 
 NEG_INF = float32(-math.inf)

@@ -48,7 +48,7 @@ import functools
 import math
 
 from numba_flash import ptx
-from numba_flash._backend import cuda, float32
+from numba_flash._numba_cuda import cuda, float32
 from numba_flash.config import BlockedTiles, blocked_bwd_layout
 
 FULL_MASK = 0xFFFFFFFF

@@ -51,7 +51,7 @@ import functools
 import math
 
 from numba_flash import ptx
-from numba_flash._backend import cuda, float32
+from numba_flash._numba_cuda import cuda, float32
 from numba_flash.config import BlockedTiles
 
 NEG_INF = float32(-math.inf)

@@ -42,7 +42,7 @@ import functools
 import math
 
 from numba_flash import ptx
-from numba_flash._backend import cuda, float32, uint16, uint32
+from numba_flash._numba_cuda import cuda, float32, uint16, uint32
 from numba_flash.config import TcBwdTiles
 
 NEG_INF = float32(-math.inf)

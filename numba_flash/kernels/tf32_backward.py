@@ -71,7 +71,7 @@ import math
 from dataclasses import dataclass
 
 from numba_flash import ptx
-from numba_flash._backend import cuda, float32
+from numba_flash._numba_cuda import cuda, float32
 from numba_flash.config import TF32_HEAD_DIMS
 
 LOG2E = 1.4426950408889634

@@ -67,7 +67,7 @@ import math
 from dataclasses import dataclass
 
 from numba_flash import ptx
-from numba_flash._backend import cuda, float32, uint32
+from numba_flash._numba_cuda import cuda, float32, uint32
 from numba_flash.config import TF32_HEAD_DIMS
 
 NEG_INF = float32(-math.inf)

@@ -1,0 +1,91 @@
+"""The one place numba-flash imports numba's CUDA programming model from.
+
+Every kernel module does ``from numba_flash._numba_cuda import cuda`` rather than
+``from numba import cuda``, so a second backend (numba-cuda-mlir, say) can be added
+later by changing this module alone.  (``numba_flash._gpu_probe`` is its counterpart
+that imports no numba: it asks the driver whether there is a GPU before numba is
+imported, which fixes whether the simulator is on.)
+
+``SIMULATOR`` is True when numba's CUDA simulator is on (``NUMBA_ENABLE_CUDASIM=1``):
+kernels then run on the CPU, one Python thread per CUDA thread, and NumPy arrays are
+passed to them as they are.
+
+``device_function`` is how the kernels' shared building blocks (``numba_flash.kernels.
+block_info``, ``.mask``, ``.softmax``, ``.copy``) are declared: numba device functions
+marked ``alwaysinline`` (``forceinline=True``), so that after inlining their register
+arrays and compile-time arguments fold into the caller as if written there.
+
+``compiling_for(cc)`` lets ``numba.cuda.compile_ptx`` compile kernels that call device
+functions on a machine without a GPU (see its docstring).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+
+from numba import cuda, config, float32, int32, int64, uint32, uint16  # noqa: F401
+
+SIMULATOR: bool = bool(config.ENABLE_CUDASIM)
+
+if SIMULATOR:  # the simulator lacks warp shuffles and syncwarp: add faithful twins
+    from numba_flash import _ptx_sim
+
+    _ptx_sim.install_warp_twins()
+
+
+def device_function(fn):
+    """``@device_function``: a numba CUDA device function, always inlined into its
+    caller (NVVM ``alwaysinline``).  The simulator's ``cuda.jit`` has no
+    ``forceinline``, and there a device function is a plain Python call."""
+    if SIMULATOR:
+        return cuda.jit(device=True)(fn)
+    return cuda.jit(device=True, forceinline=True)(fn)
+
+
+def gpu_available() -> bool:
+    """True when kernels run on a real CUDA device (not the simulator)."""
+    if SIMULATOR:
+        return False
+    try:
+        return bool(cuda.is_available())
+    except Exception:  # pragma: no cover - driver missing or broken
+        return False
+
+
+class _TargetDevice:
+    """What ``CUDADispatcher.compile_device`` reads of the current device."""
+
+    def __init__(self, cc):
+        self.compute_capability = tuple(cc[:2])
+
+
+_compile_lock = threading.Lock()
+
+
+@contextlib.contextmanager
+def compiling_for(cc):
+    """Compile device functions for compute capability ``cc`` without a GPU.
+
+    ``numba.cuda.compile_ptx`` compiles a kernel for any ``cc`` without a GPU, but a
+    device function it calls is compiled by ``CUDADispatcher.compile_device``, which
+    asks ``get_current_device()`` for the compute capability only (numba-cuda 0.30,
+    ``numba/cuda/dispatcher.py``), and that needs a driver.  Inside this context that
+    lookup answers ``cc``.  The device function's compiled form is LLVM IR that the
+    kernel's own compilation (for its own ``cc``) links and inlines, so the answer only
+    has to be a valid target.  Pinned to numba-cuda < 0.31 (pyproject.toml); if a
+    later version moves the lookup, ``inspect`` fails loudly with numba's
+    "CUDA driver library cannot be found" instead of compiling for the wrong target.
+    """
+    from numba.cuda import dispatcher
+
+    with _compile_lock:
+        saved = dispatcher.get_current_device
+        if gpu_available():  # a real device answers for itself
+            yield
+            return
+        dispatcher.get_current_device = lambda: _TargetDevice(cc)
+        try:
+            yield
+        finally:
+            dispatcher.get_current_device = saved
