@@ -1,0 +1,103 @@
+"""Benchmark cases: the shapes timed (:class:`BenchCase`, the ``fa2`` / ``smoke``
+presets, grids from options) and the FLOPs one call of a case does.
+
+FLOPs (:func:`attention_flops`)
+-------------------------------
+``4·B·H·Nq·Nk·d`` for the forward (two matmuls of 2·Nq·Nk·d each), halved when causal,
+×2.5 for the backward (five matmuls) and ×3.5 for forward + backward — the convention of
+FlashAttention-2's benchmarks.  TFLOP/s = flops / ms / 1e9.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Sequence
+
+PASSES = ("forward", "backward")
+ALL_PASSES = ("forward", "backward", "forward+backward")
+DTYPES = ("float16", "bfloat16", "float32")
+PRESETS = ("fa2", "smoke")
+
+
+@dataclass(frozen=True)
+class BenchCase:
+    batch: int
+    heads: int
+    seqlen_q: int
+    seqlen_k: int
+    head_dim: int
+    causal: bool
+    dtype: str = "float16"
+
+    def __post_init__(self):
+        from numba_flash.check import check_shape_fields
+
+        check_shape_fields(self)
+        if self.dtype not in DTYPES:
+            raise ValueError(f"dtype: expected one of {DTYPES}, got {self.dtype!r}")
+
+    @property
+    def label(self) -> str:
+        seq = f"N={self.seqlen_q}" if self.seqlen_q == self.seqlen_k else f"Nq={self.seqlen_q} Nk={self.seqlen_k}"
+        return f"{self.dtype} B={self.batch} H={self.heads} {seq} d={self.head_dim} {'causal' if self.causal else 'full'}"
+
+
+def attention_flops(batch, heads, seqlen_q, seqlen_k, head_dim, causal, pass_="forward") -> float:
+    """FLOPs of one attention call: 4·B·H·Nq·Nk·d, ×0.5 causal, ×2.5 backward,
+    ×3.5 forward+backward (FlashAttention-2's convention)."""
+    f = 4.0 * batch * heads * seqlen_q * seqlen_k * head_dim
+    if causal:
+        f *= 0.5
+    mult = {"forward": 1.0, "backward": 2.5, "forward+backward": 3.5}
+    if pass_ not in mult:
+        raise ValueError(f"pass_: expected one of {tuple(mult)}, got {pass_!r}")
+    return f * mult[pass_]
+
+
+def tflops(flops: float, ms: float | None) -> float | None:
+    if ms is None or not ms > 0:
+        return None
+    return flops / ms / 1e9
+
+
+def fa2_cases(dtypes: Sequence[str] = ("float16",)) -> list[BenchCase]:
+    """FlashAttention-2's benchmark grid: batch·seqlen = 16k tokens, hidden 2048,
+    d ∈ {64, 128} (heads = 2048 / d), seqlen 512 … 16k, causal off and on."""
+    cases = []
+    for dt in dtypes:
+        for causal in (False, True):
+            for d in (64, 128):
+                for n in (512, 1024, 2048, 4096, 8192, 16384):
+                    cases.append(BenchCase(16384 // n, 2048 // d, n, n, d, causal, dt))
+    return cases
+
+
+def preset_cases(name: str, dtypes: Sequence[str] = ("float16",)) -> list[BenchCase]:
+    """``fa2`` (see :func:`fa2_cases`) or ``smoke`` (two quick shapes, for a sanity run)."""
+    if name == "fa2":
+        return fa2_cases(dtypes)
+    if name == "smoke":
+        return [BenchCase(4, 8, n, n, 64, c, dt) for dt in dtypes for c in (False, True) for n in (512, 1024)]
+    raise ValueError(f"preset: expected one of {PRESETS}, got {name!r}")
+
+
+def shape_cases(
+    *,
+    seqlens: Sequence[tuple[int, int]] = ((2048, 2048),),
+    head_dims: Sequence[int] = (64,),
+    dtypes: Sequence[str] = ("float16",),
+    causal: Sequence[bool] = (False, True),
+    batch: int | None = None,
+    heads: int | None = None,
+) -> list[BenchCase]:
+    """Cases from options; batch defaults to 16384 // seqlen_q (at least 1) and heads to
+    2048 // head_dim, the FlashAttention-2 convention (16k tokens, hidden 2048)."""
+    cases = []
+    for dt in dtypes:
+        for c in causal:
+            for d in head_dims:
+                for nq, nk in seqlens:
+                    b = batch if batch is not None else max(1, 16384 // nq)
+                    h = heads if heads is not None else max(1, 2048 // d)
+                    cases.append(BenchCase(b, h, nq, nk, d, bool(c), dt))
+    return cases
