@@ -607,6 +607,7 @@ def _mma_acc(mma):
 
 mma_m16n8k16_f16_acc = _mma_acc(mma_m16n8k16_f16)
 mma_m16n8k16_bf16_acc = _mma_acc(mma_m16n8k16_bf16)
+mma_m16n8k8_tf32_acc = _mma_acc(mma_m16n8k8_tf32)
 
 
 # ---------------------------------------------------------------------------

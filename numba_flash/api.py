@@ -88,7 +88,7 @@ def flash_attention(q, k, v, *, causal=False, softmax_scale=None, return_lse=Fal
 
     if family == "tensor-core":
         t = dispatch.tc_forward_tiles(d, causal, A.dtype_name(q_op.dtype))
-        kernel = tc_forward.forward_kernel(t, causal, A.dtype_name(q_op.dtype))
+        kernel = tc_forward.tc_forward_kernel(t, causal, A.dtype_name(q_op.dtype))
         bits = (_bshd(x.view(np.uint16), layout) for x in (qc, kc, vc))
         launch(
             kernel, (_cdiv(Nq, t.block_m), H, B), t.threads, tc_smem_bytes(t),
@@ -97,7 +97,7 @@ def flash_attention(q, k, v, *, causal=False, softmax_scale=None, return_lse=Fal
     elif family == "tensor-core-tf32":  # float32 with allow_tf32: fp32 in and out, tf32 mma
         t = tf32_forward.tf32_forward_tiles(d, causal)
         launch(
-            tf32_forward.forward_kernel(t, causal), (_cdiv(Nq, t.block_m), H, B), t.threads,
+            tf32_forward.tf32_forward_kernel(t, causal), (_cdiv(Nq, t.block_m), H, B), t.threads,
             tf32_forward.tf32_smem_bytes(t), *(_bshd(x, layout) for x in (qc, kc, vc, out)), lse, scale,
         )  # fmt: skip
     else:  # exact fp32 SIMT kernel; bf16 runs it on fp32 copies (fallback)
@@ -186,13 +186,13 @@ def flash_attention_backward(dout, q, k, v, out, lse, *, causal=False, softmax_s
         smem_kv, smem_q = tc_smem_bwd(t)
         qc, kc, vc, doc, oc = (_bshd(x.view(np.uint16), layout) for x in computed)
         dq, dk, dv = (_bshd(g.view(np.uint32), layout) for g in grads)
-        launch(tc_backward.preprocess_kernel(d, dtype), (_cdiv(Nq, 128), H, B), 128, 0, oc, doc, delta)
+        launch(tc_backward.tc_bwd_preprocess_kernel(d, dtype), (_cdiv(Nq, 128), H, B), 128, 0, oc, doc, delta)
         launch(
-            tc_backward.dkdv_kernel(t, causal, dtype), (_cdiv(Nk, t.kv_block_n), H, B), t.threads,
+            tc_backward.tc_bwd_dkdv_kernel(t, causal, dtype), (_cdiv(Nk, t.kv_block_n), H, B), t.threads,
             smem_kv, qc, kc, vc, doc, lsec, delta, dk, dv, scale,
         )  # fmt: skip
         launch(
-            tc_backward.dq_kernel(t, causal, dtype), (_cdiv(Nq, t.q_block_m), H, B), t.threads,
+            tc_backward.tc_bwd_dq_kernel(t, causal, dtype), (_cdiv(Nq, t.q_block_m), H, B), t.threads,
             smem_q, qc, kc, vc, doc, lsec, delta, dq, scale,
         )  # fmt: skip
         return tuple(A.to_caller(x, kind) for x in grads)

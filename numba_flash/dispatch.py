@@ -97,7 +97,7 @@ def kernels_for(pass_: str, dtype, head_dim: int, causal: bool, allow_tf32: bool
     if pass_ == "forward" and forward_family(dtype, head_dim, True, allow_tf32) == "tensor-core-tf32":
         arr4, arr3, scalar = _numba_types(np.float32)
         t = tf32_forward.tf32_forward_tiles(head_dim, causal)
-        kernel = tf32_forward.forward_kernel(t, causal)
+        kernel = tf32_forward.tf32_forward_kernel(t, causal)
         return [KernelSpec("tf32_forward", kernel, t, (arr4, arr4, arr4, arr4, arr3, scalar), "tensor-core-tf32")]
     if pass_ == "backward" and backward_family(dtype, head_dim, True, allow_tf32) == "tensor-core-tf32":
         arr4, arr3, scalar = _numba_types(np.float32)
@@ -125,7 +125,7 @@ def kernels_for(pass_: str, dtype, head_dim: int, causal: bool, allow_tf32: bool
         return [
             KernelSpec(
                 "tc_forward",
-                tc_forward.forward_kernel(t, causal, dtype_name(dtype)),
+                tc_forward.tc_forward_kernel(t, causal, dtype_name(dtype)),
                 t,
                 (bits, bits, bits, words, arr3, scalar),
                 "tensor-core",
@@ -141,11 +141,11 @@ def kernels_for(pass_: str, dtype, head_dim: int, causal: bool, allow_tf32: bool
         bits = types.Array(types.uint16, 4, "A")
         words = types.Array(types.uint32, 4, "A")
         return [
-            KernelSpec("tc_bwd_preprocess", tc_backward.preprocess_kernel(head_dim, name), t,
+            KernelSpec("tc_bwd_preprocess", tc_backward.tc_bwd_preprocess_kernel(head_dim, name), t,
                        (bits, bits, arr3), "tensor-core"),
-            KernelSpec("tc_bwd_dkdv", tc_backward.dkdv_kernel(t, causal, name), t,
+            KernelSpec("tc_bwd_dkdv", tc_backward.tc_bwd_dkdv_kernel(t, causal, name), t,
                        (bits, bits, bits, bits, arr3, arr3, words, words, scalar), "tensor-core"),
-            KernelSpec("tc_bwd_dq", tc_backward.dq_kernel(t, causal, name), t,
+            KernelSpec("tc_bwd_dq", tc_backward.tc_bwd_dq_kernel(t, causal, name), t,
                        (bits, bits, bits, bits, arr3, arr3, words, scalar), "tensor-core"),
         ]  # fmt: skip
     if _is_half(dtype) and dtype != np.float16:  # bf16 runs the fp32 kernels on copies

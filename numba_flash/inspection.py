@@ -309,9 +309,12 @@ def _compile_here(pass_: str, dtype: str, head_dim: int, causal: bool, arch: str
             f"dispatch.kernels_for({pass_!r}, {dtype}, {head_dim}, causal={causal}) failed: "
             f"{type(exc).__name__}: {exc}"
         ) from exc
+    from numba_flash._numba_cuda import compiling_for
+
     reports = []
     for spec in specs:
-        ptx, _ = cuda.compile_ptx(spec.kernel.py_func, spec.argtypes, cc=cc)
+        with compiling_for(cc):  # the kernels' device functions too, without a GPU
+            ptx, _ = cuda.compile_ptx(spec.kernel.py_func, spec.argtypes, cc=cc)
         shared, local, dynamic = declared_memory(ptx)
         rep = KernelReport(
             name=spec.name,

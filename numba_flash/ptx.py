@@ -89,6 +89,7 @@ __all__ = [
     "mma_m16n8k16_f16_acc",
     "mma_m16n8k16_bf16_acc",
     "mma_m16n8k8_tf32",
+    "mma_m16n8k8_tf32_acc",
     "cvt_rna_tf32",
     "ldmatrix_x1",
     "ldmatrix_x2",
@@ -278,10 +279,10 @@ def mma_m16n8k16_bf16(typingctx, a0, a1, a2, a3, b0, b1, c0, c1, c2, c3):
     return _mma_typer("mma_m16n8k16_bf16", args), _mma_codegen("bf16", "m16n8k16")
 
 
-def _mma_acc_codegen(ptx_type):
+def _mma_acc_codegen(ptx_type, shape="m16n8k16"):
     """acc[i:i+4] = a[ai:ai+4] @ (b0, b1) + acc[i:i+4], through the mma's registers."""
     text = (
-        f"mma.sync.aligned.m16n8k16.row.col.f32.{ptx_type}.{ptx_type}.f32 "
+        f"mma.sync.aligned.{shape}.row.col.f32.{ptx_type}.{ptx_type}.f32 "
         "{$0, $1, $2, $3}, {$4, $5, $6, $7}, {$8, $9}, {$10, $11, $12, $13};"
     )
     constraints = "=f,=f,=f,=f,r,r,r,r,r,r,f,f,f,f"
@@ -360,6 +361,20 @@ def mma_m16n8k8_tf32(typingctx, a0, a1, a2, a3, b0, b1, c0, c1, c2, c3):
     """
     args = (a0, a1, a2, a3, b0, b1, c0, c1, c2, c3)
     return _mma_typer("mma_m16n8k8_tf32", args), _mma_codegen("tf32", "m16n8k8")
+
+
+@intrinsic
+def mma_m16n8k8_tf32_acc(typingctx, acc, i, a, ai, b0, b1):
+    """``mma_m16n8k8_tf32_acc(acc, i, a, ai, b0, b1) -> None``
+
+    ``mma_m16n8k8_tf32`` on fragments kept in (register) arrays, accumulating in
+    place, as ``mma_m16n8k16_f16_acc``: ``acc[i:i+4] += A @ B`` with A's fragment
+    ``a[ai:ai+4]`` (uint32 tf32 bit patterns, a0..a3 as in ``mma_m16n8k8_tf32``:
+    ``A[g, t], A[g+8, t], A[g, t+4], A[g+8, t+4]``), B's ``b0 = B[t, g]``,
+    ``b1 = B[t+4, g]`` and C/D ``acc[i:i+4]``
+    (``mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32``).
+    """
+    return _mma_acc_typer("mma_m16n8k8_tf32_acc", acc, i, a, ai, b0, b1), _mma_acc_codegen("tf32", "m16n8k8")
 
 
 @intrinsic

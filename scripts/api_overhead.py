@@ -53,7 +53,7 @@ def gpu_us(fn, reps=REPS):
 
 
 t = dispatch.tc_forward_tiles(d, causal, "float16")
-kern = tc_forward.forward_kernel(t, causal, "float16")
+kern = tc_forward.tc_forward_kernel(t, causal, "float16")
 out, lse = cp.empty_like(q), cp.empty((B, H, N), cp.float32)
 args = [x.view(cp.uint16) for x in (q, k, v)] + [out.view(cp.uint32), lse, float(1 / np.sqrt(d))]
 grid = ((N + t.block_m - 1) // t.block_m, H, B)

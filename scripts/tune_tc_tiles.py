@@ -31,7 +31,7 @@ for (B,H,N,d,causal) in ((4,16,4096,128,False),(4,32,4096,64,False),(16,32,1024,
         t_fa=timeit(lambda: F(tq.transpose(1,2),tk.transpose(1,2),tv.transpose(1,2),is_causal=causal))
     args=[x.view(cp.uint16) for x in (q,k,v)]+[out.view(cp.uint32), lse, float(1/np.sqrt(d))]
     for bm,bn,w,mt in CFG[d]:
-        t=TcTiles(d,bm,bn,w,m_tiles=mt); kern=tc_forward.forward_kernel(t,causal,"float16")
+        t=TcTiles(d,bm,bn,w,m_tiles=mt); kern=tc_forward.tc_forward_kernel(t,causal,"float16")
         try:
             tm=timeit(lambda: launch(kern,((N+bm-1)//bm,H,B),t.threads,tc_smem_bytes(t),*args))
             regs=[int(x) for x in kern.get_regs_per_thread().values()]

@@ -169,13 +169,37 @@ def _mma_tf32_kernel(A, B, C, D):
     D[g + 8, 2 * t + 1] = d3
 
 
-def test_mma_m16n8k8_tf32():
+@cuda.jit
+def _mma_tf32_acc_kernel(A, B, C, D):
+    # the in-place form: A's fragment from a register array, C accumulated in place
+    lane = cuda.threadIdx.x
+    g = lane >> 2
+    t = lane & 3
+    a = cuda.local.array(4, uint32)
+    acc = cuda.local.array(4, float32)
+    a[0] = ptx.cvt_rna_tf32(A[g, t])
+    a[1] = ptx.cvt_rna_tf32(A[g + 8, t])
+    a[2] = ptx.cvt_rna_tf32(A[g, t + 4])
+    a[3] = ptx.cvt_rna_tf32(A[g + 8, t + 4])
+    acc[0] = C[g, 2 * t]
+    acc[1] = C[g, 2 * t + 1]
+    acc[2] = C[g + 8, 2 * t]
+    acc[3] = C[g + 8, 2 * t + 1]
+    ptx.mma_m16n8k8_tf32_acc(acc, 0, a, 0, ptx.cvt_rna_tf32(B[t, g]), ptx.cvt_rna_tf32(B[t + 4, g]))
+    D[g, 2 * t] = acc[0]
+    D[g, 2 * t + 1] = acc[1]
+    D[g + 8, 2 * t] = acc[2]
+    D[g + 8, 2 * t + 1] = acc[3]
+
+
+@pytest.mark.parametrize("kernel", [_mma_tf32_kernel, _mma_tf32_acc_kernel], ids=["values", "in-place"])
+def test_mma_m16n8k8_tf32(kernel):
     rng = np.random.default_rng(3)
     A = rng.standard_normal((16, 8)).astype(np.float32)
     B = rng.standard_normal((8, 8)).astype(np.float32)
     C = rng.standard_normal((16, 8)).astype(np.float32)
     D = np.zeros_like(C)
-    (D,) = _run(_mma_tf32_kernel, 1, 32, A, B, C, D)[3:4]
+    (D,) = _run(kernel, 1, 32, A, B, C, D)[3:4]
     Aq = _tf32_rna(A).view(np.float32).astype(np.float64)
     Bq = _tf32_rna(B).view(np.float32).astype(np.float64)
     np.testing.assert_allclose(D, Aq @ Bq + C, rtol=1e-5, atol=1e-5)

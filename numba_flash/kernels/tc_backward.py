@@ -30,6 +30,11 @@ Kernels (4 warps, 16 rows a warp; fragment layouts as in ``numba_flash.ptx``):
   dP = dO·Vᵀ (K, V by ldmatrix), dQ += dS·K (K by ldmatrix.trans).  Causal: key tiles
   wholly above the diagonal are skipped.
 
+Masking: ``fragments.scores_to_logits`` scales Sᵀ / S and sets −inf where a (query,
+key) is invisible, on the tiles ``block_info.tile_needs_mask`` names; a row's lse comes
+through ``softmax.lse_for_recompute`` (+inf for rows past the end and rows that saw no
+key), so every such P is exactly 0.
+
 Shared memory: one dynamic uint16 array (XOR-swizzled 16-byte chunks, as the forward)
 for the 16-bit tiles, plus a small static float32 array for lse and delta
 (``config.tc_bwd_smem_bytes``).  Inputs arrive as uint16 views, outputs leave as uint32
@@ -39,15 +44,14 @@ views (two 16-bit values a word).
 from __future__ import annotations
 
 import functools
-import math
 
 from numba_flash import ptx
 from numba_flash._numba_cuda import cuda, float32, uint16, uint32
 from numba_flash.config import TcBwdTiles
+from numba_flash.kernels import copy, fragments, softmax
+from numba_flash.kernels.block_info import key_tiles, mask_info, query_tiles, tile_needs_mask
 
-NEG_INF = float32(-math.inf)
 LOG2E = 1.4426950408889634
-FULL_MASK = 0xFFFFFFFF
 _ALIGN = ptx.SMEM_ALIGN
 
 
@@ -59,7 +63,7 @@ def _ops(dtype: str):
 
 
 @functools.lru_cache(maxsize=None)
-def preprocess_kernel(head_dim: int, dtype: str):
+def tc_bwd_preprocess_kernel(head_dim: int, dtype: str):
     """``kernel[grid, 128, stream](out16, dout16, delta)``: delta = rowsum(dO∘O), from
     uint16 views of O and dO (any strides with the last axis contiguous)."""
     WORDS = head_dim // 2
@@ -82,7 +86,7 @@ def preprocess_kernel(head_dim: int, dtype: str):
 
 
 @functools.lru_cache(maxsize=None)
-def dkdv_kernel(t: TcBwdTiles, causal: bool, dtype: str):
+def tc_bwd_dkdv_kernel(t: TcBwdTiles, causal: bool, dtype: str):
     """``kernel[grid, threads, stream, smem](q, k, v, dout, lse, delta, dk32, dv32, softmax_scale)``."""
     BLOCK_M, BLOCK_N, HEAD_DIM, THREADS = t.kv_block_m, t.kv_block_n, t.head_dim, t.threads
     CAUSAL = causal
@@ -97,6 +101,7 @@ def dkdv_kernel(t: TcBwdTiles, causal: bool, dtype: str):
     S_REGS, O_REGS, F_REGS = NT_S * 4, NT_O * 4, KSTEPS * 4
     ROW_VALS = 4 * BLOCK_M  # lse2 and delta, two stages
     KV_IN_REGS = t.kv_frags_in_regs  # else K and V fragments are re-read from shared memory
+    SW = copy.SW_16BIT
     mma, pack, _ = _ops(dtype)
 
     @cuda.jit
@@ -109,9 +114,8 @@ def dkdv_kernel(t: TcBwdTiles, causal: bool, dtype: str):
         lane = tid % 32
         g = lane >> 2
         tq = lane & 3
-        seqlen_q = q.shape[1]
-        seqlen_k = k.shape[1]
-        diag = seqlen_k - seqlen_q  # query i sees keys j <= i + diag
+        mi = mask_info(q, k, CAUSAL)
+        seqlen_q, seqlen_k = mi[0], mi[1]
         scale2 = float32(softmax_scale * LOG2E)
 
         # dynamic: K | V | Q stages | dO stages (16-bit, swizzled); static: lse2 | delta
@@ -137,63 +141,33 @@ def dkdv_kernel(t: TcBwdTiles, causal: bool, dtype: str):
             acc_dv[i] = float32(0.0)
 
         # K and V of this block (rows past the end zero-filled)
-        for idx in range(tid, BLOCK_N * CHUNKS, THREADS):
-            r = idx // CHUNKS
-            c = idx - r * CHUNKS
-            row = start_n + r
-            off = r * ROW_BYTES + ((c ^ (r & 7)) << 4)
-            src = (b, min(row, seqlen_k - 1), h, c * 8)
-            ptx.cp_async_16_zfill(k_base + off, k, src, row < seqlen_k)
-            ptx.cp_async_16_zfill(v_base + off, v, src, row < seqlen_k)
+        copy.copy_tile_pair(k_base, k, v_base, v, b, h, start_n, seqlen_k, tid, BLOCK_N, CHUNKS, 8, ROW_BYTES, SW,
+                            THREADS)  # fmt: skip
+        m_lo, m_hi = query_tiles(start_n, BLOCK_M, mi)
 
-        start_q = 0
-        if CAUSAL:  # queries before max(0, start_n - diag) see none of this block's keys
-            start_q = (max(0, start_n - diag) // BLOCK_M) * BLOCK_M
-        n_tiles = (seqlen_q - start_q + BLOCK_M - 1) // BLOCK_M
-
-        # i = -1 only starts the copy of query tile 0; tile i+1 is copied while i is used
-        for i in range(-1, n_tiles):
-            if i >= 0:
+        # i = m_lo - 1 only starts the copy of query tile m_lo; tile i+1 is copied while i is used
+        for i in range(m_lo - 1, m_hi):
+            if i >= m_lo:
                 ptx.cp_async_wait_group(0)
                 # tile i (and K, V) landed for every thread's copies, lse/delta stores are
                 # done; every warp is done with tile i-1, whose stage is refilled next
                 cuda.syncthreads()
-            if i == 0 and KV_IN_REGS:  # K and V fragments of this warp's 16 keys: A operands
+            if i == m_lo and KV_IN_REGS:  # K and V fragments of this warp's 16 keys: A operands
                 for kk in range(KSTEPS):
-                    row = warp * 16 + (lane & 15)
-                    chunk = 2 * kk + (lane >> 4)
-                    off = row * ROW_BYTES + ((chunk ^ (row & 7)) << 4)
-                    a0, a1, a2, a3 = ptx.ldmatrix_x4(k_base + off)
-                    k_frag[kk * 4 + 0] = a0
-                    k_frag[kk * 4 + 1] = a1
-                    k_frag[kk * 4 + 2] = a2
-                    k_frag[kk * 4 + 3] = a3
-                    a0, a1, a2, a3 = ptx.ldmatrix_x4(v_base + off)
-                    v_frag[kk * 4 + 0] = a0
-                    v_frag[kk * 4 + 1] = a1
-                    v_frag[kk * 4 + 2] = a2
-                    v_frag[kk * 4 + 3] = a3
-            if i + 1 < n_tiles:
+                    fragments.load_a(k_frag, kk * 4, k_base, warp * 16, kk, lane, ROW_BYTES)
+                    fragments.load_a(v_frag, kk * 4, v_base, warp * 16, kk, lane, ROW_BYTES)
+            if i + 1 < m_hi:
                 nxt = (i + 1) & 1
-                first = start_q + (i + 1) * BLOCK_M
-                for idx in range(tid, BLOCK_M * CHUNKS, THREADS):
-                    r = idx // CHUNKS
-                    c = idx - r * CHUNKS
-                    row = first + r
-                    off = nxt * QT_BYTES + r * ROW_BYTES + ((c ^ (r & 7)) << 4)
-                    src = (b, min(row, seqlen_q - 1), h, c * 8)
-                    ptx.cp_async_16_zfill(q_base + off, q, src, row < seqlen_q)
-                    ptx.cp_async_16_zfill(do_base + off, dout, src, row < seqlen_q)
-                for r in range(tid, BLOCK_M, THREADS):
-                    row = first + r
-                    ok = row < seqlen_q
-                    s_rows[nxt * 2 * BLOCK_M + r] = lse[b, h, row] * float32(LOG2E) if ok else float32(0.0)
-                    s_rows[nxt * 2 * BLOCK_M + BLOCK_M + r] = delta[b, h, row] if ok else float32(0.0)
+                copy.copy_tile_pair(q_base + nxt * QT_BYTES, q, do_base + nxt * QT_BYTES, dout, b, h,
+                                    (i + 1) * BLOCK_M, seqlen_q, tid, BLOCK_M, CHUNKS, 8, ROW_BYTES, SW,
+                                    THREADS)  # fmt: skip
+                softmax.stage_row_stats(s_rows, nxt * 2 * BLOCK_M, nxt * 2 * BLOCK_M + BLOCK_M, lse, delta, b, h,
+                                        (i + 1) * BLOCK_M, seqlen_q, tid, BLOCK_M, THREADS, True)  # fmt: skip
             ptx.cp_async_commit()
-            if i < 0:
+            if i < m_lo:
                 continue
             stage = i & 1
-            start_m = start_q + i * BLOCK_M
+            start_m = i * BLOCK_M
             q_tile = q_base + stage * QT_BYTES
             do_tile = do_base + stage * QT_BYTES
             rows_off = stage * 2 * BLOCK_M
@@ -208,37 +182,26 @@ def dkdv_kernel(t: TcBwdTiles, causal: bool, dtype: str):
                         ka[e] = k_frag[kk * 4 + e]
                         va[e] = v_frag[kk * 4 + e]
                 else:
-                    row = warp * 16 + (lane & 15)
-                    chunk = 2 * kk + (lane >> 4)
-                    off = row * ROW_BYTES + ((chunk ^ (row & 7)) << 4)
-                    ka[0], ka[1], ka[2], ka[3] = ptx.ldmatrix_x4(k_base + off)
-                    va[0], va[1], va[2], va[3] = ptx.ldmatrix_x4(v_base + off)
+                    fragments.load_a(ka, 0, k_base, warp * 16, kk, lane, ROW_BYTES)
+                    fragments.load_a(va, 0, v_base, warp * 16, kk, lane, ROW_BYTES)
                 for np2 in range(NT_S // 2):
-                    row = np2 * 16 + (lane & 7) + ((lane >> 4) << 3)
-                    chunk = 2 * kk + ((lane >> 3) & 1)
-                    off = row * ROW_BYTES + ((chunk ^ (row & 7)) << 4)
-                    n0 = np2 * 8
-                    b0, b1, b2, b3 = ptx.ldmatrix_x4(q_tile + off)
-                    mma(acc_s, n0, ka, 0, b0, b1)
-                    mma(acc_s, n0 + 4, ka, 0, b2, b3)
-                    b0, b1, b2, b3 = ptx.ldmatrix_x4(do_tile + off)
-                    mma(acc_dp, n0, va, 0, b0, b1)
-                    mma(acc_dp, n0 + 4, va, 0, b2, b3)
+                    b0, b1, b2, b3 = ptx.ldmatrix_x4(fragments.ldsm_b(q_tile, np2 * 16, kk, lane, ROW_BYTES))
+                    mma(acc_s, np2 * 8, ka, 0, b0, b1)
+                    mma(acc_s, np2 * 8 + 4, ka, 0, b2, b3)
+                    b0, b1, b2, b3 = ptx.ldmatrix_x4(fragments.ldsm_b(do_tile, np2 * 16, kk, lane, ROW_BYTES))
+                    mma(acc_dp, np2 * 8, va, 0, b0, b1)
+                    mma(acc_dp, np2 * 8 + 4, va, 0, b2, b3)
 
-            # Pᵀ and dSᵀ: element (key row g + 8·(e >> 1), query column nt·8 + 2·tq + (e & 1))
+            # Pᵀ and dSᵀ: element e of n-tile nt is (key g + 8·(e >> 1), query nt·8 + 2·tq + (e & 1))
+            needs_mask = tile_needs_mask(start_m, BLOCK_M, start_n, BLOCK_N, mi)
+            fragments.scores_to_logits(acc_s, 0, NT_S, start_n + warp * 16, start_m, scale2, needs_mask, mi, True)
             for nt in range(NT_S):
                 for e in range(4):
                     col = nt * 8 + 2 * tq + (e & 1)
-                    key = start_n + warp * 16 + g + 8 * (e >> 1)
-                    qi = start_m + col
-                    visible = qi < seqlen_q
-                    if CAUSAL:
-                        visible = visible and key <= qi + diag
-                    p = float32(0.0)
-                    if visible:
-                        p = ptx.ex2_approx(acc_s[nt * 4 + e] * scale2 - s_rows[rows_off + col])
-                    acc_s[nt * 4 + e] = p
-                    acc_dp[nt * 4 + e] = p * (acc_dp[nt * 4 + e] - s_rows[rows_off + BLOCK_M + col])
+                    acc_s[nt * 4 + e], acc_dp[nt * 4 + e] = softmax.softmax_grad(
+                        acc_s[nt * 4 + e], acc_dp[nt * 4 + e], s_rows[rows_off + col],
+                        s_rows[rows_off + BLOCK_M + col], True,
+                    )  # fmt: skip
 
             # dV += Pᵀ·dO and dK += dSᵀ·Q: queries are the k dimension (ldmatrix.trans)
             for ps in range(PSTEPS):
@@ -247,18 +210,14 @@ def dkdv_kernel(t: TcBwdTiles, causal: bool, dtype: str):
                     p_frag[e] = pack(acc_s[s0 + 2 * e], acc_s[s0 + 2 * e + 1])
                     ds_frag[e] = pack(acc_dp[s0 + 2 * e], acc_dp[s0 + 2 * e + 1])
                 for nn in range(NT_O // 2):
-                    row = ps * 16 + (lane & 7) + ((lane >> 3) & 1) * 8
-                    chunk = 2 * nn + (lane >> 4)
-                    off = row * ROW_BYTES + ((chunk ^ (row & 7)) << 4)
-                    o0 = nn * 8
-                    b0, b1, b2, b3 = ptx.ldmatrix_x4_trans(do_tile + off)
-                    mma(acc_dv, o0, p_frag, 0, b0, b1)
-                    mma(acc_dv, o0 + 4, p_frag, 0, b2, b3)
-                    b0, b1, b2, b3 = ptx.ldmatrix_x4_trans(q_tile + off)
-                    mma(acc_dk, o0, ds_frag, 0, b0, b1)
-                    mma(acc_dk, o0 + 4, ds_frag, 0, b2, b3)
+                    b0, b1, b2, b3 = ptx.ldmatrix_x4_trans(fragments.ldsm_bt(do_tile, ps * 16, nn, lane, ROW_BYTES))
+                    mma(acc_dv, nn * 8, p_frag, 0, b0, b1)
+                    mma(acc_dv, nn * 8 + 4, p_frag, 0, b2, b3)
+                    b0, b1, b2, b3 = ptx.ldmatrix_x4_trans(fragments.ldsm_bt(q_tile, ps * 16, nn, lane, ROW_BYTES))
+                    mma(acc_dk, nn * 8, ds_frag, 0, b0, b1)
+                    mma(acc_dk, nn * 8 + 4, ds_frag, 0, b2, b3)
 
-        ptx.cp_async_wait_all()  # no copy may land after the block exits (n_tiles = 0)
+        ptx.cp_async_wait_all()  # no copy may land after the block exits (no query tile)
         # epilogue: dK (times the softmax scale) and dV as 16-bit pairs, written once
         scale = float32(softmax_scale)
         for r in range(2):
@@ -273,7 +232,7 @@ def dkdv_kernel(t: TcBwdTiles, causal: bool, dtype: str):
 
 
 @functools.lru_cache(maxsize=None)
-def dq_kernel(t: TcBwdTiles, causal: bool, dtype: str):
+def tc_bwd_dq_kernel(t: TcBwdTiles, causal: bool, dtype: str):
     """``kernel[grid, threads, stream, smem](q, k, v, dout, lse, delta, dq32, softmax_scale)``."""
     BLOCK_M, BLOCK_N, HEAD_DIM, THREADS = t.q_block_m, t.q_block_n, t.head_dim, t.threads
     CAUSAL = causal
@@ -286,6 +245,7 @@ def dq_kernel(t: TcBwdTiles, causal: bool, dtype: str):
     Q_BYTES = BLOCK_M * ROW_BYTES
     KV_BYTES = BLOCK_N * ROW_BYTES  # one stage of K (or V)
     S_REGS, O_REGS, F_REGS = NT_S * 4, NT_O * 4, KSTEPS * 4
+    SW = copy.SW_16BIT
     mma, pack, _ = _ops(dtype)
 
     @cuda.jit
@@ -298,9 +258,8 @@ def dq_kernel(t: TcBwdTiles, causal: bool, dtype: str):
         lane = tid % 32
         g = lane >> 2
         tq = lane & 3
-        seqlen_q = q.shape[1]
-        seqlen_k = k.shape[1]
-        diag = seqlen_k - seqlen_q
+        mi = mask_info(q, k, CAUSAL)
+        seqlen_q, seqlen_k = mi[0], mi[1]
         scale2 = float32(softmax_scale * LOG2E)
 
         # dynamic: Q | dO | K stages | V stages (16-bit, swizzled)
@@ -316,64 +275,34 @@ def dq_kernel(t: TcBwdTiles, causal: bool, dtype: str):
         acc_dp = cuda.local.array(S_REGS, float32)
         acc_dq = cuda.local.array(O_REGS, float32)
         ds_frag = cuda.local.array(4, uint32)  # dS of one k-slice, packed: the A operand
-        lse2 = cuda.local.array(2, float32)
+        lse2 = cuda.local.array(2, float32)  # rows g, g + 8
         delta_i = cuda.local.array(2, float32)
         for i in range(O_REGS):
             acc_dq[i] = float32(0.0)
         for r in range(2):
-            row = start_m + warp * 16 + g + 8 * r
-            ok = row < seqlen_q
-            lse2[r] = lse[b, h, row] * float32(LOG2E) if ok else float32(0.0)
-            delta_i[r] = delta[b, h, row] if ok else float32(0.0)
+            lse2[r], delta_i[r] = softmax.row_stats(lse, delta, b, h, start_m + warp * 16 + g + 8 * r, seqlen_q, True)
 
-        for idx in range(tid, BLOCK_M * CHUNKS, THREADS):
-            r = idx // CHUNKS
-            c = idx - r * CHUNKS
-            row = start_m + r
-            off = r * ROW_BYTES + ((c ^ (r & 7)) << 4)
-            src = (b, min(row, seqlen_q - 1), h, c * 8)
-            ptx.cp_async_16_zfill(q_base + off, q, src, row < seqlen_q)
-            ptx.cp_async_16_zfill(do_base + off, dout, src, row < seqlen_q)
+        copy.copy_tile_pair(q_base, q, do_base, dout, b, h, start_m, seqlen_q, tid, BLOCK_M, CHUNKS, 8, ROW_BYTES,
+                            SW, THREADS)  # fmt: skip
+        n_lo, n_hi = key_tiles(start_m, BLOCK_M, BLOCK_N, mi)
 
-        end_n = seqlen_k
-        if CAUSAL:  # key tiles wholly above the diagonal are skipped
-            end_n = min(seqlen_k, max(0, start_m + BLOCK_M + diag))
-        n_tiles = (end_n + BLOCK_N - 1) // BLOCK_N
-
-        # j = -1 only starts the copy of tile 0; tile j+1 is copied while j is used
-        for j in range(-1, n_tiles):
-            if j >= 0:
+        # j = n_lo - 1 only starts the copy of tile n_lo; tile j+1 is copied while j is used
+        for j in range(n_lo - 1, n_hi):
+            if j >= n_lo:
                 ptx.cp_async_wait_group(0)
                 # tile j (and Q, dO) landed for every thread's copies; every warp is
                 # done with tile j-1, whose stage the copies of tile j+1 overwrite next
                 cuda.syncthreads()
-            if j == 0:  # Q and dO fragments of this warp's 16 queries: A operands
+            if j == n_lo:  # Q and dO fragments of this warp's 16 queries: A operands
                 for kk in range(KSTEPS):
-                    row = warp * 16 + (lane & 15)
-                    chunk = 2 * kk + (lane >> 4)
-                    off = row * ROW_BYTES + ((chunk ^ (row & 7)) << 4)
-                    a0, a1, a2, a3 = ptx.ldmatrix_x4(q_base + off)
-                    q_frag[kk * 4 + 0] = a0
-                    q_frag[kk * 4 + 1] = a1
-                    q_frag[kk * 4 + 2] = a2
-                    q_frag[kk * 4 + 3] = a3
-                    a0, a1, a2, a3 = ptx.ldmatrix_x4(do_base + off)
-                    do_frag[kk * 4 + 0] = a0
-                    do_frag[kk * 4 + 1] = a1
-                    do_frag[kk * 4 + 2] = a2
-                    do_frag[kk * 4 + 3] = a3
-            if j + 1 < n_tiles:
+                    fragments.load_a(q_frag, kk * 4, q_base, warp * 16, kk, lane, ROW_BYTES)
+                    fragments.load_a(do_frag, kk * 4, do_base, warp * 16, kk, lane, ROW_BYTES)
+            if j + 1 < n_hi:
                 nxt = ((j + 1) & 1) * KV_BYTES
-                for idx in range(tid, BLOCK_N * CHUNKS, THREADS):
-                    r = idx // CHUNKS
-                    c = idx - r * CHUNKS
-                    row = (j + 1) * BLOCK_N + r
-                    off = nxt + r * ROW_BYTES + ((c ^ (r & 7)) << 4)
-                    src = (b, min(row, seqlen_k - 1), h, c * 8)
-                    ptx.cp_async_16_zfill(k_base + off, k, src, row < seqlen_k)
-                    ptx.cp_async_16_zfill(v_base + off, v, src, row < seqlen_k)
+                copy.copy_tile_pair(k_base + nxt, k, v_base + nxt, v, b, h, (j + 1) * BLOCK_N, seqlen_k, tid,
+                                    BLOCK_N, CHUNKS, 8, ROW_BYTES, SW, THREADS)  # fmt: skip
             ptx.cp_async_commit()
-            if j < 0:
+            if j < n_lo:
                 continue
             start_n = j * BLOCK_N
             k_tile = k_base + (j & 1) * KV_BYTES
@@ -385,30 +314,21 @@ def dq_kernel(t: TcBwdTiles, causal: bool, dtype: str):
                 acc_dp[i] = float32(0.0)
             for kk in range(KSTEPS):
                 for np2 in range(NT_S // 2):
-                    row = np2 * 16 + (lane & 7) + ((lane >> 4) << 3)
-                    chunk = 2 * kk + ((lane >> 3) & 1)
-                    off = row * ROW_BYTES + ((chunk ^ (row & 7)) << 4)
-                    n0 = np2 * 8
-                    b0, b1, b2, b3 = ptx.ldmatrix_x4(k_tile + off)
-                    mma(acc_s, n0, q_frag, kk * 4, b0, b1)
-                    mma(acc_s, n0 + 4, q_frag, kk * 4, b2, b3)
-                    b0, b1, b2, b3 = ptx.ldmatrix_x4(v_tile + off)
-                    mma(acc_dp, n0, do_frag, kk * 4, b0, b1)
-                    mma(acc_dp, n0 + 4, do_frag, kk * 4, b2, b3)
+                    b0, b1, b2, b3 = ptx.ldmatrix_x4(fragments.ldsm_b(k_tile, np2 * 16, kk, lane, ROW_BYTES))
+                    mma(acc_s, np2 * 8, q_frag, kk * 4, b0, b1)
+                    mma(acc_s, np2 * 8 + 4, q_frag, kk * 4, b2, b3)
+                    b0, b1, b2, b3 = ptx.ldmatrix_x4(fragments.ldsm_b(v_tile, np2 * 16, kk, lane, ROW_BYTES))
+                    mma(acc_dp, np2 * 8, do_frag, kk * 4, b0, b1)
+                    mma(acc_dp, np2 * 8 + 4, do_frag, kk * 4, b2, b3)
 
-            # P and dS: element (query row g + 8·(e >> 1), key column nt·8 + 2·tq + (e & 1))
+            # P and dS: element e of n-tile nt is (query g + 8·(e >> 1), key nt·8 + 2·tq + (e & 1))
+            needs_mask = tile_needs_mask(start_m, BLOCK_M, start_n, BLOCK_N, mi)
+            fragments.scores_to_logits(acc_s, 0, NT_S, start_m + warp * 16, start_n, scale2, needs_mask, mi, False)
             for nt in range(NT_S):
                 for e in range(4):
-                    r = e >> 1
-                    kj = start_n + nt * 8 + 2 * tq + (e & 1)
-                    qi = start_m + warp * 16 + g + 8 * r
-                    visible = kj < seqlen_k and qi < seqlen_q
-                    if CAUSAL:
-                        visible = visible and kj <= qi + diag
-                    p = float32(0.0)
-                    if visible:
-                        p = ptx.ex2_approx(acc_s[nt * 4 + e] * scale2 - lse2[r])
-                    acc_dp[nt * 4 + e] = p * (acc_dp[nt * 4 + e] - delta_i[r])
+                    _, acc_dp[nt * 4 + e] = softmax.softmax_grad(
+                        acc_s[nt * 4 + e], acc_dp[nt * 4 + e], lse2[e >> 1], delta_i[e >> 1], True
+                    )
 
             # dQ += dS·K_j: keys are the k dimension (ldmatrix.trans of K rows)
             for ps in range(PSTEPS):
@@ -416,13 +336,11 @@ def dq_kernel(t: TcBwdTiles, causal: bool, dtype: str):
                 for e in range(4):
                     ds_frag[e] = pack(acc_dp[s0 + 2 * e], acc_dp[s0 + 2 * e + 1])
                 for nn in range(NT_O // 2):
-                    row = ps * 16 + (lane & 7) + ((lane >> 3) & 1) * 8
-                    chunk = 2 * nn + (lane >> 4)
-                    b0, b1, b2, b3 = ptx.ldmatrix_x4_trans(k_tile + row * ROW_BYTES + ((chunk ^ (row & 7)) << 4))
+                    b0, b1, b2, b3 = ptx.ldmatrix_x4_trans(fragments.ldsm_bt(k_tile, ps * 16, nn, lane, ROW_BYTES))
                     mma(acc_dq, nn * 8, ds_frag, 0, b0, b1)
                     mma(acc_dq, nn * 8 + 4, ds_frag, 0, b2, b3)
 
-        ptx.cp_async_wait_all()  # no copy may land after the block exits (n_tiles = 0)
+        ptx.cp_async_wait_all()  # no copy may land after the block exits (no key tile)
         scale = float32(softmax_scale)
         for r in range(2):
             row = start_m + warp * 16 + g + 8 * r

@@ -43,21 +43,19 @@ mma and to the pack of P and O), the output as a uint32 view (two 16-bit values 
 from __future__ import annotations
 
 import functools
-import math
 
 from numba_flash import ptx
 from numba_flash._numba_cuda import cuda, float32, uint16, uint32
 from numba_flash.config import TcTiles
+from numba_flash.kernels import copy, fragments, softmax
+from numba_flash.kernels.block_info import key_tiles, mask_info, tile_needs_mask
 
-NEG_INF = float32(-math.inf)
 LOG2E = 1.4426950408889634
-LN2 = 0.6931471805599453
-FULL_MASK = 0xFFFFFFFF
 _ALIGN = ptx.SMEM_ALIGN  # a module global, so numba sees a literal (see ptx.SMEM_ALIGN)
 
 
 @functools.lru_cache(maxsize=None)
-def forward_kernel(t: TcTiles, causal: bool, dtype: str):
+def tc_forward_kernel(t: TcTiles, causal: bool, dtype: str):
     """``kernel[grid, threads, stream, config.tc_smem_bytes(t)](q, k, v, out32, lse, softmax_scale)``
     (launch through ``numba_flash._launch.launch``, which opts in to > 48 KiB).
 
@@ -76,10 +74,10 @@ def forward_kernel(t: TcTiles, causal: bool, dtype: str):
     WARP_ROWS = 16 * MT
     S_TILE, O_TILE, Q_TILE = NT_S * 4, NT_O * 4, KSTEPS * 4  # registers per m-tile
     Q_REGS, S_REGS, O_REGS, ROW_REGS = MT * Q_TILE, MT * S_TILE, MT * O_TILE, 2 * MT
-    Q_BYTES = BLOCK_M * HEAD_DIM * 2
-    KV_BYTES = BLOCK_N * HEAD_DIM * 2  # one stage of K (or V)
-    KV_STAGES_BYTES = t.stages * KV_BYTES
     ROW_BYTES = HEAD_DIM * 2
+    Q_BYTES = BLOCK_M * ROW_BYTES
+    KV_BYTES = BLOCK_N * ROW_BYTES  # one stage of K (or V)
+    SW = copy.SW_16BIT
     mma = ptx.mma_m16n8k16_f16_acc if dtype == "float16" else ptx.mma_m16n8k16_bf16_acc
     pack = ptx.pack_f16x2 if dtype == "float16" else ptx.pack_bf16x2
 
@@ -91,11 +89,9 @@ def forward_kernel(t: TcTiles, causal: bool, dtype: str):
         tid = cuda.threadIdx.x
         warp = tid // 32
         lane = tid % 32
-        g = lane >> 2  # accumulator rows g and g + 8
         tq = lane & 3  # accumulator columns 2·tq, 2·tq + 1
-        seqlen_q = q.shape[1]
-        seqlen_k = k.shape[1]
-        diag = seqlen_k - seqlen_q  # query i sees keys j <= i + diag
+        mi = mask_info(q, k, CAUSAL)
+        seqlen_q, seqlen_k = mi[0], mi[1]
         scale_log2 = float32(softmax_scale * LOG2E)
 
         # one dynamic shared array (sized at launch: config.tc_smem_bytes), carved into
@@ -103,7 +99,7 @@ def forward_kernel(t: TcTiles, causal: bool, dtype: str):
         smem = cuda.shared.array(0, uint16, alignment=_ALIGN)
         q_base = ptx.smem_addr(smem, 0)
         k_base = q_base + Q_BYTES
-        v_base = k_base + KV_STAGES_BYTES
+        v_base = k_base + STAGES * KV_BYTES
 
         q_frag = cuda.local.array(Q_REGS, uint32)
         acc_s = cuda.local.array(S_REGS, float32)
@@ -114,53 +110,31 @@ def forward_kernel(t: TcTiles, causal: bool, dtype: str):
         for i in range(O_REGS):
             acc_o[i] = float32(0.0)
         for r in range(ROW_REGS):
-            m_i[r] = NEG_INF
+            m_i[r] = softmax.NEG_INF
             l_i[r] = float32(0.0)
 
-        end_n = seqlen_k
-        if CAUSAL:  # key tiles wholly above the diagonal are skipped
-            end_n = min(seqlen_k, max(0, start_m + BLOCK_M + diag))
-        n_tiles = (end_n + BLOCK_N - 1) // BLOCK_N
+        n_lo, n_hi = key_tiles(start_m, BLOCK_M, BLOCK_N, mi)
+        copy.copy_tile(q_base, q, b, h, start_m, seqlen_q, tid, BLOCK_M, CHUNKS, 8, ROW_BYTES, SW, THREADS)
 
-        # Q: BLOCK_M rows, 16-byte chunk c of row r at swizzled chunk c ^ (r & 7);
-        # rows past the end are zero-filled (their source row clamped in bounds)
-        for idx in range(tid, BLOCK_M * CHUNKS, THREADS):
-            r = idx // CHUNKS
-            c = idx - r * CHUNKS
-            row = start_m + r
-            dst = q_base + r * ROW_BYTES + ((c ^ (r & 7)) << 4)
-            ptx.cp_async_16_zfill(dst, q, (b, min(row, seqlen_q - 1), h, c * 8), row < seqlen_q)
-
-        # j = -1 only starts the copy of tile 0; tile j+1 is copied while j is used
-        for j in range(-1, n_tiles):
+        # j = n_lo - 1 only starts the copy of tile n_lo; tile j+1 is copied while j is used
+        for j in range(n_lo - 1, n_hi):
             stage = j % STAGES
-            if j >= 0:
+            if j >= n_lo:
                 ptx.cp_async_wait_group(0)
                 # tile j (and Q) landed for every thread's copies; every warp is done
                 # with tile j-1, whose stage the copies of tile j+1 overwrite next
                 cuda.syncthreads()
-            if j == 0:  # Q fragments: A operands, WARP_ROWS rows × d, kept in registers
+            if j == n_lo:  # Q fragments: A operands, WARP_ROWS rows × d, kept in registers
                 for mt in range(MT):
                     for kk in range(KSTEPS):
-                        row = warp * WARP_ROWS + mt * 16 + (lane & 15)
-                        chunk = 2 * kk + (lane >> 4)
-                        a0, a1, a2, a3 = ptx.ldmatrix_x4(q_base + row * ROW_BYTES + ((chunk ^ (row & 7)) << 4))
-                        q_frag[mt * Q_TILE + kk * 4 + 0] = a0
-                        q_frag[mt * Q_TILE + kk * 4 + 1] = a1
-                        q_frag[mt * Q_TILE + kk * 4 + 2] = a2
-                        q_frag[mt * Q_TILE + kk * 4 + 3] = a3
-            if j + 1 < n_tiles:
+                        fragments.load_a(q_frag, mt * Q_TILE + kk * 4, q_base, warp * WARP_ROWS + mt * 16, kk, lane,
+                                         ROW_BYTES)  # fmt: skip
+            if j + 1 < n_hi:
                 nxt = ((j + 1) % STAGES) * KV_BYTES
-                for idx in range(tid, BLOCK_N * CHUNKS, THREADS):
-                    r = idx // CHUNKS
-                    c = idx - r * CHUNKS
-                    row = (j + 1) * BLOCK_N + r
-                    off = nxt + r * ROW_BYTES + ((c ^ (r & 7)) << 4)
-                    src = (b, min(row, seqlen_k - 1), h, c * 8)
-                    ptx.cp_async_16_zfill(k_base + off, k, src, row < seqlen_k)
-                    ptx.cp_async_16_zfill(v_base + off, v, src, row < seqlen_k)
+                copy.copy_tile_pair(k_base + nxt, k, v_base + nxt, v, b, h, (j + 1) * BLOCK_N, seqlen_k, tid,
+                                    BLOCK_N, CHUNKS, 8, ROW_BYTES, SW, THREADS)  # fmt: skip
             ptx.cp_async_commit()
-            if j < 0:
+            if j < n_lo:
                 continue
             start_n = j * BLOCK_N
             k_tile = k_base + stage * KV_BYTES
@@ -172,95 +146,50 @@ def forward_kernel(t: TcTiles, causal: bool, dtype: str):
                 acc_s[i] = float32(0.0)
             for kk in range(KSTEPS):
                 for np2 in range(NT_S // 2):
-                    row = np2 * 16 + (lane & 7) + ((lane >> 4) << 3)
-                    chunk = 2 * kk + ((lane >> 3) & 1)
-                    b0, b1, b2, b3 = ptx.ldmatrix_x4(k_tile + row * ROW_BYTES + ((chunk ^ (row & 7)) << 4))
+                    b0, b1, b2, b3 = ptx.ldmatrix_x4(fragments.ldsm_b(k_tile, np2 * 16, kk, lane, ROW_BYTES))
                     for mt in range(MT):
                         qa = mt * Q_TILE + kk * 4
                         n0 = mt * S_TILE + np2 * 8  # accumulator index of n-tile 2·np2
                         mma(acc_s, n0, q_frag, qa, b0, b1)
                         mma(acc_s, n0 + 4, q_frag, qa, b2, b3)
 
-            # scale into the log2 domain; mask only tiles that need it
-            needs_mask = start_n + BLOCK_N > seqlen_k
-            if CAUSAL:
-                needs_mask = needs_mask or start_n + BLOCK_N - 1 > start_m + diag
-            for i in range(S_REGS):
-                acc_s[i] *= scale_log2
-            if needs_mask:
-                for mt in range(MT):
-                    for nt in range(NT_S):
-                        for i in range(4):
-                            col = start_n + nt * 8 + 2 * tq + (i & 1)
-                            row = start_m + warp * WARP_ROWS + mt * 16 + g + 8 * (i >> 1)
-                            masked = col >= seqlen_k
-                            if CAUSAL:
-                                masked = masked or col > row + diag
-                            if masked:
-                                acc_s[mt * S_TILE + nt * 4 + i] = NEG_INF
-
-            # online softmax for rows g (r = 0) and g + 8 (r = 1) of each m-tile
+            # scores into the log2 domain, masked where the tile needs it; online softmax
+            # for rows g (r = 0) and g + 8 (r = 1) of each m-tile
+            needs_mask = tile_needs_mask(start_m, BLOCK_M, start_n, BLOCK_N, mi)
+            for mt in range(MT):
+                fragments.scores_to_logits(acc_s, mt * S_TILE, NT_S, start_m + warp * WARP_ROWS + mt * 16, start_n,
+                                           scale_log2, needs_mask, mi, False)  # fmt: skip
             for mt in range(MT):
                 for r in range(2):
-                    mr = mt * 2 + r
-                    sr = mt * S_TILE + 2 * r  # the row's first accumulator
-                    mx = m_i[mr]
-                    for nt in range(NT_S):
-                        mx = max(mx, max(acc_s[sr + nt * 4], acc_s[sr + nt * 4 + 1]))
-                    mx = max(mx, cuda.shfl_xor_sync(FULL_MASK, mx, 1))  # across the quad
-                    mx = max(mx, cuda.shfl_xor_sync(FULL_MASK, mx, 2))
-                    m_use = mx if mx != NEG_INF else float32(0.0)  # no -inf - -inf
-                    alpha = ptx.ex2_approx(m_i[mr] - m_use)
-                    m_i[mr] = mx
-                    row_sum = float32(0.0)
-                    for nt in range(NT_S):
-                        p0 = ptx.ex2_approx(acc_s[sr + nt * 4] - m_use)
-                        p1 = ptx.ex2_approx(acc_s[sr + nt * 4 + 1] - m_use)
-                        acc_s[sr + nt * 4] = p0
-                        acc_s[sr + nt * 4 + 1] = p1
-                        row_sum += p0 + p1
-                    l_i[mr] = l_i[mr] * alpha + row_sum  # a per-lane partial: the quad adds at the end
-                    orow = mt * O_TILE + 2 * r
-                    for nt in range(NT_O):
-                        acc_o[orow + nt * 4] *= alpha
-                        acc_o[orow + nt * 4 + 1] *= alpha
+                    softmax.online_softmax_row(acc_s, mt * S_TILE + 2 * r, 4, NT_S, 2, acc_o, mt * O_TILE + 2 * r, 4,
+                                               NT_O, 2, m_i, l_i, mt * 2 + r, 4, True)  # fmt: skip
 
             # O += P·V_j: the S accumulators of n-tiles 2·ps and 2·ps+1, packed, are the
             # A fragment of k-slice ps
             for ps in range(PSTEPS):
                 for mt in range(MT):
                     s0 = mt * S_TILE + ps * 8
-                    p_frag[mt * 4 + 0] = pack(acc_s[s0], acc_s[s0 + 1])
-                    p_frag[mt * 4 + 1] = pack(acc_s[s0 + 2], acc_s[s0 + 3])
-                    p_frag[mt * 4 + 2] = pack(acc_s[s0 + 4], acc_s[s0 + 5])
-                    p_frag[mt * 4 + 3] = pack(acc_s[s0 + 6], acc_s[s0 + 7])
+                    for e in range(4):
+                        p_frag[mt * 4 + e] = pack(acc_s[s0 + 2 * e], acc_s[s0 + 2 * e + 1])
                 for nn in range(NT_O // 2):
-                    row = ps * 16 + (lane & 7) + ((lane >> 3) & 1) * 8
-                    chunk = 2 * nn + (lane >> 4)
-                    b0, b1, b2, b3 = ptx.ldmatrix_x4_trans(v_tile + row * ROW_BYTES + ((chunk ^ (row & 7)) << 4))
+                    b0, b1, b2, b3 = ptx.ldmatrix_x4_trans(fragments.ldsm_bt(v_tile, ps * 16, nn, lane, ROW_BYTES))
                     for mt in range(MT):
                         o0 = mt * O_TILE + nn * 8
                         mma(acc_o, o0, p_frag, mt * 4, b0, b1)
                         mma(acc_o, o0 + 4, p_frag, mt * 4, b2, b3)
 
-        ptx.cp_async_wait_all()  # no copy may land after the block exits (n_tiles = 0)
+        ptx.cp_async_wait_all()  # no copy may land after the block exits (no key tile)
         # epilogue: o = acc / l as 16-bit pairs; lse = m·ln2 + ln l
         for mt in range(MT):
             for r in range(2):
-                mr = mt * 2 + r
-                l_row = l_i[mr]
-                l_row += cuda.shfl_xor_sync(FULL_MASK, l_row, 1)
-                l_row += cuda.shfl_xor_sync(FULL_MASK, l_row, 2)
-                row = start_m + warp * WARP_ROWS + mt * 16 + g + 8 * r
-                inv = float32(1.0) / l_row if l_row > float32(0.0) else float32(0.0)
+                inv_l, lse_row = softmax.finalize(m_i[mt * 2 + r], l_i[mt * 2 + r], 4, True)
+                row = start_m + warp * WARP_ROWS + mt * 16 + (lane >> 2) + 8 * r
                 if row < seqlen_q:
                     orow = mt * O_TILE + 2 * r
                     for nt in range(NT_O):
-                        out32[b, row, h, nt * 4 + tq] = pack(acc_o[orow + nt * 4] * inv, acc_o[orow + nt * 4 + 1] * inv)
+                        out32[b, row, h, nt * 4 + tq] = pack(acc_o[orow + nt * 4] * inv_l,
+                                                             acc_o[orow + nt * 4 + 1] * inv_l)  # fmt: skip
                     if tq == 0:
-                        if l_row > float32(0.0):
-                            lse[b, h, row] = m_i[mr] * float32(LN2) + math.log(l_row)
-                        else:
-                            lse[b, h, row] = NEG_INF
+                        lse[b, h, row] = lse_row
 
     return tc_forward

@@ -69,11 +69,10 @@ from dataclasses import dataclass
 from numba_flash import ptx
 from numba_flash._numba_cuda import cuda, float32, uint32
 from numba_flash.config import TF32_HEAD_DIMS
+from numba_flash.kernels import copy, fragments, softmax
+from numba_flash.kernels.block_info import key_tiles, mask_info, tile_needs_mask
 
-NEG_INF = float32(-math.inf)
 LOG2E = 1.4426950408889634
-LN2 = 0.6931471805599453
-FULL_MASK = 0xFFFFFFFF
 _ALIGN = ptx.SMEM_ALIGN  # a module global, so numba sees a literal (see ptx.SMEM_ALIGN)
 
 
@@ -129,7 +128,7 @@ def tf32_forward_tiles(head_dim: int, causal: bool = False) -> Tf32Tiles:
 
 
 @functools.lru_cache(maxsize=None)
-def forward_kernel(t: Tf32Tiles, causal: bool):
+def tf32_forward_kernel(t: Tf32Tiles, causal: bool):
     """``kernel[grid, threads, stream, tf32_smem_bytes(t)](q, k, v, out, lse, softmax_scale)``
     (launch through ``numba_flash._launch.launch``, which opts in to > 48 KiB).
 
@@ -141,6 +140,7 @@ def forward_kernel(t: Tf32Tiles, causal: bool):
     STAGES = t.stages
     KPAIRS = HEAD_DIM // 16  # pairs of k-steps of Q·Kᵀ: one v4 load of K a pair
     NT_S = BLOCK_N // 8  # n-tiles of S (8 keys each) = k-steps of P·V
+    NT_O = HEAD_DIM // 8  # n-tiles of O
     OGROUPS = HEAD_DIM // 32  # groups of 4 n-tiles of O: one v4 load of V a group
     CHUNKS = HEAD_DIM // 4  # 16-byte chunks in a row
     Q_REGS = HEAD_DIM // 2  # 4 words for each of the d/8 k-steps
@@ -149,8 +149,8 @@ def forward_kernel(t: Tf32Tiles, causal: bool):
     ROW_BYTES = HEAD_DIM * 4
     Q_BYTES = BLOCK_M * ROW_BYTES
     KV_BYTES = BLOCK_N * ROW_BYTES  # one stage of K (or V)
-    KV_STAGES_BYTES = STAGES * KV_BYTES
-    mma = ptx.mma_m16n8k8_tf32
+    SW = copy.SW_TF32
+    mma = ptx.mma_m16n8k8_tf32_acc
     tf32 = ptx.cvt_rna_tf32
 
     @cuda.jit
@@ -163,10 +163,9 @@ def forward_kernel(t: Tf32Tiles, causal: bool):
         lane = tid % 32
         g = lane >> 2  # accumulator rows g and g + 8
         tq = lane & 3  # accumulator columns 2·tq, 2·tq + 1
-        sw_g = (g & 6) ^ ((g & 1) << 2)  # sw(r) of the rows g (mod 8) this lane reads in Q, K
-        seqlen_q = q.shape[1]
-        seqlen_k = k.shape[1]
-        diag = seqlen_k - seqlen_q  # query i sees keys j <= i + diag
+        sw_g = copy.swizzle(g, 0, SW)  # the swizzle of rows ≡ g (mod 8), which this lane reads in Q, K
+        mi = mask_info(q, k, CAUSAL)
+        seqlen_q, seqlen_k = mi[0], mi[1]
         scale_log2 = float32(softmax_scale * LOG2E)
 
         # one dynamic shared array (sized at launch: tf32_smem_bytes), carved into
@@ -174,9 +173,10 @@ def forward_kernel(t: Tf32Tiles, causal: bool):
         smem = cuda.shared.array(0, float32, alignment=_ALIGN)
         q_base = ptx.smem_addr(smem, 0)
         k_base = q_base + Q_BYTES
-        v_base = k_base + KV_STAGES_BYTES
+        v_base = k_base + STAGES * KV_BYTES
 
         q_frag = cuda.local.array(Q_REGS, uint32)  # tf32 A fragments of the d/8 k-steps
+        p_frag = cuda.local.array(4, uint32)  # tf32 A fragment of P, one k-step
         acc_s = cuda.local.array(S_REGS, float32)
         acc_o = cuda.local.array(O_REGS, float32)
         m_i = cuda.local.array(2, float32)  # rows g, g + 8
@@ -184,32 +184,21 @@ def forward_kernel(t: Tf32Tiles, causal: bool):
         for i in range(O_REGS):
             acc_o[i] = float32(0.0)
         for r in range(2):
-            m_i[r] = NEG_INF
+            m_i[r] = softmax.NEG_INF
             l_i[r] = float32(0.0)
 
-        end_n = seqlen_k
-        if CAUSAL:  # key tiles wholly above the diagonal are skipped
-            end_n = min(seqlen_k, max(0, start_m + BLOCK_M + diag))
-        n_tiles = (end_n + BLOCK_N - 1) // BLOCK_N
+        n_lo, n_hi = key_tiles(start_m, BLOCK_M, BLOCK_N, mi)
+        copy.copy_tile(q_base, q, b, h, start_m, seqlen_q, tid, BLOCK_M, CHUNKS, 4, ROW_BYTES, SW, THREADS)
 
-        # Q: BLOCK_M rows, chunk c of row r at chunk c ^ sw(r); rows past the end are
-        # zero-filled (their source row clamped in bounds)
-        for idx in range(tid, BLOCK_M * CHUNKS, THREADS):
-            r = idx // CHUNKS
-            c = idx - r * CHUNKS
-            row = start_m + r
-            dst = q_base + r * ROW_BYTES + ((c ^ ((r & 6) ^ ((r & 1) << 2))) << 4)
-            ptx.cp_async_16_zfill(dst, q, (b, min(row, seqlen_q - 1), h, c * 4), row < seqlen_q)
-
-        # j = -1 only starts the copy of tile 0; tile j+1 is copied while j is used
-        for j in range(-1, n_tiles):
+        # j = n_lo - 1 only starts the copy of tile n_lo; tile j+1 is copied while j is used
+        for j in range(n_lo - 1, n_hi):
             stage = j % STAGES
-            if j >= 0:
+            if j >= n_lo:
                 ptx.cp_async_wait_group(0)
                 # tile j (and Q) landed for every thread's copies; every warp is done
                 # with tile j-1, whose stage the copies of tile j+1 overwrite next
                 cuda.syncthreads()
-            if j == 0:  # Q fragments (tf32): rows g, g+8 of the warp's 16, kept in registers
+            if j == n_lo:  # Q fragments (tf32): rows g, g+8 of the warp's 16, kept in registers
                 row_q = q_base + (warp * 16 + g) * ROW_BYTES
                 for p in range(KPAIRS):
                     off = ((4 * p + tq) ^ sw_g) << 4
@@ -223,18 +212,12 @@ def forward_kernel(t: Tf32Tiles, causal: bool):
                     q_frag[8 * p + 5] = tf32(z2)
                     q_frag[8 * p + 6] = tf32(y3)
                     q_frag[8 * p + 7] = tf32(z3)
-            if j + 1 < n_tiles:
+            if j + 1 < n_hi:
                 nxt = ((j + 1) % STAGES) * KV_BYTES
-                for idx in range(tid, BLOCK_N * CHUNKS, THREADS):
-                    r = idx // CHUNKS
-                    c = idx - r * CHUNKS
-                    row = (j + 1) * BLOCK_N + r
-                    off = nxt + r * ROW_BYTES + ((c ^ ((r & 6) ^ ((r & 1) << 2))) << 4)
-                    src = (b, min(row, seqlen_k - 1), h, c * 4)
-                    ptx.cp_async_16_zfill(k_base + off, k, src, row < seqlen_k)
-                    ptx.cp_async_16_zfill(v_base + off, v, src, row < seqlen_k)
+                copy.copy_tile_pair(k_base + nxt, k, v_base + nxt, v, b, h, (j + 1) * BLOCK_N, seqlen_k, tid,
+                                    BLOCK_N, CHUNKS, 4, ROW_BYTES, SW, THREADS)  # fmt: skip
             ptx.cp_async_commit()
-            if j < 0:
+            if j < n_lo:
                 continue
             start_n = j * BLOCK_N
             k_tile = k_base + stage * KV_BYTES
@@ -248,104 +231,48 @@ def forward_kernel(t: Tf32Tiles, causal: bool):
                     x0, x1, x2, x3 = ptx.ld_shared_v4_f32(
                         k_tile + (nt * 8 + g) * ROW_BYTES + (((4 * p + tq) ^ sw_g) << 4)
                     )
-                    s = nt * 4
-                    acc_s[s], acc_s[s + 1], acc_s[s + 2], acc_s[s + 3] = mma(
-                        q_frag[8 * p], q_frag[8 * p + 1], q_frag[8 * p + 2], q_frag[8 * p + 3],
-                        tf32(x0), tf32(x1), acc_s[s], acc_s[s + 1], acc_s[s + 2], acc_s[s + 3],
-                    )  # fmt: skip
-                    acc_s[s], acc_s[s + 1], acc_s[s + 2], acc_s[s + 3] = mma(
-                        q_frag[8 * p + 4], q_frag[8 * p + 5], q_frag[8 * p + 6], q_frag[8 * p + 7],
-                        tf32(x2), tf32(x3), acc_s[s], acc_s[s + 1], acc_s[s + 2], acc_s[s + 3],
-                    )  # fmt: skip
+                    mma(acc_s, nt * 4, q_frag, 8 * p, tf32(x0), tf32(x1))
+                    mma(acc_s, nt * 4, q_frag, 8 * p + 4, tf32(x2), tf32(x3))
 
-            # scale into the log2 domain; mask only tiles that need it
-            needs_mask = start_n + BLOCK_N > seqlen_k
-            if CAUSAL:
-                needs_mask = needs_mask or start_n + BLOCK_N - 1 > start_m + diag
-            for i in range(S_REGS):
-                acc_s[i] *= scale_log2
-            if needs_mask:
-                for nt in range(NT_S):
-                    for i in range(4):
-                        col = start_n + nt * 8 + 2 * tq + (i & 1)
-                        row = start_m + warp * 16 + g + 8 * (i >> 1)
-                        masked = col >= seqlen_k
-                        if CAUSAL:
-                            masked = masked or col > row + diag
-                        if masked:
-                            acc_s[nt * 4 + i] = NEG_INF
-
-            # online softmax for rows g (r = 0) and g + 8 (r = 1)
+            # scores into the log2 domain, masked where the tile needs it; online softmax
+            # for rows g (r = 0) and g + 8 (r = 1)
+            needs_mask = tile_needs_mask(start_m, BLOCK_M, start_n, BLOCK_N, mi)
+            fragments.scores_to_logits(acc_s, 0, NT_S, start_m + warp * 16, start_n, scale_log2, needs_mask, mi,
+                                       False)  # fmt: skip
             for r in range(2):
-                mx = m_i[r]
-                for nt in range(NT_S):
-                    mx = max(mx, max(acc_s[nt * 4 + 2 * r], acc_s[nt * 4 + 2 * r + 1]))
-                mx = max(mx, cuda.shfl_xor_sync(FULL_MASK, mx, 1))  # across the quad
-                mx = max(mx, cuda.shfl_xor_sync(FULL_MASK, mx, 2))
-                m_use = mx if mx != NEG_INF else float32(0.0)  # no -inf - -inf
-                alpha = ptx.ex2_approx(m_i[r] - m_use)
-                m_i[r] = mx
-                row_sum = float32(0.0)
-                for nt in range(NT_S):
-                    p0 = ptx.ex2_approx(acc_s[nt * 4 + 2 * r] - m_use)
-                    p1 = ptx.ex2_approx(acc_s[nt * 4 + 2 * r + 1] - m_use)
-                    acc_s[nt * 4 + 2 * r] = p0
-                    acc_s[nt * 4 + 2 * r + 1] = p1
-                    row_sum += p0 + p1
-                l_i[r] = l_i[r] * alpha + row_sum  # a per-lane partial: the quad adds at the end
-                for nt in range(HEAD_DIM // 8):
-                    acc_o[nt * 4 + 2 * r] *= alpha
-                    acc_o[nt * 4 + 2 * r + 1] *= alpha
+                softmax.online_softmax_row(acc_s, 2 * r, 4, NT_S, 2, acc_o, 2 * r, 4, NT_O, 2, m_i, l_i, r, 4, True)
 
             # O += P·V_j: n-tile nt of S is k-step nt (keys 8nt..8nt+7) with slot t ↔ key
             # 2t and slot t+4 ↔ key 2t+1, so a0..a3 = tf32(c0, c2, c1, c3), and V's b0, b1
             # come from rows 8nt + 2t and 8nt + 2t + 1 (sw = 2t and 2t ^ 4)
             for nt in range(NT_S):
-                a0 = tf32(acc_s[nt * 4 + 0])
-                a1 = tf32(acc_s[nt * 4 + 2])
-                a2 = tf32(acc_s[nt * 4 + 1])
-                a3 = tf32(acc_s[nt * 4 + 3])
+                p_frag[0] = tf32(acc_s[nt * 4 + 0])
+                p_frag[1] = tf32(acc_s[nt * 4 + 2])
+                p_frag[2] = tf32(acc_s[nt * 4 + 1])
+                p_frag[3] = tf32(acc_s[nt * 4 + 3])
                 row_v = v_tile + (nt * 8 + 2 * tq) * ROW_BYTES
                 for jg in range(OGROUPS):
                     # b of n-tiles 4jg .. 4jg+3: head-dim columns 32jg + 4g .. +3
                     v0, v1, v2, v3 = ptx.ld_shared_v4_f32(row_v + (((8 * jg + g) ^ (2 * tq)) << 4))
                     w0, w1, w2, w3 = ptx.ld_shared_v4_f32(row_v + ROW_BYTES + (((8 * jg + g) ^ (2 * tq) ^ 4) << 4))
-                    o = 16 * jg
-                    acc_o[o], acc_o[o + 1], acc_o[o + 2], acc_o[o + 3] = mma(
-                        a0, a1, a2, a3, tf32(v0), tf32(w0), acc_o[o], acc_o[o + 1], acc_o[o + 2], acc_o[o + 3]
-                    )
-                    o += 4
-                    acc_o[o], acc_o[o + 1], acc_o[o + 2], acc_o[o + 3] = mma(
-                        a0, a1, a2, a3, tf32(v1), tf32(w1), acc_o[o], acc_o[o + 1], acc_o[o + 2], acc_o[o + 3]
-                    )
-                    o += 4
-                    acc_o[o], acc_o[o + 1], acc_o[o + 2], acc_o[o + 3] = mma(
-                        a0, a1, a2, a3, tf32(v2), tf32(w2), acc_o[o], acc_o[o + 1], acc_o[o + 2], acc_o[o + 3]
-                    )
-                    o += 4
-                    acc_o[o], acc_o[o + 1], acc_o[o + 2], acc_o[o + 3] = mma(
-                        a0, a1, a2, a3, tf32(v3), tf32(w3), acc_o[o], acc_o[o + 1], acc_o[o + 2], acc_o[o + 3]
-                    )
+                    mma(acc_o, 16 * jg, p_frag, 0, tf32(v0), tf32(w0))
+                    mma(acc_o, 16 * jg + 4, p_frag, 0, tf32(v1), tf32(w1))
+                    mma(acc_o, 16 * jg + 8, p_frag, 0, tf32(v2), tf32(w2))
+                    mma(acc_o, 16 * jg + 12, p_frag, 0, tf32(v3), tf32(w3))
 
-        ptx.cp_async_wait_all()  # no copy may land after the block exits (n_tiles = 0)
+        ptx.cp_async_wait_all()  # no copy may land after the block exits (no key tile)
         # epilogue: o = acc / l; n-tile 4jg+i holds head-dim columns 32jg + 8t + i (c0, c1
         # of row g: + 0, + 4), so a lane writes 8 contiguous floats a group; lse = m·ln2 + ln l
         for r in range(2):
-            l_row = l_i[r]
-            l_row += cuda.shfl_xor_sync(FULL_MASK, l_row, 1)
-            l_row += cuda.shfl_xor_sync(FULL_MASK, l_row, 2)
+            inv_l, lse_row = softmax.finalize(m_i[r], l_i[r], 4, True)
             row = start_m + warp * 16 + g + 8 * r
-            inv = float32(1.0) / l_row if l_row > float32(0.0) else float32(0.0)
             if row < seqlen_q:
                 for jg in range(OGROUPS):
                     for i in range(4):
                         col = 32 * jg + 8 * tq + i
-                        out[b, row, h, col] = acc_o[(4 * jg + i) * 4 + 2 * r] * inv
-                        out[b, row, h, col + 4] = acc_o[(4 * jg + i) * 4 + 2 * r + 1] * inv
+                        out[b, row, h, col] = acc_o[(4 * jg + i) * 4 + 2 * r] * inv_l
+                        out[b, row, h, col + 4] = acc_o[(4 * jg + i) * 4 + 2 * r + 1] * inv_l
                 if tq == 0:
-                    if l_row > float32(0.0):
-                        lse[b, h, row] = m_i[r] * float32(LN2) + math.log(l_row)
-                    else:
-                        lse[b, h, row] = NEG_INF
+                    lse[b, h, row] = lse_row
 
     return tf32_forward

@@ -1,0 +1,76 @@
+"""Tile copies from global to shared memory: cp.async in 16-byte chunks, with swizzle.
+
+A tile is ``ROWS`` consecutive rows of one (batch, head) of a (B, N, H, d) array,
+from row ``row0``; rows at or past ``nrows`` (the end of the sequence) are zero-filled
+(``cp.async`` with a source size of 0; the source row is clamped in bounds).  Row r of
+the tile starts ``r · ROW_BYTES`` bytes into the shared tile (``ROW_BYTES`` may include
+padding), and its 16-byte chunk c is stored at chunk ``swizzle(r, c, SWIZZLE)``:
+
+* ``SW_NONE``: chunk c (padded rows keep the banks apart instead);
+* ``SW_16BIT``: ``c ^ (r & 7)`` — 16-bit tiles read by ldmatrix, whose 8 row addresses
+  then hit 8 different bank groups (rows are 128 or 256 bytes);
+* ``SW_TF32``: ``c ^ ((r & 6) ^ ((r & 1) << 2))`` — fp32 tiles read with
+  ``ld.shared.v4`` in the TF32 kernels' fragment order (``tf32_forward``'s docstring).
+
+The copies belong to the thread's open cp.async group: the caller commits
+(``ptx.cp_async_commit``), waits, and then needs a ``syncthreads`` before other threads
+read the tile.  All ``THREADS`` threads of the block share the work, chunk
+``tid + i·THREADS`` each.
+"""
+
+from __future__ import annotations
+
+from numba_flash import ptx
+from numba_flash._numba_cuda import device_function
+
+SW_NONE = 0
+SW_16BIT = 1
+SW_TF32 = 2
+
+
+@device_function
+def swizzle(r, c, SWIZZLE):
+    """Where chunk ``c`` of row ``r`` is stored in its row (see the module docstring)."""
+    if SWIZZLE == SW_16BIT:
+        return c ^ (r & 7)
+    if SWIZZLE == SW_TF32:
+        return c ^ ((r & 6) ^ ((r & 1) << 2))
+    return c
+
+
+@device_function
+def chunk_addr(tile, r, c, ROW_BYTES, SWIZZLE):
+    """Shared byte address of chunk ``c`` of row ``r`` of the tile at ``tile``."""
+    return tile + r * ROW_BYTES + (swizzle(r, c, SWIZZLE) << 4)
+
+
+@device_function
+def copy_rows(tile_a, src_a, tile_b, src_b, TWO, b, h, row0, nrows, tid, ROWS, CHUNKS, ELEMS, ROW_BYTES, SWIZZLE,
+              THREADS):
+    """Start copying rows ``row0 .. row0 + ROWS − 1`` of ``src_a[b, :, h, :]`` (CHUNKS
+    16-byte chunks of ELEMS elements a row) into the shared tile at ``tile_a``, and when
+    ``TWO`` the same rows of ``src_b`` into ``tile_b`` (same layout, same index
+    arithmetic)."""
+    for idx in range(tid, ROWS * CHUNKS, THREADS):
+        r = idx // CHUNKS
+        c = idx - r * CHUNKS
+        row = row0 + r
+        src_at = (b, min(row, nrows - 1), h, c * ELEMS)
+        at = chunk_addr(0, r, c, ROW_BYTES, SWIZZLE)
+        ptx.cp_async_16_zfill(tile_a + at, src_a, src_at, row < nrows)
+        if TWO:
+            ptx.cp_async_16_zfill(tile_b + at, src_b, src_at, row < nrows)
+
+
+@device_function
+def copy_tile(tile, src, b, h, row0, nrows, tid, ROWS, CHUNKS, ELEMS, ROW_BYTES, SWIZZLE, THREADS):
+    """:func:`copy_rows` of one array."""
+    copy_rows(tile, src, tile, src, False, b, h, row0, nrows, tid, ROWS, CHUNKS, ELEMS, ROW_BYTES, SWIZZLE, THREADS)
+
+
+@device_function
+def copy_tile_pair(tile_a, src_a, tile_b, src_b, b, h, row0, nrows, tid, ROWS, CHUNKS, ELEMS, ROW_BYTES, SWIZZLE,
+                   THREADS):
+    """:func:`copy_rows` of the same rows of two arrays (K and V, or Q and dO)."""
+    copy_rows(tile_a, src_a, tile_b, src_b, True, b, h, row0, nrows, tid, ROWS, CHUNKS, ELEMS, ROW_BYTES, SWIZZLE,
+              THREADS)

@@ -1,0 +1,33 @@
+"""Element masking: which (query, key) pairs take part, one score at a time.
+
+:func:`visible` is the only definition of the mask in the kernels (its tile-level
+counterparts, which tiles to visit and which need masking, are in ``block_info``).
+:func:`masked_score` is the step every kernel applies to a score that may be
+invisible: the scaled score, or −inf (``exp`` of it is exactly 0, in the forward's
+online softmax and in the backward's recomputation of P alike).
+"""
+
+from __future__ import annotations
+
+import math
+
+from numba_flash._numba_cuda import device_function, float32
+
+NEG_INF = float32(-math.inf)
+
+
+@device_function
+def visible(q_idx, k_idx, mi):
+    """True when query ``q_idx`` sees key ``k_idx`` under the mask info ``mi``
+    (``block_info.mask_info``): both in range and, when causal, ``k_idx <= q_idx + diag``."""
+    seqlen_q, seqlen_k, diag, causal = mi
+    ok = q_idx < seqlen_q and k_idx < seqlen_k
+    if causal:
+        ok = ok and k_idx <= q_idx + diag
+    return ok
+
+
+@device_function
+def masked_score(x, q_idx, k_idx, mi):
+    """``x`` where query ``q_idx`` sees key ``k_idx``, else −inf."""
+    return x if visible(q_idx, k_idx, mi) else NEG_INF

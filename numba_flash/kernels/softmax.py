@@ -1,0 +1,157 @@
+"""The online softmax, its finalize and the backward's recomputation of P.
+
+Per query row i, over the key tiles a block visits (FlashAttention, Algorithm 1)::
+
+    m_new = max(m_i, rowmax(S_tile))                 online_rescale
+    alpha = exp(m_i − m_new)                         rescales what came before
+    P     = exp(S_tile − m_new),  l_i = alpha·l_i + rowsum(P),  acc = alpha·acc (+ P·V)
+    ...after the last tile:  O = acc / l_i,  lse = m_i + log(l_i)      finalize
+
+and in the backward, with the forward's lse (``lse_for_recompute``)::
+
+    P  = exp(S − lse),  dS = P ∘ (dP − delta)        softmax_grad
+
+``LOG2`` (a compile-time bool) selects the domain: the tensor-core kernels fold
+log2(e) into the softmax scale and use ``ex2.approx`` (``lse = m·ln 2 + ln l``); the
+exact fp32 kernels use IEEE ``expf`` in the natural domain.  A row's values may be
+spread over ``LANES`` consecutive lanes of a warp (a power of two ≤ 32: 4 for an mma
+accumulator's quad, TX for a register-blocked micro-tile, G for a row group); its max
+and sum are finished with butterfly shuffles (:func:`allreduce_max`, :func:`allreduce_sum`).
+
+Register arrays (``cuda.local.array``) are passed with the compile-time offsets and
+strides of one row's values in them; the functions are inlined, so with constant
+indices the arrays stay in registers.
+
+Non-finite inputs propagate as in a standard attention: a NaN or +inf score makes its
+row NaN (``exp(inf − inf)``), and only a row with no visible key (``l_i == 0``) is
+defined as O = 0, lse = −inf.
+"""
+
+from __future__ import annotations
+
+import math
+
+from numba_flash import ptx
+from numba_flash._numba_cuda import cuda, device_function, float32
+
+NEG_INF = float32(-math.inf)
+POS_INF = float32(math.inf)
+LOG2E = 1.4426950408889634
+LN2 = 0.6931471805599453
+FULL_MASK = 0xFFFFFFFF
+
+
+@device_function
+def allreduce_max(x, LANES):
+    """Max of ``x`` over each group of ``LANES`` consecutive lanes, in every lane."""
+    for i in range(5):  # offsets 16, 8, 4, 2, 1: those below LANES remain once inlined
+        off = 16 >> i
+        if off < LANES:
+            x = max(x, cuda.shfl_xor_sync(FULL_MASK, x, off))
+    return x
+
+
+@device_function
+def allreduce_sum(x, LANES):
+    """Sum of ``x`` over each group of ``LANES`` consecutive lanes, in every lane."""
+    for i in range(5):
+        off = 16 >> i
+        if off < LANES:
+            x += cuda.shfl_xor_sync(FULL_MASK, x, off)
+    return x
+
+
+@device_function
+def softmax_exp(x, LOG2):
+    """``2**x`` (``ex2.approx``) in the log2 domain, else IEEE ``expf``."""
+    if LOG2:
+        return ptx.ex2_approx(x)
+    return math.exp(x)
+
+
+@device_function
+def online_rescale(m_old, row_max, LOG2):
+    """``(m_new, m_use, alpha)``: the new running max, the max the tile's P is taken
+    against (0 while the row has seen no visible key: no −inf − −inf), and the factor
+    ``exp(m_old − m_use)`` that rescales l_i and acc."""
+    m_new = max(m_old, row_max)
+    m_use = m_new if m_new != NEG_INF else float32(0.0)
+    return m_new, m_use, softmax_exp(m_old - m_use, LOG2)
+
+
+@device_function
+def online_softmax_row(s, S0, S_STEP, S_N, S_PAIR, acc, O0, O_STEP, O_N, O_PAIR, m_i, l_i, r, LANES, LOG2):
+    """One tile's online-softmax step for row ``r`` (``m_i[r]``, ``l_i[r]``).
+
+    The row's scores (scaled, masked to −inf) are ``s[S0 + n·S_STEP + e]`` for
+    ``n < S_N``, ``e < S_PAIR`` in this lane; they become ``P = exp(s − m_new)`` in
+    place.  Its accumulator entries ``acc[O0 + n·O_STEP + e]`` (``n < O_N``,
+    ``e < O_PAIR``) are rescaled by alpha; ``l_i[r]`` stays this lane's part of the
+    row sum (``finalize`` adds the LANES parts)."""
+    mx = NEG_INF
+    for n in range(S_N):
+        for e in range(S_PAIR):
+            mx = max(mx, s[S0 + n * S_STEP + e])
+    m_new, m_use, alpha = online_rescale(m_i[r], allreduce_max(mx, LANES), LOG2)
+    m_i[r] = m_new
+    row_sum = float32(0.0)
+    for n in range(S_N):
+        for e in range(S_PAIR):
+            p = softmax_exp(s[S0 + n * S_STEP + e] - m_use, LOG2)
+            s[S0 + n * S_STEP + e] = p
+            row_sum += p
+    l_i[r] = l_i[r] * alpha + row_sum
+    for n in range(O_N):
+        for e in range(O_PAIR):
+            acc[O0 + n * O_STEP + e] *= alpha
+
+
+@device_function
+def finalize(m, l_part, LANES, LOG2):
+    """``(inv_l, lse)`` of a row after its last tile, from its max and this lane's part
+    of the row sum: ``O = acc · inv_l``.  A row that saw no visible key (``l == 0``)
+    gets ``inv_l = 0`` and ``lse = −inf``; a NaN sum stays NaN in both."""
+    l_row = allreduce_sum(l_part, LANES)
+    if l_row == float32(0.0):
+        return float32(0.0), NEG_INF
+    if LOG2:
+        return float32(1.0) / l_row, m * float32(LN2) + math.log(l_row)
+    return float32(1.0) / l_row, m + math.log(l_row)
+
+
+@device_function
+def lse_for_recompute(lse, LOG2):
+    """A row's saved lse as the backward subtracts it from a scaled score: times
+    log2(e) in the log2 domain, and +inf for a row that saw no key (lse = −inf), so
+    that every P of that row is exactly 0 (including the −inf of masked scores)."""
+    if lse == NEG_INF:
+        return POS_INF
+    if LOG2:
+        return lse * float32(LOG2E)
+    return lse
+
+
+@device_function
+def softmax_grad(s, dp, lse_r, delta, LOG2):
+    """``(p, ds)`` of one element: ``p = exp(s − lse_r)`` recomputed from the scaled,
+    masked score ``s`` and the row's ``lse_for_recompute``, ``ds = p·(dp − delta)``."""
+    p = softmax_exp(s - lse_r, LOG2)
+    return p, p * (dp - delta)
+
+
+@device_function
+def row_stats(lse, delta, b, h, row, seqlen_q, LOG2):
+    """``(lse_for_recompute, delta)`` of query ``row`` of (b, h); a row past the end gets
+    (+inf, 0), so that its P and dS are exactly 0."""
+    if row < seqlen_q:
+        return lse_for_recompute(lse[b, h, row], LOG2), delta[b, h, row]
+    return POS_INF, float32(0.0)
+
+
+@device_function
+def stage_row_stats(dst, LSE_AT, DELTA_AT, lse, delta, b, h, row0, seqlen_q, tid, ROWS, THREADS, LOG2):
+    """:func:`row_stats` of query rows ``row0 .. row0 + ROWS − 1`` into the shared
+    array ``dst`` (at ``LSE_AT + r`` and ``DELTA_AT + r``), for the kernels that walk
+    query tiles (dK/dV); the caller's barrier makes them visible."""
+    for r in range(tid, ROWS, THREADS):
+        dst[LSE_AT + r], dst[DELTA_AT + r] = row_stats(lse, delta, b, h, row0 + r, seqlen_q, LOG2)
