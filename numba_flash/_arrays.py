@@ -6,6 +6,34 @@ get: 4-D views in the (batch, seqlen, heads, headdim) order with the caller's st
 (the last one 1), never a hidden copy of a device array.  What goes back: arrays of the
 kind that came in: NumPy for NumPy; CuPy for CuPy and for the other device objects.
 
+How a device object is imported (``import_route`` decides, ``_as_array`` does it):
+
+- an object with ``__dlpack__`` is imported through DLPack (``cupy.from_dlpack``), also
+  when it has ``__cuda_array_interface__`` too (PyTorch tensors): DLPack hands CuPy's
+  current stream to the producer, which orders its pending work before it;
+- except bfloat16 described by ``__cuda_array_interface__`` as ``"<V2"`` (two raw bytes;
+  PyTorch does so, and it is ``ml_dtypes.bfloat16``'s own typestr): NumPy reads ``<V2`` as
+  ``void16``, and only recent CuPy imports bfloat16 through DLPack (cupy/cupy#9670; older
+  ones raise, some crash: cupy/cupy#8801).  Such an array is imported through its
+  ``__cuda_array_interface__`` as raw ``uint16`` words and viewed as ``ml_dtypes.
+  bfloat16``: zero-copy, and it works with every CuPy that has bfloat16 arrays.  A
+  ``"<V2"`` array is taken for bfloat16 only when its producer says so (a PyTorch tensor,
+  which exports no other dtype as ``"<V2"``, or an object whose ``dtype`` is named
+  ``bfloat16``); other ``"<V2"`` arrays are refused;
+- an object with ``__cuda_array_interface__`` alone goes through ``cupy.asarray``.
+
+A tensor that requires grad (``requires_grad is True``) is refused before either interface
+is touched (PyTorch would raise its own RuntimeError): pass ``x.detach()``.
+
+NumPy arrays of a supported dtype in non-native byte order (``np.dtype(">f4")`` on a
+little-endian machine) are accepted: they are copied to native byte order (the caller's
+array is not modified), and outputs come back in native byte order.  Device arrays are
+never byte-swapped.
+
+Zero-size arrays (batch, heads, seqlen_q or seqlen_k of 0) pass the checks; the head dim
+must still be a multiple of 8 from 8 to 256.  Their strides are not checked (an empty
+array's strides mean nothing).
+
 Under the CUDA simulator NumPy arrays are handed to the kernels as they are (wrapped,
 not copied), so strided NumPy views are tested there exactly as CuPy views are on a GPU.
 """
@@ -13,16 +41,22 @@ not copied), so strided NumPy views are tested there exactly as CuPy views are o
 from __future__ import annotations
 
 import numbers
+import os
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
+from numba_flash import _numba_cuda
 from numba_flash._numba_cuda import SIMULATOR, cuda
 
 LAYOUTS = ("bshd", "bhsd")
 MAX_HEAD_DIM = 256
 MAX_GRID_YZ = 65535  # heads go on grid.y and batch on grid.z
+FLOAT32_MAX = float(np.finfo(np.float32).max)  # 3.4028235e38
+
+# DLPack device types (dlpack.h): where ``__dlpack_device__`` says the data lives
+_KDL_CPU = 1
 
 
 def _bfloat16():
@@ -46,7 +80,23 @@ def _cupy():
 
 
 def dtype_name(dtype) -> str:
-    return "bfloat16" if dtype == _bfloat16() else np.dtype(dtype).name
+    dtype = np.dtype(dtype)
+    if BFLOAT16 is not None and dtype == BFLOAT16:
+        return "bfloat16"
+    if not dtype.isnative:
+        return f"{dtype.name} ({'big' if dtype.byteorder == '>' else 'little'}-endian)"
+    return dtype.name
+
+
+def _short_repr(value, limit: int = 60) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def describe(x) -> str:
+    if hasattr(x, "shape") and hasattr(x, "dtype"):
+        return f"{type(x).__module__}.{type(x).__name__} of shape {tuple(x.shape)}, dtype {x.dtype}"
+    return f"{type(x).__name__} {_short_repr(x)}"
 
 
 @dataclass
@@ -63,34 +113,158 @@ class Operand:
         return self.array.dtype
 
 
-def describe(x) -> str:
-    if hasattr(x, "shape") and hasattr(x, "dtype"):
-        return f"{type(x).__module__}.{type(x).__name__} of shape {tuple(x.shape)}, dtype {x.dtype}"
-    return f"{type(x).__name__} {x!r:.60}"
+# --- the runtime ------------------------------------------------------------------------
 
 
-def _as_array(name: str, x):
-    """Return (kind, array) without copying device data."""
+def require_runtime() -> None:
+    """Raise one clear RuntimeError when kernels can run nowhere: no CUDA GPU and numba's
+    CUDA simulator off.  The API calls this before any device work (CuPy would otherwise
+    end in ``cudaErrorInsufficientDriver`` or similar)."""
+    if _numba_cuda.SIMULATOR or _numba_cuda.gpu_available():
+        return
+    flag = os.environ.get("NUMBA_ENABLE_CUDASIM")
+    why = "numba.cuda.is_available() is False and " + (
+        "NUMBA_ENABLE_CUDASIM is not set"
+        if flag is None
+        else f"NUMBA_ENABLE_CUDASIM={flag!r} did not turn the simulator on (numba reads it once, at import)"
+    )
+    raise RuntimeError(
+        f"no CUDA GPU found ({why}); set NUMBA_ENABLE_CUDASIM=1 before importing numba to run "
+        "the kernels in numba's CUDA simulator (slow, small shapes), or use "
+        "numba_flash.reference for a NumPy float64 attention"
+    )
+
+
+# --- importing arrays -------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Route:
+    """How ``_as_array`` imports one argument; ``import_route`` decides."""
+
+    how: str  # "numpy", "cupy", "dlpack-host", "dlpack-device", "cai" or "cai-bits"
+    dtype: Any = None  # "cai-bits": the dtype the raw 2-byte words hold (bfloat16)
+
+
+def _cuda_array_interface(name: str, x):
+    """``x.__cuda_array_interface__`` as a dict, or None when ``x`` has none."""
+    try:
+        cai = x.__cuda_array_interface__
+    except AttributeError:
+        return None
+    except Exception as exc:  # a producer refusing (torch raises RuntimeError for grad)
+        raise TypeError(f"{name}: its __cuda_array_interface__ raised {type(exc).__name__}: {exc}") from exc
+    if not isinstance(cai, dict):
+        raise TypeError(f"{name}: __cuda_array_interface__ is a {type(cai).__name__}, expected a dict")
+    return cai
+
+
+def _says_bfloat16(x) -> bool:
+    """Whether the producer of a ``"<V2"`` array says it holds bfloat16: a PyTorch tensor
+    (torch exports only bfloat16 as ``"<V2"``) or an object whose ``dtype`` is named
+    ``bfloat16`` (``torch.bfloat16``, ``ml_dtypes.bfloat16``)."""
+    if type(x).__module__.split(".")[0] == "torch":
+        return True
+    dtype = getattr(x, "dtype", None)
+    return dtype is not None and str(dtype).rsplit(".", 1)[-1] == "bfloat16"
+
+
+def import_route(name: str, x) -> Route:
+    """Decide how to import ``x`` without touching its data (see the module docstring)."""
     if isinstance(x, np.ndarray):
-        return "numpy", x
+        return Route("numpy")
     cp = _cupy()
     if cp is not None and isinstance(x, cp.ndarray):
-        return "device", x
-    if hasattr(x, "__cuda_array_interface__"):
-        if cp is None:
-            raise TypeError(f"{name}: a device array needs CuPy, which is not importable")
-        return "device", cp.asarray(x)
-    if hasattr(x, "__dlpack__") and hasattr(x, "__dlpack_device__"):
-        device_type = int(x.__dlpack_device__()[0])
-        if device_type == 1:  # kDLCPU
-            return "numpy", np.from_dlpack(x)
-        if cp is None:
-            raise TypeError(f"{name}: a DLPack device tensor needs CuPy, which is not importable")
-        return "device", cp.from_dlpack(x)
+        return Route("cupy")
+    # before either interface: torch raises its own RuntimeError from both
+    if getattr(x, "requires_grad", False) is True:
+        raise TypeError(f"{name}: a tensor that requires grad; pass {name}.detach()")
+    cai = _cuda_array_interface(name, x)
+    has_dlpack = hasattr(x, "__dlpack__") and hasattr(x, "__dlpack_device__")
+    if cai is not None:
+        typestr = cai.get("typestr")
+        if isinstance(typestr, str) and typestr[1:] == "V2":
+            if not _says_bfloat16(x):
+                raise TypeError(
+                    f"{name}: __cuda_array_interface__ typestr {typestr!r} (2 raw bytes) does not say "
+                    f"which dtype {describe(x)} holds; expected float32, float16 or bfloat16 "
+                    "(pass a CuPy array of dtype ml_dtypes.bfloat16 for bfloat16)"
+                )
+            if BFLOAT16 is None:  # pragma: no cover - ml_dtypes is a dependency
+                raise TypeError(f"{name}: bfloat16 needs ml_dtypes, which is not importable")
+            return Route("cai-bits", BFLOAT16)
+    if has_dlpack:
+        try:
+            device_type = int(x.__dlpack_device__()[0])
+        except Exception as exc:
+            raise TypeError(f"{name}: its __dlpack_device__ raised {type(exc).__name__}: {exc}") from exc
+        return Route("dlpack-host" if device_type == _KDL_CPU else "dlpack-device")
+    if cai is not None:
+        return Route("cai")
     raise TypeError(
         f"{name}: expected a NumPy or CuPy array (or an object with "
         f"__cuda_array_interface__ or __dlpack__), got {describe(x)}"
     )
+
+
+class _CAIView:
+    """The memory of ``owner`` under another ``__cuda_array_interface__`` (another
+    typestr); holds ``owner``, so the memory lives as long as what is imported from it."""
+
+    def __init__(self, cai: dict, owner):
+        self.__cuda_array_interface__ = cai
+        self.owner = owner
+
+
+def _cai_as(x, typestr: str) -> _CAIView:
+    cai = dict(x.__cuda_array_interface__)
+    cai["typestr"] = typestr
+    cai.pop("descr", None)  # optional, and it would still say "<V2"
+    return _CAIView(cai, x)
+
+
+def _imported(name: str, x, importer, via: str):
+    """``importer(x)``; a producer's or CuPy's refusal becomes a TypeError naming ``name``."""
+    try:
+        return importer(x)
+    except (TypeError, ValueError, NotImplementedError, BufferError) as exc:
+        raise TypeError(
+            f"{name}: could not import {describe(x)} through {via} ({type(exc).__name__}: {exc}); "
+            "expected float32, float16 or bfloat16 data"
+        ) from exc
+
+
+def _native(arr: np.ndarray) -> np.ndarray:
+    """A supported dtype in non-native byte order, as a native copy; else ``arr``."""
+    if not arr.dtype.isnative:
+        native = arr.dtype.newbyteorder("=")
+        if native in SUPPORTED_DTYPES:
+            return arr.astype(native)
+    return arr
+
+
+def _as_array(name: str, x):
+    """Return (kind, array) without copying device data (see ``import_route``)."""
+    route = import_route(name, x)
+    if route.how == "numpy":
+        return "numpy", _native(x)
+    if route.how == "cupy":
+        return "device", x
+    if route.how == "dlpack-host":
+        return "numpy", _native(_imported(name, x, np.from_dlpack, "DLPack"))
+    cp = _cupy()
+    if cp is None:
+        raise TypeError(f"{name}: a device array needs CuPy, which is not importable")
+    if route.how == "dlpack-device":
+        return "device", _imported(name, x, cp.from_dlpack, "DLPack")
+    if route.how == "cai":
+        return "device", _imported(name, x, cp.asarray, "__cuda_array_interface__")
+    # "cai-bits": 2-byte words imported as uint16, then seen as route.dtype (bfloat16)
+    words = _imported(name, _cai_as(x, "<u2"), cp.asarray, "__cuda_array_interface__")
+    return "device", words.view(route.dtype)
+
+
+# --- argument checks ----------------------------------------------------------------------
 
 
 def check_operand(name: str, x, layout: str) -> Operand:
@@ -101,7 +275,8 @@ def check_operand(name: str, x, layout: str) -> Operand:
     if arr.dtype not in SUPPORTED_DTYPES:
         names = ", ".join(dtype_name(d) for d in SUPPORTED_DTYPES)
         raise TypeError(f"{name}: dtype {dtype_name(arr.dtype)} is not supported; expected one of {names}")
-    if arr.strides[-1] != arr.dtype.itemsize and arr.shape[-1] > 1:
+    # an empty array's strides mean nothing (and its kernels never read it)
+    if arr.size and arr.strides[-1] != arr.dtype.itemsize and arr.shape[-1] > 1:
         raise ValueError(
             f"{name}: the last axis must be contiguous (stride {arr.dtype.itemsize} bytes), "
             f"got strides {tuple(arr.strides)} bytes"
@@ -111,30 +286,51 @@ def check_operand(name: str, x, layout: str) -> Operand:
 
 
 def check_layout(layout) -> str:
+    if not isinstance(layout, str):
+        raise TypeError(f"layout: expected a str, 'bshd' or 'bhsd', got {describe(layout)}")
     if layout not in LAYOUTS:
         raise ValueError(f"layout: expected 'bshd' or 'bhsd', got {layout!r}")
     return layout
 
 
+def check_flag(name: str, value) -> bool:
+    """A bool argument (``causal``, ``return_lse``, ``allow_tf32``): bool or np.bool_ only,
+    so that neither a truthy string nor an array (numpy's "truth value is ambiguous")
+    slips through."""
+    if not isinstance(value, (bool, np.bool_)):
+        raise TypeError(f"{name}: expected a bool, got {_short_repr(value)}")
+    return bool(value)
+
+
 def check_causal(causal) -> bool:
-    if not isinstance(causal, (bool, np.bool_)):
-        raise TypeError(f"causal: expected a bool, got {causal!r}")
-    return bool(causal)
+    return check_flag("causal", causal)
 
 
 def check_scale(softmax_scale, head_dim: int) -> float:
+    """``softmax_scale`` as a float: None gives 1/sqrt(head_dim); otherwise a real number
+    finite in float32 (the kernels' precision), |scale| <= 3.4e38.  0.0 is allowed
+    (uniform attention)."""
     if softmax_scale is None:
         return 1.0 / float(np.sqrt(head_dim))
     if isinstance(softmax_scale, (bool, np.bool_)) or not isinstance(softmax_scale, numbers.Real):
-        raise TypeError(f"softmax_scale: expected a real number or None, got {softmax_scale!r}")
-    value = float(softmax_scale)
-    if not np.isfinite(value):
-        raise ValueError(f"softmax_scale: expected a finite number, got {softmax_scale!r}")
+        raise TypeError(f"softmax_scale: expected a real number or None, got {_short_repr(softmax_scale)}")
+    try:
+        value = float(softmax_scale)
+    except OverflowError:  # an int (or Fraction) beyond float64
+        value = float("inf") if softmax_scale > 0 else float("-inf")
+    if np.isnan(value):
+        raise ValueError(f"softmax_scale: expected a finite number, got {_short_repr(softmax_scale)}")
+    if not abs(value) <= FLOAT32_MAX:
+        raise ValueError(
+            f"softmax_scale: expected a finite number in the float32 range (|scale| <= 3.4e38), "
+            f"got {_short_repr(softmax_scale)}"
+        )
     return value
 
 
 def check_qkv(q: Operand, k: Operand, v: Operand, layout: str):
-    """Check q, k, v agree; return (B, Nq, Nk, H, d)."""
+    """Check q, k, v agree; return (B, Nq, Nk, H, d).  Any of B, Nq, Nk, H may be 0 (the
+    API then returns empty outputs, or for Nk = 0 a zero output and lse = -inf)."""
     for op in (k, v):
         if op.kind != q.kind:
             raise TypeError(
@@ -158,11 +354,6 @@ def check_qkv(q: Operand, k: Operand, v: Operand, layout: str):
         raise ValueError(f"k, v: head dim (axis 3) must equal q's {d}, got {k.view.shape[3]} and {v.view.shape[3]}")
     if v.view.shape[1] != Nk:
         raise ValueError(f"v: seqlen ({seq}) must equal k's {Nk}, got {v.view.shape[1]}")
-    for name, n in (("q", Nq), ("k", Nk)):
-        if n < 1:
-            raise ValueError(f"{name}: seqlen ({seq}) must be at least 1, got {n}")
-    if B < 1 or H < 1:
-        raise ValueError(f"q: batch and heads must be at least 1, got batch={B}, heads={H}")
     if B > MAX_GRID_YZ or H > MAX_GRID_YZ:
         raise ValueError(f"q: batch and heads must be at most {MAX_GRID_YZ} each, got batch={B}, heads={H}")
     if d % 8 != 0 or not 8 <= d <= MAX_HEAD_DIM:

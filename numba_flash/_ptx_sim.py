@@ -189,22 +189,38 @@ class _Warp:
 def _missing_lanes_stuck(t, r, members):
     """True when no lane missing from round ``r`` can still arrive.
 
-    A missing lane that has exited never arrives; one blocked in
-    ``syncthreads`` neither, since the simulator releases a syncthreads only
-    once every live thread of the block is in it, and the waiting lanes are
-    not.
+    A missing lane that has exited never arrives (``install_warp_twins`` has the
+    simulator's threads record their exit); one blocked in ``syncthreads``
+    neither, since the simulator releases a syncthreads only once every live
+    thread of the block is in it, and the waiting lanes are not.  Any other lane
+    (running, or not started yet: the simulator starts a block's threads one by
+    one) may still arrive.
     """
     manager, warp = t._manager, t.thread_id // 32
+    exited = _exited_threads(manager)
     lanes = {}
     for th in threading.enumerate():
         if getattr(th, "_manager", None) is manager and th.thread_id // 32 == warp:
             lanes[th.thread_id % 32] = th
     for lane in range(32):
         if ((members & ~r.have) >> lane) & 1:
+            if 32 * warp + lane in exited:
+                continue
             th = lanes.get(lane)
-            if th is not None and th.is_alive() and not th.syncthreads_blocked:
+            if th is None or not th.syncthreads_blocked:
                 return False
     return True
+
+
+def _exited_threads(manager):
+    """Thread ids of ``manager``'s block whose kernel function has returned or raised."""
+    ids = getattr(manager, "_numba_flash_exited", None)
+    if ids is None:
+        with _state_lock:
+            ids = getattr(manager, "_numba_flash_exited", None)
+            if ids is None:
+                ids = manager._numba_flash_exited = set()
+    return ids
 
 
 def _warp_exchange(op, value, compute, mask=None):
@@ -671,9 +687,22 @@ def syncwarp(mask=_FULL):
 
 
 def install_warp_twins():
-    """Add the shuffle and syncwarp twins to the simulator's fake ``cuda`` module
-    (idempotent)."""
+    """Add the shuffle and syncwarp twins to the simulator's fake ``cuda`` module, and
+    have its threads record their exit for the rendezvous (idempotent)."""
+    from numba.cuda.simulator.kernel import BlockThread
     from numba.cuda.simulator.kernelapi import FakeCUDAModule
+
+    if not getattr(BlockThread.run, "_numba_flash", False):
+        simulated = BlockThread.run
+
+        def run(self):
+            try:
+                simulated(self)
+            finally:
+                _exited_threads(self._manager).add(self.thread_id)
+
+        run._numba_flash = True
+        BlockThread.run = run
 
     for name, fn in (
         ("syncwarp", syncwarp),

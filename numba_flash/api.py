@@ -172,11 +172,11 @@ def flash_attention_backward(dout, q, k, v, out, lse, *, causal=False, softmax_s
         threads = simt_blocked_backward.PRE_THREADS  # delta in exact fp32, as the exact backward
         launch(simt_blocked_backward.preprocess_kernel(d), (_cdiv(Nq, threads), H, B), threads, 0, oc, doc, delta)
         launch(
-            tf32_backward.dkdv_kernel(t, causal), (_cdiv(Nk, t.kv_block_n), H, B), t.threads,
+            tf32_backward.tf32_bwd_dkdv_kernel(t, causal), (_cdiv(Nk, t.kv_block_n), H, B), t.threads,
             smem_kv, qc, kc, vc, doc, lsec, delta, dk, dv, scale,
         )  # fmt: skip
         launch(
-            tf32_backward.dq_kernel(t, causal), (_cdiv(Nq, t.q_block_m), H, B), t.threads,
+            tf32_backward.tf32_bwd_dq_kernel(t, causal), (_cdiv(Nq, t.q_block_m), H, B), t.threads,
             smem_q, qc, kc, vc, doc, lsec, delta, dq, scale,
         )  # fmt: skip
         return tuple(A.to_caller(x, kind) for x in grads)

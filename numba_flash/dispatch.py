@@ -106,9 +106,9 @@ def kernels_for(pass_: str, dtype, head_dim: int, causal: bool, allow_tf32: bool
         return [
             KernelSpec("tf32_bwd_preprocess", simt_blocked_backward.preprocess_kernel(head_dim), t, (arr4, arr4, arr3),
                        fam),  # the exact fp32 preprocess
-            KernelSpec("tf32_bwd_dkdv", tf32_backward.dkdv_kernel(t, causal), t,
+            KernelSpec("tf32_bwd_dkdv", tf32_backward.tf32_bwd_dkdv_kernel(t, causal), t,
                        (arr4, arr4, arr4, arr4, arr3, arr3, arr4, arr4, scalar), fam),
-            KernelSpec("tf32_bwd_dq", tf32_backward.dq_kernel(t, causal), t,
+            KernelSpec("tf32_bwd_dq", tf32_backward.tf32_bwd_dq_kernel(t, causal), t,
                        (arr4, arr4, arr4, arr4, arr3, arr3, arr4, scalar), fam),
         ]  # fmt: skip
     # bf16 has no numba type: the tensor-core kernels see uint16 bits and the fp32

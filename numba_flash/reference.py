@@ -50,11 +50,33 @@ The backward pass only needs ``lse`` to rebuild ``P`` exactly::
 
 Shapes and layouts
 ------------------
-All attention functions take 4-D arrays.  With ``layout="bhsd"`` (the
-default) they are ``(batch, heads, seqlen, headdim)``; with
-``layout="bshd"`` they are ``(batch, seqlen, heads, headdim)`` and outputs come
-back in the same layout.  ``lse`` is always ``(batch, heads, seqlen_q)``.
+All attention functions take 4-D arrays.  With ``layout="bshd"`` (the
+default, as ``numba_flash.flash_attention`` and flash-attn) they are
+``(batch, seqlen, heads, headdim)``; with ``layout="bhsd"`` (PyTorch SDPA's
+order) they are ``(batch, heads, seqlen, headdim)``.  Outputs come back in the
+same layout; ``lse`` is always ``(batch, heads, seqlen_q)``.  Batch, heads and
+the sequence lengths may be 0 (an empty result; with ``seqlen_k = 0`` every
+row sees no key: ``O = 0``, ``lse = -inf``); head dims must be at least 1.
 Inputs are never modified.
+
+Non-finite values
+-----------------
+The reference is a standard attention in IEEE float64 arithmetic, so:
+
+- a NaN or ``+inf`` score ``S_ij`` that query ``i`` sees makes row ``i`` of
+  ``O`` and ``lse_i`` NaN (``+inf - +inf`` in the softmax), as in a
+  materialised ``softmax(S) V``, and its gradients NaN too (never the 0 and
+  ``-inf`` of a row without keys);
+- a NaN in ``V[j, c]`` makes ``O[i, c]`` NaN for every query ``i`` that sees
+  key ``j`` (``lse`` stays finite), and in the materialised functions also for
+  the rows that give key ``j`` weight 0 (``0 * NaN`` is NaN); the tiled ones
+  skip key tiles that a causal row cannot see;
+- a ``-inf`` score counts as a masked key (weight 0); a row whose visible
+  scores are all ``-inf``, or that sees no key at all, gives ``O_i = 0`` and
+  ``lse_i = -inf``.
+
+Masked scores are replaced by ``-inf`` before the softmax, so a NaN in a key
+that a query cannot see (causal) does not reach that query.
 """
 
 from __future__ import annotations
@@ -89,7 +111,8 @@ _LAYOUTS = ("bhsd", "bshd")
 # ---------------------------------------------------------------------------
 
 def _check_layout(layout):
-    if layout not in _LAYOUTS:
+    # isinstance first: an array would make ``in`` compare element-wise
+    if not isinstance(layout, str) or layout not in _LAYOUTS:
         raise ValueError(f"layout={layout!r}: expected one of {_LAYOUTS}")
 
 
@@ -117,12 +140,19 @@ def _check_seqlen(name, n):
 def _resolve_scale(softmax_scale, headdim):
     if softmax_scale is None:
         return 1.0 / math.sqrt(headdim)
-    if (isinstance(softmax_scale, (bool, np.bool_))
-            or not isinstance(softmax_scale, numbers.Real)
-            or not math.isfinite(softmax_scale)):
+    value = math.nan
+    if (not isinstance(softmax_scale, (bool, np.bool_))
+            and isinstance(softmax_scale, numbers.Real)):
+        try:
+            value = float(softmax_scale)
+        except OverflowError:  # an int beyond float64, e.g. 10**400
+            pass
+    if not math.isfinite(value):
+        shown = repr(softmax_scale)
+        shown = shown if len(shown) <= 60 else shown[:57] + "..."
         raise ValueError(
-            f"softmax_scale={softmax_scale!r}: expected None or a finite real number")
-    return float(softmax_scale)
+            f"softmax_scale={shown}: expected None or a real number finite in float64")
+    return value
 
 
 def _to_bhsd(x, name, layout):
@@ -131,8 +161,8 @@ def _to_bhsd(x, name, layout):
     if x.ndim != 4:
         raise ValueError(
             f"{name}: shape {x.shape}: expected a 4-D array in layout {layout!r}")
-    if 0 in x.shape:
-        raise ValueError(f"{name}: shape {x.shape}: expected no zero-length axis")
+    if x.shape[3] == 0:
+        raise ValueError(f"{name}: shape {x.shape}: expected a headdim of at least 1")
     if layout == "bshd":
         x = x.transpose(0, 2, 1, 3)
     return x
@@ -212,36 +242,40 @@ def causal_mask(seqlen_q, seqlen_k):
 
 def _masked_scores(q, k, causal, scale):
     """``S = scale * Q K^T`` (b, h, Nq, Nk) with masked entries at -inf."""
-    s = scale * (q @ k.swapaxes(-1, -2))
+    with np.errstate(invalid="ignore", over="ignore"):  # inf * 0, overflow: IEEE
+        s = scale * (q @ k.swapaxes(-1, -2))
     if causal:
         s = np.where(causal_mask(q.shape[2], k.shape[2]), s, -np.inf)
     return s
 
 
-def attention(q, k, v, *, causal=False, softmax_scale=None, layout="bhsd"):
+def attention(q, k, v, *, causal=False, softmax_scale=None, layout="bshd"):
     """Standard (materialised) attention in float64.
 
     Parameters
     ----------
-    q : array, (batch, heads, seqlen_q, headdim)   [bhsd]
-    k : array, (batch, heads, seqlen_k, headdim)
-    v : array, (batch, heads, seqlen_k, headdim_v)
-        With ``layout="bshd"`` the seqlen and heads axes are swapped.
+    q : array, (batch, seqlen_q, heads, headdim)   [bshd, the default]
+    k : array, (batch, seqlen_k, heads, headdim)
+    v : array, (batch, seqlen_k, heads, headdim_v)
+        With ``layout="bhsd"`` the seqlen and heads axes are swapped.
 
     Returns
     -------
-    out : float64 array, (batch, heads, seqlen_q, headdim_v)  [in ``layout``]
+    out : float64 array, (batch, seqlen_q, heads, headdim_v)  [in ``layout``]
     lse : float64 array, (batch, heads, seqlen_q), natural-log sum-exp of the
         scaled scores; ``-inf`` for a row that sees no key (whose ``out`` is 0).
+
+    A NaN or ``+inf`` score in a row makes that row of ``out`` and ``lse``
+    NaN; ``-inf`` scores count as masked (see the module docstring).
     """
     q, k, v, causal, scale = _prepare(q, k, v, causal, softmax_scale, layout)
     s = _masked_scores(q, k, causal, scale)
-    m = s.max(axis=-1, keepdims=True)
+    m = s.max(axis=-1, keepdims=True, initial=-np.inf)  # -inf for Nk = 0
     # A fully masked row has m = -inf; subtracting 0 instead avoids -inf - -inf.
     m_safe = np.where(np.isneginf(m), 0.0, m)
     p = np.exp(s - m_safe)
     l = p.sum(axis=-1, keepdims=True)
-    has_keys = l > 0
+    has_keys = l != 0  # a NaN sum (a NaN or +inf score) keeps its row NaN
     l_safe = np.where(has_keys, l, 1.0)
     out = (p / l_safe) @ v
     lse = np.where(has_keys, m_safe + np.log(l_safe), -np.inf)[..., 0]
@@ -349,7 +383,7 @@ def online_softmax_blocks(x, block):
 # ---------------------------------------------------------------------------
 
 def flash_forward(q, k, v, *, causal=False, softmax_scale=None,
-                  block_m=16, block_n=16, layout="bhsd"):
+                  block_m=16, block_n=16, layout="bshd"):
     """Tiled FlashAttention-2 forward pass in float64 NumPy.
 
     Same arguments and results as :func:`attention` (``out`` in ``layout``,
@@ -399,7 +433,7 @@ def flash_forward(q, k, v, *, causal=False, softmax_scale=None,
             acc = alpha[..., None] * acc + p @ v[:, :, start_n:end_n]
             m_i = m_new
 
-        has_keys = l_i > 0
+        has_keys = l_i != 0  # NaN (a NaN or +inf score) stays NaN
         l_safe = np.where(has_keys, l_i, 1.0)
         out[:, :, start_m:end_m] = acc / l_safe[..., None]  # acc is 0 where l is 0
         lse[:, :, start_m:end_m] = np.where(has_keys, m_i + np.log(l_safe), -np.inf)
@@ -420,15 +454,16 @@ def _probs_from_lse(s, lse):
 
 
 def attention_backward(dout, q, k, v, out, lse, *, causal=False,
-                       softmax_scale=None, layout="bhsd"):
+                       softmax_scale=None, layout="bshd"):
     """Materialised float64 backward pass from the saved ``lse``.
 
     Parameters
     ----------
-    dout : (batch, heads, seqlen_q, headdim_v)  gradient of the loss w.r.t. ``out``
+    dout : (batch, seqlen_q, heads, headdim_v)  gradient of the loss w.r.t. ``out``
     q, k, v : as in :func:`attention`
-    out : (batch, heads, seqlen_q, headdim_v)   forward output
+    out : (batch, seqlen_q, heads, headdim_v)   forward output
     lse : (batch, heads, seqlen_q)              forward log-sum-exp (any layout)
+        ``dout``, ``out`` in ``layout`` as ``q`` (bshd shown; bhsd swaps axes 1, 2).
 
     Returns
     -------
@@ -447,7 +482,7 @@ def attention_backward(dout, q, k, v, out, lse, *, causal=False,
 
 
 def flash_backward(dout, q, k, v, out, lse, *, causal=False, softmax_scale=None,
-                   block_m=16, block_n=16, layout="bhsd"):
+                   block_m=16, block_n=16, layout="bshd"):
     """Tiled FlashAttention-2 backward pass in float64 NumPy.
 
     Same arguments and results as :func:`attention_backward`.  As in FA2
@@ -539,7 +574,7 @@ def _lowp_scores(q, k, causal, scale, dtype):
     return s.astype(np.float32)
 
 
-def attention_lowp(q, k, v, *, dtype, causal=False, softmax_scale=None, layout="bhsd"):
+def attention_lowp(q, k, v, *, dtype, causal=False, softmax_scale=None, layout="bshd"):
     """Standard attention computed in ``dtype``: the FlashAttention-2 style
     "same precision" baseline that kernel errors are measured against.
 
@@ -555,11 +590,11 @@ def attention_lowp(q, k, v, *, dtype, causal=False, softmax_scale=None, layout="
     q, k, v, causal, scale = _prepare(q, k, v, causal, softmax_scale, layout)
     q, k, v = q.astype(dt), k.astype(dt), v.astype(dt)
     s = _lowp_scores(q, k, causal, scale, dt)
-    m = s.max(axis=-1, keepdims=True)
+    m = s.max(axis=-1, keepdims=True, initial=-np.inf)  # -inf for Nk = 0
     m_safe = np.where(np.isneginf(m), np.float32(0), m)
     p = np.exp(s - m_safe)
     l = p.sum(axis=-1, keepdims=True, dtype=np.float32)
-    has_keys = l > 0
+    has_keys = l != 0  # a NaN sum (a NaN or +inf score) keeps its row NaN
     l_safe = np.where(has_keys, l, np.float32(1))
     p = (p / l_safe).astype(dt)
     out = _mm(p, v, dt)
@@ -568,7 +603,7 @@ def attention_lowp(q, k, v, *, dtype, causal=False, softmax_scale=None, layout="
 
 
 def attention_backward_lowp(dout, q, k, v, out, lse, *, dtype, causal=False,
-                            softmax_scale=None, layout="bhsd"):
+                            softmax_scale=None, layout="bshd"):
     """Standard attention backward computed in ``dtype`` (see :func:`attention_lowp`).
 
     Inputs rounded to ``dtype`` (``lse`` to float32); ``P`` rebuilt from
@@ -609,7 +644,7 @@ def round_tf32(x):
     return np.where(finite, rounded, bits).astype(np.uint32).view(np.float32)
 
 
-def attention_tf32(q, k, v, *, causal=False, softmax_scale=None, layout="bhsd"):
+def attention_tf32(q, k, v, *, causal=False, softmax_scale=None, layout="bshd"):
     """Standard attention with TF32 tensor-core inputs: the "same precision" baseline
     of the ``allow_tf32=True`` forward.
 
@@ -622,11 +657,11 @@ def attention_tf32(q, k, v, *, causal=False, softmax_scale=None, layout="bhsd"):
     q, k, v, causal, scale = _prepare(q, k, v, causal, softmax_scale, layout)
     q, k, v = (round_tf32(x).astype(np.float64) for x in (q, k, v))
     s = _masked_scores(q, k, causal, scale)
-    m = s.max(axis=-1, keepdims=True)
+    m = s.max(axis=-1, keepdims=True, initial=-np.inf)  # -inf for Nk = 0
     m_safe = np.where(np.isneginf(m), 0.0, m)
     p = np.exp(s - m_safe)
     l = p.sum(axis=-1, keepdims=True)
-    has_keys = l > 0
+    has_keys = l != 0  # a NaN sum (a NaN or +inf score) keeps its row NaN
     l_safe = np.where(has_keys, l, 1.0)
     out = (round_tf32(p).astype(np.float64) @ v) / l_safe
     lse = np.where(has_keys, m_safe + np.log(l_safe), -np.inf)[..., 0]
@@ -634,7 +669,7 @@ def attention_tf32(q, k, v, *, causal=False, softmax_scale=None, layout="bhsd"):
 
 
 def attention_backward_tf32(dout, q, k, v, out, lse, *, causal=False, softmax_scale=None,
-                            layout="bhsd"):
+                            layout="bshd"):
     """Standard attention backward with TF32 tensor-core inputs: the "same precision"
     baseline of the ``allow_tf32=True`` backward.
 

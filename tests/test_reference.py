@@ -6,6 +6,7 @@ message; set REFERENCE_TEST_SEED=<seed> to replay a failure.
 
 import contextlib
 import doctest
+import inspect
 import math
 import os
 import warnings
@@ -95,7 +96,7 @@ def test_attention_matches_row_by_row_softmax(rnd, nq, nk, causal):
     """attention() against a plain Python loop over rows (independent code)."""
     q, k, v, _ = rnd.qkv(2, 2, nq, nk, 8, dv=5)
     scale = 0.7
-    out, lse = R.attention(q, k, v, causal=causal, softmax_scale=scale)
+    out, lse = R.attention(q, k, v, causal=causal, softmax_scale=scale, layout="bhsd")
     exp_out = np.zeros_like(out)
     exp_lse = np.full(lse.shape, -np.inf)
     for b in range(2):
@@ -115,9 +116,50 @@ def test_attention_matches_row_by_row_softmax(rnd, nq, nk, causal):
 
 def test_default_scale_is_one_over_sqrt_headdim(rnd):
     q, k, v, _ = rnd.qkv(1, 2, 9, 11, 24)
-    a = R.attention(q, k, v)
-    b = R.attention(q, k, v, softmax_scale=1 / math.sqrt(24))
+    a = R.attention(q, k, v, layout="bhsd")
+    b = R.attention(q, k, v, softmax_scale=1 / math.sqrt(24), layout="bhsd")
     assert np.array_equal(a[0], b[0]) and np.array_equal(a[1], b[1]), str(rnd)
+
+
+LAYOUT_FUNCTIONS = [name for name in R.__all__
+                    if "layout" in inspect.signature(getattr(R, name)).parameters]
+
+
+def test_every_layout_default_is_bshd():
+    """The API defaults to bshd; a reference defaulting to bhsd silently computed
+    something else from the same arrays."""
+    assert len(LAYOUT_FUNCTIONS) == 8
+    for name in LAYOUT_FUNCTIONS:
+        default = inspect.signature(getattr(R, name)).parameters["layout"].default
+        assert default == "bshd", name
+
+
+def test_default_layout_reads_bshd(rnd):
+    q, k, v, dout = rnd.qkv(1, 2, 5, 7, 8, layout="bshd")  # (1, 5, 2, 8): B, N, H, d
+    out, lse = R.attention(q, k, v)
+    b_out, b_lse = R.attention(q, k, v, layout="bshd")
+    assert out.shape == (1, 5, 2, 8) and lse.shape == (1, 2, 5)
+    assert np.array_equal(out, b_out) and np.array_equal(lse, b_lse), str(rnd)
+    grads = R.attention_backward(dout, q, k, v, out, lse)
+    b_grads = R.attention_backward(dout, q, k, v, out, lse, layout="bshd")
+    assert all(np.array_equal(g, b) for g, b in zip(grads, b_grads)), str(rnd)
+
+
+def test_api_and_reference_defaults_agree():
+    """numba_flash.flash_attention and reference.attention, both with their default
+    layout, on the same bshd arrays (B=1, N=5, H=2, d=16; the kernels run in the
+    simulator without a GPU).  Read as bhsd the arrays would be H=5, N=2."""
+    import numba_flash
+
+    gen = np.random.default_rng()
+    q, k, v = (gen.standard_normal((1, 5, 2, 16)).astype(np.float32) for _ in range(3))
+    out, lse = numba_flash.flash_attention(q, k, v, return_lse=True)
+    ref_out, ref_lse = R.attention(q, k, v)
+    assert ref_out.shape == out.shape == (1, 5, 2, 16) and ref_lse.shape == lse.shape
+    assert R.rel_error(out, ref_out) <= 1e-5
+    assert R.rel_error(lse, ref_lse) <= 1e-5
+    wrong, _ = R.attention(q, k, v, layout="bhsd")  # the old default: another answer
+    assert R.rel_error(out, wrong) > 1e-3
 
 
 # ---------------------------------------------------------------------------
@@ -129,8 +171,8 @@ def test_default_scale_is_one_over_sqrt_headdim(rnd):
 @pytest.mark.parametrize("nq, nk", SIZES)
 def test_flash_forward_matches_attention(rnd, nq, nk, causal, block_m, block_n):
     q, k, v, _ = rnd.qkv(2, 3, nq, nk, 24)
-    out, lse = R.attention(q, k, v, causal=causal)
-    f_out, f_lse = R.flash_forward(q, k, v, causal=causal,
+    out, lse = R.attention(q, k, v, causal=causal, layout="bhsd")
+    f_out, f_lse = R.flash_forward(q, k, v, causal=causal, layout="bhsd",
                                    block_m=block_m, block_n=block_n)
     assert f_out.shape == out.shape and f_lse.shape == lse.shape == (2, 3, nq)
     assert_close(f_out, out, EXACT, "out", rnd)
@@ -148,7 +190,7 @@ def test_forward_layouts_and_headdims(rnd, nq, nk, layout, d, causal):
     assert out.shape == expected_shape and lse.shape == (2, 3, nq)
     # bshd is exactly bhsd with the axes swapped.
     b_out, b_lse = R.attention(to_bhsd(q, layout), to_bhsd(k, layout),
-                               to_bhsd(v, layout), causal=causal)
+                               to_bhsd(v, layout), causal=causal, layout="bhsd")
     assert np.array_equal(to_bhsd(out, layout), b_out), str(rnd)
     assert np.array_equal(lse, b_lse), str(rnd)
     for block in (3, 16):
@@ -168,9 +210,9 @@ def test_flash_forward_rescales_when_the_max_grows(rnd, causal):
     u = rnd.normal(d)
     q = np.abs(q @ u)[..., None] * u + 0.01 * q  # every query points along u
     k = np.arange(nk)[:, None] / nk * u + 0.01 * rnd.normal((1, 2, nk, d))
-    out, lse = R.attention(q, k, v, causal=causal, softmax_scale=4.0)
+    out, lse = R.attention(q, k, v, causal=causal, softmax_scale=4.0, layout="bhsd")
     for block_m, block_n in [(1, 1), (7, 5), (16, 16)]:
-        f_out, f_lse = R.flash_forward(q, k, v, causal=causal, softmax_scale=4.0,
+        f_out, f_lse = R.flash_forward(q, k, v, causal=causal, softmax_scale=4.0, layout="bhsd",
                                        block_m=block_m, block_n=block_n)
         assert np.isfinite(f_out).all()
         assert_close(f_out, out, EXACT, f"out blocks={block_m, block_n}", rnd)
@@ -209,9 +251,9 @@ def test_property_flash_forward_equals_attention(b, h, nq, nk, d, block_m, block
 def test_flash_backward_matches_attention_backward(rnd, nq, nk, causal,
                                                    block_m, block_n):
     q, k, v, dout = rnd.qkv(2, 3, nq, nk, 24)
-    out, lse = R.attention(q, k, v, causal=causal)
-    ref = R.attention_backward(dout, q, k, v, out, lse, causal=causal)
-    got = R.flash_backward(dout, q, k, v, out, lse, causal=causal,
+    out, lse = R.attention(q, k, v, causal=causal, layout="bhsd")
+    ref = R.attention_backward(dout, q, k, v, out, lse, causal=causal, layout="bhsd")
+    got = R.flash_backward(dout, q, k, v, out, lse, causal=causal, layout="bhsd",
                            block_m=block_m, block_n=block_n)
     for name, g, r, x in zip("dq dk dv".split(), got, ref, (q, k, v)):
         assert g.shape == r.shape == x.shape
@@ -233,7 +275,7 @@ def test_backward_layouts_and_headdims(rnd, layout, d, causal):
     out, lse = R.attention(q, k, v, **kw)
     ref = R.attention_backward(dout, q, k, v, out, lse, **kw)
     bhsd = R.attention_backward(*(to_bhsd(x, layout) for x in (dout, q, k, v, out)),
-                                lse, causal=causal)
+                                lse, causal=causal, layout="bhsd")
     for name, r, rb, x in zip("dq dk dv".split(), ref, bhsd, (q, k, v)):
         assert r.shape == x.shape
         assert np.array_equal(to_bhsd(r, layout), rb), f"{name}; {rnd}"
@@ -245,7 +287,7 @@ def test_backward_layouts_and_headdims(rnd, layout, d, causal):
 def _numerical_grads(q, k, v, g, causal, eps=1e-6):
     """Central differences of L = sum(O * G) with respect to q, k and v."""
     def loss(q_, k_, v_):
-        return float(np.sum(R.attention(q_, k_, v_, causal=causal)[0] * g))
+        return float(np.sum(R.attention(q_, k_, v_, causal=causal, layout="bhsd")[0] * g))
 
     grads = []
     for which in range(3):
@@ -268,9 +310,9 @@ def _numerical_grads(q, k, v, g, causal, eps=1e-6):
 @pytest.mark.parametrize("nq, nk", [(5, 7), (7, 5)])
 def test_gradients_match_finite_differences(rnd, nq, nk, causal, backward):
     q, k, v, g = rnd.qkv(1, 2, nq, nk, 4)
-    out, lse = R.attention(q, k, v, causal=causal)
+    out, lse = R.attention(q, k, v, causal=causal, layout="bhsd")
     kw = dict(block_m=2, block_n=3) if backward == "flash_backward" else {}
-    analytic = getattr(R, backward)(g, q, k, v, out, lse, causal=causal, **kw)
+    analytic = getattr(R, backward)(g, q, k, v, out, lse, causal=causal, layout="bhsd", **kw)
     numeric = _numerical_grads(q, k, v, g, causal)
     for name, a, n in zip("dq dk dv".split(), analytic, numeric):
         assert_close(a, n, 1e-6, f"{backward} {name} vs finite differences", rnd)
@@ -287,19 +329,20 @@ def test_fully_masked_rows_give_zero_and_neg_inf(rnd, nq, nk, block_m, block_n):
     dead = nq - nk  # causal, bottom-right: rows 0 .. nq-nk-1 see no key
     with no_warnings():
         results = {
-            "attention": R.attention(q, k, v, causal=True),
-            "flash_forward": R.flash_forward(q, k, v, causal=True,
+            "attention": R.attention(q, k, v, causal=True, layout="bhsd"),
+            "flash_forward": R.flash_forward(q, k, v, causal=True, layout="bhsd",
                                              block_m=block_m, block_n=block_n),
         }
         out, lse = results["attention"]
         grads = {
             "attention_backward": R.attention_backward(dout, q, k, v, out, lse,
-                                                       causal=True),
+                                                       causal=True, layout="bhsd"),
             "flash_backward": R.flash_backward(dout, q, k, v, out, lse, causal=True,
+                                               layout="bhsd",
                                                block_m=block_m, block_n=block_n),
         }
-        lowp = R.attention_lowp(q, k, v, dtype=np.float16, causal=True)
-        lowp_grads = R.attention_backward_lowp(dout, q, k, v, out, lse,
+        lowp = R.attention_lowp(q, k, v, dtype=np.float16, causal=True, layout="bhsd")
+        lowp_grads = R.attention_backward_lowp(dout, q, k, v, out, lse, layout="bhsd",
                                                dtype=np.float16, causal=True)
 
     for name, (o, l) in list(results.items()) + [("attention_lowp", lowp)]:
@@ -317,8 +360,132 @@ def test_fully_masked_rows_give_zero_and_neg_inf(rnd, nq, nk, block_m, block_n):
 def test_only_the_causal_mask_hides_rows(rnd):
     """Without causal, Nq > Nk rows all see every key."""
     q, k, v, _ = rnd.qkv(1, 1, 40, 9, 8)
-    out, lse = R.flash_forward(q, k, v, block_m=7, block_n=4)
+    out, lse = R.flash_forward(q, k, v, block_m=7, block_n=4, layout="bhsd")
     assert np.isfinite(lse).all() and not np.all(out[:, :, 0] == 0), str(rnd)
+
+
+# ---------------------------------------------------------------------------
+# Zero sizes
+# ---------------------------------------------------------------------------
+
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("layout", LAYOUTS)
+@pytest.mark.parametrize("b, h, nq, nk", [(0, 2, 5, 7), (1, 0, 5, 7), (1, 2, 0, 7),
+                                          (1, 2, 5, 0), (1, 2, 0, 0)])
+def test_zero_sizes(rnd, b, h, nq, nk, layout, causal):
+    """Empty batch, heads or seqlens give empty results; seqlen_k = 0 leaves every
+    query without a key: O = 0 and lse = -inf (and zero gradients)."""
+    q, k, v, dout = rnd.qkv(b, h, nq, nk, 8, layout)
+    kw = dict(causal=causal, layout=layout)
+    with no_warnings():
+        forwards = {
+            "attention": R.attention(q, k, v, **kw),
+            "flash_forward": R.flash_forward(q, k, v, block_m=3, block_n=2, **kw),
+            "attention_lowp": R.attention_lowp(q, k, v, dtype=np.float16, **kw),
+            "attention_tf32": R.attention_tf32(q, k, v, **kw),
+        }
+        out, lse = forwards["attention"]
+        backwards = {
+            "attention_backward": R.attention_backward(dout, q, k, v, out, lse, **kw),
+            "flash_backward": R.flash_backward(dout, q, k, v, out, lse, block_m=3,
+                                               block_n=2, **kw),
+            "attention_backward_lowp": R.attention_backward_lowp(
+                dout, q, k, v, out, lse, dtype=ml_dtypes.bfloat16, **kw),
+            "attention_backward_tf32": R.attention_backward_tf32(
+                dout, q, k, v, out, lse, **kw),
+        }
+    for name, (o, l) in forwards.items():
+        assert o.shape == q.shape and l.shape == (b, h, nq), name
+        assert np.all(o.astype(np.float64) == 0) if nk == 0 else True, name
+        assert np.all(np.isneginf(l.astype(np.float64))) if nk == 0 else True, name
+    for name, grads in backwards.items():
+        for g, x in zip(grads, (q, k, v)):
+            assert g.shape == x.shape, name
+            assert np.all(g.astype(np.float64) == 0) if 0 in (nq, nk) else True, name
+
+
+# ---------------------------------------------------------------------------
+# NaN and infinity: a standard attention in IEEE arithmetic
+# ---------------------------------------------------------------------------
+
+def _forwards(q, k, v, causal=False):
+    """Every forward of the reference, bhsd, as float64 (out, lse) pairs."""
+    kw = dict(causal=causal, layout="bhsd")
+    with np.errstate(invalid="ignore", over="ignore"):
+        results = {
+            "attention": R.attention(q, k, v, **kw),
+            "flash_forward": R.flash_forward(q, k, v, block_m=2, block_n=3, **kw),
+            "attention_tf32": R.attention_tf32(q, k, v, **kw),
+            "attention_lowp": R.attention_lowp(q, k, v, dtype=np.float32, **kw),
+        }
+    return {name: (o.astype(np.float64), l.astype(np.float64))
+            for name, (o, l) in results.items()}
+
+
+def _nan_rows(out, lse):
+    """Rows (b, h, i) whose output is NaN, checking that lse agrees and that a row is
+    either all NaN or all finite."""
+    nan_out = np.isnan(out)
+    assert np.array_equal(nan_out.any(-1), nan_out.all(-1))
+    assert np.array_equal(nan_out.any(-1), np.isnan(lse))
+    return set(zip(*np.nonzero(nan_out.any(-1))))
+
+
+def test_nan_in_a_query_poisons_only_its_row(rnd):
+    q, k, v, _ = rnd.qkv(1, 2, 6, 7, 4)
+    q[0, 1, 2, 3] = np.nan
+    for name, (o, l) in _forwards(q, k, v).items():
+        assert _nan_rows(o, l) == {(0, 1, 2)}, f"{name}; {rnd}"
+        assert np.isfinite(np.delete(o, 2, axis=2)).all(), f"{name}; {rnd}"
+    # its lse is NaN, not the -inf of a row without keys, so its gradient is NaN
+    # too rather than a silent 0; head 0 is untouched
+    out, lse = _forwards(q, k, v)["attention"]
+    dout = rnd.normal(out.shape)
+    with np.errstate(invalid="ignore"):
+        for backward in (R.attention_backward, R.flash_backward):
+            dq, dk, dv = backward(dout, q, k, v, out, lse, layout="bhsd")
+            assert np.isnan(dq[0, 1, 2]).all(), backward.__name__
+            assert np.isnan(dk[0, 1]).all() and np.isnan(dv[0, 1]).all()
+            assert all(np.isfinite(g[0, 0]).all() for g in (dq, dk, dv))
+
+
+@pytest.mark.parametrize("where", ["k", "v"])
+def test_nan_in_a_key_or_value_reaches_the_rows_that_see_it(rnd, where):
+    """Causal, Nq = Nk = 6: key 4 is seen by queries 4 and 5 only; masked scores are
+    -inf before the softmax, so a NaN in the key does not reach queries 0..3."""
+    q, k, v, _ = rnd.qkv(1, 1, 6, 6, 4)
+    (k if where == "k" else v)[0, 0, 4, 1] = np.nan
+    for name, (o, l) in _forwards(q, k, v, causal=True).items():
+        if where == "k":
+            assert _nan_rows(o, l) == {(0, 0, 4), (0, 0, 5)}, f"{name}; {rnd}"
+        else:  # a NaN value spreads through P V, not into lse; in a materialised
+            # P V also into the rows that weigh it 0 (0 * NaN), so only those that
+            # see it are pinned down
+            assert np.isfinite(l).all(), f"{name}; {rnd}"
+            assert np.isnan(o[0, 0, 4:, 1]).all(), f"{name}; {rnd}"
+            assert np.isfinite(np.delete(o, 1, axis=3)).all(), f"{name}; {rnd}"
+
+
+def test_plus_inf_score_makes_its_row_nan(rnd):
+    """One +inf score in row 3 (the others -inf or finite) gives NaN (+inf - +inf),
+    not a one-hot row: the reference is an IEEE softmax, not its limit."""
+    q, k, v, _ = rnd.qkv(1, 1, 5, 6, 4)
+    q[0, 0, 3] = [np.inf, 0.0, 0.0, 0.0]
+    k[0, 0, :, 0] = [1.0, -1.0, -1.0, -1.0, -1.0, -1.0]  # scores +inf, then -inf
+    for name, (o, l) in _forwards(q, k, v).items():
+        assert _nan_rows(o, l) == {(0, 0, 3)}, f"{name}; {rnd}"
+
+
+def test_all_neg_inf_scores_are_a_row_without_keys(rnd):
+    """-inf scores count as masked: a row whose scores are all -inf gives 0 and -inf,
+    exactly as a row that sees no key."""
+    q, k, v, _ = rnd.qkv(1, 1, 5, 6, 4)
+    q[0, 0, 1] = [-np.inf, 0.0, 0.0, 0.0]
+    k[0, 0, :, 0] = 1.0
+    for name, (o, l) in _forwards(q, k, v).items():
+        assert np.all(o[0, 0, 1] == 0) and np.isneginf(l[0, 0, 1]), f"{name}; {rnd}"
+        assert np.isfinite(np.delete(o, 1, axis=2)).all(), f"{name}; {rnd}"
+        assert np.isfinite(np.delete(l, 1, axis=2)).all(), f"{name}; {rnd}"
 
 
 # ---------------------------------------------------------------------------
@@ -330,7 +497,8 @@ def test_only_the_causal_mask_hides_rows(rnd):
 def test_softmax_rows_sum_to_one(rnd, nq, nk, causal):
     q, k, _, _ = rnd.qkv(2, 2, nq, nk, 16)
     ones = np.ones((2, 2, nk, 1))
-    out, lse = R.flash_forward(q, k, ones, causal=causal, block_m=5, block_n=6)
+    out, lse = R.flash_forward(q, k, ones, causal=causal, block_m=5, block_n=6,
+                               layout="bhsd")
     visible = np.isfinite(lse)
     # O = P @ 1 is each row's sum of P.
     assert np.abs(out[..., 0][visible] - 1).max() < 1e-13, str(rnd)
@@ -408,17 +576,17 @@ LOWP_BOUNDS = {"float16": (2e-2, 2e-2), "bfloat16": (2e-2, 5e-2)}
 def test_lowp_close_to_reference_but_not_identical(rnd, dtype, causal):
     fwd_tol, bwd_tol = LOWP_BOUNDS[np.dtype(dtype).name]
     q, k, v, dout = rnd.qkv(2, 2, 32, 32, 32)
-    out, lse = R.attention(q, k, v, causal=causal)
-    lo, llse = R.attention_lowp(q, k, v, dtype=dtype, causal=causal)
+    out, lse = R.attention(q, k, v, causal=causal, layout="bhsd")
+    lo, llse = R.attention_lowp(q, k, v, dtype=dtype, causal=causal, layout="bhsd")
     assert lo.dtype == np.dtype(dtype) and llse.dtype == np.float32
     assert lo.shape == out.shape and llse.shape == lse.shape
     for name, x, ref in [("out", lo, out), ("lse", llse, lse)]:
         err = R.rel_error(x, ref)
         assert 0 < err < fwd_tol, f"{name}: rel error {err:.3e}; {rnd}"
 
-    grads = R.attention_backward(dout, q, k, v, out, lse, causal=causal)
+    grads = R.attention_backward(dout, q, k, v, out, lse, causal=causal, layout="bhsd")
     lgrads = R.attention_backward_lowp(dout, q, k, v, out, lse, dtype=dtype,
-                                       causal=causal)
+                                       causal=causal, layout="bhsd")
     for name, x, ref in zip("dq dk dv".split(), lgrads, grads):
         assert x.dtype == np.dtype(dtype) and x.shape == ref.shape
         err = R.rel_error(x, ref)
@@ -507,23 +675,30 @@ def test_inputs_are_not_modified(rnd, layout):
 
 
 def _bad_argument_cases():
+    """(argument, function, args, kwargs); the arrays are bhsd, and every function
+    that takes a layout gets ``layout="bhsd"`` unless the case sets one."""
     q = np.ones((1, 2, 5, 4)) * 0.5
     k = np.ones((1, 2, 6, 4)) * 0.25
     v = np.ones((1, 2, 6, 4)) * 0.75
-    out, lse = R.attention(q, k, v)
+    out, lse = R.attention(q, k, v, layout="bhsd")
     bwd = (out, q, k, v, out, lse)
     A, F, AB, FB = R.attention, R.flash_forward, R.attention_backward, R.flash_backward
     return [
         ("q", A, (q[0], k, v), {}),
-        ("q", A, (np.ones((1, 2, 0, 4)), k, v), {}),
+        ("q", A, (np.ones((1, 2, 5, 0)), k, v), {}),  # headdim 0 (seqlens may be 0)
         ("k", A, (q, k[..., :3], v), {}),
         ("k", A, (q, np.ones((1, 3, 6, 4)), v), {}),
         ("v", A, (q, k, v[:, :, :5]), {}),
         ("layout", A, (q, k, v), dict(layout="bsdh")),
+        ("layout", A, (q, k, v), dict(layout=np.array(["bhsd"]))),
+        ("layout", F, (q, k, v), dict(layout=None)),
         ("causal", A, (q, k, v), dict(causal="yes")),
         ("causal", F, (q, k, v), dict(causal=1)),
+        ("causal", A, (q, k, v), dict(causal=np.array([True, False]))),
         ("softmax_scale", A, (q, k, v), dict(softmax_scale=float("nan"))),
         ("softmax_scale", F, (q, k, v), dict(softmax_scale="0.5")),
+        ("softmax_scale", A, (q, k, v), dict(softmax_scale=10**400)),  # beyond float64
+        ("softmax_scale", A, (q, k, v), dict(softmax_scale=-np.inf)),
         ("block_m", F, (q, k, v), dict(block_m=0)),
         ("block_m", F, (q, k, v), dict(block_m=True)),
         ("block_n", F, (q, k, v), dict(block_n=2.5)),
@@ -550,6 +725,8 @@ def _bad_argument_cases():
 @pytest.mark.parametrize("case", range(len(_bad_argument_cases())))
 def test_bad_arguments_raise_value_error_naming_the_argument(case):
     name, fn, args, kwargs = _bad_argument_cases()[case]
+    if "layout" in inspect.signature(fn).parameters:
+        kwargs = {"layout": "bhsd", **kwargs}
     with pytest.raises(ValueError, match=rf"^{name}\b") as info:
         fn(*args, **kwargs)
     assert "expected" in str(info.value)

@@ -81,3 +81,78 @@ def ldsm_bt(tile, k0, nn, lane, ROW_BYTES):
 def load_a(frag, i, tile, row0, kk, lane, ROW_BYTES):
     """``frag[i:i+4]`` = the A fragment at (``row0``, ``kk``) (:func:`ldsm_a`)."""
     frag[i], frag[i + 1], frag[i + 2], frag[i + 3] = ptx.ldmatrix_x4(ldsm_a(tile, row0, kk, lane, ROW_BYTES))
+
+
+# --- TF32 (m16n8k8) operands from fp32 tiles ---------------------------------------------
+# The TF32 kernels read fp32 tiles (swizzled as copy.SW_TF32) with ld.shared.v4 in an
+# order that gives every lane contiguous data (tf32_forward's docstring has the
+# derivation): a product over the head dim takes columns 16p .. 16p+15 as two k-steps,
+# lane t owning columns 16p + 4t .. +3; a product over a tile's rows takes its A operand
+# from an accumulator (slot t ↔ row 2t, slot t+4 ↔ row 2t+1 of an 8-row n-tile) and its
+# B rows 2t, 2t+1 with the head-dim columns permuted (n-tile 4j+i, mma column n ↔
+# column 32j + 4n + i).
+
+
+@device_function
+def load_tf32_a(frag, i, row_addr, off, ROW_BYTES):
+    """``frag[i:i+8]`` = the tf32 A fragments of the two k-steps of a column group:
+    one v4 load of row g at ``row_addr + off`` and one of row g + 8, in the slot order
+    (a0, a1, a2, a3) of k-step 2p, then of k-step 2p + 1."""
+    y0, y1, y2, y3 = ptx.ld_shared_v4_f32(row_addr + off)
+    z0, z1, z2, z3 = ptx.ld_shared_v4_f32(row_addr + 8 * ROW_BYTES + off)
+    frag[i + 0] = ptx.cvt_rna_tf32(y0)
+    frag[i + 1] = ptx.cvt_rna_tf32(z0)
+    frag[i + 2] = ptx.cvt_rna_tf32(y1)
+    frag[i + 3] = ptx.cvt_rna_tf32(z1)
+    frag[i + 4] = ptx.cvt_rna_tf32(y2)
+    frag[i + 5] = ptx.cvt_rna_tf32(z2)
+    frag[i + 6] = ptx.cvt_rna_tf32(y3)
+    frag[i + 7] = ptx.cvt_rna_tf32(z3)
+
+
+@device_function
+def mma_tf32_row_pair(acc, n0, a, ai, b_addr):
+    """``acc[n0:n0+4] +=`` the two k-steps of a column group: A from ``a[ai:ai+8]``
+    (:func:`load_tf32_a`), B from one v4 load of the tile row at ``b_addr``."""
+    x0, x1, x2, x3 = ptx.ld_shared_v4_f32(b_addr)
+    ptx.mma_m16n8k8_tf32_acc(acc, n0, a, ai, ptx.cvt_rna_tf32(x0), ptx.cvt_rna_tf32(x1))
+    ptx.mma_m16n8k8_tf32_acc(acc, n0, a, ai + 4, ptx.cvt_rna_tf32(x2), ptx.cvt_rna_tf32(x3))
+
+
+@device_function
+def tf32_a_from_acc(frag, acc, s):
+    """``frag[0:4]`` = the tf32 A fragment of the k-step held by accumulator n-tile
+    ``acc[s:s+4]`` (slot t ↔ row 2t, slot t + 4 ↔ row 2t + 1: c0, c2, c1, c3)."""
+    frag[0] = ptx.cvt_rna_tf32(acc[s])
+    frag[1] = ptx.cvt_rna_tf32(acc[s + 2])
+    frag[2] = ptx.cvt_rna_tf32(acc[s + 1])
+    frag[3] = ptx.cvt_rna_tf32(acc[s + 3])
+
+
+@device_function
+def mma_tf32_rows(acc, a, rows_addr, g, tq, OGROUPS, ROW_BYTES):
+    """``acc += A·B`` over one k-step of a tile's rows: A from ``a[0:4]``
+    (:func:`tf32_a_from_acc`), B rows 2t and 2t + 1 of the 8-row group at
+    ``rows_addr`` (swizzle 2t and 2t ^ 4), head-dim columns 32jg + 4g .. +3 giving the
+    b of n-tiles 4jg .. 4jg + 3 (accumulators ``acc[16jg:16jg+16]``)."""
+    for jg in range(OGROUPS):
+        v0, v1, v2, v3 = ptx.ld_shared_v4_f32(rows_addr + (((8 * jg + g) ^ (2 * tq)) << 4))
+        w0, w1, w2, w3 = ptx.ld_shared_v4_f32(rows_addr + ROW_BYTES + (((8 * jg + g) ^ (2 * tq) ^ 4) << 4))
+        ptx.mma_m16n8k8_tf32_acc(acc, 16 * jg, a, 0, ptx.cvt_rna_tf32(v0), ptx.cvt_rna_tf32(w0))
+        ptx.mma_m16n8k8_tf32_acc(acc, 16 * jg + 4, a, 0, ptx.cvt_rna_tf32(v1), ptx.cvt_rna_tf32(w1))
+        ptx.mma_m16n8k8_tf32_acc(acc, 16 * jg + 8, a, 0, ptx.cvt_rna_tf32(v2), ptx.cvt_rna_tf32(w2))
+        ptx.mma_m16n8k8_tf32_acc(acc, 16 * jg + 12, a, 0, ptx.cvt_rna_tf32(v3), ptx.cvt_rna_tf32(w3))
+
+
+@device_function
+def store_tf32_row(dst, b, row, h, acc, r, tq, OGROUPS, scale):
+    """Row half ``r`` (row g + 8r) of a TF32 kernel's output accumulator, times
+    ``scale``, to ``dst[b, row, h, :]``: n-tile 4jg + i holds head-dim columns
+    32jg + 8t + i (c0 / c2) and + 4 (c1 / c3), so a lane writes 8 contiguous floats a
+    group."""
+    for jg in range(OGROUPS):
+        for i in range(4):
+            col = 32 * jg + 8 * tq + i
+            a = (4 * jg + i) * 4 + 2 * r
+            dst[b, row, h, col] = acc[a] * scale
+            dst[b, row, h, col + 4] = acc[a + 1] * scale

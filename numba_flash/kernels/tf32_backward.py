@@ -67,16 +67,15 @@ d = 128 (one block an SM on an H100/H200; over 48 KiB is opted in at launch).
 from __future__ import annotations
 
 import functools
-import math
 from dataclasses import dataclass
 
 from numba_flash import ptx
-from numba_flash._numba_cuda import cuda, float32
+from numba_flash._numba_cuda import cuda, float32, uint32
 from numba_flash.config import TF32_HEAD_DIMS
+from numba_flash.kernels import copy, fragments, softmax
+from numba_flash.kernels.block_info import key_tiles, mask_info, query_tiles, tile_needs_mask
 
 LOG2E = 1.4426950408889634
-POS_INF = float32(math.inf)
-NEG_INF = float32(-math.inf)
 _ALIGN = ptx.SMEM_ALIGN  # a module global, so numba sees a literal (see ptx.SMEM_ALIGN)
 
 @dataclass(frozen=True)
@@ -139,7 +138,7 @@ def tf32_backward_tiles(head_dim: int, causal: bool = False) -> Tf32BwdTiles:
 
 
 @functools.lru_cache(maxsize=None)
-def dkdv_kernel(t: Tf32BwdTiles, causal: bool):
+def tf32_bwd_dkdv_kernel(t: Tf32BwdTiles, causal: bool):
     """``kernel[grid, threads, stream, tf32_bwd_smem_bytes(t)[0]](q, k, v, dout, lse, delta,
     dk, dv, softmax_scale)``; q, dout (B, Nq, H, d), k, v, dk, dv (B, Nk, H, d) float32
     with 16-byte aligned rows; lse, delta (B, H, Nq) float32."""
@@ -155,8 +154,7 @@ def dkdv_kernel(t: Tf32BwdTiles, causal: bool):
     KV_BYTES = BLOCK_N * ROW_BYTES
     QT_BYTES = BLOCK_M * ROW_BYTES  # one stage of Q (or dO)
     ROW_VALS = 4 * BLOCK_M  # [stage][lse2 (BLOCK_M) | delta (BLOCK_M)]
-    mma = ptx.mma_m16n8k8_tf32
-    tf32 = ptx.cvt_rna_tf32
+    SW = copy.SW_TF32
 
     @cuda.jit
     def tf32_bwd_dkdv(q, k, v, dout, lse, delta, dk, dv, softmax_scale):
@@ -168,10 +166,9 @@ def dkdv_kernel(t: Tf32BwdTiles, causal: bool):
         lane = tid % 32
         g = lane >> 2  # accumulator rows (keys) g and g + 8
         tq = lane & 3  # accumulator columns (queries) 2·tq, 2·tq + 1
-        sw_g = (g & 6) ^ ((g & 1) << 2)  # sw(r) of the rows g (mod 8) this lane reads
-        seqlen_q = q.shape[1]
-        seqlen_k = k.shape[1]
-        diag = seqlen_k - seqlen_q  # query i sees keys j <= i + diag
+        sw_g = copy.swizzle(g, 0, SW)  # the swizzle of the rows ≡ g (mod 8) this lane reads
+        mi = mask_info(q, k, CAUSAL)
+        seqlen_q, seqlen_k = mi[0], mi[1]
         scale2 = float32(softmax_scale * LOG2E)
 
         # dynamic: K | V | Q stages | dO stages (byte offsets); static: lse2 | delta
@@ -182,6 +179,10 @@ def dkdv_kernel(t: Tf32BwdTiles, causal: bool):
         do_base = q_base + 2 * QT_BYTES
         s_rows = cuda.shared.array(ROW_VALS, float32)
 
+        ka = cuda.local.array(8, uint32)  # tf32 A fragments of K and V rows g, g + 8: two k-steps
+        va = cuda.local.array(8, uint32)
+        pa = cuda.local.array(4, uint32)  # tf32 A fragments of Pᵀ and dSᵀ, one k-step
+        da = cuda.local.array(4, uint32)
         acc_s = cuda.local.array(S_REGS, float32)  # Sᵀ, then Pᵀ
         acc_dp = cuda.local.array(S_REGS, float32)  # dPᵀ, then dSᵀ
         acc_dk = cuda.local.array(O_REGS, float32)
@@ -191,56 +192,31 @@ def dkdv_kernel(t: Tf32BwdTiles, causal: bool):
             acc_dv[i] = float32(0.0)
 
         # K and V of this block (rows past the end zero-filled, source clamped in bounds)
-        for idx in range(tid, BLOCK_N * CHUNKS, THREADS):
-            r = idx // CHUNKS
-            c = idx - r * CHUNKS
-            row = start_n + r
-            off = r * ROW_BYTES + ((c ^ ((r & 6) ^ ((r & 1) << 2))) << 4)
-            src = (b, min(row, seqlen_k - 1), h, c * 4)
-            ptx.cp_async_16_zfill(k_base + off, k, src, row < seqlen_k)
-            ptx.cp_async_16_zfill(v_base + off, v, src, row < seqlen_k)
-
-        start_q = 0
-        if CAUSAL:  # queries before start_n - diag see none of this block's keys
-            start_q = (max(0, start_n - diag) // BLOCK_M) * BLOCK_M
-        n_tiles = (seqlen_q - start_q + BLOCK_M - 1) // BLOCK_M
+        copy.copy_tile_pair(k_base, k, v_base, v, b, h, start_n, seqlen_k, tid, BLOCK_N, CHUNKS, 4, ROW_BYTES, SW,
+                            THREADS)  # fmt: skip
+        m_lo, m_hi = query_tiles(start_n, BLOCK_M, mi)
 
         row_k = k_base + (warp * 16 + g) * ROW_BYTES  # A rows: keys g, g + 8 of this warp
         row_v = v_base + (warp * 16 + g) * ROW_BYTES
-        # i = -1 only starts the copy of query tile 0; tile i+1 is copied while i is used
-        for i in range(-1, n_tiles):
-            if i >= 0:
+        # i = m_lo - 1 only starts the copy of query tile m_lo; tile i+1 is copied while i is used
+        for i in range(m_lo - 1, m_hi):
+            if i >= m_lo:
                 ptx.cp_async_wait_group(0)
                 # tile i (and K, V) landed for every thread's copies and its lse2/delta
                 # stores are done; every warp is done with tile i-1, whose stage is next
                 cuda.syncthreads()
-            if i + 1 < n_tiles:
+            if i + 1 < m_hi:
                 nxt = (i + 1) & 1
-                first = start_q + (i + 1) * BLOCK_M
-                for idx in range(tid, BLOCK_M * CHUNKS, THREADS):
-                    r = idx // CHUNKS
-                    c = idx - r * CHUNKS
-                    row = first + r
-                    off = nxt * QT_BYTES + r * ROW_BYTES + ((c ^ ((r & 6) ^ ((r & 1) << 2))) << 4)
-                    src = (b, min(row, seqlen_q - 1), h, c * 4)
-                    ptx.cp_async_16_zfill(q_base + off, q, src, row < seqlen_q)
-                    ptx.cp_async_16_zfill(do_base + off, dout, src, row < seqlen_q)
-                for r in range(tid, BLOCK_M, THREADS):
-                    row = first + r
-                    lse2 = POS_INF  # rows past the end and rows that see no key: p = 0
-                    dl = float32(0.0)
-                    if row < seqlen_q:
-                        x = lse[b, h, row]
-                        if x != NEG_INF:
-                            lse2 = x * float32(LOG2E)
-                        dl = delta[b, h, row]
-                    s_rows[nxt * 2 * BLOCK_M + r] = lse2
-                    s_rows[nxt * 2 * BLOCK_M + BLOCK_M + r] = dl
+                copy.copy_tile_pair(q_base + nxt * QT_BYTES, q, do_base + nxt * QT_BYTES, dout, b, h,
+                                    (i + 1) * BLOCK_M, seqlen_q, tid, BLOCK_M, CHUNKS, 4, ROW_BYTES, SW,
+                                    THREADS)  # fmt: skip
+                softmax.stage_row_stats(s_rows, nxt * 2 * BLOCK_M, nxt * 2 * BLOCK_M + BLOCK_M, lse, delta, b, h,
+                                        (i + 1) * BLOCK_M, seqlen_q, tid, BLOCK_M, THREADS, True)  # fmt: skip
             ptx.cp_async_commit()
-            if i < 0:
+            if i < m_lo:
                 continue
             stage = i & 1
-            start_m = start_q + i * BLOCK_M
+            start_m = i * BLOCK_M
             q_tile = q_base + stage * QT_BYTES
             do_tile = do_base + stage * QT_BYTES
             rows_off = stage * 2 * BLOCK_M
@@ -251,111 +227,46 @@ def dkdv_kernel(t: Tf32BwdTiles, causal: bool):
                 acc_dp[j] = float32(0.0)
             for p in range(KPAIRS):
                 off = ((4 * p + tq) ^ sw_g) << 4  # columns 16p + 4t .. +3
-                y0, y1, y2, y3 = ptx.ld_shared_v4_f32(row_k + off)  # key g
-                z0, z1, z2, z3 = ptx.ld_shared_v4_f32(row_k + 8 * ROW_BYTES + off)  # key g + 8
-                ka0, ka1, ka2, ka3 = tf32(y0), tf32(z0), tf32(y1), tf32(z1)  # k-step 2p
-                ka4, ka5, ka6, ka7 = tf32(y2), tf32(z2), tf32(y3), tf32(z3)  # k-step 2p + 1
-                y0, y1, y2, y3 = ptx.ld_shared_v4_f32(row_v + off)
-                z0, z1, z2, z3 = ptx.ld_shared_v4_f32(row_v + 8 * ROW_BYTES + off)
-                va0, va1, va2, va3 = tf32(y0), tf32(z0), tf32(y1), tf32(z1)
-                va4, va5, va6, va7 = tf32(y2), tf32(z2), tf32(y3), tf32(z3)
+                fragments.load_tf32_a(ka, 0, row_k, off, ROW_BYTES)
+                fragments.load_tf32_a(va, 0, row_v, off, ROW_BYTES)
                 for nt in range(NT_S):
-                    s = nt * 4
-                    x0, x1, x2, x3 = ptx.ld_shared_v4_f32(q_tile + (nt * 8 + g) * ROW_BYTES + off)
-                    acc_s[s], acc_s[s + 1], acc_s[s + 2], acc_s[s + 3] = mma(
-                        ka0, ka1, ka2, ka3, tf32(x0), tf32(x1), acc_s[s], acc_s[s + 1], acc_s[s + 2], acc_s[s + 3]
-                    )
-                    acc_s[s], acc_s[s + 1], acc_s[s + 2], acc_s[s + 3] = mma(
-                        ka4, ka5, ka6, ka7, tf32(x2), tf32(x3), acc_s[s], acc_s[s + 1], acc_s[s + 2], acc_s[s + 3]
-                    )
-                    x0, x1, x2, x3 = ptx.ld_shared_v4_f32(do_tile + (nt * 8 + g) * ROW_BYTES + off)
-                    acc_dp[s], acc_dp[s + 1], acc_dp[s + 2], acc_dp[s + 3] = mma(
-                        va0, va1, va2, va3, tf32(x0), tf32(x1), acc_dp[s], acc_dp[s + 1], acc_dp[s + 2], acc_dp[s + 3]
-                    )
-                    acc_dp[s], acc_dp[s + 1], acc_dp[s + 2], acc_dp[s + 3] = mma(
-                        va4, va5, va6, va7, tf32(x2), tf32(x3), acc_dp[s], acc_dp[s + 1], acc_dp[s + 2], acc_dp[s + 3]
-                    )
+                    fragments.mma_tf32_row_pair(acc_s, nt * 4, ka, 0, q_tile + (nt * 8 + g) * ROW_BYTES + off)
+                    fragments.mma_tf32_row_pair(acc_dp, nt * 4, va, 0, do_tile + (nt * 8 + g) * ROW_BYTES + off)
 
-            # Pᵀ and dSᵀ: element e of n-tile nt is (key g + 8·(e >> 1), query 8nt + 2t + (e & 1));
-            # only tiles crossing the causal diagonal need a mask (rows past the end of
-            # the queries have lse2 = +inf, so p = 0 there already)
-            needs_mask = False
-            if CAUSAL:
-                needs_mask = start_n + BLOCK_N - 1 > start_m + diag
+            # Pᵀ and dSᵀ: element e of n-tile nt is (key g + 8·(e >> 1), query 8nt + 2t + (e & 1))
+            needs_mask = tile_needs_mask(start_m, BLOCK_M, start_n, BLOCK_N, mi)
+            fragments.scores_to_logits(acc_s, 0, NT_S, start_n + warp * 16, start_m, scale2, needs_mask, mi, True)
             for nt in range(NT_S):
                 for e in range(4):
                     col = nt * 8 + 2 * tq + (e & 1)
-                    p = ptx.ex2_approx(acc_s[nt * 4 + e] * scale2 - s_rows[rows_off + col])
-                    if needs_mask:
-                        if start_n + warp * 16 + g + 8 * (e >> 1) > start_m + col + diag:
-                            p = float32(0.0)
-                    acc_s[nt * 4 + e] = p
-                    acc_dp[nt * 4 + e] = p * (acc_dp[nt * 4 + e] - s_rows[rows_off + BLOCK_M + col])
+                    acc_s[nt * 4 + e], acc_dp[nt * 4 + e] = softmax.softmax_grad(
+                        acc_s[nt * 4 + e], acc_dp[nt * 4 + e], s_rows[rows_off + col],
+                        s_rows[rows_off + BLOCK_M + col], True,
+                    )  # fmt: skip
 
-            # dV += Pᵀ·dO and dK += dSᵀ·Q: queries are k; slot t ↔ query 2t, slot t+4 ↔
-            # 2t+1 of k-step nt, so a0..a3 = tf32(c0, c2, c1, c3); B rows 8nt + 2t, +1
-            # (sw = 2t and 2t ^ 4), head-dim columns 32jg + 4g .. +3 (n-tiles 4jg .. +3)
+            # dV += Pᵀ·dO and dK += dSᵀ·Q: queries are k (fragments.mma_tf32_rows)
             for nt in range(NT_S):
-                s = nt * 4
-                pa0, pa1, pa2, pa3 = tf32(acc_s[s]), tf32(acc_s[s + 2]), tf32(acc_s[s + 1]), tf32(acc_s[s + 3])
-                da0, da1, da2, da3 = tf32(acc_dp[s]), tf32(acc_dp[s + 2]), tf32(acc_dp[s + 1]), tf32(acc_dp[s + 3])
-                row_do = do_tile + (nt * 8 + 2 * tq) * ROW_BYTES
-                row_q = q_tile + (nt * 8 + 2 * tq) * ROW_BYTES
-                for jg in range(OGROUPS):
-                    off0 = ((8 * jg + g) ^ (2 * tq)) << 4
-                    off1 = ROW_BYTES + (((8 * jg + g) ^ (2 * tq) ^ 4) << 4)
-                    v0, v1, v2, v3 = ptx.ld_shared_v4_f32(row_do + off0)
-                    w0, w1, w2, w3 = ptx.ld_shared_v4_f32(row_do + off1)
-                    o = 16 * jg
-                    acc_dv[o], acc_dv[o + 1], acc_dv[o + 2], acc_dv[o + 3] = mma(
-                        pa0, pa1, pa2, pa3, tf32(v0), tf32(w0), acc_dv[o], acc_dv[o + 1], acc_dv[o + 2], acc_dv[o + 3]
-                    )
-                    acc_dv[o + 4], acc_dv[o + 5], acc_dv[o + 6], acc_dv[o + 7] = mma(
-                        pa0, pa1, pa2, pa3, tf32(v1), tf32(w1), acc_dv[o + 4], acc_dv[o + 5], acc_dv[o + 6], acc_dv[o + 7]
-                    )
-                    acc_dv[o + 8], acc_dv[o + 9], acc_dv[o + 10], acc_dv[o + 11] = mma(
-                        pa0, pa1, pa2, pa3, tf32(v2), tf32(w2), acc_dv[o + 8], acc_dv[o + 9], acc_dv[o + 10], acc_dv[o + 11]
-                    )
-                    acc_dv[o + 12], acc_dv[o + 13], acc_dv[o + 14], acc_dv[o + 15] = mma(
-                        pa0, pa1, pa2, pa3, tf32(v3), tf32(w3), acc_dv[o + 12], acc_dv[o + 13], acc_dv[o + 14], acc_dv[o + 15]
-                    )
-                    v0, v1, v2, v3 = ptx.ld_shared_v4_f32(row_q + off0)
-                    w0, w1, w2, w3 = ptx.ld_shared_v4_f32(row_q + off1)
-                    acc_dk[o], acc_dk[o + 1], acc_dk[o + 2], acc_dk[o + 3] = mma(
-                        da0, da1, da2, da3, tf32(v0), tf32(w0), acc_dk[o], acc_dk[o + 1], acc_dk[o + 2], acc_dk[o + 3]
-                    )
-                    acc_dk[o + 4], acc_dk[o + 5], acc_dk[o + 6], acc_dk[o + 7] = mma(
-                        da0, da1, da2, da3, tf32(v1), tf32(w1), acc_dk[o + 4], acc_dk[o + 5], acc_dk[o + 6], acc_dk[o + 7]
-                    )
-                    acc_dk[o + 8], acc_dk[o + 9], acc_dk[o + 10], acc_dk[o + 11] = mma(
-                        da0, da1, da2, da3, tf32(v2), tf32(w2), acc_dk[o + 8], acc_dk[o + 9], acc_dk[o + 10], acc_dk[o + 11]
-                    )
-                    acc_dk[o + 12], acc_dk[o + 13], acc_dk[o + 14], acc_dk[o + 15] = mma(
-                        da0, da1, da2, da3, tf32(v3), tf32(w3), acc_dk[o + 12], acc_dk[o + 13], acc_dk[o + 14], acc_dk[o + 15]
-                    )
+                fragments.tf32_a_from_acc(pa, acc_s, nt * 4)
+                fragments.tf32_a_from_acc(da, acc_dp, nt * 4)
+                rows = (nt * 8 + 2 * tq) * ROW_BYTES
+                fragments.mma_tf32_rows(acc_dv, pa, do_tile + rows, g, tq, OGROUPS, ROW_BYTES)
+                fragments.mma_tf32_rows(acc_dk, da, q_tile + rows, g, tq, OGROUPS, ROW_BYTES)
 
-        ptx.cp_async_wait_all()  # no copy may land after the block exits (n_tiles <= 0)
-        # epilogue: n-tile 4jg+i holds head-dim columns 32jg + 8t + i (c0 / c2) and + 4 (c1 / c3)
+        ptx.cp_async_wait_all()  # no copy may land after the block exits (no query tile)
         scale = float32(softmax_scale)
         for r in range(2):
             key = start_n + warp * 16 + g + 8 * r
             if key < seqlen_k:
-                for jg in range(OGROUPS):
-                    for i in range(4):
-                        col = 32 * jg + 8 * tq + i
-                        a = (4 * jg + i) * 4 + 2 * r
-                        dk[b, key, h, col] = acc_dk[a] * scale
-                        dk[b, key, h, col + 4] = acc_dk[a + 1] * scale
-                        dv[b, key, h, col] = acc_dv[a]
-                        dv[b, key, h, col + 4] = acc_dv[a + 1]
+                fragments.store_tf32_row(dk, b, key, h, acc_dk, r, tq, OGROUPS, scale)
+                fragments.store_tf32_row(dv, b, key, h, acc_dv, r, tq, OGROUPS, float32(1.0))
 
     return tf32_bwd_dkdv
 
 
 @functools.lru_cache(maxsize=None)
-def dq_kernel(t: Tf32BwdTiles, causal: bool):
+def tf32_bwd_dq_kernel(t: Tf32BwdTiles, causal: bool):
     """``kernel[grid, threads, stream, tf32_bwd_smem_bytes(t)[1]](q, k, v, dout, lse, delta,
-    dq, softmax_scale)``; shapes as :func:`dkdv_kernel`, dq like q."""
+    dq, softmax_scale)``; shapes as :func:`tf32_bwd_dkdv_kernel`, dq like q."""
     BLOCK_M, BLOCK_N, HEAD_DIM, THREADS = t.q_block_m, t.q_block_n, t.head_dim, t.threads
     CAUSAL = causal
     KPAIRS = HEAD_DIM // 16
@@ -367,8 +278,7 @@ def dq_kernel(t: Tf32BwdTiles, causal: bool):
     ROW_BYTES = HEAD_DIM * 4
     Q_BYTES = BLOCK_M * ROW_BYTES
     KV_BYTES = BLOCK_N * ROW_BYTES  # one stage of K (or V)
-    mma = ptx.mma_m16n8k8_tf32
-    tf32 = ptx.cvt_rna_tf32
+    SW = copy.SW_TF32
 
     @cuda.jit
     def tf32_bwd_dq(q, k, v, dout, lse, delta, dq, softmax_scale):
@@ -380,10 +290,9 @@ def dq_kernel(t: Tf32BwdTiles, causal: bool):
         lane = tid % 32
         g = lane >> 2  # accumulator rows (queries) g and g + 8
         tq = lane & 3  # accumulator columns (keys) 2·tq, 2·tq + 1
-        sw_g = (g & 6) ^ ((g & 1) << 2)
-        seqlen_q = q.shape[1]
-        seqlen_k = k.shape[1]
-        diag = seqlen_k - seqlen_q
+        sw_g = copy.swizzle(g, 0, SW)
+        mi = mask_info(q, k, CAUSAL)
+        seqlen_q, seqlen_k = mi[0], mi[1]
         scale2 = float32(softmax_scale * LOG2E)
 
         # dynamic: Q | dO | K stages | V stages (byte offsets)
@@ -393,6 +302,9 @@ def dq_kernel(t: Tf32BwdTiles, causal: bool):
         k_base = do_base + Q_BYTES
         v_base = k_base + 2 * KV_BYTES
 
+        qa = cuda.local.array(8, uint32)  # tf32 A fragments of Q and dO rows g, g + 8: two k-steps
+        da = cuda.local.array(8, uint32)
+        sa = cuda.local.array(4, uint32)  # tf32 A fragment of dS, one k-step
         acc_s = cuda.local.array(S_REGS, float32)  # S, then P
         acc_dp = cuda.local.array(S_REGS, float32)  # dP, then dS
         acc_dq = cuda.local.array(O_REGS, float32)
@@ -401,50 +313,27 @@ def dq_kernel(t: Tf32BwdTiles, causal: bool):
         for i in range(O_REGS):
             acc_dq[i] = float32(0.0)
         for r in range(2):
-            row = start_m + warp * 16 + g + 8 * r
-            lse2[r] = POS_INF  # rows past the end and rows that see no key: p = 0
-            delta_i[r] = float32(0.0)
-            if row < seqlen_q:
-                x = lse[b, h, row]
-                if x != NEG_INF:
-                    lse2[r] = x * float32(LOG2E)
-                delta_i[r] = delta[b, h, row]
+            lse2[r], delta_i[r] = softmax.row_stats(lse, delta, b, h, start_m + warp * 16 + g + 8 * r, seqlen_q, True)
 
-        for idx in range(tid, BLOCK_M * CHUNKS, THREADS):
-            r = idx // CHUNKS
-            c = idx - r * CHUNKS
-            row = start_m + r
-            off = r * ROW_BYTES + ((c ^ ((r & 6) ^ ((r & 1) << 2))) << 4)
-            src = (b, min(row, seqlen_q - 1), h, c * 4)
-            ptx.cp_async_16_zfill(q_base + off, q, src, row < seqlen_q)
-            ptx.cp_async_16_zfill(do_base + off, dout, src, row < seqlen_q)
-
-        end_n = seqlen_k
-        if CAUSAL:  # key tiles wholly above the diagonal are skipped
-            end_n = min(seqlen_k, max(0, start_m + BLOCK_M + diag))
-        n_tiles = (end_n + BLOCK_N - 1) // BLOCK_N
+        copy.copy_tile_pair(q_base, q, do_base, dout, b, h, start_m, seqlen_q, tid, BLOCK_M, CHUNKS, 4, ROW_BYTES,
+                            SW, THREADS)  # fmt: skip
+        n_lo, n_hi = key_tiles(start_m, BLOCK_M, BLOCK_N, mi)
 
         row_q = q_base + (warp * 16 + g) * ROW_BYTES  # A rows: queries g, g + 8 of this warp
         row_do = do_base + (warp * 16 + g) * ROW_BYTES
-        # j = -1 only starts the copy of tile 0; tile j+1 is copied while j is used
-        for j in range(-1, n_tiles):
-            if j >= 0:
+        # j = n_lo - 1 only starts the copy of tile n_lo; tile j+1 is copied while j is used
+        for j in range(n_lo - 1, n_hi):
+            if j >= n_lo:
                 ptx.cp_async_wait_group(0)
                 # tile j (and Q, dO) landed for every thread's copies; every warp is
                 # done with tile j-1, whose stage the copies of tile j+1 overwrite next
                 cuda.syncthreads()
-            if j + 1 < n_tiles:
+            if j + 1 < n_hi:
                 nxt = ((j + 1) & 1) * KV_BYTES
-                for idx in range(tid, BLOCK_N * CHUNKS, THREADS):
-                    r = idx // CHUNKS
-                    c = idx - r * CHUNKS
-                    row = (j + 1) * BLOCK_N + r
-                    off = nxt + r * ROW_BYTES + ((c ^ ((r & 6) ^ ((r & 1) << 2))) << 4)
-                    src = (b, min(row, seqlen_k - 1), h, c * 4)
-                    ptx.cp_async_16_zfill(k_base + off, k, src, row < seqlen_k)
-                    ptx.cp_async_16_zfill(v_base + off, v, src, row < seqlen_k)
+                copy.copy_tile_pair(k_base + nxt, k, v_base + nxt, v, b, h, (j + 1) * BLOCK_N, seqlen_k, tid,
+                                    BLOCK_N, CHUNKS, 4, ROW_BYTES, SW, THREADS)  # fmt: skip
             ptx.cp_async_commit()
-            if j < 0:
+            if j < n_lo:
                 continue
             start_n = j * BLOCK_N
             k_tile = k_base + (j & 1) * KV_BYTES
@@ -456,82 +345,31 @@ def dq_kernel(t: Tf32BwdTiles, causal: bool):
                 acc_dp[i] = float32(0.0)
             for p in range(KPAIRS):
                 off = ((4 * p + tq) ^ sw_g) << 4  # columns 16p + 4t .. +3
-                y0, y1, y2, y3 = ptx.ld_shared_v4_f32(row_q + off)  # query g
-                z0, z1, z2, z3 = ptx.ld_shared_v4_f32(row_q + 8 * ROW_BYTES + off)  # query g + 8
-                qa0, qa1, qa2, qa3 = tf32(y0), tf32(z0), tf32(y1), tf32(z1)  # k-step 2p
-                qa4, qa5, qa6, qa7 = tf32(y2), tf32(z2), tf32(y3), tf32(z3)  # k-step 2p + 1
-                y0, y1, y2, y3 = ptx.ld_shared_v4_f32(row_do + off)
-                z0, z1, z2, z3 = ptx.ld_shared_v4_f32(row_do + 8 * ROW_BYTES + off)
-                da0, da1, da2, da3 = tf32(y0), tf32(z0), tf32(y1), tf32(z1)
-                da4, da5, da6, da7 = tf32(y2), tf32(z2), tf32(y3), tf32(z3)
+                fragments.load_tf32_a(qa, 0, row_q, off, ROW_BYTES)
+                fragments.load_tf32_a(da, 0, row_do, off, ROW_BYTES)
                 for nt in range(NT_S):
-                    s = nt * 4
-                    x0, x1, x2, x3 = ptx.ld_shared_v4_f32(k_tile + (nt * 8 + g) * ROW_BYTES + off)
-                    acc_s[s], acc_s[s + 1], acc_s[s + 2], acc_s[s + 3] = mma(
-                        qa0, qa1, qa2, qa3, tf32(x0), tf32(x1), acc_s[s], acc_s[s + 1], acc_s[s + 2], acc_s[s + 3]
-                    )
-                    acc_s[s], acc_s[s + 1], acc_s[s + 2], acc_s[s + 3] = mma(
-                        qa4, qa5, qa6, qa7, tf32(x2), tf32(x3), acc_s[s], acc_s[s + 1], acc_s[s + 2], acc_s[s + 3]
-                    )
-                    x0, x1, x2, x3 = ptx.ld_shared_v4_f32(v_tile + (nt * 8 + g) * ROW_BYTES + off)
-                    acc_dp[s], acc_dp[s + 1], acc_dp[s + 2], acc_dp[s + 3] = mma(
-                        da0, da1, da2, da3, tf32(x0), tf32(x1), acc_dp[s], acc_dp[s + 1], acc_dp[s + 2], acc_dp[s + 3]
-                    )
-                    acc_dp[s], acc_dp[s + 1], acc_dp[s + 2], acc_dp[s + 3] = mma(
-                        da4, da5, da6, da7, tf32(x2), tf32(x3), acc_dp[s], acc_dp[s + 1], acc_dp[s + 2], acc_dp[s + 3]
-                    )
+                    fragments.mma_tf32_row_pair(acc_s, nt * 4, qa, 0, k_tile + (nt * 8 + g) * ROW_BYTES + off)
+                    fragments.mma_tf32_row_pair(acc_dp, nt * 4, da, 0, v_tile + (nt * 8 + g) * ROW_BYTES + off)
 
-            # P and dS: element e of n-tile nt is (query g + 8·(e >> 1), key 8nt + 2t + (e & 1));
-            # only tiles crossing the end of the keys or the causal diagonal need a mask
-            needs_mask = start_n + BLOCK_N > seqlen_k
-            if CAUSAL:
-                needs_mask = needs_mask or start_n + BLOCK_N - 1 > start_m + diag
+            # P and dS: element e of n-tile nt is (query g + 8·(e >> 1), key 8nt + 2t + (e & 1))
+            needs_mask = tile_needs_mask(start_m, BLOCK_M, start_n, BLOCK_N, mi)
+            fragments.scores_to_logits(acc_s, 0, NT_S, start_m + warp * 16, start_n, scale2, needs_mask, mi, False)
             for nt in range(NT_S):
                 for e in range(4):
-                    r = e >> 1
-                    p = ptx.ex2_approx(acc_s[nt * 4 + e] * scale2 - lse2[r])
-                    if needs_mask:
-                        kj = start_n + nt * 8 + 2 * tq + (e & 1)
-                        masked = kj >= seqlen_k
-                        if CAUSAL:
-                            masked = masked or kj > start_m + warp * 16 + g + 8 * r + diag
-                        if masked:
-                            p = float32(0.0)
-                    acc_dp[nt * 4 + e] = p * (acc_dp[nt * 4 + e] - delta_i[r])
+                    _, acc_dp[nt * 4 + e] = softmax.softmax_grad(
+                        acc_s[nt * 4 + e], acc_dp[nt * 4 + e], lse2[e >> 1], delta_i[e >> 1], True
+                    )
 
-            # dQ += dS·K_j: keys are k; a0..a3 = tf32(c0, c2, c1, c3) of n-tile nt, B rows
-            # 8nt + 2t, +1 of K, head-dim columns 32jg + 4g .. +3 (n-tiles 4jg .. +3)
+            # dQ += dS·K_j: keys are k (fragments.mma_tf32_rows)
             for nt in range(NT_S):
-                s = nt * 4
-                a0, a1, a2, a3 = tf32(acc_dp[s]), tf32(acc_dp[s + 2]), tf32(acc_dp[s + 1]), tf32(acc_dp[s + 3])
-                row_k = k_tile + (nt * 8 + 2 * tq) * ROW_BYTES
-                for jg in range(OGROUPS):
-                    v0, v1, v2, v3 = ptx.ld_shared_v4_f32(row_k + (((8 * jg + g) ^ (2 * tq)) << 4))
-                    w0, w1, w2, w3 = ptx.ld_shared_v4_f32(row_k + ROW_BYTES + (((8 * jg + g) ^ (2 * tq) ^ 4) << 4))
-                    o = 16 * jg
-                    acc_dq[o], acc_dq[o + 1], acc_dq[o + 2], acc_dq[o + 3] = mma(
-                        a0, a1, a2, a3, tf32(v0), tf32(w0), acc_dq[o], acc_dq[o + 1], acc_dq[o + 2], acc_dq[o + 3]
-                    )
-                    acc_dq[o + 4], acc_dq[o + 5], acc_dq[o + 6], acc_dq[o + 7] = mma(
-                        a0, a1, a2, a3, tf32(v1), tf32(w1), acc_dq[o + 4], acc_dq[o + 5], acc_dq[o + 6], acc_dq[o + 7]
-                    )
-                    acc_dq[o + 8], acc_dq[o + 9], acc_dq[o + 10], acc_dq[o + 11] = mma(
-                        a0, a1, a2, a3, tf32(v2), tf32(w2), acc_dq[o + 8], acc_dq[o + 9], acc_dq[o + 10], acc_dq[o + 11]
-                    )
-                    acc_dq[o + 12], acc_dq[o + 13], acc_dq[o + 14], acc_dq[o + 15] = mma(
-                        a0, a1, a2, a3, tf32(v3), tf32(w3), acc_dq[o + 12], acc_dq[o + 13], acc_dq[o + 14], acc_dq[o + 15]
-                    )
+                fragments.tf32_a_from_acc(sa, acc_dp, nt * 4)
+                fragments.mma_tf32_rows(acc_dq, sa, k_tile + (nt * 8 + 2 * tq) * ROW_BYTES, g, tq, OGROUPS, ROW_BYTES)
 
-        ptx.cp_async_wait_all()  # no copy may land after the block exits (n_tiles = 0)
+        ptx.cp_async_wait_all()  # no copy may land after the block exits (no key tile)
         scale = float32(softmax_scale)
         for r in range(2):
             row = start_m + warp * 16 + g + 8 * r
             if row < seqlen_q:
-                for jg in range(OGROUPS):
-                    for i in range(4):
-                        col = 32 * jg + 8 * tq + i
-                        a = (4 * jg + i) * 4 + 2 * r
-                        dq[b, row, h, col] = acc_dq[a] * scale
-                        dq[b, row, h, col + 4] = acc_dq[a + 1] * scale
+                fragments.store_tf32_row(dq, b, row, h, acc_dq, r, tq, OGROUPS, scale)
 
     return tf32_bwd_dq

@@ -63,7 +63,6 @@ the banks); for V they are rows 2t (or 2t+1), t = 0..3, at chunks 8j + g, g ∈ 
 from __future__ import annotations
 
 import functools
-import math
 from dataclasses import dataclass
 
 from numba_flash import ptx
@@ -150,8 +149,6 @@ def tf32_forward_kernel(t: Tf32Tiles, causal: bool):
     Q_BYTES = BLOCK_M * ROW_BYTES
     KV_BYTES = BLOCK_N * ROW_BYTES  # one stage of K (or V)
     SW = copy.SW_TF32
-    mma = ptx.mma_m16n8k8_tf32_acc
-    tf32 = ptx.cvt_rna_tf32
 
     @cuda.jit
     def tf32_forward(q, k, v, out, lse, softmax_scale):
@@ -199,19 +196,9 @@ def tf32_forward_kernel(t: Tf32Tiles, causal: bool):
                 # with tile j-1, whose stage the copies of tile j+1 overwrite next
                 cuda.syncthreads()
             if j == n_lo:  # Q fragments (tf32): rows g, g+8 of the warp's 16, kept in registers
-                row_q = q_base + (warp * 16 + g) * ROW_BYTES
                 for p in range(KPAIRS):
-                    off = ((4 * p + tq) ^ sw_g) << 4
-                    y0, y1, y2, y3 = ptx.ld_shared_v4_f32(row_q + off)  # row g, columns 16p+4t..+3
-                    z0, z1, z2, z3 = ptx.ld_shared_v4_f32(row_q + 8 * ROW_BYTES + off)  # row g + 8
-                    q_frag[8 * p + 0] = tf32(y0)  # k-step 2p: slots t, t+4 = columns 16p+4t, +1
-                    q_frag[8 * p + 1] = tf32(z0)
-                    q_frag[8 * p + 2] = tf32(y1)
-                    q_frag[8 * p + 3] = tf32(z1)
-                    q_frag[8 * p + 4] = tf32(y2)  # k-step 2p+1: columns 16p+4t+2, +3
-                    q_frag[8 * p + 5] = tf32(z2)
-                    q_frag[8 * p + 6] = tf32(y3)
-                    q_frag[8 * p + 7] = tf32(z3)
+                    fragments.load_tf32_a(q_frag, 8 * p, q_base + (warp * 16 + g) * ROW_BYTES,
+                                          ((4 * p + tq) ^ sw_g) << 4, ROW_BYTES)  # fmt: skip
             if j + 1 < n_hi:
                 nxt = ((j + 1) % STAGES) * KV_BYTES
                 copy.copy_tile_pair(k_base + nxt, k, v_base + nxt, v, b, h, (j + 1) * BLOCK_N, seqlen_k, tid,
@@ -228,11 +215,8 @@ def tf32_forward_kernel(t: Tf32Tiles, causal: bool):
                 acc_s[i] = float32(0.0)
             for p in range(KPAIRS):
                 for nt in range(NT_S):
-                    x0, x1, x2, x3 = ptx.ld_shared_v4_f32(
-                        k_tile + (nt * 8 + g) * ROW_BYTES + (((4 * p + tq) ^ sw_g) << 4)
-                    )
-                    mma(acc_s, nt * 4, q_frag, 8 * p, tf32(x0), tf32(x1))
-                    mma(acc_s, nt * 4, q_frag, 8 * p + 4, tf32(x2), tf32(x3))
+                    b_addr = k_tile + (nt * 8 + g) * ROW_BYTES + (((4 * p + tq) ^ sw_g) << 4)
+                    fragments.mma_tf32_row_pair(acc_s, nt * 4, q_frag, 8 * p, b_addr)
 
             # scores into the log2 domain, masked where the tile needs it; online softmax
             # for rows g (r = 0) and g + 8 (r = 1)
@@ -246,32 +230,17 @@ def tf32_forward_kernel(t: Tf32Tiles, causal: bool):
             # 2t and slot t+4 ↔ key 2t+1, so a0..a3 = tf32(c0, c2, c1, c3), and V's b0, b1
             # come from rows 8nt + 2t and 8nt + 2t + 1 (sw = 2t and 2t ^ 4)
             for nt in range(NT_S):
-                p_frag[0] = tf32(acc_s[nt * 4 + 0])
-                p_frag[1] = tf32(acc_s[nt * 4 + 2])
-                p_frag[2] = tf32(acc_s[nt * 4 + 1])
-                p_frag[3] = tf32(acc_s[nt * 4 + 3])
-                row_v = v_tile + (nt * 8 + 2 * tq) * ROW_BYTES
-                for jg in range(OGROUPS):
-                    # b of n-tiles 4jg .. 4jg+3: head-dim columns 32jg + 4g .. +3
-                    v0, v1, v2, v3 = ptx.ld_shared_v4_f32(row_v + (((8 * jg + g) ^ (2 * tq)) << 4))
-                    w0, w1, w2, w3 = ptx.ld_shared_v4_f32(row_v + ROW_BYTES + (((8 * jg + g) ^ (2 * tq) ^ 4) << 4))
-                    mma(acc_o, 16 * jg, p_frag, 0, tf32(v0), tf32(w0))
-                    mma(acc_o, 16 * jg + 4, p_frag, 0, tf32(v1), tf32(w1))
-                    mma(acc_o, 16 * jg + 8, p_frag, 0, tf32(v2), tf32(w2))
-                    mma(acc_o, 16 * jg + 12, p_frag, 0, tf32(v3), tf32(w3))
+                fragments.tf32_a_from_acc(p_frag, acc_s, nt * 4)
+                fragments.mma_tf32_rows(acc_o, p_frag, v_tile + (nt * 8 + 2 * tq) * ROW_BYTES, g, tq, OGROUPS,
+                                        ROW_BYTES)  # fmt: skip
 
         ptx.cp_async_wait_all()  # no copy may land after the block exits (no key tile)
-        # epilogue: o = acc / l; n-tile 4jg+i holds head-dim columns 32jg + 8t + i (c0, c1
-        # of row g: + 0, + 4), so a lane writes 8 contiguous floats a group; lse = m·ln2 + ln l
+        # epilogue: o = acc / l (fragments.store_tf32_row); lse = m·ln2 + ln l
         for r in range(2):
             inv_l, lse_row = softmax.finalize(m_i[r], l_i[r], 4, True)
             row = start_m + warp * 16 + g + 8 * r
             if row < seqlen_q:
-                for jg in range(OGROUPS):
-                    for i in range(4):
-                        col = 32 * jg + 8 * tq + i
-                        out[b, row, h, col] = acc_o[(4 * jg + i) * 4 + 2 * r] * inv_l
-                        out[b, row, h, col + 4] = acc_o[(4 * jg + i) * 4 + 2 * r + 1] * inv_l
+                fragments.store_tf32_row(out, b, row, h, acc_o, r, tq, OGROUPS, inv_l)
                 if tq == 0:
                     lse[b, h, row] = lse_row
 
