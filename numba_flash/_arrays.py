@@ -69,6 +69,7 @@ def _bfloat16():
 
 BFLOAT16 = _bfloat16()
 SUPPORTED_DTYPES = tuple(d for d in (np.dtype(np.float32), np.dtype(np.float16), BFLOAT16) if d is not None)
+SUPPORTED_BY_NAME = {"float32": np.dtype(np.float32), "float16": np.dtype(np.float16), "bfloat16": BFLOAT16}
 
 
 def _cupy():

@@ -22,6 +22,7 @@ functions on a machine without a GPU (see its docstring).
 from __future__ import annotations
 
 import contextlib
+import functools
 import threading
 
 from numba import cuda, config, float32, int32, int64, uint32, uint16  # noqa: F401
@@ -45,12 +46,32 @@ def device_function(fn):
 
 def gpu_available() -> bool:
     """True when kernels run on a real CUDA device (not the simulator)."""
-    if SIMULATOR:
-        return False
+    return not SIMULATOR and _device_found()
+
+
+@functools.lru_cache(maxsize=None)
+def _device_found() -> bool:  # asked once a process: the API asks on every call
     try:
         return bool(cuda.is_available())
     except Exception:  # pragma: no cover - driver missing or broken
         return False
+
+
+def compute_capability() -> tuple:
+    """The current device's (major, minor); (9, 0) in the simulator, which runs every
+    kernel (the tensor-core ones through their twins)."""
+    if SIMULATOR:
+        return (9, 0)
+    import cupy
+
+    dev = cupy.cuda.Device()
+    cc = _CC.get(dev.id)
+    if cc is None:
+        cc = _CC[dev.id] = tuple(int(x) for x in divmod(int(dev.compute_capability), 10))
+    return cc
+
+
+_CC: dict = {}
 
 
 class _TargetDevice:

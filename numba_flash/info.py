@@ -148,20 +148,23 @@ def device_info(mode: str) -> dict:
 
 def gather_info() -> dict:
     """Everything ``numba-flash info`` prints, as a dict."""
-    from numba_flash import dispatch
+    from numba_flash import plan
     from numba_flash.check import runtime_mode
 
     mode = runtime_mode()
     v = versions()
     v["nvvm"] = _nvvm_version() if mode != "simulator" else NA
+    device = device_info(mode)
+    cc = device["compute_capability"]
+    arch = tuple(int(x) for x in cc.split(".")) if cc != NA else (9, 0)  # the simulator runs every kernel
     try:
-        kernels = dispatch.available()
+        kernels = plan.table(arch)
     except Exception as exc:  # pragma: no cover - a broken install
         kernels = [{"dtype": NA, "head_dims": NA, "forward": f"error: {exc}", "backward": NA}]
     return {
         "simulator": mode == "simulator",
         "mode": mode,
-        "device": device_info(mode),
+        "device": device,
         "versions": v,
         "kernels": kernels,
         "platform": f"{platform.system()} {platform.machine()}",

@@ -1,8 +1,8 @@
 """``numba-flash inspect``: compile the kernels a pass would launch and summarise them.
 
-:func:`inspect_kernels` takes the launch plan from ``numba_flash.dispatch.kernels_for``
-and compiles each kernel's Python function with ``numba.cuda.compile_ptx`` for the
-requested architecture — no GPU needed.  That needs the real ``numba.cuda``: when the
+:func:`inspect_kernels` takes the launch plan (``numba_flash.plan``) of a problem for
+the requested architecture and compiles each kernel's Python function, for the argument
+types its roles give, with ``numba.cuda.compile_ptx`` — no GPU needed.  That needs the real ``numba.cuda``: when the
 CUDA simulator is on in this process the compilation runs in a subprocess
 (``python -m numba_flash.inspection``) with ``NUMBA_ENABLE_CUDASIM`` removed from its
 environment.
@@ -60,7 +60,8 @@ class KernelReport:
     shared_bytes_ptx: int
     local_bytes_ptx: int
     dynamic_shared: bool = False
-    dynamic_shared_bytes: int | None = None  # what the API asks for at launch (config)
+    dynamic_shared_bytes: int | None = None  # what the API asks for at launch (the plan)
+    note: str = ""  # why a faster family does not apply here (the plan's note)
     registers: int | None = None
     spill_stores: int | None = None
     spill_loads: int | None = None
@@ -286,49 +287,53 @@ def _simulator_on() -> bool:
     return os.environ.get("NUMBA_ENABLE_CUDASIM", "0") not in ("", "0")
 
 
-def _compile_here(pass_: str, dtype: str, head_dim: int, causal: bool, arch: str, tf32: bool = False) -> list[KernelReport]:
+def argtypes(launch, work_dtype: str) -> tuple:
+    """The numba types a launch's arguments have at run time (4-D arrays of any
+    layout, lse/delta C-contiguous float32, the scale a float64)."""
     import numpy as np
+    from numba import types
+    from numba.np import numpy_support
+
+    elem = {"u16": types.uint16, "u32": types.uint32}
+    out = []
+    for a in launch.args:
+        if a.role == "scale":
+            out.append(types.float64)
+        elif a.role in ("lse", "delta"):
+            out.append(types.Array(types.float32, 3, "C"))
+        else:
+            ty = elem.get(a.view) or numpy_support.from_dtype(np.dtype(work_dtype))
+            out.append(types.Array(ty, 4, "A"))
+    return tuple(out)
+
+
+def _compile_here(pass_: str, dtype: str, head_dim: int, causal: bool, arch: str, tf32: bool = False) -> list[KernelReport]:
     from numba import cuda
 
-    from numba_flash import dispatch
+    from numba_flash import plan as P
+    from numba_flash._numba_cuda import compiling_for
 
     cc = parse_arch(arch)
     arch_name = f"sm_{cc[0]}{cc[1]}"
-    if dtype == "bfloat16":
-        import ml_dtypes
-
-        np_dtype = np.dtype(ml_dtypes.bfloat16)
-    else:
-        np_dtype = np.dtype(dtype)
-    try:
-        specs = dispatch.kernels_for(pass_, np_dtype, head_dim, causal, allow_tf32=tf32)
-    except (ValueError, TypeError):
-        raise
-    except Exception as exc:  # e.g. numba has no type for this dtype
-        raise RuntimeError(
-            f"dispatch.kernels_for({pass_!r}, {dtype}, {head_dim}, causal={causal}) failed: "
-            f"{type(exc).__name__}: {exc}"
-        ) from exc
-    from numba_flash._numba_cuda import compiling_for
-
+    pl = P.plan(P.Problem(pass_, dtype, head_dim, causal, allow_tf32=tf32, arch=cc))
     reports = []
-    for spec in specs:
+    for launch in pl.launches:
         with compiling_for(cc):  # the kernels' device functions too, without a GPU
-            ptx, _ = cuda.compile_ptx(spec.kernel.py_func, spec.argtypes, cc=cc)
+            ptx, _ = cuda.compile_ptx(launch.kernel.py_func, argtypes(launch, pl.work_dtype), cc=cc)
         shared, local, dynamic = declared_memory(ptx)
         rep = KernelReport(
-            name=spec.name,
-            family=spec.family,
+            name=launch.name,
+            family=pl.family,
             arch=arch_name,
-            tiles=asdict(spec.tiles) if hasattr(spec.tiles, "__dataclass_fields__") else dict(vars(spec.tiles)),
+            tiles=asdict(launch.tiles),
             counts=count_instructions(ptx),
             shared_bytes_ptx=shared,
             local_bytes_ptx=local,
             dynamic_shared=dynamic,
+            dynamic_shared_bytes=launch.smem if dynamic else None,
+            note=pl.note,
             ptx=ptx,
         )
-        if dynamic:
-            rep.dynamic_shared_bytes = _launch_dynamic_smem(spec)
         res, how = resources(ptx, arch_name)
         rep.assembler = how
         if res is not None:
@@ -336,33 +341,6 @@ def _compile_here(pass_: str, dtype: str, head_dim: int, causal: bool, arch: str
                 setattr(rep, key, value)
         reports.append(rep)
     return reports
-
-
-def _launch_dynamic_smem(spec) -> int | None:
-    """Dynamic shared memory the API launches ``spec`` with (from ``numba_flash.config``;
-    None when this module does not know the kernel)."""
-    try:
-        from numba_flash import config
-        from numba_flash.kernels import tf32_forward
-
-        if isinstance(spec.tiles, tf32_forward.Tf32Tiles):
-            return int(tf32_forward.tf32_smem_bytes(spec.tiles))
-        from numba_flash.kernels import tf32_backward
-
-        if isinstance(spec.tiles, tf32_backward.Tf32BwdTiles):
-            dkdv, dq = tf32_backward.tf32_bwd_smem_bytes(spec.tiles)
-            return int(dkdv) if "dkdv" in spec.name else int(dq) if spec.name.endswith("_dq") else None
-        if isinstance(spec.tiles, getattr(config, "TcTiles", ())):
-            return int(config.tc_smem_bytes(spec.tiles))
-        if isinstance(spec.tiles, getattr(config, "TcBwdTiles", ())):
-            dkdv, dq = config.tc_bwd_smem_bytes(spec.tiles)
-            if "dkdv" in spec.name:
-                return int(dkdv)
-            if spec.name.endswith("_dq"):
-                return int(dq)
-    except Exception:
-        pass
-    return None
 
 
 def _compile_in_subprocess(pass_, dtype, head_dim, causal, arch, tf32=False) -> list[KernelReport]:

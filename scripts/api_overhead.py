@@ -18,10 +18,9 @@ import numpy as np
 
 import numba_flash
 from numba_flash import _arrays as A
-from numba_flash import dispatch
+from numba_flash import config
 from numba_flash import _launch
 from numba_flash._launch import launch
-from numba_flash.config import tc_smem_bytes
 from numba_flash.kernels import tc_forward
 
 B, H, N, d, causal = (int(x) for x in (sys.argv[1:6] if len(sys.argv) > 5 else (16, 32, 1024, 64, 1)))
@@ -52,7 +51,7 @@ def gpu_us(fn, reps=REPS):
     return cp.cuda.get_elapsed_time(s, e) / reps * 1e3
 
 
-t = dispatch.tc_forward_tiles(d, causal, "float16")
+t = config.tc_forward_tiles(d, causal, "float16")
 kern = tc_forward.tc_forward_kernel(t, causal, "float16")
 out, lse = cp.empty_like(q), cp.empty((B, H, N), cp.float32)
 args = [x.view(cp.uint16) for x in (q, k, v)] + [out.view(cp.uint32), lse, float(1 / np.sqrt(d))]
@@ -60,7 +59,7 @@ grid = ((N + t.block_m - 1) // t.block_m, H, B)
 
 
 def prepared():
-    launch(kern, grid, t.threads, tc_smem_bytes(t), *args)
+    launch(kern, grid, t.threads, tc_forward.smem_bytes(t), *args)
 
 
 def api():

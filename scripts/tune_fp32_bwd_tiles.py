@@ -76,7 +76,7 @@ def main():
         peer = {c: sdpa_bwd_ms(B, H, N, d, c) for c in (False, True)}
         pairs = [(a, DQ[d][0]) for a in DKDV[d]] + [(DKDV[d][0], b) for b in DQ[d][1:]]
         for a, bq in pairs:
-            os.environ["NUMBA_FLASH_FP32_BWD_TILES"] = json.dumps({str(d): [list(a), list(bq)]})
+            os.environ["NUMBA_FLASH_TILES"] = json.dumps({"blocked_backward": {str(d): [list(a), list(bq)]}})
             row = {"d": d, "dkdv": a, "dq": bq}
             try:
                 row["err"] = max(grad_error(d, c) for c in (False, True))
@@ -88,8 +88,8 @@ def main():
                     row[f"tflops_{name}"] = round(flops / ms / 1e9, 2)
                     if peer[c]:
                         row[f"sdpa_eff_{name}"] = round(flops / peer[c] / 1e9, 2)
-                row["regs"] = [regs(simt_blocked_backward.dkdv_kernel(BlockedTiles(d, *a), False)),
-                               regs(simt_blocked_backward.dq_kernel(BlockedTiles(d, *bq), False))]
+                row["regs"] = [regs(simt_blocked_backward.simt_blocked_dkdv_kernel(BlockedTiles(d, *a), False)),
+                               regs(simt_blocked_backward.simt_blocked_dq_kernel(BlockedTiles(d, *bq), False))]
             except Exception as e:  # a tile shape the device refuses is a result too
                 row["error"] = f"{type(e).__name__}: {e}"[:200]
             print(json.dumps(row), flush=True)

@@ -2,7 +2,7 @@
 
     python3 scripts/tune_fp32_tiles.py [out.jsonl ['{"128": [[bm, bn, tm, tn], ...]}']]
 
-For each head dim and candidate ``BlockedTiles`` (block_m, block_n, tm, tn): first a
+For each head dim and candidate ``BlockedTiles`` (rows, cols, tm, tn): first a
 small correctness check against a float64 CuPy attention (so a tile shape that breaks
 the kernel is reported, not timed), then the forward at the issue's shapes, causal off
 and on, with CUDA events (median of 10 after 3 warm-ups), next to torch SDPA's
@@ -18,7 +18,7 @@ import numpy as np
 
 import numba_flash
 from numba_flash.bench import time_fn
-from numba_flash.config import BlockedTiles, blocked_forward_smem_bytes
+from numba_flash.config import BlockedTiles
 from numba_flash.kernels import simt_blocked_forward
 
 CANDIDATES = {
@@ -71,8 +71,8 @@ def main():
         peer = {c: sdpa_ms(B, H, N, d, c) for c in (False, True)}
         for cand in cands:
             t = BlockedTiles(d, *cand)
-            os.environ["NUMBA_FLASH_FP32_TILES"] = json.dumps({str(d): list(cand)})
-            row = {"d": d, "tiles": cand, "threads": t.threads, "smem": blocked_forward_smem_bytes(t)}
+            os.environ["NUMBA_FLASH_TILES"] = json.dumps({"blocked_forward": {str(d): list(cand)}})
+            row = {"d": d, "tiles": cand, "threads": t.threads, "smem": simt_blocked_forward.smem_bytes(t)}
             try:
                 row["err"] = max(ref_error(d, c) for c in (False, True))
                 for c in (False, True):
@@ -81,7 +81,7 @@ def main():
                     row[f"tflops_{'causal' if c else 'full'}"] = round(flops / ms / 1e9, 2)
                     if peer[c]:
                         row[f"sdpa_eff_{'causal' if c else 'full'}"] = round(flops / peer[c] / 1e9, 2)
-                kern = simt_blocked_forward.forward_kernel(t, False)
+                kern = simt_blocked_forward.simt_blocked_forward_kernel(t, False)
                 regs, local = kern.get_regs_per_thread(), kern.get_local_mem_per_thread()
                 row["regs"] = max(regs.values()) if isinstance(regs, dict) else regs
                 row["local_bytes"] = max(local.values()) if isinstance(local, dict) else local

@@ -1,6 +1,6 @@
 """Time tensor-core forward tile shapes (block_m, block_n, warps, m_tiles) against SDPA
 flash in one process and write the best per head dim (geometric mean of the ratios) as
-JSON, for NUMBA_FLASH_TC_TILES.
+JSON, for NUMBA_FLASH_TILES ({"tc_forward": <that JSON>}).
 
     python3 scripts/tune_tc_tiles.py best_tiles.json
 """
@@ -10,7 +10,7 @@ import torch
 from torch.nn.attention import sdpa_kernel, SDPBackend
 from numba_flash import _arrays as A
 from numba_flash._launch import launch
-from numba_flash.config import TcTiles, tc_smem_bytes
+from numba_flash.config import TcTiles
 from numba_flash.kernels import tc_forward
 F = torch.nn.functional.scaled_dot_product_attention
 def timeit(fn, rep=10, warm=3):
@@ -33,9 +33,9 @@ for (B,H,N,d,causal) in ((4,16,4096,128,False),(4,32,4096,64,False),(16,32,1024,
     for bm,bn,w,mt in CFG[d]:
         t=TcTiles(d,bm,bn,w,m_tiles=mt); kern=tc_forward.tc_forward_kernel(t,causal,"float16")
         try:
-            tm=timeit(lambda: launch(kern,((N+bm-1)//bm,H,B),t.threads,tc_smem_bytes(t),*args))
+            tm=timeit(lambda: launch(kern,((N+bm-1)//bm,H,B),t.threads,tc_forward.smem_bytes(t),*args))
             regs=[int(x) for x in kern.get_regs_per_thread().values()]
-            r=dict(B=B,H=H,N=N,d=d,causal=causal,tiles=[bm,bn,w,mt],smem=tc_smem_bytes(t),regs=regs,tflops=round(fl/tm/1e9,1),fa2=round(fl/t_fa/1e9,1),ratio=round(t_fa/tm,3))
+            r=dict(B=B,H=H,N=N,d=d,causal=causal,tiles=[bm,bn,w,mt],smem=tc_forward.smem_bytes(t),regs=regs,tflops=round(fl/tm/1e9,1),fa2=round(fl/t_fa/1e9,1),ratio=round(t_fa/tm,3))
             print(json.dumps(r),flush=True)
             key=str(d); score=r["ratio"]
             best.setdefault(key,{}); best[key][str([bm,bn,w,mt])]=best[key].get(str([bm,bn,w,mt]),0)+np.log(score)

@@ -1,8 +1,14 @@
-"""Test-suite setup: the CUDA simulator on machines without a GPU.
+"""Test-suite setup and the helpers the test modules share.
 
 The same test code runs the kernels in numba's CUDA simulator on a CPU-only machine
 (tiny shapes; CI does this) and on a real GPU, where tests marked ``gpu`` add the
 real sizes.  The choice has to be made before numba is imported.
+
+Shared here: ``rng`` (a fresh generator that remembers its seed for failure messages),
+``poisoned_outputs`` (every array the API allocates starts as NaN, so an element a
+kernel forgets to write fails the comparison; modules opt in with
+``pytestmark = pytest.mark.usefixtures("poisoned_outputs")``), ``host``, ``make_qkv``,
+``grad_errors`` and ``family`` (the launch plan's family of a problem).
 """
 
 import os
@@ -14,7 +20,11 @@ from numba_flash._gpu_probe import use_simulator_without_gpu  # noqa: E402
 
 SIMULATOR = use_simulator_without_gpu()
 
+import numpy as np  # noqa: E402
 import pytest  # noqa: E402
+
+FWD_TOL = 1e-5  # fp32: relative error of O and LSE
+BWD_TOL = 1e-4  # fp32: relative error of dQ, dK, dV
 
 
 def pytest_report_header(config):
@@ -28,3 +38,92 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "gpu" in item.keywords:
             item.add_marker(skip)
+
+
+class SeededRng:
+    """A fresh NumPy generator that remembers its seed for failure messages."""
+
+    def __init__(self):
+        self.seed_value = int(np.random.SeedSequence().entropy % 2**32)
+        self._gen = np.random.default_rng(self.seed_value)
+
+    def standard_normal(self, shape):
+        return self._gen.standard_normal(shape)
+
+    def integers(self, *args, **kw):
+        return self._gen.integers(*args, **kw)
+
+
+@pytest.fixture
+def rng():
+    return SeededRng()
+
+
+@pytest.fixture
+def poisoned_outputs(monkeypatch):
+    """Every array the API allocates for an output starts as NaN."""
+    from numba_flash import _arrays
+
+    real_empty = _arrays.empty
+
+    def nan_empty(kind, shape, dtype):
+        arr = real_empty(kind, shape, dtype)
+        arr.fill(np.nan)
+        return arr
+
+    monkeypatch.setattr(_arrays, "empty", nan_empty)
+
+
+def host(x):
+    """A NumPy copy of a NumPy or CuPy array."""
+    return x.get() if hasattr(x, "get") else np.asarray(x)
+
+
+def device(x):
+    """``x`` where the kernels run: the array itself in the simulator, CuPy on a GPU."""
+    if SIMULATOR:
+        return x
+    import cupy
+
+    return cupy.asarray(x)
+
+
+def make_qkv(rng, B, H, Nq, Nk, d, layout, dtype=np.float32):
+    """Standard-normal q (Nq rows), k and v (Nk rows) in ``layout``, rounded to ``dtype``."""
+
+    def one(n):
+        shape = (B, n, H, d) if layout == "bshd" else (B, H, n, d)
+        return rng.standard_normal(shape).astype(dtype)
+
+    return one(Nq), one(Nk), one(Nk)
+
+
+def grad_errors(grads, ref_grads):
+    """Relative errors of (dq, dk, dv), each normalised by max(max |ref|, 1e-3 · the
+    largest reference gradient of the problem).  The floor matters when a gradient is
+    zero in exact arithmetic: with a single key, P = 1 and dS = dP − delta = 0, so dq and
+    dk hold only rounding noise in the kernel and the reference alike."""
+    floor = 1e-3 * max(float(np.max(np.abs(g))) for g in ref_grads)
+    errs = []
+    for got, want in zip(grads, ref_grads):
+        got = host(got).astype(np.float64)
+        if not np.all(np.isfinite(got)):
+            errs.append(np.inf)
+            continue
+        errs.append(float(np.max(np.abs(got - want)) / max(float(np.max(np.abs(want))), floor, 1e-30)))
+    return errs
+
+
+def family(pass_, dtype, head_dim, aligned=True, allow_tf32=False, arch=(9, 0)):
+    """The family the launch plan picks for a problem."""
+    from numba_flash import _arrays, plan
+
+    name = dtype if isinstance(dtype, str) else _arrays.dtype_name(np.dtype(dtype))
+    return plan.family(plan.Problem(pass_, name, head_dim, aligned=aligned, allow_tf32=allow_tf32, arch=arch))[0]
+
+
+def launch_names(pass_, dtype, head_dim, causal=False, **kw):
+    """The kernel names of a problem's launch plan, in order."""
+    from numba_flash import plan
+
+    return [k.name for k in plan.plan(plan.Problem(pass_, dtype, head_dim, causal, **kw)).launches]

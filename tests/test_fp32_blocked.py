@@ -3,8 +3,8 @@
 In the simulator the API runs them with small tiles (16 × 16, 32 threads: the
 simulator's cost grows with the tile); these tests also run the tiles used on a GPU
 (``config.BLOCKED_FORWARD_GPU`` / ``BLOCKED_BACKWARD_GPU``, 128 or 256 threads, 16-lane
-row groups) through ``NUMBA_FLASH_FP32_TILES`` / ``NUMBA_FLASH_FP32_BWD_TILES``, on
-shapes that span two key tiles and end mid-tile.
+row groups) through the tuning override ``NUMBA_FLASH_TILES``, on shapes that span two
+key tiles and end mid-tile.
 """
 
 from __future__ import annotations
@@ -15,25 +15,29 @@ import numpy as np
 import pytest
 
 import numba_flash
-from numba_flash import config, dispatch, reference
-from tests.test_kernels import BWD_TOL, FWD_TOL, grad_errors, host, make_qkv, poisoned_outputs, rng  # noqa: F401
+from numba_flash import config, reference
+
+from conftest import BWD_TOL, FWD_TOL, grad_errors, host, launch_names, make_qkv
+
+pytestmark = pytest.mark.usefixtures("poisoned_outputs")
 
 
 def test_float32_at_64_and_128_runs_the_blocked_kernels():
     for d in (64, 128):
-        assert [s.name for s in dispatch.kernels_for("forward", "float32", d, True)] == ["simt_blocked_forward"]
-        names = [s.name for s in dispatch.kernels_for("backward", "float32", d, False)]
+        assert launch_names("forward", "float32", d, True) == ["simt_blocked_forward"]
+        names = launch_names("backward", "float32", d, False)
         assert names == ["simt_blocked_preprocess", "simt_blocked_dkdv", "simt_blocked_dq"]
-    # other head dims keep the row-group kernels
-    assert [s.name for s in dispatch.kernels_for("forward", "float32", 32, False)] == ["simt_forward"]
-    assert not dispatch.fp32_blocked(np.float32, 64, aligned=False)
-    assert not dispatch.fp32_blocked(np.float16, 64)
+    # other head dims, unaligned rows, fp16 and pre-sm_80 targets keep the row-group kernels
+    assert launch_names("forward", "float32", 32) == ["simt_forward"]
+    assert launch_names("forward", "float32", 64, aligned=False) == ["simt_forward"]
+    assert launch_names("forward", "float16", 64, aligned=False) == ["simt_forward"]
+    assert launch_names("forward", "float32", 64, arch=(7, 5)) == ["simt_forward"]
 
 
 @pytest.mark.parametrize("d,Nq,Nk,causal,layout", [(64, 17, 40, True, "bshd"), (128, 9, 70, False, "bhsd")])
 def test_forward_with_the_gpu_tiles(monkeypatch, rng, d, Nq, Nk, causal, layout):
-    monkeypatch.setenv("NUMBA_FLASH_FP32_TILES", json.dumps({str(d): config.BLOCKED_FORWARD_GPU[d]}))
-    assert config.blocked_forward_tiles(d) == config.BlockedTiles(d, *config.BLOCKED_FORWARD_GPU[d])
+    monkeypatch.setenv("NUMBA_FLASH_TILES", json.dumps({"blocked_forward": {str(d): config.BLOCKED_FORWARD_GPU[d]}}))
+    assert config.choose("blocked_forward", d, simulator=True) == config.BlockedTiles(d, *config.BLOCKED_FORWARD_GPU[d])
     q, k, v = make_qkv(rng, 1, 2, Nq, Nk, d, layout)
     out, lse = numba_flash.flash_attention(q, k, v, causal=causal, return_lse=True, layout=layout)
     ref_out, ref_lse = reference.attention(q, k, v, causal=causal, layout=layout)
@@ -44,7 +48,7 @@ def test_forward_with_the_gpu_tiles(monkeypatch, rng, d, Nq, Nk, causal, layout)
 @pytest.mark.parametrize("d,Nq,Nk,causal,layout", [(64, 20, 40, True, "bshd"), (128, 9, 33, False, "bhsd")])
 def test_backward_with_the_gpu_tiles(monkeypatch, rng, d, Nq, Nk, causal, layout):
     kv, q_tiles = config.BLOCKED_BACKWARD_GPU[d]
-    monkeypatch.setenv("NUMBA_FLASH_FP32_BWD_TILES", json.dumps({str(d): [kv, q_tiles]}))
+    monkeypatch.setenv("NUMBA_FLASH_TILES", json.dumps({"blocked_backward": {str(d): [kv, q_tiles]}}))
     q, k, v = make_qkv(rng, 1, 1, Nq, Nk, d, layout)
     dout = rng.standard_normal(q.shape).astype(np.float32)
     ref_out, ref_lse = reference.attention(q, k, v, causal=causal, layout=layout)

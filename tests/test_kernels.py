@@ -20,37 +20,9 @@ import numba_flash
 from numba_flash import _arrays, reference
 from numba_flash._numba_cuda import SIMULATOR
 
-FWD_TOL = 1e-5
-BWD_TOL = 1e-4
+from conftest import BWD_TOL, FWD_TOL, family, grad_errors, host, make_qkv
 
-
-@pytest.fixture(autouse=True)
-def poisoned_outputs(monkeypatch):
-    """Every array the API allocates for an output starts as NaN."""
-    real_empty = _arrays.empty
-
-    def nan_empty(kind, shape, dtype):
-        arr = real_empty(kind, shape, dtype)
-        arr.fill(np.nan)
-        return arr
-
-    monkeypatch.setattr(_arrays, "empty", nan_empty)
-
-
-class SeededRng:
-    """A fresh NumPy generator that remembers its seed for failure messages."""
-
-    def __init__(self):
-        self.seed_value = int(np.random.SeedSequence().entropy % 2**32)
-        self._gen = np.random.default_rng(self.seed_value)
-
-    def standard_normal(self, shape):
-        return self._gen.standard_normal(shape)
-
-
-@pytest.fixture
-def rng():
-    return SeededRng()
+pytestmark = pytest.mark.usefixtures("poisoned_outputs")
 
 
 def xp_for(case_xp):
@@ -61,36 +33,8 @@ def xp_for(case_xp):
     return np
 
 
-def make_qkv(rng, B, H, Nq, Nk, d, layout, dtype=np.float32):
-    def one(n):
-        shape = (B, n, H, d) if layout == "bshd" else (B, H, n, d)
-        return rng.standard_normal(shape).astype(dtype)
-
-    return one(Nq), one(Nk), one(Nk)
-
-
 def to_bhsd(x, layout):
     return x if layout == "bhsd" else np.swapaxes(x, 1, 2)
-
-
-def grad_errors(grads, ref_grads):
-    """Relative errors of (dq, dk, dv), each normalised by max(max |ref|, 1e-3 · the
-    largest reference gradient of the problem).  The floor matters when a gradient is
-    zero in exact arithmetic: with a single key, P = 1 and dS = dP − delta = 0, so dq and
-    dk hold only rounding noise in the kernel and the reference alike."""
-    floor = 1e-3 * max(float(np.max(np.abs(g))) for g in ref_grads)
-    errs = []
-    for got, want in zip(grads, ref_grads):
-        got = host(got).astype(np.float64)
-        if not np.all(np.isfinite(got)):
-            errs.append(np.inf)
-            continue
-        errs.append(float(np.max(np.abs(got - want)) / max(float(np.max(np.abs(want))), floor, 1e-30)))
-    return errs
-
-
-def host(x):
-    return x.get() if hasattr(x, "get") else np.asarray(x)
 
 
 # (B, H, Nq, Nk, d, causal, layout): sizes that are multiples of no tile, Nq != Nk both
@@ -307,10 +251,8 @@ def test_forward_half(rng, dtype, B, H, Nq, Nk, d, causal, layout):
 def test_half_fallbacks(rng, dtype):
     """Head dim 32 and rows that are not 16-byte aligned take the fp32 kernel (the
     documented fallback) and still meet the same criterion."""
-    from numba_flash import dispatch
-
     q, k, v = make_qkv(rng, 1, 1, 19, 23, 32, "bshd", dtype)
-    assert dispatch.forward_family(q.dtype, 32) == "simt-fp32"
+    assert family("forward", q.dtype, 32) == "simt-fp32"
     packed = rng.standard_normal((1, 23, 2, 64 + 4)).astype(dtype)
     kk, vv = packed[:, :, :1, 4 : 4 + 64], packed[:, :, 1:, 4 : 4 + 64]  # 8-byte offset
     qq = make_qkv(rng, 1, 1, 19, 23, 64, "bshd", dtype)[0]
@@ -400,14 +342,12 @@ def test_strided_half_tensor_core(rng, N):
     """Slices of a packed (B, N, 3, H, d + 8) fp16 buffer whose rows stay 16-byte aligned
     run the tensor-core kernels on the caller's strides (no copies) and meet the
     same-dtype criterion forward and backward; the inputs are left as they were."""
-    from numba_flash import dispatch
-
     xp = np if SIMULATOR else xp_for("cupy")
     B, H, d = 1, 2, 64
     packed = xp.asarray(rng.standard_normal((B, N, 3, H, d + 8)).astype(np.float16))
     q, k, v = packed[:, :, 0, :, :d], packed[:, :, 1, :, 8 : 8 + d], packed[:, :, 2, :, :d]
     assert all(_arrays.aligned16(x) for x in (q, k, v)) and not q.flags.c_contiguous
-    assert dispatch.forward_family(q.dtype, d, True) == "tensor-core"
+    assert family("forward", q.dtype, d) == "tensor-core"
     before = host(packed).copy()
     dout = xp.asarray(rng.standard_normal((B, N, H, d)).astype(np.float16))
     out, lse = numba_flash.flash_attention(q, k, v, causal=True, return_lse=True)

@@ -25,35 +25,15 @@ import numpy as np
 import pytest
 
 import numba_flash
-from numba_flash import _arrays, dispatch, reference
+from numba_flash import _arrays, reference
 from numba_flash._numba_cuda import SIMULATOR
+
+from conftest import family, host, make_qkv
 
 FLOOR = 1e-5  # fp32 accumulation and ex2.approx, relative to max |ref|
 
 
-@pytest.fixture(autouse=True)
-def poisoned_outputs(monkeypatch):
-    """Every array the API allocates for an output starts as NaN."""
-    real_empty = _arrays.empty
-
-    def nan_empty(kind, shape, dtype):
-        arr = real_empty(kind, shape, dtype)
-        arr.fill(np.nan)
-        return arr
-
-    monkeypatch.setattr(_arrays, "empty", nan_empty)
-
-
-def host(x):
-    return x.get() if hasattr(x, "get") else np.asarray(x)
-
-
-def make_qkv(gen, B, H, Nq, Nk, d, layout):
-    def one(n):
-        shape = (B, n, H, d) if layout == "bshd" else (B, H, n, d)
-        return gen.standard_normal(shape).astype(np.float32)
-
-    return one(Nq), one(Nk), one(Nk)
+pytestmark = pytest.mark.usefixtures("poisoned_outputs")
 
 
 # (B, H, Nq, Nk, d, causal, layout): sizes that are multiples of no tile (the tiles are
@@ -91,7 +71,7 @@ def case_id(case):
 def test_forward_tf32(B, H, Nq, Nk, d, causal, layout):
     seed = int(np.random.SeedSequence().entropy % 2**32)
     q, k, v = make_qkv(np.random.default_rng(seed), B, H, Nq, Nk, d, layout)
-    assert dispatch.forward_family(q.dtype, d, True, allow_tf32=True) == "tensor-core-tf32"
+    assert family("forward", q.dtype, d, True, allow_tf32=True) == "tensor-core-tf32"
     xp = np
     if not SIMULATOR:
         import cupy as xp
@@ -126,15 +106,15 @@ def test_tf32_differs_from_exact_and_is_opt_in():
 def test_tf32_fallbacks():
     """allow_tf32 changes only float32 forwards at head dims 64/128 with 16-byte aligned
     rows; anything else runs what it ran before (the exact fp32 kernel here)."""
-    assert dispatch.forward_family(np.float32, 64, True) == "simt-fp32"  # default: exact
-    assert dispatch.forward_family(np.float32, 32, True, allow_tf32=True) == "simt-fp32"
-    assert dispatch.forward_family(np.float32, 64, False, allow_tf32=True) == "simt-fp32"
-    assert dispatch.forward_family(np.float16, 64, True, allow_tf32=True) == "tensor-core"
-    assert dispatch.backward_family(np.float32, 64, True) == "simt-fp32"
-    assert dispatch.backward_family(np.float32, 128, True, allow_tf32=True) == "tensor-core-tf32"
-    assert dispatch.backward_family(np.float32, 32, True, allow_tf32=True) == "simt-fp32"
-    assert dispatch.backward_family(np.float32, 64, False, allow_tf32=True) == "simt-fp32"
-    assert dispatch.backward_family(np.float16, 64, True, allow_tf32=True) == "tensor-core"
+    assert family("forward", np.float32, 64, True) == "simt-fp32"  # default: exact
+    assert family("forward", np.float32, 32, True, allow_tf32=True) == "simt-fp32"
+    assert family("forward", np.float32, 64, False, allow_tf32=True) == "simt-fp32"
+    assert family("forward", np.float16, 64, True, allow_tf32=True) == "tensor-core"
+    assert family("backward", np.float32, 64, True) == "simt-fp32"
+    assert family("backward", np.float32, 128, True, allow_tf32=True) == "tensor-core-tf32"
+    assert family("backward", np.float32, 32, True, allow_tf32=True) == "simt-fp32"
+    assert family("backward", np.float32, 64, False, allow_tf32=True) == "simt-fp32"
+    assert family("backward", np.float16, 64, True, allow_tf32=True) == "tensor-core"
     gen = np.random.default_rng()
     packed = gen.standard_normal((1, 19, 2, 64 + 1)).astype(np.float32)
     k, v = packed[:, :, :1, 1:], packed[:, :, 1:, 1:]  # rows 4 bytes off a 16-byte boundary
@@ -247,7 +227,7 @@ def test_backward_tf32(B, H, Nq, Nk, d, causal, layout):
 
     seed = int(np.random.SeedSequence().entropy % 2**32)
     q, k, v, dout, out, lse = _backward_inputs(seed, B, H, Nq, Nk, d, causal, layout)
-    assert dispatch.backward_family(q.dtype, d, True, allow_tf32=True) == "tensor-core-tf32"
+    assert family("backward", q.dtype, d, True, allow_tf32=True) == "tensor-core-tf32"
     grads = _run_backward(q, k, v, dout, out, lse, causal, layout)
     kw = dict(causal=causal, layout=layout)
     refs = reference.attention_backward(dout, q, k, v, out, lse, **kw)

@@ -88,7 +88,7 @@ class NumbaFlash(Impl):
             return None
         if case.dtype != "float32":
             return "allow_tf32 applies to float32 inputs only (fp16/bf16 already run on tensor cores)"
-        from numba_flash.kernels.tf32_forward import TF32_HEAD_DIMS
+        from numba_flash.config import TF32_HEAD_DIMS
 
         if case.head_dim not in TF32_HEAD_DIMS:
             return f"TF32 kernels cover head dims {TF32_HEAD_DIMS}; d={case.head_dim} runs the exact fp32 kernel"

@@ -21,7 +21,7 @@ read the tile.  All ``THREADS`` threads of the block share the work, chunk
 from __future__ import annotations
 
 from numba_flash import ptx
-from numba_flash._numba_cuda import device_function
+from numba_flash._numba_cuda import device_function, float32
 
 SW_NONE = 0
 SW_16BIT = 1
@@ -74,3 +74,25 @@ def copy_tile_pair(tile_a, src_a, tile_b, src_b, b, h, row0, nrows, tid, ROWS, C
     """:func:`copy_rows` of the same rows of two arrays (K and V, or Q and dO)."""
     copy_rows(tile_a, src_a, tile_b, src_b, True, b, h, row0, nrows, tid, ROWS, CHUNKS, ELEMS, ROW_BYTES, SWIZZLE,
               THREADS)
+
+
+@device_function
+def load_rows_f32(dst_a, src_a, dst_b, src_b, TWO, b, h, row0, nrows, tid, ROWS, D, THREADS, scale_a):
+    """Element-wise synchronous copy, for inputs that cp.async cannot take (rows not
+    16-byte aligned, or fp16 read as is by the row-group kernels): rows ``row0 ..
+    row0 + ROWS − 1`` of ``src_a[b, :, h, :]``, converted to float32 and multiplied by
+    ``scale_a``, into the 2-D shared array ``dst_a`` (ROWS × D), and when ``TWO`` those
+    of ``src_b`` (unscaled) into ``dst_b``; zeros past ``nrows``.  Consecutive threads
+    take consecutive elements of a row (coalesced reads)."""
+    for idx in range(tid, ROWS * D, THREADS):
+        r = idx // D
+        col = idx - r * D
+        row = row0 + r
+        if row < nrows:
+            dst_a[r, col] = float32(src_a[b, row, h, col]) * scale_a
+            if TWO:
+                dst_b[r, col] = float32(src_b[b, row, h, col])
+        else:
+            dst_a[r, col] = float32(0.0)
+            if TWO:
+                dst_b[r, col] = float32(0.0)

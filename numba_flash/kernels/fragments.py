@@ -8,7 +8,7 @@ An accumulator array holds n-tile ``nt`` at ``[base + 4·nt, base + 4·nt + 4)``
 one row's values in it are ``base + 2·(row half) + 4·nt + e`` (e < 2): the layout
 ``softmax.online_softmax_row`` is given.
 
-:func:`scores_to_logits` is the kernels' score step on such an accumulator (scale,
+:func:`scale_and_mask` is the kernels' score step on such an accumulator (scale,
 then mask the tiles that need it); the ``ldsm_*`` helpers give the shared-memory
 address a lane hands to ``ldmatrix`` for the three operand shapes of attention
 (``ptx``'s module docstring has the recipes), on 16-bit tiles swizzled as
@@ -35,7 +35,7 @@ def acc_row_col(nt, e, lane):
 
 
 @device_function
-def scores_to_logits(acc, S0, NT, row0, col0, scale, needs_mask, mi, KEYS_ARE_ROWS):
+def scale_and_mask(acc, S0, NT, row0, col0, scale, needs_mask, mi, KEYS_ARE_ROWS):
     """The score step on NT n-tiles of an accumulator from ``acc[S0]``: multiply by
     ``scale``; then, when ``needs_mask``, −inf where the (query, key) is not visible.
     Rows are ``row0 + ...``, columns ``col0 + ...``: queries and keys, or keys and

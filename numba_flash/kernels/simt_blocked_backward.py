@@ -21,44 +21,64 @@ tid % TX) owns a TM × TN register micro-tile of a score-shaped matrix — rows
 neighbouring lanes fall on different banks — and a TM × d/TX slice of its
 accumulators (columns ``4·tx + 4·TX·o + e``).
 
-``dkdv``: grid (ceil(Nk / BM), H, B); rows are the block's BM keys (K, V resident in
-shared memory, dK and dV in registers), columns the BN queries of a Q/dO tile:
+``dkdv``: grid (ceil(Nk / BLOCK_N), H, B) with BLOCK_N = t.rows keys a block; rows are
+the block's keys (K, V resident in shared memory, dK and dV in registers), columns the
+BLOCK_M = t.cols queries of a Q/dO tile:
     1. Sᵀ = K·Qᵀ and dPᵀ = V·dOᵀ on the micro-tile: per 4 head-dim columns, TM + TM
        loads of K and V rows, TN + TN of Q and dO rows, 8·TM·TN FMAs;
     2. Pᵀ = exp(scale·Sᵀ − lse), dSᵀ = Pᵀ∘(dPᵀ − delta) in registers, then stored
        as Pᵀ[query][thread-ordered keys] (16-byte stores) for step 3;
     3. per query i: dV += Pᵀ[:, i] ⊗ dO_i and dK += dSᵀ[:, i] ⊗ q_i — TM/4 loads of
        P and of dS (broadcast over the TX lanes), d/(4·TX) loads of dO_i and of q_i.
-``dq``: grid (ceil(Nq / BM), H, B); rows are the block's BM queries (Q, dO resident,
-lse and delta in registers, dQ in registers), columns the BN keys of a K/V tile:
+``dq``: grid (ceil(Nq / BLOCK_M), H, B) with BLOCK_M = t.rows queries a block (Q, dO
+resident, lse and delta in registers, dQ in registers), columns the BLOCK_N = t.cols
+keys of a K/V tile:
 S = Q·Kᵀ, dP = dO·Vᵀ, dS = P∘(dP − delta) → dSᵀ to shared memory → dQ += dS·K.
 
-Shared memory (fp32, one dynamic array; ``config.blocked_dkdv_smem_bytes`` /
-``blocked_dq_smem_bytes``): rows of d floats read by neighbouring threads as
+Masking and P: ``microtile.scale_and_mask`` on the tiles ``block_info.tile_needs_mask``
+names, rows' lse through ``softmax.lse_for_recompute`` (+inf past the end and for rows
+that saw no key), ``softmax.softmax_grad`` for P and dS.
+
+Shared memory (fp32, one dynamic array; ``dkdv_smem_bytes`` / ``dq_smem_bytes``): rows of d floats read by neighbouring threads as
 "columns" are padded to d + 4 (rows i and i+1 are 4 banks apart); thread-ordered
 P/dS rows (TY·TM floats, padded by 4 so that the rows stored by neighbouring lanes are
-4 banks apart).  dkdv: K, V (BM rows), Q, dO (BN rows), Pᵀ, dSᵀ (BN rows), lse and
-delta (BN); dq: Q, dO (BM rows), K, V (BN rows), dSᵀ (BN rows).  Copies from global memory are 16-byte cp.async (rows past the
+4 banks apart).  dkdv: K, V (BLOCK_N rows), Q, dO, Pᵀ, dSᵀ (BLOCK_M rows), lse and delta
+(BLOCK_M); dq: Q, dO (BLOCK_M rows), K, V, dSᵀ (BLOCK_N rows).  Copies from global memory are 16-byte cp.async (rows past the
 end zero-filled), so q, k, v, dO rows must be 16-byte aligned.
 """
 
 from __future__ import annotations
 
 import functools
-import math
 
 from numba_flash import ptx
 from numba_flash._numba_cuda import cuda, float32
-from numba_flash.config import BlockedTiles, blocked_bwd_layout
-
-FULL_MASK = 0xFFFFFFFF
-
+from numba_flash.config import BlockedTiles
+from numba_flash.kernels import copy, microtile, softmax, spec
+from numba_flash.kernels.block_info import key_tiles, mask_info, query_tiles, tile_needs_mask
 
 PRE_THREADS = 128  # preprocess: one query row a thread
 
 
+def _layout(t: BlockedTiles):
+    """(padded row of d floats, a P/dS row: the block's rows in thread order + 4), in floats."""
+    return t.head_dim + 4, t.rows + 4
+
+
+def dkdv_smem_bytes(t: BlockedTiles) -> int:
+    """K, V (block rows = keys), Q, dO, Pᵀ, dSᵀ (tile rows = queries), lse, delta."""
+    rs, ps = _layout(t)
+    return 4 * (2 * t.rows * rs + 2 * t.cols * rs + 2 * t.cols * ps + 2 * t.cols)
+
+
+def dq_smem_bytes(t: BlockedTiles) -> int:
+    """Q, dO (block rows = queries), K, V, dSᵀ (tile rows = keys)."""
+    rs, ps = _layout(t)
+    return 4 * (2 * t.rows * rs + 2 * t.cols * rs + t.cols * ps)
+
+
 @functools.lru_cache(maxsize=None)
-def preprocess_kernel(head_dim: int):
+def simt_blocked_preprocess_kernel(head_dim: int):
     """``kernel[(ceil(Nq / 128), H, B), 128, stream](out, dout, delta)``: delta = rowsum(dO∘O).
 
     One thread a row, summing ``dO_c · O_c`` for c = 0, 1, ..., d−1 in one FMA chain:
@@ -82,23 +102,20 @@ def preprocess_kernel(head_dim: int):
 
 
 @functools.lru_cache(maxsize=None)
-def dkdv_kernel(t: BlockedTiles, causal: bool):
+def simt_blocked_dkdv_kernel(t: BlockedTiles, causal: bool):
     """``kernel[grid, t.threads, stream, smem](q, k, v, dout, lse, delta, dk, dv, scale)``."""
-    D, BM, BN, TM, TN = t.head_dim, t.block_m, t.block_n, t.tm, t.tn
+    D, BLOCK_N, BLOCK_M, TM, TN = t.head_dim, t.rows, t.cols, t.tm, t.tn
     TX, TY, THREADS = t.tx, t.ty, t.threads
-    OC, DC = D // t.tx, D // 4
-    OV = OC // 4
-    RS, TMP, PS = blocked_bwd_layout(t)  # padded row, thread slot, P/dS row (floats)
-    K_OFF, V_OFF = 0, BM * RS
-    Q_OFF = 2 * BM * RS
-    DO_OFF = Q_OFF + BN * RS
-    P_OFF = DO_OFF + BN * RS
-    DS_OFF = P_OFF + BN * PS
-    LSE_OFF = DS_OFF + BN * PS
-    DELTA_OFF = LSE_OFF + BN
-    KV_COPIES, Q_COPIES = BM * DC // THREADS, BN * DC // THREADS
-    assert KV_COPIES * THREADS == BM * DC and Q_COPIES * THREADS == BN * DC and BN <= THREADS
-    S_N, ACC_N, QF_N, TM4 = TM * TN, TM * OC, TN * 4, TM // 4
+    OC, DC = D // TX, D // 4
+    RS, PS = _layout(t)  # padded row, P/dS row (floats)
+    K_OFF, V_OFF = 0, BLOCK_N * RS
+    Q_OFF = 2 * BLOCK_N * RS
+    DO_OFF = Q_OFF + BLOCK_M * RS
+    P_OFF = DO_OFF + BLOCK_M * RS
+    DS_OFF = P_OFF + BLOCK_M * PS
+    LSE_OFF = DS_OFF + BLOCK_M * PS
+    DELTA_OFF = LSE_OFF + BLOCK_M
+    S_N, ACC_N, SCRATCH = TM * TN, TM * OC, TN * 4
     CAUSAL = causal
 
     @cuda.jit
@@ -108,177 +125,94 @@ def dkdv_kernel(t: BlockedTiles, causal: bool):
         tid = cuda.threadIdx.x
         tx = tid % TX
         ty = tid // TX
-        start_n = cuda.blockIdx.x * BM  # this block's keys
+        start_n = cuda.blockIdx.x * BLOCK_N  # this block's keys
         h = cuda.blockIdx.y
         b = cuda.blockIdx.z
-        seqlen_q = q.shape[1]
-        seqlen_k = k.shape[1]
-        diag = seqlen_k - seqlen_q  # query i sees keys j <= i + diag
+        mi = mask_info(q, k, CAUSAL)
+        seqlen_q, seqlen_k = mi[0], mi[1]
         scale = float32(softmax_scale)
 
         s = cuda.local.array(S_N, float32)  # Sᵀ, then Pᵀ
         dp = cuda.local.array(S_N, float32)  # dPᵀ, then dSᵀ
         acc_dk = cuda.local.array(ACC_N, float32)
         acc_dv = cuda.local.array(ACC_N, float32)
-        qf = cuda.local.array(QF_N, float32)
-        df = cuda.local.array(QF_N, float32)
+        qf = cuda.local.array(SCRATCH, float32)  # scratch of the micro-tile steps
         pf = cuda.local.array(TM, float32)
-        dsf = cuda.local.array(TM, float32)
         of = cuda.local.array(OC, float32)
-        xf = cuda.local.array(OC, float32)
         for i in range(ACC_N):
             acc_dk[i] = float32(0.0)
             acc_dv[i] = float32(0.0)
 
         # K and V stay for the whole block (rows past the end of k / v zero-filled)
-        for i in range(KV_COPIES):
-            idx = tid + i * THREADS
-            r = idx // DC
-            c = idx - r * DC
-            kj = start_n + r
-            src = (b, min(kj, seqlen_k - 1), h, 4 * c)
-            ptx.cp_async_16_zfill(base + 4 * (K_OFF + r * RS + 4 * c), k, src, kj < seqlen_k)
-            ptx.cp_async_16_zfill(base + 4 * (V_OFF + r * RS + 4 * c), v, src, kj < seqlen_k)
+        copy.copy_tile_pair(base + 4 * K_OFF, k, base + 4 * V_OFF, v, b, h, start_n, seqlen_k, tid, BLOCK_N, DC, 4,
+                            4 * RS, copy.SW_NONE, THREADS)  # fmt: skip
         ptx.cp_async_commit()
 
-        begin_q = 0
-        if CAUSAL:  # the first query that sees key start_n is start_n − diag
-            begin_q = min(seqlen_q, max(0, start_n - diag)) // BN * BN
-        for start_q in range(begin_q, seqlen_q, BN):
+        m_lo, m_hi = query_tiles(start_n, BLOCK_M, mi)
+        for i in range(m_lo, m_hi):
+            start_m = i * BLOCK_M
             # every thread is done with the previous tile's Q, dO, Pᵀ, dSᵀ, lse, delta
             cuda.syncthreads()
-            for i in range(Q_COPIES):
-                idx = tid + i * THREADS
-                r = idx // DC
-                c = idx - r * DC
-                qi = start_q + r
-                src = (b, min(qi, seqlen_q - 1), h, 4 * c)
-                ptx.cp_async_16_zfill(base + 4 * (Q_OFF + r * RS + 4 * c), q, src, qi < seqlen_q)
-                ptx.cp_async_16_zfill(base + 4 * (DO_OFF + r * RS + 4 * c), dout, src, qi < seqlen_q)
+            copy.copy_tile_pair(base + 4 * Q_OFF, q, base + 4 * DO_OFF, dout, b, h, start_m, seqlen_q, tid, BLOCK_M,
+                                DC, 4, 4 * RS, copy.SW_NONE, THREADS)  # fmt: skip
             ptx.cp_async_commit()
-            if tid < BN:
-                qi = start_q + tid
-                smem[LSE_OFF + tid] = lse[b, h, qi] if qi < seqlen_q else float32(0.0)
-                smem[DELTA_OFF + tid] = delta[b, h, qi] if qi < seqlen_q else float32(0.0)
+            softmax.stage_row_stats(smem, LSE_OFF, DELTA_OFF, lse, delta, b, h, start_m, seqlen_q, tid, BLOCK_M,
+                                    THREADS, False)  # fmt: skip
             ptx.cp_async_wait_group(0)
             # the tile's copies and lse / delta stores are visible to every thread
             cuda.syncthreads()
 
-            # 1. Sᵀ = K·Qᵀ and dPᵀ = V·dOᵀ
-            for i in range(S_N):
-                s[i] = float32(0.0)
-                dp[i] = float32(0.0)
-            for kk in range(0, D, 4):
-                for c in range(TN):
-                    a0, a1, a2, a3 = ptx.ld_shared_v4_f32(base + 4 * (Q_OFF + (tx + c * TX) * RS + kk))
-                    qf[4 * c] = a0
-                    qf[4 * c + 1] = a1
-                    qf[4 * c + 2] = a2
-                    qf[4 * c + 3] = a3
-                    a0, a1, a2, a3 = ptx.ld_shared_v4_f32(base + 4 * (DO_OFF + (tx + c * TX) * RS + kk))
-                    df[4 * c] = a0
-                    df[4 * c + 1] = a1
-                    df[4 * c + 2] = a2
-                    df[4 * c + 3] = a3
-                for r in range(TM):
-                    k0, k1, k2, k3 = ptx.ld_shared_v4_f32(base + 4 * (K_OFF + (ty + r * TY) * RS + kk))
-                    v0, v1, v2, v3 = ptx.ld_shared_v4_f32(base + 4 * (V_OFF + (ty + r * TY) * RS + kk))
-                    for c in range(TN):
-                        x = s[r * TN + c] + k0 * qf[4 * c]
-                        x += k1 * qf[4 * c + 1]
-                        x += k2 * qf[4 * c + 2]
-                        s[r * TN + c] = x + k3 * qf[4 * c + 3]
-                        y = dp[r * TN + c] + v0 * df[4 * c]
-                        y += v1 * df[4 * c + 1]
-                        y += v2 * df[4 * c + 2]
-                        dp[r * TN + c] = y + v3 * df[4 * c + 3]
+            # 1. Sᵀ = K·Qᵀ and dPᵀ = V·dOᵀ; Sᵀ scaled and masked
+            for j in range(S_N):
+                s[j] = float32(0.0)
+                dp[j] = float32(0.0)
+            rows_k, rows_q = base + 4 * (ty * RS), base + 4 * (tx * RS)
+            microtile.dot_tile(s, rows_k + 4 * K_OFF, 4 * TY * RS, rows_q + 4 * Q_OFF, 4 * TX * RS, D, TM, TN, qf)
+            microtile.dot_tile(dp, rows_k + 4 * V_OFF, 4 * TY * RS, rows_q + 4 * DO_OFF, 4 * TX * RS, D, TM, TN, qf)
+            needs_mask = tile_needs_mask(start_m, BLOCK_M, start_n, BLOCK_N, mi)
+            microtile.scale_and_mask(s, TM, TN, start_n + ty, TY, start_m + tx, TX, scale, needs_mask, mi, True)
 
             # 2. Pᵀ and dSᵀ, stored [query][thread-ordered keys]
             for c in range(TN):
-                ii = tx + c * TX
-                qi = start_q + ii
-                lse_i = smem[LSE_OFF + ii]
-                delta_i = smem[DELTA_OFF + ii]
+                col = tx + c * TX
                 for r in range(TM):
-                    kj = start_n + ty + r * TY
-                    visible = qi < seqlen_q and kj < seqlen_k
-                    if CAUSAL:
-                        visible = visible and kj <= qi + diag
-                    p = math.exp(s[r * TN + c] * scale - lse_i) if visible else float32(0.0)
-                    s[r * TN + c] = p
-                    dp[r * TN + c] = p * (dp[r * TN + c] - delta_i)
-                for r4 in range(TM4):
-                    at = (ii * PS + ty * TMP + 4 * r4) * 4
-                    ptx.st_shared_v4_f32(
-                        base + 4 * P_OFF + at, s[(4 * r4) * TN + c], s[(4 * r4 + 1) * TN + c],
-                        s[(4 * r4 + 2) * TN + c], s[(4 * r4 + 3) * TN + c],
-                    )  # fmt: skip
-                    ptx.st_shared_v4_f32(
-                        base + 4 * DS_OFF + at, dp[(4 * r4) * TN + c], dp[(4 * r4 + 1) * TN + c],
-                        dp[(4 * r4 + 2) * TN + c], dp[(4 * r4 + 3) * TN + c],
-                    )  # fmt: skip
+                    s[r * TN + c], dp[r * TN + c] = softmax.softmax_grad(
+                        s[r * TN + c], dp[r * TN + c], smem[LSE_OFF + col], smem[DELTA_OFF + col], False
+                    )
+            microtile.store_transposed(base + 4 * (P_OFF + tx * PS + ty * TM), 4 * TX * PS, s, TM, TN)
+            microtile.store_transposed(base + 4 * (DS_OFF + tx * PS + ty * TM), 4 * TX * PS, dp, TM, TN)
             # Pᵀ and dSᵀ are visible to every thread
             cuda.syncthreads()
 
             # 3. dV += Pᵀ·dO, dK += dSᵀ·Q
-            for i in range(BN):
-                for r4 in range(TM4):
-                    at = (i * PS + ty * TMP + 4 * r4) * 4
-                    a0, a1, a2, a3 = ptx.ld_shared_v4_f32(base + 4 * P_OFF + at)
-                    pf[4 * r4] = a0
-                    pf[4 * r4 + 1] = a1
-                    pf[4 * r4 + 2] = a2
-                    pf[4 * r4 + 3] = a3
-                    a0, a1, a2, a3 = ptx.ld_shared_v4_f32(base + 4 * DS_OFF + at)
-                    dsf[4 * r4] = a0
-                    dsf[4 * r4 + 1] = a1
-                    dsf[4 * r4 + 2] = a2
-                    dsf[4 * r4 + 3] = a3
-                for o in range(OV):
-                    col = 4 * tx + 4 * TX * o
-                    a0, a1, a2, a3 = ptx.ld_shared_v4_f32(base + 4 * (DO_OFF + i * RS + col))
-                    of[4 * o] = a0
-                    of[4 * o + 1] = a1
-                    of[4 * o + 2] = a2
-                    of[4 * o + 3] = a3
-                    a0, a1, a2, a3 = ptx.ld_shared_v4_f32(base + 4 * (Q_OFF + i * RS + col))
-                    xf[4 * o] = a0
-                    xf[4 * o + 1] = a1
-                    xf[4 * o + 2] = a2
-                    xf[4 * o + 3] = a3
-                for r in range(TM):
-                    for o in range(OC):
-                        acc_dv[r * OC + o] += pf[r] * of[o]
-                        acc_dk[r * OC + o] += dsf[r] * xf[o]
+            cols = base + 4 * (ty * TM)
+            microtile.outer_accumulate(acc_dv, cols + 4 * P_OFF, 4 * PS, base + 4 * (DO_OFF + 4 * tx), 4 * RS, 16 * TX,
+                                       BLOCK_M, TM, OC, pf, of)  # fmt: skip
+            microtile.outer_accumulate(acc_dk, cols + 4 * DS_OFF, 4 * PS, base + 4 * (Q_OFF + 4 * tx), 4 * RS, 16 * TX,
+                                       BLOCK_M, TM, OC, pf, of)  # fmt: skip
         ptx.cp_async_wait_all()  # no copy outlives the block (no query tile: K and V's)
 
         for r in range(TM):
-            kj = start_n + ty + r * TY
-            if kj < seqlen_k:
-                for o in range(OV):
-                    for e in range(4):
-                        col = 4 * tx + 4 * TX * o + e
-                        dk[b, kj, h, col] = acc_dk[r * OC + 4 * o + e] * scale
-                        dv[b, kj, h, col] = acc_dv[r * OC + 4 * o + e]
+            key = start_n + ty + r * TY
+            if key < seqlen_k:
+                microtile.store_row(dk, b, key, h, acc_dk, r, tx, TX, OC, scale)
+                microtile.store_row(dv, b, key, h, acc_dv, r, tx, TX, OC, float32(1.0))
 
     return simt_blocked_dkdv
 
 
 @functools.lru_cache(maxsize=None)
-def dq_kernel(t: BlockedTiles, causal: bool):
+def simt_blocked_dq_kernel(t: BlockedTiles, causal: bool):
     """``kernel[grid, t.threads, stream, smem](q, k, v, dout, lse, delta, dq, scale)``."""
-    D, BM, BN, TM, TN = t.head_dim, t.block_m, t.block_n, t.tm, t.tn
+    D, BLOCK_M, BLOCK_N, TM, TN = t.head_dim, t.rows, t.cols, t.tm, t.tn
     TX, TY, THREADS = t.tx, t.ty, t.threads
-    OC, DC = D // t.tx, D // 4
-    OV = OC // 4
-    RS, TMP, PS = blocked_bwd_layout(t)
-    Q_OFF, DO_OFF = 0, BM * RS
-    K_OFF = 2 * BM * RS
-    V_OFF = K_OFF + BN * RS
-    DS_OFF = V_OFF + BN * RS
-    Q_COPIES, KV_COPIES = BM * DC // THREADS, BN * DC // THREADS
-    assert Q_COPIES * THREADS == BM * DC and KV_COPIES * THREADS == BN * DC
-    S_N, ACC_N, KF_N, TM4 = TM * TN, TM * OC, TN * 4, TM // 4
+    OC, DC = D // TX, D // 4
+    RS, PS = _layout(t)
+    Q_OFF, DO_OFF = 0, BLOCK_M * RS
+    K_OFF = 2 * BLOCK_M * RS
+    V_OFF = K_OFF + BLOCK_N * RS
+    DS_OFF = V_OFF + BLOCK_N * RS
+    S_N, ACC_N, SCRATCH = TM * TN, TM * OC, TN * 4
     CAUSAL = causal
 
     @cuda.jit
@@ -288,12 +222,11 @@ def dq_kernel(t: BlockedTiles, causal: bool):
         tid = cuda.threadIdx.x
         tx = tid % TX
         ty = tid // TX
-        start_m = cuda.blockIdx.x * BM  # this block's queries
+        start_m = cuda.blockIdx.x * BLOCK_M  # this block's queries
         h = cuda.blockIdx.y
         b = cuda.blockIdx.z
-        seqlen_q = q.shape[1]
-        seqlen_k = k.shape[1]
-        diag = seqlen_k - seqlen_q
+        mi = mask_info(q, k, CAUSAL)
+        seqlen_q, seqlen_k = mi[0], mi[1]
         scale = float32(softmax_scale)
 
         s = cuda.local.array(S_N, float32)  # S, then P
@@ -301,120 +234,79 @@ def dq_kernel(t: BlockedTiles, causal: bool):
         acc = cuda.local.array(ACC_N, float32)
         lse_r = cuda.local.array(TM, float32)
         delta_r = cuda.local.array(TM, float32)
-        kf = cuda.local.array(KF_N, float32)
-        vf = cuda.local.array(KF_N, float32)
+        kf = cuda.local.array(SCRATCH, float32)  # scratch of the micro-tile steps
         dsf = cuda.local.array(TM, float32)
         xf = cuda.local.array(OC, float32)
         for i in range(ACC_N):
             acc[i] = float32(0.0)
         for r in range(TM):
-            qi = start_m + ty + r * TY
-            lse_r[r] = lse[b, h, qi] if qi < seqlen_q else float32(0.0)
-            delta_r[r] = delta[b, h, qi] if qi < seqlen_q else float32(0.0)
+            lse_r[r], delta_r[r] = softmax.row_stats(lse, delta, b, h, start_m + ty + r * TY, seqlen_q, False)
 
         # Q and dO stay for the whole block
-        for i in range(Q_COPIES):
-            idx = tid + i * THREADS
-            r = idx // DC
-            c = idx - r * DC
-            qi = start_m + r
-            src = (b, min(qi, seqlen_q - 1), h, 4 * c)
-            ptx.cp_async_16_zfill(base + 4 * (Q_OFF + r * RS + 4 * c), q, src, qi < seqlen_q)
-            ptx.cp_async_16_zfill(base + 4 * (DO_OFF + r * RS + 4 * c), dout, src, qi < seqlen_q)
+        copy.copy_tile_pair(base + 4 * Q_OFF, q, base + 4 * DO_OFF, dout, b, h, start_m, seqlen_q, tid, BLOCK_M, DC, 4,
+                            4 * RS, copy.SW_NONE, THREADS)  # fmt: skip
         ptx.cp_async_commit()
 
-        end_n = seqlen_k
-        if CAUSAL:  # key tiles wholly above the diagonal are not visited
-            end_n = min(seqlen_k, max(0, start_m + BM + diag))
-        for start_n in range(0, end_n, BN):
+        n_lo, n_hi = key_tiles(start_m, BLOCK_M, BLOCK_N, mi)
+        for j in range(n_lo, n_hi):
+            start_n = j * BLOCK_N
             # every thread is done with the previous tile's K, V and dSᵀ
             cuda.syncthreads()
-            for i in range(KV_COPIES):
-                idx = tid + i * THREADS
-                r = idx // DC
-                c = idx - r * DC
-                kj = start_n + r
-                src = (b, min(kj, seqlen_k - 1), h, 4 * c)
-                ptx.cp_async_16_zfill(base + 4 * (K_OFF + r * RS + 4 * c), k, src, kj < seqlen_k)
-                ptx.cp_async_16_zfill(base + 4 * (V_OFF + r * RS + 4 * c), v, src, kj < seqlen_k)
+            copy.copy_tile_pair(base + 4 * K_OFF, k, base + 4 * V_OFF, v, b, h, start_n, seqlen_k, tid, BLOCK_N, DC, 4,
+                                4 * RS, copy.SW_NONE, THREADS)  # fmt: skip
             ptx.cp_async_commit()
             ptx.cp_async_wait_group(0)
             # the tile's copies (and Q, dO) are visible to every thread
             cuda.syncthreads()
 
-            # S = Q·Kᵀ and dP = dO·Vᵀ
+            # S = Q·Kᵀ (scaled and masked) and dP = dO·Vᵀ
             for i in range(S_N):
                 s[i] = float32(0.0)
                 dp[i] = float32(0.0)
-            for kk in range(0, D, 4):
-                for c in range(TN):
-                    a0, a1, a2, a3 = ptx.ld_shared_v4_f32(base + 4 * (K_OFF + (tx + c * TX) * RS + kk))
-                    kf[4 * c] = a0
-                    kf[4 * c + 1] = a1
-                    kf[4 * c + 2] = a2
-                    kf[4 * c + 3] = a3
-                    a0, a1, a2, a3 = ptx.ld_shared_v4_f32(base + 4 * (V_OFF + (tx + c * TX) * RS + kk))
-                    vf[4 * c] = a0
-                    vf[4 * c + 1] = a1
-                    vf[4 * c + 2] = a2
-                    vf[4 * c + 3] = a3
-                for r in range(TM):
-                    q0, q1, q2, q3 = ptx.ld_shared_v4_f32(base + 4 * (Q_OFF + (ty + r * TY) * RS + kk))
-                    d0, d1, d2, d3 = ptx.ld_shared_v4_f32(base + 4 * (DO_OFF + (ty + r * TY) * RS + kk))
-                    for c in range(TN):
-                        x = s[r * TN + c] + q0 * kf[4 * c]
-                        x += q1 * kf[4 * c + 1]
-                        x += q2 * kf[4 * c + 2]
-                        s[r * TN + c] = x + q3 * kf[4 * c + 3]
-                        y = dp[r * TN + c] + d0 * vf[4 * c]
-                        y += d1 * vf[4 * c + 1]
-                        y += d2 * vf[4 * c + 2]
-                        dp[r * TN + c] = y + d3 * vf[4 * c + 3]
+            rows_q, rows_k = base + 4 * (ty * RS), base + 4 * (tx * RS)
+            microtile.dot_tile(s, rows_q + 4 * Q_OFF, 4 * TY * RS, rows_k + 4 * K_OFF, 4 * TX * RS, D, TM, TN, kf)
+            microtile.dot_tile(dp, rows_q + 4 * DO_OFF, 4 * TY * RS, rows_k + 4 * V_OFF, 4 * TX * RS, D, TM, TN, kf)
+            needs_mask = tile_needs_mask(start_m, BLOCK_M, start_n, BLOCK_N, mi)
+            microtile.scale_and_mask(s, TM, TN, start_m + ty, TY, start_n + tx, TX, scale, needs_mask, mi, False)
 
             # dS = P∘(dP − delta), stored as dSᵀ[key][thread-ordered queries]
-            for c in range(TN):
-                jj = tx + c * TX
-                kj = start_n + jj
-                for r in range(TM):
-                    qi = start_m + ty + r * TY
-                    visible = qi < seqlen_q and kj < seqlen_k
-                    if CAUSAL:
-                        visible = visible and kj <= qi + diag
-                    p = math.exp(s[r * TN + c] * scale - lse_r[r]) if visible else float32(0.0)
-                    dp[r * TN + c] = p * (dp[r * TN + c] - delta_r[r])
-                for r4 in range(TM4):
-                    ptx.st_shared_v4_f32(
-                        base + 4 * (DS_OFF + jj * PS + ty * TMP + 4 * r4),
-                        dp[(4 * r4) * TN + c], dp[(4 * r4 + 1) * TN + c],
-                        dp[(4 * r4 + 2) * TN + c], dp[(4 * r4 + 3) * TN + c],
-                    )  # fmt: skip
+            for r in range(TM):
+                for c in range(TN):
+                    _, dp[r * TN + c] = softmax.softmax_grad(s[r * TN + c], dp[r * TN + c], lse_r[r], delta_r[r],
+                                                             False)  # fmt: skip
+            microtile.store_transposed(base + 4 * (DS_OFF + tx * PS + ty * TM), 4 * TX * PS, dp, TM, TN)
             # dSᵀ is visible to every thread
             cuda.syncthreads()
 
             # dQ += dS·K
-            for j in range(BN):
-                for r4 in range(TM4):
-                    a0, a1, a2, a3 = ptx.ld_shared_v4_f32(base + 4 * (DS_OFF + j * PS + ty * TMP + 4 * r4))
-                    dsf[4 * r4] = a0
-                    dsf[4 * r4 + 1] = a1
-                    dsf[4 * r4 + 2] = a2
-                    dsf[4 * r4 + 3] = a3
-                for o in range(OV):
-                    a0, a1, a2, a3 = ptx.ld_shared_v4_f32(base + 4 * (K_OFF + j * RS + 4 * tx + 4 * TX * o))
-                    xf[4 * o] = a0
-                    xf[4 * o + 1] = a1
-                    xf[4 * o + 2] = a2
-                    xf[4 * o + 3] = a3
-                for r in range(TM):
-                    for o in range(OC):
-                        acc[r * OC + o] += dsf[r] * xf[o]
+            microtile.outer_accumulate(acc, base + 4 * (DS_OFF + ty * TM), 4 * PS, base + 4 * (K_OFF + 4 * tx), 4 * RS,
+                                       16 * TX, BLOCK_N, TM, OC, dsf, xf)  # fmt: skip
         ptx.cp_async_wait_all()  # no copy outlives the block (no key tile: Q and dO's)
 
         for r in range(TM):
-            qi = start_m + ty + r * TY
-            if qi < seqlen_q:
-                for o in range(OV):
-                    for e in range(4):
-                        dq[b, qi, h, 4 * tx + 4 * TX * o + e] = acc[r * OC + 4 * o + e] * scale
+            row = start_m + ty + r * TY
+            if row < seqlen_q:
+                microtile.store_row(dq, b, row, h, acc, r, tx, TX, OC, scale)
 
     return simt_blocked_dq
+
+
+def preprocess_launch(t, head_dim: int, batch: int, heads: int, seqlen_q: int) -> spec.KernelLaunch:
+    """The exact fp32 preprocess, one thread a query row (also the TF32 backward's)."""
+    grid = (spec.cdiv(seqlen_q, PRE_THREADS), heads, batch)
+    kernel = simt_blocked_preprocess_kernel(head_dim)
+    return spec.KernelLaunch("simt_blocked_preprocess", kernel, t, grid, PRE_THREADS, 0, spec.preprocess_args())
+
+
+def launches(tiles: tuple, causal: bool, batch: int, heads: int, seqlen_q: int, seqlen_k: int) -> list:
+    """The backward for (dK/dV tiles, dQ tiles): preprocess, dK/dV (a block per
+    ``rows`` keys), dQ (a block per ``rows`` queries)."""
+    tkv, tq = tiles
+    return [
+        preprocess_launch(tkv, tkv.head_dim, batch, heads, seqlen_q),
+        spec.KernelLaunch("simt_blocked_dkdv", simt_blocked_dkdv_kernel(tkv, causal), tkv,
+                          (spec.cdiv(seqlen_k, tkv.rows), heads, batch), tkv.threads, dkdv_smem_bytes(tkv),
+                          spec.dkdv_args()),
+        spec.KernelLaunch("simt_blocked_dq", simt_blocked_dq_kernel(tq, causal), tq,
+                          (spec.cdiv(seqlen_q, tq.rows), heads, batch), tq.threads, dq_smem_bytes(tq), spec.dq_args()),
+    ]  # fmt: skip

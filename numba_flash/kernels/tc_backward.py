@@ -30,14 +30,14 @@ Kernels (4 warps, 16 rows a warp; fragment layouts as in ``numba_flash.ptx``):
   dP = dO·Vᵀ (K, V by ldmatrix), dQ += dS·K (K by ldmatrix.trans).  Causal: key tiles
   wholly above the diagonal are skipped.
 
-Masking: ``fragments.scores_to_logits`` scales Sᵀ / S and sets −inf where a (query,
+Masking: ``fragments.scale_and_mask`` scales Sᵀ / S and sets −inf where a (query,
 key) is invisible, on the tiles ``block_info.tile_needs_mask`` names; a row's lse comes
 through ``softmax.lse_for_recompute`` (+inf for rows past the end and rows that saw no
 key), so every such P is exactly 0.
 
 Shared memory: one dynamic uint16 array (XOR-swizzled 16-byte chunks, as the forward)
 for the 16-bit tiles, plus a small static float32 array for lse and delta
-(``config.tc_bwd_smem_bytes``).  Inputs arrive as uint16 views, outputs leave as uint32
+(``smem_bytes``).  Inputs arrive as uint16 views, outputs leave as uint32
 views (two 16-bit values a word).
 """
 
@@ -48,7 +48,7 @@ import functools
 from numba_flash import ptx
 from numba_flash._numba_cuda import cuda, float32, uint16, uint32
 from numba_flash.config import TcBwdTiles
-from numba_flash.kernels import copy, fragments, softmax
+from numba_flash.kernels import copy, fragments, softmax, spec
 from numba_flash.kernels.block_info import key_tiles, mask_info, query_tiles, tile_needs_mask
 
 LOG2E = 1.4426950408889634
@@ -194,7 +194,7 @@ def tc_bwd_dkdv_kernel(t: TcBwdTiles, causal: bool, dtype: str):
 
             # Pᵀ and dSᵀ: element e of n-tile nt is (key g + 8·(e >> 1), query nt·8 + 2·tq + (e & 1))
             needs_mask = tile_needs_mask(start_m, BLOCK_M, start_n, BLOCK_N, mi)
-            fragments.scores_to_logits(acc_s, 0, NT_S, start_n + warp * 16, start_m, scale2, needs_mask, mi, True)
+            fragments.scale_and_mask(acc_s, 0, NT_S, start_n + warp * 16, start_m, scale2, needs_mask, mi, True)
             for nt in range(NT_S):
                 for e in range(4):
                     col = nt * 8 + 2 * tq + (e & 1)
@@ -323,7 +323,7 @@ def tc_bwd_dq_kernel(t: TcBwdTiles, causal: bool, dtype: str):
 
             # P and dS: element e of n-tile nt is (query g + 8·(e >> 1), key nt·8 + 2·tq + (e & 1))
             needs_mask = tile_needs_mask(start_m, BLOCK_M, start_n, BLOCK_N, mi)
-            fragments.scores_to_logits(acc_s, 0, NT_S, start_m + warp * 16, start_n, scale2, needs_mask, mi, False)
+            fragments.scale_and_mask(acc_s, 0, NT_S, start_m + warp * 16, start_n, scale2, needs_mask, mi, False)
             for nt in range(NT_S):
                 for e in range(4):
                     _, acc_dp[nt * 4 + e] = softmax.softmax_grad(
@@ -350,3 +350,29 @@ def tc_bwd_dq_kernel(t: TcBwdTiles, causal: bool, dtype: str):
                     dq32[b, row, h, nt * 4 + tq] = pack(acc_dq[a] * scale, acc_dq[a + 1] * scale)
 
     return tc_bwd_dq
+
+
+PRE_THREADS = 128  # preprocess: one query row a thread
+
+
+def smem_bytes(t: TcBwdTiles) -> tuple[int, int]:
+    """Dynamic shared bytes of (dK/dV, dQ): dK/dV holds K, V and two stages of Q and dO;
+    dQ holds Q, dO and two stages of K and V (2-byte elements)."""
+    row = 2 * t.head_dim
+    return row * (2 * t.kv_block_n + 4 * t.kv_block_m), row * (2 * t.q_block_m + 4 * t.q_block_n)
+
+
+def launches(t: TcBwdTiles, causal: bool, dtype: str, batch: int, heads: int, seqlen_q: int, seqlen_k: int) -> list:
+    """The backward: preprocess (delta), dK/dV (a block per 16·warps keys), dQ (a block
+    per 16·warps queries)."""
+    smem_kv, smem_q = smem_bytes(t)
+    return [
+        spec.KernelLaunch("tc_bwd_preprocess", tc_bwd_preprocess_kernel(t.head_dim, dtype), t,
+                          (spec.cdiv(seqlen_q, PRE_THREADS), heads, batch), PRE_THREADS, 0, spec.preprocess_args("u16")),
+        spec.KernelLaunch("tc_bwd_dkdv", tc_bwd_dkdv_kernel(t, causal, dtype), t,
+                          (spec.cdiv(seqlen_k, t.kv_block_n), heads, batch), t.threads, smem_kv,
+                          spec.dkdv_args("u16", "u32")),
+        spec.KernelLaunch("tc_bwd_dq", tc_bwd_dq_kernel(t, causal, dtype), t,
+                          (spec.cdiv(seqlen_q, t.q_block_m), heads, batch), t.threads, smem_q,
+                          spec.dq_args("u16", "u32")),
+    ]  # fmt: skip

@@ -31,7 +31,7 @@ Per block:
     Causal: key tiles wholly above the diagonal (bottom-right aligned) are not visited.
 
 Shared memory (2-byte elements, one dynamic array): Q BLOCK_M·d + STAGES × (K + V)
-BLOCK_N·d (``config.tc_smem_bytes``; over 48 KiB is opted in at launch).  Rows are d·2 bytes
+BLOCK_N·d (``smem_bytes``; over 48 KiB is opted in at launch).  Rows are d·2 bytes
 (128 or 256), so the 8 rows an ldmatrix reads would all hit the same banks; the 16-byte
 chunk c of row r is stored at chunk ``c ^ (r & 7)`` (XOR swizzle), which spreads any 8
 consecutive rows over all 32 banks, for the cp.async writes and the ldmatrix reads alike.
@@ -47,7 +47,7 @@ import functools
 from numba_flash import ptx
 from numba_flash._numba_cuda import cuda, float32, uint16, uint32
 from numba_flash.config import TcTiles
-from numba_flash.kernels import copy, fragments, softmax
+from numba_flash.kernels import copy, fragments, softmax, spec
 from numba_flash.kernels.block_info import key_tiles, mask_info, tile_needs_mask
 
 LOG2E = 1.4426950408889634
@@ -56,7 +56,7 @@ _ALIGN = ptx.SMEM_ALIGN  # a module global, so numba sees a literal (see ptx.SME
 
 @functools.lru_cache(maxsize=None)
 def tc_forward_kernel(t: TcTiles, causal: bool, dtype: str):
-    """``kernel[grid, threads, stream, config.tc_smem_bytes(t)](q, k, v, out32, lse, softmax_scale)``
+    """``kernel[grid, threads, stream, smem_bytes(t)](q, k, v, out32, lse, softmax_scale)``
     (launch through ``numba_flash._launch.launch``, which opts in to > 48 KiB).
 
     q (B, Nq, H, d) and k, v (B, Nk, H, d) as uint16 views of fp16/bf16 data, out32
@@ -94,7 +94,7 @@ def tc_forward_kernel(t: TcTiles, causal: bool, dtype: str):
         seqlen_q, seqlen_k = mi[0], mi[1]
         scale_log2 = float32(softmax_scale * LOG2E)
 
-        # one dynamic shared array (sized at launch: config.tc_smem_bytes), carved into
+        # one dynamic shared array (sized at launch: smem_bytes), carved into
         # Q | K stages | V stages; addresses are byte offsets in the shared window
         smem = cuda.shared.array(0, uint16, alignment=_ALIGN)
         q_base = ptx.smem_addr(smem, 0)
@@ -157,7 +157,7 @@ def tc_forward_kernel(t: TcTiles, causal: bool, dtype: str):
             # for rows g (r = 0) and g + 8 (r = 1) of each m-tile
             needs_mask = tile_needs_mask(start_m, BLOCK_M, start_n, BLOCK_N, mi)
             for mt in range(MT):
-                fragments.scores_to_logits(acc_s, mt * S_TILE, NT_S, start_m + warp * WARP_ROWS + mt * 16, start_n,
+                fragments.scale_and_mask(acc_s, mt * S_TILE, NT_S, start_m + warp * WARP_ROWS + mt * 16, start_n,
                                            scale_log2, needs_mask, mi, False)  # fmt: skip
             for mt in range(MT):
                 for r in range(2):
@@ -193,3 +193,15 @@ def tc_forward_kernel(t: TcTiles, causal: bool, dtype: str):
                         lse[b, h, row] = lse_row
 
     return tc_forward
+
+
+def smem_bytes(t: TcTiles) -> int:
+    """Dynamic shared bytes: Q tile + ``stages`` K tiles + ``stages`` V tiles, 2 bytes an element."""
+    return 2 * t.head_dim * (t.block_m + 2 * t.stages * t.block_n)
+
+
+def launches(t: TcTiles, causal: bool, dtype: str, batch: int, heads: int, seqlen_q: int, seqlen_k: int) -> list:
+    """The forward: one kernel, a block per ``block_m`` queries of a (batch, head)."""
+    grid = (spec.cdiv(seqlen_q, t.block_m), heads, batch)
+    kernel = tc_forward_kernel(t, causal, dtype)
+    return [spec.KernelLaunch("tc_forward", kernel, t, grid, t.threads, smem_bytes(t), spec.forward_args("u16", "u32"))]

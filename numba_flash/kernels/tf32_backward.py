@@ -60,86 +60,25 @@ Shared memory (fp32, one dynamic array, rows XOR-swizzled in 16-byte chunks as t
 forward: chunk c of row r at ``c ^ sw(r)``, ``sw(r) = (r & 6) ^ ((r & 1) << 2)``):
 dkdv K + V (2·BLOCK_N·d) + two stages of Q and dO (4·BLOCK_M·d), plus a static
 4·BLOCK_M floats for lse2 and delta; dq Q + dO (2·BLOCK_M·d) + two stages of K and V
-(4·BLOCK_N·d).  ``tf32_bwd_smem_bytes``: 96 KiB for both at d = 64, 128 KiB for both at
+(4·BLOCK_N·d).  ``smem_bytes``: 96 KiB for both at d = 64, 128 KiB for both at
 d = 128 (one block an SM on an H100/H200; over 48 KiB is opted in at launch).
 """
 
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass
-
 from numba_flash import ptx
 from numba_flash._numba_cuda import cuda, float32, uint32
-from numba_flash.config import TF32_HEAD_DIMS
-from numba_flash.kernels import copy, fragments, softmax
+from numba_flash.config import Tf32BwdTiles
+from numba_flash.kernels import copy, fragments, softmax, spec
 from numba_flash.kernels.block_info import key_tiles, mask_info, query_tiles, tile_needs_mask
 
 LOG2E = 1.4426950408889634
 _ALIGN = ptx.SMEM_ALIGN  # a module global, so numba sees a literal (see ptx.SMEM_ALIGN)
 
-@dataclass(frozen=True)
-class Tf32BwdTiles:
-    """Compile-time tiles of the TF32 backward (mma.sync m16n8k8).
-
-    Attributes:
-        head_dim: d (64 or 128).
-        kv_block_n: keys per dkdv block = 16 · warps (a warp owns 16 keys).
-        kv_block_m: queries per tile the dkdv block walks.
-        q_block_m: queries per dq block = 16 · warps (a warp owns 16 queries).
-        q_block_n: keys per tile the dq block walks.
-        warps: warps per block (both kernels).
-    """
-
-    head_dim: int
-    kv_block_m: int
-    kv_block_n: int
-    q_block_m: int
-    q_block_n: int
-    warps: int = 4
-
-    def __post_init__(self):
-        if self.kv_block_n != 16 * self.warps or self.q_block_m != 16 * self.warps:
-            raise ValueError(
-                f"kv_block_n={self.kv_block_n} and q_block_m={self.q_block_m} must be 16 · warps = {16 * self.warps}"
-            )
-        if self.head_dim % 32 or self.kv_block_m % 8 or self.q_block_n % 8:
-            raise ValueError(
-                f"head_dim={self.head_dim} must be a multiple of 32, kv_block_m={self.kv_block_m} "
-                f"and q_block_n={self.q_block_n} of 8"
-            )
-
-    @property
-    def threads(self) -> int:
-        return 32 * self.warps
-
-
-def tf32_bwd_smem_bytes(t: Tf32BwdTiles) -> tuple[int, int]:
-    """Dynamic shared bytes of (dkdv, dq): K, V + two stages of Q, dO; Q, dO + two
-    stages of K, V; fp32."""
-    row = 4 * t.head_dim
-    return row * (2 * t.kv_block_n + 4 * t.kv_block_m), row * (2 * t.q_block_m + 4 * t.q_block_n)
-
-
-def tf32_backward_tiles(head_dim: int, causal: bool = False) -> Tf32BwdTiles:
-    """Tiles of the TF32 backward.
-
-    Four warps of 16 rows.  A dkdv lane holds d/2 dK and d/2 dV floats plus
-    BLOCK_M/2 each of Sᵀ and dPᵀ: 128 at d = 64 with 64-query tiles, 160 at d = 128
-    with 32-query tiles; a dq lane d/2 dQ floats plus BLOCK_N/2 each of S and dP.  The
-    shared memory (96 KiB at d = 64, 128 KiB at d = 128) lets one or two blocks share
-    an SM.  Not yet tuned on hardware; causal does not change the choice today.
-    """
-    if head_dim not in TF32_HEAD_DIMS:
-        raise ValueError(f"head_dim: the TF32 backward supports {TF32_HEAD_DIMS}, got {head_dim}")
-    if head_dim == 64:
-        return Tf32BwdTiles(64, kv_block_m=64, kv_block_n=64, q_block_m=64, q_block_n=64)
-    return Tf32BwdTiles(128, kv_block_m=32, kv_block_n=64, q_block_m=64, q_block_n=32)
-
-
 @functools.lru_cache(maxsize=None)
 def tf32_bwd_dkdv_kernel(t: Tf32BwdTiles, causal: bool):
-    """``kernel[grid, threads, stream, tf32_bwd_smem_bytes(t)[0]](q, k, v, dout, lse, delta,
+    """``kernel[grid, threads, stream, smem_bytes(t)[0]](q, k, v, dout, lse, delta,
     dk, dv, softmax_scale)``; q, dout (B, Nq, H, d), k, v, dk, dv (B, Nk, H, d) float32
     with 16-byte aligned rows; lse, delta (B, H, Nq) float32."""
     BLOCK_M, BLOCK_N, HEAD_DIM, THREADS = t.kv_block_m, t.kv_block_n, t.head_dim, t.threads
@@ -235,7 +174,7 @@ def tf32_bwd_dkdv_kernel(t: Tf32BwdTiles, causal: bool):
 
             # Pᵀ and dSᵀ: element e of n-tile nt is (key g + 8·(e >> 1), query 8nt + 2t + (e & 1))
             needs_mask = tile_needs_mask(start_m, BLOCK_M, start_n, BLOCK_N, mi)
-            fragments.scores_to_logits(acc_s, 0, NT_S, start_n + warp * 16, start_m, scale2, needs_mask, mi, True)
+            fragments.scale_and_mask(acc_s, 0, NT_S, start_n + warp * 16, start_m, scale2, needs_mask, mi, True)
             for nt in range(NT_S):
                 for e in range(4):
                     col = nt * 8 + 2 * tq + (e & 1)
@@ -265,7 +204,7 @@ def tf32_bwd_dkdv_kernel(t: Tf32BwdTiles, causal: bool):
 
 @functools.lru_cache(maxsize=None)
 def tf32_bwd_dq_kernel(t: Tf32BwdTiles, causal: bool):
-    """``kernel[grid, threads, stream, tf32_bwd_smem_bytes(t)[1]](q, k, v, dout, lse, delta,
+    """``kernel[grid, threads, stream, smem_bytes(t)[1]](q, k, v, dout, lse, delta,
     dq, softmax_scale)``; shapes as :func:`tf32_bwd_dkdv_kernel`, dq like q."""
     BLOCK_M, BLOCK_N, HEAD_DIM, THREADS = t.q_block_m, t.q_block_n, t.head_dim, t.threads
     CAUSAL = causal
@@ -353,7 +292,7 @@ def tf32_bwd_dq_kernel(t: Tf32BwdTiles, causal: bool):
 
             # P and dS: element e of n-tile nt is (query g + 8·(e >> 1), key 8nt + 2t + (e & 1))
             needs_mask = tile_needs_mask(start_m, BLOCK_M, start_n, BLOCK_N, mi)
-            fragments.scores_to_logits(acc_s, 0, NT_S, start_m + warp * 16, start_n, scale2, needs_mask, mi, False)
+            fragments.scale_and_mask(acc_s, 0, NT_S, start_m + warp * 16, start_n, scale2, needs_mask, mi, False)
             for nt in range(NT_S):
                 for e in range(4):
                     _, acc_dp[nt * 4 + e] = softmax.softmax_grad(
@@ -373,3 +312,25 @@ def tf32_bwd_dq_kernel(t: Tf32BwdTiles, causal: bool):
                 fragments.store_tf32_row(dq, b, row, h, acc_dq, r, tq, OGROUPS, scale)
 
     return tf32_bwd_dq
+
+
+def smem_bytes(t: Tf32BwdTiles) -> tuple[int, int]:
+    """Dynamic shared bytes of (dK/dV, dQ): K, V + two stages of Q, dO; Q, dO + two
+    stages of K, V; fp32."""
+    row = 4 * t.head_dim
+    return row * (2 * t.kv_block_n + 4 * t.kv_block_m), row * (2 * t.q_block_m + 4 * t.q_block_n)
+
+
+def launches(t: Tf32BwdTiles, causal: bool, batch: int, heads: int, seqlen_q: int, seqlen_k: int) -> list:
+    """The TF32 backward: the exact fp32 preprocess (``simt_blocked_backward``), then dK/dV
+    and dQ on TF32 tensor cores."""
+    from numba_flash.kernels import simt_blocked_backward
+
+    smem_kv, smem_q = smem_bytes(t)
+    return [
+        simt_blocked_backward.preprocess_launch(t, t.head_dim, batch, heads, seqlen_q),
+        spec.KernelLaunch("tf32_bwd_dkdv", tf32_bwd_dkdv_kernel(t, causal), t,
+                          (spec.cdiv(seqlen_k, t.kv_block_n), heads, batch), t.threads, smem_kv, spec.dkdv_args()),
+        spec.KernelLaunch("tf32_bwd_dq", tf32_bwd_dq_kernel(t, causal), t,
+                          (spec.cdiv(seqlen_q, t.q_block_m), heads, batch), t.threads, smem_q, spec.dq_args()),
+    ]  # fmt: skip

@@ -50,7 +50,7 @@ Per block:
        key tiles wholly above the diagonal are not visited.
 
 Shared memory (fp32, one dynamic array): Q BLOCK_M·d + STAGES × (K + V) BLOCK_N·d,
-``tf32_smem_bytes``: 80 KiB at d = 64 and 96 KiB at d = 128 (two blocks an SM on an
+``smem_bytes``: 80 KiB at d = 64 and 96 KiB at d = 128 (two blocks an SM on an
 H100/H200; over 48 KiB is opted in at launch).  Rows are 256 or 512 bytes, so the same
 column of every row is in the same bank; the 16-byte chunk c of row r is stored at chunk
 ``c ^ sw(r)``, ``sw(r) = (r & 6) ^ ((r & 1) << 2)``, which makes the three reads
@@ -63,12 +63,10 @@ the banks); for V they are rows 2t (or 2t+1), t = 0..3, at chunks 8j + g, g ∈ 
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass
-
 from numba_flash import ptx
 from numba_flash._numba_cuda import cuda, float32, uint32
-from numba_flash.config import TF32_HEAD_DIMS
-from numba_flash.kernels import copy, fragments, softmax
+from numba_flash.config import Tf32Tiles
+from numba_flash.kernels import copy, fragments, softmax, spec
 from numba_flash.kernels.block_info import key_tiles, mask_info, tile_needs_mask
 
 LOG2E = 1.4426950408889634
@@ -76,59 +74,9 @@ _ALIGN = ptx.SMEM_ALIGN  # a module global, so numba sees a literal (see ptx.SME
 
 
 
-@dataclass(frozen=True)
-class Tf32Tiles:
-    """Compile-time tile shape of the TF32 forward (mma.sync m16n8k8).
-
-    Attributes:
-        head_dim: d (64 or 128).
-        block_m: query rows per block = 16 · warps (a warp owns one 16-row m-tile).
-        block_n: keys per K/V tile.
-        warps: warps per block.
-        stages: K/V shared-memory buffers (2: tile j+1 is copied while j is used).
-    """
-
-    head_dim: int
-    block_m: int
-    block_n: int
-    warps: int
-    stages: int = 2
-
-    def __post_init__(self):
-        if self.block_m != 16 * self.warps:
-            raise ValueError(f"block_m={self.block_m} must be 16 · warps = {16 * self.warps}")
-        if self.head_dim % 32 or self.block_n % 8:
-            raise ValueError(f"head_dim={self.head_dim} must be a multiple of 32 and block_n={self.block_n} of 8")
-
-    @property
-    def threads(self) -> int:
-        return 32 * self.warps
-
-
-def tf32_smem_bytes(t: Tf32Tiles) -> int:
-    """Dynamic shared bytes: Q tile + ``stages`` K tiles + ``stages`` V tiles, fp32."""
-    return 4 * t.head_dim * (t.block_m + 2 * t.stages * t.block_n)
-
-
-def tf32_forward_tiles(head_dim: int, causal: bool = False) -> Tf32Tiles:
-    """Tiles of the TF32 forward.
-
-    Four warps of 16 rows.  A lane holds d/2 Q words (tf32), BLOCK_N/2 S floats and d/2
-    O floats: 96 at d = 64 with BLOCK_N = 64, 144 at d = 128 with BLOCK_N = 32, so both
-    stay well inside 255 registers.  fp32 tiles take twice the shared memory of fp16
-    ones: 80 KiB (d = 64) and 96 KiB (d = 128), two blocks per SM within Hopper's
-    228 KiB.  Not yet tuned on hardware; causal does not change the choice today.
-    """
-    if head_dim not in TF32_HEAD_DIMS:
-        raise ValueError(f"head_dim: the TF32 forward supports {TF32_HEAD_DIMS}, got {head_dim}")
-    if head_dim == 64:
-        return Tf32Tiles(64, block_m=64, block_n=64, warps=4)
-    return Tf32Tiles(128, block_m=64, block_n=32, warps=4)
-
-
 @functools.lru_cache(maxsize=None)
 def tf32_forward_kernel(t: Tf32Tiles, causal: bool):
-    """``kernel[grid, threads, stream, tf32_smem_bytes(t)](q, k, v, out, lse, softmax_scale)``
+    """``kernel[grid, threads, stream, smem_bytes(t)](q, k, v, out, lse, softmax_scale)``
     (launch through ``numba_flash._launch.launch``, which opts in to > 48 KiB).
 
     q (B, Nq, H, d), k, v (B, Nk, H, d), out (B, Nq, H, d): float32 with 16-byte aligned
@@ -165,7 +113,7 @@ def tf32_forward_kernel(t: Tf32Tiles, causal: bool):
         seqlen_q, seqlen_k = mi[0], mi[1]
         scale_log2 = float32(softmax_scale * LOG2E)
 
-        # one dynamic shared array (sized at launch: tf32_smem_bytes), carved into
+        # one dynamic shared array (sized at launch: smem_bytes), carved into
         # Q | K stages | V stages; addresses are byte offsets in the shared window
         smem = cuda.shared.array(0, float32, alignment=_ALIGN)
         q_base = ptx.smem_addr(smem, 0)
@@ -221,7 +169,7 @@ def tf32_forward_kernel(t: Tf32Tiles, causal: bool):
             # scores into the log2 domain, masked where the tile needs it; online softmax
             # for rows g (r = 0) and g + 8 (r = 1)
             needs_mask = tile_needs_mask(start_m, BLOCK_M, start_n, BLOCK_N, mi)
-            fragments.scores_to_logits(acc_s, 0, NT_S, start_m + warp * 16, start_n, scale_log2, needs_mask, mi,
+            fragments.scale_and_mask(acc_s, 0, NT_S, start_m + warp * 16, start_n, scale_log2, needs_mask, mi,
                                        False)  # fmt: skip
             for r in range(2):
                 softmax.online_softmax_row(acc_s, 2 * r, 4, NT_S, 2, acc_o, 2 * r, 4, NT_O, 2, m_i, l_i, r, 4, True)
@@ -245,3 +193,15 @@ def tf32_forward_kernel(t: Tf32Tiles, causal: bool):
                     lse[b, h, row] = lse_row
 
     return tf32_forward
+
+
+def smem_bytes(t: Tf32Tiles) -> int:
+    """Dynamic shared bytes: Q tile + ``stages`` K tiles + ``stages`` V tiles, fp32."""
+    return 4 * t.head_dim * (t.block_m + 2 * t.stages * t.block_n)
+
+
+def launches(t: Tf32Tiles, causal: bool, batch: int, heads: int, seqlen_q: int, seqlen_k: int) -> list:
+    """The TF32 forward: one kernel, a block per ``block_m`` queries of a (batch, head)."""
+    grid = (spec.cdiv(seqlen_q, t.block_m), heads, batch)
+    kernel = tf32_forward_kernel(t, causal)
+    return [spec.KernelLaunch("tf32_forward", kernel, t, grid, t.threads, smem_bytes(t), spec.forward_args())]

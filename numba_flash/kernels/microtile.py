@@ -1,0 +1,109 @@
+"""Register micro-tiles of the exact fp32 kernels (SGEMM-style), shared by the
+register-blocked forward, dK/dV and dQ kernels.
+
+A block of TX·TY threads computes a ROWS × COLS score-shaped tile (queries × keys in
+the forward and dQ kernels, keys × queries in dK/dV).  Thread (ty, tx) owns the TM × TN
+micro-tile of rows ``ty + r·TY`` (r < TM) and columns ``tx + c·TX`` (c < TN), kept in
+registers as ``s[r·TN + c]``, and the TM × d/TX slice of an output accumulator,
+``acc[r·OC + o]`` for the head-dim columns ``4·tx + 4·TX·(o // 4) + o % 4`` (o < OC =
+d/TX).  Rows and columns are interleaved so that the 16-byte shared loads of
+neighbouring lanes fall on different banks; the TX lanes of a row are consecutive
+lanes of one warp (a row's max and sum are finished over them with shuffles).
+
+Shared-memory operands are fp32 rows addressed in bytes (``ptx.smem_addr`` plus
+offsets) and read as 16-byte vectors (``ptx.ld_shared_v4_f32``); every address passed
+here is 16-byte aligned.  ``scratch`` arguments are small register arrays the caller
+owns (numba cannot allocate them here and keep them in registers across the caller's
+loops).
+"""
+
+from __future__ import annotations
+
+import math
+
+from numba_flash import ptx
+from numba_flash._numba_cuda import device_function, float32
+from numba_flash.kernels.mask import visible
+
+NEG_INF = float32(-math.inf)
+
+
+@device_function
+def dot_tile(s, a_addr, A_STEP, b_addr, B_STEP, D, TM, TN, scratch):
+    """``s[r·TN + c] += a_r · b_c`` over D columns, for the micro-tile's rows
+    ``a_r`` at ``a_addr + r·A_STEP`` and columns ``b_c`` at ``b_addr + c·B_STEP``
+    (``scratch``: TN·4 floats).  Per 4 columns, TN + TM vector loads feed 4·TM·TN FMAs,
+    each sum taken in column order (the order ``preprocess``'s delta uses)."""
+    for kb in range(0, 4 * D, 16):  # byte offset of 4 head-dim columns
+        for c in range(TN):
+            scratch[4 * c], scratch[4 * c + 1], scratch[4 * c + 2], scratch[4 * c + 3] = ptx.ld_shared_v4_f32(
+                b_addr + (kb + c * B_STEP)
+            )
+        for r in range(TM):
+            a0, a1, a2, a3 = ptx.ld_shared_v4_f32(a_addr + (kb + r * A_STEP))
+            for c in range(TN):  # four dependent FMAs, as a sequential dot product
+                x = s[r * TN + c] + a0 * scratch[4 * c]
+                x += a1 * scratch[4 * c + 1]
+                x += a2 * scratch[4 * c + 2]
+                s[r * TN + c] = x + a3 * scratch[4 * c + 3]
+
+
+@device_function
+def scale_and_mask(s, TM, TN, row0, ROW_STEP, col0, COL_STEP, scale, needs_mask, mi, KEYS_ARE_ROWS):
+    """The score step on the micro-tile: times ``scale``; then, when ``needs_mask``,
+    −inf where the (query, key) of element (r, c) — row ``row0 + r·ROW_STEP``, column
+    ``col0 + c·COL_STEP``; keys are the rows when ``KEYS_ARE_ROWS`` — is invisible."""
+    for i in range(TM * TN):
+        s[i] *= scale
+    if needs_mask:
+        for r in range(TM):
+            for c in range(TN):
+                if KEYS_ARE_ROWS:
+                    ok = visible(col0 + c * COL_STEP, row0 + r * ROW_STEP, mi)
+                else:
+                    ok = visible(row0 + r * ROW_STEP, col0 + c * COL_STEP, mi)
+                if not ok:
+                    s[r * TN + c] = NEG_INF
+
+
+@device_function
+def store_transposed(addr, COL_BYTES, s, TM, TN):
+    """The micro-tile to shared memory transposed, column c (TM values, this thread's
+    rows in order) as TM/4 16-byte stores at ``addr + c·COL_BYTES``: P or dS as
+    [column][row], so that each thread reads the column it needs as vectors."""
+    for c in range(TN):
+        for r4 in range(TM // 4):
+            ptx.st_shared_v4_f32(
+                addr + c * COL_BYTES + 16 * r4,
+                s[(4 * r4) * TN + c], s[(4 * r4 + 1) * TN + c], s[(4 * r4 + 2) * TN + c], s[(4 * r4 + 3) * TN + c],
+            )  # fmt: skip
+
+
+@device_function
+def outer_accumulate(acc, p_addr, P_BYTES, v_addr, V_BYTES, V_STEP, N, TM, OC, p_scratch, v_scratch):
+    """``acc[r·OC + o] += Σ_j p_j[r] · v_j[o]`` over N rows j: ``p_j`` the TM values at
+    ``p_addr + j·P_BYTES`` (a column stored by :func:`store_transposed`), ``v_j`` this
+    thread's OC head-dim columns of the row at ``v_addr + j·V_BYTES``, as OC/4 vectors
+    ``V_STEP`` bytes apart (``p_scratch``: TM floats, ``v_scratch``: OC floats).  P·V,
+    dS·K, Pᵀ·dO and dSᵀ·Q alike."""
+    for j in range(N):
+        for r4 in range(TM // 4):
+            p_scratch[4 * r4], p_scratch[4 * r4 + 1], p_scratch[4 * r4 + 2], p_scratch[4 * r4 + 3] = (
+                ptx.ld_shared_v4_f32(p_addr + (j * P_BYTES + 16 * r4))
+            )
+        for o in range(OC // 4):
+            v_scratch[4 * o], v_scratch[4 * o + 1], v_scratch[4 * o + 2], v_scratch[4 * o + 3] = ptx.ld_shared_v4_f32(
+                v_addr + (j * V_BYTES + o * V_STEP)
+            )
+        for r in range(TM):
+            for o in range(OC):
+                acc[r * OC + o] += p_scratch[r] * v_scratch[o]
+
+
+@device_function
+def store_row(dst, b, row, h, acc, r, tx, TX, OC, scale):
+    """Row ``r`` of the thread's accumulator slice, times ``scale``, to
+    ``dst[b, row, h, 4·tx + 4·TX·(o // 4) + o % 4]``."""
+    for o in range(OC // 4):
+        for e in range(4):
+            dst[b, row, h, 4 * tx + 4 * TX * o + e] = acc[r * OC + 4 * o + e] * scale

@@ -1,0 +1,182 @@
+"""The launch plan: which kernels run for a problem, with which tiles, grid and memory.
+
+:func:`plan` maps a :class:`Problem` (pass, dtype, head dim, causal, ``allow_tf32``,
+row alignment, sizes, target) to a :class:`Plan`: the family, the dtype the kernels
+work in, and the list of launches (``kernels.spec.KernelLaunch``) in order.  It is the
+one place kernels are chosen: ``flash_attention`` runs the list (``api``), ``numba-flash
+inspect`` compiles it (``inspection``), ``numba-flash info`` prints it (:func:`table`),
+and the tests check it.  Tiles come from ``config.choose``; each kernel module states
+its own grid, threads, shared memory and arguments (its ``launches`` function).
+
+The rule, in order (FlashAttention-2's dtypes on tensor cores, everything else exact):
+
+1. fp16 / bf16 at head dims 64 and 128, rows 16-byte aligned (cp.async copies 16
+   bytes), on sm_80 or newer: **tensor-core** (``mma.sync`` m16n8k16).
+2. float32 with ``allow_tf32`` under the same conditions: **tensor-core-tf32**.
+3. Otherwise **simt-fp32**, exact fp32 on CUDA cores: the register-blocked kernels for
+   float32 work at head dims 64 and 128 with aligned rows on sm_80+ (they use cp.async
+   too), else the row-group kernels (any head dim, any alignment, any architecture).
+   fp16 is read as is by the row-group kernels; bf16, which numba cannot type, runs on
+   float32 copies (``Plan.work_dtype``) made by the API, and so always meets the
+   alignment of the blocked kernels.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+
+from numba_flash import config
+from numba_flash.kernels import spec
+
+PASSES = ("forward", "backward")
+DTYPES = ("float32", "float16", "bfloat16")
+FAMILIES = ("tensor-core", "tensor-core-tf32", "simt-fp32")
+MIN_TENSOR_CORE_CC = (8, 0)  # mma.sync m16n8k16 / m16n8k8 tf32, ldmatrix, cp.async
+
+
+@dataclass(frozen=True)
+class Problem:
+    """What the kernel choice depends on.
+
+    Attributes:
+        pass_: "forward" or "backward".
+        dtype: "float32", "float16" or "bfloat16" (the inputs').
+        head_dim: d.
+        causal: causal masking (a compile-time variant of every kernel).
+        allow_tf32: float32 on TF32 tensor cores.
+        aligned: every q/k/v (and dout, out) row starts on a 16-byte boundary.
+        batch, heads, seqlen_q, seqlen_k: sizes (the grid).
+        arch: the target's compute capability.
+        simulator: numba's CUDA simulator (small register-blocked tiles there).
+    """
+
+    pass_: str
+    dtype: str
+    head_dim: int
+    causal: bool = False
+    allow_tf32: bool = False
+    aligned: bool = True
+    batch: int = 1
+    heads: int = 1
+    seqlen_q: int = 1
+    seqlen_k: int = 1
+    arch: tuple = (9, 0)
+    simulator: bool = False
+
+    def __post_init__(self):
+        if self.pass_ not in PASSES:
+            raise ValueError(f"pass: expected one of {PASSES}, got {self.pass_!r}")
+        if self.dtype not in DTYPES:
+            raise ValueError(f"dtype: expected one of {DTYPES}, got {self.dtype!r}")
+        if self.head_dim % 8 or not 8 <= self.head_dim <= 256:
+            raise ValueError(f"head_dim: expected a multiple of 8 from 8 to 256, got {self.head_dim}")
+
+
+@dataclass(frozen=True)
+class Plan:
+    """The launches of one pass, in order.
+
+    Attributes:
+        family: "tensor-core", "tensor-core-tf32" or "simt-fp32".
+        work_dtype: the dtype the kernels read and write ("float32" when bf16 runs on
+            float32 copies); the API converts inputs to it and outputs back.
+        launches: ``kernels.spec.KernelLaunch`` records.
+        note: why a faster family does not apply (empty when the first rule holds).
+    """
+
+    family: str
+    work_dtype: str
+    launches: tuple
+    note: str = ""
+    problem: Problem = field(default=None, repr=False)
+
+
+def family(p: Problem) -> tuple[str, str]:
+    """(family, note): the rule of the module docstring."""
+    tensor_cores = tuple(p.arch[:2]) >= MIN_TENSOR_CORE_CC
+    if p.dtype in ("float16", "bfloat16") or (p.dtype == "float32" and p.allow_tf32):
+        name = "tensor-core" if p.dtype != "float32" else "tensor-core-tf32"
+        why = []
+        if p.head_dim not in config.TC_HEAD_DIMS:
+            why.append(f"head dim {p.head_dim} is not one of {config.TC_HEAD_DIMS}")
+        if not p.aligned:
+            why.append("rows are not 16-byte aligned")
+        if not tensor_cores:
+            why.append(f"sm_{p.arch[0]}{p.arch[1]} has no mma.sync/cp.async (they need sm_80+)")
+        if not why:
+            return name, ""
+        return "simt-fp32", f"the {name} kernels do not apply ({'; '.join(why)}): exact fp32 kernels run instead"
+    return "simt-fp32", ""
+
+
+def plan(p: Problem) -> Plan:
+    """The launch plan of problem ``p``."""
+    fam, note = family(p)
+    B, H, Nq, Nk, d, causal = p.batch, p.heads, p.seqlen_q, p.seqlen_k, p.head_dim, p.causal
+    if fam == "tensor-core":
+        from numba_flash.kernels import tc_backward, tc_forward
+
+        if p.pass_ == "forward":
+            t = config.choose("tc_forward", d, causal, p.dtype)
+            launches = tc_forward.launches(t, causal, p.dtype, B, H, Nq, Nk)
+        else:
+            t = config.choose("tc_backward", d, causal, p.dtype)
+            launches = tc_backward.launches(t, causal, p.dtype, B, H, Nq, Nk)
+        return Plan(fam, p.dtype, tuple(launches), note, p)
+    if fam == "tensor-core-tf32":
+        from numba_flash.kernels import tf32_backward, tf32_forward
+
+        if p.pass_ == "forward":
+            launches = tf32_forward.launches(config.choose("tf32_forward", d, causal), causal, B, H, Nq, Nk)
+        else:
+            launches = tf32_backward.launches(config.choose("tf32_backward", d, causal), causal, B, H, Nq, Nk)
+        return Plan(fam, "float32", tuple(launches), note, p)
+
+    work = "float16" if p.dtype == "float16" else "float32"
+    aligned = p.aligned or p.dtype == "bfloat16"  # bf16 runs on fresh (aligned) fp32 copies
+    blocked = work == "float32" and d in config.BLOCKED_HEAD_DIMS and aligned and p.arch[:2] >= MIN_TENSOR_CORE_CC
+    if blocked:
+        from numba_flash.kernels import simt_blocked_backward, simt_blocked_forward
+
+        kind = "blocked_" + p.pass_
+        t = config.choose(kind, d, causal, simulator=p.simulator)
+        module = simt_blocked_forward if p.pass_ == "forward" else simt_blocked_backward
+    else:
+        from numba_flash.kernels import simt_backward, simt_forward
+
+        t = config.choose("simt_" + p.pass_, d)
+        module = simt_forward if p.pass_ == "forward" else simt_backward
+    return Plan(fam, work, tuple(module.launches(t, causal, B, H, Nq, Nk)), note, p)
+
+
+def table(arch: tuple = (9, 0)) -> list[dict]:
+    """What runs where, for ``numba-flash info``: one row per (dtype, head-dim class),
+    the kernels of each pass with their tiles (from :func:`plan` itself)."""
+    cases = [
+        ("float32", "64, 128 (16-byte aligned rows)", 64, False, True),
+        ("float32", "other multiples of 8 up to 256, or unaligned rows", 96, False, True),
+        ("float32, allow_tf32=True", "64, 128 (16-byte aligned rows)", 64, True, True),
+        ("float16", "64, 128 (16-byte aligned rows)", 64, False, True),
+        ("float16", "other multiples of 8 up to 256, or unaligned rows", 96, False, True),
+        ("bfloat16", "64, 128 (16-byte aligned rows)", 64, False, True),
+        ("bfloat16", "other multiples of 8 up to 256, or unaligned rows", 96, False, True),
+    ]
+    rows = []
+    for label, dims, d, tf32, aligned in cases:
+        dtype = label.split(",")[0]
+        row = {"dtype": label, "head_dims": dims}
+        for pass_ in PASSES:
+            pl = plan(Problem(pass_, dtype, d, allow_tf32=tf32, aligned=aligned, arch=arch))
+            kernels = " → ".join(k.name for k in pl.launches)
+            work = f" (on {pl.work_dtype} copies)" if pl.work_dtype != dtype and dtype == "bfloat16" else ""
+            row[pass_] = f"{pl.family}: {kernels}{work}"
+        rows.append(row)
+    return rows
+
+
+def with_sizes(p: Problem, batch: int, heads: int, seqlen_q: int, seqlen_k: int) -> Problem:
+    """``p`` for other sizes (the kernels and tiles do not depend on them)."""
+    return replace(p, batch=batch, heads=heads, seqlen_q=seqlen_q, seqlen_k=seqlen_k)
+
+
+__all__ = ["Problem", "Plan", "plan", "family", "table", "with_sizes", "spec"]
