@@ -77,8 +77,12 @@ def _allow_dynamic_smem(compiled, nbytes: int) -> None:
 
 
 def _prepare(kernel, shared_bytes: int, args):
-    """Compile ``kernel`` for ``args`` through numba, opt in to the shared memory, and
-    return (function handle, number of 8-byte parameters)."""
+    """Compile ``kernel`` for ``args`` through numba (or load it from the on-disk cache,
+    ``numba_flash._cache``), opt in to the shared memory, and return (function handle,
+    number of 8-byte parameters)."""
+    from numba_flash import _cache
+
+    _cache.enable(kernel)
     compiled = kernel._compile_for_args(*_numba_args(args))
     if shared_bytes > 0:
         _allow_dynamic_smem(compiled, shared_bytes)

@@ -1,0 +1,104 @@
+"""TFLOP/s of forward and backward on issue #10's shape table, with FlashAttention-2
+(torch SDPA's flash backend) in the same process.
+
+    python3 scripts/bench_table.py out.jsonl [--no-peer]
+    python3 scripts/bench_table.py --compare before.jsonl after.jsonl   # a markdown table
+
+Uses only the public API (``flash_attention``, ``flash_attention_backward``), so the
+same script times an older checkout of the library put first on ``PYTHONPATH``: that is
+how before/after figures of a refactor come from one machine and one run.  Times are
+medians of CUDA-event timings of single calls after warm-up; FLOPs 4·B·H·N²·d (×0.5
+causal, ×2.5 backward).  Inputs are fresh standard normals, 64 MiB or more per tensor
+at every shape (beyond the 60 MB L2).
+"""
+
+import json
+import sys
+
+import cupy as cp
+import ml_dtypes
+import numpy as np
+
+import numba_flash
+
+SHAPES = [(4, 16, 4096, 128), (4, 32, 4096, 64), (1, 16, 16384, 128), (16, 32, 1024, 64)]
+CASES = [(s, "float16", c) for s in SHAPES for c in (False, True)] + [
+    ((4, 16, 4096, 128), "bfloat16", False),
+    ((4, 16, 4096, 128), "float32", False),
+    ((4, 32, 4096, 64), "float32", False),
+]
+
+
+def median_ms(fn, warmup=3, rep=15):
+    for _ in range(warmup):
+        fn()
+    cp.cuda.runtime.deviceSynchronize()
+    times = []
+    for _ in range(rep):
+        s, e = cp.cuda.Event(), cp.cuda.Event()
+        s.record()
+        fn()
+        e.record()
+        e.synchronize()
+        times.append(cp.cuda.get_elapsed_time(s, e))
+    return float(np.median(times))
+
+
+def compare(before_path, after_path):
+    """Per case: TFLOP/s before and after, after ÷ before, and FA2's (same run as after)."""
+    def load(path):
+        rows = [json.loads(line) for line in open(path) if line.strip()]
+        return {(r["B"], r["H"], r["N"], r["d"], r["dtype"], r["causal"]): r for r in rows}
+
+    before, after = load(before_path), load(after_path)
+    print("| (B,H,N,d) | dtype | causal | fwd before | fwd after | ratio | bwd before | bwd after | ratio | FA2 fwd / bwd |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
+    for key, a in after.items():
+        b = before.get(key)
+        if b is None:
+            continue
+        fa2 = f"{a['fa2_fwd_tflops']:.0f} / {a['fa2_bwd_tflops']:.0f}" if "fa2_fwd_tflops" in a else "–"
+        print(f"| ({key[0]},{key[1]},{key[2]},{key[3]}) | {key[4]} | {'yes' if key[5] else 'no'} "
+              f"| {b['fwd_tflops']:.1f} | {a['fwd_tflops']:.1f} | {a['fwd_tflops'] / b['fwd_tflops']:.3f} "
+              f"| {b['bwd_tflops']:.1f} | {a['bwd_tflops']:.1f} | {a['bwd_tflops'] / b['bwd_tflops']:.3f} | {fa2} |")
+
+
+def main():
+    if sys.argv[1] == "--compare":
+        return compare(sys.argv[2], sys.argv[3])
+    path = sys.argv[1]
+    peer = "--no-peer" not in sys.argv
+    rows = []
+    for (B, H, N, d), dtype, causal in CASES:
+        dt = np.dtype(ml_dtypes.bfloat16) if dtype == "bfloat16" else np.dtype(dtype)
+        gen = cp.random.default_rng(0)
+        q, k, v, dout = (gen.standard_normal((B, N, H, d), dtype=cp.float32).astype(dt) for _ in range(4))
+        out, lse = numba_flash.flash_attention(q, k, v, causal=causal, return_lse=True)
+        flops = 4 * B * H * N * N * d * (0.5 if causal else 1.0)
+        fwd = median_ms(lambda: numba_flash.flash_attention(q, k, v, causal=causal))
+        bwd = median_ms(lambda: numba_flash.flash_attention_backward(dout, q, k, v, out, lse, causal=causal))
+        row = dict(B=B, H=H, N=N, d=d, dtype=dtype, causal=causal, fwd_ms=fwd, bwd_ms=bwd,
+                   fwd_tflops=flops / fwd / 1e9, bwd_tflops=2.5 * flops / bwd / 1e9)
+        if peer and dtype != "float32":
+            import torch
+            from torch.nn.attention import SDPBackend, sdpa_kernel
+
+            tq, tk, tv, tdo = (torch.from_dlpack(x).transpose(1, 2).detach() for x in (q, k, v, dout))
+            tq.requires_grad_(), tk.requires_grad_(), tv.requires_grad_()
+            with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
+                f = torch.nn.functional.scaled_dot_product_attention
+                fa_fwd = median_ms(lambda: f(tq, tk, tv, is_causal=causal))
+                o = f(tq, tk, tv, is_causal=causal)
+                fa_bwd = median_ms(lambda: torch.autograd.grad(o, (tq, tk, tv), tdo, retain_graph=True))
+            row.update(fa2_fwd_tflops=flops / fa_fwd / 1e9, fa2_bwd_tflops=2.5 * flops / fa_bwd / 1e9)
+        rows.append(row)
+        print(json.dumps(row), flush=True)
+        del q, k, v, dout, out, lse
+        cp.get_default_memory_pool().free_all_blocks()
+    with open(path, "w") as f:
+        for row in rows:
+            f.write(json.dumps(row) + "\n")
+
+
+if __name__ == "__main__":
+    main()
