@@ -7,8 +7,8 @@ else does: a new kind of mask (a window band, per-sequence lengths) changes this
 module and ``mask.py``, not the kernels.
 
 Visibility (bottom-right aligned causal, as FlashAttention-2 >= 2.1): query i sees key j
-iff ``i < seqlen_q``, ``j < seqlen_k`` and, when causal, ``j <= i + diag`` with
-``diag = seqlen_k − seqlen_q``.
+iff ``j < seqlen_k`` and, when causal, ``j <= i + diag`` with ``diag = seqlen_k −
+seqlen_q`` (query rows past the end are never written or have lse = +inf).
 
 Tile ranges are half-open ranges of tile indices: a query tile of ``BLOCK_M`` rows from
 ``start_m`` visits key tiles ``[n_lo, n_hi)`` of ``BLOCK_N`` keys (:func:`key_tiles`);
@@ -58,10 +58,10 @@ def query_tiles(start_n, BLOCK_M, mi):
 
 @device_function
 def tile_needs_mask(start_m, BLOCK_M, start_n, BLOCK_N, mi):
-    """False when every (query, key) of the tile is visible: it ends inside both
-    sequences and, when causal, lies wholly on or below the diagonal."""
+    """False when every (query, key) of the tile is visible (``mask.visible``): it ends
+    inside the keys and, when causal, lies wholly on or below the diagonal."""
     seqlen_q, seqlen_k, diag, causal = mi
-    needs = start_n + BLOCK_N > seqlen_k or start_m + BLOCK_M > seqlen_q
+    needs = start_n + BLOCK_N > seqlen_k
     if causal:
         needs = needs or start_n + BLOCK_N - 1 > start_m + diag
     return needs

@@ -46,34 +46,47 @@ def chunk_addr(tile, r, c, ROW_BYTES, SWIZZLE):
 
 @device_function
 def copy_rows(tile_a, src_a, tile_b, src_b, TWO, b, h, row0, nrows, tid, ROWS, CHUNKS, ELEMS, ROW_BYTES, SWIZZLE,
-              THREADS):
+              THREADS, UNROLL):
     """Start copying rows ``row0 .. row0 + ROWS − 1`` of ``src_a[b, :, h, :]`` (CHUNKS
     16-byte chunks of ELEMS elements a row) into the shared tile at ``tile_a``, and when
     ``TWO`` the same rows of ``src_b`` into ``tile_b`` (same layout, same index
-    arithmetic)."""
-    for idx in range(tid, ROWS * CHUNKS, THREADS):
-        r = idx // CHUNKS
-        c = idx - r * CHUNKS
-        row = row0 + r
-        src_at = (b, min(row, nrows - 1), h, c * ELEMS)
-        at = chunk_addr(0, r, c, ROW_BYTES, SWIZZLE)
-        ptx.cp_async_16_zfill(tile_a + at, src_a, src_at, row < nrows)
-        if TWO:
-            ptx.cp_async_16_zfill(tile_b + at, src_b, src_at, row < nrows)
+    arithmetic).  Thread ``tid`` takes chunks ``tid + i·THREADS``: in a loop the
+    compiler unrolls when ``UNROLL`` (ROWS·CHUNKS a multiple of THREADS: every address
+    computed up front, more registers), else in a counted loop."""
+    if UNROLL:
+        for i in range(ROWS * CHUNKS // THREADS):
+            _copy_chunk(tile_a, src_a, tile_b, src_b, TWO, b, h, row0, nrows, tid + i * THREADS, CHUNKS, ELEMS,
+                        ROW_BYTES, SWIZZLE)  # fmt: skip
+    else:
+        for idx in range(tid, ROWS * CHUNKS, THREADS):
+            _copy_chunk(tile_a, src_a, tile_b, src_b, TWO, b, h, row0, nrows, idx, CHUNKS, ELEMS, ROW_BYTES, SWIZZLE)
 
 
 @device_function
-def copy_tile(tile, src, b, h, row0, nrows, tid, ROWS, CHUNKS, ELEMS, ROW_BYTES, SWIZZLE, THREADS):
+def _copy_chunk(tile_a, src_a, tile_b, src_b, TWO, b, h, row0, nrows, idx, CHUNKS, ELEMS, ROW_BYTES, SWIZZLE):
+    r = idx // CHUNKS
+    c = idx - r * CHUNKS
+    row = row0 + r
+    src_at = (b, min(row, nrows - 1), h, c * ELEMS)
+    at = chunk_addr(0, r, c, ROW_BYTES, SWIZZLE)
+    ptx.cp_async_16_zfill(tile_a + at, src_a, src_at, row < nrows)
+    if TWO:
+        ptx.cp_async_16_zfill(tile_b + at, src_b, src_at, row < nrows)
+
+
+@device_function
+def copy_tile(tile, src, b, h, row0, nrows, tid, ROWS, CHUNKS, ELEMS, ROW_BYTES, SWIZZLE, THREADS, UNROLL=False):
     """:func:`copy_rows` of one array."""
-    copy_rows(tile, src, tile, src, False, b, h, row0, nrows, tid, ROWS, CHUNKS, ELEMS, ROW_BYTES, SWIZZLE, THREADS)
+    copy_rows(tile, src, tile, src, False, b, h, row0, nrows, tid, ROWS, CHUNKS, ELEMS, ROW_BYTES, SWIZZLE, THREADS,
+              UNROLL)  # fmt: skip
 
 
 @device_function
 def copy_tile_pair(tile_a, src_a, tile_b, src_b, b, h, row0, nrows, tid, ROWS, CHUNKS, ELEMS, ROW_BYTES, SWIZZLE,
-                   THREADS):
+                   THREADS, UNROLL=False):
     """:func:`copy_rows` of the same rows of two arrays (K and V, or Q and dO)."""
     copy_rows(tile_a, src_a, tile_b, src_b, True, b, h, row0, nrows, tid, ROWS, CHUNKS, ELEMS, ROW_BYTES, SWIZZLE,
-              THREADS)
+              THREADS, UNROLL)  # fmt: skip
 
 
 @device_function

@@ -19,9 +19,12 @@ NEG_INF = float32(-math.inf)
 @device_function
 def visible(q_idx, k_idx, mi):
     """True when query ``q_idx`` sees key ``k_idx`` under the mask info ``mi``
-    (``block_info.mask_info``): both in range and, when causal, ``k_idx <= q_idx + diag``."""
+    (``block_info.mask_info``): the key is in range and, when causal,
+    ``k_idx <= q_idx + diag``.  Query rows past the end need no check: the forward never
+    writes them, and the backward gives them lse = +inf (``softmax.row_stats``), so
+    their P and dS are exactly 0."""
     seqlen_q, seqlen_k, diag, causal = mi
-    ok = q_idx < seqlen_q and k_idx < seqlen_k
+    ok = k_idx < seqlen_k
     if causal:
         ok = ok and k_idx <= q_idx + diag
     return ok

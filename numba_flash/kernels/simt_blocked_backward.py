@@ -145,7 +145,7 @@ def simt_blocked_dkdv_kernel(t: BlockedTiles, causal: bool):
 
         # K and V stay for the whole block (rows past the end of k / v zero-filled)
         copy.copy_tile_pair(base + 4 * K_OFF, k, base + 4 * V_OFF, v, b, h, start_n, seqlen_k, tid, BLOCK_N, DC, 4,
-                            4 * RS, copy.SW_NONE, THREADS)  # fmt: skip
+                            4 * RS, copy.SW_NONE, THREADS, True)  # fmt: skip
         ptx.cp_async_commit()
 
         m_lo, m_hi = query_tiles(start_n, BLOCK_M, mi)
@@ -154,7 +154,7 @@ def simt_blocked_dkdv_kernel(t: BlockedTiles, causal: bool):
             # every thread is done with the previous tile's Q, dO, Pᵀ, dSᵀ, lse, delta
             cuda.syncthreads()
             copy.copy_tile_pair(base + 4 * Q_OFF, q, base + 4 * DO_OFF, dout, b, h, start_m, seqlen_q, tid, BLOCK_M,
-                                DC, 4, 4 * RS, copy.SW_NONE, THREADS)  # fmt: skip
+                                DC, 4, 4 * RS, copy.SW_NONE, THREADS, True)  # fmt: skip
             ptx.cp_async_commit()
             softmax.stage_row_stats(smem, LSE_OFF, DELTA_OFF, lse, delta, b, h, start_m, seqlen_q, tid, BLOCK_M,
                                     THREADS, False)  # fmt: skip
@@ -244,7 +244,7 @@ def simt_blocked_dq_kernel(t: BlockedTiles, causal: bool):
 
         # Q and dO stay for the whole block
         copy.copy_tile_pair(base + 4 * Q_OFF, q, base + 4 * DO_OFF, dout, b, h, start_m, seqlen_q, tid, BLOCK_M, DC, 4,
-                            4 * RS, copy.SW_NONE, THREADS)  # fmt: skip
+                            4 * RS, copy.SW_NONE, THREADS, True)  # fmt: skip
         ptx.cp_async_commit()
 
         n_lo, n_hi = key_tiles(start_m, BLOCK_M, BLOCK_N, mi)
@@ -253,7 +253,7 @@ def simt_blocked_dq_kernel(t: BlockedTiles, causal: bool):
             # every thread is done with the previous tile's K, V and dSᵀ
             cuda.syncthreads()
             copy.copy_tile_pair(base + 4 * K_OFF, k, base + 4 * V_OFF, v, b, h, start_n, seqlen_k, tid, BLOCK_N, DC, 4,
-                                4 * RS, copy.SW_NONE, THREADS)  # fmt: skip
+                                4 * RS, copy.SW_NONE, THREADS, True)  # fmt: skip
             ptx.cp_async_commit()
             ptx.cp_async_wait_group(0)
             # the tile's copies (and Q, dO) are visible to every thread

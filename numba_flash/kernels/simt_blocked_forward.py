@@ -124,14 +124,14 @@ def simt_blocked_forward_kernel(t: BlockedTiles, causal: bool):
         n_lo, n_hi = key_tiles(start_m, BLOCK_M, BLOCK_N, mi)
         # prologue: Q with K_0 in one cp.async group, V_0 in the next; rows past the
         # end of q / k / v are zero-filled (their scores are masked or never written)
-        copy.copy_tile(base, q, b, h, start_m, seqlen_q, tid, BLOCK_M, DC, 4, 4 * QS, copy.SW_NONE, THREADS)
+        copy.copy_tile(base, q, b, h, start_m, seqlen_q, tid, BLOCK_M, DC, 4, 4 * QS, copy.SW_NONE, THREADS, True)
         if n_hi > n_lo:
             copy.copy_tile(base + 4 * K_OFF, k, b, h, n_lo * BLOCK_N, seqlen_k, tid, BLOCK_N, DC, 4, 4 * KS,
-                           copy.SW_NONE, THREADS)  # fmt: skip
+                           copy.SW_NONE, THREADS, True)  # fmt: skip
         ptx.cp_async_commit()
         if n_hi > n_lo:
             copy.copy_tile(base + 4 * V_OFF, v, b, h, n_lo * BLOCK_N, seqlen_k, tid, BLOCK_N, DC, 4, 4 * D,
-                           copy.SW_NONE, THREADS)  # fmt: skip
+                           copy.SW_NONE, THREADS, True)  # fmt: skip
         ptx.cp_async_commit()
 
         for j in range(n_lo, n_hi):
@@ -158,7 +158,7 @@ def simt_blocked_forward_kernel(t: BlockedTiles, causal: bool):
             cuda.syncthreads()
             if has_next:  # K_{j+1} streams in during P·V
                 copy.copy_tile(base + 4 * K_OFF, k, b, h, start_n + BLOCK_N, seqlen_k, tid, BLOCK_N, DC, 4, 4 * KS,
-                               copy.SW_NONE, THREADS)  # fmt: skip
+                               copy.SW_NONE, THREADS, True)  # fmt: skip
                 ptx.cp_async_commit()
                 ptx.cp_async_wait_group(1)  # V_j has landed (K_{j+1} may be in flight)
             else:
@@ -172,7 +172,7 @@ def simt_blocked_forward_kernel(t: BlockedTiles, causal: bool):
             cuda.syncthreads()
             if has_next:  # V_{j+1} streams in during S of the next tile
                 copy.copy_tile(base + 4 * V_OFF, v, b, h, start_n + BLOCK_N, seqlen_k, tid, BLOCK_N, DC, 4, 4 * D,
-                               copy.SW_NONE, THREADS)  # fmt: skip
+                               copy.SW_NONE, THREADS, True)  # fmt: skip
                 ptx.cp_async_commit()
         ptx.cp_async_wait_all()  # no copy outlives the block (no key tile: Q's)
 

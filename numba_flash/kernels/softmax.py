@@ -96,10 +96,12 @@ def online_softmax_row(s, S0, S_STEP, S_N, S_PAIR, acc, O0, O_STEP, O_N, O_PAIR,
     m_i[r] = m_new
     row_sum = float32(0.0)
     for n in range(S_N):
+        part = float32(0.0)  # a pair's sum first: shorter dependency chains
         for e in range(S_PAIR):
             p = softmax_exp(s[S0 + n * S_STEP + e] - m_use, LOG2)
             s[S0 + n * S_STEP + e] = p
-            row_sum += p
+            part += p
+        row_sum += part
     l_i[r] = l_i[r] * alpha + row_sum
     for n in range(O_N):
         for e in range(O_PAIR):
