@@ -35,24 +35,26 @@ def acc_row_col(nt, e, lane):
 
 
 @device_function
-def scale_and_mask(acc, S0, NT, row0, col0, scale, needs_mask, mi, KEYS_ARE_ROWS):
-    """The score step on NT n-tiles of an accumulator from ``acc[S0]``: multiply by
-    ``scale``; then, when ``needs_mask``, −inf where the (query, key) is not visible.
-    Rows are ``row0 + ...``, columns ``col0 + ...``: queries and keys, or keys and
-    queries when ``KEYS_ARE_ROWS`` (the dK/dV kernels' Sᵀ)."""
-    for j in range(NT * 4):
+def scale_and_mask(acc, S0, NT, MT, row0, col0, scale, needs_mask, mi, KEYS_ARE_ROWS):
+    """The score step on MT m-tiles of NT n-tiles each (m-tile ``mt`` at
+    ``acc[S0 + 4·NT·mt]``, rows ``row0 + 16·mt + ...``): multiply by ``scale``; then, when
+    ``needs_mask``, −inf where the (query, key) is not visible.  Rows are queries and
+    columns (``col0 + ...``) keys, or keys and queries when ``KEYS_ARE_ROWS`` (the dK/dV
+    kernels' Sᵀ)."""
+    for j in range(MT * NT * 4):
         acc[S0 + j] *= scale
     if needs_mask:
         lane = cuda.threadIdx.x & 31
-        for nt in range(NT):
-            for e in range(4):
-                r, c = acc_row_col(nt, e, lane)
-                if KEYS_ARE_ROWS:
-                    ok = visible(col0 + c, row0 + r, mi)
-                else:
-                    ok = visible(row0 + r, col0 + c, mi)
-                if not ok:
-                    acc[S0 + nt * 4 + e] = NEG_INF
+        for mt in range(MT):
+            for nt in range(NT):
+                for e in range(4):
+                    r, c = acc_row_col(nt, e, lane)
+                    if KEYS_ARE_ROWS:
+                        ok = visible(col0 + c, row0 + 16 * mt + r, mi)
+                    else:
+                        ok = visible(row0 + 16 * mt + r, col0 + c, mi)
+                    if not ok:
+                        acc[S0 + 4 * NT * mt + nt * 4 + e] = NEG_INF
 
 
 @device_function

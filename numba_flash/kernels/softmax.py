@@ -36,6 +36,7 @@ from numba_flash._numba_cuda import cuda, device_function, float32
 
 NEG_INF = float32(-math.inf)
 POS_INF = float32(math.inf)
+NEG_ZERO = float32(-0.0)
 LOG2E = 1.4426950408889634
 LN2 = 0.6931471805599453
 FULL_MASK = 0xFFFFFFFF
@@ -94,9 +95,9 @@ def online_softmax_row(s, S0, S_STEP, S_N, S_PAIR, acc, O0, O_STEP, O_N, O_PAIR,
             mx = max(mx, s[S0 + n * S_STEP + e])
     m_new, m_use, alpha = online_rescale(m_i[r], allreduce_max(mx, LANES), LOG2)
     m_i[r] = m_new
-    row_sum = float32(0.0)
+    row_sum = NEG_ZERO  # −0 + x is x: the first add folds away
     for n in range(S_N):
-        part = float32(0.0)  # a pair's sum first: shorter dependency chains
+        part = NEG_ZERO  # a pair's sum first: shorter dependency chains
         for e in range(S_PAIR):
             p = softmax_exp(s[S0 + n * S_STEP + e] - m_use, LOG2)
             s[S0 + n * S_STEP + e] = p

@@ -156,9 +156,8 @@ def tc_forward_kernel(t: TcTiles, causal: bool, dtype: str):
             # scores into the log2 domain, masked where the tile needs it; online softmax
             # for rows g (r = 0) and g + 8 (r = 1) of each m-tile
             needs_mask = tile_needs_mask(start_m, BLOCK_M, start_n, BLOCK_N, mi)
-            for mt in range(MT):
-                fragments.scale_and_mask(acc_s, mt * S_TILE, NT_S, start_m + warp * WARP_ROWS + mt * 16, start_n,
-                                           scale_log2, needs_mask, mi, False)  # fmt: skip
+            fragments.scale_and_mask(acc_s, 0, NT_S, MT, start_m + warp * WARP_ROWS, start_n, scale_log2, needs_mask,
+                                     mi, False)  # fmt: skip
             for mt in range(MT):
                 for r in range(2):
                     softmax.online_softmax_row(acc_s, mt * S_TILE + 2 * r, 4, NT_S, 2, acc_o, mt * O_TILE + 2 * r, 4,

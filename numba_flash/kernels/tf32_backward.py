@@ -174,7 +174,7 @@ def tf32_bwd_dkdv_kernel(t: Tf32BwdTiles, causal: bool):
 
             # Pᵀ and dSᵀ: element e of n-tile nt is (key g + 8·(e >> 1), query 8nt + 2t + (e & 1))
             needs_mask = tile_needs_mask(start_m, BLOCK_M, start_n, BLOCK_N, mi)
-            fragments.scale_and_mask(acc_s, 0, NT_S, start_n + warp * 16, start_m, scale2, needs_mask, mi, True)
+            fragments.scale_and_mask(acc_s, 0, NT_S, 1, start_n + warp * 16, start_m, scale2, needs_mask, mi, True)
             for nt in range(NT_S):
                 for e in range(4):
                     col = nt * 8 + 2 * tq + (e & 1)
@@ -292,7 +292,7 @@ def tf32_bwd_dq_kernel(t: Tf32BwdTiles, causal: bool):
 
             # P and dS: element e of n-tile nt is (query g + 8·(e >> 1), key 8nt + 2t + (e & 1))
             needs_mask = tile_needs_mask(start_m, BLOCK_M, start_n, BLOCK_N, mi)
-            fragments.scale_and_mask(acc_s, 0, NT_S, start_m + warp * 16, start_n, scale2, needs_mask, mi, False)
+            fragments.scale_and_mask(acc_s, 0, NT_S, 1, start_m + warp * 16, start_n, scale2, needs_mask, mi, False)
             for nt in range(NT_S):
                 for e in range(4):
                     _, acc_dp[nt * 4 + e] = softmax.softmax_grad(

@@ -169,7 +169,7 @@ def tf32_forward_kernel(t: Tf32Tiles, causal: bool):
             # scores into the log2 domain, masked where the tile needs it; online softmax
             # for rows g (r = 0) and g + 8 (r = 1)
             needs_mask = tile_needs_mask(start_m, BLOCK_M, start_n, BLOCK_N, mi)
-            fragments.scale_and_mask(acc_s, 0, NT_S, start_m + warp * 16, start_n, scale_log2, needs_mask, mi,
+            fragments.scale_and_mask(acc_s, 0, NT_S, 1, start_m + warp * 16, start_n, scale_log2, needs_mask, mi,
                                        False)  # fmt: skip
             for r in range(2):
                 softmax.online_softmax_row(acc_s, 2 * r, 4, NT_S, 2, acc_o, 2 * r, 4, NT_O, 2, m_i, l_i, r, 4, True)
