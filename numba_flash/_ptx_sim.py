@@ -479,28 +479,19 @@ def _ldmatrix(num, trans, addr):
     return _warp_exchange(what, _u32(addr), _ldmatrix_compute(num, trans, window, what))
 
 
-def ldmatrix_x1(addr):
-    return _ldmatrix(1, False, addr)
+def _ldmatrix_twin(num, trans):
+    def twin(addr):
+        return _ldmatrix(num, trans, addr)
+
+    return twin
 
 
-def ldmatrix_x2(addr):
-    return _ldmatrix(2, False, addr)
-
-
-def ldmatrix_x4(addr):
-    return _ldmatrix(4, False, addr)
-
-
-def ldmatrix_x1_trans(addr):
-    return _ldmatrix(1, True, addr)
-
-
-def ldmatrix_x2_trans(addr):
-    return _ldmatrix(2, True, addr)
-
-
-def ldmatrix_x4_trans(addr):
-    return _ldmatrix(4, True, addr)
+ldmatrix_x1 = _ldmatrix_twin(1, False)
+ldmatrix_x2 = _ldmatrix_twin(2, False)
+ldmatrix_x4 = _ldmatrix_twin(4, False)
+ldmatrix_x1_trans = _ldmatrix_twin(1, True)
+ldmatrix_x2_trans = _ldmatrix_twin(2, True)
+ldmatrix_x4_trans = _ldmatrix_twin(4, True)
 
 
 # ---------------------------------------------------------------------------

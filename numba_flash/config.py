@@ -23,7 +23,7 @@ Families:
   d <= 64, 32 for d <= 128 and 16 beyond, plus the padded score tile.
 * **register-blocked fp32** (``BlockedTiles``; d = 64, 128, 16-byte aligned rows).
 * **tensor cores** fp16/bf16 (``TcTiles``, ``TcBwdTiles``; d = 64, 128).
-* **TF32 tensor cores** for float32 with ``allow_tf32`` (``Tf32Tiles``, ``Tf32BwdTiles``).
+* **TF32 tensor cores** for float32 with ``allow_tf32`` (``TcTiles``, ``Tf32BwdTiles``).
 """
 
 from __future__ import annotations
@@ -338,37 +338,9 @@ def tc_backward_tiles(head_dim: int, causal: bool = False, dtype: str = "float16
 # --- TF32 tensor cores: float32 with allow_tf32 -------------------------------------------
 
 
-@dataclass(frozen=True)
-class Tf32Tiles:
-    """Compile-time tile shape of the TF32 forward (mma.sync m16n8k8).
-
-    Attributes:
-        head_dim: d (64 or 128).
-        block_m: query rows per block = 16 · warps (a warp owns one 16-row m-tile).
-        block_n: keys per K/V tile.
-        warps: warps per block.
-        stages: K/V shared-memory buffers (2: tile j+1 is copied while j is used).
-    """
-
-    head_dim: int
-    block_m: int
-    block_n: int
-    warps: int
-    stages: int = 2
-
-    def __post_init__(self):
-        if self.block_m != 16 * self.warps:
-            raise ValueError(f"block_m={self.block_m} must be 16 · warps = {16 * self.warps}")
-        if self.head_dim % 32 or self.block_n % 8:
-            raise ValueError(f"head_dim={self.head_dim} must be a multiple of 32 and block_n={self.block_n} of 8")
-
-    @property
-    def threads(self) -> int:
-        return 32 * self.warps
-
-
-def tf32_forward_tiles(head_dim: int, causal: bool = False) -> Tf32Tiles:
-    """Tiles of the TF32 forward.
+def tf32_forward_tiles(head_dim: int, causal: bool = False) -> TcTiles:
+    """Tiles of the TF32 forward (``TcTiles`` with one m-tile a warp; d a multiple of 32
+    and block_n of 8, as its operand layout needs).
 
     Four warps of 16 rows.  A lane holds d/2 Q words (tf32), BLOCK_N/2 S floats and d/2
     O floats: 96 at d = 64 with BLOCK_N = 64, 144 at d = 128 with BLOCK_N = 32.  fp32
@@ -376,8 +348,8 @@ def tf32_forward_tiles(head_dim: int, causal: bool = False) -> Tf32Tiles:
     (d = 128), two blocks per SM within Hopper's 228 KiB.  Not yet tuned on hardware."""
     _check_tc(head_dim, "TF32 forward", TF32_HEAD_DIMS)
     if head_dim == 64:
-        return Tf32Tiles(64, block_m=64, block_n=64, warps=4)
-    return Tf32Tiles(128, block_m=64, block_n=32, warps=4)
+        return TcTiles(64, block_m=64, block_n=64, warps=4)
+    return TcTiles(128, block_m=64, block_n=32, warps=4)
 
 
 @dataclass(frozen=True)
@@ -432,7 +404,7 @@ def tf32_backward_tiles(head_dim: int, causal: bool = False) -> Tf32BwdTiles:
 
 _TILE_CLASS = {
     "simt_forward": SimtTiles, "blocked_forward": BlockedTiles, "tc_forward": TcTiles, "tc_backward": TcBwdTiles,
-    "tf32_forward": Tf32Tiles, "tf32_backward": Tf32BwdTiles,
+    "tf32_forward": TcTiles, "tf32_backward": Tf32BwdTiles,
 }  # fmt: skip
 _CHOICE = {
     "simt_forward": simt_forward_tiles, "simt_backward": simt_backward_tiles,

@@ -211,6 +211,16 @@ def _check_array_index(fname, ary, index):
         )
 
 
+def _unary_f32_codegen(text, constraints, out):
+    """Codegen of a pure one-instruction asm on one float32 operand."""
+
+    def codegen(context, builder, sig, args):
+        vals = _casted(context, builder, sig, args, ["f32"])
+        return _asm(builder, text, constraints, vals, [out], pure=True)[0]
+
+    return codegen
+
+
 # ---------------------------------------------------------------------------
 # mma.sync
 # ---------------------------------------------------------------------------
@@ -386,13 +396,7 @@ def cvt_rna_tf32(typingctx, x):
     with its low 13 bits zero, ready as an ``mma_m16n8k8_tf32`` operand.
     """
     _require_numbers("cvt_rna_tf32", x=x)
-
-    def codegen(context, builder, sig, args):
-        vals = _casted(context, builder, sig, args, ["f32"])
-        return _asm(builder, "cvt.rna.tf32.f32 $0, $1;", "=r,f", vals, [_I32],
-                    pure=True)[0]
-
-    return types.uint32(x), codegen
+    return types.uint32(x), _unary_f32_codegen("cvt.rna.tf32.f32 $0, $1;", "=r,f", _I32)
 
 
 # ---------------------------------------------------------------------------
@@ -742,13 +746,7 @@ def ex2_approx(typingctx, x):
     softmax.  The simulator twin computes exp2 in float32 (with the ftz).
     """
     _require_numbers("ex2_approx", x=x)
-
-    def codegen(context, builder, sig, args):
-        vals = _casted(context, builder, sig, args, ["f32"])
-        return _asm(builder, "ex2.approx.ftz.f32 $0, $1;", "=f,f", vals, [_F32],
-                    pure=True)[0]
-
-    return types.float32(x), codegen
+    return types.float32(x), _unary_f32_codegen("ex2.approx.ftz.f32 $0, $1;", "=f,f", _F32)
 
 
 # ---------------------------------------------------------------------------

@@ -269,7 +269,15 @@ def attention(q, k, v, *, causal=False, softmax_scale=None, layout="bshd"):
     NaN; ``-inf`` scores count as masked (see the module docstring).
     """
     q, k, v, causal, scale = _prepare(q, k, v, causal, softmax_scale, layout)
-    s = _masked_scores(q, k, causal, scale)
+    p, l_safe, lse = _unnormalised_softmax(_masked_scores(q, k, causal, scale))
+    out = (p / l_safe) @ v
+    return _from_bhsd(out, layout), lse
+
+
+def _unnormalised_softmax(s):
+    """``(p, l, lse)`` of scores ``s`` (…, Nq, Nk): ``p = exp(s − m)`` with the row max
+    m, its row sum l (1 for a row that sees no key, so dividing leaves p = 0) and
+    ``lse = m + log l`` (−inf for such a row)."""
     m = s.max(axis=-1, keepdims=True, initial=-np.inf)  # -inf for Nk = 0
     # A fully masked row has m = -inf; subtracting 0 instead avoids -inf - -inf.
     m_safe = np.where(np.isneginf(m), 0.0, m)
@@ -277,9 +285,7 @@ def attention(q, k, v, *, causal=False, softmax_scale=None, layout="bshd"):
     l = p.sum(axis=-1, keepdims=True)
     has_keys = l != 0  # a NaN sum (a NaN or +inf score) keeps its row NaN
     l_safe = np.where(has_keys, l, 1.0)
-    out = (p / l_safe) @ v
-    lse = np.where(has_keys, m_safe + np.log(l_safe), -np.inf)[..., 0]
-    return _from_bhsd(out, layout), lse
+    return p, l_safe, np.where(has_keys, m_safe + np.log(l_safe), -np.inf)[..., 0]
 
 
 # ---------------------------------------------------------------------------
@@ -656,15 +662,8 @@ def attention_tf32(q, k, v, *, causal=False, softmax_scale=None, layout="bshd"):
     """
     q, k, v, causal, scale = _prepare(q, k, v, causal, softmax_scale, layout)
     q, k, v = (round_tf32(x).astype(np.float64) for x in (q, k, v))
-    s = _masked_scores(q, k, causal, scale)
-    m = s.max(axis=-1, keepdims=True, initial=-np.inf)  # -inf for Nk = 0
-    m_safe = np.where(np.isneginf(m), 0.0, m)
-    p = np.exp(s - m_safe)
-    l = p.sum(axis=-1, keepdims=True)
-    has_keys = l != 0  # a NaN sum (a NaN or +inf score) keeps its row NaN
-    l_safe = np.where(has_keys, l, 1.0)
+    p, l_safe, lse = _unnormalised_softmax(_masked_scores(q, k, causal, scale))
     out = (round_tf32(p).astype(np.float64) @ v) / l_safe
-    lse = np.where(has_keys, m_safe + np.log(l_safe), -np.inf)[..., 0]
     return _from_bhsd(out, layout), lse
 
 

@@ -109,3 +109,14 @@ def load_rows_f32(dst_a, src_a, dst_b, src_b, TWO, b, h, row0, nrows, tid, ROWS,
             dst_a[r, col] = float32(0.0)
             if TWO:
                 dst_b[r, col] = float32(0.0)
+
+
+@device_function
+def load_lane_row(dst, D0, src, b, row, h, nrows, g, G, COLS, scale):
+    """A row-group lane's columns ``c·G + g`` (c < COLS) of ``src[b, row, h, :]``, as
+    float32 times ``scale``, into registers ``dst[D0 + c]``; zeros past ``nrows``."""
+    for c in range(COLS):
+        if row < nrows:
+            dst[D0 + c] = float32(src[b, row, h, c * G + g]) * scale
+        else:
+            dst[D0 + c] = float32(0.0)

@@ -21,6 +21,7 @@ import math
 
 from numba_flash import ptx
 from numba_flash._numba_cuda import cuda, device_function, float32
+from numba_flash.kernels import softmax
 from numba_flash.kernels.copy import SW_16BIT, chunk_addr
 from numba_flash.kernels.mask import visible
 
@@ -58,6 +59,23 @@ def scale_and_mask(acc, S0, NT, MT, row0, col0, scale, needs_mask, mi, KEYS_ARE_
 
 
 @device_function
+def softmax_grad_tile(acc_s, acc_dp, NT, stats, LSE_AT, DELTA_AT, KEYS_ARE_ROWS):
+    """P and dS in place of S (scaled and masked, ``scale_and_mask``) and dP, over NT
+    n-tiles (``softmax.softmax_grad``, log2 domain).  An element's query has its lse
+    (``softmax.lse_for_recompute``) at ``stats[LSE_AT + x]`` and its delta at
+    ``stats[DELTA_AT + x]``, where x is the query's column in the tile when
+    ``KEYS_ARE_ROWS`` (dK/dV: the query tile's staged rows), else its row half
+    ``e >> 1`` (dQ: rows g and g + 8, held by the lane)."""
+    lane = cuda.threadIdx.x & 31
+    for nt in range(NT):
+        for e in range(4):
+            x = nt * 8 + 2 * (lane & 3) + (e & 1) if KEYS_ARE_ROWS else e >> 1
+            acc_s[nt * 4 + e], acc_dp[nt * 4 + e] = softmax.softmax_grad(
+                acc_s[nt * 4 + e], acc_dp[nt * 4 + e], stats[LSE_AT + x], stats[DELTA_AT + x], True
+            )
+
+
+@device_function
 def ldsm_a(tile, row0, kk, lane, ROW_BYTES):
     """Address for ``ldmatrix_x4`` of the A fragment (16 rows from ``row0`` × k-slice
     ``kk``, 16 columns) of a row-major [m][k] tile."""
@@ -83,6 +101,32 @@ def ldsm_bt(tile, k0, nn, lane, ROW_BYTES):
 def load_a(frag, i, tile, row0, kk, lane, ROW_BYTES):
     """``frag[i:i+4]`` = the A fragment at (``row0``, ``kk``) (:func:`ldsm_a`)."""
     frag[i], frag[i + 1], frag[i + 2], frag[i + 3] = ptx.ldmatrix_x4(ldsm_a(tile, row0, kk, lane, ROW_BYTES))
+
+
+@device_function
+def pack_a(frag, i, acc, s0, BF16):
+    """``frag[i:i+4]`` = the 16-bit A fragment of the k-slice held by accumulator n-tiles
+    ``acc[s0:s0+4]`` and ``acc[s0+4:s0+8]`` (columns 16·slice .. +15): their pairs
+    rounded to fp16 (bf16 when ``BF16``), lower column in the low half."""
+    for e in range(4):
+        if BF16:
+            frag[i + e] = ptx.pack_bf16x2(acc[s0 + 2 * e], acc[s0 + 2 * e + 1])
+        else:
+            frag[i + e] = ptx.pack_f16x2(acc[s0 + 2 * e], acc[s0 + 2 * e + 1])
+
+
+@device_function
+def store_row_pairs(dst32, b, row, h, acc, A0, NT, tq, scale, BF16):
+    """One row of NT accumulator n-tiles (``acc[A0 + 4·nt]``, ``acc[A0 + 4·nt + 1]``:
+    A0 = 2 for row g + 8), times ``scale``, as 16-bit pairs to ``dst32[b, row, h, :]``
+    (a uint32 view: word ``4·nt + t`` holds columns 8·nt + 2t, + 1)."""
+    for nt in range(NT):
+        x0 = acc[A0 + nt * 4] * scale
+        x1 = acc[A0 + nt * 4 + 1] * scale
+        if BF16:
+            dst32[b, row, h, nt * 4 + tq] = ptx.pack_bf16x2(x0, x1)
+        else:
+            dst32[b, row, h, nt * 4 + tq] = ptx.pack_f16x2(x0, x1)
 
 
 # --- TF32 (m16n8k8) operands from fp32 tiles ---------------------------------------------

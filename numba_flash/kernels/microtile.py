@@ -49,6 +49,18 @@ def dot_tile(s, a_addr, A_STEP, b_addr, B_STEP, D, TM, TN, scratch):
 
 
 @device_function
+def dot_tiles(s, a_s, b_s, dp, a_dp, b_dp, A_STEP, B_STEP, D, TM, TN, scratch):
+    """The backward's two products on one micro-tile, from zero: ``s = a·b`` (scores)
+    and ``dp = a'·b'`` (dP), each by :func:`dot_tile` (rows ``A_STEP``, columns
+    ``B_STEP`` bytes apart)."""
+    for i in range(TM * TN):
+        s[i] = 0
+        dp[i] = 0
+    dot_tile(s, a_s, A_STEP, b_s, B_STEP, D, TM, TN, scratch)
+    dot_tile(dp, a_dp, A_STEP, b_dp, B_STEP, D, TM, TN, scratch)
+
+
+@device_function
 def scale_and_mask(s, TM, TN, row0, ROW_STEP, col0, COL_STEP, scale, needs_mask, mi, KEYS_ARE_ROWS):
     """The score step on the micro-tile: times ``scale``; then, when ``needs_mask``,
     −inf where the (query, key) of element (r, c) — row ``row0 + r·ROW_STEP``, column

@@ -42,7 +42,7 @@ import functools
 
 from numba_flash._numba_cuda import cuda, float32
 from numba_flash.config import SimtTiles
-from numba_flash.kernels import copy, softmax, spec
+from numba_flash.kernels import copy, pipeline, softmax, spec
 from numba_flash.kernels.block_info import key_tiles, mask_info, query_tiles
 from numba_flash.kernels.mask import masked_score
 
@@ -80,9 +80,7 @@ def simt_bwd_dkdv_kernel(t: SimtTiles, causal: bool):
 
     @cuda.jit
     def simt_bwd_dkdv(q, k, v, dout, lse, delta, dk, dv, softmax_scale):
-        start_n = cuda.blockIdx.x * BLOCK_N
-        h = cuda.blockIdx.y
-        b = cuda.blockIdx.z
+        start_n, b, h = pipeline.block_coords(BLOCK_N)
         tid = cuda.threadIdx.x
         g = tid % G
         kj = start_n + tid // G  # this group's key row
@@ -98,27 +96,17 @@ def simt_bwd_dkdv_kernel(t: SimtTiles, causal: bool):
         v_reg = cuda.local.array(COLS, float32)
         dk_acc = cuda.local.array(COLS, float32)
         dv_acc = cuda.local.array(COLS, float32)
-        for c in range(COLS):
-            dk_acc[c] = float32(0.0)
-            dv_acc[c] = float32(0.0)
-            if kj < seqlen_k:
-                k_reg[c] = float32(k[b, kj, h, c * G + g])
-                v_reg[c] = float32(v[b, kj, h, c * G + g])
-            else:
-                k_reg[c] = float32(0.0)
-                v_reg[c] = float32(0.0)
+        pipeline.zero(dk_acc, COLS)
+        pipeline.zero(dv_acc, COLS)
+        copy.load_lane_row(k_reg, 0, k, b, kj, h, seqlen_k, g, G, COLS, float32(1.0))
+        copy.load_lane_row(v_reg, 0, v, b, kj, h, seqlen_k, g, G, COLS, float32(1.0))
 
         m_lo, m_hi = query_tiles(start_n, BLOCK_M, mi)
         for i in range(m_lo, m_hi):
             start_m = i * BLOCK_M
-            # the previous tile's readers of s_q, s_do, s_rows are done
-            cuda.syncthreads()
-            copy.load_rows_f32(s_q, q, s_do, dout, True, b, h, start_m, seqlen_q, tid, BLOCK_M, HEAD_DIM, THREADS,
-                               scale)  # fmt: skip
-            softmax.stage_row_stats(s_rows, 0, BLOCK_M, lse, delta, b, h, start_m, seqlen_q, tid, BLOCK_M, THREADS,
-                                    False)  # fmt: skip
-            # the Q, dO, lse and delta tiles are in shared memory for every thread
-            cuda.syncthreads()
+            # scale·Q, dO, lse and delta of the tile, between barriers
+            pipeline.load_rows_now(s_q, q, s_do, dout, b, h, start_m, seqlen_q, tid, BLOCK_M, HEAD_DIM, THREADS, scale,
+                                   s_rows, lse, delta, True)  # fmt: skip
 
             for ii in range(BLOCK_M):
                 s = float32(0.0)
@@ -149,9 +137,7 @@ def simt_bwd_dq_kernel(t: SimtTiles, causal: bool):
 
     @cuda.jit
     def simt_bwd_dq(q, k, v, dout, lse, delta, dq, softmax_scale):
-        start_m = cuda.blockIdx.x * BLOCK_M
-        h = cuda.blockIdx.y
-        b = cuda.blockIdx.z
+        start_m, b, h = pipeline.block_coords(BLOCK_M)
         tid = cuda.threadIdx.x
         g = tid % G
         qi = start_m + tid // G  # this group's query row
@@ -165,25 +151,17 @@ def simt_bwd_dq_kernel(t: SimtTiles, causal: bool):
         q_reg = cuda.local.array(COLS, float32)
         do_reg = cuda.local.array(COLS, float32)
         dq_acc = cuda.local.array(COLS, float32)
-        for c in range(COLS):
-            dq_acc[c] = float32(0.0)
-            if qi < seqlen_q:
-                q_reg[c] = float32(q[b, qi, h, c * G + g]) * scale  # as the forward
-                do_reg[c] = float32(dout[b, qi, h, c * G + g])
-            else:
-                q_reg[c] = float32(0.0)
-                do_reg[c] = float32(0.0)
+        pipeline.zero(dq_acc, COLS)
+        copy.load_lane_row(q_reg, 0, q, b, qi, h, seqlen_q, g, G, COLS, scale)  # scale · q, as the forward
+        copy.load_lane_row(do_reg, 0, dout, b, qi, h, seqlen_q, g, G, COLS, float32(1.0))
         lse_i, delta_i = softmax.row_stats(lse, delta, b, h, qi, seqlen_q, False)
 
         n_lo, n_hi = key_tiles(start_m, BLOCK_M, BLOCK_N, mi)
         for j in range(n_lo, n_hi):
             start_n = j * BLOCK_N
-            # the previous tile's readers of s_k and s_v are done
-            cuda.syncthreads()
-            copy.load_rows_f32(s_k, k, s_v, v, True, b, h, start_n, seqlen_k, tid, BLOCK_N, HEAD_DIM, THREADS,
-                               float32(1.0))  # fmt: skip
-            # the K and V tiles are in shared memory for every thread
-            cuda.syncthreads()
+            # K and V of the tile, between barriers
+            pipeline.load_rows_now(s_k, k, s_v, v, b, h, start_n, seqlen_k, tid, BLOCK_N, HEAD_DIM, THREADS,
+                                   float32(1.0), dq_acc, lse, delta, False)  # fmt: skip
 
             for jj in range(BLOCK_N):
                 s = float32(0.0)

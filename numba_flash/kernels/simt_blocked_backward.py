@@ -54,7 +54,7 @@ import functools
 from numba_flash import ptx
 from numba_flash._numba_cuda import cuda, float32
 from numba_flash.config import BlockedTiles
-from numba_flash.kernels import copy, microtile, softmax, spec
+from numba_flash.kernels import copy, microtile, pipeline, softmax, spec
 from numba_flash.kernels.block_info import key_tiles, mask_info, query_tiles, tile_needs_mask
 
 PRE_THREADS = 128  # preprocess: one query row a thread
@@ -125,9 +125,7 @@ def simt_blocked_dkdv_kernel(t: BlockedTiles, causal: bool):
         tid = cuda.threadIdx.x
         tx = tid % TX
         ty = tid // TX
-        start_n = cuda.blockIdx.x * BLOCK_N  # this block's keys
-        h = cuda.blockIdx.y
-        b = cuda.blockIdx.z
+        start_n, b, h = pipeline.block_coords(BLOCK_N)  # this block's keys
         mi = mask_info(q, k, CAUSAL)
         seqlen_q, seqlen_k = mi[0], mi[1]
         scale = float32(softmax_scale)
@@ -139,9 +137,8 @@ def simt_blocked_dkdv_kernel(t: BlockedTiles, causal: bool):
         qf = cuda.local.array(SCRATCH, float32)  # scratch of the micro-tile steps
         pf = cuda.local.array(TM, float32)
         of = cuda.local.array(OC, float32)
-        for i in range(ACC_N):
-            acc_dk[i] = float32(0.0)
-            acc_dv[i] = float32(0.0)
+        pipeline.zero(acc_dk, ACC_N)
+        pipeline.zero(acc_dv, ACC_N)
 
         # K and V stay for the whole block (rows past the end of k / v zero-filled)
         copy.copy_tile_pair(base + 4 * K_OFF, k, base + 4 * V_OFF, v, b, h, start_n, seqlen_k, tid, BLOCK_N, DC, 4,
@@ -151,24 +148,14 @@ def simt_blocked_dkdv_kernel(t: BlockedTiles, causal: bool):
         m_lo, m_hi = query_tiles(start_n, BLOCK_M, mi)
         for i in range(m_lo, m_hi):
             start_m = i * BLOCK_M
-            # every thread is done with the previous tile's Q, dO, Pᵀ, dSᵀ, lse, delta
-            cuda.syncthreads()
-            copy.copy_tile_pair(base + 4 * Q_OFF, q, base + 4 * DO_OFF, dout, b, h, start_m, seqlen_q, tid, BLOCK_M,
-                                DC, 4, 4 * RS, copy.SW_NONE, THREADS, True)  # fmt: skip
-            ptx.cp_async_commit()
-            softmax.stage_row_stats(smem, LSE_OFF, DELTA_OFF, lse, delta, b, h, start_m, seqlen_q, tid, BLOCK_M,
-                                    THREADS, False)  # fmt: skip
-            ptx.cp_async_wait_group(0)
-            # the tile's copies and lse / delta stores are visible to every thread
-            cuda.syncthreads()
+            # Q, dO, lse and delta of the tile (after every thread is done with the last one's)
+            pipeline.load_tiles_now(base + 4 * Q_OFF, q, base + 4 * DO_OFF, dout, b, h, start_m, seqlen_q, tid, BLOCK_M,
+                                    DC, 4 * RS, THREADS, smem, LSE_OFF, DELTA_OFF, lse, delta, True)  # fmt: skip
 
             # 1. Sᵀ = K·Qᵀ and dPᵀ = V·dOᵀ; Sᵀ scaled and masked
-            for j in range(S_N):
-                s[j] = float32(0.0)
-                dp[j] = float32(0.0)
             rows_k, rows_q = base + 4 * (ty * RS), base + 4 * (tx * RS)
-            microtile.dot_tile(s, rows_k + 4 * K_OFF, 4 * TY * RS, rows_q + 4 * Q_OFF, 4 * TX * RS, D, TM, TN, qf)
-            microtile.dot_tile(dp, rows_k + 4 * V_OFF, 4 * TY * RS, rows_q + 4 * DO_OFF, 4 * TX * RS, D, TM, TN, qf)
+            microtile.dot_tiles(s, rows_k + 4 * K_OFF, rows_q + 4 * Q_OFF, dp, rows_k + 4 * V_OFF, rows_q + 4 * DO_OFF,
+                                4 * TY * RS, 4 * TX * RS, D, TM, TN, qf)  # fmt: skip
             needs_mask = tile_needs_mask(start_m, BLOCK_M, start_n, BLOCK_N, mi)
             microtile.scale_and_mask(s, TM, TN, start_n + ty, TY, start_m + tx, TX, scale, needs_mask, mi, True)
 
@@ -222,9 +209,7 @@ def simt_blocked_dq_kernel(t: BlockedTiles, causal: bool):
         tid = cuda.threadIdx.x
         tx = tid % TX
         ty = tid // TX
-        start_m = cuda.blockIdx.x * BLOCK_M  # this block's queries
-        h = cuda.blockIdx.y
-        b = cuda.blockIdx.z
+        start_m, b, h = pipeline.block_coords(BLOCK_M)  # this block's queries
         mi = mask_info(q, k, CAUSAL)
         seqlen_q, seqlen_k = mi[0], mi[1]
         scale = float32(softmax_scale)
@@ -237,8 +222,7 @@ def simt_blocked_dq_kernel(t: BlockedTiles, causal: bool):
         kf = cuda.local.array(SCRATCH, float32)  # scratch of the micro-tile steps
         dsf = cuda.local.array(TM, float32)
         xf = cuda.local.array(OC, float32)
-        for i in range(ACC_N):
-            acc[i] = float32(0.0)
+        pipeline.zero(acc, ACC_N)
         for r in range(TM):
             lse_r[r], delta_r[r] = softmax.row_stats(lse, delta, b, h, start_m + ty + r * TY, seqlen_q, False)
 
@@ -250,22 +234,14 @@ def simt_blocked_dq_kernel(t: BlockedTiles, causal: bool):
         n_lo, n_hi = key_tiles(start_m, BLOCK_M, BLOCK_N, mi)
         for j in range(n_lo, n_hi):
             start_n = j * BLOCK_N
-            # every thread is done with the previous tile's K, V and dSᵀ
-            cuda.syncthreads()
-            copy.copy_tile_pair(base + 4 * K_OFF, k, base + 4 * V_OFF, v, b, h, start_n, seqlen_k, tid, BLOCK_N, DC, 4,
-                                4 * RS, copy.SW_NONE, THREADS, True)  # fmt: skip
-            ptx.cp_async_commit()
-            ptx.cp_async_wait_group(0)
-            # the tile's copies (and Q, dO) are visible to every thread
-            cuda.syncthreads()
+            # K and V of the tile (after every thread is done with the last one's K, V, dSᵀ)
+            pipeline.load_tiles_now(base + 4 * K_OFF, k, base + 4 * V_OFF, v, b, h, start_n, seqlen_k, tid, BLOCK_N, DC,
+                                    4 * RS, THREADS, smem, 0, 0, lse, delta, False)  # fmt: skip
 
             # S = Q·Kᵀ (scaled and masked) and dP = dO·Vᵀ
-            for i in range(S_N):
-                s[i] = float32(0.0)
-                dp[i] = float32(0.0)
             rows_q, rows_k = base + 4 * (ty * RS), base + 4 * (tx * RS)
-            microtile.dot_tile(s, rows_q + 4 * Q_OFF, 4 * TY * RS, rows_k + 4 * K_OFF, 4 * TX * RS, D, TM, TN, kf)
-            microtile.dot_tile(dp, rows_q + 4 * DO_OFF, 4 * TY * RS, rows_k + 4 * V_OFF, 4 * TX * RS, D, TM, TN, kf)
+            microtile.dot_tiles(s, rows_q + 4 * Q_OFF, rows_k + 4 * K_OFF, dp, rows_q + 4 * DO_OFF, rows_k + 4 * V_OFF,
+                                4 * TY * RS, 4 * TX * RS, D, TM, TN, kf)  # fmt: skip
             needs_mask = tile_needs_mask(start_m, BLOCK_M, start_n, BLOCK_N, mi)
             microtile.scale_and_mask(s, TM, TN, start_m + ty, TY, start_n + tx, TX, scale, needs_mask, mi, False)
 

@@ -53,7 +53,7 @@ import functools
 from numba_flash import ptx
 from numba_flash._numba_cuda import cuda, float32
 from numba_flash.config import BlockedTiles
-from numba_flash.kernels import copy, microtile, softmax, spec
+from numba_flash.kernels import copy, microtile, pipeline, softmax, spec
 from numba_flash.kernels.block_info import key_tiles, mask_info, tile_needs_mask
 
 
@@ -95,9 +95,7 @@ def simt_blocked_forward_kernel(t: BlockedTiles, causal: bool):
         tid = cuda.threadIdx.x
         tx = tid % TX
         ty = tid // TX
-        start_m = cuda.blockIdx.x * BLOCK_M
-        h = cuda.blockIdx.y
-        b = cuda.blockIdx.z
+        start_m, b, h = pipeline.block_coords(BLOCK_M)
         mi = mask_info(q, k, CAUSAL)
         seqlen_q, seqlen_k = mi[0], mi[1]
         scale = float32(softmax_scale)
@@ -118,8 +116,7 @@ def simt_blocked_forward_kernel(t: BlockedTiles, causal: bool):
         for r in range(TM):
             m_i[r] = softmax.NEG_INF
             l_i[r] = float32(0.0)
-        for i in range(ACC_N):
-            acc[i] = float32(0.0)
+        pipeline.zero(acc, ACC_N)
 
         n_lo, n_hi = key_tiles(start_m, BLOCK_M, BLOCK_N, mi)
         # prologue: Q with K_0 in one cp.async group, V_0 in the next; rows past the
@@ -142,8 +139,7 @@ def simt_blocked_forward_kernel(t: BlockedTiles, causal: bool):
             cuda.syncthreads()
 
             # 1. S = Q·Kᵀ on the micro-tile, scaled and masked
-            for i in range(S_N):
-                s[i] = float32(0.0)
+            pipeline.zero(s, S_N)
             microtile.dot_tile(s, q_addr, 4 * TY * QS, k_addr, 4 * TX * KS, D, TM, TN, kf)
             needs_mask = tile_needs_mask(start_m, BLOCK_M, start_n, BLOCK_N, mi)
             microtile.scale_and_mask(s, TM, TN, start_m + ty, TY, start_n + tx, TX, scale, needs_mask, mi, False)

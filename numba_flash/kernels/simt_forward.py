@@ -46,7 +46,7 @@ import functools
 
 from numba_flash._numba_cuda import cuda, float32
 from numba_flash.config import SimtTiles
-from numba_flash.kernels import copy, softmax, spec
+from numba_flash.kernels import copy, pipeline, softmax, spec
 from numba_flash.kernels.block_info import key_tiles, mask_info
 from numba_flash.kernels.mask import masked_score
 
@@ -67,9 +67,7 @@ def simt_forward_kernel(t: SimtTiles, causal: bool):
 
     @cuda.jit
     def simt_forward(q, k, v, out, lse, softmax_scale):
-        start_m = cuda.blockIdx.x * BLOCK_M
-        h = cuda.blockIdx.y
-        b = cuda.blockIdx.z
+        start_m, b, h = pipeline.block_coords(BLOCK_M)
         tid = cuda.threadIdx.x
         g = tid % G
         grp = tid // G
@@ -88,26 +86,18 @@ def simt_forward_kernel(t: SimtTiles, causal: bool):
         s = cuda.local.array(ROWS, float32)
 
         # load q: it stays in registers, pre-multiplied by the softmax scale
+        pipeline.zero(acc, REGS)
         for r in range(ROWS):
-            row = start_m + grp + r * GROUPS
-            for c in range(COLS):
-                acc[r * COLS + c] = float32(0.0)
-                if row < seqlen_q:
-                    q_reg[r * COLS + c] = float32(q[b, row, h, c * G + g]) * scale
-                else:
-                    q_reg[r * COLS + c] = float32(0.0)
+            copy.load_lane_row(q_reg, r * COLS, q, b, start_m + grp + r * GROUPS, h, seqlen_q, g, G, COLS, scale)
             m_i[r] = softmax.NEG_INF
             l_i[r] = float32(0.0)
 
         n_lo, n_hi = key_tiles(start_m, BLOCK_M, BLOCK_N, mi)
         for j in range(n_lo, n_hi):
             start_n = j * BLOCK_N
-            # the previous tile's readers of s_k, s_v and s_p are done
-            cuda.syncthreads()
-            copy.load_rows_f32(s_k, k, s_v, v, True, b, h, start_n, seqlen_k, tid, BLOCK_N, HEAD_DIM, THREADS,
-                               float32(1.0))  # fmt: skip
-            # the K and V tiles are in shared memory for every thread
-            cuda.syncthreads()
+            # K and V of the tile, between barriers (the last tile's readers of s_k, s_v, s_p are done)
+            pipeline.load_rows_now(s_k, k, s_v, v, b, h, start_n, seqlen_k, tid, BLOCK_N, HEAD_DIM, THREADS,
+                                   float32(1.0), s_p, lse, lse, False)  # fmt: skip
 
             # 1. scores s_ij for the tile: lane j % G of a group keeps key j's
             for jj in range(BLOCK_N):

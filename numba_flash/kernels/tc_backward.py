@@ -48,7 +48,7 @@ import functools
 from numba_flash import ptx
 from numba_flash._numba_cuda import cuda, float32, uint16, uint32
 from numba_flash.config import TcBwdTiles
-from numba_flash.kernels import copy, fragments, softmax, spec
+from numba_flash.kernels import copy, fragments, pipeline, softmax, spec
 from numba_flash.kernels.block_info import key_tiles, mask_info, query_tiles, tile_needs_mask
 
 LOG2E = 1.4426950408889634
@@ -56,10 +56,10 @@ _ALIGN = ptx.SMEM_ALIGN
 
 
 def _ops(dtype: str):
-    """(accumulating mma, pack two fp32 into a 16-bit pair, unpack) for ``dtype``."""
+    """(accumulating mma, unpack a 16-bit pair to two fp32) for ``dtype``."""
     if dtype == "float16":
-        return ptx.mma_m16n8k16_f16_acc, ptx.pack_f16x2, ptx.unpack_f16x2
-    return ptx.mma_m16n8k16_bf16_acc, ptx.pack_bf16x2, ptx.unpack_bf16x2
+        return ptx.mma_m16n8k16_f16_acc, ptx.unpack_f16x2
+    return ptx.mma_m16n8k16_bf16_acc, ptx.unpack_bf16x2
 
 
 @functools.lru_cache(maxsize=None)
@@ -67,7 +67,7 @@ def tc_bwd_preprocess_kernel(head_dim: int, dtype: str):
     """``kernel[grid, 128, stream](out16, dout16, delta)``: delta = rowsum(dO∘O), from
     uint16 views of O and dO (any strides with the last axis contiguous)."""
     WORDS = head_dim // 2
-    _, _, unpack = _ops(dtype)
+    _, unpack = _ops(dtype)
 
     @cuda.jit
     def tc_bwd_preprocess(out16, dout16, delta):
@@ -102,18 +102,13 @@ def tc_bwd_dkdv_kernel(t: TcBwdTiles, causal: bool, dtype: str):
     ROW_VALS = 4 * BLOCK_M  # lse2 and delta, two stages
     KV_IN_REGS = t.kv_frags_in_regs  # else K and V fragments are re-read from shared memory
     SW = copy.SW_16BIT
-    mma, pack, _ = _ops(dtype)
+    mma, _ = _ops(dtype)
+    BF16 = dtype == "bfloat16"
 
     @cuda.jit
     def tc_bwd_dkdv(q, k, v, dout, lse, delta, dk32, dv32, softmax_scale):
-        start_n = cuda.blockIdx.x * BLOCK_N
-        h = cuda.blockIdx.y
-        b = cuda.blockIdx.z
-        tid = cuda.threadIdx.x
-        warp = tid // 32
-        lane = tid % 32
-        g = lane >> 2
-        tq = lane & 3
+        start_n, b, h = pipeline.block_coords(BLOCK_N)
+        tid, warp, lane, g, tq = pipeline.lane_coords()
         mi = mask_info(q, k, CAUSAL)
         seqlen_q, seqlen_k = mi[0], mi[1]
         scale2 = float32(softmax_scale * LOG2E)
@@ -136,46 +131,30 @@ def tc_bwd_dkdv_kernel(t: TcBwdTiles, causal: bool, dtype: str):
         acc_dp = cuda.local.array(S_REGS, float32)
         acc_dk = cuda.local.array(O_REGS, float32)
         acc_dv = cuda.local.array(O_REGS, float32)
-        for i in range(O_REGS):
-            acc_dk[i] = float32(0.0)
-            acc_dv[i] = float32(0.0)
+        pipeline.zero(acc_dk, O_REGS)
+        pipeline.zero(acc_dv, O_REGS)
 
         # K and V of this block (rows past the end zero-filled)
         copy.copy_tile_pair(k_base, k, v_base, v, b, h, start_n, seqlen_k, tid, BLOCK_N, CHUNKS, 8, ROW_BYTES, SW,
                             THREADS)  # fmt: skip
         m_lo, m_hi = query_tiles(start_n, BLOCK_M, mi)
 
-        # i = m_lo - 1 only starts the copy of query tile m_lo; tile i+1 is copied while i is used
+        # the double-buffered walk (pipeline's docstring): i = m_lo - 1 only starts tile m_lo
         for i in range(m_lo - 1, m_hi):
-            if i >= m_lo:
-                ptx.cp_async_wait_group(0)
-                # tile i (and K, V) landed for every thread's copies, lse/delta stores are
-                # done; every warp is done with tile i-1, whose stage is refilled next
-                cuda.syncthreads()
+            pipeline.wait_for_tile(i, m_lo)  # query tile i, its lse and delta (and K, V) are in shared memory
             if i == m_lo and KV_IN_REGS:  # K and V fragments of this warp's 16 keys: A operands
                 for kk in range(KSTEPS):
                     fragments.load_a(k_frag, kk * 4, k_base, warp * 16, kk, lane, ROW_BYTES)
                     fragments.load_a(v_frag, kk * 4, v_base, warp * 16, kk, lane, ROW_BYTES)
-            if i + 1 < m_hi:
-                nxt = (i + 1) & 1
-                copy.copy_tile_pair(q_base + nxt * QT_BYTES, q, do_base + nxt * QT_BYTES, dout, b, h,
-                                    (i + 1) * BLOCK_M, seqlen_q, tid, BLOCK_M, CHUNKS, 8, ROW_BYTES, SW,
-                                    THREADS)  # fmt: skip
-                softmax.stage_row_stats(s_rows, nxt * 2 * BLOCK_M, nxt * 2 * BLOCK_M + BLOCK_M, lse, delta, b, h,
-                                        (i + 1) * BLOCK_M, seqlen_q, tid, BLOCK_M, THREADS, True)  # fmt: skip
-            ptx.cp_async_commit()
+            pipeline.prefetch_queries(i, m_hi, q_base, q, do_base, dout, s_rows, lse, delta, b, h, seqlen_q, tid,
+                                      BLOCK_M, CHUNKS, 8, ROW_BYTES, SW, THREADS, QT_BYTES)  # fmt: skip
             if i < m_lo:
                 continue
-            stage = i & 1
-            start_m = i * BLOCK_M
-            q_tile = q_base + stage * QT_BYTES
-            do_tile = do_base + stage * QT_BYTES
-            rows_off = stage * 2 * BLOCK_M
+            start_m, q_tile, do_tile, rows_off = pipeline.query_stage(i, q_base, do_base, BLOCK_M, QT_BYTES)
 
             # Sᵀ = K·Qᵀ and dPᵀ = V·dOᵀ: Q and dO rows are the n dimension
-            for j in range(S_REGS):
-                acc_s[j] = float32(0.0)
-                acc_dp[j] = float32(0.0)
+            pipeline.zero(acc_s, S_REGS)
+            pipeline.zero(acc_dp, S_REGS)
             for kk in range(KSTEPS):
                 if KV_IN_REGS:
                     for e in range(4):
@@ -195,20 +174,12 @@ def tc_bwd_dkdv_kernel(t: TcBwdTiles, causal: bool, dtype: str):
             # Pᵀ and dSᵀ: element e of n-tile nt is (key g + 8·(e >> 1), query nt·8 + 2·tq + (e & 1))
             needs_mask = tile_needs_mask(start_m, BLOCK_M, start_n, BLOCK_N, mi)
             fragments.scale_and_mask(acc_s, 0, NT_S, 1, start_n + warp * 16, start_m, scale2, needs_mask, mi, True)
-            for nt in range(NT_S):
-                for e in range(4):
-                    col = nt * 8 + 2 * tq + (e & 1)
-                    acc_s[nt * 4 + e], acc_dp[nt * 4 + e] = softmax.softmax_grad(
-                        acc_s[nt * 4 + e], acc_dp[nt * 4 + e], s_rows[rows_off + col],
-                        s_rows[rows_off + BLOCK_M + col], True,
-                    )  # fmt: skip
+            fragments.softmax_grad_tile(acc_s, acc_dp, NT_S, s_rows, rows_off, rows_off + BLOCK_M, True)
 
             # dV += Pᵀ·dO and dK += dSᵀ·Q: queries are the k dimension (ldmatrix.trans)
             for ps in range(PSTEPS):
-                s0 = ps * 8
-                for e in range(4):
-                    p_frag[e] = pack(acc_s[s0 + 2 * e], acc_s[s0 + 2 * e + 1])
-                    ds_frag[e] = pack(acc_dp[s0 + 2 * e], acc_dp[s0 + 2 * e + 1])
+                fragments.pack_a(p_frag, 0, acc_s, ps * 8, BF16)
+                fragments.pack_a(ds_frag, 0, acc_dp, ps * 8, BF16)
                 for nn in range(NT_O // 2):
                     b0, b1, b2, b3 = ptx.ldmatrix_x4_trans(fragments.ldsm_bt(do_tile, ps * 16, nn, lane, ROW_BYTES))
                     mma(acc_dv, nn * 8, p_frag, 0, b0, b1)
@@ -223,10 +194,8 @@ def tc_bwd_dkdv_kernel(t: TcBwdTiles, causal: bool, dtype: str):
         for r in range(2):
             key = start_n + warp * 16 + g + 8 * r
             if key < seqlen_k:
-                for nt in range(NT_O):
-                    a = nt * 4 + 2 * r
-                    dk32[b, key, h, nt * 4 + tq] = pack(acc_dk[a] * scale, acc_dk[a + 1] * scale)
-                    dv32[b, key, h, nt * 4 + tq] = pack(acc_dv[a], acc_dv[a + 1])
+                fragments.store_row_pairs(dk32, b, key, h, acc_dk, 2 * r, NT_O, tq, scale, BF16)
+                fragments.store_row_pairs(dv32, b, key, h, acc_dv, 2 * r, NT_O, tq, float32(1.0), BF16)
 
     return tc_bwd_dkdv
 
@@ -246,18 +215,13 @@ def tc_bwd_dq_kernel(t: TcBwdTiles, causal: bool, dtype: str):
     KV_BYTES = BLOCK_N * ROW_BYTES  # one stage of K (or V)
     S_REGS, O_REGS, F_REGS = NT_S * 4, NT_O * 4, KSTEPS * 4
     SW = copy.SW_16BIT
-    mma, pack, _ = _ops(dtype)
+    mma, _ = _ops(dtype)
+    BF16 = dtype == "bfloat16"
 
     @cuda.jit
     def tc_bwd_dq(q, k, v, dout, lse, delta, dq32, softmax_scale):
-        start_m = cuda.blockIdx.x * BLOCK_M
-        h = cuda.blockIdx.y
-        b = cuda.blockIdx.z
-        tid = cuda.threadIdx.x
-        warp = tid // 32
-        lane = tid % 32
-        g = lane >> 2
-        tq = lane & 3
+        start_m, b, h = pipeline.block_coords(BLOCK_M)
+        tid, warp, lane, g, tq = pipeline.lane_coords()
         mi = mask_info(q, k, CAUSAL)
         seqlen_q, seqlen_k = mi[0], mi[1]
         scale2 = float32(softmax_scale * LOG2E)
@@ -275,43 +239,31 @@ def tc_bwd_dq_kernel(t: TcBwdTiles, causal: bool, dtype: str):
         acc_dp = cuda.local.array(S_REGS, float32)
         acc_dq = cuda.local.array(O_REGS, float32)
         ds_frag = cuda.local.array(4, uint32)  # dS of one k-slice, packed: the A operand
-        lse2 = cuda.local.array(2, float32)  # rows g, g + 8
-        delta_i = cuda.local.array(2, float32)
-        for i in range(O_REGS):
-            acc_dq[i] = float32(0.0)
+        stats = cuda.local.array(4, float32)  # lse (for recompute) of rows g, g + 8, then their delta
+        pipeline.zero(acc_dq, O_REGS)
         for r in range(2):
-            lse2[r], delta_i[r] = softmax.row_stats(lse, delta, b, h, start_m + warp * 16 + g + 8 * r, seqlen_q, True)
+            stats[r], stats[2 + r] = softmax.row_stats(lse, delta, b, h, start_m + warp * 16 + g + 8 * r, seqlen_q, True)
 
         copy.copy_tile_pair(q_base, q, do_base, dout, b, h, start_m, seqlen_q, tid, BLOCK_M, CHUNKS, 8, ROW_BYTES,
                             SW, THREADS)  # fmt: skip
         n_lo, n_hi = key_tiles(start_m, BLOCK_M, BLOCK_N, mi)
 
-        # j = n_lo - 1 only starts the copy of tile n_lo; tile j+1 is copied while j is used
+        # the double-buffered walk (pipeline's docstring): j = n_lo - 1 only starts tile n_lo
         for j in range(n_lo - 1, n_hi):
-            if j >= n_lo:
-                ptx.cp_async_wait_group(0)
-                # tile j (and Q, dO) landed for every thread's copies; every warp is
-                # done with tile j-1, whose stage the copies of tile j+1 overwrite next
-                cuda.syncthreads()
+            pipeline.wait_for_tile(j, n_lo)  # key tile j (and Q, dO) is in shared memory for all
             if j == n_lo:  # Q and dO fragments of this warp's 16 queries: A operands
                 for kk in range(KSTEPS):
                     fragments.load_a(q_frag, kk * 4, q_base, warp * 16, kk, lane, ROW_BYTES)
                     fragments.load_a(do_frag, kk * 4, do_base, warp * 16, kk, lane, ROW_BYTES)
-            if j + 1 < n_hi:
-                nxt = ((j + 1) & 1) * KV_BYTES
-                copy.copy_tile_pair(k_base + nxt, k, v_base + nxt, v, b, h, (j + 1) * BLOCK_N, seqlen_k, tid,
-                                    BLOCK_N, CHUNKS, 8, ROW_BYTES, SW, THREADS)  # fmt: skip
-            ptx.cp_async_commit()
+            pipeline.prefetch_keys(j, n_hi, k_base, k, v_base, v, b, h, seqlen_k, tid, BLOCK_N, CHUNKS, 8, ROW_BYTES,
+                                   SW, THREADS, KV_BYTES, 2)  # fmt: skip
             if j < n_lo:
                 continue
-            start_n = j * BLOCK_N
-            k_tile = k_base + (j & 1) * KV_BYTES
-            v_tile = v_base + (j & 1) * KV_BYTES
+            start_n, k_tile, v_tile = pipeline.key_stage(j, k_base, v_base, BLOCK_N, KV_BYTES, 2)
 
             # S = Q·K_jᵀ and dP = dO·V_jᵀ: K and V rows are the n dimension
-            for i in range(S_REGS):
-                acc_s[i] = float32(0.0)
-                acc_dp[i] = float32(0.0)
+            pipeline.zero(acc_s, S_REGS)
+            pipeline.zero(acc_dp, S_REGS)
             for kk in range(KSTEPS):
                 for np2 in range(NT_S // 2):
                     b0, b1, b2, b3 = ptx.ldmatrix_x4(fragments.ldsm_b(k_tile, np2 * 16, kk, lane, ROW_BYTES))
@@ -324,17 +276,11 @@ def tc_bwd_dq_kernel(t: TcBwdTiles, causal: bool, dtype: str):
             # P and dS: element e of n-tile nt is (query g + 8·(e >> 1), key nt·8 + 2·tq + (e & 1))
             needs_mask = tile_needs_mask(start_m, BLOCK_M, start_n, BLOCK_N, mi)
             fragments.scale_and_mask(acc_s, 0, NT_S, 1, start_m + warp * 16, start_n, scale2, needs_mask, mi, False)
-            for nt in range(NT_S):
-                for e in range(4):
-                    _, acc_dp[nt * 4 + e] = softmax.softmax_grad(
-                        acc_s[nt * 4 + e], acc_dp[nt * 4 + e], lse2[e >> 1], delta_i[e >> 1], True
-                    )
+            fragments.softmax_grad_tile(acc_s, acc_dp, NT_S, stats, 0, 2, False)
 
             # dQ += dS·K_j: keys are the k dimension (ldmatrix.trans of K rows)
             for ps in range(PSTEPS):
-                s0 = ps * 8
-                for e in range(4):
-                    ds_frag[e] = pack(acc_dp[s0 + 2 * e], acc_dp[s0 + 2 * e + 1])
+                fragments.pack_a(ds_frag, 0, acc_dp, ps * 8, BF16)
                 for nn in range(NT_O // 2):
                     b0, b1, b2, b3 = ptx.ldmatrix_x4_trans(fragments.ldsm_bt(k_tile, ps * 16, nn, lane, ROW_BYTES))
                     mma(acc_dq, nn * 8, ds_frag, 0, b0, b1)
@@ -345,9 +291,7 @@ def tc_bwd_dq_kernel(t: TcBwdTiles, causal: bool, dtype: str):
         for r in range(2):
             row = start_m + warp * 16 + g + 8 * r
             if row < seqlen_q:
-                for nt in range(NT_O):
-                    a = nt * 4 + 2 * r
-                    dq32[b, row, h, nt * 4 + tq] = pack(acc_dq[a] * scale, acc_dq[a + 1] * scale)
+                fragments.store_row_pairs(dq32, b, row, h, acc_dq, 2 * r, NT_O, tq, scale, BF16)
 
     return tc_bwd_dq
 

@@ -47,7 +47,7 @@ import functools
 from numba_flash import ptx
 from numba_flash._numba_cuda import cuda, float32, uint16, uint32
 from numba_flash.config import TcTiles
-from numba_flash.kernels import copy, fragments, softmax, spec
+from numba_flash.kernels import copy, fragments, pipeline, softmax, spec
 from numba_flash.kernels.block_info import key_tiles, mask_info, tile_needs_mask
 
 LOG2E = 1.4426950408889634
@@ -79,17 +79,12 @@ def tc_forward_kernel(t: TcTiles, causal: bool, dtype: str):
     KV_BYTES = BLOCK_N * ROW_BYTES  # one stage of K (or V)
     SW = copy.SW_16BIT
     mma = ptx.mma_m16n8k16_f16_acc if dtype == "float16" else ptx.mma_m16n8k16_bf16_acc
-    pack = ptx.pack_f16x2 if dtype == "float16" else ptx.pack_bf16x2
+    BF16 = dtype == "bfloat16"
 
     @cuda.jit
     def tc_forward(q, k, v, out32, lse, softmax_scale):
-        start_m = cuda.blockIdx.x * BLOCK_M
-        h = cuda.blockIdx.y
-        b = cuda.blockIdx.z
-        tid = cuda.threadIdx.x
-        warp = tid // 32
-        lane = tid % 32
-        tq = lane & 3  # accumulator columns 2·tq, 2·tq + 1
+        start_m, b, h = pipeline.block_coords(BLOCK_M)
+        tid, warp, lane, g, tq = pipeline.lane_coords()
         mi = mask_info(q, k, CAUSAL)
         seqlen_q, seqlen_k = mi[0], mi[1]
         scale_log2 = float32(softmax_scale * LOG2E)
@@ -107,8 +102,7 @@ def tc_forward_kernel(t: TcTiles, causal: bool, dtype: str):
         p_frag = cuda.local.array(Q_TILE, uint32)  # P of one k-slice, all m-tiles (MT·4 words)
         m_i = cuda.local.array(ROW_REGS, float32)  # rows g, g+8 of each m-tile
         l_i = cuda.local.array(ROW_REGS, float32)
-        for i in range(O_REGS):
-            acc_o[i] = float32(0.0)
+        pipeline.zero(acc_o, O_REGS)
         for r in range(ROW_REGS):
             m_i[r] = softmax.NEG_INF
             l_i[r] = float32(0.0)
@@ -116,34 +110,23 @@ def tc_forward_kernel(t: TcTiles, causal: bool, dtype: str):
         n_lo, n_hi = key_tiles(start_m, BLOCK_M, BLOCK_N, mi)
         copy.copy_tile(q_base, q, b, h, start_m, seqlen_q, tid, BLOCK_M, CHUNKS, 8, ROW_BYTES, SW, THREADS)
 
-        # j = n_lo - 1 only starts the copy of tile n_lo; tile j+1 is copied while j is used
+        # the double-buffered walk (pipeline's docstring): j = n_lo - 1 only starts tile n_lo
         for j in range(n_lo - 1, n_hi):
-            stage = j % STAGES
-            if j >= n_lo:
-                ptx.cp_async_wait_group(0)
-                # tile j (and Q) landed for every thread's copies; every warp is done
-                # with tile j-1, whose stage the copies of tile j+1 overwrite next
-                cuda.syncthreads()
+            pipeline.wait_for_tile(j, n_lo)  # tile j (and Q) is in shared memory for all
             if j == n_lo:  # Q fragments: A operands, WARP_ROWS rows × d, kept in registers
                 for mt in range(MT):
                     for kk in range(KSTEPS):
                         fragments.load_a(q_frag, mt * Q_TILE + kk * 4, q_base, warp * WARP_ROWS + mt * 16, kk, lane,
                                          ROW_BYTES)  # fmt: skip
-            if j + 1 < n_hi:
-                nxt = ((j + 1) % STAGES) * KV_BYTES
-                copy.copy_tile_pair(k_base + nxt, k, v_base + nxt, v, b, h, (j + 1) * BLOCK_N, seqlen_k, tid,
-                                    BLOCK_N, CHUNKS, 8, ROW_BYTES, SW, THREADS)  # fmt: skip
-            ptx.cp_async_commit()
+            pipeline.prefetch_keys(j, n_hi, k_base, k, v_base, v, b, h, seqlen_k, tid, BLOCK_N, CHUNKS, 8, ROW_BYTES,
+                                   SW, THREADS, KV_BYTES, STAGES)  # fmt: skip
             if j < n_lo:
                 continue
-            start_n = j * BLOCK_N
-            k_tile = k_base + stage * KV_BYTES
-            v_tile = v_base + stage * KV_BYTES
+            start_n, k_tile, v_tile = pipeline.key_stage(j, k_base, v_base, BLOCK_N, KV_BYTES, STAGES)
 
             # S = Q·K_jᵀ: one ldmatrix.x4 gives the B fragments of two n-tiles, used by
             # 2·MT mma
-            for i in range(S_REGS):
-                acc_s[i] = float32(0.0)
+            pipeline.zero(acc_s, S_REGS)
             for kk in range(KSTEPS):
                 for np2 in range(NT_S // 2):
                     b0, b1, b2, b3 = ptx.ldmatrix_x4(fragments.ldsm_b(k_tile, np2 * 16, kk, lane, ROW_BYTES))
@@ -167,9 +150,7 @@ def tc_forward_kernel(t: TcTiles, causal: bool, dtype: str):
             # A fragment of k-slice ps
             for ps in range(PSTEPS):
                 for mt in range(MT):
-                    s0 = mt * S_TILE + ps * 8
-                    for e in range(4):
-                        p_frag[mt * 4 + e] = pack(acc_s[s0 + 2 * e], acc_s[s0 + 2 * e + 1])
+                    fragments.pack_a(p_frag, mt * 4, acc_s, mt * S_TILE + ps * 8, BF16)
                 for nn in range(NT_O // 2):
                     b0, b1, b2, b3 = ptx.ldmatrix_x4_trans(fragments.ldsm_bt(v_tile, ps * 16, nn, lane, ROW_BYTES))
                     for mt in range(MT):
@@ -182,12 +163,9 @@ def tc_forward_kernel(t: TcTiles, causal: bool, dtype: str):
         for mt in range(MT):
             for r in range(2):
                 inv_l, lse_row = softmax.finalize(m_i[mt * 2 + r], l_i[mt * 2 + r], 4, True)
-                row = start_m + warp * WARP_ROWS + mt * 16 + (lane >> 2) + 8 * r
+                row = start_m + warp * WARP_ROWS + mt * 16 + g + 8 * r
                 if row < seqlen_q:
-                    orow = mt * O_TILE + 2 * r
-                    for nt in range(NT_O):
-                        out32[b, row, h, nt * 4 + tq] = pack(acc_o[orow + nt * 4] * inv_l,
-                                                             acc_o[orow + nt * 4 + 1] * inv_l)  # fmt: skip
+                    fragments.store_row_pairs(out32, b, row, h, acc_o, mt * O_TILE + 2 * r, NT_O, tq, inv_l, BF16)
                     if tq == 0:
                         lse[b, h, row] = lse_row
 

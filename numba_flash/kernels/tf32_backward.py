@@ -70,7 +70,7 @@ import functools
 from numba_flash import ptx
 from numba_flash._numba_cuda import cuda, float32, uint32
 from numba_flash.config import Tf32BwdTiles
-from numba_flash.kernels import copy, fragments, softmax, spec
+from numba_flash.kernels import copy, fragments, pipeline, softmax, spec
 from numba_flash.kernels.block_info import key_tiles, mask_info, query_tiles, tile_needs_mask
 
 LOG2E = 1.4426950408889634
@@ -97,14 +97,8 @@ def tf32_bwd_dkdv_kernel(t: Tf32BwdTiles, causal: bool):
 
     @cuda.jit
     def tf32_bwd_dkdv(q, k, v, dout, lse, delta, dk, dv, softmax_scale):
-        start_n = cuda.blockIdx.x * BLOCK_N
-        h = cuda.blockIdx.y
-        b = cuda.blockIdx.z
-        tid = cuda.threadIdx.x
-        warp = tid // 32
-        lane = tid % 32
-        g = lane >> 2  # accumulator rows (keys) g and g + 8
-        tq = lane & 3  # accumulator columns (queries) 2·tq, 2·tq + 1
+        start_n, b, h = pipeline.block_coords(BLOCK_N)
+        tid, warp, lane, g, tq = pipeline.lane_coords()
         sw_g = copy.swizzle(g, 0, SW)  # the swizzle of the rows ≡ g (mod 8) this lane reads
         mi = mask_info(q, k, CAUSAL)
         seqlen_q, seqlen_k = mi[0], mi[1]
@@ -126,9 +120,8 @@ def tf32_bwd_dkdv_kernel(t: Tf32BwdTiles, causal: bool):
         acc_dp = cuda.local.array(S_REGS, float32)  # dPᵀ, then dSᵀ
         acc_dk = cuda.local.array(O_REGS, float32)
         acc_dv = cuda.local.array(O_REGS, float32)
-        for i in range(O_REGS):
-            acc_dk[i] = float32(0.0)
-            acc_dv[i] = float32(0.0)
+        pipeline.zero(acc_dk, O_REGS)
+        pipeline.zero(acc_dv, O_REGS)
 
         # K and V of this block (rows past the end zero-filled, source clamped in bounds)
         copy.copy_tile_pair(k_base, k, v_base, v, b, h, start_n, seqlen_k, tid, BLOCK_N, CHUNKS, 4, ROW_BYTES, SW,
@@ -137,33 +130,18 @@ def tf32_bwd_dkdv_kernel(t: Tf32BwdTiles, causal: bool):
 
         row_k = k_base + (warp * 16 + g) * ROW_BYTES  # A rows: keys g, g + 8 of this warp
         row_v = v_base + (warp * 16 + g) * ROW_BYTES
-        # i = m_lo - 1 only starts the copy of query tile m_lo; tile i+1 is copied while i is used
+        # the double-buffered walk (pipeline's docstring): i = m_lo - 1 only starts tile m_lo
         for i in range(m_lo - 1, m_hi):
-            if i >= m_lo:
-                ptx.cp_async_wait_group(0)
-                # tile i (and K, V) landed for every thread's copies and its lse2/delta
-                # stores are done; every warp is done with tile i-1, whose stage is next
-                cuda.syncthreads()
-            if i + 1 < m_hi:
-                nxt = (i + 1) & 1
-                copy.copy_tile_pair(q_base + nxt * QT_BYTES, q, do_base + nxt * QT_BYTES, dout, b, h,
-                                    (i + 1) * BLOCK_M, seqlen_q, tid, BLOCK_M, CHUNKS, 4, ROW_BYTES, SW,
-                                    THREADS)  # fmt: skip
-                softmax.stage_row_stats(s_rows, nxt * 2 * BLOCK_M, nxt * 2 * BLOCK_M + BLOCK_M, lse, delta, b, h,
-                                        (i + 1) * BLOCK_M, seqlen_q, tid, BLOCK_M, THREADS, True)  # fmt: skip
-            ptx.cp_async_commit()
+            pipeline.wait_for_tile(i, m_lo)  # query tile i, its lse and delta (and K, V) are in shared memory
+            pipeline.prefetch_queries(i, m_hi, q_base, q, do_base, dout, s_rows, lse, delta, b, h, seqlen_q, tid,
+                                      BLOCK_M, CHUNKS, 4, ROW_BYTES, SW, THREADS, QT_BYTES)  # fmt: skip
             if i < m_lo:
                 continue
-            stage = i & 1
-            start_m = i * BLOCK_M
-            q_tile = q_base + stage * QT_BYTES
-            do_tile = do_base + stage * QT_BYTES
-            rows_off = stage * 2 * BLOCK_M
+            start_m, q_tile, do_tile, rows_off = pipeline.query_stage(i, q_base, do_base, BLOCK_M, QT_BYTES)
 
             # Sᵀ = K·Qᵀ and dPᵀ = V·dOᵀ: K, V rows are m (A), Q, dO rows are n (B)
-            for j in range(S_REGS):
-                acc_s[j] = float32(0.0)
-                acc_dp[j] = float32(0.0)
+            pipeline.zero(acc_s, S_REGS)
+            pipeline.zero(acc_dp, S_REGS)
             for p in range(KPAIRS):
                 off = ((4 * p + tq) ^ sw_g) << 4  # columns 16p + 4t .. +3
                 fragments.load_tf32_a(ka, 0, row_k, off, ROW_BYTES)
@@ -175,13 +153,7 @@ def tf32_bwd_dkdv_kernel(t: Tf32BwdTiles, causal: bool):
             # Pᵀ and dSᵀ: element e of n-tile nt is (key g + 8·(e >> 1), query 8nt + 2t + (e & 1))
             needs_mask = tile_needs_mask(start_m, BLOCK_M, start_n, BLOCK_N, mi)
             fragments.scale_and_mask(acc_s, 0, NT_S, 1, start_n + warp * 16, start_m, scale2, needs_mask, mi, True)
-            for nt in range(NT_S):
-                for e in range(4):
-                    col = nt * 8 + 2 * tq + (e & 1)
-                    acc_s[nt * 4 + e], acc_dp[nt * 4 + e] = softmax.softmax_grad(
-                        acc_s[nt * 4 + e], acc_dp[nt * 4 + e], s_rows[rows_off + col],
-                        s_rows[rows_off + BLOCK_M + col], True,
-                    )  # fmt: skip
+            fragments.softmax_grad_tile(acc_s, acc_dp, NT_S, s_rows, rows_off, rows_off + BLOCK_M, True)
 
             # dV += Pᵀ·dO and dK += dSᵀ·Q: queries are k (fragments.mma_tf32_rows)
             for nt in range(NT_S):
@@ -221,14 +193,8 @@ def tf32_bwd_dq_kernel(t: Tf32BwdTiles, causal: bool):
 
     @cuda.jit
     def tf32_bwd_dq(q, k, v, dout, lse, delta, dq, softmax_scale):
-        start_m = cuda.blockIdx.x * BLOCK_M
-        h = cuda.blockIdx.y
-        b = cuda.blockIdx.z
-        tid = cuda.threadIdx.x
-        warp = tid // 32
-        lane = tid % 32
-        g = lane >> 2  # accumulator rows (queries) g and g + 8
-        tq = lane & 3  # accumulator columns (keys) 2·tq, 2·tq + 1
+        start_m, b, h = pipeline.block_coords(BLOCK_M)
+        tid, warp, lane, g, tq = pipeline.lane_coords()
         sw_g = copy.swizzle(g, 0, SW)
         mi = mask_info(q, k, CAUSAL)
         seqlen_q, seqlen_k = mi[0], mi[1]
@@ -247,12 +213,10 @@ def tf32_bwd_dq_kernel(t: Tf32BwdTiles, causal: bool):
         acc_s = cuda.local.array(S_REGS, float32)  # S, then P
         acc_dp = cuda.local.array(S_REGS, float32)  # dP, then dS
         acc_dq = cuda.local.array(O_REGS, float32)
-        lse2 = cuda.local.array(2, float32)  # rows g, g + 8
-        delta_i = cuda.local.array(2, float32)
-        for i in range(O_REGS):
-            acc_dq[i] = float32(0.0)
+        stats = cuda.local.array(4, float32)  # lse (for recompute) of rows g, g + 8, then their delta
+        pipeline.zero(acc_dq, O_REGS)
         for r in range(2):
-            lse2[r], delta_i[r] = softmax.row_stats(lse, delta, b, h, start_m + warp * 16 + g + 8 * r, seqlen_q, True)
+            stats[r], stats[2 + r] = softmax.row_stats(lse, delta, b, h, start_m + warp * 16 + g + 8 * r, seqlen_q, True)
 
         copy.copy_tile_pair(q_base, q, do_base, dout, b, h, start_m, seqlen_q, tid, BLOCK_M, CHUNKS, 4, ROW_BYTES,
                             SW, THREADS)  # fmt: skip
@@ -260,28 +224,18 @@ def tf32_bwd_dq_kernel(t: Tf32BwdTiles, causal: bool):
 
         row_q = q_base + (warp * 16 + g) * ROW_BYTES  # A rows: queries g, g + 8 of this warp
         row_do = do_base + (warp * 16 + g) * ROW_BYTES
-        # j = n_lo - 1 only starts the copy of tile n_lo; tile j+1 is copied while j is used
+        # the double-buffered walk (pipeline's docstring): j = n_lo - 1 only starts tile n_lo
         for j in range(n_lo - 1, n_hi):
-            if j >= n_lo:
-                ptx.cp_async_wait_group(0)
-                # tile j (and Q, dO) landed for every thread's copies; every warp is
-                # done with tile j-1, whose stage the copies of tile j+1 overwrite next
-                cuda.syncthreads()
-            if j + 1 < n_hi:
-                nxt = ((j + 1) & 1) * KV_BYTES
-                copy.copy_tile_pair(k_base + nxt, k, v_base + nxt, v, b, h, (j + 1) * BLOCK_N, seqlen_k, tid,
-                                    BLOCK_N, CHUNKS, 4, ROW_BYTES, SW, THREADS)  # fmt: skip
-            ptx.cp_async_commit()
+            pipeline.wait_for_tile(j, n_lo)  # key tile j (and Q, dO) is in shared memory for all
+            pipeline.prefetch_keys(j, n_hi, k_base, k, v_base, v, b, h, seqlen_k, tid, BLOCK_N, CHUNKS, 4, ROW_BYTES,
+                                   SW, THREADS, KV_BYTES, 2)  # fmt: skip
             if j < n_lo:
                 continue
-            start_n = j * BLOCK_N
-            k_tile = k_base + (j & 1) * KV_BYTES
-            v_tile = v_base + (j & 1) * KV_BYTES
+            start_n, k_tile, v_tile = pipeline.key_stage(j, k_base, v_base, BLOCK_N, KV_BYTES, 2)
 
             # S = Q·K_jᵀ and dP = dO·V_jᵀ: Q, dO rows are m (A), K, V rows are n (B)
-            for i in range(S_REGS):
-                acc_s[i] = float32(0.0)
-                acc_dp[i] = float32(0.0)
+            pipeline.zero(acc_s, S_REGS)
+            pipeline.zero(acc_dp, S_REGS)
             for p in range(KPAIRS):
                 off = ((4 * p + tq) ^ sw_g) << 4  # columns 16p + 4t .. +3
                 fragments.load_tf32_a(qa, 0, row_q, off, ROW_BYTES)
@@ -293,11 +247,7 @@ def tf32_bwd_dq_kernel(t: Tf32BwdTiles, causal: bool):
             # P and dS: element e of n-tile nt is (query g + 8·(e >> 1), key 8nt + 2t + (e & 1))
             needs_mask = tile_needs_mask(start_m, BLOCK_M, start_n, BLOCK_N, mi)
             fragments.scale_and_mask(acc_s, 0, NT_S, 1, start_m + warp * 16, start_n, scale2, needs_mask, mi, False)
-            for nt in range(NT_S):
-                for e in range(4):
-                    _, acc_dp[nt * 4 + e] = softmax.softmax_grad(
-                        acc_s[nt * 4 + e], acc_dp[nt * 4 + e], lse2[e >> 1], delta_i[e >> 1], True
-                    )
+            fragments.softmax_grad_tile(acc_s, acc_dp, NT_S, stats, 0, 2, False)
 
             # dQ += dS·K_j: keys are k (fragments.mma_tf32_rows)
             for nt in range(NT_S):

@@ -65,8 +65,8 @@ from __future__ import annotations
 import functools
 from numba_flash import ptx
 from numba_flash._numba_cuda import cuda, float32, uint32
-from numba_flash.config import Tf32Tiles
-from numba_flash.kernels import copy, fragments, softmax, spec
+from numba_flash.config import TcTiles
+from numba_flash.kernels import copy, fragments, pipeline, softmax, spec
 from numba_flash.kernels.block_info import key_tiles, mask_info, tile_needs_mask
 
 LOG2E = 1.4426950408889634
@@ -75,7 +75,7 @@ _ALIGN = ptx.SMEM_ALIGN  # a module global, so numba sees a literal (see ptx.SME
 
 
 @functools.lru_cache(maxsize=None)
-def tf32_forward_kernel(t: Tf32Tiles, causal: bool):
+def tf32_forward_kernel(t: TcTiles, causal: bool):
     """``kernel[grid, threads, stream, smem_bytes(t)](q, k, v, out, lse, softmax_scale)``
     (launch through ``numba_flash._launch.launch``, which opts in to > 48 KiB).
 
@@ -100,14 +100,8 @@ def tf32_forward_kernel(t: Tf32Tiles, causal: bool):
 
     @cuda.jit
     def tf32_forward(q, k, v, out, lse, softmax_scale):
-        start_m = cuda.blockIdx.x * BLOCK_M
-        h = cuda.blockIdx.y
-        b = cuda.blockIdx.z
-        tid = cuda.threadIdx.x
-        warp = tid // 32
-        lane = tid % 32
-        g = lane >> 2  # accumulator rows g and g + 8
-        tq = lane & 3  # accumulator columns 2·tq, 2·tq + 1
+        start_m, b, h = pipeline.block_coords(BLOCK_M)
+        tid, warp, lane, g, tq = pipeline.lane_coords()
         sw_g = copy.swizzle(g, 0, SW)  # the swizzle of rows ≡ g (mod 8), which this lane reads in Q, K
         mi = mask_info(q, k, CAUSAL)
         seqlen_q, seqlen_k = mi[0], mi[1]
@@ -126,8 +120,7 @@ def tf32_forward_kernel(t: Tf32Tiles, causal: bool):
         acc_o = cuda.local.array(O_REGS, float32)
         m_i = cuda.local.array(2, float32)  # rows g, g + 8
         l_i = cuda.local.array(2, float32)
-        for i in range(O_REGS):
-            acc_o[i] = float32(0.0)
+        pipeline.zero(acc_o, O_REGS)
         for r in range(2):
             m_i[r] = softmax.NEG_INF
             l_i[r] = float32(0.0)
@@ -135,32 +128,21 @@ def tf32_forward_kernel(t: Tf32Tiles, causal: bool):
         n_lo, n_hi = key_tiles(start_m, BLOCK_M, BLOCK_N, mi)
         copy.copy_tile(q_base, q, b, h, start_m, seqlen_q, tid, BLOCK_M, CHUNKS, 4, ROW_BYTES, SW, THREADS)
 
-        # j = n_lo - 1 only starts the copy of tile n_lo; tile j+1 is copied while j is used
+        # the double-buffered walk (pipeline's docstring): j = n_lo - 1 only starts tile n_lo
         for j in range(n_lo - 1, n_hi):
-            stage = j % STAGES
-            if j >= n_lo:
-                ptx.cp_async_wait_group(0)
-                # tile j (and Q) landed for every thread's copies; every warp is done
-                # with tile j-1, whose stage the copies of tile j+1 overwrite next
-                cuda.syncthreads()
+            pipeline.wait_for_tile(j, n_lo)  # tile j (and Q) is in shared memory for all
             if j == n_lo:  # Q fragments (tf32): rows g, g+8 of the warp's 16, kept in registers
                 for p in range(KPAIRS):
                     fragments.load_tf32_a(q_frag, 8 * p, q_base + (warp * 16 + g) * ROW_BYTES,
                                           ((4 * p + tq) ^ sw_g) << 4, ROW_BYTES)  # fmt: skip
-            if j + 1 < n_hi:
-                nxt = ((j + 1) % STAGES) * KV_BYTES
-                copy.copy_tile_pair(k_base + nxt, k, v_base + nxt, v, b, h, (j + 1) * BLOCK_N, seqlen_k, tid,
-                                    BLOCK_N, CHUNKS, 4, ROW_BYTES, SW, THREADS)  # fmt: skip
-            ptx.cp_async_commit()
+            pipeline.prefetch_keys(j, n_hi, k_base, k, v_base, v, b, h, seqlen_k, tid, BLOCK_N, CHUNKS, 4, ROW_BYTES,
+                                   SW, THREADS, KV_BYTES, STAGES)  # fmt: skip
             if j < n_lo:
                 continue
-            start_n = j * BLOCK_N
-            k_tile = k_base + stage * KV_BYTES
-            v_tile = v_base + stage * KV_BYTES
+            start_n, k_tile, v_tile = pipeline.key_stage(j, k_base, v_base, BLOCK_N, KV_BYTES, STAGES)
 
             # S = Q·K_jᵀ: one v4 load of K row (8·nt + g) feeds the two k-steps of a pair
-            for i in range(S_REGS):
-                acc_s[i] = float32(0.0)
+            pipeline.zero(acc_s, S_REGS)
             for p in range(KPAIRS):
                 for nt in range(NT_S):
                     b_addr = k_tile + (nt * 8 + g) * ROW_BYTES + (((4 * p + tq) ^ sw_g) << 4)
@@ -195,12 +177,12 @@ def tf32_forward_kernel(t: Tf32Tiles, causal: bool):
     return tf32_forward
 
 
-def smem_bytes(t: Tf32Tiles) -> int:
+def smem_bytes(t: TcTiles) -> int:
     """Dynamic shared bytes: Q tile + ``stages`` K tiles + ``stages`` V tiles, fp32."""
     return 4 * t.head_dim * (t.block_m + 2 * t.stages * t.block_n)
 
 
-def launches(t: Tf32Tiles, causal: bool, batch: int, heads: int, seqlen_q: int, seqlen_k: int) -> list:
+def launches(t: TcTiles, causal: bool, batch: int, heads: int, seqlen_q: int, seqlen_k: int) -> list:
     """The TF32 forward: one kernel, a block per ``block_m`` queries of a (batch, head)."""
     grid = (spec.cdiv(seqlen_q, t.block_m), heads, batch)
     kernel = tf32_forward_kernel(t, causal)

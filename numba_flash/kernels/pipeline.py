@@ -1,0 +1,141 @@
+"""The double-buffered tile walk of the cp.async kernels, and a block's coordinates.
+
+A kernel that walks tiles ``lo .. hi − 1`` keeps two stages in shared memory: tile
+``j + 1`` is copied into one while tile ``j`` is used from the other.  The walk starts
+one step early, at ``j = lo − 1``, which only starts the copy of tile ``lo``::
+
+    for j in range(lo - 1, hi):
+        wait_for_tile(j, lo)                 # tile j is in shared memory for all
+        <fragments of data resident for the whole block, when j == lo>
+        prefetch_keys(...) / prefetch_queries(...)   # tile j + 1, then commit
+        if j < lo: continue
+        <compute on tile j>
+
+The kernels without a second stage (the register-blocked and row-group backward, the
+row-group forward) load each tile with one call, between two barriers:
+:func:`load_tiles_now` (cp.async) and :func:`load_rows_now` (element-wise, converting
+to fp32).
+
+``block_coords`` and ``lane_coords`` name where a thread is: the first row its block
+owns, its (batch, head), and its place in the warp's mma fragments.  The query-head to
+KV-head map of grouped-query attention belongs in ``block_coords``.
+"""
+
+from __future__ import annotations
+
+from numba_flash import ptx
+from numba_flash._numba_cuda import cuda, device_function
+from numba_flash.kernels import copy, softmax
+
+
+@device_function
+def block_coords(BLOCK):
+    """``(start, b, h)``: the first of the BLOCK rows this block owns (blockIdx.x), its
+    batch (blockIdx.z) and head (blockIdx.y)."""
+    return cuda.blockIdx.x * BLOCK, cuda.blockIdx.z, cuda.blockIdx.y
+
+
+@device_function
+def lane_coords():
+    """``(tid, warp, lane, g, t)``: the thread, its warp and lane, and the mma fragment
+    coordinates ``g = lane >> 2`` (accumulator rows g, g + 8) and ``t = lane & 3``
+    (columns 2t, 2t + 1)."""
+    tid = cuda.threadIdx.x
+    lane = tid % 32
+    return tid, tid // 32, lane, lane >> 2, lane & 3
+
+
+@device_function
+def wait_for_tile(j, lo):
+    """Before tile ``j`` is used (``j >= lo``): wait for this thread's copies of it, then
+    a barrier, after which every thread's copies of tile j (and whatever was staged
+    with them) are visible to all, and every warp is done with tile j − 1, whose stage
+    the copies of tile j + 1 overwrite next."""
+    if j >= lo:
+        ptx.cp_async_wait_group(0)
+        cuda.syncthreads()
+
+
+@device_function
+def key_stage(j, k_base, v_base, BLOCK_N, STAGE_BYTES, STAGES):
+    """``(start_n, k_tile, v_tile)`` of key tile ``j``: its first key and the shared
+    addresses of its stage of K and V."""
+    at = (j % STAGES) * STAGE_BYTES
+    return j * BLOCK_N, k_base + at, v_base + at
+
+
+@device_function
+def query_stage(i, q_base, do_base, BLOCK_M, STAGE_BYTES):
+    """``(start_m, q_tile, do_tile, rows_at)`` of query tile ``i`` in the dK/dV walk: its
+    first query, the shared addresses of its stage of Q and dO, and where its lse and
+    delta start in the staged rows (``prefetch_queries``)."""
+    stage = i & 1
+    return i * BLOCK_M, q_base + stage * STAGE_BYTES, do_base + stage * STAGE_BYTES, stage * 2 * BLOCK_M
+
+
+@device_function
+def zero(acc, N):
+    """``acc[0:N] = 0``."""
+    for i in range(N):
+        acc[i] = 0
+
+
+@device_function
+def prefetch_keys(j, hi, k_base, k, v_base, v, b, h, seqlen_k, tid, BLOCK_N, CHUNKS, ELEMS, ROW_BYTES, SWIZZLE,
+                  THREADS, STAGE_BYTES, STAGES):
+    """Start copying key tile ``j + 1`` (K and V) into its stage, when there is one, and
+    close the cp.async group (an empty group when there is not)."""
+    if j + 1 < hi:
+        nxt = ((j + 1) % STAGES) * STAGE_BYTES
+        copy.copy_tile_pair(k_base + nxt, k, v_base + nxt, v, b, h, (j + 1) * BLOCK_N, seqlen_k, tid, BLOCK_N, CHUNKS,
+                            ELEMS, ROW_BYTES, SWIZZLE, THREADS)  # fmt: skip
+    ptx.cp_async_commit()
+
+
+@device_function
+def prefetch_queries(i, hi, q_base, q, do_base, dout, s_rows, lse, delta, b, h, seqlen_q, tid, BLOCK_M, CHUNKS, ELEMS,
+                     ROW_BYTES, SWIZZLE, THREADS, STAGE_BYTES):
+    """The dK/dV kernels' walk: start copying query tile ``i + 1`` (Q and dO) into its
+    stage (of two) and stage its rows' lse and delta in ``s_rows`` ([stage][lse | delta],
+    BLOCK_M each, ``softmax.stage_row_stats``), then close the cp.async group."""
+    if i + 1 < hi:
+        nxt = (i + 1) & 1
+        row0 = (i + 1) * BLOCK_M
+        copy.copy_tile_pair(q_base + nxt * STAGE_BYTES, q, do_base + nxt * STAGE_BYTES, dout, b, h, row0, seqlen_q,
+                            tid, BLOCK_M, CHUNKS, ELEMS, ROW_BYTES, SWIZZLE, THREADS)  # fmt: skip
+        softmax.stage_row_stats(s_rows, nxt * 2 * BLOCK_M, nxt * 2 * BLOCK_M + BLOCK_M, lse, delta, b, h, row0,
+                                seqlen_q, tid, BLOCK_M, THREADS, True)  # fmt: skip
+    ptx.cp_async_commit()
+
+
+@device_function
+def load_tiles_now(tile_a, src_a, tile_b, src_b, b, h, row0, nrows, tid, ROWS, CHUNKS, ROW_BYTES, THREADS,
+                   stats, LSE_AT, DELTA_AT, lse, delta, STATS):
+    """One single-buffered step of the register-blocked backward: a barrier (every
+    thread is done with the previous tile and what was computed from it), then ROWS
+    rows of two fp32 arrays by cp.async into padded tiles and, when ``STATS``, the
+    rows' lse and delta staged in ``stats`` (``softmax.stage_row_stats``); then a wait
+    and a barrier, after which all of it is visible to every thread."""
+    cuda.syncthreads()
+    copy.copy_tile_pair(tile_a, src_a, tile_b, src_b, b, h, row0, nrows, tid, ROWS, CHUNKS, 4, ROW_BYTES,
+                        copy.SW_NONE, THREADS, True)  # fmt: skip
+    ptx.cp_async_commit()
+    if STATS:
+        softmax.stage_row_stats(stats, LSE_AT, DELTA_AT, lse, delta, b, h, row0, nrows, tid, ROWS, THREADS, False)
+    ptx.cp_async_wait_group(0)
+    cuda.syncthreads()
+
+
+@device_function
+def load_rows_now(dst_a, src_a, dst_b, src_b, b, h, row0, nrows, tid, ROWS, D, THREADS, scale_a,
+                  stats, lse, delta, STATS):
+    """The row-group kernels' step: a barrier (every thread is done with the previous
+    tile), ROWS rows of two arrays as fp32 into 2-D shared tiles (``copy.load_rows_f32``,
+    the first times ``scale_a``) and, when ``STATS``, their lse and delta into
+    ``stats`` ([lse | delta], ROWS each); then a barrier: all of it visible to every
+    thread."""
+    cuda.syncthreads()
+    copy.load_rows_f32(dst_a, src_a, dst_b, src_b, True, b, h, row0, nrows, tid, ROWS, D, THREADS, scale_a)
+    if STATS:
+        softmax.stage_row_stats(stats, 0, ROWS, lse, delta, b, h, row0, nrows, tid, ROWS, THREADS, False)
+    cuda.syncthreads()
