@@ -354,13 +354,29 @@ _G = _LANES >> 2
 _T = _LANES & 3
 
 
-def _mma_k16_compute(decode):
+def _mma_compute(K, fill):
+    """The warp-wide m16n8kK: ``fill(regs, A, B)`` decodes the lanes' A and B registers
+    into A (16 × K) and B (K × 8); C and D in the m16n8 accumulator layout."""
+
     def compute(inputs):
         regs = np.array([[_u32(v) for v in x[:6]] for x in inputs], dtype=np.uint64)
         acc = np.array([[float(v) for v in x[6:]] for x in inputs], dtype=np.float32)
-        A = np.zeros((16, 16))
-        B = np.zeros((16, 8))
-        C = np.zeros((16, 8))
+        A, B, C = np.zeros((16, K)), np.zeros((K, 8)), np.zeros((16, 8))
+        fill(regs, A, B)
+        C[_G, 2 * _T], C[_G, 2 * _T + 1] = acc[:, 0], acc[:, 1]
+        C[_G + 8, 2 * _T], C[_G + 8, 2 * _T + 1] = acc[:, 2], acc[:, 3]
+        D = (A @ B + C).astype(np.float32)
+        d = np.stack([D[_G, 2 * _T], D[_G, 2 * _T + 1],
+                      D[_G + 8, 2 * _T], D[_G + 8, 2 * _T + 1]], axis=1)
+        return [tuple(row) for row in d]
+
+    return compute
+
+
+def _fill_k16(decode):
+    """A and B of m16n8k16: two 16-bit values a register, lower index in the low half."""
+
+    def fill(regs, A, B):
         for reg, rows, cols in ((0, _G, 2 * _T), (1, _G + 8, 2 * _T),
                                 (2, _G, 2 * _T + 8), (3, _G + 8, 2 * _T + 8)):
             lo, hi = _halves(regs[:, reg])
@@ -370,14 +386,18 @@ def _mma_k16_compute(decode):
             lo, hi = _halves(regs[:, reg])
             B[k0, _G] = decode(lo)
             B[k0 + 1, _G] = decode(hi)
-        C[_G, 2 * _T], C[_G, 2 * _T + 1] = acc[:, 0], acc[:, 1]
-        C[_G + 8, 2 * _T], C[_G + 8, 2 * _T + 1] = acc[:, 2], acc[:, 3]
-        D = (A @ B + C).astype(np.float32)
-        d = np.stack([D[_G, 2 * _T], D[_G, 2 * _T + 1],
-                      D[_G + 8, 2 * _T], D[_G + 8, 2 * _T + 1]], axis=1)
-        return [tuple(row) for row in d]
 
-    return compute
+    return fill
+
+
+def _fill_tf32(regs, A, B):
+    """A and B of m16n8k8 tf32: one value a register."""
+    A[_G, _T] = _dec_tf32(regs[:, 0])
+    A[_G + 8, _T] = _dec_tf32(regs[:, 1])
+    A[_G, _T + 4] = _dec_tf32(regs[:, 2])
+    A[_G + 8, _T + 4] = _dec_tf32(regs[:, 3])
+    B[_T, _G] = _dec_tf32(regs[:, 4])
+    B[_T + 4, _G] = _dec_tf32(regs[:, 5])
 
 
 def _dec_f16(h):
@@ -393,28 +413,9 @@ def _dec_tf32(bits):
     return b.view(np.float32).astype(np.float64)
 
 
-_mma_f16 = _mma_k16_compute(_dec_f16)
-_mma_bf16 = _mma_k16_compute(_dec_bf16)
-
-
-def _mma_tf32(inputs):
-    regs = np.array([[_u32(v) for v in x[:6]] for x in inputs], dtype=np.uint64)
-    acc = np.array([[float(v) for v in x[6:]] for x in inputs], dtype=np.float32)
-    A = np.zeros((16, 8))
-    B = np.zeros((8, 8))
-    C = np.zeros((16, 8))
-    A[_G, _T] = _dec_tf32(regs[:, 0])
-    A[_G + 8, _T] = _dec_tf32(regs[:, 1])
-    A[_G, _T + 4] = _dec_tf32(regs[:, 2])
-    A[_G + 8, _T + 4] = _dec_tf32(regs[:, 3])
-    B[_T, _G] = _dec_tf32(regs[:, 4])
-    B[_T + 4, _G] = _dec_tf32(regs[:, 5])
-    C[_G, 2 * _T], C[_G, 2 * _T + 1] = acc[:, 0], acc[:, 1]
-    C[_G + 8, 2 * _T], C[_G + 8, 2 * _T + 1] = acc[:, 2], acc[:, 3]
-    D = (A @ B + C).astype(np.float32)
-    d = np.stack([D[_G, 2 * _T], D[_G, 2 * _T + 1],
-                  D[_G + 8, 2 * _T], D[_G + 8, 2 * _T + 1]], axis=1)
-    return [tuple(row) for row in d]
+_mma_f16 = _mma_compute(16, _fill_k16(_dec_f16))
+_mma_bf16 = _mma_compute(16, _fill_k16(_dec_bf16))
+_mma_tf32 = _mma_compute(8, _fill_tf32)
 
 
 def mma_m16n8k16_f16(a0, a1, a2, a3, b0, b1, c0, c1, c2, c3):

@@ -180,19 +180,10 @@ def _run_one(impl: str, pass_: str, dtype: str, batch: int, heads: int, n: int, 
     return r
 
 
-def run_memory(
-    *,
-    seqlens: Sequence[int] = DEFAULT_SEQLENS,
-    impls: Iterable[str] = IMPLS,
-    passes: Iterable[str] = PASSES,
-    dtype: str = "float16",
-    batch: int = 1,
-    heads: int = 1,
-    head_dim: int = 64,
-    causal: bool = False,
-    max_seqlen_standard: int | None = None,
-    progress: Callable[[int, int, str], None] | None = None,
-) -> list[MemoryResult]:
+def run_memory(*, seqlens: Sequence[int] = DEFAULT_SEQLENS, impls: Iterable[str] = IMPLS,
+               passes: Iterable[str] = PASSES, dtype: str = "float16", batch: int = 1, heads: int = 1,
+               head_dim: int = 64, causal: bool = False, max_seqlen_standard: int | None = None,
+               progress: Callable[[int, int, str], None] | None = None) -> list[MemoryResult]:  # fmt: skip
     """Peak memory for every (impl, pass, seqlen).  Once an implementation runs out of
     memory at some seqlen, its larger seqlens are recorded as ``skipped`` without trying.
     ``max_seqlen_standard`` caps the seqlens tried for the CuPy standard attention.

@@ -277,13 +277,8 @@ def mma_m16n8k16_bf16(typingctx, a0, a1, a2, a3, b0, b1, c0, c1, c2, c3):
     """``mma_m16n8k16_bf16(a0, a1, a2, a3, b0, b1, c0, c1, c2, c3) -> (d0, d1, d2, d3)``
 
     As ``mma_m16n8k16_f16`` but A and B hold bfloat16 pairs:
-    ``mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32``.  Same fragment
-    layout (g = lane >> 2, t = lane & 3)::
-
-        a0 = A[g, 2t:2t+2]    a1 = A[g+8, 2t:2t+2]
-        a2 = A[g, 2t+8:2t+10] a3 = A[g+8, 2t+8:2t+10]
-        b0 = B[2t:2t+2, g]    b1 = B[2t+8:2t+10, g]
-        c0/d0 = C[g, 2t]  c1/d1 = C[g, 2t+1]  c2/d2 = C[g+8, 2t]  c3/d3 = C[g+8, 2t+1]
+    ``mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32``, with the same
+    fragment layout (see ``mma_m16n8k16_f16`` and the module docstring).
     """
     args = (a0, a1, a2, a3, b0, b1, c0, c1, c2, c3)
     return _mma_typer("mma_m16n8k16_bf16", args), _mma_codegen("bf16", "m16n8k16")
@@ -455,9 +450,20 @@ def _ldmatrix(num, trans):
     return typer, codegen
 
 
-@intrinsic
-def ldmatrix_x4(typingctx, addr):
-    """``ldmatrix_x4(addr: uint32) -> (r0, r1, r2, r3)``
+def _ldmatrix_intrinsic(num, trans, doc):
+    """The ``ldmatrix`` intrinsic of ``num`` matrices (``.trans`` when ``trans``)."""
+    name = f"ldmatrix_x{num}{'_trans' if trans else ''}"
+    typer, codegen = _ldmatrix(num, trans)
+
+    def impl(typingctx, addr):
+        return typer(name, addr), codegen
+
+    impl.__name__ = impl.__qualname__ = name
+    impl.__doc__ = doc
+    return intrinsic(impl)
+
+
+ldmatrix_x4 = _ldmatrix_intrinsic(4, False, """``ldmatrix_x4(addr: uint32) -> (r0, r1, r2, r3)``
 
     ``ldmatrix.sync.aligned.m8n8.x4.shared.b16``: the warp loads four 8x8
     matrices of 16-bit elements from shared memory.  Lane ``8i + j`` gives in
@@ -466,69 +472,37 @@ def ldmatrix_x4(typingctx, addr):
     ``ri = M_i[g, 2t] | M_i[g, 2t+1] << 16`` (g = lane >> 2, t = lane & 3),
     i.e. exactly the mma A/B fragment layout (see module docstring for the
     Q/K address recipes).
-    """
-    typer, codegen = _ldmatrix(4, False)
-    return typer("ldmatrix_x4", addr), codegen
-
-
-@intrinsic
-def ldmatrix_x4_trans(typingctx, addr):
-    """``ldmatrix_x4_trans(addr: uint32) -> (r0, r1, r2, r3)``
+    """)
+ldmatrix_x4_trans = _ldmatrix_intrinsic(4, True, """``ldmatrix_x4_trans(addr: uint32) -> (r0, r1, r2, r3)``
 
     ``ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16``: as ``ldmatrix_x4``
     (lane ``8i + j`` addresses row ``j`` of matrix ``i``) but each matrix is
     delivered transposed: ``ri = M_i[2t, g] | M_i[2t+1, g] << 16``.  Used for
     the V operand of ``P @ V`` with V row-major [k][n] in shared memory.
-    """
-    typer, codegen = _ldmatrix(4, True)
-    return typer("ldmatrix_x4_trans", addr), codegen
-
-
-@intrinsic
-def ldmatrix_x2(typingctx, addr):
-    """``ldmatrix_x2(addr: uint32) -> (r0, r1)``
+    """)
+ldmatrix_x2 = _ldmatrix_intrinsic(2, False, """``ldmatrix_x2(addr: uint32) -> (r0, r1)``
 
     ``ldmatrix.sync.aligned.m8n8.x2.shared.b16``: two 8x8 matrices; lanes
     0-15 give row addresses (lane ``8i + j``: row ``j`` of matrix ``i``), the
     addresses of lanes 16-31 are ignored (all 32 lanes still execute it).
     ``ri = M_i[g, 2t] | M_i[g, 2t+1] << 16``.
-    """
-    typer, codegen = _ldmatrix(2, False)
-    return typer("ldmatrix_x2", addr), codegen
-
-
-@intrinsic
-def ldmatrix_x2_trans(typingctx, addr):
-    """``ldmatrix_x2_trans(addr: uint32) -> (r0, r1)``
+    """)
+ldmatrix_x2_trans = _ldmatrix_intrinsic(2, True, """``ldmatrix_x2_trans(addr: uint32) -> (r0, r1)``
 
     ``ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16``: as ``ldmatrix_x2``,
     transposed: ``ri = M_i[2t, g] | M_i[2t+1, g] << 16``.
-    """
-    typer, codegen = _ldmatrix(2, True)
-    return typer("ldmatrix_x2_trans", addr), codegen
-
-
-@intrinsic
-def ldmatrix_x1(typingctx, addr):
-    """``ldmatrix_x1(addr: uint32) -> r0``
+    """)
+ldmatrix_x1 = _ldmatrix_intrinsic(1, False, """``ldmatrix_x1(addr: uint32) -> r0``
 
     ``ldmatrix.sync.aligned.m8n8.x1.shared.b16``: one 8x8 matrix; lanes 0-7
     give the row addresses (others ignored).  Returns one uint32 (not a
     tuple): ``r0 = M[g, 2t] | M[g, 2t+1] << 16``.
-    """
-    typer, codegen = _ldmatrix(1, False)
-    return typer("ldmatrix_x1", addr), codegen
-
-
-@intrinsic
-def ldmatrix_x1_trans(typingctx, addr):
-    """``ldmatrix_x1_trans(addr: uint32) -> r0``
+    """)
+ldmatrix_x1_trans = _ldmatrix_intrinsic(1, True, """``ldmatrix_x1_trans(addr: uint32) -> r0``
 
     ``ldmatrix.sync.aligned.m8n8.x1.trans.shared.b16``: as ``ldmatrix_x1``,
     transposed: ``r0 = M[2t, g] | M[2t+1, g] << 16``.
-    """
-    typer, codegen = _ldmatrix(1, True)
-    return typer("ldmatrix_x1_trans", addr), codegen
+    """)
 
 
 # ---------------------------------------------------------------------------

@@ -20,7 +20,7 @@ an invisible (query, key) pair from those that can skip the masking step.
 
 from __future__ import annotations
 
-from numba_flash._numba_cuda import device_function
+from numba_flash._numba_cuda import cuda, device_function
 
 
 @device_function
@@ -31,6 +31,16 @@ def mask_info(q, k, causal):
     seqlen_q = q.shape[1]
     seqlen_k = k.shape[1]
     return seqlen_q, seqlen_k, seqlen_k - seqlen_q, causal
+
+
+@device_function
+def this_block(q, k, BLOCK, causal):
+    """``(start, b, h, mi, seqlen_q, seqlen_k)`` of the block: the first of the BLOCK
+    rows it owns (blockIdx.x), its batch (blockIdx.z) and head (blockIdx.y), and the
+    mask info of that (batch, head) with its two sequence lengths.  The query-head to
+    KV-head map of grouped-query attention belongs here."""
+    mi = mask_info(q, k, causal)
+    return cuda.blockIdx.x * BLOCK, cuda.blockIdx.z, cuda.blockIdx.y, mi, mi[0], mi[1]
 
 
 @device_function

@@ -22,6 +22,7 @@ import math
 from numba_flash import ptx
 from numba_flash._numba_cuda import cuda, device_function, float32
 from numba_flash.kernels import softmax
+from numba_flash.kernels.block_info import tile_needs_mask
 from numba_flash.kernels.copy import SW_16BIT, chunk_addr
 from numba_flash.kernels.mask import visible
 
@@ -76,6 +77,18 @@ def softmax_grad_tile(acc_s, acc_dp, NT, stats, LSE_AT, DELTA_AT, KEYS_ARE_ROWS)
 
 
 @device_function
+def p_and_ds(acc_s, acc_dp, NT, start_m, BLOCK_M, start_n, BLOCK_N, row0, col0, scale, mi, stats, LSE_AT, DELTA_AT,
+             KEYS_ARE_ROWS):
+    """The backward's step on one warp's 16 rows of a (BLOCK_M queries × BLOCK_N keys)
+    tile: S scaled and masked where the tile needs it (:func:`scale_and_mask`, rows
+    from ``row0``, columns from ``col0``), then P and dS in place
+    (:func:`softmax_grad_tile`)."""
+    needs_mask = tile_needs_mask(start_m, BLOCK_M, start_n, BLOCK_N, mi)
+    scale_and_mask(acc_s, 0, NT, 1, row0, col0, scale, needs_mask, mi, KEYS_ARE_ROWS)
+    softmax_grad_tile(acc_s, acc_dp, NT, stats, LSE_AT, DELTA_AT, KEYS_ARE_ROWS)
+
+
+@device_function
 def ldsm_a(tile, row0, kk, lane, ROW_BYTES):
     """Address for ``ldmatrix_x4`` of the A fragment (16 rows from ``row0`` × k-slice
     ``kk``, 16 columns) of a row-major [m][k] tile."""
@@ -101,6 +114,38 @@ def ldsm_bt(tile, k0, nn, lane, ROW_BYTES):
 def load_a(frag, i, tile, row0, kk, lane, ROW_BYTES):
     """``frag[i:i+4]`` = the A fragment at (``row0``, ``kk``) (:func:`ldsm_a`)."""
     frag[i], frag[i + 1], frag[i + 2], frag[i + 3] = ptx.ldmatrix_x4(ldsm_a(tile, row0, kk, lane, ROW_BYTES))
+
+
+@device_function
+def mma16(acc, i, a, ai, b0, b1, BF16):
+    """``acc[i:i+4] +=`` A (``a[ai:ai+4]``) · B (b0, b1): ``mma.sync`` m16n8k16 with fp32
+    accumulators, on bf16 fragments when ``BF16`` else fp16."""
+    if BF16:
+        ptx.mma_m16n8k16_bf16_acc(acc, i, a, ai, b0, b1)
+    else:
+        ptx.mma_m16n8k16_f16_acc(acc, i, a, ai, b0, b1)
+
+
+@device_function
+def mma_rows(acc, a, ai, tile, kk, lane, NT, ROW_BYTES, BF16):
+    """``acc += A · tileᵀ`` for k-slice ``kk`` over NT n-tiles of the tile's rows: the A
+    fragment ``a[ai:ai+4]``, B by ``ldmatrix_x4`` of the row-major [n][k] tile (K in
+    S = Q·Kᵀ; V, Q, dO in the backward's products)."""
+    for np2 in range(NT // 2):
+        b0, b1, b2, b3 = ptx.ldmatrix_x4(ldsm_b(tile, np2 * 16, kk, lane, ROW_BYTES))
+        mma16(acc, np2 * 8, a, ai, b0, b1, BF16)
+        mma16(acc, np2 * 8 + 4, a, ai, b2, b3, BF16)
+
+
+@device_function
+def mma_rows_trans(acc, a, tile, k0, lane, NT, ROW_BYTES, BF16):
+    """``acc += A · tile[k0 : k0 + 16, :]`` over NT n-tiles of the tile's columns: the A
+    fragment ``a[0:4]`` (16 rows × this k-slice), B by ``ldmatrix_x4_trans`` of the
+    row-major [k][n] tile (V in O += P·V; dO, Q, K in the backward's products)."""
+    for nn in range(NT // 2):
+        b0, b1, b2, b3 = ptx.ldmatrix_x4_trans(ldsm_bt(tile, k0, nn, lane, ROW_BYTES))
+        mma16(acc, nn * 8, a, 0, b0, b1, BF16)
+        mma16(acc, nn * 8 + 4, a, 0, b2, b3, BF16)
 
 
 @device_function
@@ -163,6 +208,24 @@ def mma_tf32_row_pair(acc, n0, a, ai, b_addr):
     x0, x1, x2, x3 = ptx.ld_shared_v4_f32(b_addr)
     ptx.mma_m16n8k8_tf32_acc(acc, n0, a, ai, ptx.cvt_rna_tf32(x0), ptx.cvt_rna_tf32(x1))
     ptx.mma_m16n8k8_tf32_acc(acc, n0, a, ai + 4, ptx.cvt_rna_tf32(x2), ptx.cvt_rna_tf32(x3))
+
+
+@device_function
+def mma_tf32_two(acc_s, acc_dp, xa, ya, x_rows, y_rows, s_tile, dp_tile, g, tq, sw_g, KPAIRS, NT, ROW_BYTES):
+    """The backward's two products over the head dim, from zero, for the warp's 16 rows:
+    ``acc_s = X·S_tileᵀ`` and ``acc_dp = Y·dP_tileᵀ``, with X and Y rows g, g + 8 at
+    ``x_rows`` and ``y_rows`` (A operands, through the scratch fragments ``xa``,
+    ``ya``) and NT n-tiles of 8 rows of the two tiles (B operands)."""
+    for i in range(NT * 4):
+        acc_s[i] = 0
+        acc_dp[i] = 0
+    for p in range(KPAIRS):
+        off = ((4 * p + tq) ^ sw_g) << 4  # columns 16p + 4t .. +3
+        load_tf32_a(xa, 0, x_rows, off, ROW_BYTES)
+        load_tf32_a(ya, 0, y_rows, off, ROW_BYTES)
+        for nt in range(NT):
+            mma_tf32_row_pair(acc_s, nt * 4, xa, 0, s_tile + (nt * 8 + g) * ROW_BYTES + off)
+            mma_tf32_row_pair(acc_dp, nt * 4, ya, 0, dp_tile + (nt * 8 + g) * ROW_BYTES + off)
 
 
 @device_function

@@ -23,6 +23,7 @@ import math
 
 from numba_flash import ptx
 from numba_flash._numba_cuda import device_function, float32
+from numba_flash.kernels.block_info import tile_needs_mask
 from numba_flash.kernels.mask import visible
 
 NEG_INF = float32(-math.inf)
@@ -49,15 +50,19 @@ def dot_tile(s, a_addr, A_STEP, b_addr, B_STEP, D, TM, TN, scratch):
 
 
 @device_function
-def dot_tiles(s, a_s, b_s, dp, a_dp, b_dp, A_STEP, B_STEP, D, TM, TN, scratch):
-    """The backward's two products on one micro-tile, from zero: ``s = a·b`` (scores)
-    and ``dp = a'·b'`` (dP), each by :func:`dot_tile` (rows ``A_STEP``, columns
-    ``B_STEP`` bytes apart)."""
+def scores_and_dp(s, a_s, b_s, dp, a_dp, b_dp, A_STEP, B_STEP, D, TM, TN, scratch, start_m, BLOCK_M, start_n, BLOCK_N,
+                  row0, ROW_STEP, col0, COL_STEP, scale, mi, KEYS_ARE_ROWS):
+    """The backward's two products on one micro-tile, from zero, each by :func:`dot_tile`
+    (rows ``A_STEP``, columns ``B_STEP`` bytes apart): the scores ``s = a·b``, scaled and
+    masked where the (BLOCK_M queries × BLOCK_N keys) tile needs it
+    (:func:`scale_and_mask`), and ``dp = a'·b'``."""
     for i in range(TM * TN):
         s[i] = 0
         dp[i] = 0
     dot_tile(s, a_s, A_STEP, b_s, B_STEP, D, TM, TN, scratch)
     dot_tile(dp, a_dp, A_STEP, b_dp, B_STEP, D, TM, TN, scratch)
+    needs_mask = tile_needs_mask(start_m, BLOCK_M, start_n, BLOCK_N, mi)
+    scale_and_mask(s, TM, TN, row0, ROW_STEP, col0, COL_STEP, scale, needs_mask, mi, KEYS_ARE_ROWS)
 
 
 @device_function

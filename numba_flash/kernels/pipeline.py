@@ -16,9 +16,8 @@ row-group forward) load each tile with one call, between two barriers:
 :func:`load_tiles_now` (cp.async) and :func:`load_rows_now` (element-wise, converting
 to fp32).
 
-``block_coords`` and ``lane_coords`` name where a thread is: the first row its block
-owns, its (batch, head), and its place in the warp's mma fragments.  The query-head to
-KV-head map of grouped-query attention belongs in ``block_coords``.
+``lane_coords`` names a thread's place in its warp and in the mma fragments (where a
+block is: ``block_info.this_block``).
 """
 
 from __future__ import annotations
@@ -26,13 +25,6 @@ from __future__ import annotations
 from numba_flash import ptx
 from numba_flash._numba_cuda import cuda, device_function
 from numba_flash.kernels import copy, softmax
-
-
-@device_function
-def block_coords(BLOCK):
-    """``(start, b, h)``: the first of the BLOCK rows this block owns (blockIdx.x), its
-    batch (blockIdx.z) and head (blockIdx.y)."""
-    return cuda.blockIdx.x * BLOCK, cuda.blockIdx.z, cuda.blockIdx.y
 
 
 @device_function
@@ -54,6 +46,14 @@ def wait_for_tile(j, lo):
     if j >= lo:
         ptx.cp_async_wait_group(0)
         cuda.syncthreads()
+
+
+@device_function
+def carve(smem, S0, S1, S2):
+    """Shared byte addresses of four consecutive regions of the dynamic shared array
+    ``smem``, of S0, S1 and S2 bytes (the last runs to the end)."""
+    base = ptx.smem_addr(smem, 0)
+    return base, base + S0, base + S0 + S1, base + S0 + S1 + S2
 
 
 @device_function

@@ -43,7 +43,7 @@ import functools
 from numba_flash._numba_cuda import cuda, float32
 from numba_flash.config import SimtTiles
 from numba_flash.kernels import copy, pipeline, softmax, spec
-from numba_flash.kernels.block_info import key_tiles, mask_info, query_tiles
+from numba_flash.kernels.block_info import key_tiles, query_tiles, this_block
 from numba_flash.kernels.mask import masked_score
 
 
@@ -80,12 +80,10 @@ def simt_bwd_dkdv_kernel(t: SimtTiles, causal: bool):
 
     @cuda.jit
     def simt_bwd_dkdv(q, k, v, dout, lse, delta, dk, dv, softmax_scale):
-        start_n, b, h = pipeline.block_coords(BLOCK_N)
+        start_n, b, h, mi, seqlen_q, seqlen_k = this_block(q, k, BLOCK_N, CAUSAL)
         tid = cuda.threadIdx.x
         g = tid % G
         kj = start_n + tid // G  # this group's key row
-        mi = mask_info(q, k, CAUSAL)
-        seqlen_q, seqlen_k = mi[0], mi[1]
         scale = float32(softmax_scale)
 
         s_q = cuda.shared.array((BLOCK_M, HEAD_DIM), float32)  # scale · Q, as the forward's q
@@ -137,12 +135,10 @@ def simt_bwd_dq_kernel(t: SimtTiles, causal: bool):
 
     @cuda.jit
     def simt_bwd_dq(q, k, v, dout, lse, delta, dq, softmax_scale):
-        start_m, b, h = pipeline.block_coords(BLOCK_M)
+        start_m, b, h, mi, seqlen_q, seqlen_k = this_block(q, k, BLOCK_M, CAUSAL)
         tid = cuda.threadIdx.x
         g = tid % G
         qi = start_m + tid // G  # this group's query row
-        mi = mask_info(q, k, CAUSAL)
-        seqlen_q, seqlen_k = mi[0], mi[1]
         scale = float32(softmax_scale)
 
         s_k = cuda.shared.array((BLOCK_N, HEAD_DIM), float32)

@@ -55,7 +55,7 @@ from numba_flash import ptx
 from numba_flash._numba_cuda import cuda, float32
 from numba_flash.config import BlockedTiles
 from numba_flash.kernels import copy, microtile, pipeline, softmax, spec
-from numba_flash.kernels.block_info import key_tiles, mask_info, query_tiles, tile_needs_mask
+from numba_flash.kernels.block_info import key_tiles, query_tiles, this_block
 
 PRE_THREADS = 128  # preprocess: one query row a thread
 
@@ -65,16 +65,41 @@ def _layout(t: BlockedTiles):
     return t.head_dim + 4, t.rows + 4
 
 
-def dkdv_smem_bytes(t: BlockedTiles) -> int:
-    """K, V (block rows = keys), Q, dO, Pᵀ, dSᵀ (tile rows = queries), lse, delta."""
+def _shape(t: BlockedTiles):
+    """(d, TM, TN, TX, TY, threads, output columns a thread, 16-byte chunks a row, the
+    padded row and the P/dS row in floats): what both kernels are compiled from."""
+    return (t.head_dim, t.tm, t.tn, t.tx, t.ty, t.threads, t.head_dim // t.tx, t.head_dim // 4) + _layout(t)
+
+
+def _regions(*sizes):
+    """Offsets of consecutive regions of the given sizes, then their total."""
+    offsets, at = [], 0
+    for n in sizes:
+        offsets.append(at)
+        at += n
+    return tuple(offsets) + (at,)
+
+
+def _dkdv_layout(t: BlockedTiles):
+    """Float offsets of K, V (block rows = keys), Q, dO, Pᵀ, dSᵀ (tile rows = queries),
+    lse, delta in the dK/dV kernel's shared array, and its size."""
     rs, ps = _layout(t)
-    return 4 * (2 * t.rows * rs + 2 * t.cols * rs + 2 * t.cols * ps + 2 * t.cols)
+    return _regions(t.rows * rs, t.rows * rs, t.cols * rs, t.cols * rs, t.cols * ps, t.cols * ps, t.cols, t.cols)
+
+
+def _dq_layout(t: BlockedTiles):
+    """Float offsets of Q, dO (block rows = queries), K, V, dSᵀ (tile rows = keys) in the
+    dQ kernel's shared array, and its size."""
+    rs, ps = _layout(t)
+    return _regions(t.rows * rs, t.rows * rs, t.cols * rs, t.cols * rs, t.cols * ps)
+
+
+def dkdv_smem_bytes(t: BlockedTiles) -> int:
+    return 4 * _dkdv_layout(t)[-1]
 
 
 def dq_smem_bytes(t: BlockedTiles) -> int:
-    """Q, dO (block rows = queries), K, V, dSᵀ (tile rows = keys)."""
-    rs, ps = _layout(t)
-    return 4 * (2 * t.rows * rs + 2 * t.cols * rs + t.cols * ps)
+    return 4 * _dq_layout(t)[-1]
 
 
 @functools.lru_cache(maxsize=None)
@@ -104,17 +129,9 @@ def simt_blocked_preprocess_kernel(head_dim: int):
 @functools.lru_cache(maxsize=None)
 def simt_blocked_dkdv_kernel(t: BlockedTiles, causal: bool):
     """``kernel[grid, t.threads, stream, smem](q, k, v, dout, lse, delta, dk, dv, scale)``."""
-    D, BLOCK_N, BLOCK_M, TM, TN = t.head_dim, t.rows, t.cols, t.tm, t.tn
-    TX, TY, THREADS = t.tx, t.ty, t.threads
-    OC, DC = D // TX, D // 4
-    RS, PS = _layout(t)  # padded row, P/dS row (floats)
-    K_OFF, V_OFF = 0, BLOCK_N * RS
-    Q_OFF = 2 * BLOCK_N * RS
-    DO_OFF = Q_OFF + BLOCK_M * RS
-    P_OFF = DO_OFF + BLOCK_M * RS
-    DS_OFF = P_OFF + BLOCK_M * PS
-    LSE_OFF = DS_OFF + BLOCK_M * PS
-    DELTA_OFF = LSE_OFF + BLOCK_M
+    D, TM, TN, TX, TY, THREADS, OC, DC, RS, PS = _shape(t)
+    BLOCK_N, BLOCK_M = t.rows, t.cols  # keys a block, queries a tile
+    K_OFF, V_OFF, Q_OFF, DO_OFF, P_OFF, DS_OFF, LSE_OFF, DELTA_OFF, _ = _dkdv_layout(t)
     S_N, ACC_N, SCRATCH = TM * TN, TM * OC, TN * 4
     CAUSAL = causal
 
@@ -125,9 +142,7 @@ def simt_blocked_dkdv_kernel(t: BlockedTiles, causal: bool):
         tid = cuda.threadIdx.x
         tx = tid % TX
         ty = tid // TX
-        start_n, b, h = pipeline.block_coords(BLOCK_N)  # this block's keys
-        mi = mask_info(q, k, CAUSAL)
-        seqlen_q, seqlen_k = mi[0], mi[1]
+        start_n, b, h, mi, seqlen_q, seqlen_k = this_block(q, k, BLOCK_N, CAUSAL)  # this block's keys
         scale = float32(softmax_scale)
 
         s = cuda.local.array(S_N, float32)  # Sᵀ, then Pᵀ
@@ -154,10 +169,9 @@ def simt_blocked_dkdv_kernel(t: BlockedTiles, causal: bool):
 
             # 1. Sᵀ = K·Qᵀ and dPᵀ = V·dOᵀ; Sᵀ scaled and masked
             rows_k, rows_q = base + 4 * (ty * RS), base + 4 * (tx * RS)
-            microtile.dot_tiles(s, rows_k + 4 * K_OFF, rows_q + 4 * Q_OFF, dp, rows_k + 4 * V_OFF, rows_q + 4 * DO_OFF,
-                                4 * TY * RS, 4 * TX * RS, D, TM, TN, qf)  # fmt: skip
-            needs_mask = tile_needs_mask(start_m, BLOCK_M, start_n, BLOCK_N, mi)
-            microtile.scale_and_mask(s, TM, TN, start_n + ty, TY, start_m + tx, TX, scale, needs_mask, mi, True)
+            microtile.scores_and_dp(s, rows_k + 4 * K_OFF, rows_q + 4 * Q_OFF, dp, rows_k + 4 * V_OFF,
+                                    rows_q + 4 * DO_OFF, 4 * TY * RS, 4 * TX * RS, D, TM, TN, qf, start_m, BLOCK_M,
+                                    start_n, BLOCK_N, start_n + ty, TY, start_m + tx, TX, scale, mi, True)  # fmt: skip
 
             # 2. Pᵀ and dSᵀ, stored [query][thread-ordered keys]
             for c in range(TN):
@@ -191,14 +205,9 @@ def simt_blocked_dkdv_kernel(t: BlockedTiles, causal: bool):
 @functools.lru_cache(maxsize=None)
 def simt_blocked_dq_kernel(t: BlockedTiles, causal: bool):
     """``kernel[grid, t.threads, stream, smem](q, k, v, dout, lse, delta, dq, scale)``."""
-    D, BLOCK_M, BLOCK_N, TM, TN = t.head_dim, t.rows, t.cols, t.tm, t.tn
-    TX, TY, THREADS = t.tx, t.ty, t.threads
-    OC, DC = D // TX, D // 4
-    RS, PS = _layout(t)
-    Q_OFF, DO_OFF = 0, BLOCK_M * RS
-    K_OFF = 2 * BLOCK_M * RS
-    V_OFF = K_OFF + BLOCK_N * RS
-    DS_OFF = V_OFF + BLOCK_N * RS
+    D, TM, TN, TX, TY, THREADS, OC, DC, RS, PS = _shape(t)
+    BLOCK_M, BLOCK_N = t.rows, t.cols  # queries a block, keys a tile
+    Q_OFF, DO_OFF, K_OFF, V_OFF, DS_OFF, _ = _dq_layout(t)
     S_N, ACC_N, SCRATCH = TM * TN, TM * OC, TN * 4
     CAUSAL = causal
 
@@ -209,9 +218,7 @@ def simt_blocked_dq_kernel(t: BlockedTiles, causal: bool):
         tid = cuda.threadIdx.x
         tx = tid % TX
         ty = tid // TX
-        start_m, b, h = pipeline.block_coords(BLOCK_M)  # this block's queries
-        mi = mask_info(q, k, CAUSAL)
-        seqlen_q, seqlen_k = mi[0], mi[1]
+        start_m, b, h, mi, seqlen_q, seqlen_k = this_block(q, k, BLOCK_M, CAUSAL)  # this block's queries
         scale = float32(softmax_scale)
 
         s = cuda.local.array(S_N, float32)  # S, then P
@@ -240,10 +247,9 @@ def simt_blocked_dq_kernel(t: BlockedTiles, causal: bool):
 
             # S = Q·Kᵀ (scaled and masked) and dP = dO·Vᵀ
             rows_q, rows_k = base + 4 * (ty * RS), base + 4 * (tx * RS)
-            microtile.dot_tiles(s, rows_q + 4 * Q_OFF, rows_k + 4 * K_OFF, dp, rows_q + 4 * DO_OFF, rows_k + 4 * V_OFF,
-                                4 * TY * RS, 4 * TX * RS, D, TM, TN, kf)  # fmt: skip
-            needs_mask = tile_needs_mask(start_m, BLOCK_M, start_n, BLOCK_N, mi)
-            microtile.scale_and_mask(s, TM, TN, start_m + ty, TY, start_n + tx, TX, scale, needs_mask, mi, False)
+            microtile.scores_and_dp(s, rows_q + 4 * Q_OFF, rows_k + 4 * K_OFF, dp, rows_q + 4 * DO_OFF,
+                                    rows_k + 4 * V_OFF, 4 * TY * RS, 4 * TX * RS, D, TM, TN, kf, start_m, BLOCK_M,
+                                    start_n, BLOCK_N, start_m + ty, TY, start_n + tx, TX, scale, mi, False)  # fmt: skip
 
             # dS = P∘(dP − delta), stored as dSᵀ[key][thread-ordered queries]
             for r in range(TM):

@@ -54,7 +54,7 @@ from numba_flash import ptx
 from numba_flash._numba_cuda import cuda, float32
 from numba_flash.config import BlockedTiles
 from numba_flash.kernels import copy, microtile, pipeline, softmax, spec
-from numba_flash.kernels.block_info import key_tiles, mask_info, tile_needs_mask
+from numba_flash.kernels.block_info import key_tiles, this_block, tile_needs_mask
 
 
 def _layout(t: BlockedTiles):
@@ -95,9 +95,7 @@ def simt_blocked_forward_kernel(t: BlockedTiles, causal: bool):
         tid = cuda.threadIdx.x
         tx = tid % TX
         ty = tid // TX
-        start_m, b, h = pipeline.block_coords(BLOCK_M)
-        mi = mask_info(q, k, CAUSAL)
-        seqlen_q, seqlen_k = mi[0], mi[1]
+        start_m, b, h, mi, seqlen_q, seqlen_k = this_block(q, k, BLOCK_M, CAUSAL)
         scale = float32(softmax_scale)
         # this thread's shared-memory byte addresses, computed once: the inner loops add
         # only compile-time strides and the loop offset

@@ -47,7 +47,7 @@ import functools
 from numba_flash._numba_cuda import cuda, float32
 from numba_flash.config import SimtTiles
 from numba_flash.kernels import copy, pipeline, softmax, spec
-from numba_flash.kernels.block_info import key_tiles, mask_info
+from numba_flash.kernels.block_info import key_tiles, this_block
 from numba_flash.kernels.mask import masked_score
 
 
@@ -67,12 +67,10 @@ def simt_forward_kernel(t: SimtTiles, causal: bool):
 
     @cuda.jit
     def simt_forward(q, k, v, out, lse, softmax_scale):
-        start_m, b, h = pipeline.block_coords(BLOCK_M)
+        start_m, b, h, mi, seqlen_q, seqlen_k = this_block(q, k, BLOCK_M, CAUSAL)
         tid = cuda.threadIdx.x
         g = tid % G
         grp = tid // G
-        mi = mask_info(q, k, CAUSAL)
-        seqlen_q, seqlen_k = mi[0], mi[1]
         scale = float32(softmax_scale)
 
         s_k = cuda.shared.array((BLOCK_N, HEAD_DIM), float32)

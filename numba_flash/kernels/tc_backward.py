@@ -49,17 +49,10 @@ from numba_flash import ptx
 from numba_flash._numba_cuda import cuda, float32, uint16, uint32
 from numba_flash.config import TcBwdTiles
 from numba_flash.kernels import copy, fragments, pipeline, softmax, spec
-from numba_flash.kernels.block_info import key_tiles, mask_info, query_tiles, tile_needs_mask
+from numba_flash.kernels.block_info import key_tiles, query_tiles, this_block
 
 LOG2E = 1.4426950408889634
 _ALIGN = ptx.SMEM_ALIGN
-
-
-def _ops(dtype: str):
-    """(accumulating mma, unpack a 16-bit pair to two fp32) for ``dtype``."""
-    if dtype == "float16":
-        return ptx.mma_m16n8k16_f16_acc, ptx.unpack_f16x2
-    return ptx.mma_m16n8k16_bf16_acc, ptx.unpack_bf16x2
 
 
 @functools.lru_cache(maxsize=None)
@@ -67,7 +60,7 @@ def tc_bwd_preprocess_kernel(head_dim: int, dtype: str):
     """``kernel[grid, 128, stream](out16, dout16, delta)``: delta = rowsum(dO∘O), from
     uint16 views of O and dO (any strides with the last axis contiguous)."""
     WORDS = head_dim // 2
-    _, unpack = _ops(dtype)
+    unpack = ptx.unpack_f16x2 if dtype == "float16" else ptx.unpack_bf16x2
 
     @cuda.jit
     def tc_bwd_preprocess(out16, dout16, delta):
@@ -102,23 +95,17 @@ def tc_bwd_dkdv_kernel(t: TcBwdTiles, causal: bool, dtype: str):
     ROW_VALS = 4 * BLOCK_M  # lse2 and delta, two stages
     KV_IN_REGS = t.kv_frags_in_regs  # else K and V fragments are re-read from shared memory
     SW = copy.SW_16BIT
-    mma, _ = _ops(dtype)
     BF16 = dtype == "bfloat16"
 
     @cuda.jit
     def tc_bwd_dkdv(q, k, v, dout, lse, delta, dk32, dv32, softmax_scale):
-        start_n, b, h = pipeline.block_coords(BLOCK_N)
+        start_n, b, h, mi, seqlen_q, seqlen_k = this_block(q, k, BLOCK_N, CAUSAL)
         tid, warp, lane, g, tq = pipeline.lane_coords()
-        mi = mask_info(q, k, CAUSAL)
-        seqlen_q, seqlen_k = mi[0], mi[1]
         scale2 = float32(softmax_scale * LOG2E)
 
         # dynamic: K | V | Q stages | dO stages (16-bit, swizzled); static: lse2 | delta
         smem = cuda.shared.array(0, uint16, alignment=_ALIGN)
-        k_base = ptx.smem_addr(smem, 0)
-        v_base = k_base + KV_BYTES
-        q_base = v_base + KV_BYTES
-        do_base = q_base + 2 * QT_BYTES
+        k_base, v_base, q_base, do_base = pipeline.carve(smem, KV_BYTES, KV_BYTES, 2 * QT_BYTES)
         s_rows = cuda.shared.array(ROW_VALS, float32)  # [stage][lse2 (BLOCK_M) | delta (BLOCK_M)]
 
         k_frag = cuda.local.array(F_REGS, uint32)
@@ -163,30 +150,19 @@ def tc_bwd_dkdv_kernel(t: TcBwdTiles, causal: bool, dtype: str):
                 else:
                     fragments.load_a(ka, 0, k_base, warp * 16, kk, lane, ROW_BYTES)
                     fragments.load_a(va, 0, v_base, warp * 16, kk, lane, ROW_BYTES)
-                for np2 in range(NT_S // 2):
-                    b0, b1, b2, b3 = ptx.ldmatrix_x4(fragments.ldsm_b(q_tile, np2 * 16, kk, lane, ROW_BYTES))
-                    mma(acc_s, np2 * 8, ka, 0, b0, b1)
-                    mma(acc_s, np2 * 8 + 4, ka, 0, b2, b3)
-                    b0, b1, b2, b3 = ptx.ldmatrix_x4(fragments.ldsm_b(do_tile, np2 * 16, kk, lane, ROW_BYTES))
-                    mma(acc_dp, np2 * 8, va, 0, b0, b1)
-                    mma(acc_dp, np2 * 8 + 4, va, 0, b2, b3)
+                fragments.mma_rows(acc_s, ka, 0, q_tile, kk, lane, NT_S, ROW_BYTES, BF16)
+                fragments.mma_rows(acc_dp, va, 0, do_tile, kk, lane, NT_S, ROW_BYTES, BF16)
 
             # Pᵀ and dSᵀ: element e of n-tile nt is (key g + 8·(e >> 1), query nt·8 + 2·tq + (e & 1))
-            needs_mask = tile_needs_mask(start_m, BLOCK_M, start_n, BLOCK_N, mi)
-            fragments.scale_and_mask(acc_s, 0, NT_S, 1, start_n + warp * 16, start_m, scale2, needs_mask, mi, True)
-            fragments.softmax_grad_tile(acc_s, acc_dp, NT_S, s_rows, rows_off, rows_off + BLOCK_M, True)
+            fragments.p_and_ds(acc_s, acc_dp, NT_S, start_m, BLOCK_M, start_n, BLOCK_N, start_n + warp * 16, start_m,
+                               scale2, mi, s_rows, rows_off, rows_off + BLOCK_M, True)  # fmt: skip
 
             # dV += Pᵀ·dO and dK += dSᵀ·Q: queries are the k dimension (ldmatrix.trans)
             for ps in range(PSTEPS):
                 fragments.pack_a(p_frag, 0, acc_s, ps * 8, BF16)
                 fragments.pack_a(ds_frag, 0, acc_dp, ps * 8, BF16)
-                for nn in range(NT_O // 2):
-                    b0, b1, b2, b3 = ptx.ldmatrix_x4_trans(fragments.ldsm_bt(do_tile, ps * 16, nn, lane, ROW_BYTES))
-                    mma(acc_dv, nn * 8, p_frag, 0, b0, b1)
-                    mma(acc_dv, nn * 8 + 4, p_frag, 0, b2, b3)
-                    b0, b1, b2, b3 = ptx.ldmatrix_x4_trans(fragments.ldsm_bt(q_tile, ps * 16, nn, lane, ROW_BYTES))
-                    mma(acc_dk, nn * 8, ds_frag, 0, b0, b1)
-                    mma(acc_dk, nn * 8 + 4, ds_frag, 0, b2, b3)
+                fragments.mma_rows_trans(acc_dv, p_frag, do_tile, ps * 16, lane, NT_O, ROW_BYTES, BF16)
+                fragments.mma_rows_trans(acc_dk, ds_frag, q_tile, ps * 16, lane, NT_O, ROW_BYTES, BF16)
 
         ptx.cp_async_wait_all()  # no copy may land after the block exits (no query tile)
         # epilogue: dK (times the softmax scale) and dV as 16-bit pairs, written once
@@ -215,23 +191,17 @@ def tc_bwd_dq_kernel(t: TcBwdTiles, causal: bool, dtype: str):
     KV_BYTES = BLOCK_N * ROW_BYTES  # one stage of K (or V)
     S_REGS, O_REGS, F_REGS = NT_S * 4, NT_O * 4, KSTEPS * 4
     SW = copy.SW_16BIT
-    mma, _ = _ops(dtype)
     BF16 = dtype == "bfloat16"
 
     @cuda.jit
     def tc_bwd_dq(q, k, v, dout, lse, delta, dq32, softmax_scale):
-        start_m, b, h = pipeline.block_coords(BLOCK_M)
+        start_m, b, h, mi, seqlen_q, seqlen_k = this_block(q, k, BLOCK_M, CAUSAL)
         tid, warp, lane, g, tq = pipeline.lane_coords()
-        mi = mask_info(q, k, CAUSAL)
-        seqlen_q, seqlen_k = mi[0], mi[1]
         scale2 = float32(softmax_scale * LOG2E)
 
         # dynamic: Q | dO | K stages | V stages (16-bit, swizzled)
         smem = cuda.shared.array(0, uint16, alignment=_ALIGN)
-        q_base = ptx.smem_addr(smem, 0)
-        do_base = q_base + Q_BYTES
-        k_base = do_base + Q_BYTES
-        v_base = k_base + 2 * KV_BYTES
+        q_base, do_base, k_base, v_base = pipeline.carve(smem, Q_BYTES, Q_BYTES, 2 * KV_BYTES)
 
         q_frag = cuda.local.array(F_REGS, uint32)
         do_frag = cuda.local.array(F_REGS, uint32)
@@ -265,26 +235,17 @@ def tc_bwd_dq_kernel(t: TcBwdTiles, causal: bool, dtype: str):
             pipeline.zero(acc_s, S_REGS)
             pipeline.zero(acc_dp, S_REGS)
             for kk in range(KSTEPS):
-                for np2 in range(NT_S // 2):
-                    b0, b1, b2, b3 = ptx.ldmatrix_x4(fragments.ldsm_b(k_tile, np2 * 16, kk, lane, ROW_BYTES))
-                    mma(acc_s, np2 * 8, q_frag, kk * 4, b0, b1)
-                    mma(acc_s, np2 * 8 + 4, q_frag, kk * 4, b2, b3)
-                    b0, b1, b2, b3 = ptx.ldmatrix_x4(fragments.ldsm_b(v_tile, np2 * 16, kk, lane, ROW_BYTES))
-                    mma(acc_dp, np2 * 8, do_frag, kk * 4, b0, b1)
-                    mma(acc_dp, np2 * 8 + 4, do_frag, kk * 4, b2, b3)
+                fragments.mma_rows(acc_s, q_frag, kk * 4, k_tile, kk, lane, NT_S, ROW_BYTES, BF16)
+                fragments.mma_rows(acc_dp, do_frag, kk * 4, v_tile, kk, lane, NT_S, ROW_BYTES, BF16)
 
             # P and dS: element e of n-tile nt is (query g + 8·(e >> 1), key nt·8 + 2·tq + (e & 1))
-            needs_mask = tile_needs_mask(start_m, BLOCK_M, start_n, BLOCK_N, mi)
-            fragments.scale_and_mask(acc_s, 0, NT_S, 1, start_m + warp * 16, start_n, scale2, needs_mask, mi, False)
-            fragments.softmax_grad_tile(acc_s, acc_dp, NT_S, stats, 0, 2, False)
+            fragments.p_and_ds(acc_s, acc_dp, NT_S, start_m, BLOCK_M, start_n, BLOCK_N, start_m + warp * 16, start_n,
+                               scale2, mi, stats, 0, 2, False)  # fmt: skip
 
             # dQ += dS·K_j: keys are the k dimension (ldmatrix.trans of K rows)
             for ps in range(PSTEPS):
                 fragments.pack_a(ds_frag, 0, acc_dp, ps * 8, BF16)
-                for nn in range(NT_O // 2):
-                    b0, b1, b2, b3 = ptx.ldmatrix_x4_trans(fragments.ldsm_bt(k_tile, ps * 16, nn, lane, ROW_BYTES))
-                    mma(acc_dq, nn * 8, ds_frag, 0, b0, b1)
-                    mma(acc_dq, nn * 8 + 4, ds_frag, 0, b2, b3)
+                fragments.mma_rows_trans(acc_dq, ds_frag, k_tile, ps * 16, lane, NT_O, ROW_BYTES, BF16)
 
         ptx.cp_async_wait_all()  # no copy may land after the block exits (no key tile)
         scale = float32(softmax_scale)

@@ -48,7 +48,7 @@ from numba_flash import ptx
 from numba_flash._numba_cuda import cuda, float32, uint16, uint32
 from numba_flash.config import TcTiles
 from numba_flash.kernels import copy, fragments, pipeline, softmax, spec
-from numba_flash.kernels.block_info import key_tiles, mask_info, tile_needs_mask
+from numba_flash.kernels.block_info import key_tiles, this_block, tile_needs_mask
 
 LOG2E = 1.4426950408889634
 _ALIGN = ptx.SMEM_ALIGN  # a module global, so numba sees a literal (see ptx.SMEM_ALIGN)
@@ -83,18 +83,14 @@ def tc_forward_kernel(t: TcTiles, causal: bool, dtype: str):
 
     @cuda.jit
     def tc_forward(q, k, v, out32, lse, softmax_scale):
-        start_m, b, h = pipeline.block_coords(BLOCK_M)
+        start_m, b, h, mi, seqlen_q, seqlen_k = this_block(q, k, BLOCK_M, CAUSAL)
         tid, warp, lane, g, tq = pipeline.lane_coords()
-        mi = mask_info(q, k, CAUSAL)
-        seqlen_q, seqlen_k = mi[0], mi[1]
         scale_log2 = float32(softmax_scale * LOG2E)
 
         # one dynamic shared array (sized at launch: smem_bytes), carved into
         # Q | K stages | V stages; addresses are byte offsets in the shared window
         smem = cuda.shared.array(0, uint16, alignment=_ALIGN)
-        q_base = ptx.smem_addr(smem, 0)
-        k_base = q_base + Q_BYTES
-        v_base = k_base + STAGES * KV_BYTES
+        q_base, k_base, v_base, _ = pipeline.carve(smem, Q_BYTES, STAGES * KV_BYTES, STAGES * KV_BYTES)
 
         q_frag = cuda.local.array(Q_REGS, uint32)
         acc_s = cuda.local.array(S_REGS, float32)

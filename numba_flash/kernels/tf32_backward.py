@@ -71,7 +71,7 @@ from numba_flash import ptx
 from numba_flash._numba_cuda import cuda, float32, uint32
 from numba_flash.config import Tf32BwdTiles
 from numba_flash.kernels import copy, fragments, pipeline, softmax, spec
-from numba_flash.kernels.block_info import key_tiles, mask_info, query_tiles, tile_needs_mask
+from numba_flash.kernels.block_info import key_tiles, query_tiles, this_block
 
 LOG2E = 1.4426950408889634
 _ALIGN = ptx.SMEM_ALIGN  # a module global, so numba sees a literal (see ptx.SMEM_ALIGN)
@@ -97,19 +97,14 @@ def tf32_bwd_dkdv_kernel(t: Tf32BwdTiles, causal: bool):
 
     @cuda.jit
     def tf32_bwd_dkdv(q, k, v, dout, lse, delta, dk, dv, softmax_scale):
-        start_n, b, h = pipeline.block_coords(BLOCK_N)
+        start_n, b, h, mi, seqlen_q, seqlen_k = this_block(q, k, BLOCK_N, CAUSAL)
         tid, warp, lane, g, tq = pipeline.lane_coords()
         sw_g = copy.swizzle(g, 0, SW)  # the swizzle of the rows ≡ g (mod 8) this lane reads
-        mi = mask_info(q, k, CAUSAL)
-        seqlen_q, seqlen_k = mi[0], mi[1]
         scale2 = float32(softmax_scale * LOG2E)
 
         # dynamic: K | V | Q stages | dO stages (byte offsets); static: lse2 | delta
         smem = cuda.shared.array(0, float32, alignment=_ALIGN)
-        k_base = ptx.smem_addr(smem, 0)
-        v_base = k_base + KV_BYTES
-        q_base = v_base + KV_BYTES
-        do_base = q_base + 2 * QT_BYTES
+        k_base, v_base, q_base, do_base = pipeline.carve(smem, KV_BYTES, KV_BYTES, 2 * QT_BYTES)
         s_rows = cuda.shared.array(ROW_VALS, float32)
 
         ka = cuda.local.array(8, uint32)  # tf32 A fragments of K and V rows g, g + 8: two k-steps
@@ -139,21 +134,12 @@ def tf32_bwd_dkdv_kernel(t: Tf32BwdTiles, causal: bool):
                 continue
             start_m, q_tile, do_tile, rows_off = pipeline.query_stage(i, q_base, do_base, BLOCK_M, QT_BYTES)
 
-            # Sᵀ = K·Qᵀ and dPᵀ = V·dOᵀ: K, V rows are m (A), Q, dO rows are n (B)
-            pipeline.zero(acc_s, S_REGS)
-            pipeline.zero(acc_dp, S_REGS)
-            for p in range(KPAIRS):
-                off = ((4 * p + tq) ^ sw_g) << 4  # columns 16p + 4t .. +3
-                fragments.load_tf32_a(ka, 0, row_k, off, ROW_BYTES)
-                fragments.load_tf32_a(va, 0, row_v, off, ROW_BYTES)
-                for nt in range(NT_S):
-                    fragments.mma_tf32_row_pair(acc_s, nt * 4, ka, 0, q_tile + (nt * 8 + g) * ROW_BYTES + off)
-                    fragments.mma_tf32_row_pair(acc_dp, nt * 4, va, 0, do_tile + (nt * 8 + g) * ROW_BYTES + off)
-
-            # Pᵀ and dSᵀ: element e of n-tile nt is (key g + 8·(e >> 1), query 8nt + 2t + (e & 1))
-            needs_mask = tile_needs_mask(start_m, BLOCK_M, start_n, BLOCK_N, mi)
-            fragments.scale_and_mask(acc_s, 0, NT_S, 1, start_n + warp * 16, start_m, scale2, needs_mask, mi, True)
-            fragments.softmax_grad_tile(acc_s, acc_dp, NT_S, s_rows, rows_off, rows_off + BLOCK_M, True)
+            # Sᵀ = K·Qᵀ and dPᵀ = V·dOᵀ: K, V rows are m (A), Q, dO rows are n (B); then
+            # Pᵀ and dSᵀ (element e of n-tile nt: key g + 8·(e >> 1), query 8nt + 2t + (e & 1))
+            fragments.mma_tf32_two(acc_s, acc_dp, ka, va, row_k, row_v, q_tile, do_tile, g, tq, sw_g, KPAIRS, NT_S,
+                                   ROW_BYTES)  # fmt: skip
+            fragments.p_and_ds(acc_s, acc_dp, NT_S, start_m, BLOCK_M, start_n, BLOCK_N, start_n + warp * 16, start_m,
+                               scale2, mi, s_rows, rows_off, rows_off + BLOCK_M, True)  # fmt: skip
 
             # dV += Pᵀ·dO and dK += dSᵀ·Q: queries are k (fragments.mma_tf32_rows)
             for nt in range(NT_S):
@@ -193,19 +179,14 @@ def tf32_bwd_dq_kernel(t: Tf32BwdTiles, causal: bool):
 
     @cuda.jit
     def tf32_bwd_dq(q, k, v, dout, lse, delta, dq, softmax_scale):
-        start_m, b, h = pipeline.block_coords(BLOCK_M)
+        start_m, b, h, mi, seqlen_q, seqlen_k = this_block(q, k, BLOCK_M, CAUSAL)
         tid, warp, lane, g, tq = pipeline.lane_coords()
         sw_g = copy.swizzle(g, 0, SW)
-        mi = mask_info(q, k, CAUSAL)
-        seqlen_q, seqlen_k = mi[0], mi[1]
         scale2 = float32(softmax_scale * LOG2E)
 
         # dynamic: Q | dO | K stages | V stages (byte offsets)
         smem = cuda.shared.array(0, float32, alignment=_ALIGN)
-        q_base = ptx.smem_addr(smem, 0)
-        do_base = q_base + Q_BYTES
-        k_base = do_base + Q_BYTES
-        v_base = k_base + 2 * KV_BYTES
+        q_base, do_base, k_base, v_base = pipeline.carve(smem, Q_BYTES, Q_BYTES, 2 * KV_BYTES)
 
         qa = cuda.local.array(8, uint32)  # tf32 A fragments of Q and dO rows g, g + 8: two k-steps
         da = cuda.local.array(8, uint32)
@@ -233,21 +214,12 @@ def tf32_bwd_dq_kernel(t: Tf32BwdTiles, causal: bool):
                 continue
             start_n, k_tile, v_tile = pipeline.key_stage(j, k_base, v_base, BLOCK_N, KV_BYTES, 2)
 
-            # S = Q·K_jᵀ and dP = dO·V_jᵀ: Q, dO rows are m (A), K, V rows are n (B)
-            pipeline.zero(acc_s, S_REGS)
-            pipeline.zero(acc_dp, S_REGS)
-            for p in range(KPAIRS):
-                off = ((4 * p + tq) ^ sw_g) << 4  # columns 16p + 4t .. +3
-                fragments.load_tf32_a(qa, 0, row_q, off, ROW_BYTES)
-                fragments.load_tf32_a(da, 0, row_do, off, ROW_BYTES)
-                for nt in range(NT_S):
-                    fragments.mma_tf32_row_pair(acc_s, nt * 4, qa, 0, k_tile + (nt * 8 + g) * ROW_BYTES + off)
-                    fragments.mma_tf32_row_pair(acc_dp, nt * 4, da, 0, v_tile + (nt * 8 + g) * ROW_BYTES + off)
-
-            # P and dS: element e of n-tile nt is (query g + 8·(e >> 1), key 8nt + 2t + (e & 1))
-            needs_mask = tile_needs_mask(start_m, BLOCK_M, start_n, BLOCK_N, mi)
-            fragments.scale_and_mask(acc_s, 0, NT_S, 1, start_m + warp * 16, start_n, scale2, needs_mask, mi, False)
-            fragments.softmax_grad_tile(acc_s, acc_dp, NT_S, stats, 0, 2, False)
+            # S = Q·K_jᵀ and dP = dO·V_jᵀ: Q, dO rows are m (A), K, V rows are n (B); then
+            # P and dS (element e of n-tile nt: query g + 8·(e >> 1), key 8nt + 2t + (e & 1))
+            fragments.mma_tf32_two(acc_s, acc_dp, qa, da, row_q, row_do, k_tile, v_tile, g, tq, sw_g, KPAIRS, NT_S,
+                                   ROW_BYTES)  # fmt: skip
+            fragments.p_and_ds(acc_s, acc_dp, NT_S, start_m, BLOCK_M, start_n, BLOCK_N, start_m + warp * 16, start_n,
+                               scale2, mi, stats, 0, 2, False)  # fmt: skip
 
             # dQ += dS·K_j: keys are k (fragments.mma_tf32_rows)
             for nt in range(NT_S):

@@ -67,7 +67,7 @@ from numba_flash import ptx
 from numba_flash._numba_cuda import cuda, float32, uint32
 from numba_flash.config import TcTiles
 from numba_flash.kernels import copy, fragments, pipeline, softmax, spec
-from numba_flash.kernels.block_info import key_tiles, mask_info, tile_needs_mask
+from numba_flash.kernels.block_info import key_tiles, this_block, tile_needs_mask
 
 LOG2E = 1.4426950408889634
 _ALIGN = ptx.SMEM_ALIGN  # a module global, so numba sees a literal (see ptx.SMEM_ALIGN)
@@ -100,19 +100,15 @@ def tf32_forward_kernel(t: TcTiles, causal: bool):
 
     @cuda.jit
     def tf32_forward(q, k, v, out, lse, softmax_scale):
-        start_m, b, h = pipeline.block_coords(BLOCK_M)
+        start_m, b, h, mi, seqlen_q, seqlen_k = this_block(q, k, BLOCK_M, CAUSAL)
         tid, warp, lane, g, tq = pipeline.lane_coords()
         sw_g = copy.swizzle(g, 0, SW)  # the swizzle of rows ≡ g (mod 8), which this lane reads in Q, K
-        mi = mask_info(q, k, CAUSAL)
-        seqlen_q, seqlen_k = mi[0], mi[1]
         scale_log2 = float32(softmax_scale * LOG2E)
 
         # one dynamic shared array (sized at launch: smem_bytes), carved into
         # Q | K stages | V stages; addresses are byte offsets in the shared window
         smem = cuda.shared.array(0, float32, alignment=_ALIGN)
-        q_base = ptx.smem_addr(smem, 0)
-        k_base = q_base + Q_BYTES
-        v_base = k_base + STAGES * KV_BYTES
+        q_base, k_base, v_base, _ = pipeline.carve(smem, Q_BYTES, STAGES * KV_BYTES, STAGES * KV_BYTES)
 
         q_frag = cuda.local.array(Q_REGS, uint32)  # tf32 A fragments of the d/8 k-steps
         p_frag = cuda.local.array(4, uint32)  # tf32 A fragment of P, one k-step
