@@ -4,12 +4,18 @@ Only option parsing and output formatting live here; every number comes from a l
 function (``numba_flash.check``, ``.bench``, ``.memory``, ``.info``, ``.inspection``).
 The group's first action, before numba is imported anywhere, is to turn numba's CUDA
 simulator on when there is no GPU (``numba_flash._gpu_probe.use_simulator_without_gpu``).
+
+Conventions shared by the commands: every file a command writes (``--json``, ``--csv``,
+``--plot``) is checked while the options are parsed, before any work (:class:`OutputFile`);
+``--json FILE`` everywhere, ``--json -`` for stdout; stdout carries one thing (the JSON
+of ``--json -``, else the PTX of ``inspect --ptx``, else the tables), the rest goes to
+stderr (:class:`_Out`).
 """
 
 from __future__ import annotations
 
-import json
 import math
+import os
 import sys
 
 import click
@@ -97,11 +103,90 @@ def _fmt_sci(x) -> str:
     return f"{x:.2e}"
 
 
-def _need_matplotlib():
+class OutputFile(click.ParamType):
+    """A file a command will write, checked when the options are parsed, before any work:
+    not a directory, its directory exists and is writable (and so is the file, if it
+    exists).  ``stdout_ok``: ``-`` means standard output (``--json -``)."""
+
+    name = "file"
+
+    def __init__(self, stdout_ok: bool = False):
+        self.stdout_ok = stdout_ok
+
+    def get_metavar(self, param, ctx=None):
+        return "FILE|-" if self.stdout_ok else "FILE"
+
+    def convert(self, value, param, ctx):
+        path = os.fsdecode(value) if isinstance(value, bytes) else str(value)
+        if path == "-":
+            if self.stdout_ok:
+                return path
+            self.fail("'-' (standard output) is taken by --json only; give a file name", param, ctx)
+        if not path.strip():
+            self.fail("empty file name", param, ctx)
+        if os.path.isdir(path):
+            self.fail(f"{path!r} is a directory, not a file", param, ctx)
+        parent = os.path.dirname(os.path.abspath(path))
+        if not os.path.exists(parent):
+            self.fail(f"cannot write {path!r}: directory {parent!r} does not exist", param, ctx)
+        if not os.path.isdir(parent):
+            self.fail(f"cannot write {path!r}: {parent!r} is not a directory", param, ctx)
+        if os.path.exists(path):
+            if not os.access(path, os.W_OK):
+                self.fail(f"cannot write {path!r}: the file is not writable", param, ctx)
+        elif not os.access(parent, os.W_OK | os.X_OK):
+            self.fail(f"cannot write {path!r}: directory {parent!r} is not writable", param, ctx)
+        return path
+
+
+def _json_option(what: str):
+    return click.option(
+        "--json", "json_path", type=OutputFile(stdout_ok=True), default=None,
+        help=f"Write {what} as JSON to FILE; '-' prints it on stdout (the tables then go to stderr).",
+    )  # fmt: skip
+
+
+def _distinct_outputs(**paths):
+    """Two options naming the same file would overwrite each other: a usage error."""
+    seen = {}
+    for opt, path in paths.items():
+        if path is None or path == "-":
+            continue
+        key = os.path.realpath(path)
+        if key in seen:
+            raise click.UsageError(f"{seen[key]} and {opt} name the same file {path!r}")
+        seen[key] = opt
+
+
+class _Out:
+    """Where the human-readable output goes: stdout, or stderr when stdout carries
+    something else (the JSON of ``--json -``, the PTX of ``inspect --ptx``)."""
+
+    def __init__(self, to_stderr: bool = False):
+        self.err = to_stderr
+        self._console = None
+
+    def echo(self, message: str = "") -> None:
+        click.echo(message, err=self.err)
+
+    def print(self, *objects) -> None:  # rich renderables and markup
+        if self._console is None:
+            self._console = _console(stderr=self.err)
+        self._console.print(*objects)
+
+
+def _need_matplotlib(plot_path: str):
+    """matplotlib importable and the file name's extension a format it writes; else a
+    clean error before any measurement."""
     try:
-        import matplotlib  # noqa: F401
+        from matplotlib.backend_bases import FigureCanvasBase
     except ImportError:
         _fail("--plot needs matplotlib: pip install 'numba-flash[plot]' (or pip install matplotlib)")
+    ext = os.path.splitext(plot_path)[1].lower().lstrip(".")
+    formats = FigureCanvasBase.get_supported_filetypes()
+    if ext and ext not in formats:
+        raise click.BadParameter(f"{plot_path!r}: matplotlib cannot write .{ext} files "
+                                 f"(it writes {', '.join(sorted(formats))})", param_hint="'--plot'")  # fmt: skip
 
 
 # --------------------------------------------------------------------------------------
@@ -131,7 +216,7 @@ def main():
       numba-flash check                      # kernels vs the float64 reference
       numba-flash bench --preset fa2 --json out.json --plot out.png
       numba-flash memory --json mem.json --plot mem.png
-      numba-flash info
+      numba-flash info --json -
       numba-flash inspect --pass forward --dtype float32 --head-dim 64
     """
     import warnings
@@ -163,8 +248,7 @@ def main():
               show_default=True, help="Which outputs to check (backward also runs the forward).")
 @click.option("--seed", type=click.IntRange(0, 2**31 - 1), default=None,
               help="Random seed (default: a fresh one, printed).")
-@click.option("--json", "json_path", type=click.Path(dir_okay=False, writable=True), default=None,
-              help="Also write the results as JSON to FILE.")
+@_json_option("the results (schema numba-flash-check/1)")
 @click.option("--tf32", is_flag=True, default=False,
               help="float32 with allow_tf32=True (the TF32 tensor-core kernels, head dims 64 and 128), "
                    "judged against a TF32-rounded standard attention.")
@@ -185,6 +269,7 @@ def check(seqlens, head_dims, dtypes, causal, layout, batch, heads, pass_, seed,
       numba-flash check
       numba-flash check --seqlen 127 --seqlen 64:128 --head-dim 64 --causal both --seed 7
       numba-flash check --dtype float16 --layout bhsd --pass forward --json check.json
+      numba-flash check --seqlen 9:17 --head-dim 16 --json - > check.json
       numba-flash check --tf32 --seqlen 1000:1500
     """
     from numba_flash import check as C
@@ -215,7 +300,7 @@ def check(seqlens, head_dims, dtypes, causal, layout, batch, heads, pass_, seed,
     seed = C.new_seed() if seed is None else seed
     passes = ("forward", "backward") if pass_ == "both" else (pass_,)
 
-    out = _console()
+    out = _Out(to_stderr=json_path == "-")  # stdout: the JSON alone
     if simulator:
         head = "CUDA simulator (no GPU found): kernels run on the CPU, so only tiny shapes"
     else:
@@ -223,14 +308,14 @@ def check(seqlens, head_dims, dtypes, causal, layout, batch, heads, pass_, seed,
 
         dev = device_info("gpu")
         head = f"{dev['name']} (compute capability {dev['compute_capability']})"
-    click.echo(f"numba-flash check: {head}; {len(cases)} case(s), seed {seed}")
+    out.echo(f"numba-flash check: {head}; {len(cases)} case(s), seed {seed}")
     if simulator and any(max(c.seqlen_q, c.seqlen_k) > 64 or c.batch * c.heads > 4 for c in cases):
-        click.echo("  note: the simulator runs every CUDA thread as a Python thread; these shapes will take long")
+        out.echo("  note: the simulator runs every CUDA thread as a Python thread; these shapes will take long")
 
     def on_case(r):
         status = "PASS" if r.passed else "FAIL"
-        click.echo(f"  {status}  [{r.index + 1}/{len(cases)}] {r.case.label}  ({r.seconds:.1f} s)"
-                   + (f"  {r.error}" if r.error else ""))  # fmt: skip
+        out.echo(f"  {status}  [{r.index + 1}/{len(cases)}] {r.case.label}  ({r.seconds:.1f} s)"
+                 + (f"  {r.error}" if r.error else ""))  # fmt: skip
 
     results = C.run_check(cases, seed=seed, passes=passes, on_case=on_case)
 
@@ -277,11 +362,12 @@ def check(seqlens, head_dims, dtypes, causal, layout, batch, heads, pass_, seed,
             "results": [r.to_dict() for r in results],
         }
         write_json(doc, json_path)
-        click.echo(f"wrote {json_path}")
+        if json_path != "-":
+            out.echo(f"wrote {json_path}")
     if failed:
-        click.echo(f"FAILED: {len(failed)} of {len(results)} case(s) (seed {seed})")
+        out.echo(f"FAILED: {len(failed)} of {len(results)} case(s) (seed {seed})")
         sys.exit(1)
-    click.echo(f"all {len(results)} case(s) passed (seed {seed})")
+    out.echo(f"all {len(results)} case(s) passed (seed {seed})")
 
 
 # --------------------------------------------------------------------------------------
@@ -388,13 +474,11 @@ def _bench_tables(results, out):
 @click.option("--min-rep", type=click.IntRange(1, 100000), default=5, show_default=True, help="Fewest timed calls.")
 @click.option("--budget-ms", type=click.FloatRange(0, min_open=True), default=1500.0, show_default=True,
               help="Timed calls are cut to fit about this much time per measurement.")
-@click.option("--json", "json_path", type=click.Path(dir_okay=False, writable=True), default=None,
-              help="Write the results as JSON (schema numba-flash-bench/1) to FILE.")
-@click.option("--csv", "csv_path", type=click.Path(dir_okay=False, writable=True), default=None,
-              help="Write the results as CSV to FILE.")
-@click.option("--plot", "plot_path", type=click.Path(dir_okay=False, writable=True), default=None,
+@_json_option("the results (schema numba-flash-bench/1)")
+@click.option("--csv", "csv_path", type=OutputFile(), default=None, help="Write the results as CSV to FILE.")
+@click.option("--plot", "plot_path", type=OutputFile(), default=None,
               help="Draw TFLOP/s against seqlen per implementation into FILE (.png; needs matplotlib).")
-@click.option("--progress/--no-progress", default=True, show_default=True, help="Show a progress bar.")
+@click.option("--progress/--no-progress", default=True, show_default=True, help="Show a progress bar (on stderr).")
 def bench(preset, seqlens, head_dims, batch, heads, dtypes, causal, pass_, impls, layout, warmup, rep, min_rep,
           budget_ms, json_path, csv_path, plot_path, progress):  # fmt: skip
     """Time forward / backward against CuPy and torch SDPA, with CUDA events.
@@ -415,8 +499,9 @@ def bench(preset, seqlens, head_dims, batch, heads, dtypes, causal, pass_, impls
         raise click.UsageError("--preset fixes the shapes: drop --seqlen / --head-dim / --batch / --heads")
     if min_rep > rep:
         raise click.UsageError(f"--min-rep {min_rep} is larger than --rep {rep}")
+    _distinct_outputs(**{"--json": json_path, "--csv": csv_path, "--plot": plot_path})
     if plot_path:
-        _need_matplotlib()
+        _need_matplotlib(plot_path)
     from numba_flash import bench as B
 
     dtypes = list(dtypes) or ["float16"]
@@ -445,26 +530,27 @@ def bench(preset, seqlens, head_dims, batch, heads, dtypes, causal, pass_, impls
 
     env = gather_info()
     dev = env["device"]
-    click.echo(f"numba-flash bench on {dev['name']} (cc {dev['compute_capability']}, {dev['sms']} SMs): "
-               f"{len(cases)} case(s) × {len(passes)} pass(es) × {len(impl_names)} implementation(s)")  # fmt: skip
+    out = _Out(to_stderr=json_path == "-")  # stdout: the JSON alone
+    out.echo(f"numba-flash bench on {dev['name']} (cc {dev['compute_capability']}, {dev['sms']} SMs): "
+             f"{len(cases)} case(s) × {len(passes)} pass(es) × {len(impl_names)} implementation(s)")  # fmt: skip
     with _progress(progress) as update:
         results = B.run_bench(cases, impls=impl_names, passes=passes, layout=layout, warmup=warmup, rep=rep,
                               min_rep=min_rep, budget_ms=budget_ms, progress=update)  # fmt: skip
-    out = _console()
     _bench_tables(results, out)
     settings = dict(warmup=warmup, rep=rep, min_rep=min_rep, budget_ms=budget_ms, l2_bytes=B.l2_bytes(),
                     layout=layout, preset=preset)  # fmt: skip
     environment = {"device": dev, "versions": env["versions"]}
     if json_path:
         B.write_json(results, json_path, settings=settings, environment=environment)
-        click.echo(f"wrote {json_path}")
+        if json_path != "-":
+            out.echo(f"wrote {json_path}")
     if csv_path:
         B.write_csv(results, csv_path)
-        click.echo(f"wrote {csv_path}")
+        out.echo(f"wrote {csv_path}")
     if plot_path:
         try:
             B.plot(results, plot_path, title=f"numba-flash vs peers on {dev['name']}")
-            click.echo(f"wrote {plot_path}")
+            out.echo(f"wrote {plot_path}")
         except Exception as exc:  # a plot must not lose the measurements
             click.echo(f"numba-flash: warning: plotting failed: {type(exc).__name__}: {exc}", err=True)
             sys.exit(1)
@@ -479,22 +565,24 @@ def bench(preset, seqlens, head_dims, batch, heads, dtypes, causal, pass_, impls
 @click.option("--max-seqlen", type=click.IntRange(1), default=131072, show_default=True,
               help="Largest N (N doubles from --min-seqlen).")
 @click.option("--min-seqlen", type=click.IntRange(1), default=1024, show_default=True, help="Smallest N.")
-@click.option("--batch", type=click.IntRange(1, 65535), default=1, show_default=True)
-@click.option("--heads", type=click.IntRange(1, 65535), default=1, show_default=True)
-@click.option("--head-dim", type=int, default=64, show_default=True, callback=_head_dim_one)
-@click.option("--dtype", type=click.Choice(["float16", "float32"]), default="float16", show_default=True)
-@click.option("--causal/--no-causal", default=False, show_default=True)
+@click.option("--batch", type=click.IntRange(1, 65535), default=1, show_default=True, help="Batch size.")
+@click.option("--heads", type=click.IntRange(1, 65535), default=1, show_default=True, help="Number of heads.")
+@click.option("--head-dim", type=int, default=64, show_default=True, callback=_head_dim_one, metavar="D",
+              help="Head dim (multiple of 8, ≤ 256).")
+@click.option("--dtype", type=click.Choice(["float16", "float32"]), default="float16", show_default=True,
+              help="Input dtype.")
+@click.option("--causal/--no-causal", default=False, show_default=True, help="Causal masking.")
 @click.option("--pass", "pass_", type=click.Choice(["forward", "forward+backward", "both"]), default="both",
-              show_default=True)
+              show_default=True, help="The call measured: the forward, forward then backward, or both.")
 @click.option("--impl", "impls", multiple=True, type=click.Choice(["numba-flash", "cupy-standard"]),
               help="Implementations (default both).")
 @click.option("--max-seqlen-standard", type=click.IntRange(1), default=None,
               help="Do not try the CuPy standard attention above this N (it stops at out-of-memory anyway).")
-@click.option("--json", "json_path", type=click.Path(dir_okay=False, writable=True), default=None,
-              help="Write the results as JSON (schema numba-flash-memory/1) to FILE.")
-@click.option("--plot", "plot_path", type=click.Path(dir_okay=False, writable=True), default=None,
+@_json_option("the results (schema numba-flash-memory/1)")
+@click.option("--plot", "plot_path", type=OutputFile(), default=None,
               help="Draw peak memory against N into FILE (.png; needs matplotlib).")
-@click.option("--progress/--no-progress", default=True, show_default=True)
+@click.option("--progress/--no-progress", default=True, show_default=True,
+              help="Show a progress bar (on stderr).")
 def memory(max_seqlen, min_seqlen, batch, heads, head_dim, dtype, causal, pass_, impls, max_seqlen_standard,
            json_path, plot_path, progress):  # fmt: skip
     """Peak device memory against N: numba-flash (linear) vs a standard attention (quadratic).
@@ -510,8 +598,9 @@ def memory(max_seqlen, min_seqlen, batch, heads, head_dim, dtype, causal, pass_,
     """
     if min_seqlen > max_seqlen:
         raise click.UsageError(f"--min-seqlen {min_seqlen} is larger than --max-seqlen {max_seqlen}")
+    _distinct_outputs(**{"--json": json_path, "--plot": plot_path})
     if plot_path:
-        _need_matplotlib()
+        _need_matplotlib(plot_path)
     from numba_flash import bench as B
     from numba_flash import memory as M
 
@@ -524,8 +613,9 @@ def memory(max_seqlen, min_seqlen, batch, heads, head_dim, dtype, causal, pass_,
     from numba_flash.info import gather_info
 
     env = gather_info()
-    click.echo(f"numba-flash memory on {env['device']['name']}: B={batch} H={heads} d={head_dim} {dtype}"
-               f"{' causal' if causal else ''}, N = {seqlens[0]} … {seqlens[-1]}")  # fmt: skip
+    out = _Out(to_stderr=json_path == "-")  # stdout: the JSON alone
+    out.echo(f"numba-flash memory on {env['device']['name']}: B={batch} H={heads} d={head_dim} {dtype}"
+             f"{' causal' if causal else ''}, N = {seqlens[0]} … {seqlens[-1]}")  # fmt: skip
     with _progress(progress) as update:
         results = M.run_memory(seqlens=seqlens, impls=list(impls) or list(M.IMPLS), passes=passes, dtype=dtype,
                                batch=batch, heads=heads, head_dim=head_dim, causal=causal,
@@ -547,7 +637,6 @@ def memory(max_seqlen, min_seqlen, batch, heads, head_dim, dtype, causal, pass_,
             M.human_bytes(r.peak_bytes), M.human_bytes(r.beyond_outputs_bytes),
             "—" if r.growth is None else f"{r.growth:.2f}", escape(status),
         )  # fmt: skip
-    out = _console()
     out.print(t)
     for detail, mark in notes.items():
         out.print(escape(f"  [{mark}] {detail}"))
@@ -556,11 +645,12 @@ def memory(max_seqlen, min_seqlen, batch, heads, head_dim, dtype, causal, pass_,
     if json_path:
         M.write_json(results, json_path, settings=settings, environment={"device": env["device"],
                                                                        "versions": env["versions"]})  # fmt: skip
-        click.echo(f"wrote {json_path}")
+        if json_path != "-":
+            out.echo(f"wrote {json_path}")
     if plot_path:
         try:
             M.plot(results, plot_path)
-            click.echo(f"wrote {plot_path}")
+            out.echo(f"wrote {plot_path}")
         except Exception as exc:
             click.echo(f"numba-flash: warning: plotting failed: {type(exc).__name__}: {exc}", err=True)
             sys.exit(1)
@@ -572,32 +662,29 @@ def memory(max_seqlen, min_seqlen, batch, heads, head_dim, dtype, causal, pass_,
 
 
 @main.command(context_settings=CONTEXT)
-@click.option("--json", "as_json", is_flag=True, help="Print the information as JSON.")
-def info(as_json):
-    """Device, versions, simulator on/off, and the kernels available (dtype × head dim).
+@_json_option("the information")
+def info(json_path):
+    """Device, versions, simulator on/off, and the kernels the launch plan runs (dtype × head dim).
 
     \b
     Examples:
       numba-flash info
-      numba-flash info --json
+      numba-flash info --json -
+      numba-flash info --json info.json
     """
-    from numba_flash.info import gather_info
-
-    data = gather_info()
-    if as_json:
-        click.echo(json.dumps(data, indent=2))
-        return
     from rich.markup import escape
     from rich.table import Table
 
-    out = _console()
-    click.echo(f"simulator: {'on' if data['simulator'] else 'off'}"
-               + ("  (no GPU found: kernels run in numba's CUDA simulator)" if data["simulator"] else ""))  # fmt: skip
+    from numba_flash.info import gather_info
+    from numba_flash.memory import human_bytes
+
+    data = gather_info()
+    out = _Out(to_stderr=json_path == "-")  # stdout: the JSON alone
+    out.echo(f"simulator: {'on' if data['simulator'] else 'off'}"
+             + ("  (no GPU found: kernels run in numba's CUDA simulator)" if data["simulator"] else ""))  # fmt: skip
     dev = data["device"]
 
     def mem(x):
-        from numba_flash.memory import human_bytes
-
         return human_bytes(x) if isinstance(x, int) else str(x)
 
     t = Table(title="device", title_justify="left", show_header=False)
@@ -624,6 +711,10 @@ def info(as_json):
     for row in data["kernels"]:
         t.add_row(*(escape(str(row.get(k, ""))) for k in ("dtype", "head_dims", "forward", "backward")))
     out.print(t)
+    if json_path:
+        write_json(data, json_path)
+        if json_path != "-":
+            out.echo(f"wrote {json_path}")
 
 
 # --------------------------------------------------------------------------------------
@@ -650,28 +741,40 @@ def _parse_arch_opt(ctx, param, value):
 @main.command(context_settings=CONTEXT)
 @click.option("--pass", "pass_", type=click.Choice(["forward", "backward"]), required=True, help="Which pass.")
 @click.option("--dtype", type=click.Choice(KERNEL_DTYPES), required=True, help="Input dtype.")
-@click.option("--head-dim", type=int, required=True, callback=_head_dim_one, help="Head dim (multiple of 8, ≤ 256).")
+@click.option("--head-dim", type=int, required=True, callback=_head_dim_one, metavar="D",
+              help="Head dim (multiple of 8, ≤ 256).")
 @click.option("--causal/--no-causal", default=False, show_default=True, help="The causal variant.")
 @click.option("--arch", default="sm_90", show_default=True, callback=_parse_arch_opt,
               help="Target architecture, sm_XY.")
-@click.option("--tf32", is_flag=True, help="As allow_tf32=True: the float32 forward / backward on TF32 tensor cores.")
-@click.option("--ptx", "show_ptx", is_flag=True, help="Also print the PTX.")
-@click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
-def inspect(pass_, dtype, head_dim, causal, arch, tf32, show_ptx, as_json):
+@click.option("--tf32", is_flag=True,
+              help="As allow_tf32=True: the float32 forward / backward on TF32 tensor cores (--dtype float32 only).")
+@click.option("--ptx", "show_ptx", is_flag=True,
+              help="Print the PTX on stdout, alone (the summary goes to stderr); with --json, the PTX is in "
+                   "the JSON too.")  # fmt: skip
+@_json_option("the summary (schema numba-flash-inspect/1)")
+def inspect(pass_, dtype, head_dim, causal, arch, tf32, show_ptx, json_path):
     """Compile the kernels a pass would launch (no GPU needed) and summarise them.
 
-    Registers, spills, stack, shared and local memory (from nvJitLink or ptxas when one
-    is available, else "n/a"), static shared/local memory from the PTX, and static
-    counts of the instructions that matter: mma, ldmatrix, cp.async, ld/st by state
-    space (shared, global, generic, local), ex2, shfl, bar.sync, fma, atom.
+    The kernels are the launch plan's for the pass, dtype, head dim and architecture;
+    when a faster family does not apply there (e.g. tensor cores before sm_80) the plan's
+    note says why, above the table.  Registers, spills, stack, shared and local memory
+    (from nvJitLink or ptxas when one is available, else "n/a"), static shared/local
+    memory from the PTX, the dynamic shared memory of the launch, and static counts of
+    the instructions that matter: mma, ldmatrix, cp.async, ld/st by state space (shared,
+    global, generic, local), ex2, shfl, bar.sync, fma, atom.
 
     \b
     Examples:
       numba-flash inspect --pass forward --dtype float32 --head-dim 64
       numba-flash inspect --pass backward --dtype float16 --head-dim 128 --causal --arch sm_80
+      numba-flash inspect --pass forward --dtype float16 --head-dim 64 --arch sm_75
       numba-flash inspect --pass forward --dtype float32 --head-dim 64 --ptx > fwd.ptx
-      numba-flash inspect --pass forward --dtype float32 --head-dim 128 --tf32
+      numba-flash inspect --pass forward --dtype float32 --head-dim 128 --tf32 --json -
     """
+    if tf32 and dtype != "float32":
+        raise click.UsageError(f"--tf32 applies to --dtype float32 (got --dtype {dtype})")
+    from numba_flash._report import json_document
+    from numba_flash.info import versions
     from numba_flash.inspection import COUNT_KEYS, inspect_kernels
 
     try:
@@ -680,18 +783,20 @@ def inspect(pass_, dtype, head_dim, causal, arch, tf32, show_ptx, as_json):
         raise click.UsageError(str(exc))
     except RuntimeError as exc:
         _fail(str(exc))
-    if as_json:
-        click.echo(json.dumps([r.to_dict(with_ptx=show_ptx) for r in reports], indent=2))
-        return
     from rich.markup import escape
     from rich.table import Table
 
     from numba_flash.memory import human_bytes
 
-    click.echo(f"numba-flash inspect: {pass_}, {dtype}{' (allow_tf32)' if tf32 else ''}, head dim {head_dim}, "
-               f"{'causal' if causal else 'non-causal'}, "
-               f"{arch}: {len(reports)} kernel(s), compiled with numba.cuda.compile_ptx (no GPU needed)")  # fmt: skip
-    click.echo("resources, and instruction counts in the PTX (static: in the code, not executed):")
+    # stdout carries one thing: the JSON (--json -), else the PTX (--ptx), else the summary
+    out = _Out(to_stderr=show_ptx or json_path == "-")
+    note = next((r.note for r in reports if r.note), "")
+    out.echo(f"numba-flash inspect: {pass_}, {dtype}{' (allow_tf32)' if tf32 else ''}, head dim {head_dim}, "
+             f"{'causal' if causal else 'non-causal'}, "
+             f"{arch}: {len(reports)} kernel(s), compiled with numba.cuda.compile_ptx (no GPU needed)")  # fmt: skip
+    if note:
+        out.echo(f"note: {note}")
+    out.echo("resources, and instruction counts in the PTX (static: in the code, not executed):")
     t = Table()
     t.add_column("")
     for r in reports:
@@ -720,11 +825,19 @@ def inspect(pass_, dtype, head_dim, causal, arch, tf32, show_ptx, as_json):
     t.add_section()
     for key in COUNT_KEYS:
         t.add_row(key, *(str(r.counts.get(key, 0)) for r in reports))
-    _console().print(t)
-    click.echo("registers/spills from: " + "; ".join(sorted({r.assembler for r in reports})))
-    if show_ptx:
-        for r in reports:
-            click.echo(f"\n// ===== {r.name} ({r.arch}) =====")
+    out.print(t)
+    out.echo("registers/spills from: " + "; ".join(sorted({r.assembler for r in reports})))
+    if json_path:
+        settings = {"pass": pass_, "dtype": dtype, "head_dim": head_dim, "causal": causal, "arch": arch, "tf32": tf32}
+        doc = json_document("numba-flash-inspect/1", [r.to_dict(with_ptx=show_ptx) for r in reports],
+                            settings=settings, environment={"versions": versions()},
+                            family=reports[0].family if reports else "", note=note)  # fmt: skip
+        write_json(doc, json_path)
+        if json_path != "-":
+            out.echo(f"wrote {json_path}")
+    if show_ptx and json_path != "-":
+        for i, r in enumerate(reports):
+            click.echo(("\n" if i else "") + f"// ===== {r.name} ({r.arch}) =====")
             click.echo(r.ptx)
 
 

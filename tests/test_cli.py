@@ -12,6 +12,9 @@ import csv
 import io
 import json
 import math
+import os
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -34,6 +37,16 @@ COMMANDS = ["check", "bench", "memory", "info", "inspect"]
 def invoke(*args):
     result = CliRunner().invoke(main, list(args), prog_name="numba-flash", catch_exceptions=True)
     return result
+
+
+def invoke_split(*args):
+    """As :func:`invoke`, with ``result.stdout`` and ``result.stderr`` apart (click 8.2+
+    always keeps them apart; 8.1 needs ``mix_stderr=False``)."""
+    try:
+        runner = CliRunner(mix_stderr=False)
+    except TypeError:
+        runner = CliRunner()
+    return runner.invoke(main, list(args), prog_name="numba-flash", catch_exceptions=True)
 
 
 def assert_clean_exit(result, code):
@@ -81,7 +94,16 @@ BAD_OPTIONS = [
     ["inspect", "--pass", "sideways", "--dtype", "float32", "--head-dim", "64"],
     ["inspect", "--pass", "forward", "--dtype", "float32", "--head-dim", "64", "--arch", "foo"],
     ["inspect", "--pass", "forward", "--dtype", "float32", "--head-dim", "x"],
+    ["inspect", "--pass", "forward", "--dtype", "float16", "--head-dim", "64", "--tf32"],
+    ["inspect", "--pass", "backward", "--dtype", "bfloat16", "--head-dim", "64", "--tf32"],
     ["info", "--verbose"],
+    # --json takes a FILE (or -) everywhere: the old flag form is an error
+    ["info", "--json"],
+    ["inspect", "--pass", "forward", "--dtype", "float32", "--head-dim", "64", "--json"],
+    ["check", "--json"],
+    # only --json writes to stdout
+    ["bench", "--csv", "-"],
+    ["bench", "--plot", "-"],
 ]
 
 
@@ -429,34 +451,257 @@ def test_info_in_the_simulator():
     assert result.output.splitlines()[0].startswith("simulator: on")
     for word in ("compute capability", "SMs", "numba-cuda", "cupy", "numpy", "float32", "float16", "n/a"):
         assert word in result.output
-    data = json.loads(invoke("info", "--json").output)
-    assert data["simulator"] is True and data["device"]["name"] == "n/a"
-    assert {r["dtype"] for r in data["kernels"]} >= {"float32", "float16"}
-    assert data["versions"]["numba-cuda"] != "n/a"
-
-
-def test_inspect_forward_ptx():
-    result = invoke("inspect", "--pass", "forward", "--dtype", "float32", "--head-dim", "64", "--ptx")
+    # --json -: the JSON alone on stdout, the tables on stderr
+    result = invoke_split("info", "--json", "-")
     assert_clean_exit(result, 0)
-    summary, _, ptx = result.output.partition("// =====")
+    data = json.loads(result.stdout)
+    assert data["simulator"] is True and data["device"]["name"] == "n/a"
+    assert {r["dtype"].split(",")[0] for r in data["kernels"]} >= {"float32", "float16"}
+    assert data["versions"]["numba-cuda"] != "n/a"
+    assert "kernels available" in result.stderr
+
+
+def test_info_json_file(tmp_path):
+    path = tmp_path / "info.json"
+    result = invoke_split("info", "--json", str(path))
+    assert_clean_exit(result, 0)
+    assert "kernels available" in result.stdout and f"wrote {path}" in result.stdout
+    data = json.loads(path.read_text())
+    assert set(data) >= {"simulator", "device", "versions", "kernels"}
+
+
+def test_inspect_ptx_alone_on_stdout(tmp_path):
+    """#10: ``inspect --ptx > f.ptx`` gave a file that began with the summary table.
+    Now stdout carries the PTX alone (the summary goes to stderr), through a real
+    redirect to a file; with --json FILE the PTX is in the JSON too."""
+    ptx_file, json_file = tmp_path / "fwd.ptx", tmp_path / "fwd.json"
+    code = ("import sys\n"
+            "try:\n    from numba_flash_cli.main import main\n"
+            "except ImportError:\n    from cli.main import main\n"
+            "main(prog_name='numba-flash')")  # fmt: skip
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    with open(ptx_file, "w") as f:
+        p = subprocess.run([sys.executable, "-c", code, "inspect", "--pass", "forward", "--dtype", "float32",
+                            "--head-dim", "64", "--ptx", "--json", str(json_file)],
+                           stdout=f, stderr=subprocess.PIPE, text=True, cwd=root, timeout=600)  # fmt: skip
+    assert p.returncode == 0, p.stderr
+    ptx = ptx_file.read_text()
+    assert ptx.startswith("//") and ".version" in ptx.split(".target")[0]
+    for marker in ("numba-flash inspect", "┃", "│", "registers/spills from", "wrote "):
+        assert marker not in ptx, marker
     # float32 at d = 64 runs the register-blocked kernel: 16-byte shared loads feed the FMAs
-    assert "simt_blocked_forward" in summary and "registers / thread" in summary and "fma" in summary
     assert ".entry" in ptx and ".target sm_90" in ptx
     assert "fma.rn.f32" in ptx and "ld.shared.v4.f32" in ptx
     assert "ld.local" not in ptx and "st.local" not in ptx  # nothing spilled to local memory
+    # the summary went to stderr
+    assert "simt_blocked_forward" in p.stderr and "registers / thread" in p.stderr and "fma" in p.stderr
+    assert f"wrote {json_file}" in p.stderr
+    doc = json.loads(json_file.read_text())
+    (k,) = doc["results"]
+    assert k["name"] == "simt_blocked_forward" and k["ptx"].strip() in ptx
+    # the register-blocked kernels' dynamic shared memory comes from the plan (not n/a)
+    assert k["dynamic_shared"] and k["dynamic_shared_bytes"] > 0
+    assert "n/a" not in [ln for ln in p.stderr.splitlines() if "dynamic shared (launch)" in ln][0]
 
 
 def test_inspect_backward_json():
-    result = invoke("inspect", "--pass", "backward", "--dtype", "float16", "--head-dim", "32", "--causal",
-                    "--arch", "sm_80", "--json")  # fmt: skip
+    result = invoke_split("inspect", "--pass", "backward", "--dtype", "float16", "--head-dim", "32", "--causal",
+                          "--arch", "sm_80", "--json", "-")  # fmt: skip
     assert_clean_exit(result, 0)
-    kernels = json.loads(result.output)
+    doc = json.loads(result.stdout)  # the JSON alone on stdout
+    assert doc["schema"] == "numba-flash-inspect/1" and doc["family"] == "simt-fp32"
+    assert doc["settings"] == {"pass": "backward", "dtype": "float16", "head_dim": 32, "causal": True,
+                               "arch": "sm_80", "tf32": False}  # fmt: skip
+    assert "head dim 32" in doc["note"]  # why not the tensor-core kernels
+    kernels = doc["results"]
     assert [k["name"] for k in kernels] == ["simt_bwd_preprocess", "simt_bwd_dkdv", "simt_bwd_dq"]
     for k in kernels:
         assert k["arch"] == "sm_80" and set(k["counts"]) == set(I.COUNT_KEYS) and "ptx" not in k
         assert k["counts"]["ld.local"] == 0 and k["counts"]["atom"] == 0  # dQ without atomics
         assert k["registers"] is None or k["registers"] > 0
     assert kernels[1]["shared_bytes_ptx"] > 0 and kernels[1]["counts"]["bar.sync"] > 0
+    assert "simt_bwd_dkdv" in result.stderr  # the summary, on stderr
+
+
+@pytest.mark.parametrize("arch", ["sm_75", "sm_80"])
+def test_inspect_prints_the_plans_note(arch, tmp_path):
+    """#10: fp16 at sm_75 printed only n/a.  The plan runs the exact fp32 kernels there
+    and says why; the note is printed above the table and is in the JSON."""
+    path = tmp_path / "inspect.json"
+    result = invoke_split("inspect", "--pass", "forward", "--dtype", "float16", "--head-dim", "64",
+                          "--arch", arch, "--json", str(path))  # fmt: skip
+    assert_clean_exit(result, 0)
+    lines = result.stdout.splitlines()
+    doc = json.loads(path.read_text())
+    (k,) = doc["results"]
+    if arch == "sm_75":
+        why = ("the tensor-core kernels do not apply (sm_75 has no mma.sync/cp.async (they need sm_80+)): "
+               "exact fp32 kernels run instead")  # fmt: skip
+        note = [i for i, ln in enumerate(lines) if ln.startswith("note: ")]
+        assert [lines[i] for i in note] == [f"note: {why}"]
+        table = next(i for i, ln in enumerate(lines) if ln.startswith("┏"))
+        assert note[0] < table
+        assert doc["note"] == why and k["note"] == why and doc["family"] == k["family"] == "simt-fp32"
+        assert k["name"] == "simt_forward" and k["counts"]["mma"] == 0
+    else:
+        assert not any(ln.startswith("note:") for ln in lines)
+        assert doc["note"] == "" and k["note"] == "" and doc["family"] == k["family"] == "tensor-core"
+        assert k["name"] == "tc_forward" and k["counts"]["mma"] > 0
+    assert k["registers"] is None or k["registers"] > 0
+    assert k["name"] in result.stdout
+
+
+def test_inspect_tf32_needs_float32(monkeypatch):
+    monkeypatch.setattr(I, "inspect_kernels", _must_not_run)
+    for dtype in ("float16", "bfloat16"):
+        result = invoke("inspect", "--pass", "forward", "--dtype", dtype, "--head-dim", "64", "--tf32")
+        assert_clean_exit(result, 2)
+        assert "--tf32 applies to --dtype float32" in result.output
+
+
+# --------------------------------------------------------------------------------------
+# output files: checked before any work; --json FILE everywhere, - for stdout
+# --------------------------------------------------------------------------------------
+
+
+def _must_not_run(*args, **kw):
+    raise AssertionError("work started before the output paths were checked")
+
+
+def _no_work(monkeypatch):
+    from numba_flash import info as INFO
+
+    monkeypatch.setattr(C, "run_check", _must_not_run)
+    monkeypatch.setattr(B, "run_bench", _must_not_run)
+    monkeypatch.setattr(B, "require_device", _must_not_run)
+    monkeypatch.setattr(M, "run_memory", _must_not_run)
+    monkeypatch.setattr(I, "inspect_kernels", _must_not_run)
+    monkeypatch.setattr(INFO, "gather_info", _must_not_run)
+
+
+INSPECT = ["inspect", "--pass", "forward", "--dtype", "float32", "--head-dim", "64"]
+OUTPUT_OPTIONS = [
+    (["check"], "--json"), (["bench"], "--json"), (["bench"], "--csv"), (["bench"], "--plot"),
+    (["memory"], "--json"), (["memory"], "--plot"), (["info"], "--json"), (INSPECT, "--json"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("kind", ["missing directory", "a directory", "parent is a file", "not writable"])
+@pytest.mark.parametrize("command,option", OUTPUT_OPTIONS, ids=[f"{c[0]} {o}" for c, o in OUTPUT_OPTIONS])
+def test_output_paths_are_checked_before_any_work(command, option, kind, tmp_path, monkeypatch):
+    """#10: ``check --json /missing/dir/x.json`` ran every case, then a traceback."""
+    _no_work(monkeypatch)
+    ext = ".png" if option == "--plot" else option.replace("--", ".")
+    if kind == "missing directory":
+        path = tmp_path / "missing" / "dir" / f"x{ext}"
+        expect = "does not exist"
+    elif kind == "a directory":
+        path = tmp_path
+        expect = "is a directory"
+    elif kind == "parent is a file":
+        (tmp_path / "file").write_text("")
+        path = tmp_path / "file" / f"x{ext}"
+        expect = "is not a directory"
+    else:
+        real_access = os.access
+
+        def access(p, mode, **kw):  # tmp_path read-only (the tests may run as root)
+            return False if os.path.abspath(p) == str(tmp_path) else real_access(p, mode, **kw)
+
+        monkeypatch.setattr(os, "access", access)
+        path = tmp_path / f"x{ext}"
+        expect = "is not writable"
+    result = invoke(*command, option, str(path))
+    assert_clean_exit(result, 2)
+    assert f"Invalid value for '{option}'" in result.output and expect in result.output, result.output
+    assert not (tmp_path / f"x{ext}").exists()
+
+
+def test_check_json_to_a_missing_directory_runs_nothing(monkeypatch):
+    """The exact command of the issue."""
+    _no_work(monkeypatch)
+    result = invoke("check", "--json", "/missing/dir/x.json")
+    assert_clean_exit(result, 2)
+    assert "'/missing/dir' does not exist" in result.output and "PASS" not in result.output
+
+
+def test_two_outputs_to_one_file_and_unknown_plot_format(tmp_path, monkeypatch):
+    _no_work(monkeypatch)
+    same = str(tmp_path / "out.json")
+    result = invoke("bench", "--json", same, "--csv", same)
+    assert_clean_exit(result, 2)
+    assert "--json and --csv name the same file" in result.output
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:  # then --plot fails on the missing matplotlib, also before any work
+        return
+    result = invoke("memory", "--plot", str(tmp_path / "mem.nosuchformat"))
+    assert_clean_exit(result, 2)
+    assert "matplotlib cannot write .nosuchformat" in result.output
+
+
+def test_check_json_to_stdout(monkeypatch):
+    """--json -: the JSON document alone on stdout; progress and table on stderr."""
+    _fake_api(monkeypatch, error=0.0)
+    result = invoke_split("check", "--seqlen", "5", "--head-dim", "8", "--causal", "off", "--seed", "2",
+                          "--json", "-")  # fmt: skip
+    assert_clean_exit(result, 0)
+    doc = json.loads(result.stdout)
+    assert doc["schema"] == "numba-flash-check/1" and doc["passed"] is True and doc["seed"] == 2
+    assert "PASS" in result.stderr and "all 1 case(s) passed" in result.stderr
+    assert not os.path.exists("-")
+
+
+@needs_sim
+@pytest.mark.parametrize("command", [["bench"], ["memory"]])
+def test_bench_and_memory_take_json_dash(command):
+    result = invoke(*command, "--json", "-")  # accepted; then the clean no-GPU exit
+    assert_clean_exit(result, 1)
+    assert "need a CUDA device" in result.output
+
+
+def test_write_json_dash(tmp_path, capsys):
+    from numba_flash._report import json_document, write_json
+
+    doc = json_document("x/1", [{"a": 1}], settings={"s": 2})
+    write_json(doc, "-")
+    assert json.loads(capsys.readouterr().out) == doc
+    write_json(doc, tmp_path / "d.json")
+    assert json.loads((tmp_path / "d.json").read_text()) == doc
+
+
+# --------------------------------------------------------------------------------------
+# help texts, and a thin command line
+# --------------------------------------------------------------------------------------
+
+
+def test_every_option_has_help():
+    """#10: ``memory --help`` listed options without a word on what they do."""
+    import click
+
+    missing = []
+    for name, cmd in [("(group)", main)] + sorted(main.commands.items()):
+        for p in cmd.params:
+            if isinstance(p, click.Option) and "--help" not in p.opts and not (p.help or "").strip():
+                missing.append(f"{name} {'/'.join(p.opts)}")
+    assert not missing, missing
+
+
+def test_the_command_line_holds_no_kernel_logic():
+    """The CLI parses, calls the library and formats: no kernels, numba or CuPy in it."""
+    import ast
+
+    source = open(sys.modules[main.callback.__module__].__file__).read()
+    imported = set()
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            imported.update(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            imported.add(node.module or "")
+    bad = {m for m in imported if m.split(".")[0] in ("numba", "cupy", "torch")
+           or m.startswith(("numba_flash.kernels", "numba_flash.plan", "numba_flash.api", "numba_flash.config"))}
+    assert not bad, bad
+    assert "cuda.jit" not in source and "compile_ptx(" not in source
 
 
 def test_ptx_counting():

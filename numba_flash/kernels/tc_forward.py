@@ -84,7 +84,7 @@ def tc_forward_kernel(t: TcTiles, causal: bool, dtype: str):
     @cuda.jit
     def tc_forward(q, k, v, out32, lse, softmax_scale):
         start_m, b, h, mi, seqlen_q, seqlen_k = this_block(q, k, BLOCK_M, CAUSAL)
-        tid, warp, lane, g, tq = pipeline.lane_coords()
+        tid, warp, lane, _, tq = pipeline.lane_coords()
         scale_log2 = float32(softmax_scale * LOG2E)
 
         # one dynamic shared array (sized at launch: smem_bytes), carved into
@@ -159,7 +159,8 @@ def tc_forward_kernel(t: TcTiles, causal: bool, dtype: str):
         for mt in range(MT):
             for r in range(2):
                 inv_l, lse_row = softmax.finalize(m_i[mt * 2 + r], l_i[mt * 2 + r], 4, True)
-                row = start_m + warp * WARP_ROWS + mt * 16 + g + 8 * r
+                row = start_m + warp * WARP_ROWS + mt * 16 + (lane >> 2) + 8 * r  # lane >> 2, not g: g kept
+                # live through the loop costs the register that tips d = 64 into spilling
                 if row < seqlen_q:
                     fragments.store_row_pairs(out32, b, row, h, acc_o, mt * O_TILE + 2 * r, NT_O, tq, inv_l, BF16)
                     if tq == 0:
