@@ -3,6 +3,7 @@
 
     python3 scripts/bench_table.py out.jsonl [--no-peer]
     python3 scripts/bench_table.py --compare before.jsonl after.jsonl   # a markdown table
+    python3 scripts/bench_table.py --compare b1.jsonl,b2.jsonl a1.jsonl,a2.jsonl   # medians of runs
 
 Uses only the public API (``flash_attention``, ``flash_attention_backward``), so the
 same script times an older checkout of the library put first on ``PYTHONPATH``: that is
@@ -45,10 +46,24 @@ def median_ms(fn, warmup=3, rep=15):
 
 
 def compare(before_path, after_path):
-    """Per case: TFLOP/s before and after, after ÷ before, and FA2's (same run as after)."""
-    def load(path):
-        rows = [json.loads(line) for line in open(path) if line.strip()]
-        return {(r["B"], r["H"], r["N"], r["d"], r["dtype"], r["causal"]): r for r in rows}
+    """Per case: TFLOP/s before and after, after ÷ before, and FA2's (same run as after).
+    Comma-separated lists of runs (alternated on one machine) give each case's median."""
+    def load(paths):
+        runs = {}
+        for path in paths.split(","):
+            for line in open(path):
+                if line.strip():
+                    r = json.loads(line)
+                    runs.setdefault((r["B"], r["H"], r["N"], r["d"], r["dtype"], r["causal"]), []).append(r)
+        out = {}
+        for key, rs in runs.items():
+            merged = dict(rs[0])
+            for field in ("fwd_tflops", "bwd_tflops", "fa2_fwd_tflops", "fa2_bwd_tflops"):
+                values = [r[field] for r in rs if field in r]
+                if values:
+                    merged[field] = float(np.median(values))
+            out[key] = merged
+        return out
 
     before, after = load(before_path), load(after_path)
     print("| (B,H,N,d) | dtype | causal | fwd before | fwd after | ratio | bwd before | bwd after | ratio | FA2 fwd / bwd |")
