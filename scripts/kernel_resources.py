@@ -41,7 +41,6 @@ def collect():
 
 
 def compare(rows, before):
-    old = {(r["config"], i): r for i, r in enumerate(before)}
     old_by_cfg = {}
     for r in before:
         old_by_cfg.setdefault(r["config"], []).append(r)
