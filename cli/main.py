@@ -257,12 +257,12 @@ def check(seqlens, head_dims, dtypes, causal, layout, batch, heads, pass_, seed,
 
     Without shape options: the default grid (on a GPU: N in 1, 127, 1024 and Nq != Nk
     both ways, d in 64, 128, causal on/off, both layouts, float32, float16 and bfloat16;
-    in the simulator: 6 tiny cases).  With some options: the product of the given values, the
-    others taken from that grid.  Exit code 1 if any output fails its tolerance
-    (float32: rel. error <= 1e-5 for O and LSE, <= 1e-4 for dQ, dK, dV; float16/bfloat16:
-    <= 2x / 3x the error of a standard attention in the same dtype, + half an ulp;
-    --tf32: <= 2x / 3x the error of a standard attention on TF32-rounded operands, + the
-    float32 bound).
+    in the simulator: 9 tiny cases reaching every kernel family).  With some options: the
+    product of the given values, the others taken from that grid.  Exit code 1 if any
+    output fails its tolerance (float32: rel. error <= 1e-5 for O and LSE, <= 1e-4 for dQ,
+    dK, dV; float16/bfloat16: O, dQ, dK, dV <= 2x / 3x the error of a standard attention in
+    the same dtype, + half an ulp, and LSE (float32) <= 1e-5; --tf32: <= 2x / 3x the error
+    of a standard attention on TF32-rounded operands, + the float32 bound).
 
     \b
     Examples:

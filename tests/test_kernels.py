@@ -7,8 +7,10 @@ failure message); every output buffer the API allocates is poisoned with NaN fir
 an element a kernel forgets to write fails the comparison.
 
 Tolerances: fp32 relative error (max |x − ref| / max |ref|) ≤ 1e-5 for O and LSE and
-≤ 1e-4 for the gradients; fp16 within FlashAttention-2's convention of 2× (forward) /
-3× (backward) the error of a standard attention computed in fp16.
+≤ 1e-4 for the gradients; fp16/bf16 O and gradients within FlashAttention-2's
+convention of 2× (forward) / 3× (backward) the error of a standard attention computed
+in the same dtype (plus a 1e-5 floor, see ``HALF_FLOOR``); LSE is float32 for every
+input dtype and gets the fp32 bound 1e-5.
 """
 
 from __future__ import annotations
@@ -101,25 +103,40 @@ def test_backward_fp32(rng, B, H, Nq, Nk, d, causal, layout):
 
 
 def test_forward_then_backward_roundtrip(rng):
-    """The API's own forward output and LSE feed its backward."""
+    """The API's own forward output and LSE feed its backward; all five outputs match
+    the float64 reference computed from the inputs alone (causal with Nq > Nk: the
+    first 8 queries see no key)."""
     B, H, Nq, Nk, d = 1, 1, 20, 12, 32
     q, k, v = make_qkv(rng, B, H, Nq, Nk, d, "bshd")
     dout = rng.standard_normal(q.shape).astype(np.float32)
     out, lse = numba_flash.flash_attention(q, k, v, causal=True, return_lse=True)
+    ref_out, ref_lse = reference.attention(q, k, v, causal=True, layout="bshd")
+    assert reference.rel_error(host(out), ref_out) <= FWD_TOL, rng.seed_value
+    assert reference.rel_error(host(lse), ref_lse) <= FWD_TOL, rng.seed_value
+    assert np.array_equal(np.isneginf(host(lse)), np.isneginf(ref_lse))
     dq, dk, dv = numba_flash.flash_attention_backward(dout, q, k, v, out, lse, causal=True)
-    ref = reference.attention_backward(dout, q, k, v, out, lse, causal=True, layout="bshd")
+    ref = reference.attention_backward(dout, q, k, v, ref_out, ref_lse, causal=True, layout="bshd")
     assert max(grad_errors((dq, dk, dv), ref)) <= BWD_TOL, rng.seed_value
 
 
 def test_fully_masked_rows(rng):
-    """Causal with Nq > Nk: the first Nq − Nk queries see no key: O = 0, LSE = −inf."""
+    """Causal with Nq > Nk: the first Nq − Nk queries see no key: O = 0, LSE = −inf,
+    and their dQ = 0; they add nothing to dK, dV (a dO that is large on those rows
+    would show it); everything matches the reference."""
     q, k, v = make_qkv(rng, 1, 1, 24, 8, 16, "bshd")
+    dout = rng.standard_normal(q.shape).astype(np.float32)
+    dout[:, :16] *= 1e3  # rows without keys: any leak into dK/dV would dominate
     out, lse = numba_flash.flash_attention(q, k, v, causal=True, return_lse=True)
     out, lse = host(out), host(lse)
     assert np.all(out[:, :16] == 0) and np.all(np.isneginf(lse[..., :16]))
     assert np.all(np.isfinite(out[:, 16:])) and np.all(np.isfinite(lse[..., 16:]))
-    dq, dk, dv = numba_flash.flash_attention_backward(q, q, k, v, out, lse, causal=True)
-    assert np.all(host(dq)[:, :16] == 0) and np.all(np.isfinite(host(dk)))
+    ref_out, ref_lse = reference.attention(q, k, v, causal=True, layout="bshd")
+    assert reference.rel_error(out, ref_out) <= FWD_TOL and reference.rel_error(lse, ref_lse) <= FWD_TOL
+    dq, dk, dv = (host(g) for g in numba_flash.flash_attention_backward(dout, q, k, v, out, lse, causal=True))
+    assert np.all(dq[:, :16] == 0)
+    assert all(np.all(np.isfinite(g)) for g in (dq, dk, dv))
+    ref = reference.attention_backward(dout, q, k, v, ref_out, ref_lse, causal=True, layout="bshd")
+    assert max(grad_errors((dq, dk, dv), ref)) <= BWD_TOL, rng.seed_value
 
 
 def _strided(rng, shape_bshd, xp):
@@ -139,29 +156,19 @@ def test_strided_views(rng, B, H, N, d):
     q, k, v = _strided(rng, (B, N, H, d), xp)
     assert not q.flags.c_contiguous
     before = [host(x).copy() for x in (q, k, v)]
-    dout = xp.asarray(rng.standard_normal((B, N, H, d)).astype(np.float32))[:, ::1]
+    # dout strided too: a slice of a (B, N, 2, H, d + 8) buffer (last axis contiguous)
+    dout = xp.asarray(rng.standard_normal((B, N, 2, H, d + 8)).astype(np.float32))[:, :, 1, :, 4 : 4 + d]
+    assert not dout.flags.c_contiguous and dout.strides[-1] == 4
     out, lse = numba_flash.flash_attention(q, k, v, causal=True, return_lse=True)
     hq, hk, hv = (host(x) for x in (q, k, v))
     ref_out, ref_lse = reference.attention(hq, hk, hv, causal=True, layout="bshd")
     assert reference.rel_error(host(out), ref_out) <= FWD_TOL, rng.seed_value
+    assert reference.rel_error(host(lse), ref_lse) <= FWD_TOL, rng.seed_value
     grads = numba_flash.flash_attention_backward(dout, q, k, v, out, lse, causal=True)
-    ref_grads = reference.attention_backward(host(dout), hq, hk, hv, host(out), host(lse), causal=True, layout="bshd")
+    ref_grads = reference.attention_backward(host(dout), hq, hk, hv, ref_out, ref_lse, causal=True, layout="bshd")
     assert max(grad_errors(grads, ref_grads)) <= BWD_TOL, rng.seed_value
     for x, b in zip((q, k, v), before):  # inputs are never modified
         np.testing.assert_array_equal(host(x), b)
-
-
-@pytest.mark.parametrize("N,runs", [(20, 2), pytest.param(2048, 10, marks=pytest.mark.gpu)])
-def test_backward_is_deterministic(rng, N, runs):
-    xp = np if SIMULATOR else xp_for("cupy")
-    q, k, v = (xp.asarray(x) for x in make_qkv(rng, 1, 1, N, N, 16 if SIMULATOR else 64, "bshd"))
-    dout = xp.asarray(rng.standard_normal(q.shape).astype(np.float32))
-    out, lse = numba_flash.flash_attention(q, k, v, return_lse=True)
-    first = [host(g) for g in numba_flash.flash_attention_backward(dout, q, k, v, out, lse)]
-    for _ in range(runs - 1):
-        again = numba_flash.flash_attention_backward(dout, q, k, v, out, lse)
-        for a, b in zip(first, again):
-            assert np.array_equal(a, host(b)), "backward is not bitwise deterministic"
 
 
 def test_softmax_scale_and_inputs_unchanged(rng):
@@ -185,7 +192,8 @@ def test_float16_fallback(rng):
     ref_out, ref_lse = reference.attention(q, k, v, causal=True, layout="bshd")
     low_out, _ = reference.attention_lowp(q, k, v, dtype=np.float16, causal=True, layout="bshd")
     base = reference.rel_error(low_out, ref_out)
-    assert reference.rel_error(host(out), ref_out) <= 2 * base + 1e-6, rng.seed_value
+    assert reference.rel_error(host(out), ref_out) <= half_bound(2, base), rng.seed_value
+    assert reference.rel_error(host(lse), ref_lse) <= FWD_TOL, rng.seed_value
     grads = numba_flash.flash_attention_backward(dout, q, k, v, out, lse, causal=True)
     ref_grads = reference.attention_backward(dout, q, k, v, ref_out, ref_lse, causal=True, layout="bshd")
     low_grads = reference.attention_backward_lowp(
@@ -194,7 +202,7 @@ def test_float16_fallback(rng):
     for name, got, want, low in zip(("dq", "dk", "dv"), grads, ref_grads, low_grads):
         assert got.dtype == np.float16
         base = reference.rel_error(low, want)
-        assert reference.rel_error(host(got), want) <= 3 * base + 1e-6, (name, rng.seed_value)
+        assert reference.rel_error(host(got), want) <= half_bound(3, base), (name, rng.seed_value)
 
 
 # --- fp16 / bf16 --------------------------------------------------------------------
@@ -220,12 +228,35 @@ HALF_GPU_CASES = [
 HALF_CASES = HALF_SIM_CASES + HALF_GPU_CASES
 
 
-def half_floor(dtype):
-    """Half an ulp of 1 in ``dtype``: an output that is exact in float64 (one key: O = V)
-    still rounds once when stored."""
-    import ml_dtypes
+# The fp16/bf16 bound: FlashAttention-2's 2× (forward) / 3× (backward) the error of a
+# standard attention computed in the same dtype (``reference.attention_lowp``), plus a
+# floor that only matters where that baseline is (nearly) exact.
+#
+# Why a floor at all: the kernel's output and the baseline's are both dtype numbers, so
+# neither can beat the exact result rounded once (an output exact in float64, O = V with
+# one key, still rounds when stored): element by element |baseline − ref| ≥
+# |round(ref) − ref|.  A kernel whose value before its final rounding is off by δ
+# stores fl(ref + δ), and |fl(ref + δ) − ref| ≤ |round(ref) − ref| + 2|δ| (δ can flip
+# a tie).  So err ≤ baseline + 2|δ| whenever the baseline is as good as rounding; there
+# δ is the kernel's fp32 arithmetic alone (P = 1 exactly with one key), ≤ 7e-7 relative
+# in the simulator's fp32 cases and ≤ 2.3e-6 on the H200 grid (docs/benchmarks/
+# 2026-11-30-s2/check.json): 2|δ| ≤ 5e-6, so the floor is 1e-5.
+#
+# The old floor, half an ulp of 1 in the dtype (fp16 4.9e-4, bf16 3.9e-3), was not
+# small next to the baselines it was added to.  Measured in the simulator on these
+# cases (3-4 seeds each): fp16 O baseline 2.8e-4..8.8e-4, bf16 O 2.4e-3..8.1e-3; fp16
+# gradients 2.9e-4..1.7e-3, bf16 2.4e-3..1.1e-2 (single-key dQ/dK, normalised by 1e-3
+# of the largest gradient, far more); so the old bound was up to 3.7× (O) and 4.7×
+# (gradients) the baseline instead of 2× / 3×.  The 1e-5 floor is ≤ 3.6% of the
+# smallest of them.  The kernels' ratio err / baseline: ≤ 1.11 (O), ≤ 1.14
+# (gradients); on the H200 grid ≤ 1.12.  With one key O is exact in both (0 = 0), and
+# dV = dO in both (err = baseline = 3e-8: the reference's own P = 1 − ε).
+HALF_FLOOR = 1e-5
 
-    return 0.5 * float(ml_dtypes.finfo(dtype).eps)
+
+def half_bound(factor, base):
+    """``factor`` × the same-dtype baseline's error + ``HALF_FLOOR`` (see above)."""
+    return factor * base + HALF_FLOOR
 
 
 @pytest.mark.parametrize("dtype", HALF_DTYPES, ids=lambda d: _arrays.dtype_name(d))
@@ -243,26 +274,42 @@ def test_forward_half(rng, dtype, B, H, Nq, Nk, d, causal, layout):
     low_out, _ = reference.attention_lowp(q, k, v, dtype=dtype, causal=causal, layout=layout)
     base = reference.rel_error(low_out, ref_out)
     err = reference.rel_error(host(out), ref_out)
-    assert err <= 2 * base + half_floor(dtype), f"O: {err:.3g} vs same-dtype {base:.3g}, seed {rng.seed_value}"
-    assert reference.rel_error(host(lse), ref_lse) <= 1e-4, f"LSE, seed {rng.seed_value}"
+    assert err <= half_bound(2, base), f"O: {err:.3g} vs same-dtype {base:.3g}, seed {rng.seed_value}"
+    lse_err = reference.rel_error(host(lse), ref_lse)  # LSE is float32: the fp32 bound
+    assert lse_err <= FWD_TOL, f"LSE: {lse_err:.3g}, seed {rng.seed_value}"
 
 
 @pytest.mark.parametrize("dtype", HALF_DTYPES, ids=lambda d: _arrays.dtype_name(d))
 def test_half_fallbacks(rng, dtype):
-    """Head dim 32 and rows that are not 16-byte aligned take the fp32 kernel (the
-    documented fallback) and still meet the same criterion."""
+    """Head dim 32 and rows that are not 16-byte aligned take the fp32 kernels (the
+    documented fallback) and still meet the same criterion, forward and backward."""
     q, k, v = make_qkv(rng, 1, 1, 19, 23, 32, "bshd", dtype)
     assert family("forward", q.dtype, 32) == "simt-fp32"
     packed = rng.standard_normal((1, 23, 2, 64 + 4)).astype(dtype)
     kk, vv = packed[:, :, :1, 4 : 4 + 64], packed[:, :, 1:, 4 : 4 + 64]  # 8-byte offset
     qq = make_qkv(rng, 1, 1, 19, 23, 64, "bshd", dtype)[0]
     assert not _arrays.aligned16(kk)
+    assert family("backward", q.dtype, 32) == "simt-fp32"
+    assert family("backward", q.dtype, 64, aligned=False) == "simt-fp32"
     for q_, k_, v_ in ((q, k, v), (qq, kk, vv)):
-        out = numba_flash.flash_attention(q_, k_, v_, causal=True)
-        ref_out, _ = reference.attention(q_, k_, v_, causal=True, layout="bshd")
-        low_out, _ = reference.attention_lowp(q_, k_, v_, dtype=dtype, causal=True, layout="bshd")
+        dout = rng.standard_normal(q_.shape).astype(dtype)
+        out, lse = numba_flash.flash_attention(q_, k_, v_, causal=True, return_lse=True)
+        assert out.dtype == dtype
+        ref_out, ref_lse = reference.attention(q_, k_, v_, causal=True, layout="bshd")
+        low_out, low_lse = reference.attention_lowp(q_, k_, v_, dtype=dtype, causal=True, layout="bshd")
         base = reference.rel_error(low_out, ref_out)
-        assert reference.rel_error(host(out), ref_out) <= 2 * base + half_floor(dtype), rng.seed_value
+        assert reference.rel_error(host(out), ref_out) <= half_bound(2, base), rng.seed_value
+        assert reference.rel_error(host(lse), ref_lse) <= FWD_TOL, rng.seed_value
+        # the fallback backward (bf16: on float32 copies, the row-group kernels at d = 32
+        # and the register-blocked ones for the unaligned d = 64; fp16: row-group)
+        grads = numba_flash.flash_attention_backward(dout, q_, k_, v_, out, lse, causal=True)
+        assert all(g.dtype == dtype for g in grads)
+        ref_grads = reference.attention_backward(dout, q_, k_, v_, ref_out, ref_lse, causal=True, layout="bshd")
+        low_grads = reference.attention_backward_lowp(dout, q_, k_, v_, low_out, low_lse, dtype=dtype, causal=True,
+                                                      layout="bshd")  # fmt: skip
+        errs, bases = grad_errors(grads, ref_grads), grad_errors(low_grads, ref_grads)
+        for name, err, base in zip(("dq", "dk", "dv"), errs, bases):
+            assert err <= half_bound(3, base), f"{name}: {err:.3g} vs same-dtype {base:.3g}, seed {rng.seed_value}"
 
 
 HALF_BWD_SIM_CASES = [
@@ -292,21 +339,7 @@ def test_backward_half(rng, dtype, B, H, Nq, Nk, d, causal, layout):
     bases = grad_errors(low_grads, ref_grads)
     for name, got, err, base in zip(("dq", "dk", "dv"), grads, errs, bases):
         assert got.dtype == dtype
-        assert err <= 3 * base + half_floor(dtype), f"{name}: {err:.3g} vs same-dtype {base:.3g}, seed {rng.seed_value}"
-
-
-@pytest.mark.parametrize("N,runs", [(33, 2), pytest.param(4096, 50, marks=pytest.mark.gpu)])
-def test_backward_half_is_deterministic(rng, N, runs):
-    xp = np if SIMULATOR else xp_for("cupy")
-    H = 1 if SIMULATOR else 2
-    q, k, v = (xp.asarray(x) for x in make_qkv(rng, 1, H, N, N, 64, "bshd", np.float16))
-    dout = xp.asarray(rng.standard_normal(q.shape).astype(np.float16))
-    out, lse = numba_flash.flash_attention(q, k, v, causal=True, return_lse=True)
-    first = [host(g) for g in numba_flash.flash_attention_backward(dout, q, k, v, out, lse, causal=True)]
-    for _ in range(runs - 1):
-        again = numba_flash.flash_attention_backward(dout, q, k, v, out, lse, causal=True)
-        for a, b in zip(first, again):
-            assert np.array_equal(a, host(b)), "backward is not bitwise deterministic"
+        assert err <= half_bound(3, base), f"{name}: {err:.3g} vs same-dtype {base:.3g}, seed {rng.seed_value}"
 
 
 @pytest.mark.skipif(not SIMULATOR, reason="the simulator's shapes; on a GPU the parametrized cases cover more")
@@ -349,17 +382,23 @@ def test_strided_half_tensor_core(rng, N):
     assert all(_arrays.aligned16(x) for x in (q, k, v)) and not q.flags.c_contiguous
     assert family("forward", q.dtype, d) == "tensor-core"
     before = host(packed).copy()
-    dout = xp.asarray(rng.standard_normal((B, N, H, d)).astype(np.float16))
+    # dout strided as well (16-byte aligned rows: the tensor-core backward reads it)
+    dout = xp.asarray(rng.standard_normal((B, N, 2, H, d + 8)).astype(np.float16))[:, :, 1, :, 8 : 8 + d]
+    assert _arrays.aligned16(dout) and not dout.flags.c_contiguous
     out, lse = numba_flash.flash_attention(q, k, v, causal=True, return_lse=True)
     hq, hk, hv = (host(x) for x in (q, k, v))
     ref_out, ref_lse = reference.attention(hq, hk, hv, causal=True, layout="bshd")
-    low_out, _ = reference.attention_lowp(hq, hk, hv, dtype=np.float16, causal=True, layout="bshd")
+    low_out, low_lse = reference.attention_lowp(hq, hk, hv, dtype=np.float16, causal=True, layout="bshd")
     base = reference.rel_error(low_out, ref_out)
-    assert reference.rel_error(host(out), ref_out) <= 2 * base + half_floor(np.float16), rng.seed_value
+    assert reference.rel_error(host(out), ref_out) <= half_bound(2, base), rng.seed_value
+    assert reference.rel_error(host(lse), ref_lse) <= FWD_TOL, rng.seed_value
+    # end to end: the kernels' own out/lse feed the backward; the reference gradients
+    # come from the exact forward, the baseline's from the fp16 standard forward
     grads = numba_flash.flash_attention_backward(dout, q, k, v, out, lse, causal=True)
-    args = (host(dout), hq, hk, hv, host(out), host(lse))
-    ref_grads = reference.attention_backward(*args, causal=True, layout="bshd")
-    low_grads = reference.attention_backward_lowp(*args, dtype=np.float16, causal=True, layout="bshd")
+    hdo = host(dout)
+    ref_grads = reference.attention_backward(hdo, hq, hk, hv, ref_out, ref_lse, causal=True, layout="bshd")
+    low_grads = reference.attention_backward_lowp(hdo, hq, hk, hv, low_out, low_lse, dtype=np.float16, causal=True,
+                                                  layout="bshd")  # fmt: skip
     for err, base in zip(grad_errors(grads, ref_grads), grad_errors(low_grads, ref_grads)):
-        assert err <= 3 * base + half_floor(np.float16), rng.seed_value
+        assert err <= half_bound(3, base), rng.seed_value
     np.testing.assert_array_equal(host(packed), before)

@@ -244,18 +244,7 @@ def test_backward_tf32(B, H, Nq, Nk, d, causal, layout):
         assert np.all(rows == 0)
 
 
-@pytest.mark.parametrize(
-    "B,H,Nq,Nk,d,causal,runs",
-    [(1, 1, 9, 20, 64, True, 5), pytest.param(2, 4, 1000, 1000, 128, True, 50, marks=pytest.mark.gpu)],
-)
-def test_backward_tf32_deterministic(B, H, Nq, Nk, d, causal, runs):
-    """No atomics: the same inputs give bitwise the same dQ, dK, dV every run."""
-    args = _backward_inputs(3, B, H, Nq, Nk, d, causal, "bshd")
-    first = _run_backward(*args, causal, "bshd")
-    for _ in range(runs - 1):
-        again = _run_backward(*args, causal, "bshd")
-        for a, b in zip(first, again):
-            assert np.array_equal(a.view(np.uint32), b.view(np.uint32))
+# Determinism (bitwise, no atomics) of the TF32 backward: tests/test_determinism.py.
 
 
 @pytest.mark.parametrize("head_dim,causal", [(64, False), (128, True)])

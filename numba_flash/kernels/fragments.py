@@ -60,19 +60,25 @@ def scale_and_mask(acc, S0, NT, MT, row0, col0, scale, needs_mask, mi, KEYS_ARE_
 
 
 @device_function
-def softmax_grad_tile(acc_s, acc_dp, NT, stats, LSE_AT, DELTA_AT, KEYS_ARE_ROWS):
+def softmax_grad_tile(acc_s, acc_dp, NT, stats, LSE_AT, DELTA_AT, q_end, KEYS_ARE_ROWS):
     """P and dS in place of S (scaled and masked, ``scale_and_mask``) and dP, over NT
     n-tiles (``softmax.softmax_grad``, log2 domain).  An element's query has its lse
     (``softmax.lse_for_recompute``) at ``stats[LSE_AT + x]`` and its delta at
     ``stats[DELTA_AT + x]``, where x is the query's column in the tile when
-    ``KEYS_ARE_ROWS`` (dK/dV: the query tile's staged rows), else its row half
+    ``KEYS_ARE_ROWS`` (dK/dV: the query tile's staged rows; columns at or past
+    ``q_end`` are padding past the last query, and give exactly 0), else its row half
     ``e >> 1`` (dQ: rows g and g + 8, held by the lane)."""
     lane = cuda.threadIdx.x & 31
     for nt in range(NT):
         for e in range(4):
-            x = nt * 8 + 2 * (lane & 3) + (e & 1) if KEYS_ARE_ROWS else e >> 1
+            if KEYS_ARE_ROWS:
+                x = nt * 8 + 2 * (lane & 3) + (e & 1)
+                keep = x < q_end
+            else:
+                x = e >> 1
+                keep = True
             acc_s[nt * 4 + e], acc_dp[nt * 4 + e] = softmax.softmax_grad(
-                acc_s[nt * 4 + e], acc_dp[nt * 4 + e], stats[LSE_AT + x], stats[DELTA_AT + x], True
+                acc_s[nt * 4 + e], acc_dp[nt * 4 + e], stats[LSE_AT + x], stats[DELTA_AT + x], keep, True
             )
 
 
@@ -85,7 +91,7 @@ def p_and_ds(acc_s, acc_dp, NT, start_m, BLOCK_M, start_n, BLOCK_N, row0, col0, 
     (:func:`softmax_grad_tile`)."""
     needs_mask = tile_needs_mask(start_m, BLOCK_M, start_n, BLOCK_N, mi)
     scale_and_mask(acc_s, 0, NT, 1, row0, col0, scale, needs_mask, mi, KEYS_ARE_ROWS)
-    softmax_grad_tile(acc_s, acc_dp, NT, stats, LSE_AT, DELTA_AT, KEYS_ARE_ROWS)
+    softmax_grad_tile(acc_s, acc_dp, NT, stats, LSE_AT, DELTA_AT, mi[0] - start_m, KEYS_ARE_ROWS)
 
 
 @device_function

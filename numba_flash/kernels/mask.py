@@ -20,9 +20,9 @@ NEG_INF = float32(-math.inf)
 def visible(q_idx, k_idx, mi):
     """True when query ``q_idx`` sees key ``k_idx`` under the mask info ``mi``
     (``block_info.mask_info``): the key is in range and, when causal,
-    ``k_idx <= q_idx + diag``.  Query rows past the end need no check: the forward never
-    writes them, and the backward gives them lse = +inf (``softmax.row_stats``), so
-    their P and dS are exactly 0."""
+    ``k_idx <= q_idx + diag``.  Query rows past the end need no check: the forward and
+    dQ kernels never write them, and the dK/dV kernels drop them in
+    ``softmax.softmax_grad`` (``keep``), so they add exactly nothing."""
     seqlen_q, seqlen_k, diag, causal = mi
     ok = k_idx < seqlen_k
     if causal:

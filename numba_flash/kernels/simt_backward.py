@@ -113,7 +113,8 @@ def simt_bwd_dkdv_kernel(t: SimtTiles, causal: bool):
                     s += s_q[ii, c * G + g] * k_reg[c]
                     dp += s_do[ii, c * G + g] * v_reg[c]
                 s = masked_score(softmax.allreduce_sum(s, G), start_m + ii, kj, mi)
-                p, ds = softmax.softmax_grad(s, softmax.allreduce_sum(dp, G), s_rows[ii], s_rows[BLOCK_M + ii], False)
+                p, ds = softmax.softmax_grad(s, softmax.allreduce_sum(dp, G), s_rows[ii], s_rows[BLOCK_M + ii],
+                                             start_m + ii < seqlen_q, False)  # fmt: skip
                 for c in range(COLS):
                     dv_acc[c] += p * s_do[ii, c * G + g]
                     dk_acc[c] += ds * s_q[ii, c * G + g]  # dK = Σ ds · (scale · q)
@@ -166,7 +167,7 @@ def simt_bwd_dq_kernel(t: SimtTiles, causal: bool):
                     s += q_reg[c] * s_k[jj, c * G + g]
                     dp += do_reg[c] * s_v[jj, c * G + g]
                 s = masked_score(softmax.allreduce_sum(s, G), qi, start_n + jj, mi)
-                _, ds = softmax.softmax_grad(s, softmax.allreduce_sum(dp, G), lse_i, delta_i, False)
+                _, ds = softmax.softmax_grad(s, softmax.allreduce_sum(dp, G), lse_i, delta_i, True, False)
                 for c in range(COLS):
                     dq_acc[c] += ds * s_k[jj, c * G + g]
 

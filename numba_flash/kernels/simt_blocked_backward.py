@@ -175,11 +175,12 @@ def simt_blocked_dkdv_kernel(t: BlockedTiles, causal: bool):
 
             # 2. Pᵀ and dSᵀ, stored [query][thread-ordered keys]
             for c in range(TN):
-                col = tx + c * TX
+                col = tx + c * TX  # a query of the tile: past the last one it is padding
                 for r in range(TM):
                     s[r * TN + c], dp[r * TN + c] = softmax.softmax_grad(
-                        s[r * TN + c], dp[r * TN + c], smem[LSE_OFF + col], smem[DELTA_OFF + col], False
-                    )
+                        s[r * TN + c], dp[r * TN + c], smem[LSE_OFF + col], smem[DELTA_OFF + col],
+                        start_m + col < seqlen_q, False,
+                    )  # fmt: skip
             microtile.store_transposed(base + 4 * (P_OFF + tx * PS + ty * TM), 4 * TX * PS, s, TM, TN)
             microtile.store_transposed(base + 4 * (DS_OFF + tx * PS + ty * TM), 4 * TX * PS, dp, TM, TN)
             # Pᵀ and dSᵀ are visible to every thread
@@ -255,7 +256,7 @@ def simt_blocked_dq_kernel(t: BlockedTiles, causal: bool):
             for r in range(TM):
                 for c in range(TN):
                     _, dp[r * TN + c] = softmax.softmax_grad(s[r * TN + c], dp[r * TN + c], lse_r[r], delta_r[r],
-                                                             False)  # fmt: skip
+                                                             True, False)  # fmt: skip
             microtile.store_transposed(base + 4 * (DS_OFF + tx * PS + ty * TM), 4 * TX * PS, dp, TM, TN)
             # dSᵀ is visible to every thread
             cuda.syncthreads()

@@ -135,11 +135,17 @@ def lse_for_recompute(lse, LOG2):
 
 
 @device_function
-def softmax_grad(s, dp, lse_r, delta, LOG2):
+def softmax_grad(s, dp, lse_r, delta, keep, LOG2):
     """``(p, ds)`` of one element: ``p = exp(s − lse_r)`` recomputed from the scaled,
-    masked score ``s`` and the row's ``lse_for_recompute``, ``ds = p·(dp − delta)``."""
+    masked score ``s`` and the row's ``lse_for_recompute``, ``ds = p·(dp − delta)``;
+    exactly (0, 0) where not ``keep``: the padding rows past the end of the queries in
+    the dK/dV kernels, whose zero-filled Q and dO make NaN of an infinite K or V (0·inf)
+    and must add nothing to dK and dV."""
     p = softmax_exp(s - lse_r, LOG2)
-    return p, p * (dp - delta)
+    ds = p * (dp - delta)
+    if keep:
+        return p, ds
+    return float32(0.0), float32(0.0)
 
 
 @device_function
