@@ -59,6 +59,7 @@ from typing import Callable, Iterable, Sequence
 import numpy as np
 
 from numba_flash import reference
+from numba_flash.bench.cases import Shape
 from numba_flash.config import TF32_HEAD_DIMS
 
 __all__ = [
@@ -97,14 +98,6 @@ LAYOUTS = ("bshd", "bhsd")
 PASSES = ("forward", "backward")
 
 
-def check_shape_fields(case) -> None:
-    """batch, heads, seqlen_q, seqlen_k and head_dim of a case must be positive ints."""
-    for name in ("batch", "heads", "seqlen_q", "seqlen_k", "head_dim"):
-        value = getattr(case, name)
-        if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
-            raise ValueError(f"{name}: expected a positive int, got {value!r}")
-
-
 def _np_dtype(name: str):
     if name == "bfloat16":
         import ml_dtypes
@@ -119,21 +112,15 @@ def _np_dtype(name: str):
 
 
 @dataclass(frozen=True)
-class CaseSpec:
+class CaseSpec(Shape):
     """One configuration to check."""
 
-    batch: int
-    heads: int
-    seqlen_q: int
-    seqlen_k: int
-    head_dim: int
-    causal: bool
     layout: str = "bshd"
     dtype: str = "float32"
     tf32: bool = False  # float32 with allow_tf32=True (the TF32 tensor-core kernels)
 
     def __post_init__(self):
-        check_shape_fields(self)
+        super().__post_init__()
         if self.layout not in LAYOUTS:
             raise ValueError(f"layout: expected one of {LAYOUTS}, got {self.layout!r}")
         if self.dtype not in DTYPES:

@@ -10,6 +10,7 @@ FlashAttention-2's benchmarks.  TFLOP/s = flops / ms / 1e9.
 
 from __future__ import annotations
 
+import numbers
 from dataclasses import dataclass
 from typing import Sequence
 
@@ -20,19 +21,31 @@ PRESETS = ("fa2", "smoke")
 
 
 @dataclass(frozen=True)
-class BenchCase:
+class Shape:
+    """The sizes of an attention problem, shared by bench cases and ``check.CaseSpec``:
+    batch, heads, seqlen_q, seqlen_k and head_dim are positive ints (ints of any kind,
+    NumPy's too; not bools)."""
+
     batch: int
     heads: int
     seqlen_q: int
     seqlen_k: int
     head_dim: int
     causal: bool
+
+    def __post_init__(self):
+        for name in ("batch", "heads", "seqlen_q", "seqlen_k", "head_dim"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
+                raise ValueError(f"{name}: expected a positive int, got {value!r}")
+
+
+@dataclass(frozen=True)
+class BenchCase(Shape):
     dtype: str = "float16"
 
     def __post_init__(self):
-        from numba_flash.check import check_shape_fields
-
-        check_shape_fields(self)
+        super().__post_init__()
         if self.dtype not in DTYPES:
             raise ValueError(f"dtype: expected one of {DTYPES}, got {self.dtype!r}")
 
