@@ -10,8 +10,9 @@ imported, which fixes whether the simulator is on.)
 kernels then run on the CPU, one Python thread per CUDA thread, and NumPy arrays are
 passed to them as they are.
 
-``device_function`` is how the kernels' shared building blocks (``numba_flash.kernels.
-block_info``, ``.mask``, ``.softmax``, ``.copy``) are declared: numba device functions
+``device_function`` is how the kernels' shared building blocks (``numba_flash.kernels``:
+``block_info``, ``mask``, ``softmax``, ``copy``, ``pipeline``, ``fragments``,
+``microtile``; docs/architecture.md) are declared: numba device functions
 marked ``alwaysinline`` (``forceinline=True``), so that after inlining their register
 arrays and compile-time arguments fold into the caller as if written there.
 

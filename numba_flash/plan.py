@@ -26,7 +26,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 
 from numba_flash import config
-from numba_flash.kernels import spec
 
 PASSES = ("forward", "backward")
 DTYPES = ("float32", "float16", "bfloat16")
@@ -179,4 +178,4 @@ def with_sizes(p: Problem, batch: int, heads: int, seqlen_q: int, seqlen_k: int)
     return replace(p, batch=batch, heads=heads, seqlen_q=seqlen_q, seqlen_k=seqlen_k)
 
 
-__all__ = ["Problem", "Plan", "plan", "family", "table", "with_sizes", "spec"]
+__all__ = ["Problem", "Plan", "plan", "family", "table", "with_sizes"]
