@@ -343,6 +343,20 @@ def _np_dtype(name):
     return BF16 if name == "bfloat16" else np.dtype(name)
 
 
+def _forward_backward_from_framework(dtype_name, device_arrays, host_arrays, seed, **kw):
+    """Forward and backward on a framework's GPU arrays (q, k, v, dout), checked against
+    the reference on the same values held on the host; returns (out, lse) as CuPy arrays."""
+    import cupy as cp
+
+    tq, tk, tv, tdo = device_arrays
+    out, lse = numba_flash.flash_attention(tq, tk, tv, return_lse=True, **kw)
+    assert isinstance(out, cp.ndarray) and out.dtype == _np_dtype(dtype_name)
+    grads = numba_flash.flash_attention_backward(tdo, tq, tk, tv, out, lse, **kw)
+    check_all(dtype_name, (cp.asnumpy(out), cp.asnumpy(lse), tuple(cp.asnumpy(g) for g in grads)),
+              *host_arrays, seed, **kw)  # fmt: skip
+    return out, lse
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("dtype_name", TORCH_DTYPES)
 def test_torch_tensors_forward_and_backward(dtype_name):
@@ -352,8 +366,6 @@ def test_torch_tensors_forward_and_backward(dtype_name):
     torch = pytest.importorskip("torch", reason="PyTorch is installed on the GPU machine only")
     if not torch.cuda.is_available():
         pytest.skip("torch sees no CUDA device")
-    import cupy as cp
-
     seed = new_seed()
     dt = _np_dtype(dtype_name)
     q, k, v, dout = inputs(seed, 2, 3, 300, 500, 64, dt)
@@ -362,11 +374,7 @@ def test_torch_tensors_forward_and_backward(dtype_name):
     if dt == BF16:
         tq, tk, tv, tdo = (t.view(torch.bfloat16) for t in (tq, tk, tv, tdo))
     kw = dict(causal=True, layout="bshd")
-    out, lse = numba_flash.flash_attention(tq, tk, tv, return_lse=True, **kw)
-    assert isinstance(out, cp.ndarray) and out.dtype == dt
-    grads = numba_flash.flash_attention_backward(tdo, tq, tk, tv, out, lse, **kw)
-    check_all(dtype_name, (cp.asnumpy(out), cp.asnumpy(lse), tuple(cp.asnumpy(g) for g in grads)),
-              q, k, v, dout, seed, **kw)  # fmt: skip
+    out, lse = _forward_backward_from_framework(dtype_name, (tq, tk, tv, tdo), (q, k, v, dout), seed, **kw)
     grad_q, grad_v = tq.clone().requires_grad_(True), tv.clone().requires_grad_(True)
     for name, args in (("q", (grad_q, tk, tv)), ("v", (tq, tk, grad_v))):
         with pytest.raises(TypeError, match=rf"{name}: a tensor that requires grad; pass {name}\.detach\(\)"):
@@ -382,7 +390,6 @@ def test_jax_arrays_forward_and_backward(dtype_name):
     ``__cuda_array_interface__``)."""
     os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")  # leave the GPU's memory to CuPy
     jax = pytest.importorskip("jax")
-    import cupy as cp
     import jax.numpy as jnp
 
     if not any(dev.platform == "gpu" for dev in jax.devices()):
@@ -391,12 +398,8 @@ def test_jax_arrays_forward_and_backward(dtype_name):
     dt = _np_dtype(dtype_name)
     q, k, v, dout = inputs(seed, 2, 3, 300, 500, 128, dt)
     jq, jk, jv, jdo = (jax.device_put(jnp.asarray(x), jax.devices("gpu")[0]) for x in (q, k, v, dout))
-    kw = dict(causal=True, layout="bshd")
-    out, lse = numba_flash.flash_attention(jq, jk, jv, return_lse=True, **kw)
-    assert isinstance(out, cp.ndarray) and out.dtype == dt
-    grads = numba_flash.flash_attention_backward(jdo, jq, jk, jv, out, lse, **kw)
-    check_all(dtype_name, (cp.asnumpy(out), cp.asnumpy(lse), tuple(cp.asnumpy(g) for g in grads)),
-              q, k, v, dout, seed, **kw)  # fmt: skip
+    _forward_backward_from_framework(dtype_name, (jq, jk, jv, jdo), (q, k, v, dout), seed,
+                                     causal=True, layout="bshd")  # fmt: skip
 
 
 class DeviceCAI:
