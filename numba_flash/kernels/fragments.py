@@ -17,16 +17,12 @@ address a lane hands to ``ldmatrix`` for the three operand shapes of attention
 
 from __future__ import annotations
 
-import math
-
 from numba_flash import ptx
-from numba_flash._numba_cuda import cuda, device_function, float32
+from numba_flash._numba_cuda import cuda, device_function
 from numba_flash.kernels import softmax
 from numba_flash.kernels.block_info import tile_needs_mask
 from numba_flash.kernels.copy import SW_16BIT, chunk_addr
-from numba_flash.kernels.mask import visible
-
-NEG_INF = float32(-math.inf)
+from numba_flash.kernels.mask import masked_score
 
 
 @device_function
@@ -51,12 +47,11 @@ def scale_and_mask(acc, S0, NT, MT, row0, col0, scale, needs_mask, mi, KEYS_ARE_
             for nt in range(NT):
                 for e in range(4):
                     r, c = acc_row_col(nt, e, lane)
+                    i = S0 + 4 * NT * mt + nt * 4 + e
                     if KEYS_ARE_ROWS:
-                        ok = visible(col0 + c, row0 + 16 * mt + r, mi)
+                        acc[i] = masked_score(acc[i], col0 + c, row0 + 16 * mt + r, mi)
                     else:
-                        ok = visible(row0 + 16 * mt + r, col0 + c, mi)
-                    if not ok:
-                        acc[S0 + 4 * NT * mt + nt * 4 + e] = NEG_INF
+                        acc[i] = masked_score(acc[i], row0 + 16 * mt + r, col0 + c, mi)
 
 
 @device_function

@@ -19,14 +19,10 @@ loops).
 
 from __future__ import annotations
 
-import math
-
 from numba_flash import ptx
-from numba_flash._numba_cuda import device_function, float32
+from numba_flash._numba_cuda import device_function
 from numba_flash.kernels.block_info import tile_needs_mask
-from numba_flash.kernels.mask import visible
-
-NEG_INF = float32(-math.inf)
+from numba_flash.kernels.mask import masked_score
 
 
 @device_function
@@ -76,11 +72,9 @@ def scale_and_mask(s, TM, TN, row0, ROW_STEP, col0, COL_STEP, scale, needs_mask,
         for r in range(TM):
             for c in range(TN):
                 if KEYS_ARE_ROWS:
-                    ok = visible(col0 + c * COL_STEP, row0 + r * ROW_STEP, mi)
+                    s[r * TN + c] = masked_score(s[r * TN + c], col0 + c * COL_STEP, row0 + r * ROW_STEP, mi)
                 else:
-                    ok = visible(row0 + r * ROW_STEP, col0 + c * COL_STEP, mi)
-                if not ok:
-                    s[r * TN + c] = NEG_INF
+                    s[r * TN + c] = masked_score(s[r * TN + c], row0 + r * ROW_STEP, col0 + c * COL_STEP, mi)
 
 
 @device_function

@@ -33,8 +33,8 @@ import math
 
 from numba_flash import ptx
 from numba_flash._numba_cuda import cuda, device_function, float32
+from numba_flash.kernels.mask import NEG_INF
 
-NEG_INF = float32(-math.inf)
 POS_INF = float32(math.inf)
 NEG_ZERO = float32(-0.0)
 LOG2E = 1.4426950408889634

@@ -51,7 +51,6 @@ from numba_flash.config import TcBwdTiles
 from numba_flash.kernels import copy, fragments, pipeline, softmax, spec
 from numba_flash.kernels.block_info import key_tiles, query_tiles, this_block
 
-LOG2E = 1.4426950408889634
 _ALIGN = ptx.SMEM_ALIGN
 
 
@@ -101,7 +100,7 @@ def tc_bwd_dkdv_kernel(t: TcBwdTiles, causal: bool, dtype: str):
     def tc_bwd_dkdv(q, k, v, dout, lse, delta, dk32, dv32, softmax_scale):
         start_n, b, h, mi, seqlen_q, seqlen_k = this_block(q, k, BLOCK_N, CAUSAL)
         tid, warp, lane, g, tq = pipeline.lane_coords()
-        scale2 = float32(softmax_scale * LOG2E)
+        scale2 = float32(softmax_scale * softmax.LOG2E)
 
         # dynamic: K | V | Q stages | dO stages (16-bit, swizzled); static: lse2 | delta
         smem = cuda.shared.array(0, uint16, alignment=_ALIGN)
@@ -197,7 +196,7 @@ def tc_bwd_dq_kernel(t: TcBwdTiles, causal: bool, dtype: str):
     def tc_bwd_dq(q, k, v, dout, lse, delta, dq32, softmax_scale):
         start_m, b, h, mi, seqlen_q, seqlen_k = this_block(q, k, BLOCK_M, CAUSAL)
         tid, warp, lane, g, tq = pipeline.lane_coords()
-        scale2 = float32(softmax_scale * LOG2E)
+        scale2 = float32(softmax_scale * softmax.LOG2E)
 
         # dynamic: Q | dO | K stages | V stages (16-bit, swizzled)
         smem = cuda.shared.array(0, uint16, alignment=_ALIGN)

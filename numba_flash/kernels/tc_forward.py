@@ -50,7 +50,6 @@ from numba_flash.config import TcTiles
 from numba_flash.kernels import copy, fragments, pipeline, softmax, spec
 from numba_flash.kernels.block_info import key_tiles, this_block, tile_needs_mask
 
-LOG2E = 1.4426950408889634
 _ALIGN = ptx.SMEM_ALIGN  # a module global, so numba sees a literal (see ptx.SMEM_ALIGN)
 
 
@@ -85,7 +84,7 @@ def tc_forward_kernel(t: TcTiles, causal: bool, dtype: str):
     def tc_forward(q, k, v, out32, lse, softmax_scale):
         start_m, b, h, mi, seqlen_q, seqlen_k = this_block(q, k, BLOCK_M, CAUSAL)
         tid, warp, lane, _, tq = pipeline.lane_coords()
-        scale_log2 = float32(softmax_scale * LOG2E)
+        scale_log2 = float32(softmax_scale * softmax.LOG2E)
 
         # one dynamic shared array (sized at launch: smem_bytes), carved into
         # Q | K stages | V stages; addresses are byte offsets in the shared window

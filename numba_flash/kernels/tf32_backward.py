@@ -67,14 +67,15 @@ d = 128 (one block an SM on an H100/H200; over 48 KiB is opted in at launch).
 from __future__ import annotations
 
 import functools
+
 from numba_flash import ptx
 from numba_flash._numba_cuda import cuda, float32, uint32
 from numba_flash.config import Tf32BwdTiles
 from numba_flash.kernels import copy, fragments, pipeline, softmax, spec
 from numba_flash.kernels.block_info import key_tiles, query_tiles, this_block
 
-LOG2E = 1.4426950408889634
 _ALIGN = ptx.SMEM_ALIGN  # a module global, so numba sees a literal (see ptx.SMEM_ALIGN)
+
 
 @functools.lru_cache(maxsize=None)
 def tf32_bwd_dkdv_kernel(t: Tf32BwdTiles, causal: bool):
@@ -100,7 +101,7 @@ def tf32_bwd_dkdv_kernel(t: Tf32BwdTiles, causal: bool):
         start_n, b, h, mi, seqlen_q, seqlen_k = this_block(q, k, BLOCK_N, CAUSAL)
         tid, warp, lane, g, tq = pipeline.lane_coords()
         sw_g = copy.swizzle(g, 0, SW)  # the swizzle of the rows ≡ g (mod 8) this lane reads
-        scale2 = float32(softmax_scale * LOG2E)
+        scale2 = float32(softmax_scale * softmax.LOG2E)
 
         # dynamic: K | V | Q stages | dO stages (byte offsets); static: lse2 | delta
         smem = cuda.shared.array(0, float32, alignment=_ALIGN)
@@ -182,7 +183,7 @@ def tf32_bwd_dq_kernel(t: Tf32BwdTiles, causal: bool):
         start_m, b, h, mi, seqlen_q, seqlen_k = this_block(q, k, BLOCK_M, CAUSAL)
         tid, warp, lane, g, tq = pipeline.lane_coords()
         sw_g = copy.swizzle(g, 0, SW)
-        scale2 = float32(softmax_scale * LOG2E)
+        scale2 = float32(softmax_scale * softmax.LOG2E)
 
         # dynamic: Q | dO | K stages | V stages (byte offsets)
         smem = cuda.shared.array(0, float32, alignment=_ALIGN)

@@ -63,15 +63,14 @@ the banks); for V they are rows 2t (or 2t+1), t = 0..3, at chunks 8j + g, g ∈ 
 from __future__ import annotations
 
 import functools
+
 from numba_flash import ptx
 from numba_flash._numba_cuda import cuda, float32, uint32
 from numba_flash.config import TcTiles
 from numba_flash.kernels import copy, fragments, pipeline, softmax, spec
 from numba_flash.kernels.block_info import key_tiles, this_block, tile_needs_mask
 
-LOG2E = 1.4426950408889634
 _ALIGN = ptx.SMEM_ALIGN  # a module global, so numba sees a literal (see ptx.SMEM_ALIGN)
-
 
 
 @functools.lru_cache(maxsize=None)
@@ -103,7 +102,7 @@ def tf32_forward_kernel(t: TcTiles, causal: bool):
         start_m, b, h, mi, seqlen_q, seqlen_k = this_block(q, k, BLOCK_M, CAUSAL)
         tid, warp, lane, g, tq = pipeline.lane_coords()
         sw_g = copy.swizzle(g, 0, SW)  # the swizzle of rows ≡ g (mod 8), which this lane reads in Q, K
-        scale_log2 = float32(softmax_scale * LOG2E)
+        scale_log2 = float32(softmax_scale * softmax.LOG2E)
 
         # one dynamic shared array (sized at launch: smem_bytes), carved into
         # Q | K stages | V stages; addresses are byte offsets in the shared window
@@ -148,7 +147,7 @@ def tf32_forward_kernel(t: TcTiles, causal: bool):
             # for rows g (r = 0) and g + 8 (r = 1)
             needs_mask = tile_needs_mask(start_m, BLOCK_M, start_n, BLOCK_N, mi)
             fragments.scale_and_mask(acc_s, 0, NT_S, 1, start_m + warp * 16, start_n, scale_log2, needs_mask, mi,
-                                       False)  # fmt: skip
+                                     False)  # fmt: skip
             for r in range(2):
                 softmax.online_softmax_row(acc_s, 2 * r, 4, NT_S, 2, acc_o, 2 * r, 4, NT_O, 2, m_i, l_i, r, 4, True)
 
