@@ -72,18 +72,13 @@ def rng():
 
 
 @pytest.fixture
-def poisoned_outputs(monkeypatch):
-    """Every array the API allocates for an output starts as NaN."""
-    from numba_flash import _arrays
+def poisoned_outputs():
+    """Every array the API allocates for an output starts as NaN (``numba_flash.check``'s
+    :func:`~numba_flash.check.poisoned_outputs`, as ``numba-flash check`` runs)."""
+    from numba_flash.check import poisoned_outputs as poisoned
 
-    real_empty = _arrays.empty
-
-    def nan_empty(kind, shape, dtype):
-        arr = real_empty(kind, shape, dtype)
-        arr.fill(np.nan)
-        return arr
-
-    monkeypatch.setattr(_arrays, "empty", nan_empty)
+    with poisoned():
+        yield
 
 
 def host(x):
