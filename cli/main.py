@@ -169,6 +169,11 @@ class _Out:
     def echo(self, message: str = "") -> None:
         click.echo(message, err=self.err)
 
+    def wrote(self, path: str) -> None:
+        """Say that ``path`` was written (nothing for ``-``: stdout was the file)."""
+        if path != "-":
+            self.echo(f"wrote {path}")
+
     def print(self, *objects) -> None:  # rich renderables and markup
         if self._console is None:
             self._console = _console(stderr=self.err)
@@ -362,8 +367,7 @@ def check(seqlens, head_dims, dtypes, causal, layout, batch, heads, pass_, seed,
             "results": [r.to_dict() for r in results],
         }
         write_json(doc, json_path)
-        if json_path != "-":
-            out.echo(f"wrote {json_path}")
+        out.wrote(json_path)
     if failed:
         out.echo(f"FAILED: {len(failed)} of {len(results)} case(s) (seed {seed})")
         sys.exit(1)
@@ -542,15 +546,14 @@ def bench(preset, seqlens, head_dims, batch, heads, dtypes, causal, pass_, impls
     environment = {"device": dev, "versions": env["versions"]}
     if json_path:
         B.write_json(results, json_path, settings=settings, environment=environment)
-        if json_path != "-":
-            out.echo(f"wrote {json_path}")
+        out.wrote(json_path)
     if csv_path:
         B.write_csv(results, csv_path)
-        out.echo(f"wrote {csv_path}")
+        out.wrote(csv_path)
     if plot_path:
         try:
             B.plot(results, plot_path, title=f"numba-flash vs peers on {dev['name']}")
-            out.echo(f"wrote {plot_path}")
+            out.wrote(plot_path)
         except Exception as exc:  # a plot must not lose the measurements
             click.echo(f"numba-flash: warning: plotting failed: {type(exc).__name__}: {exc}", err=True)
             sys.exit(1)
@@ -645,12 +648,11 @@ def memory(max_seqlen, min_seqlen, batch, heads, head_dim, dtype, causal, pass_,
     if json_path:
         M.write_json(results, json_path, settings=settings, environment={"device": env["device"],
                                                                        "versions": env["versions"]})  # fmt: skip
-        if json_path != "-":
-            out.echo(f"wrote {json_path}")
+        out.wrote(json_path)
     if plot_path:
         try:
             M.plot(results, plot_path)
-            out.echo(f"wrote {plot_path}")
+            out.wrote(plot_path)
         except Exception as exc:
             click.echo(f"numba-flash: warning: plotting failed: {type(exc).__name__}: {exc}", err=True)
             sys.exit(1)
@@ -713,8 +715,7 @@ def info(json_path):
     out.print(t)
     if json_path:
         write_json(data, json_path)
-        if json_path != "-":
-            out.echo(f"wrote {json_path}")
+        out.wrote(json_path)
 
 
 # --------------------------------------------------------------------------------------
@@ -833,8 +834,7 @@ def inspect(pass_, dtype, head_dim, causal, arch, tf32, show_ptx, json_path):
                             settings=settings, environment={"versions": versions()},
                             family=reports[0].family if reports else "", note=note)  # fmt: skip
         write_json(doc, json_path)
-        if json_path != "-":
-            out.echo(f"wrote {json_path}")
+        out.wrote(json_path)
     if show_ptx and json_path != "-":
         for i, r in enumerate(reports):
             click.echo(("\n" if i else "") + f"// ===== {r.name} ({r.arch}) =====")
