@@ -317,7 +317,6 @@ class HostDLPack:
         return self._a.__dlpack_device__()
 
 
-@pytest.mark.skipif(not SIMULATOR, reason="host DLPack: the simulator's arrays are host arrays")
 def test_dlpack_host_inputs():
     """q, k, v, dout, out and lse handed over through ``__dlpack__`` only: NumPy comes
     back, forward and backward match the reference, the inputs are untouched."""
