@@ -77,28 +77,68 @@ The reference is a standard attention in IEEE float64 arithmetic, so:
 
 Masked scores are replaced by ``-inf`` before the softmax, so a NaN in a key
 that a query cannot see (causal) does not reach that query.
+
+FlashAttention-2's variants
+---------------------------
+Every attention function and its backward take FlashAttention-2's
+``flash_attn_func`` keywords ``window_size``, ``softcap``, ``alibi_slopes``,
+``dropout_p`` and ``seed``; their defaults give the plain attention above, bit
+for bit.  Per (batch ``b``, query head ``h``), with ``diag = Nk - Nq``::
+
+    S_ij = scale * q_i . k_j
+    S_ij = c * tanh(S_ij / c)                    softcap c > 0
+    S_ij = S_ij - slope[b, h] * |i + diag - j|   ALiBi (after the softcap)
+    S_ij = -inf  unless  i + diag - left <= j <= i + diag + right
+                                                 window_size = (left, right), -1
+                                                 leaves a side open; causal sets
+                                                 right = 0 (causal and window)
+    P = softmax(S), lse = log sum_j exp(S_ij)    (the undropped softmax)
+    O = (P * Z / (1 - p)) V                      dropout p, Z = dropout_mask(...)
+
+Grouped-query (and multi-query) attention: ``k`` and ``v`` may have ``H_kv``
+heads, ``H_kv`` dividing q's ``H``; query head ``h`` reads KV head
+``h // (H / H_kv)``.  The backward, with ``D = rowsum(dO * O)`` of the
+(dropped) output O the forward returned::
+
+    dV = (P * Z / (1 - p))^T dO                  summed over the KV head's group
+    dP = (dO V^T) * Z / (1 - p)
+    dS = P * (dP - D)
+    dS = dS * (1 - tanh^2(S_raw / c))            softcap: d(c tanh(x / c)) / dx
+    dQ = scale * dS K,   dK = scale * dS^T Q     (dK summed over the group)
+
+:func:`attention_varlen` and :func:`attention_varlen_backward` take sequences
+of different lengths packed along one axis (``flash_attn_varlen_func``); every
+index above is then relative to its sequence, and ``b`` is its index.
 """
 
 from __future__ import annotations
 
 import math
 import numbers
+from dataclasses import dataclass, replace
 
 import numpy as np
 
 __all__ = [
     "causal_mask",
+    "window_mask",
     "attention",
     "online_softmax",
     "online_softmax_blocks",
     "flash_forward",
     "attention_backward",
     "flash_backward",
+    "attention_varlen",
+    "attention_varlen_backward",
     "attention_lowp",
     "attention_backward_lowp",
     "round_tf32",
     "attention_tf32",
     "attention_backward_tf32",
+    "philox4x32_10",
+    "seed_key",
+    "keep_threshold",
+    "dropout_mask",
     "rel_error",
     "max_abs_error",
 ]
@@ -109,6 +149,15 @@ _LAYOUTS = ("bhsd", "bshd")
 # ---------------------------------------------------------------------------
 # Argument checking and layout handling
 # ---------------------------------------------------------------------------
+
+def _shown(value):
+    shown = repr(value)
+    return shown if len(shown) <= 60 else shown[:57] + "..."
+
+
+def _is_int(x):
+    return isinstance(x, numbers.Integral) and not isinstance(x, (bool, np.bool_))
+
 
 def _check_layout(layout):
     # isinstance first: an array would make ``in`` compare element-wise
@@ -124,34 +173,36 @@ def _check_causal(causal):
 
 
 def _check_block(name, block):
-    if (isinstance(block, (bool, np.bool_))
-            or not isinstance(block, numbers.Integral) or block < 1):
+    if not _is_int(block) or block < 1:
         raise ValueError(f"{name}={block!r}: expected a positive int")
     return int(block)
 
 
 def _check_seqlen(name, n):
-    if (isinstance(n, (bool, np.bool_))
-            or not isinstance(n, numbers.Integral) or n < 0):
+    if not _is_int(n) or n < 0:
         raise ValueError(f"{name}={n!r}: expected a non-negative int")
     return int(n)
+
+
+def _real(value, ok):
+    """``float(value)`` when ``value`` is a real number (not a bool) for which
+    ``ok(float)`` holds, else None (an int beyond float64 is not finite)."""
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Real):
+        return None
+    try:
+        x = float(value)
+    except OverflowError:  # an int beyond float64, e.g. 10**400
+        return None
+    return x if ok(x) else None
 
 
 def _resolve_scale(softmax_scale, headdim):
     if softmax_scale is None:
         return 1.0 / math.sqrt(headdim)
-    value = math.nan
-    if (not isinstance(softmax_scale, (bool, np.bool_))
-            and isinstance(softmax_scale, numbers.Real)):
-        try:
-            value = float(softmax_scale)
-        except OverflowError:  # an int beyond float64, e.g. 10**400
-            pass
-    if not math.isfinite(value):
-        shown = repr(softmax_scale)
-        shown = shown if len(shown) <= 60 else shown[:57] + "..."
-        raise ValueError(
-            f"softmax_scale={shown}: expected None or a real number finite in float64")
+    value = _real(softmax_scale, math.isfinite)
+    if value is None:
+        raise ValueError(f"softmax_scale={_shown(softmax_scale)}: "
+                         "expected None or a real number finite in float64")
     return value
 
 
@@ -179,25 +230,38 @@ def _dims(x):
     return f"batch={b}, heads={h}, seqlen={n}, headdim={d}"
 
 
-def _prepare(q, k, v, causal, softmax_scale, layout):
-    """Validate the common arguments; return bhsd float64 q, k, v and the scale."""
+def _check_kv_heads(heads_kv, heads):
+    """Grouped-query attention: k's heads must divide q's (equal heads: plain MHA)."""
+    if heads_kv != heads and (heads_kv == 0 or heads == 0 or heads % heads_kv):
+        raise ValueError(
+            f"k: heads={heads_kv}: expected a divisor of q's heads={heads} "
+            "(grouped-query attention: each KV head serves H / H_kv query heads)")
+
+
+def _prepare(q, k, v, softmax_scale, layout, causal, window_size, softcap,
+             alibi_slopes, dropout_p, seed):
+    """Validate the common arguments; return bhsd float64 q, k, v, the scale and
+    the variants.  k and v keep their own (KV) heads."""
     _check_layout(layout)
     causal = _check_causal(causal)
     q = _to_bhsd(q, "q", layout)
     k = _to_bhsd(k, "k", layout)
     v = _to_bhsd(v, "v", layout)
-    if k.shape[:2] != q.shape[:2] or k.shape[3] != q.shape[3]:
+    if k.shape[0] != q.shape[0] or k.shape[3] != q.shape[3]:
         raise ValueError(
-            f"k: {_dims(k)}: expected the batch, heads and headdim of q ({_dims(q)})")
+            f"k: {_dims(k)}: expected the batch and headdim of q ({_dims(q)})")
+    _check_kv_heads(k.shape[1], q.shape[1])
     if v.shape[:3] != k.shape[:3]:
         raise ValueError(
             f"v: {_dims(v)}: expected the batch, heads and seqlen of k ({_dims(k)})")
     scale = _resolve_scale(softmax_scale, q.shape[3])
-    return q, k, v, causal, scale
+    var = _variants(causal, window_size, softcap, alibi_slopes, dropout_p, seed,
+                    batch=q.shape[0], heads=q.shape[1])
+    return q, k, v, scale, var
 
 
-def _prepare_backward(dout, q, k, v, out, lse, causal, softmax_scale, layout):
-    q, k, v, causal, scale = _prepare(q, k, v, causal, softmax_scale, layout)
+def _prepare_backward(dout, q, k, v, out, lse, softmax_scale, layout, *variants):
+    q, k, v, scale, var = _prepare(q, k, v, softmax_scale, layout, *variants)
     b, h, nq, _ = q.shape
     dv_dim = v.shape[3]
     out = _to_bhsd(out, "out", layout)
@@ -212,7 +276,304 @@ def _prepare_backward(dout, q, k, v, out, lse, causal, softmax_scale, layout):
     if lse.shape != (b, h, nq):
         raise ValueError(
             f"lse: shape {lse.shape}: expected (batch, heads, seqlen_q) = {(b, h, nq)}")
-    return dout, q, k, v, out, lse, causal, scale
+    return dout, q, k, v, out, lse, scale, var
+
+
+# ---------------------------------------------------------------------------
+# FlashAttention-2's variants: window, softcap, ALiBi, dropout (GQA: _expand)
+# ---------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class _Variants:
+    """The validated variants of one call.
+
+    ``window`` is ``(left, right)`` with -1 for an open side and causal folded in
+    (right = 0); ``slopes`` the ALiBi slopes as float64 (batch, heads), or None;
+    ``key`` the Philox key of the dropout seed (None without dropout) and
+    ``batch_ids`` the batch index each batch row has in the dropout counter (for
+    varlen, the sequence's index in cu_seqlens)."""
+
+    window: tuple
+    softcap: float
+    slopes: object
+    dropout_p: float
+    key: object
+    batch_ids: object
+
+    @property
+    def masked(self):
+        return self.window != (-1, -1)
+
+    def sequence(self, b):
+        """The variants of batch row ``b`` alone (a varlen sequence)."""
+        slopes = None if self.slopes is None else self.slopes[b:b + 1]
+        return replace(self, slopes=slopes, batch_ids=self.batch_ids[b:b + 1])
+
+
+def _check_window(window_size, causal):
+    ok = (isinstance(window_size, (tuple, list)) and len(window_size) == 2
+          and all(_is_int(w) and w >= -1 for w in window_size))
+    if not ok:
+        raise ValueError(f"window_size={_shown(window_size)}: expected a tuple "
+                         "(left, right) of two ints >= -1 (-1: that side unbounded)")
+    left, right = (int(w) for w in window_size)
+    return left, 0 if causal else right
+
+
+def _check_softcap(softcap):
+    value = _real(softcap, lambda x: math.isfinite(x) and x >= 0)
+    if value is None:
+        raise ValueError(f"softcap={_shown(softcap)}: expected a finite real >= 0 "
+                         "(0: no softcap)")
+    return value
+
+
+def _check_alibi(alibi_slopes, batch, heads):
+    if alibi_slopes is None:
+        return None
+    try:
+        slopes = np.array(alibi_slopes, dtype=np.float64)  # a copy: never modified
+    except (TypeError, ValueError):
+        slopes = None
+    if slopes is None or slopes.shape not in ((heads,), (batch, heads)):
+        shape = getattr(alibi_slopes, "shape", None)
+        shown = f"shape {shape}" if shape is not None else _shown(alibi_slopes)
+        raise ValueError(f"alibi_slopes: {shown}: expected None or real slopes of "
+                         f"shape (heads,) = ({heads},) or (batch, heads) = "
+                         f"({batch}, {heads})")
+    return np.broadcast_to(slopes, (batch, heads))
+
+
+def _check_dropout(dropout_p, seed):
+    p = _real(dropout_p, lambda x: 0 <= x < 1)
+    if p is None:
+        raise ValueError(f"dropout_p={_shown(dropout_p)}: expected a real in [0, 1)")
+    key = None if seed is None and p == 0 else seed_key(seed)  # checked when given
+    return p, (key if p > 0 else None)
+
+
+def _variants(causal, window_size, softcap, alibi_slopes, dropout_p, seed, *,
+              batch, heads):
+    window = _check_window(window_size, causal)
+    softcap = _check_softcap(softcap)
+    slopes = _check_alibi(alibi_slopes, batch, heads)
+    p, key = _check_dropout(dropout_p, seed)
+    return _Variants(window, softcap, slopes, p, key, np.arange(batch))
+
+
+def _visible(rows, cols, offset, window):
+    """``(len(rows), len(cols))`` bool: query ``i`` sees key ``j`` iff
+    ``i + offset - left <= j <= i + offset + right`` (a -1 side is open)."""
+    left, right = window
+    i, j = rows[:, None], cols[None, :]
+    ok = np.ones((rows.size, cols.size), dtype=bool)
+    if left >= 0:
+        ok &= j >= i + offset - left
+    if right >= 0:
+        ok &= j <= i + offset + right
+    return ok
+
+
+def _key_range(start_m, end_m, nq, nk, window):
+    """Keys ``[lo, hi)`` that any of the query rows ``start_m .. end_m - 1`` sees
+    (FlashAttention's n_block_min / n_block_max, in keys)."""
+    left, right = window
+    offset = nk - nq
+    lo = 0 if left < 0 else max(0, start_m + offset - left)
+    hi = nk if right < 0 else min(nk, max(0, end_m + offset + right))
+    return lo, hi
+
+
+def _query_range(start_n, end_n, nq, nk, window):
+    """Query rows ``[lo, hi)`` that see any of the keys ``start_n .. end_n - 1``."""
+    left, right = window
+    offset = nk - nq
+    lo = 0 if right < 0 else max(0, start_n - offset - right)
+    hi = nq if left < 0 else min(nq, max(0, end_n - offset + left))
+    return lo, hi
+
+
+def _tile_needs_mask(start_m, end_m, start_n, end_n, offset, window):
+    """False when every (query, key) pair of the tile is inside the window band."""
+    left, right = window
+    past_right = right >= 0 and end_n - 1 > start_m + offset + right
+    before_left = left >= 0 and start_n < end_m - 1 + offset - left
+    return past_right or before_left
+
+
+def _score_mods(s, rows, cols, offset, var, mask=True):
+    """Softcap, ALiBi and the window mask applied to the scaled scores ``s``
+    (batch, heads, len(rows), len(cols)), in ``s``'s dtype.  Returns ``(s, t)``
+    with ``t = tanh(s_raw / softcap)`` for the backward (None without softcap)."""
+    ft = s.dtype.type
+    t = None
+    if var.softcap > 0:
+        t = np.tanh(s / ft(var.softcap))
+        s = ft(var.softcap) * t
+    if var.slopes is not None:
+        dist = np.abs(rows[:, None] + offset - cols[None, :]).astype(s.dtype)
+        s = s - var.slopes[:, :, None, None].astype(s.dtype) * dist
+    if mask and var.masked:
+        s = np.where(_visible(rows, cols, offset, var.window), s, ft(-np.inf))
+    return s, t
+
+
+def _scores(q, k, rows, cols, offset, scale, var, mask=True):
+    """``S`` (batch, heads, len(rows), len(cols)) of query rows ``q`` and keys
+    ``k`` (the tiles of ``rows`` and ``cols``), with the variants applied; and
+    the softcap's tanh (see :func:`_score_mods`)."""
+    with np.errstate(invalid="ignore", over="ignore"):  # inf * 0, overflow: IEEE
+        s = scale * (q @ k.swapaxes(-1, -2))
+    return _score_mods(s, rows, cols, offset, var, mask)
+
+
+def _softcap_grad(ds, t):
+    """dS with respect to the uncapped score: ``dS * (1 - tanh^2)``."""
+    return ds if t is None else ds * (1 - t * t)
+
+
+def _keep_scale(var, heads, rows, cols, dtype=np.float64):
+    """``Z / (1 - p)`` (batch, heads, len(rows), len(cols)) in ``dtype``, or None
+    without dropout."""
+    if var.key is None:
+        return None
+    z = _keep_bits(var.key, keep_threshold(var.dropout_p), var.batch_ids,
+                   np.arange(heads), rows, cols)
+    return z * dtype(1 / (1 - var.dropout_p))
+
+
+def _expand(x, heads):
+    """Grouped-query attention: k or v (b, H_kv, n, d) as (b, heads, n, d), query
+    head ``h`` getting KV head ``h // (heads / H_kv)`` (a view when H_kv = heads)."""
+    if x.shape[1] == heads:
+        return x
+    return x[:, np.arange(heads) // (heads // x.shape[1])]
+
+
+def _group_sum(dx, heads_kv, dtype=None):
+    """Gradients of the query heads (b, H, n, d) summed over each KV group; in
+    float32 rounded to ``dtype`` when given (a low-precision baseline)."""
+    b, h, n, d = dx.shape
+    if h == heads_kv:
+        return dx
+    grouped = dx.reshape(b, heads_kv, h // heads_kv, n, d)
+    if dtype is None:
+        return grouped.sum(axis=2)
+    return grouped.sum(axis=2, dtype=np.float32).astype(dtype)
+
+
+# ---------------------------------------------------------------------------
+# Dropout bits: Philox4x32-10, one call per 8 (query, key) elements
+# ---------------------------------------------------------------------------
+
+_PHILOX_M0, _PHILOX_M1 = 0xD2511F53, 0xCD9E8D57  # round multipliers
+_PHILOX_W0, _PHILOX_W1 = 0x9E3779B9, 0xBB67AE85  # key bumps (golden ratio, sqrt(3) - 1)
+_MASK32 = 0xFFFFFFFF
+
+
+def philox4x32_10(c0, c1, c2, c3, k0, k1):
+    """Philox4x32-10 (Salmon et al., SC'11; Random123, cuRAND) of the counter
+    ``(c0, c1, c2, c3)`` under the key ``(k0, k1)``: 4 uint32 arrays (broadcast
+    shape of the counter words).
+
+    One round, with ``mulhilo32(a, b)`` the high and low 32-bit halves of the
+    64-bit product::
+
+        (hi0, lo0) = mulhilo32(0xD2511F53, c0)
+        (hi1, lo1) = mulhilo32(0xCD9E8D57, c2)
+        c = (hi1 ^ c1 ^ k0, lo1, hi0 ^ c3 ^ k1, lo0)
+        k0 += 0x9E3779B9;  k1 += 0xBB67AE85        (mod 2**32)
+
+    ten rounds, the first with the key as given.  Computed in uint64.
+
+    >>> [hex(int(x)) for x in philox4x32_10(0, 0, 0, 0, 0, 0)]
+    ['0x6627e8d5', '0xe169c58d', '0xbc57ac4c', '0x9b00dbd8']
+    """
+    c0, c1, c2, c3 = (np.asarray(c, dtype=np.uint64) & np.uint64(_MASK32)
+                      for c in (c0, c1, c2, c3))
+    k0, k1 = int(k0) & _MASK32, int(k1) & _MASK32
+    m0, m1, lo = np.uint64(_PHILOX_M0), np.uint64(_PHILOX_M1), np.uint64(_MASK32)
+    for _ in range(10):
+        p0 = m0 * c0  # < 2**64: exact in uint64
+        p1 = m1 * c2
+        c0, c1, c2, c3 = ((p1 >> np.uint64(32)) ^ c1 ^ np.uint64(k0), p1 & lo,
+                          (p0 >> np.uint64(32)) ^ c3 ^ np.uint64(k1), p0 & lo)
+        k0 = (k0 + _PHILOX_W0) & _MASK32
+        k1 = (k1 + _PHILOX_W1) & _MASK32
+    return tuple(x.astype(np.uint32) for x in (c0, c1, c2, c3))
+
+
+def seed_key(seed):
+    """The Philox key ``(k0, k1) = (seed & 0xFFFFFFFF, seed >> 32)`` of a dropout
+    seed, an int with ``0 <= seed < 2**64``."""
+    if not _is_int(seed) or not 0 <= seed < 2**64:
+        raise ValueError(f"seed={_shown(seed)}: expected an int with 0 <= seed < 2**64 "
+                         "(required when dropout_p > 0)")
+    seed = int(seed)
+    return seed & _MASK32, seed >> 32
+
+
+def keep_threshold(dropout_p):
+    """The 16-bit keep threshold of ``dropout_p``: ``min(65536, round((1 - p) * 65536))``
+    (Python's round, ties to even); a value ``< threshold`` is kept, so p = 0 keeps
+    everything."""
+    p = _real(dropout_p, lambda x: 0 <= x < 1)
+    if p is None:
+        raise ValueError(f"dropout_p={_shown(dropout_p)}: expected a real in [0, 1)")
+    return min(65536, round((1 - p) * 65536))
+
+
+def _group_slot(j):
+    """The Philox call (``group``) and 16-bit value (``slot``, 0..7) of key ``j``."""
+    group = (j // 32) * 4 + (j % 8) // 2
+    slot = ((j % 32) // 8) * 2 + j % 2
+    return group, slot
+
+
+def _keep_bits(key, threshold, batch_ids, heads, rows, cols):
+    """Keep mask (len(batch_ids), len(heads), len(rows), len(cols)) of the given
+    batch, head, query and key indices (:func:`dropout_mask`); one Philox call
+    per distinct (b, h, i, group)."""
+    groups, slots = _group_slot(np.asarray(cols, dtype=np.int64))
+    needed, which = np.unique(groups, return_inverse=True)
+    b = np.asarray(batch_ids)[:, None, None, None]
+    h = np.asarray(heads)[None, :, None, None]
+    i = np.asarray(rows)[None, None, :, None]
+    words = np.stack(philox4x32_10(needed[None, None, None, :], i, h, b, *key), axis=-1)
+    word = words[..., which, slots // 2].astype(np.uint64)  # (b, h, i, j)
+    value = (word >> (16 * (slots % 2)).astype(np.uint64)) & np.uint64(0xFFFF)
+    return value < np.uint64(threshold)
+
+
+def dropout_mask(seed, dropout_p, batch, heads, seqlen_q, seqlen_k):
+    """Dropout keep mask, bool ``(batch, heads, seqlen_q, seqlen_k)``, True = kept.
+
+    The GPU kernels reproduce it bit for bit.  Element ``(b, h, i, j)`` (batch,
+    query head, query row, key column; for varlen ``b`` is the sequence's index
+    in cu_seqlens and ``i``, ``j`` positions within the sequence)::
+
+        key       (k0, k1) = (seed & 0xFFFFFFFF, seed >> 32)          seed_key
+        group     = (j // 32) * 4 + (j % 8) // 2
+        slot      = ((j % 32) // 8) * 2 + j % 2                        (0..7)
+        x0..x3    = philox4x32_10(c0=group, c1=i, c2=h, c3=b, k0, k1)
+        value     = (x[slot // 2] >> (16 * (slot % 2))) & 0xFFFF
+        threshold = min(65536, round((1 - dropout_p) * 65536))         keep_threshold
+        kept      = value < threshold
+
+    One Philox call gives the 8 values of keys ``32a + 8c + 2t + {0, 1}`` for
+    ``c = 0..3`` (``group = 4a + t``): the keys 2t, 2t+1 of four 8-key n-tiles
+    that one lane of an mma.sync m16n8 accumulator holds.  The definition
+    itself depends only on (seed, b, h, i, j).
+
+    >>> dropout_mask(0, 0.5, 1, 1, 2, 8).astype(int)
+    array([[[[0, 1, 0, 0, 0, 1, 0, 0],
+             [0, 1, 1, 1, 0, 1, 0, 0]]]])
+    """
+    key = seed_key(seed)
+    threshold = keep_threshold(dropout_p)
+    dims = [_check_seqlen(name, n) for name, n in (
+        ("batch", batch), ("heads", heads), ("seqlen_q", seqlen_q), ("seqlen_k", seqlen_k))]
+    return _keep_bits(key, threshold, *(np.arange(n) for n in dims))
 
 
 # ---------------------------------------------------------------------------
@@ -240,38 +601,70 @@ def causal_mask(seqlen_q, seqlen_k):
     return j <= i + (seqlen_k - seqlen_q)
 
 
-def _masked_scores(q, k, causal, scale):
-    """``S = scale * Q K^T`` (b, h, Nq, Nk) with masked entries at -inf."""
-    with np.errstate(invalid="ignore", over="ignore"):  # inf * 0, overflow: IEEE
-        s = scale * (q @ k.swapaxes(-1, -2))
-    if causal:
-        s = np.where(causal_mask(q.shape[2], k.shape[2]), s, -np.inf)
-    return s
+def window_mask(seqlen_q, seqlen_k, window_size=(-1, -1), *, causal=False):
+    """Sliding-window (local) mask, bool ``(seqlen_q, seqlen_k)``, bottom-right
+    aligned as :func:`causal_mask`: query ``i`` sees key ``j`` iff
+    ``i + diag - left <= j <= i + diag + right`` with ``diag = seqlen_k - seqlen_q``
+    and ``(left, right) = window_size``; -1 leaves that side open, and causal
+    sets right = 0.
+
+    >>> window_mask(4, 4, (1, 0)).astype(int)
+    array([[1, 0, 0, 0],
+           [1, 1, 0, 0],
+           [0, 1, 1, 0],
+           [0, 0, 1, 1]])
+    """
+    seqlen_q = _check_seqlen("seqlen_q", seqlen_q)
+    seqlen_k = _check_seqlen("seqlen_k", seqlen_k)
+    window = _check_window(window_size, _check_causal(causal))
+    return _visible(np.arange(seqlen_q), np.arange(seqlen_k), seqlen_k - seqlen_q, window)
 
 
-def attention(q, k, v, *, causal=False, softmax_scale=None, layout="bshd"):
+def attention(q, k, v, *, causal=False, softmax_scale=None, layout="bshd",
+              window_size=(-1, -1), softcap=0.0, alibi_slopes=None, dropout_p=0.0,
+              seed=None):
     """Standard (materialised) attention in float64.
 
     Parameters
     ----------
     q : array, (batch, seqlen_q, heads, headdim)   [bshd, the default]
-    k : array, (batch, seqlen_k, heads, headdim)
-    v : array, (batch, seqlen_k, heads, headdim_v)
+    k : array, (batch, seqlen_k, heads_kv, headdim)
+    v : array, (batch, seqlen_k, heads_kv, headdim_v)
         With ``layout="bhsd"`` the seqlen and heads axes are swapped.
+        ``heads_kv`` divides ``heads`` (grouped-query attention).
+    window_size, softcap, alibi_slopes, dropout_p, seed :
+        FlashAttention-2's variants (module docstring); ``alibi_slopes`` is
+        (heads,) or (batch, heads), ``seed`` an int in [0, 2**64) required when
+        ``dropout_p > 0`` (:func:`dropout_mask`).
 
     Returns
     -------
     out : float64 array, (batch, seqlen_q, heads, headdim_v)  [in ``layout``]
     lse : float64 array, (batch, heads, seqlen_q), natural-log sum-exp of the
-        scaled scores; ``-inf`` for a row that sees no key (whose ``out`` is 0).
+        scores (of the undropped softmax); ``-inf`` for a row that sees no key
+        (whose ``out`` is 0).
 
     A NaN or ``+inf`` score in a row makes that row of ``out`` and ``lse``
     NaN; ``-inf`` scores count as masked (see the module docstring).
     """
-    q, k, v, causal, scale = _prepare(q, k, v, causal, softmax_scale, layout)
-    p, l_safe, lse = _unnormalised_softmax(_masked_scores(q, k, causal, scale))
-    out = (p / l_safe) @ v
+    q, k, v, scale, var = _prepare(q, k, v, softmax_scale, layout, causal, window_size,
+                                   softcap, alibi_slopes, dropout_p, seed)
+    out, lse = _attention(q, k, v, scale, var)
     return _from_bhsd(out, layout), lse
+
+
+def _attention(q, k, v, scale, var):
+    """:func:`attention` of bhsd float64 arrays: ``(out, lse)``, out bhsd."""
+    heads, nq, nk = q.shape[1], q.shape[2], k.shape[2]
+    rows, cols = np.arange(nq), np.arange(nk)
+    k, v = _expand(k, heads), _expand(v, heads)
+    s, _ = _scores(q, k, rows, cols, nk - nq, scale, var)
+    p, l_safe, lse = _unnormalised_softmax(s)
+    p = p / l_safe
+    keep = _keep_scale(var, heads, rows, cols)
+    if keep is not None:
+        p = p * keep
+    return p @ v, lse
 
 
 def _unnormalised_softmax(s):
@@ -389,7 +782,8 @@ def online_softmax_blocks(x, block):
 # ---------------------------------------------------------------------------
 
 def flash_forward(q, k, v, *, causal=False, softmax_scale=None,
-                  block_m=16, block_n=16, layout="bshd"):
+                  block_m=16, block_n=16, layout="bshd", window_size=(-1, -1),
+                  softcap=0.0, alibi_slopes=None, dropout_p=0.0, seed=None):
     """Tiled FlashAttention-2 forward pass in float64 NumPy.
 
     Same arguments and results as :func:`attention` (``out`` in ``layout``,
@@ -397,14 +791,19 @@ def flash_forward(q, k, v, *, causal=False, softmax_scale=None,
     ``block_m`` query rows at a time (outer loop, ``start_m``), ``block_n``
     keys at a time (inner loop, ``start_n``), never holding more than one
     (block_m x block_n) score tile per (batch, head).  Batch and heads are
-    vectorised; only the tiles are looped over.
+    vectorised; only the tiles are looped over.  Key tiles outside the causal
+    or window band are skipped; only tiles that cross its edges are masked.
+    Dropout multiplies the tile's ``P`` by ``Z / (1 - p)`` before ``P V``, after
+    its row sum went into ``l_i`` (lse is that of the undropped softmax).
     """
-    q, k, v, causal, scale = _prepare(q, k, v, causal, softmax_scale, layout)
+    q, k, v, scale, var = _prepare(q, k, v, softmax_scale, layout, causal, window_size,
+                                   softcap, alibi_slopes, dropout_p, seed)
     block_m = _check_block("block_m", block_m)
     block_n = _check_block("block_n", block_n)
     b, h, nq, _ = q.shape
     nk, dv_dim = k.shape[2], v.shape[3]
-    # Bottom-right alignment: query i sees keys j <= i + offset.
+    k, v = _expand(k, h), _expand(v, h)  # GQA: head h reads KV head h // group
+    # Bottom-right alignment: query i sees keys i + offset - left .. i + offset + right.
     offset = nk - nq
 
     out = np.empty((b, h, nq, dv_dim))
@@ -417,17 +816,17 @@ def flash_forward(q, k, v, *, causal=False, softmax_scale=None,
         l_i = np.zeros((b, h, end_m - start_m))
         acc = np.zeros((b, h, end_m - start_m, dv_dim))
 
-        # Causal: the last row of the tile sees keys < end_m + offset; key
-        # tiles starting at or beyond that are entirely masked and skipped.
-        end_n_all = min(nk, max(0, end_m + offset)) if causal else nk
-        for start_n in range(0, end_n_all, block_n):
+        # Causal / window: key tiles wholly outside the band [lo, hi) that the
+        # tile's rows see are skipped (the first visited tile starts on a tile
+        # boundary at or before lo).
+        lo, hi = _key_range(start_m, end_m, nq, nk, var.window)
+        for start_n in range((lo // block_n) * block_n, hi, block_n):
             end_n = min(start_n + block_n, nk)
-            s = scale * (q_i @ k[:, :, start_n:end_n].swapaxes(-1, -2))
-            # Only tiles that cross the diagonal need a mask: the first row
-            # of the tile sees keys up to start_m + offset.
-            if causal and end_n - 1 > start_m + offset:
-                cols = np.arange(start_n, end_n)
-                s = np.where(cols[None, :] <= rows[:, None] + offset, s, -np.inf)
+            cols = np.arange(start_n, end_n)
+            # Only tiles that cross an edge of the band need a mask.
+            needs_mask = _tile_needs_mask(start_m, end_m, start_n, end_n, offset, var.window)
+            s, _ = _scores(q_i, k[:, :, start_n:end_n], rows, cols, offset, scale, var,
+                           mask=needs_mask)
 
             m_new = np.maximum(m_i, s.max(axis=-1))
             # As in FA2: a row with nothing visible yet has m_new = -inf; use 0
@@ -436,6 +835,9 @@ def flash_forward(q, k, v, *, causal=False, softmax_scale=None,
             p = np.exp(s - m_safe[..., None])
             alpha = np.exp(m_i - m_safe)  # rescale for the grown max (0 at start)
             l_i = alpha * l_i + p.sum(axis=-1)
+            keep = _keep_scale(var, h, rows, cols)  # dropout after the row sum
+            if keep is not None:
+                p = p * keep
             acc = alpha[..., None] * acc + p @ v[:, :, start_n:end_n]
             m_i = m_new
 
@@ -460,48 +862,71 @@ def _probs_from_lse(s, lse):
 
 
 def attention_backward(dout, q, k, v, out, lse, *, causal=False,
-                       softmax_scale=None, layout="bshd"):
+                       softmax_scale=None, layout="bshd", window_size=(-1, -1),
+                       softcap=0.0, alibi_slopes=None, dropout_p=0.0, seed=None):
     """Materialised float64 backward pass from the saved ``lse``.
 
     Parameters
     ----------
     dout : (batch, seqlen_q, heads, headdim_v)  gradient of the loss w.r.t. ``out``
     q, k, v : as in :func:`attention`
-    out : (batch, seqlen_q, heads, headdim_v)   forward output
+    out : (batch, seqlen_q, heads, headdim_v)   forward output (dropped, if dropout)
     lse : (batch, heads, seqlen_q)              forward log-sum-exp (any layout)
         ``dout``, ``out`` in ``layout`` as ``q`` (bshd shown; bhsd swaps axes 1, 2).
+    The variants' keywords must be those of the forward (the same ``seed``).
 
     Returns
     -------
-    dq, dk, dv : float64 arrays shaped like ``q``, ``k``, ``v`` (in ``layout``).
+    dq, dk, dv : float64 arrays shaped like ``q``, ``k``, ``v`` (in ``layout``);
+    with grouped-query attention dk, dv sum the contributions of each KV head's
+    query heads.
     """
-    dout, q, k, v, out, lse, causal, scale = _prepare_backward(
-        dout, q, k, v, out, lse, causal, softmax_scale, layout)
-    p = _probs_from_lse(_masked_scores(q, k, causal, scale), lse)
+    dout, q, k, v, out, lse, scale, var = _prepare_backward(
+        dout, q, k, v, out, lse, softmax_scale, layout, causal, window_size, softcap,
+        alibi_slopes, dropout_p, seed)
+    grads = _attention_backward(dout, q, k, v, out, lse, scale, var)
+    return tuple(_from_bhsd(g, layout) for g in grads)
+
+
+def _attention_backward(dout, q, k, v, out, lse, scale, var):
+    """:func:`attention_backward` of bhsd float64 arrays: bhsd ``(dq, dk, dv)``."""
+    heads, heads_kv, nq, nk = q.shape[1], k.shape[1], q.shape[2], k.shape[2]
+    rows, cols = np.arange(nq), np.arange(nk)
+    k, v = _expand(k, heads), _expand(v, heads)
+    s, t = _scores(q, k, rows, cols, nk - nq, scale, var)
+    p = _probs_from_lse(s, lse)
+    keep = _keep_scale(var, heads, rows, cols)
     delta = np.sum(dout * out, axis=-1)  # D_i = rowsum(dO * O) = rowsum(P * dP)
-    dv = p.swapaxes(-1, -2) @ dout
+    dv = (p if keep is None else p * keep).swapaxes(-1, -2) @ dout
     dp = dout @ v.swapaxes(-1, -2)
-    ds = p * (dp - delta[..., None])
+    if keep is not None:
+        dp = dp * keep
+    ds = _softcap_grad(p * (dp - delta[..., None]), t)
     dq = scale * (ds @ k)
     dk = scale * (ds.swapaxes(-1, -2) @ q)
-    return _from_bhsd(dq, layout), _from_bhsd(dk, layout), _from_bhsd(dv, layout)
+    return dq, _group_sum(dk, heads_kv), _group_sum(dv, heads_kv)
 
 
 def flash_backward(dout, q, k, v, out, lse, *, causal=False, softmax_scale=None,
-                   block_m=16, block_n=16, layout="bshd"):
+                   block_m=16, block_n=16, layout="bshd", window_size=(-1, -1),
+                   softcap=0.0, alibi_slopes=None, dropout_p=0.0, seed=None):
     """Tiled FlashAttention-2 backward pass in float64 NumPy.
 
     Same arguments and results as :func:`attention_backward`.  As in FA2
     (Algorithm 2) the outer loop runs over key tiles (``start_n``), each
     accumulating its ``dK_j`` and ``dV_j`` over the query tiles
     (``start_m``) that see it, while ``dQ_i`` is accumulated across key
-    tiles.  ``P`` is rebuilt tile by tile from ``lse``.
+    tiles.  ``P`` is rebuilt tile by tile from ``lse``.  With grouped-query
+    attention dK and dV are accumulated per query head and summed over each
+    group at the end (as flash-attn's ``dk_expanded``).
     """
-    dout, q, k, v, out, lse, causal, scale = _prepare_backward(
-        dout, q, k, v, out, lse, causal, softmax_scale, layout)
+    dout, q, k, v, out, lse, scale, var = _prepare_backward(
+        dout, q, k, v, out, lse, softmax_scale, layout, causal, window_size, softcap,
+        alibi_slopes, dropout_p, seed)
     block_m = _check_block("block_m", block_m)
     block_n = _check_block("block_n", block_n)
-    nq, nk = q.shape[2], k.shape[2]
+    heads, heads_kv, nq, nk = q.shape[1], k.shape[1], q.shape[2], k.shape[2]
+    k, v = _expand(k, heads), _expand(v, heads)
     offset = nk - nq
 
     delta = np.sum(dout * out, axis=-1)  # precomputed once, as FA2 does
@@ -516,30 +941,173 @@ def flash_backward(dout, q, k, v, out, lse, *, causal=False, softmax_scale=None,
         dv_j = np.zeros_like(v_j)
         cols = np.arange(start_n, end_n)
 
-        # Causal: key start_n is first seen by query start_n - offset; query
-        # tiles wholly before it are skipped (start at that row's tile).
-        first_m = 0
-        if causal:
-            first_row = max(0, start_n - offset)
-            first_m = (first_row // block_m) * block_m
-        for start_m in range(first_m, nq, block_m):
+        # Causal / window: query tiles wholly outside the rows [lo, hi) that see
+        # these keys are skipped (the first starts on a tile boundary).
+        lo, hi = _query_range(start_n, end_n, nq, nk, var.window)
+        for start_m in range((lo // block_m) * block_m, hi, block_m):
             end_m = min(start_m + block_m, nq)
             sl = slice(start_m, end_m)
-            s = scale * (q[:, :, sl] @ k_j.swapaxes(-1, -2))
-            if causal and end_n - 1 > start_m + offset:
-                rows = np.arange(start_m, end_m)
-                s = np.where(cols[None, :] <= rows[:, None] + offset, s, -np.inf)
+            rows = np.arange(start_m, end_m)
+            needs_mask = _tile_needs_mask(start_m, end_m, start_n, end_n, offset, var.window)
+            s, t = _scores(q[:, :, sl], k_j, rows, cols, offset, scale, var, mask=needs_mask)
             p = _probs_from_lse(s, lse[:, :, sl])
+            keep = _keep_scale(var, heads, rows, cols)
             do_i = dout[:, :, sl]
-            dv_j += p.swapaxes(-1, -2) @ do_i
+            dv_j += (p if keep is None else p * keep).swapaxes(-1, -2) @ do_i
             dp = do_i @ v_j.swapaxes(-1, -2)
-            ds = p * (dp - delta[:, :, sl, None])
+            if keep is not None:
+                dp = dp * keep
+            ds = _softcap_grad(p * (dp - delta[:, :, sl, None]), t)
             dk_j += ds.swapaxes(-1, -2) @ q[:, :, sl]
             dq[:, :, sl] += ds @ k_j
         dk[:, :, start_n:end_n] = scale * dk_j
         dv[:, :, start_n:end_n] = dv_j
     dq *= scale
+    dk, dv = _group_sum(dk, heads_kv), _group_sum(dv, heads_kv)
     return _from_bhsd(dq, layout), _from_bhsd(dk, layout), _from_bhsd(dv, layout)
+
+
+# ---------------------------------------------------------------------------
+# Variable-length sequences (flash_attn_varlen_func)
+# ---------------------------------------------------------------------------
+
+def _check_packed(x, name, ndim_name):
+    x = np.asarray(x, dtype=np.float64)
+    if x.ndim != 3 or x.shape[2] == 0:
+        raise ValueError(f"{name}: shape {x.shape}: expected a 3-D array {ndim_name} "
+                         "with a headdim of at least 1")
+    return x
+
+
+def _check_cu_seqlens(name, cu_seqlens, total, total_name):
+    """The sequence bounds ``[(start, end), ...]`` of int32 offsets ``cu_seqlens``."""
+    cu = np.asarray(cu_seqlens)
+    if cu.dtype != np.int32:
+        raise TypeError(f"{name}: dtype {cu.dtype}: expected int32 offsets")
+    if cu.ndim != 1 or cu.size == 0:
+        raise ValueError(f"{name}: shape {cu.shape}: expected a 1-D array of "
+                         "batch + 1 offsets")
+    if cu[0] != 0:
+        raise ValueError(f"{name}[0]={int(cu[0])}: expected 0")
+    lengths = np.diff(cu.astype(np.int64))
+    if np.any(lengths < 0):
+        b = int(np.argmax(lengths < 0))
+        raise ValueError(f"{name}: {_shown(cu.tolist())}: expected non-decreasing "
+                         f"offsets ({name}[{b + 1}]={int(cu[b + 1])} < "
+                         f"{name}[{b}]={int(cu[b])})")
+    if cu[-1] != total:
+        raise ValueError(f"{name}[-1]={int(cu[-1])}: expected {total_name}={total}")
+    return [(int(a), int(e)) for a, e in zip(cu[:-1], cu[1:])]
+
+
+def _check_max_seqlen(name, max_seqlen, bounds, cu_name):
+    max_seqlen = _check_seqlen(name, max_seqlen)
+    longest = max((e - a for a, e in bounds), default=0)
+    if max_seqlen < longest:
+        raise ValueError(f"{name}={max_seqlen}: expected at least the longest "
+                         f"sequence in {cu_name} ({longest})")
+
+
+def _prepare_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
+                    causal, softmax_scale, window_size, softcap, alibi_slopes,
+                    dropout_p, seed):
+    """Validate varlen arguments; q, k, v as float64 and the bounds of each
+    sequence ``[(q_start, q_end, k_start, k_end), ...]``."""
+    causal = _check_causal(causal)
+    q = _check_packed(q, "q", "(total_q, heads, headdim)")
+    k = _check_packed(k, "k", "(total_k, heads_kv, headdim)")
+    v = _check_packed(v, "v", "(total_k, heads_kv, headdim_v)")
+    if k.shape[2] != q.shape[2]:
+        raise ValueError(f"k: shape {k.shape}: expected the headdim of q {q.shape}")
+    _check_kv_heads(k.shape[1], q.shape[1])
+    if v.shape[:2] != k.shape[:2]:
+        raise ValueError(f"v: shape {v.shape}: expected the total_k and heads of k {k.shape}")
+    bq = _check_cu_seqlens("cu_seqlens_q", cu_seqlens_q, q.shape[0], "total_q")
+    bk = _check_cu_seqlens("cu_seqlens_k", cu_seqlens_k, k.shape[0], "total_k")
+    if len(bk) != len(bq):
+        raise ValueError(f"cu_seqlens_k: {len(bk) + 1} offsets: expected as many as "
+                         f"cu_seqlens_q ({len(bq) + 1}): one per sequence, plus one")
+    _check_max_seqlen("max_seqlen_q", max_seqlen_q, bq, "cu_seqlens_q")
+    _check_max_seqlen("max_seqlen_k", max_seqlen_k, bk, "cu_seqlens_k")
+    scale = _resolve_scale(softmax_scale, q.shape[2])
+    var = _variants(causal, window_size, softcap, alibi_slopes, dropout_p, seed,
+                    batch=len(bq), heads=q.shape[1])
+    bounds = [(a, e, c, f) for (a, e), (c, f) in zip(bq, bk)]
+    return q, k, v, bounds, scale, var
+
+
+def _sequence(x, start, end):
+    """Rows ``start .. end - 1`` of a packed (total, H, d) array as (1, H, n, d)."""
+    return x[start:end].transpose(1, 0, 2)[None]
+
+
+def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, *,
+                     causal=False, softmax_scale=None, window_size=(-1, -1), softcap=0.0,
+                     alibi_slopes=None, dropout_p=0.0, seed=None):
+    """Standard attention of variable-length sequences packed along one axis
+    (FlashAttention-2's ``flash_attn_varlen_func``), in float64.
+
+    Parameters
+    ----------
+    q : (total_q, heads, headdim); k : (total_k, heads_kv, headdim);
+    v : (total_k, heads_kv, headdim_v)
+    cu_seqlens_q, cu_seqlens_k : int32 (batch + 1,) offsets, starting at 0,
+        non-decreasing, ending at total_q / total_k: sequence ``b`` is rows
+        ``cu_seqlens[b] .. cu_seqlens[b + 1] - 1`` (it may be empty).
+    max_seqlen_q, max_seqlen_k : ints at least every sequence's length.
+    The keywords are :func:`attention`'s; each sequence is its own attention
+    (causal and window aligned to its own lengths), ``alibi_slopes`` may be
+    (batch, heads) indexed by sequence, and dropout's ``b`` is the sequence.
+
+    Returns
+    -------
+    out : float64 (total_q, heads, headdim_v)
+    lse : float64 (heads, total_q)
+    """
+    q, k, v, bounds, scale, var = _prepare_varlen(
+        q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, causal,
+        softmax_scale, window_size, softcap, alibi_slopes, dropout_p, seed)
+    out = np.zeros(q.shape[:2] + v.shape[2:])
+    lse = np.empty((q.shape[1], q.shape[0]))
+    for b, (q0, q1, k0, k1) in enumerate(bounds):
+        o, l = _attention(_sequence(q, q0, q1), _sequence(k, k0, k1),
+                          _sequence(v, k0, k1), scale, var.sequence(b))
+        out[q0:q1] = o[0].transpose(1, 0, 2)
+        lse[:, q0:q1] = l[0]
+    return out, lse
+
+
+def attention_varlen_backward(dout, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k,
+                              max_seqlen_q, max_seqlen_k, *, causal=False,
+                              softmax_scale=None, window_size=(-1, -1), softcap=0.0,
+                              alibi_slopes=None, dropout_p=0.0, seed=None):
+    """Backward of :func:`attention_varlen` from its ``out`` (total_q, heads,
+    headdim_v) and ``lse`` (heads, total_q); ``dout`` is shaped like ``out``.
+    Returns float64 ``(dq, dk, dv)`` shaped like ``q``, ``k``, ``v``."""
+    q, k, v, bounds, scale, var = _prepare_varlen(
+        q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, causal,
+        softmax_scale, window_size, softcap, alibi_slopes, dropout_p, seed)
+    out = np.asarray(out, dtype=np.float64)
+    want = q.shape[:2] + v.shape[2:]
+    if out.shape != want:
+        raise ValueError(f"out: shape {out.shape}: expected (total_q, heads, headdim_v) "
+                         f"= {want}")
+    dout = np.asarray(dout, dtype=np.float64)
+    if dout.shape != want:
+        raise ValueError(f"dout: shape {dout.shape}: expected the shape of out {want}")
+    lse = np.asarray(lse, dtype=np.float64)
+    if lse.shape != (q.shape[1], q.shape[0]):
+        raise ValueError(f"lse: shape {lse.shape}: expected (heads, total_q) = "
+                         f"{(q.shape[1], q.shape[0])}")
+    dq, dk, dv = np.zeros_like(q), np.zeros_like(k), np.zeros_like(v)
+    for b, (q0, q1, k0, k1) in enumerate(bounds):
+        grads = _attention_backward(
+            _sequence(dout, q0, q1), _sequence(q, q0, q1), _sequence(k, k0, k1),
+            _sequence(v, k0, k1), _sequence(out, q0, q1), lse[None, :, q0:q1], scale,
+            var.sequence(b))
+        for g, x, (a, e) in zip(grads, (dq, dk, dv), ((q0, q1), (k0, k1), (k0, k1))):
+            x[a:e] = g[0].transpose(1, 0, 2)
+    return dq, dk, dv
 
 
 # ---------------------------------------------------------------------------
@@ -572,66 +1140,86 @@ def _f32(x):
     return x.astype(np.float32)
 
 
-def _lowp_scores(q, k, causal, scale, dtype):
-    """S = Q K^T rounded to ``dtype``; then scaled and masked in float32."""
+def _lowp_scores(q, k, scale, var, dtype):
+    """S = Q K^T rounded to ``dtype``; then scaled, capped, biased and masked in
+    float32; and the softcap's tanh (float32)."""
+    nq, nk = q.shape[2], k.shape[2]
     s = scale * _f32(_mm(q, k.swapaxes(-1, -2), dtype))
-    if causal:
-        s = np.where(causal_mask(q.shape[2], k.shape[2]), s, np.float32(-np.inf))
-    return s.astype(np.float32)
+    s, t = _score_mods(s, np.arange(nq), np.arange(nk), nk - nq, var)
+    return s.astype(np.float32), t
 
 
-def attention_lowp(q, k, v, *, dtype, causal=False, softmax_scale=None, layout="bshd"):
+def attention_lowp(q, k, v, *, dtype, causal=False, softmax_scale=None, layout="bshd",
+                   window_size=(-1, -1), softcap=0.0, alibi_slopes=None, dropout_p=0.0,
+                   seed=None):
     """Standard attention computed in ``dtype``: the FlashAttention-2 style
     "same precision" baseline that kernel errors are measured against.
 
     Inputs are rounded to ``dtype`` (np.float16, np.float32 or
     ml_dtypes.bfloat16); every matmul is computed in float32 and its output
-    rounded to ``dtype``; the softmax is computed in float32 and ``P`` rounded
-    to ``dtype``.  Shapes as in :func:`attention`.
+    rounded to ``dtype``; the softmax (with softcap, ALiBi, mask) is computed
+    in float32 and ``P`` (dropped: ``P * Z / (1 - p)``) rounded to ``dtype``.
+    Shapes and keywords as in :func:`attention`.
 
     Returns ``(out, lse)``: ``out`` of ``dtype`` in ``layout``, ``lse`` float32
     (batch, heads, seqlen_q).
     """
     dt = _resolve_lowp_dtype(dtype)
-    q, k, v, causal, scale = _prepare(q, k, v, causal, softmax_scale, layout)
-    q, k, v = q.astype(dt), k.astype(dt), v.astype(dt)
-    s = _lowp_scores(q, k, causal, scale, dt)
+    q, k, v, scale, var = _prepare(q, k, v, softmax_scale, layout, causal, window_size,
+                                   softcap, alibi_slopes, dropout_p, seed)
+    h = q.shape[1]
+    q, k, v = q.astype(dt), _expand(k, h).astype(dt), _expand(v, h).astype(dt)
+    s, _ = _lowp_scores(q, k, scale, var, dt)
     m = s.max(axis=-1, keepdims=True, initial=-np.inf)  # -inf for Nk = 0
     m_safe = np.where(np.isneginf(m), np.float32(0), m)
     p = np.exp(s - m_safe)
     l = p.sum(axis=-1, keepdims=True, dtype=np.float32)
     has_keys = l != 0  # a NaN sum (a NaN or +inf score) keeps its row NaN
     l_safe = np.where(has_keys, l, np.float32(1))
-    p = (p / l_safe).astype(dt)
-    out = _mm(p, v, dt)
+    p = p / l_safe
+    keep = _keep_scale(var, h, np.arange(q.shape[2]), np.arange(k.shape[2]), np.float32)
+    if keep is not None:
+        p = p * keep
+    out = _mm(p.astype(dt), v, dt)
     lse = np.where(has_keys, m_safe + np.log(l_safe), np.float32(-np.inf))[..., 0]
     return _from_bhsd(out, layout), lse.astype(np.float32)
 
 
 def attention_backward_lowp(dout, q, k, v, out, lse, *, dtype, causal=False,
-                            softmax_scale=None, layout="bshd"):
+                            softmax_scale=None, layout="bshd", window_size=(-1, -1),
+                            softcap=0.0, alibi_slopes=None, dropout_p=0.0, seed=None):
     """Standard attention backward computed in ``dtype`` (see :func:`attention_lowp`).
 
     Inputs rounded to ``dtype`` (``lse`` to float32); ``P`` rebuilt from
-    ``lse`` in float32 and rounded; ``dV = P^T dO``, ``dP = dO V^T``,
-    ``dQ = scale * dS K``, ``dK = scale * dS^T Q`` each computed in float32
-    and rounded to ``dtype``; ``dS = P * (dP - D)`` computed in float32 and
-    rounded.  Returns ``(dq, dk, dv)`` of ``dtype``, shaped like ``q``, ``k``,
-    ``v`` in ``layout``.
+    ``lse`` in float32 and rounded; ``dV = P^T dO`` (dropped P),
+    ``dP = dO V^T``, ``dQ = scale * dS K``, ``dK = scale * dS^T Q`` each
+    computed in float32 and rounded to ``dtype``; ``dS = P * (dP - D)`` (with
+    dropout's and softcap's factors) computed in float32 and rounded.  With
+    grouped-query attention the per-query-head dK, dV are summed over each
+    group in float32 and rounded again.  Returns ``(dq, dk, dv)`` of ``dtype``,
+    shaped like ``q``, ``k``, ``v`` in ``layout``.
     """
     dt = _resolve_lowp_dtype(dtype)
-    dout, q, k, v, out, lse, causal, scale = _prepare_backward(
-        dout, q, k, v, out, lse, causal, softmax_scale, layout)
+    dout, q, k, v, out, lse, scale, var = _prepare_backward(
+        dout, q, k, v, out, lse, softmax_scale, layout, causal, window_size, softcap,
+        alibi_slopes, dropout_p, seed)
+    h, h_kv = q.shape[1], k.shape[1]
+    k, v = _expand(k, h), _expand(v, h)
     dout, q, k, v, out = (x.astype(dt) for x in (dout, q, k, v, out))
     lse = lse.astype(np.float32)
-    s = _lowp_scores(q, k, causal, scale, dt)
+    s, t = _lowp_scores(q, k, scale, var, dt)
     p = _probs_from_lse(s, lse).astype(np.float32).astype(dt)
+    keep = _keep_scale(var, h, np.arange(q.shape[2]), np.arange(k.shape[2]), np.float32)
+    p_drop = p if keep is None else (_f32(p) * keep).astype(dt)
     delta = np.sum(_f32(dout) * _f32(out), axis=-1, dtype=np.float32)
-    dv = _mm(p.swapaxes(-1, -2), dout, dt)
-    dp = _mm(dout, v.swapaxes(-1, -2), dt)
-    ds = (_f32(p) * (_f32(dp) - delta[..., None])).astype(dt)
+    dv = _mm(p_drop.swapaxes(-1, -2), dout, dt)
+    dp = _f32(_mm(dout, v.swapaxes(-1, -2), dt))
+    if keep is not None:
+        dp = dp * keep
+    ds = _softcap_grad(_f32(p) * (dp - delta[..., None]), t).astype(dt)
     dq = (np.float32(scale) * (_f32(ds) @ _f32(k))).astype(dt)
     dk = (np.float32(scale) * (_f32(ds).swapaxes(-1, -2) @ _f32(q))).astype(dt)
+    dk, dv = _group_sum(dk, h_kv, dt), _group_sum(dv, h_kv, dt)
     return _from_bhsd(dq, layout), _from_bhsd(dk, layout), _from_bhsd(dv, layout)
 
 
@@ -650,47 +1238,71 @@ def round_tf32(x):
     return np.where(finite, rounded, bits).astype(np.uint32).view(np.float32)
 
 
-def attention_tf32(q, k, v, *, causal=False, softmax_scale=None, layout="bshd"):
+def _tf32(x):
+    return round_tf32(x).astype(np.float64)
+
+
+def attention_tf32(q, k, v, *, causal=False, softmax_scale=None, layout="bshd",
+                   window_size=(-1, -1), softcap=0.0, alibi_slopes=None, dropout_p=0.0,
+                   seed=None):
     """Standard attention with TF32 tensor-core inputs: the "same precision" baseline
     of the ``allow_tf32=True`` forward.
 
     Q, K and V are rounded to TF32 (:func:`round_tf32`); ``S = scale * Q K^T``, the
-    softmax and ``P V`` are computed in float64, except that the unnormalised
-    ``P = exp(S - m)`` is rounded to TF32 before ``P V`` (its row sum ``l`` is not),
-    as a kernel feeding P to an mma does.  Returns ``(out, lse)`` in float64, ``out``
-    in ``layout``, ``lse`` (batch, heads, seqlen_q).
+    variants, the softmax and ``P V`` are computed in float64, except that the
+    unnormalised ``P = exp(S - m)`` is rounded to TF32 before ``P V`` (its row sum
+    ``l`` is not), as a kernel feeding P to an mma does; dropout then zeroes the
+    dropped entries and scales by ``1 / (1 - p)``.  Returns ``(out, lse)`` in float64,
+    ``out`` in ``layout``, ``lse`` (batch, heads, seqlen_q).
     """
-    q, k, v, causal, scale = _prepare(q, k, v, causal, softmax_scale, layout)
-    q, k, v = (round_tf32(x).astype(np.float64) for x in (q, k, v))
-    p, l_safe, lse = _unnormalised_softmax(_masked_scores(q, k, causal, scale))
-    out = (round_tf32(p).astype(np.float64) @ v) / l_safe
+    q, k, v, scale, var = _prepare(q, k, v, softmax_scale, layout, causal, window_size,
+                                   softcap, alibi_slopes, dropout_p, seed)
+    h, nq, nk = q.shape[1], q.shape[2], k.shape[2]
+    q, k, v = _tf32(q), _tf32(_expand(k, h)), _tf32(_expand(v, h))
+    rows, cols = np.arange(nq), np.arange(nk)
+    s, _ = _scores(q, k, rows, cols, nk - nq, scale, var)
+    p, l_safe, lse = _unnormalised_softmax(s)
+    p = _tf32(p)
+    keep = _keep_scale(var, h, rows, cols)
+    if keep is not None:
+        p = p * keep
+    out = (p @ v) / l_safe
     return _from_bhsd(out, layout), lse
 
 
 def attention_backward_tf32(dout, q, k, v, out, lse, *, causal=False, softmax_scale=None,
-                            layout="bshd"):
+                            layout="bshd", window_size=(-1, -1), softcap=0.0,
+                            alibi_slopes=None, dropout_p=0.0, seed=None):
     """Standard attention backward with TF32 tensor-core inputs: the "same precision"
     baseline of the ``allow_tf32=True`` backward.
 
     Q, K, V and dO are rounded to TF32 (:func:`round_tf32`) as matmul operands;
-    ``P = exp(scale * Q K^T - lse)`` and ``dP = dO V^T`` are computed in float64 from
-    them; ``dS = P * (dP - D)`` uses the unrounded P and ``D = rowsum(dO * O)`` the
-    unrounded dO and O; P and dS are rounded to TF32 before ``dV = P^T dO``,
-    ``dQ = scale * dS K`` and ``dK = scale * dS^T Q``, as a kernel feeding them to an
-    mma does.  Returns ``(dq, dk, dv)`` in float64, shaped like ``q``, ``k``, ``v`` in
-    ``layout``.
+    ``P = exp(S - lse)`` (S with the variants) and ``dP = dO V^T`` are computed in
+    float64 from them; ``dS = P * (dP - D)`` (with dropout's and softcap's factors)
+    uses the unrounded P and ``D = rowsum(dO * O)`` the unrounded dO and O; P (dropped)
+    and dS are rounded to TF32 before ``dV = P^T dO``, ``dQ = scale * dS K`` and
+    ``dK = scale * dS^T Q``, as a kernel feeding them to an mma does.  Returns
+    ``(dq, dk, dv)`` in float64, shaped like ``q``, ``k``, ``v`` in ``layout``.
     """
-    dout, q, k, v, out, lse, causal, scale = _prepare_backward(
-        dout, q, k, v, out, lse, causal, softmax_scale, layout)
+    dout, q, k, v, out, lse, scale, var = _prepare_backward(
+        dout, q, k, v, out, lse, softmax_scale, layout, causal, window_size, softcap,
+        alibi_slopes, dropout_p, seed)
+    h, h_kv, nq, nk = q.shape[1], k.shape[1], q.shape[2], k.shape[2]
+    rows, cols = np.arange(nq), np.arange(nk)
     delta = np.sum(dout * out, axis=-1)
-    t_q, t_k, t_v, t_do = (round_tf32(x).astype(np.float64) for x in (q, k, v, dout))
-    p = _probs_from_lse(_masked_scores(t_q, t_k, causal, scale), lse)
+    t_q, t_k, t_v, t_do = (_tf32(x) for x in (q, _expand(k, h), _expand(v, h), dout))
+    s, t = _scores(t_q, t_k, rows, cols, nk - nq, scale, var)
+    p = _probs_from_lse(s, lse)
+    keep = _keep_scale(var, h, rows, cols)
     dp = t_do @ t_v.swapaxes(-1, -2)
-    ds = p * (dp - delta[..., None])
-    t_p, t_ds = (round_tf32(x).astype(np.float64) for x in (p, ds))
+    if keep is not None:
+        dp = dp * keep
+    ds = _softcap_grad(p * (dp - delta[..., None]), t)
+    t_p, t_ds = _tf32(p if keep is None else p * keep), _tf32(ds)
     dv = t_p.swapaxes(-1, -2) @ t_do
     dq = scale * (t_ds @ t_k)
     dk = scale * (t_ds.swapaxes(-1, -2) @ t_q)
+    dk, dv = _group_sum(dk, h_kv), _group_sum(dv, h_kv)
     return _from_bhsd(dq, layout), _from_bhsd(dk, layout), _from_bhsd(dv, layout)
 
 

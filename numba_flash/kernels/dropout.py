@@ -1,0 +1,127 @@
+"""Dropout bits: which (query, key) probabilities a kernel keeps, from Philox4x32-10.
+
+The keep bit of element ``(b, h, i, j)`` (batch or varlen sequence, query head, query
+row and key column, both within the sequence) is, for a ``seed`` and ``dropout_p``::
+
+    (k0, k1)  = (seed & 0xFFFFFFFF, seed >> 32)                  seed_key(seed)
+    group     = (j // 32) * 4 + (j % 8) // 2
+    slot      = ((j % 32) // 8) * 2 + j % 2                      0..7
+    x0..x3    = philox4x32_10(c0=group, c1=i, c2=h, c3=b, k0, k1)
+    value     = (x[slot // 2] >> (16 * (slot % 2))) & 0xFFFF
+    threshold = min(65536, round((1 − dropout_p) · 65536))       keep_threshold(p)
+    kept      = value < threshold
+
+Kept probabilities are scaled by ``1 / (1 − p)``.  ``reference.dropout_mask`` is the
+same definition in NumPy; the tests compare the two bit for bit.
+
+Philox4x32-10 (Salmon et al., SC'11; as Random123 and cuRAND) is ten rounds of::
+
+    (hi0, lo0) = mulhilo32(0xD2511F53, c0)
+    (hi1, lo1) = mulhilo32(0xCD9E8D57, c2)
+    c = (hi1 ^ c1 ^ k0, lo1, hi0 ^ c3 ^ k1, lo0)
+    k0 += 0x9E3779B9;  k1 += 0xBB67AE85                          (mod 2**32)
+
+Why this grouping: a lane of an ``mma.sync`` m16n8 accumulator holds, per 8-key
+n-tile, the keys ``2t`` and ``2t + 1`` (t = lane % 4) of its rows.  The 8 keys with
+one ``group`` are exactly ``32a + 8c + 2t + {0, 1}`` for the four n-tiles ``c = 0..3``
+of a 32-key stretch ``a``: all the values one lane needs for four n-tiles of a row,
+from one Philox call (``keep_values``, then ``keep_value`` per slot).
+
+Cost: one Philox call (20 ``mul.wide.u32``, each giving both halves, and about 60
+XORs and adds) per 8 elements when a lane holds all 8; a kernel that asks for single
+elements (``keep``) pays one call per element.  The counter names (b, h, i, group)
+and nothing about the tiling, so every kernel family and tile size draws the same
+bits.
+
+Every intermediate is a uint32 (the products are formed in uint64, the key bumps
+added in uint64 and masked to 32 bits), so numba's CUDA simulator, which runs these
+functions on NumPy scalars, and the GPU give the same bits.  Pass the key words as
+uint32 (``uint32(params[SEED_K0])``): from int64 values LLVM keeps the rounds in 64
+bits and most of the products become ``mul.lo.u64`` instead of ``mul.wide.u32``
+(measured on the PTX for sm_90: 2 of 20 wide from int64 keys, 19 of 20 from uint32).
+"""
+
+from __future__ import annotations
+
+from numba import uint64  # a numba type (not CUDA): _numba_cuda does not export it
+
+from numba_flash._numba_cuda import device_function, uint32
+# Host side (plain Python, one definition for the reference and the API):
+from numba_flash.reference import keep_threshold, seed_key
+
+__all__ = ["philox4x32_10", "group_slot", "keep_values", "keep_value", "keep",
+           "seed_key", "keep_threshold"]
+
+M0 = uint64(0xD2511F53)  # Philox round multipliers
+M1 = uint64(0xCD9E8D57)
+W0 = uint64(0x9E3779B9)  # key bumps: the golden ratio and sqrt(3) − 1, as 32-bit fractions
+W1 = uint64(0xBB67AE85)
+MASK32 = uint64(0xFFFFFFFF)
+MASK16 = uint64(0xFFFF)
+SHIFT32 = uint64(32)
+
+
+@device_function
+def mulhilo32(a, b):
+    """``(hi, lo)``: the uint32 halves of the 64-bit product of two 32-bit words (the
+    zero-extended product compiles to one ``mul.wide.u32``)."""
+    p = uint64(a) * uint64(b)
+    return uint32(p >> SHIFT32), uint32(p & MASK32)
+
+
+@device_function
+def philox4x32_10(c0, c1, c2, c3, k0, k1):
+    """Philox4x32-10 of the counter ``(c0, c1, c2, c3)`` under the key ``(k0, k1)``:
+    four uint32 words (the module docstring).  The arguments are taken mod 2**32."""
+    c0 = uint32(uint64(c0) & MASK32)
+    c1 = uint32(uint64(c1) & MASK32)
+    c2 = uint32(uint64(c2) & MASK32)
+    c3 = uint32(uint64(c3) & MASK32)
+    k0 = uint32(uint64(k0) & MASK32)
+    k1 = uint32(uint64(k1) & MASK32)
+    for _ in range(10):
+        hi0, lo0 = mulhilo32(M0, c0)
+        hi1, lo1 = mulhilo32(M1, c2)
+        c0, c1, c2, c3 = uint32(hi1 ^ c1 ^ k0), lo1, uint32(hi0 ^ c3 ^ k1), lo0
+        # the key bump mod 2**32, added in 64 bits (a uint32 add overflowing would
+        # warn in the simulator, which runs on NumPy scalars)
+        k0 = uint32((uint64(k0) + W0) & MASK32)
+        k1 = uint32((uint64(k1) + W1) & MASK32)
+    return c0, c1, c2, c3
+
+
+@device_function
+def group_slot(j):
+    """``(group, slot)`` of key ``j``: its Philox call and its 16-bit value (0..7)."""
+    return (j // 32) * 4 + (j % 8) // 2, ((j % 32) // 8) * 2 + j % 2
+
+
+@device_function
+def keep_values(b, h, i, group, k0, k1):
+    """The four words of Philox call ``group`` of query row ``i``, head ``h``, batch
+    (or varlen sequence) ``b``: the 8 values of keys ``32·(group // 4) + 8c + 2·(group
+    % 4) + {0, 1}``, c = 0..3."""
+    return philox4x32_10(group, i, h, b, k0, k1)
+
+
+@device_function
+def keep_value(x0, x1, x2, x3, slot):
+    """The 16-bit value ``slot`` (0..7) of the words: ``(x[slot // 2] >> 16·(slot % 2))
+    & 0xFFFF``, as a uint64."""
+    w = x0
+    if slot >= 6:
+        w = x3
+    elif slot >= 4:
+        w = x2
+    elif slot >= 2:
+        w = x1
+    return (uint64(w) >> uint64(16 * (slot % 2))) & MASK16
+
+
+@device_function
+def keep(b, h, i, j, k0, k1, threshold):
+    """True when element ``(b, h, i, j)`` is kept (``value < threshold``); one Philox
+    call for this element alone."""
+    group, slot = group_slot(j)
+    x0, x1, x2, x3 = keep_values(b, h, i, group, k0, k1)
+    return keep_value(x0, x1, x2, x3, slot) < uint64(threshold)
