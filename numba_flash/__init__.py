@@ -14,11 +14,17 @@ program (the test suite, the command line) can still choose numba's CUDA simulat
 """
 
 __version__ = "0.1.0"
-__all__ = ["flash_attention", "flash_attention_backward", "__version__"]
+__all__ = [
+    "flash_attention",
+    "flash_attention_backward",
+    "flash_attention_varlen",
+    "flash_attention_varlen_backward",
+    "__version__",
+]
 
 
 def __getattr__(name):
-    if name in ("flash_attention", "flash_attention_backward"):
+    if name in __all__[:4]:
         from numba_flash import api
 
         return getattr(api, name)

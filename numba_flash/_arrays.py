@@ -286,6 +286,65 @@ def check_operand(name: str, x, layout: str) -> Operand:
     return Operand(name, kind, arr, view)
 
 
+def check_packed(name: str, x) -> Operand:
+    """A varlen operand: (total, heads, headdim), seen as (1, total, heads, headdim)."""
+    kind, arr = _as_array(name, x)
+    if arr.ndim != 3:
+        raise ValueError(f"{name}: expected a 3-D array (total_tokens, heads, headdim), got ndim={arr.ndim} "
+                         f"(shape {tuple(arr.shape)})")  # fmt: skip
+    op = check_operand(name, arr[None], "bshd")
+    return Operand(name, kind, arr, op.view)
+
+
+def check_alibi(alibi_slopes, q: Operand, B: int, H: int):
+    """ALiBi slopes, float32 of shape (H,) or (B, H), on q's side; returned as a
+    C-contiguous (B, H) float32 array on the compute side (a copy: it is tiny)."""
+    kind, arr = _as_array("alibi_slopes", alibi_slopes)
+    if kind != q.kind:
+        raise TypeError("alibi_slopes: must be on the same side (host/device) as q")
+    if arr.dtype != np.float32:
+        raise TypeError(f"alibi_slopes: expected dtype float32 (as flash-attn), got {dtype_name(arr.dtype)}")
+    if tuple(arr.shape) not in ((H,), (B, H)):
+        raise ValueError(f"alibi_slopes: expected shape (heads,) = {(H,)} or (batch, heads) = {(B, H)}, got "
+                         f"{tuple(arr.shape)}")  # fmt: skip
+    arr = to_compute(arr, kind)
+    xp = np if isinstance(arr, np.ndarray) else _cupy()
+    return xp.ascontiguousarray(xp.broadcast_to(arr, (B, H)))
+
+
+def check_cu_seqlens(name: str, cu, q: Operand, total: int, max_name: str, max_seqlen) -> tuple:
+    """Varlen offsets: int32 (B + 1,), from 0, non-decreasing, ending at ``total``;
+    ``max_seqlen`` an int at least every length.  Returns (offsets on the compute side,
+    B, max_seqlen).  Checked on the host (the offsets are copied there once)."""
+    kind, arr = _as_array(name, cu)
+    if kind != q.kind:
+        raise TypeError(f"{name}: must be on the same side (host/device) as q")
+    if arr.dtype != np.int32:
+        raise TypeError(f"{name}: expected dtype int32 (as flash-attn), got {dtype_name(arr.dtype)}")
+    if arr.ndim != 1 or arr.shape[0] < 1:
+        raise ValueError(f"{name}: expected a 1-D array (batch + 1,), got shape {tuple(arr.shape)}")
+    host = arr if isinstance(arr, np.ndarray) else arr.get()
+    lengths = np.diff(host.astype(np.int64))
+    if host[0] != 0:
+        raise ValueError(f"{name}: expected to start at 0, got {int(host[0])}")
+    if (lengths < 0).any():
+        i = int(np.argmax(lengths < 0))
+        raise ValueError(f"{name}: expected non-decreasing offsets, got {int(host[i])} then {int(host[i + 1])} "
+                         f"at {i}, {i + 1}")  # fmt: skip
+    if int(host[-1]) != total:
+        raise ValueError(f"{name}: expected the last offset to be the number of rows {total}, got {int(host[-1])}")
+    if isinstance(max_seqlen, (bool, np.bool_)) or not isinstance(max_seqlen, numbers.Integral):
+        raise TypeError(f"{max_name}: expected an int, got {_short_repr(max_seqlen)}")
+    longest = int(lengths.max()) if lengths.size else 0
+    if max_seqlen < longest:
+        raise ValueError(f"{max_name}: {max_seqlen} is less than the longest sequence in {name}, {longest}")
+    if lengths.size > MAX_GRID_YZ:
+        raise ValueError(f"{name}: at most {MAX_GRID_YZ} sequences, got {lengths.size}")
+    dev = to_compute(arr, kind)
+    xp = np if isinstance(dev, np.ndarray) else _cupy()
+    return xp.ascontiguousarray(dev), lengths.size, int(max_seqlen)
+
+
 def check_layout(layout) -> str:
     if not isinstance(layout, str):
         raise TypeError(f"layout: expected a str, 'bshd' or 'bhsd', got {describe(layout)}")
@@ -349,8 +408,14 @@ def check_qkv(q: Operand, k: Operand, v: Operand, layout: str):
     heads = "axis 2" if layout == "bshd" else "axis 1"
     if k.view.shape[0] != B or v.view.shape[0] != B:
         raise ValueError(f"k, v: batch (axis 0) must equal q's {B}, got {k.view.shape[0]} and {v.view.shape[0]}")
-    if k.view.shape[2] != H or v.view.shape[2] != H:
-        raise ValueError(f"k, v: heads ({heads}) must equal q's {H}, got {k.view.shape[2]} and {v.view.shape[2]}")
+    Hk = k.view.shape[2]
+    if v.view.shape[2] != Hk:
+        raise ValueError(f"v: heads ({heads}) must equal k's {Hk}, got {v.view.shape[2]}")
+    if (Hk == 0) != (H == 0) or (Hk and H % Hk):
+        raise ValueError(
+            f"k, v: heads ({heads}) must divide q's {H} (grouped-query attention: query head h reads KV head "
+            f"h // (heads_q / heads_kv)), got {Hk}"
+        )
     if k.view.shape[3] != d or v.view.shape[3] != d:
         raise ValueError(f"k, v: head dim (axis 3) must equal q's {d}, got {k.view.shape[3]} and {v.view.shape[3]}")
     if v.view.shape[1] != Nk:
@@ -378,6 +443,18 @@ def check_lse(lse, q: Operand, B: int, H: int, Nq: int):
         raise TypeError("lse: must be on the same side (host/device) as q")
     if tuple(arr.shape) != (B, H, Nq):
         raise ValueError(f"lse: expected shape (batch, heads, seqlen_q) = {(B, H, Nq)}, got {tuple(arr.shape)}")
+    if arr.dtype != np.float32:
+        raise TypeError(f"lse: expected dtype float32, got {dtype_name(arr.dtype)}")
+    return arr
+
+
+def check_lse_packed(lse, q: Operand, H: int, total_q: int):
+    """varlen's lse: (heads, total_q) float32, as flash_attention_varlen returns it."""
+    kind, arr = _as_array("lse", lse)
+    if kind != q.kind:
+        raise TypeError("lse: must be on the same side (host/device) as q")
+    if tuple(arr.shape) != (H, total_q):
+        raise ValueError(f"lse: expected shape (heads, total_q) = {(H, total_q)}, got {tuple(arr.shape)}")
     if arr.dtype != np.float32:
         raise TypeError(f"lse: expected dtype float32, got {dtype_name(arr.dtype)}")
     return arr

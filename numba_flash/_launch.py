@@ -20,7 +20,9 @@ not do for us:
    and to learn the function handle); later ones write the same flattened parameters
    into one int64 buffer and call ``cuLaunchKernel`` through CuPy's driver binding.
    Every parameter of our kernels is 8 bytes wide (pointers, ``intp`` sizes and
-   strides, float64 scalars), so one int64 slot each is numba's ABI exactly.
+   strides, float64 and int64 scalars; the ``params`` tuple of the variants is passed
+   as its members, each int64 or float64), so one int64 slot each is numba's ABI
+   exactly.
 
 ``NUMBA_FLASH_LAUNCH=numba`` switches every launch back to numba's own path (for
 comparison: ``scripts/api_overhead.py``).
@@ -48,7 +50,16 @@ def _arg_key(a):
     if _is_array(a):
         flags = a.flags
         return (a.dtype.str, a.ndim, flags.c_contiguous, flags.f_contiguous)
+    if isinstance(a, tuple):
+        return tuple(type(x) for x in a)
     return type(a)
+
+
+def _slots(a) -> int:
+    """8-byte parameter slots of argument ``a`` in numba's ABI."""
+    if _is_array(a):
+        return 2 * a.ndim + 5
+    return len(a) if isinstance(a, tuple) else 1
 
 
 def _numba_args(args):
@@ -86,7 +97,7 @@ def _prepare(kernel, shared_bytes: int, args):
     compiled = kernel._compile_for_args(*_numba_args(args))
     if shared_bytes > 0:
         _allow_dynamic_smem(compiled, shared_bytes)
-    count = sum(2 * a.ndim + 5 if _is_array(a) else 1 for a in args)
+    count = sum(_slots(a) for a in args)
     handle = int(compiled._codelibrary.get_cufunc().handle)
     return handle, np.arange(count, dtype=np.uint64) * 8
 
@@ -97,13 +108,23 @@ def _pack(args, count: int) -> np.ndarray:
         if _is_array(a):
             # meminfo, parent, nitems, itemsize, data, shape..., strides... (numba's order)
             vals += (0, 0, a.size, a.itemsize, a.data.ptr, *a.shape, *a.strides)
+        elif isinstance(a, tuple):
+            vals += [_scalar_slot(x) for x in a]
         elif isinstance(a, float):
-            vals.append(struct.unpack("<q", struct.pack("<d", a))[0])
+            vals.append(_scalar_slot(a))
         else:
             raise TypeError(f"kernel argument of type {type(a).__name__} is not supported by launch()")
     buf = np.array(vals, dtype=np.int64)
     assert buf.size == count
     return buf
+
+
+def _scalar_slot(x) -> int:
+    if isinstance(x, float):
+        return struct.unpack("<q", struct.pack("<d", x))[0]
+    if isinstance(x, int) and not isinstance(x, bool):
+        return x
+    raise TypeError(f"kernel argument of type {type(x).__name__} is not supported by launch()")
 
 
 def launch(kernel, grid, threads, shared_bytes: int, *args) -> None:

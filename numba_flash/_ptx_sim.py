@@ -604,6 +604,10 @@ def ex2_approx(x):
     return r
 
 
+def tanh_approx(x):
+    return np.tanh(np.float32(x), dtype=np.float32)
+
+
 def _mma_acc(mma):
     def twin(acc, i, a, ai, b0, b1):
         d = mma(a[ai], a[ai + 1], a[ai + 2], a[ai + 3], b0, b1, acc[i], acc[i + 1], acc[i + 2], acc[i + 3])

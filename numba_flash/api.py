@@ -15,6 +15,7 @@ import numpy as np
 
 from numba_flash import _arrays as A
 from numba_flash import plan as P
+from numba_flash import variant as V
 from numba_flash._launch import launch
 from numba_flash._numba_cuda import SIMULATOR, compute_capability
 
@@ -38,6 +39,18 @@ def _plan(problem: P.Problem) -> P.Plan:
 @functools.lru_cache(maxsize=512)
 def _cached_plan(problem: P.Problem, override) -> P.Plan:
     return P.plan(problem)
+
+
+@functools.lru_cache(maxsize=8)
+def _dummies(device: int):
+    """Stand-ins for the ALiBi slopes and varlen offsets when a call has none (the
+    kernels read them only with the feature on)."""
+    xp = np if SIMULATOR else A._cupy()
+    return xp.zeros((1, 1), np.float32), xp.zeros((1,), np.int32)
+
+
+def _device_id() -> int:
+    return -1 if SIMULATOR else A._cupy().cuda.Device().id
 
 
 def _run(plan: P.Plan, buffers: dict, layout: str) -> None:
@@ -64,14 +77,108 @@ def _check_qkv(q, k, v, causal, softmax_scale, layout):
     return layout, causal, ops, dims, A.check_scale(softmax_scale, dims[-1])
 
 
-def _problem(pass_, op, dims, causal, allow_tf32, arrays) -> P.Problem:
+def _check_packed(q, k, v, causal, softmax_scale):
+    """:func:`_check_qkv` for varlen's (total, H, d) operands (seen as batch 1)."""
+    A.require_runtime()
+    causal = A.check_flag("causal", causal)
+    ops = tuple(A.check_packed(name, x) for name, x in (("q", q), ("k", k), ("v", v)))
+    dims = A.check_qkv(*ops, "bshd")
+    return causal, ops, dims, A.check_scale(softmax_scale, dims[-1])
+
+
+class _Variants:
+    """A call's checked variant arguments: the kernels' flags and run-time values."""
+
+    def __init__(self, q_op, k_op, B, H, causal, window_size, softcap, alibi_slopes, dropout_p, seed, varlen=False):
+        self.window = V.check_window(window_size)
+        self.softcap = V.check_softcap(softcap)
+        self.dropout_p, self.seed = V.check_dropout(dropout_p, seed)
+        if self.dropout_p > 0:
+            raise NotImplementedError(f"dropout_p={self.dropout_p}: dropout is not implemented in the kernels yet "
+                                      "(numba_flash.reference.attention has it); pass dropout_p=0.0")  # fmt: skip
+        self.alibi = None if alibi_slopes is None else A.check_alibi(alibi_slopes, q_op, B, H)
+        H_kv = k_op.view.shape[2]
+        self.group = H // H_kv if H_kv else 1
+        self.heads_k = H_kv
+        self.features = V.variant_of(False, self.window, self.softcap, self.alibi is not None, self.dropout_p,
+                                     varlen, self.group)  # fmt: skip
+        self.params = V.params(self.group, self.window, causal, self.softcap)
+
+    def buffers(self, cu_q=None, cu_k=None) -> dict:
+        alibi0, cu0 = _dummies(_device_id())
+        return {"params": self.params, "alibi": alibi0 if self.alibi is None else self.alibi,
+                "cu_seqlens_q": cu0 if cu_q is None else cu_q, "cu_seqlens_k": cu0 if cu_k is None else cu_k}
+
+
+def _problem(pass_, op, dims, causal, allow_tf32, arrays, var: _Variants, rows_q=0) -> P.Problem:
     B, Nq, Nk, H, d = dims
     aligned = all(A.aligned16(x) for x in arrays)
     return P.Problem(pass_, A.dtype_name(op.dtype), d, causal, allow_tf32, aligned, B, H, Nq, Nk,
-                     compute_capability(), SIMULATOR)  # fmt: skip
+                     compute_capability(), SIMULATOR, var.features, var.heads_k, rows_q)  # fmt: skip
 
 
-def flash_attention(q, k, v, *, causal=False, softmax_scale=None, return_lse=False, layout="bshd", allow_tf32=False):
+def _forward(q_op, k_op, v_op, dims, causal, scale, var, allow_tf32, layout, out_shape, lse_shape, cu=(None, None),
+             rows_q=0):
+    """Run the forward plan; returns (out, lse) on the compute side, in ``out_shape``
+    (q's) and ``lse_shape``; the kernels see (B, N, H, d) views of them."""
+    B, Nq, Nk, H, d = dims
+    kind = q_op.kind
+    out = A.empty(kind, out_shape, q_op.dtype)
+    lse = A.empty(kind, lse_shape, np.float32)
+    if 0 in (B, H, Nq) or (Nk == 0 and not var.features.varlen):  # nothing to launch: no row sees a key
+        out.fill(0)
+        lse.fill(-np.inf)
+        return out, lse
+    qc, kc, vc = (A.to_compute(op.array, kind) for op in (q_op, k_op, v_op))
+    plan = _plan(_problem("forward", q_op, dims, causal, allow_tf32, (qc, kc, vc), var, rows_q))
+    work = A.SUPPORTED_BY_NAME[plan.work_dtype]
+    if work != q_op.dtype:  # bf16 on fp32 copies
+        qc, kc, vc = (x.astype(work) for x in (qc, kc, vc))
+    o = out if work == q_op.dtype else A.empty(kind, out.shape, work)
+    buffers = {"q": qc, "k": kc, "v": vc, "out": o, "lse": lse, "scale": scale, **var.buffers(*cu)}
+    if var.features.varlen:  # (total, H, d) seen as (1, total, H, d); lse (H, total) as (1, H, total)
+        buffers.update({r: buffers[r][None] for r in ("q", "k", "v", "out", "lse")})
+    _run(plan, buffers, layout)
+    if o is not out:
+        out[...] = o.astype(out.dtype)
+    return out, lse
+
+
+def _backward(ops, lse_arr, dims, causal, scale, var, allow_tf32, layout, shapes, cu=(None, None), rows_q=0):
+    """Run the backward plan; ``ops`` are the (q, k, v, dout, out) operands; returns
+    (dq, dk, dv) on the compute side in ``shapes``."""
+    B, Nq, Nk, H, d = dims
+    q_op = ops[0]
+    kind = q_op.kind
+    grads = [A.empty(kind, shape, q_op.dtype) for shape in shapes]
+    if 0 in (B, H, Nq, Nk):  # no (query, key) pair: every gradient is 0
+        for g in grads:
+            g.fill(0)
+        return grads
+    computed = [A.to_compute(op.array, kind) for op in ops]
+    plan = _plan(_problem("backward", q_op, dims, causal, allow_tf32, computed, var, rows_q))
+    work = A.SUPPORTED_BY_NAME[plan.work_dtype]
+    if work != q_op.dtype:  # bf16 on fp32 copies
+        computed = [x.astype(work) for x in computed]
+    work_grads = grads if work == q_op.dtype else [A.empty(kind, g.shape, work) for g in grads]
+    buffers = dict(zip(("q", "k", "v", "dout", "out"), computed))
+    buffers.update(zip(("dq", "dk", "dv"), work_grads))
+    lse_c = A.to_compute(lse_arr, kind)
+    buffers.update(lse=lse_c, delta=A.empty(kind, lse_c.shape, np.float32), scale=scale, **var.buffers(*cu))
+    if var.features.varlen:
+        buffers.update({r: buffers[r][None] for r in ("q", "k", "v", "dout", "out", "dq", "dk", "dv", "lse", "delta")})
+    _run(plan, buffers, layout)
+    if work_grads is not grads:
+        for g, w in zip(grads, work_grads):
+            g[...] = w.astype(g.dtype)
+    return grads
+
+
+
+
+def flash_attention(q, k, v, *, causal=False, softmax_scale=None, window_size=(-1, -1), softcap=0.0,
+                    alibi_slopes=None, dropout_p=0.0, seed=None, return_lse=False, layout="bshd",
+                    allow_tf32=False):  # fmt: skip
     """Exact attention ``softmax(scale · Q·Kᵀ) · V`` without the N×N matrix.
 
     Args:
@@ -81,12 +188,25 @@ def flash_attention(q, k, v, *, causal=False, softmax_scale=None, return_lse=Fal
             tensor-core kernels for head dims 64 and 128 when rows are 16-byte
             aligned, else the exact fp32 kernels as a fallback).  Any strides with the
             last axis contiguous.
-        k, v: (batch, seqlen_k, heads, headdim), or (batch, heads, seqlen_k, headdim);
-            same dtype and side (host/device) as q.
+        k, v: (batch, seqlen_k, heads_kv, headdim), or (batch, heads_kv, seqlen_k,
+            headdim); same dtype and side (host/device) as q.  heads_kv divides heads
+            (grouped-query / multi-query attention: query head h reads KV head
+            ``h // (heads / heads_kv)``).
         causal: mask key j from query i unless j <= i + seqlen_k − seqlen_q
             (bottom-right aligned, as FlashAttention-2 >= 2.1).  A query that sees no
             key gets a zero output row and lse = −inf.
         softmax_scale: multiplies Q·Kᵀ before the softmax; default 1/sqrt(headdim).
+        window_size: ``(left, right)``, −1 meaning unbounded: query i sees key j iff
+            ``i + Nk − Nq − left <= j <= i + Nk − Nq + right`` (FlashAttention-2's sliding
+            window; with ``causal`` right is 0).  Key tiles outside the band are not
+            visited.  Rows that see nothing get 0 and lse −inf.
+        softcap: > 0 replaces each score ``s = scale·q·k`` by ``softcap·tanh(s/softcap)``
+            (Gemma-2, Grok); 0 is off.
+        alibi_slopes: float32 (heads,) or (batch, heads): adds ``−slope·|i + Nk − Nq − j|``
+            to the score (after the softcap).
+        dropout_p, seed: dropout on the attention probabilities.  Not implemented in the
+            kernels yet: anything but 0.0 raises NotImplementedError (the NumPy reference
+            has it).
         return_lse: also return the log-sum-exp that the backward pass needs.
         layout: "bshd" or "bhsd".
         allow_tf32: float32 inputs only (ignored for fp16/bf16): run the TF32 tensor-core
@@ -109,35 +229,24 @@ def flash_attention(q, k, v, *, causal=False, softmax_scale=None, return_lse=Fal
     return_lse = A.check_flag("return_lse", return_lse)
     allow_tf32 = A.check_flag("allow_tf32", allow_tf32)
     B, Nq, Nk, H, d = dims
-    kind = q_op.kind
-    out = A.empty(kind, _out_shape(layout, B, Nq, H, d), q_op.dtype)
-    lse = A.empty(kind, (B, H, Nq), np.float32)
-    if 0 in (B, H, Nq, Nk):  # nothing to launch: every row sees no key
-        out.fill(0)
-        lse.fill(-np.inf)
-    else:
-        qc, kc, vc = (A.to_compute(op.array, kind) for op in (q_op, k_op, v_op))
-        plan = _plan(_problem("forward", q_op, dims, causal, allow_tf32, (qc, kc, vc)))
-        work = A.SUPPORTED_BY_NAME[plan.work_dtype]
-        if work != q_op.dtype:  # bf16 on fp32 copies
-            qc, kc, vc = (x.astype(work) for x in (qc, kc, vc))
-        o = out if work == q_op.dtype else A.empty(kind, out.shape, work)
-        _run(plan, {"q": qc, "k": kc, "v": vc, "out": o, "lse": lse, "scale": scale}, layout)
-        if o is not out:
-            out[...] = o.astype(out.dtype)
-    out = A.to_caller(out, kind)
+    var = _Variants(q_op, k_op, B, H, causal, window_size, softcap, alibi_slopes, dropout_p, seed)
+    out, lse = _forward(q_op, k_op, v_op, dims, causal, scale, var, allow_tf32, layout,
+                        _out_shape(layout, B, Nq, H, d), (B, H, Nq))  # fmt: skip
+    out = A.to_caller(out, q_op.kind)
     if return_lse:
-        return out, A.to_caller(lse, kind)
+        return out, A.to_caller(lse, q_op.kind)
     return out
 
 
-def flash_attention_backward(dout, q, k, v, out, lse, *, causal=False, softmax_scale=None, layout="bshd",
-                             allow_tf32=False):
+def flash_attention_backward(dout, q, k, v, out, lse, *, causal=False, softmax_scale=None, window_size=(-1, -1),
+                             softcap=0.0, alibi_slopes=None, dropout_p=0.0, seed=None, layout="bshd",
+                             allow_tf32=False):  # fmt: skip
     """Gradients of ``flash_attention`` by recomputation from the saved log-sum-exp.
 
     Args:
         dout: gradient of the loss with respect to ``out``; shape and dtype of q.
-        q, k, v, causal, softmax_scale, layout: exactly as given to the forward.
+        q, k, v, causal, softmax_scale, window_size, softcap, alibi_slopes, dropout_p,
+            seed, layout: exactly as given to the forward.
         out, lse: what the forward returned (``return_lse=True``); lse is
             (batch, heads, seqlen_q) float32.
         allow_tf32: float32 inputs only (ignored for fp16/bf16): run the backward's
@@ -148,7 +257,8 @@ def flash_attention_backward(dout, q, k, v, out, lse, *, causal=False, softmax_s
 
     Returns:
         ``(dq, dk, dv)`` with the shapes and dtype of q, k, v, of the caller's kind.
-        dQ is computed without atomics, so the result is bitwise the same run to run.
+        dQ is computed without atomics, and with GQA the dK, dV of a KV head sum its
+        query heads in a fixed order, so the result is bitwise the same run to run.
         fp16/bf16 at head dims 64 and 128 (16-byte aligned rows) run on tensor cores;
         float32 runs the exact fp32 kernels unless ``allow_tf32=True`` (whatever the
         forward was given); other cases run the exact fp32 kernels too.
@@ -161,24 +271,72 @@ def flash_attention_backward(dout, q, k, v, out, lse, *, causal=False, softmax_s
     B, Nq, Nk, H, d = dims
     lse_arr = A.check_lse(lse, q_op, B, H, Nq)
     allow_tf32 = A.check_flag("allow_tf32", allow_tf32)
-    kind = q_op.kind
+    var = _Variants(q_op, k_op, B, H, causal, window_size, softcap, alibi_slopes, dropout_p, seed)
+    H_kv = var.heads_k
+    shapes = (_out_shape(layout, B, Nq, H, d), _out_shape(layout, B, Nk, H_kv, d), _out_shape(layout, B, Nk, H_kv, d))
+    grads = _backward((q_op, k_op, v_op, do_op, o_op), lse_arr, dims, causal, scale, var, allow_tf32, layout, shapes)
+    return tuple(A.to_caller(g, q_op.kind) for g in grads)
 
-    grads = [A.empty(kind, _out_shape(layout, B, n, H, d), q_op.dtype) for n in (Nq, Nk, Nk)]
-    if 0 in (B, H, Nq, Nk):  # no (query, key) pair: every gradient is 0
-        for g in grads:
-            g.fill(0)
-        return tuple(A.to_caller(g, kind) for g in grads)
-    computed = [A.to_compute(op.array, kind) for op in (q_op, k_op, v_op, do_op, o_op)]
-    plan = _plan(_problem("backward", q_op, dims, causal, allow_tf32, computed))
-    work = A.SUPPORTED_BY_NAME[plan.work_dtype]
-    if work != q_op.dtype:  # bf16 on fp32 copies
-        computed = [x.astype(work) for x in computed]
-    work_grads = grads if work == q_op.dtype else [A.empty(kind, g.shape, work) for g in grads]
-    buffers = dict(zip(("q", "k", "v", "dout", "out"), computed))
-    buffers.update(zip(("dq", "dk", "dv"), work_grads))
-    buffers.update(lse=A.to_compute(lse_arr, kind), delta=A.empty(kind, (B, H, Nq), np.float32), scale=scale)
-    _run(plan, buffers, layout)
-    if work_grads is not grads:
-        for g, w in zip(grads, work_grads):
-            g[...] = w.astype(g.dtype)
-    return tuple(A.to_caller(g, kind) for g in grads)
+
+def flash_attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, *, causal=False,
+                           softmax_scale=None, window_size=(-1, -1), softcap=0.0, alibi_slopes=None, dropout_p=0.0,
+                           seed=None, return_lse=False, allow_tf32=False):  # fmt: skip
+    """:func:`flash_attention` over a batch of sequences of different lengths, packed
+    (FlashAttention-2's ``flash_attn_varlen_func``).
+
+    Args:
+        q: (total_q, heads, headdim): sequence b is rows ``cu_seqlens_q[b] ..
+            cu_seqlens_q[b + 1] − 1``.
+        k, v: (total_k, heads_kv, headdim), sequence b at ``cu_seqlens_k[b] ..``.
+        cu_seqlens_q, cu_seqlens_k: int32 (batch + 1,) offsets on q's side, starting at
+            0, non-decreasing, ending at total_q / total_k.  Sequences may be empty.
+        max_seqlen_q, max_seqlen_k: ints at least the longest sequence (the grid).
+        The keywords as :func:`flash_attention`; each sequence is its own attention
+        (causal and window aligned per sequence, ALiBi slopes (batch, heads) per
+        sequence).  Checked before any launch.
+
+    Returns:
+        ``out`` (total_q, heads, headdim), or ``(out, lse)`` with lse (heads, total_q)
+        float32, as FlashAttention-2.
+    """
+    causal, (q_op, k_op, v_op), dims, scale = _check_packed(q, k, v, causal, softmax_scale)
+    return_lse = A.check_flag("return_lse", return_lse)
+    allow_tf32 = A.check_flag("allow_tf32", allow_tf32)
+    _, total_q, total_k, H, d = dims
+    cu_q, B, max_q = A.check_cu_seqlens("cu_seqlens_q", cu_seqlens_q, q_op, total_q, "max_seqlen_q", max_seqlen_q)
+    cu_k, Bk, max_k = A.check_cu_seqlens("cu_seqlens_k", cu_seqlens_k, q_op, total_k, "max_seqlen_k", max_seqlen_k)
+    if Bk != B:
+        raise ValueError(f"cu_seqlens_k: expected {B + 1} offsets (as cu_seqlens_q), got {Bk + 1}")
+    var = _Variants(q_op, k_op, B, H, causal, window_size, softcap, alibi_slopes, dropout_p, seed, varlen=True)
+    vdims = (B, max_q, max_k, H, d)
+    out, lse = _forward(q_op, k_op, v_op, vdims, causal, scale, var, allow_tf32, "bshd", (total_q, H, d),
+                        (H, total_q), (cu_q, cu_k), total_q)  # fmt: skip
+    out = A.to_caller(out, q_op.kind)
+    if return_lse:
+        return out, A.to_caller(lse, q_op.kind)
+    return out
+
+
+def flash_attention_varlen_backward(dout, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
+                                    *, causal=False, softmax_scale=None, window_size=(-1, -1), softcap=0.0,
+                                    alibi_slopes=None, dropout_p=0.0, seed=None, allow_tf32=False):  # fmt: skip
+    """Gradients of :func:`flash_attention_varlen` (lse (heads, total_q) as it returned);
+    ``(dq, dk, dv)`` shaped like q, k, v."""
+    causal, (q_op, k_op, v_op), dims, scale = _check_packed(q, k, v, causal, softmax_scale)
+    do_op = A.check_packed("dout", dout)
+    o_op = A.check_packed("out", out)
+    A.check_like("dout", do_op, q_op)
+    A.check_like("out", o_op, q_op)
+    _, total_q, total_k, H, d = dims
+    cu_q, B, max_q = A.check_cu_seqlens("cu_seqlens_q", cu_seqlens_q, q_op, total_q, "max_seqlen_q", max_seqlen_q)
+    cu_k, Bk, max_k = A.check_cu_seqlens("cu_seqlens_k", cu_seqlens_k, q_op, total_k, "max_seqlen_k", max_seqlen_k)
+    if Bk != B:
+        raise ValueError(f"cu_seqlens_k: expected {B + 1} offsets (as cu_seqlens_q), got {Bk + 1}")
+    lse_arr = A.check_lse_packed(lse, q_op, H, total_q)
+    allow_tf32 = A.check_flag("allow_tf32", allow_tf32)
+    var = _Variants(q_op, k_op, B, H, causal, window_size, softcap, alibi_slopes, dropout_p, seed, varlen=True)
+    shapes = ((total_q, H, d), (total_k, var.heads_k, d), (total_k, var.heads_k, d))
+    grads = _backward((q_op, k_op, v_op, do_op, o_op), lse_arr, (B, max_q, max_k, H, d), causal, scale, var,
+                      allow_tf32, "bshd", shapes, (cu_q, cu_k), total_q)  # fmt: skip
+    return tuple(A.to_caller(g, q_op.kind) for g in grads)
+

@@ -289,8 +289,11 @@ def _simulator_on() -> bool:
 
 def argtypes(launch, work_dtype: str) -> tuple:
     """The numba types a launch's arguments have at run time (4-D arrays of any
-    layout, lse/delta C-contiguous float32, the scale a float64)."""
+    layout, lse/delta C-contiguous float32, the scale a float64, the variants' params
+    tuple, ALiBi slopes and varlen offsets)."""
     import numpy as np
+
+    from numba_flash.variant import PARAM_KINDS
     from numba import types
     from numba.np import numpy_support
 
@@ -299,6 +302,12 @@ def argtypes(launch, work_dtype: str) -> tuple:
     for a in launch.args:
         if a.role == "scale":
             out.append(types.float64)
+        elif a.role == "params":
+            out.append(types.Tuple([types.int64 if k == "int" else types.float64 for k in PARAM_KINDS]))
+        elif a.role == "alibi":
+            out.append(types.Array(types.float32, 2, "C"))
+        elif a.role in ("cu_seqlens_q", "cu_seqlens_k"):
+            out.append(types.Array(types.int32, 1, "C"))
         elif a.role in ("lse", "delta"):
             out.append(types.Array(types.float32, 3, "C"))
         else:

@@ -26,6 +26,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 
 from numba_flash import config
+from numba_flash.kernels.spec import Sizes
+from numba_flash.variant import PLAIN, Variant
 
 PASSES = ("forward", "backward")
 DTYPES = ("float32", "float16", "bfloat16")
@@ -47,6 +49,11 @@ class Problem:
         batch, heads, seqlen_q, seqlen_k: sizes (the grid).
         arch: the target's compute capability.
         simulator: numba's CUDA simulator (small register-blocked tiles there).
+        features: the variants other than causal (``numba_flash.variant.Variant``; each
+            kernel is compiled for its flags).
+        heads_k: KV heads (GQA/MQA: fewer than ``heads``; 0 means ``heads``).
+        rows_q: rows of q's sequence axis when it differs from seqlen_q (varlen: the
+            packed total; 0 means ``seqlen_q``).
     """
 
     pass_: str
@@ -61,6 +68,20 @@ class Problem:
     seqlen_k: int = 1
     arch: tuple = (9, 0)
     simulator: bool = False
+    features: Variant = PLAIN
+    heads_k: int = 0
+    rows_q: int = 0
+
+    @property
+    def variant(self) -> Variant:
+        """The flags the kernels are compiled for (``features`` with ``causal``)."""
+        return replace(self.features, causal=self.causal)
+
+    @property
+    def sizes(self) -> Sizes:
+        """What the launch grids depend on."""
+        return Sizes(self.batch, self.heads, self.seqlen_q, self.seqlen_k, self.heads_k, self.rows_q,
+                     1 if self.features.varlen else self.batch)  # fmt: skip
 
     def __post_init__(self):
         if self.pass_ not in PASSES:
@@ -111,24 +132,24 @@ def family(p: Problem) -> tuple[str, str]:
 def plan(p: Problem) -> Plan:
     """The launch plan of problem ``p``."""
     fam, note = family(p)
-    B, H, Nq, Nk, d, causal = p.batch, p.heads, p.seqlen_q, p.seqlen_k, p.head_dim, p.causal
+    d, causal, v, sz = p.head_dim, p.causal, p.variant, p.sizes
     if fam == "tensor-core":
         from numba_flash.kernels import tc_backward, tc_forward
 
         if p.pass_ == "forward":
             t = config.choose("tc_forward", d, causal, p.dtype)
-            launches = tc_forward.launches(t, causal, p.dtype, B, H, Nq, Nk)
+            launches = tc_forward.launches(t, v, p.dtype, sz)
         else:
             t = config.choose("tc_backward", d, causal, p.dtype)
-            launches = tc_backward.launches(t, causal, p.dtype, B, H, Nq, Nk)
+            launches = tc_backward.launches(t, v, p.dtype, sz)
         return Plan(fam, p.dtype, tuple(launches), note, p)
     if fam == "tensor-core-tf32":
         from numba_flash.kernels import tf32_backward, tf32_forward
 
         if p.pass_ == "forward":
-            launches = tf32_forward.launches(config.choose("tf32_forward", d, causal), causal, B, H, Nq, Nk)
+            launches = tf32_forward.launches(config.choose("tf32_forward", d, causal), v, sz)
         else:
-            launches = tf32_backward.launches(config.choose("tf32_backward", d, causal), causal, B, H, Nq, Nk)
+            launches = tf32_backward.launches(config.choose("tf32_backward", d, causal), v, sz)
         return Plan(fam, "float32", tuple(launches), note, p)
 
     work = "float16" if p.dtype == "float16" else "float32"
@@ -145,7 +166,7 @@ def plan(p: Problem) -> Plan:
 
         t = config.choose("simt_" + p.pass_, d)
         module = simt_forward if p.pass_ == "forward" else simt_backward
-    return Plan(fam, work, tuple(module.launches(t, causal, B, H, Nq, Nk)), note, p)
+    return Plan(fam, work, tuple(module.launches(t, v, sz)), note, p)
 
 
 def table(arch: tuple = (9, 0)) -> list[dict]:
@@ -173,9 +194,10 @@ def table(arch: tuple = (9, 0)) -> list[dict]:
     return rows
 
 
-def with_sizes(p: Problem, batch: int, heads: int, seqlen_q: int, seqlen_k: int) -> Problem:
+def with_sizes(p: Problem, batch: int, heads: int, seqlen_q: int, seqlen_k: int, heads_k: int = 0,
+               rows_q: int = 0) -> Problem:
     """``p`` for other sizes (the kernels and tiles do not depend on them)."""
-    return replace(p, batch=batch, heads=heads, seqlen_q=seqlen_q, seqlen_k=seqlen_k)
+    return replace(p, batch=batch, heads=heads, seqlen_q=seqlen_q, seqlen_k=seqlen_k, heads_k=heads_k, rows_q=rows_q)
 
 
 __all__ = ["Problem", "Plan", "plan", "family", "table", "with_sizes"]

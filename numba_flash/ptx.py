@@ -108,6 +108,7 @@ __all__ = [
     "unpack_f16x2",
     "unpack_bf16x2",
     "ex2_approx",
+    "tanh_approx",
     "ld_shared_v4_f32",
     "st_shared_v4_f32",
 ]
@@ -721,6 +722,19 @@ def ex2_approx(typingctx, x):
     """
     _require_numbers("ex2_approx", x=x)
     return types.float32(x), _unary_f32_codegen("ex2.approx.ftz.f32 $0, $1;", "=f,f", _F32)
+
+
+@intrinsic
+def tanh_approx(typingctx, x):
+    """``tanh_approx(x: float32) -> float32``
+
+    ``tanh.approx.f32`` (sm_75+): tanh on the SFU, relative error about 2**-11 (as
+    FlashAttention-2's softcap, through CUTLASS's ``fast_tanh``); tanh(±inf) = ±1,
+    NaN stays NaN.  The tensor-core kernels' softcap.  The simulator twin computes
+    tanh in float32.
+    """
+    _require_numbers("tanh_approx", x=x)
+    return types.float32(x), _unary_f32_codegen("tanh.approx.f32 $0, $1;", "=f,f", _F32)
 
 
 # ---------------------------------------------------------------------------

@@ -17,6 +17,7 @@ import cupy as cp
 import numpy as np
 
 import numba_flash
+from numba_flash.variant import Variant, variant_args
 from numba_flash import _arrays as A
 from numba_flash import config
 from numba_flash import _launch
@@ -52,9 +53,9 @@ def gpu_us(fn, reps=REPS):
 
 
 t = config.tc_forward_tiles(d, causal, "float16")
-kern = tc_forward.tc_forward_kernel(t, causal, "float16")
+kern = tc_forward.tc_forward_kernel(t, Variant(causal=causal), "float16")
 out, lse = cp.empty_like(q), cp.empty((B, H, N), cp.float32)
-args = [x.view(cp.uint16) for x in (q, k, v)] + [out.view(cp.uint32), lse, float(1 / np.sqrt(d))]
+args = [x.view(cp.uint16) for x in (q, k, v)] + [out.view(cp.uint32), lse, float(1 / np.sqrt(d))] + variant_args()
 grid = ((N + t.block_m - 1) // t.block_m, H, B)
 
 

@@ -32,4 +32,25 @@ for dtype, tf32 in MODES:  # tf32: float32 with allow_tf32=True (the TF32 tensor
         cp.cuda.runtime.deviceSynchronize()
         print(np.dtype(dtype).name, "tf32" if tf32 else "", Nq, Nk, d, causal, layout, "finite:",
               all(bool(cp.isfinite(x).all()) for x in (out, dq, dk, dv)))
+# the variants (issue #11): GQA + window + softcap + ALiBi, and varlen, on every mode
+for dtype, tf32 in MODES:
+    for d in (64, 32):
+        B, Nq, Nk, H, Hk = 2, 45, 70, 4, 2
+        q = cp.asarray(rng.standard_normal((B, Nq, H, d)).astype(dtype))
+        k, v = (cp.asarray(rng.standard_normal((B, Nk, Hk, d)).astype(dtype)) for _ in range(2))
+        opts = dict(causal=True, window_size=(20, -1), softcap=3.0, alibi_slopes=cp.full((H,), 0.25, cp.float32),
+                    allow_tf32=tf32)
+        out, lse = numba_flash.flash_attention(q, k, v, return_lse=True, **opts)
+        grads = numba_flash.flash_attention_backward(cp.asarray(rng.standard_normal(out.shape).astype(dtype)), q, k, v,
+                                                     out, lse, **opts)
+        lens = [0, 9, 1, 33]
+        cu = cp.asarray(np.concatenate([[0], np.cumsum(lens)]).astype(np.int32))
+        qv, kv, vv = (cp.asarray(rng.standard_normal((sum(lens), h, d)).astype(dtype)) for h in (H, Hk, Hk))
+        o2, l2 = numba_flash.flash_attention_varlen(qv, kv, vv, cu, cu, 33, 33, causal=True, return_lse=True,
+                                                    allow_tf32=tf32)
+        g2 = numba_flash.flash_attention_varlen_backward(cp.asarray(rng.standard_normal(o2.shape).astype(dtype)), qv, kv,
+                                                         vv, o2, l2, cu, cu, 33, 33, causal=True, allow_tf32=tf32)
+        cp.cuda.runtime.deviceSynchronize()
+        print(np.dtype(dtype).name, "tf32" if tf32 else "", d, "variants finite:",
+              all(bool(cp.isfinite(x).all()) for x in (out, *grads, o2, *g2)))
 print("sanitize_small: done")

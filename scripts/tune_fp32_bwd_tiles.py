@@ -18,6 +18,7 @@ import cupy as cp
 import numpy as np
 
 import numba_flash
+from numba_flash.variant import Variant
 from numba_flash.bench import time_fn
 from numba_flash import reference
 from numba_flash.config import BlockedTiles
@@ -88,8 +89,8 @@ def main():
                     row[f"tflops_{name}"] = round(flops / ms / 1e9, 2)
                     if peer[c]:
                         row[f"sdpa_eff_{name}"] = round(flops / peer[c] / 1e9, 2)
-                row["regs"] = [regs(simt_blocked_backward.simt_blocked_dkdv_kernel(BlockedTiles(d, *a), False)),
-                               regs(simt_blocked_backward.simt_blocked_dq_kernel(BlockedTiles(d, *bq), False))]
+                row["regs"] = [regs(simt_blocked_backward.simt_blocked_dkdv_kernel(BlockedTiles(d, *a), Variant(causal=False))),
+                               regs(simt_blocked_backward.simt_blocked_dq_kernel(BlockedTiles(d, *bq), Variant(causal=False)))]
             except Exception as e:  # a tile shape the device refuses is a result too
                 row["error"] = f"{type(e).__name__}: {e}"[:200]
             print(json.dumps(row), flush=True)

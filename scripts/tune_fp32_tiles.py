@@ -17,6 +17,7 @@ import cupy as cp
 import numpy as np
 
 import numba_flash
+from numba_flash.variant import Variant
 from numba_flash.bench import time_fn
 from numba_flash.config import BlockedTiles
 from numba_flash.kernels import simt_blocked_forward
@@ -81,7 +82,7 @@ def main():
                     row[f"tflops_{'causal' if c else 'full'}"] = round(flops / ms / 1e9, 2)
                     if peer[c]:
                         row[f"sdpa_eff_{'causal' if c else 'full'}"] = round(flops / peer[c] / 1e9, 2)
-                kern = simt_blocked_forward.simt_blocked_forward_kernel(t, False)
+                kern = simt_blocked_forward.simt_blocked_forward_kernel(t, Variant(causal=False))
                 regs, local = kern.get_regs_per_thread(), kern.get_local_mem_per_thread()
                 row["regs"] = max(regs.values()) if isinstance(regs, dict) else regs
                 row["local_bytes"] = max(local.values()) if isinstance(local, dict) else local

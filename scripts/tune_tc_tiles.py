@@ -8,6 +8,7 @@ import json, gc, os, sys
 import numpy as np, cupy as cp
 import torch
 from torch.nn.attention import sdpa_kernel, SDPBackend
+from numba_flash.variant import Variant, variant_args
 from numba_flash import _arrays as A
 from numba_flash._launch import launch
 from numba_flash.config import TcTiles
@@ -29,7 +30,7 @@ for (B,H,N,d,causal) in ((4,16,4096,128,False),(4,32,4096,64,False),(16,32,1024,
     fl=4*B*H*N*N*d*(0.5 if causal else 1)
     with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
         t_fa=timeit(lambda: F(tq.transpose(1,2),tk.transpose(1,2),tv.transpose(1,2),is_causal=causal))
-    args=[x.view(cp.uint16) for x in (q,k,v)]+[out.view(cp.uint32), lse, float(1/np.sqrt(d))]
+    args=[x.view(cp.uint16) for x in (q,k,v)]+[out.view(cp.uint32), lse, float(1/np.sqrt(d))] + variant_args()
     for bm,bn,w,mt in CFG[d]:
         t=TcTiles(d,bm,bn,w,m_tiles=mt); kern=tc_forward.tc_forward_kernel(t,causal,"float16")
         try:

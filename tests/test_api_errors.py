@@ -51,7 +51,9 @@ def fwd_case(name):
         "float64": ((q.astype(np.float64), k, v), {}, TypeError, r"q: dtype float64 is not supported"),
         "mixed dtype": ((q, k, v.astype(np.float16)), {}, TypeError, r"v: dtype float16 differs from q's float32"),
         "batch": ((q, np.concatenate([k, k]), v), {}, ValueError, r"k, v: batch .* must equal q's 1, got 2"),
-        "heads": ((q, k[:, :, :1], v[:, :, :1]), {}, ValueError, r"k, v: heads .* must equal q's 2, got 1"),
+        "heads": ((q, np.concatenate([k, k[:, :, :1]], 2), np.concatenate([v, v[:, :, :1]], 2)), {}, ValueError,
+                  r"k, v: heads .* must divide q's 2 \(grouped-query attention.*got 3"),
+        "v heads": ((q, k, v[:, :, :1]), {}, ValueError, r"v: heads .* must equal k's 2, got 1"),
         "head dim": ((q, k[..., :8], v[..., :8]), {}, ValueError, r"k, v: head dim .* must equal q's 16, got 8"),
         "v seqlen": ((q, k, v[:, :3]), {}, ValueError, r"v: seqlen .* must equal k's 7, got 3"),
         "bad head dim": ((q[..., :12], k[..., :12], v[..., :12]), {}, ValueError,
@@ -85,7 +87,7 @@ def fwd_case(name):
 
 
 FWD_NAMES = [
-    "ndim", "list", "int dtype", "float64", "mixed dtype", "batch", "heads", "head dim",
+    "ndim", "list", "int dtype", "float64", "mixed dtype", "batch", "heads", "v heads", "head dim",
     "v seqlen", "bad head dim", "big head dim", "bad head dim, empty", "last stride", "layout",
     "layout array", "causal", "causal array", "allow_tf32 array", "scale type", "scale nan",
     "scale inf", "scale beyond float32", "scale beyond float64", "requires grad",

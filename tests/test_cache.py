@@ -19,15 +19,16 @@ KEYS_SCRIPT = textwrap.dedent("""
     import json
     from numba_flash import _cache, config
     from numba_flash.kernels import simt_blocked_forward, tc_backward, tc_forward
+    from numba_flash.variant import Variant
 
     t64, t128 = config.tc_forward_tiles(64), config.tc_forward_tiles(128)
     kernels = [
-        tc_forward.tc_forward_kernel(t64, False, "float16"),
-        tc_forward.tc_forward_kernel(t64, True, "float16"),
-        tc_forward.tc_forward_kernel(t64, False, "bfloat16"),
-        tc_forward.tc_forward_kernel(t128, False, "float16"),
-        tc_backward.tc_bwd_dq_kernel(config.tc_backward_tiles(64), False, "float16"),
-        simt_blocked_forward.simt_blocked_forward_kernel(config.blocked_forward_tiles(64), False),
+        tc_forward.tc_forward_kernel(t64, Variant(), "float16"),
+        tc_forward.tc_forward_kernel(t64, Variant(causal=True), "float16"),
+        tc_forward.tc_forward_kernel(t64, Variant(), "bfloat16"),
+        tc_forward.tc_forward_kernel(t128, Variant(), "float16"),
+        tc_backward.tc_bwd_dq_kernel(config.tc_backward_tiles(64), Variant(), "float16"),
+        simt_blocked_forward.simt_blocked_forward_kernel(config.blocked_forward_tiles(64), Variant()),
     ]
     keys = [_cache.variant_key(k.py_func) for k in kernels]
     assert keys == [_cache.variant_key(k.py_func) for k in kernels]

@@ -1,77 +1,130 @@
 """Which tiles a block visits, and which of them need masking (FlashAttention's block_info).
 
-Every kernel first builds the mask info of its (batch, head) with :func:`mask_info`, a
-tuple ``(seqlen_q, seqlen_k, diag, causal)`` that the masking step
-(:func:`numba_flash.kernels.mask.visible`) and the tile ranges below read, and nothing
-else does: a new kind of mask (a window band, per-sequence lengths) changes this
-module and ``mask.py``, not the kernels.
+Every kernel first asks :func:`this_block` where it is: its rows, batch, query and KV
+head, the row offsets of its sequence in the arrays, and the mask info ``mi``, a tuple
+``(seqlen_q, seqlen_k, diag, HAS_LEFT, left, HAS_RIGHT, right)`` that the masking
+step (:func:`numba_flash.kernels.mask.visible`) and the tile ranges below read, and
+nothing else does: a new kind of mask changes this module and ``mask.py``, not the
+kernels.  ``F`` is the kernel's compile-time ``Variant.flags`` tuple
+(``numba_flash.variant``), ``params`` its run-time values.
 
-Visibility (bottom-right aligned causal, as FlashAttention-2 >= 2.1): query i sees key j
-iff ``j < seqlen_k`` and, when causal, ``j <= i + diag`` with ``diag = seqlen_k −
-seqlen_q`` (query rows past the end are never written or have lse = +inf).
+Visibility (bottom-right aligned, as FlashAttention-2 >= 2.1): query i sees key j iff
+``j < seqlen_k``, ``j <= i + diag + right`` when the right side is bounded (causal:
+right = 0) and ``j >= i + diag − left`` when the left side is, with ``diag = seqlen_k
+− seqlen_q`` (query rows past the end are never written or have lse = +inf).
 
 Tile ranges are half-open ranges of tile indices: a query tile of ``BLOCK_M`` rows from
 ``start_m`` visits key tiles ``[n_lo, n_hi)`` of ``BLOCK_N`` keys (:func:`key_tiles`);
 a key tile of ``BLOCK_N`` keys from ``start_n`` is seen by query tiles ``[m_lo, m_hi)``
 of ``BLOCK_M`` rows (:func:`query_tiles`, the dK/dV kernels' walk).  Tiles outside
-are never loaded.  Inside the range, :func:`tile_needs_mask` tells the tiles that hold
-an invisible (query, key) pair from those that can skip the masking step.
+(past the causal diagonal, outside a window's band) are never loaded, so time scales
+with the visible area.  Inside the range, :func:`tile_needs_mask` tells the tiles that
+hold an invisible (query, key) pair from those that can skip the masking step.
 """
 
 from __future__ import annotations
 
 from numba_flash._numba_cuda import cuda, device_function
+from numba_flash.variant import CAUSAL, GQA, GROUP, HAS_LEFT, HAS_RIGHT, LEFT, RIGHT, VARLEN
 
 
 @device_function
-def mask_info(q, k, causal):
-    """``(seqlen_q, seqlen_k, diag, causal)`` of the (batch, head) a block works on;
-    ``q``, ``k`` are (B, N, H, d) arrays (any element type), ``causal`` a compile-time
-    bool."""
-    seqlen_q = q.shape[1]
-    seqlen_k = k.shape[1]
-    return seqlen_q, seqlen_k, seqlen_k - seqlen_q, causal
+def this_block(q, k, params, cu_q, cu_k, BLOCK, F, KV_MAJOR):
+    """``(start, b, h, hk, q0, k0, mi, seq)`` of the block: the first of the BLOCK rows
+    it owns (blockIdx.x), the batch index of the arrays ``b``, its query head ``h`` and
+    KV head ``hk`` (``h // group``, grouped-query attention), the first row of its
+    sequence in q and in k (0 unless varlen), the mask info and the sequence's index
+    (blockIdx.z: the batch, or the varlen sequence; ALiBi and dropout use it).
+
+    blockIdx.y is the query head, or when ``KV_MAJOR`` (the dK/dV kernels, which sum
+    the group's query heads) the KV head, and ``h`` the group's first query head.
+    q, k are (B, N, H, d) arrays of any element type; for varlen B = 1 and sequence b
+    is rows ``cu_q[b] .. cu_q[b + 1] − 1`` (``cu_k`` for k)."""
+    seq = cuda.blockIdx.z
+    if F[VARLEN]:
+        b = 0
+        q0 = cu_q[seq]
+        k0 = cu_k[seq]
+        seqlen_q = cu_q[seq + 1] - q0
+        seqlen_k = cu_k[seq + 1] - k0
+    else:
+        b = seq
+        q0 = 0
+        k0 = 0
+        seqlen_q = q.shape[1]
+        seqlen_k = k.shape[1]
+    h = cuda.blockIdx.y
+    hk = h
+    if F[GQA]:
+        if KV_MAJOR:
+            h = hk * params[GROUP]
+        else:
+            hk = h // params[GROUP]
+    return cuda.blockIdx.x * BLOCK, b, h, hk, q0, k0, mask_info(seqlen_q, seqlen_k, params, F), seq
 
 
 @device_function
-def this_block(q, k, BLOCK, causal):
-    """``(start, b, h, mi, seqlen_q, seqlen_k)`` of the block: the first of the BLOCK
-    rows it owns (blockIdx.x), its batch (blockIdx.z) and head (blockIdx.y), and the
-    mask info of that (batch, head) with its two sequence lengths.  The query-head to
-    KV-head map of grouped-query attention belongs here."""
-    mi = mask_info(q, k, causal)
-    return cuda.blockIdx.x * BLOCK, cuda.blockIdx.z, cuda.blockIdx.y, mi, mi[0], mi[1]
+def group_size(params, F):
+    """Query heads per KV head (1 without GQA: a literal, the loop over them folds away)."""
+    if F[GQA]:
+        return params[GROUP]
+    return 1
+
+
+@device_function
+def mask_info(seqlen_q, seqlen_k, params, F):
+    """``(seqlen_q, seqlen_k, diag, HAS_LEFT, left, HAS_RIGHT, right)`` (the module
+    docstring); causal without a window has the literal bound 0."""
+    right = 0
+    if F[HAS_RIGHT] and not F[CAUSAL]:
+        right = params[RIGHT]
+    left = 0
+    if F[HAS_LEFT]:
+        left = params[LEFT]
+    return seqlen_q, seqlen_k, seqlen_k - seqlen_q, F[HAS_LEFT], left, F[HAS_RIGHT], right
 
 
 @device_function
 def key_tiles(start_m, BLOCK_M, BLOCK_N, mi):
     """Key tiles ``[n_lo, n_hi)`` (of BLOCK_N keys) that query rows ``start_m ..
-    start_m + BLOCK_M − 1`` see: causal stops after the tile holding key
-    ``start_m + BLOCK_M − 1 + diag``."""
-    seqlen_q, seqlen_k, diag, causal = mi
+    start_m + BLOCK_M − 1`` see: a right bound stops after the tile holding key
+    ``start_m + BLOCK_M − 1 + diag + right``, a left bound starts at the tile holding
+    key ``start_m + diag − left``.  Empty (n_hi = n_lo) when no key is visible."""
+    seqlen_q, seqlen_k, diag, has_left, left, has_right, right = mi
     end_n = seqlen_k
-    if causal:
-        end_n = min(seqlen_k, max(0, start_m + BLOCK_M + diag))
-    return 0, (end_n + BLOCK_N - 1) // BLOCK_N
+    if has_right:
+        end_n = min(seqlen_k, max(0, start_m + BLOCK_M + diag + right))
+    n_lo = 0
+    if has_left:
+        n_lo = min(seqlen_k, max(0, start_m + diag - left)) // BLOCK_N
+    return n_lo, max(n_lo, (end_n + BLOCK_N - 1) // BLOCK_N)
 
 
 @device_function
-def query_tiles(start_n, BLOCK_M, mi):
-    """Query tiles ``[m_lo, m_hi)`` (of BLOCK_M rows) that see any of the keys from
-    ``start_n``: causal starts at the tile holding query ``start_n − diag``."""
-    seqlen_q, seqlen_k, diag, causal = mi
+def query_tiles(start_n, BLOCK_M, BLOCK_N, mi):
+    """Query tiles ``[m_lo, m_hi)`` (of BLOCK_M rows) that see any of the keys
+    ``start_n .. start_n + BLOCK_N − 1``: a right bound starts at the tile holding query
+    ``start_n − diag − right``, a left bound stops after the one holding query
+    ``start_n + BLOCK_N − 1 − diag + left``."""
+    seqlen_q, seqlen_k, diag, has_left, left, has_right, right = mi
     m_lo = 0
-    if causal:
-        m_lo = min(seqlen_q, max(0, start_n - diag)) // BLOCK_M
-    return m_lo, (seqlen_q + BLOCK_M - 1) // BLOCK_M
+    if has_right:
+        m_lo = min(seqlen_q, max(0, start_n - diag - right)) // BLOCK_M
+    end_m = seqlen_q
+    if has_left:
+        end_m = min(seqlen_q, max(0, start_n + BLOCK_N - diag + left))
+    return m_lo, max(m_lo, (end_m + BLOCK_M - 1) // BLOCK_M)
 
 
 @device_function
 def tile_needs_mask(start_m, BLOCK_M, start_n, BLOCK_N, mi):
     """False when every (query, key) of the tile is visible (``mask.visible``): it ends
-    inside the keys and, when causal, lies wholly on or below the diagonal."""
-    seqlen_q, seqlen_k, diag, causal = mi
+    inside the keys, lies wholly on or left of the right bound (the causal diagonal)
+    and wholly on or right of the left bound."""
+    seqlen_q, seqlen_k, diag, has_left, left, has_right, right = mi
     needs = start_n + BLOCK_N > seqlen_k
-    if causal:
-        needs = needs or start_n + BLOCK_N - 1 > start_m + diag
+    if has_right:
+        needs = needs or start_n + BLOCK_N - 1 > start_m + diag + right
+    if has_left:
+        needs = needs or start_n < start_m + BLOCK_M - 1 + diag - left
     return needs

@@ -19,10 +19,11 @@ from __future__ import annotations
 
 from numba_flash import ptx
 from numba_flash._numba_cuda import cuda, device_function
-from numba_flash.kernels import softmax
+from numba_flash.kernels import score, softmax
 from numba_flash.kernels.block_info import tile_needs_mask
 from numba_flash.kernels.copy import SW_16BIT, chunk_addr
 from numba_flash.kernels.mask import masked_score
+from numba_flash.variant import SOFTCAP
 
 
 @device_function
@@ -33,25 +34,27 @@ def acc_row_col(nt, e, lane):
 
 
 @device_function
-def scale_and_mask(acc, S0, NT, MT, row0, col0, scale, needs_mask, mi, KEYS_ARE_ROWS):
+def scale_and_mask(acc, S0, NT, MT, row0, col0, si, needs_mask, mi, KEYS_ARE_ROWS, LOG2, F):
     """The score step on MT m-tiles of NT n-tiles each (m-tile ``mt`` at
-    ``acc[S0 + 4·NT·mt]``, rows ``row0 + 16·mt + ...``): multiply by ``scale``; then, when
-    ``needs_mask``, −inf where the (query, key) is not visible.  Rows are queries and
-    columns (``col0 + ...``) keys, or keys and queries when ``KEYS_ARE_ROWS`` (the dK/dV
+    ``acc[S0 + 4·NT·mt]``, rows ``row0 + 16·mt + ...``): ``score.scaled`` (scale, softcap);
+    then, where the step needs indices (ALiBi) or the tile ``needs_mask``, the bias and
+    −inf where the (query, key) is not visible.  Rows are queries and columns
+    (``col0 + ...``) keys, or keys and queries when ``KEYS_ARE_ROWS`` (the dK/dV
     kernels' Sᵀ)."""
     for j in range(MT * NT * 4):
-        acc[S0 + j] *= scale
-    if needs_mask:
+        acc[S0 + j] = score.scaled(acc[S0 + j], si, LOG2, F)
+    if needs_mask or score.needs_indices(F):
         lane = cuda.threadIdx.x & 31
         for mt in range(MT):
             for nt in range(NT):
                 for e in range(4):
                     r, c = acc_row_col(nt, e, lane)
                     i = S0 + 4 * NT * mt + nt * 4 + e
+                    q_idx, k_idx = row0 + 16 * mt + r, col0 + c
                     if KEYS_ARE_ROWS:
-                        acc[i] = masked_score(acc[i], col0 + c, row0 + 16 * mt + r, mi)
-                    else:
-                        acc[i] = masked_score(acc[i], row0 + 16 * mt + r, col0 + c, mi)
+                        q_idx, k_idx = col0 + c, row0 + 16 * mt + r
+                    x = score.biased(acc[i], q_idx, k_idx, mi[2], si, F)
+                    acc[i] = masked_score(x, q_idx, k_idx, mi) if needs_mask else x
 
 
 @device_function
@@ -66,27 +69,49 @@ def softmax_grad_tile(acc_s, acc_dp, NT, stats, LSE_AT, DELTA_AT, q_end, KEYS_AR
     lane = cuda.threadIdx.x & 31
     for nt in range(NT):
         for e in range(4):
-            if KEYS_ARE_ROWS:
-                x = nt * 8 + 2 * (lane & 3) + (e & 1)
-                keep = x < q_end
-            else:
-                x = e >> 1
-                keep = True
+            x, keep = _stat_at(nt, e, lane, q_end, KEYS_ARE_ROWS)
             acc_s[nt * 4 + e], acc_dp[nt * 4 + e] = softmax.softmax_grad(
                 acc_s[nt * 4 + e], acc_dp[nt * 4 + e], stats[LSE_AT + x], stats[DELTA_AT + x], keep, True
             )
 
 
 @device_function
-def p_and_ds(acc_s, acc_dp, NT, start_m, BLOCK_M, start_n, BLOCK_N, row0, col0, scale, mi, stats, LSE_AT, DELTA_AT,
-             KEYS_ARE_ROWS):
+def _stat_at(nt, e, lane, q_end, KEYS_ARE_ROWS):
+    """(where the element's query has its lse and delta, whether it is a real query)."""
+    if KEYS_ARE_ROWS:
+        x = nt * 8 + 2 * (lane & 3) + (e & 1)
+        return x, x < q_end
+    return e >> 1, True
+
+
+@device_function
+def p_and_ds(acc_s, acc_dp, NT, start_m, BLOCK_M, start_n, BLOCK_N, row0, col0, si, mi, stats, LSE_AT, DELTA_AT,
+             KEYS_ARE_ROWS, F):
     """The backward's step on one warp's 16 rows of a (BLOCK_M queries × BLOCK_N keys)
-    tile: S scaled and masked where the tile needs it (:func:`scale_and_mask`, rows
-    from ``row0``, columns from ``col0``), then P and dS in place
-    (:func:`softmax_grad_tile`)."""
+    tile: S through the score step and masked where the tile needs it
+    (:func:`scale_and_mask`, rows from ``row0``, columns from ``col0``), then P and dS
+    in place (:func:`softmax_grad_tile`).  With softcap, one pass per element instead,
+    which also multiplies dS by the cap's derivative (``score.softcap_grad``)."""
     needs_mask = tile_needs_mask(start_m, BLOCK_M, start_n, BLOCK_N, mi)
-    scale_and_mask(acc_s, 0, NT, 1, row0, col0, scale, needs_mask, mi, KEYS_ARE_ROWS)
-    softmax_grad_tile(acc_s, acc_dp, NT, stats, LSE_AT, DELTA_AT, mi[0] - start_m, KEYS_ARE_ROWS)
+    if F[SOFTCAP]:
+        lane = cuda.threadIdx.x & 31
+        for nt in range(NT):
+            for e in range(4):
+                r, c = acc_row_col(nt, e, lane)
+                q_idx, k_idx = row0 + r, col0 + c
+                if KEYS_ARE_ROWS:
+                    q_idx, k_idx = col0 + c, row0 + r
+                x, dx = score.softcap_grad(acc_s[nt * 4 + e], si, True, F)
+                x = score.biased(x, q_idx, k_idx, mi[2], si, F)
+                if needs_mask:
+                    x = masked_score(x, q_idx, k_idx, mi)
+                at, keep = _stat_at(nt, e, lane, mi[0] - start_m, KEYS_ARE_ROWS)
+                p, ds = softmax.softmax_grad(x, acc_dp[nt * 4 + e], stats[LSE_AT + at], stats[DELTA_AT + at], keep,
+                                             True)  # fmt: skip
+                acc_s[nt * 4 + e], acc_dp[nt * 4 + e] = p, ds * dx
+    else:
+        scale_and_mask(acc_s, 0, NT, 1, row0, col0, si, needs_mask, mi, KEYS_ARE_ROWS, True, F)
+        softmax_grad_tile(acc_s, acc_dp, NT, stats, LSE_AT, DELTA_AT, mi[0] - start_m, KEYS_ARE_ROWS)
 
 
 @device_function

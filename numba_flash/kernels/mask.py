@@ -3,8 +3,8 @@
 :func:`visible` is the only definition of the mask in the kernels (its tile-level
 counterparts, which tiles to visit and which need masking, are in ``block_info``).
 :func:`masked_score` is the step every kernel applies to a score that may be
-invisible: the scaled score, or −inf (``exp`` of it is exactly 0, in the forward's
-online softmax and in the backward's recomputation of P alike).
+invisible: the score, or −inf (``exp`` of it is exactly 0, in the forward's online
+softmax and in the backward's recomputation of P alike).
 """
 
 from __future__ import annotations
@@ -19,14 +19,17 @@ NEG_INF = float32(-math.inf)
 @device_function
 def visible(q_idx, k_idx, mi):
     """True when query ``q_idx`` sees key ``k_idx`` under the mask info ``mi``
-    (``block_info.mask_info``): the key is in range and, when causal,
-    ``k_idx <= q_idx + diag``.  Query rows past the end need no check: the forward and
-    dQ kernels never write them, and the dK/dV kernels drop them in
+    (``block_info.mask_info``): the key is in range, ``k_idx <= q_idx + diag + right``
+    when the right side is bounded (causal: right = 0) and ``k_idx >= q_idx + diag −
+    left`` when the left side is.  Query rows past the end need no check: the forward
+    and dQ kernels never write them, and the dK/dV kernels drop them in
     ``softmax.softmax_grad`` (``keep``), so they add exactly nothing."""
-    seqlen_q, seqlen_k, diag, causal = mi
+    seqlen_q, seqlen_k, diag, has_left, left, has_right, right = mi
     ok = k_idx < seqlen_k
-    if causal:
-        ok = ok and k_idx <= q_idx + diag
+    if has_right:
+        ok = ok and k_idx <= q_idx + diag + right
+    if has_left:
+        ok = ok and k_idx >= q_idx + diag - left
     return ok
 
 

@@ -21,8 +21,10 @@ from __future__ import annotations
 
 from numba_flash import ptx
 from numba_flash._numba_cuda import device_function
+from numba_flash.kernels import score
 from numba_flash.kernels.block_info import tile_needs_mask
 from numba_flash.kernels.mask import masked_score
+from numba_flash.variant import SOFTCAP
 
 
 @device_function
@@ -47,34 +49,42 @@ def dot_tile(s, a_addr, A_STEP, b_addr, B_STEP, D, TM, TN, scratch):
 
 @device_function
 def scores_and_dp(s, a_s, b_s, dp, a_dp, b_dp, A_STEP, B_STEP, D, TM, TN, scratch, start_m, BLOCK_M, start_n, BLOCK_N,
-                  row0, ROW_STEP, col0, COL_STEP, scale, mi, KEYS_ARE_ROWS):
+                  row0, ROW_STEP, col0, COL_STEP, si, mi, KEYS_ARE_ROWS, dx, F):
     """The backward's two products on one micro-tile, from zero, each by :func:`dot_tile`
-    (rows ``A_STEP``, columns ``B_STEP`` bytes apart): the scores ``s = a·b``, scaled and
-    masked where the (BLOCK_M queries × BLOCK_N keys) tile needs it
-    (:func:`scale_and_mask`), and ``dp = a'·b'``."""
+    (rows ``A_STEP``, columns ``B_STEP`` bytes apart): the scores ``s = a·b`` through
+    the score step and masked where the (BLOCK_M queries × BLOCK_N keys) tile needs it
+    (:func:`scale_and_mask`, which leaves the softcap's derivative in ``dx``), and
+    ``dp = a'·b'``."""
     for i in range(TM * TN):
         s[i] = 0
         dp[i] = 0
     dot_tile(s, a_s, A_STEP, b_s, B_STEP, D, TM, TN, scratch)
     dot_tile(dp, a_dp, A_STEP, b_dp, B_STEP, D, TM, TN, scratch)
     needs_mask = tile_needs_mask(start_m, BLOCK_M, start_n, BLOCK_N, mi)
-    scale_and_mask(s, TM, TN, row0, ROW_STEP, col0, COL_STEP, scale, needs_mask, mi, KEYS_ARE_ROWS)
+    scale_and_mask(s, TM, TN, row0, ROW_STEP, col0, COL_STEP, si, needs_mask, mi, KEYS_ARE_ROWS, dx, F)
 
 
 @device_function
-def scale_and_mask(s, TM, TN, row0, ROW_STEP, col0, COL_STEP, scale, needs_mask, mi, KEYS_ARE_ROWS):
-    """The score step on the micro-tile: times ``scale``; then, when ``needs_mask``,
-    −inf where the (query, key) of element (r, c) — row ``row0 + r·ROW_STEP``, column
+def scale_and_mask(s, TM, TN, row0, ROW_STEP, col0, COL_STEP, si, needs_mask, mi, KEYS_ARE_ROWS, dx, F):
+    """The score step on the micro-tile (natural domain): ``score.scaled`` (scale,
+    softcap; with softcap its derivative goes to ``dx[i]`` unless ``dx`` is None: the
+    backward's); then,
+    where the step needs indices (ALiBi) or the tile ``needs_mask``, the bias and −inf
+    where the (query, key) of element (r, c) — row ``row0 + r·ROW_STEP``, column
     ``col0 + c·COL_STEP``; keys are the rows when ``KEYS_ARE_ROWS`` — is invisible."""
     for i in range(TM * TN):
-        s[i] *= scale
-    if needs_mask:
+        if F[SOFTCAP] and dx is not None:
+            s[i], dx[i] = score.softcap_grad(s[i], si, False, F)
+        else:
+            s[i] = score.scaled(s[i], si, False, F)
+    if needs_mask or score.needs_indices(F):
         for r in range(TM):
             for c in range(TN):
+                q_idx, k_idx = row0 + r * ROW_STEP, col0 + c * COL_STEP
                 if KEYS_ARE_ROWS:
-                    s[r * TN + c] = masked_score(s[r * TN + c], col0 + c * COL_STEP, row0 + r * ROW_STEP, mi)
-                else:
-                    s[r * TN + c] = masked_score(s[r * TN + c], row0 + r * ROW_STEP, col0 + c * COL_STEP, mi)
+                    q_idx, k_idx = col0 + c * COL_STEP, row0 + r * ROW_STEP
+                x = score.biased(s[r * TN + c], q_idx, k_idx, mi[2], si, F)
+                s[r * TN + c] = masked_score(x, q_idx, k_idx, mi) if needs_mask else x
 
 
 @device_function

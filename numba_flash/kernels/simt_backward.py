@@ -42,9 +42,10 @@ import functools
 
 from numba_flash._numba_cuda import cuda, float32
 from numba_flash.config import SimtTiles
-from numba_flash.kernels import copy, pipeline, softmax, spec
-from numba_flash.kernels.block_info import key_tiles, query_tiles, this_block
+from numba_flash.kernels import copy, pipeline, score, softmax, spec
+from numba_flash.kernels.block_info import group_size, key_tiles, query_tiles, this_block
 from numba_flash.kernels.mask import masked_score
+from numba_flash.variant import GQA, VARLEN, Variant
 
 
 @functools.lru_cache(maxsize=None)
@@ -71,16 +72,19 @@ def simt_bwd_preprocess_kernel(t: SimtTiles):
 
 
 @functools.lru_cache(maxsize=None)
-def simt_bwd_dkdv_kernel(t: SimtTiles, causal: bool):
+def simt_bwd_dkdv_kernel(t: SimtTiles, variant: Variant):
     """``kernel[grid, THREADS, stream](q, k, v, dout, lse, delta, dk, dv, softmax_scale)``."""
     G, COLS, THREADS = t.group, t.lane_cols, t.threads
     BLOCK_M, BLOCK_N, HEAD_DIM = t.block_m, t.block_n, t.head_dim  # queries a tile, keys a block
     ROW_VALS = 2 * BLOCK_M
-    CAUSAL = causal
+    F = variant.flags
 
     @cuda.jit
-    def simt_bwd_dkdv(q, k, v, dout, lse, delta, dk, dv, softmax_scale):
-        start_n, b, h, mi, seqlen_q, seqlen_k = this_block(q, k, BLOCK_N, CAUSAL)
+    def simt_bwd_dkdv(q, k, v, dout, lse, delta, dk, dv, softmax_scale, params, alibi, cu_q, cu_k):
+        start_n, b, h0, hk, q0, k0, mi, seq = this_block(q, k, params, cu_q, cu_k, BLOCK_N, F, True)
+        seqlen_q, seqlen_k = mi[0], mi[1]
+        if F[VARLEN] and start_n >= seqlen_k:  # the grid covers the longest sequence
+            return
         tid = cuda.threadIdx.x
         g = tid % G
         kj = start_n + tid // G  # this group's key row
@@ -96,15 +100,19 @@ def simt_bwd_dkdv_kernel(t: SimtTiles, causal: bool):
         dv_acc = cuda.local.array(COLS, float32)
         pipeline.zero(dk_acc, COLS)
         pipeline.zero(dv_acc, COLS)
-        copy.load_lane_row(k_reg, 0, k, b, kj, h, seqlen_k, g, G, COLS, float32(1.0))
-        copy.load_lane_row(v_reg, 0, v, b, kj, h, seqlen_k, g, G, COLS, float32(1.0))
+        copy.load_lane_row(k_reg, 0, k, b, k0 + kj, hk, k0 + seqlen_k, g, G, COLS, float32(1.0))
+        copy.load_lane_row(v_reg, 0, v, b, k0 + kj, hk, k0 + seqlen_k, g, G, COLS, float32(1.0))
 
-        m_lo, m_hi = query_tiles(start_n, BLOCK_M, mi)
-        for i in range(m_lo, m_hi):
-            start_m = i * BLOCK_M
+        m_lo, m_hi = query_tiles(start_n, BLOCK_M, BLOCK_N, mi)
+        # GQA: the walk over query tiles once per query head of the group, in order (a
+        # deterministic sum); load_rows_now's first barrier orders each tile after the last
+        for it in range(group_size(params, F) * (m_hi - m_lo)):
+            h = h0 + it // (m_hi - m_lo) if F[GQA] else h0
+            si = score.score_info(params, alibi, seq, h, softmax_scale, False, F)
+            start_m = (m_lo + it % (m_hi - m_lo) if F[GQA] else m_lo + it) * BLOCK_M
             # scale·Q, dO, lse and delta of the tile, between barriers
-            pipeline.load_rows_now(s_q, q, s_do, dout, b, h, start_m, seqlen_q, tid, BLOCK_M, HEAD_DIM, THREADS, scale,
-                                   s_rows, lse, delta, True)  # fmt: skip
+            pipeline.load_rows_now(s_q, q, s_do, dout, b, h, q0 + start_m, q0 + seqlen_q, tid, BLOCK_M, HEAD_DIM,
+                                   THREADS, scale, s_rows, lse, delta, True)  # fmt: skip
 
             for ii in range(BLOCK_M):
                 s = float32(0.0)
@@ -112,35 +120,41 @@ def simt_bwd_dkdv_kernel(t: SimtTiles, causal: bool):
                 for c in range(COLS):
                     s += s_q[ii, c * G + g] * k_reg[c]
                     dp += s_do[ii, c * G + g] * v_reg[c]
-                s = masked_score(softmax.allreduce_sum(s, G), start_m + ii, kj, mi)
-                p, ds = softmax.softmax_grad(s, softmax.allreduce_sum(dp, G), s_rows[ii], s_rows[BLOCK_M + ii],
+                x, dx = score.prescaled(softmax.allreduce_sum(s, G), si, F)
+                x = masked_score(score.biased(x, start_m + ii, kj, mi[2], si, F), start_m + ii, kj, mi)
+                p, ds = softmax.softmax_grad(x, softmax.allreduce_sum(dp, G), s_rows[ii], s_rows[BLOCK_M + ii],
                                              start_m + ii < seqlen_q, False)  # fmt: skip
+                ds *= dx
                 for c in range(COLS):
                     dv_acc[c] += p * s_do[ii, c * G + g]
                     dk_acc[c] += ds * s_q[ii, c * G + g]  # dK = Σ ds · (scale · q)
 
         if kj < seqlen_k:
             for c in range(COLS):
-                dk[b, kj, h, c * G + g] = dk_acc[c]
-                dv[b, kj, h, c * G + g] = dv_acc[c]
+                dk[b, k0 + kj, hk, c * G + g] = dk_acc[c]
+                dv[b, k0 + kj, hk, c * G + g] = dv_acc[c]
 
     return simt_bwd_dkdv
 
 
 @functools.lru_cache(maxsize=None)
-def simt_bwd_dq_kernel(t: SimtTiles, causal: bool):
+def simt_bwd_dq_kernel(t: SimtTiles, variant: Variant):
     """``kernel[grid, THREADS, stream](q, k, v, dout, lse, delta, dq, softmax_scale)``."""
     G, COLS, THREADS = t.group, t.lane_cols, t.threads
     BLOCK_M, BLOCK_N, HEAD_DIM = t.block_m, t.block_n, t.head_dim  # queries a block, keys a tile
-    CAUSAL = causal
+    F = variant.flags
 
     @cuda.jit
-    def simt_bwd_dq(q, k, v, dout, lse, delta, dq, softmax_scale):
-        start_m, b, h, mi, seqlen_q, seqlen_k = this_block(q, k, BLOCK_M, CAUSAL)
+    def simt_bwd_dq(q, k, v, dout, lse, delta, dq, softmax_scale, params, alibi, cu_q, cu_k):
+        start_m, b, h, hk, q0, k0, mi, seq = this_block(q, k, params, cu_q, cu_k, BLOCK_M, F, False)
+        seqlen_q, seqlen_k = mi[0], mi[1]
+        if F[VARLEN] and start_m >= seqlen_q:  # the grid covers the longest sequence
+            return
         tid = cuda.threadIdx.x
         g = tid % G
         qi = start_m + tid // G  # this group's query row
         scale = float32(softmax_scale)
+        si = score.score_info(params, alibi, seq, h, softmax_scale, False, F)
 
         s_k = cuda.shared.array((BLOCK_N, HEAD_DIM), float32)
         s_v = cuda.shared.array((BLOCK_N, HEAD_DIM), float32)
@@ -149,15 +163,15 @@ def simt_bwd_dq_kernel(t: SimtTiles, causal: bool):
         do_reg = cuda.local.array(COLS, float32)
         dq_acc = cuda.local.array(COLS, float32)
         pipeline.zero(dq_acc, COLS)
-        copy.load_lane_row(q_reg, 0, q, b, qi, h, seqlen_q, g, G, COLS, scale)  # scale · q, as the forward
-        copy.load_lane_row(do_reg, 0, dout, b, qi, h, seqlen_q, g, G, COLS, float32(1.0))
-        lse_i, delta_i = softmax.row_stats(lse, delta, b, h, qi, seqlen_q, False)
+        copy.load_lane_row(q_reg, 0, q, b, q0 + qi, h, q0 + seqlen_q, g, G, COLS, scale)  # scale · q, as the forward
+        copy.load_lane_row(do_reg, 0, dout, b, q0 + qi, h, q0 + seqlen_q, g, G, COLS, float32(1.0))
+        lse_i, delta_i = softmax.row_stats(lse, delta, b, h, q0 + qi, q0 + seqlen_q, False)
 
         n_lo, n_hi = key_tiles(start_m, BLOCK_M, BLOCK_N, mi)
         for j in range(n_lo, n_hi):
             start_n = j * BLOCK_N
             # K and V of the tile, between barriers
-            pipeline.load_rows_now(s_k, k, s_v, v, b, h, start_n, seqlen_k, tid, BLOCK_N, HEAD_DIM, THREADS,
+            pipeline.load_rows_now(s_k, k, s_v, v, b, hk, k0 + start_n, k0 + seqlen_k, tid, BLOCK_N, HEAD_DIM, THREADS,
                                    float32(1.0), dq_acc, lse, delta, False)  # fmt: skip
 
             for jj in range(BLOCK_N):
@@ -166,27 +180,29 @@ def simt_bwd_dq_kernel(t: SimtTiles, causal: bool):
                 for c in range(COLS):
                     s += q_reg[c] * s_k[jj, c * G + g]
                     dp += do_reg[c] * s_v[jj, c * G + g]
-                s = masked_score(softmax.allreduce_sum(s, G), qi, start_n + jj, mi)
-                _, ds = softmax.softmax_grad(s, softmax.allreduce_sum(dp, G), lse_i, delta_i, True, False)
+                x, dx = score.prescaled(softmax.allreduce_sum(s, G), si, F)
+                x = masked_score(score.biased(x, qi, start_n + jj, mi[2], si, F), qi, start_n + jj, mi)
+                _, ds = softmax.softmax_grad(x, softmax.allreduce_sum(dp, G), lse_i, delta_i, True, False)
+                ds *= dx
                 for c in range(COLS):
                     dq_acc[c] += ds * s_k[jj, c * G + g]
 
         if qi < seqlen_q:
             for c in range(COLS):
-                dq[b, qi, h, c * G + g] = dq_acc[c] * scale
+                dq[b, q0 + qi, h, c * G + g] = dq_acc[c] * scale
 
     return simt_bwd_dq
 
 
-def launches(tiles: tuple, causal: bool, batch: int, heads: int, seqlen_q: int, seqlen_k: int) -> list:
+def launches(tiles: tuple, variant: Variant, sz: spec.Sizes) -> list:
     """The backward for (dK/dV tiles, dQ tiles): preprocess and dQ a block per
     ``block_m`` queries, dK/dV a block per ``block_n`` keys; static shared memory."""
     tkv, tq = tiles
     return [
         spec.KernelLaunch("simt_bwd_preprocess", simt_bwd_preprocess_kernel(tq), tq,
-                          (spec.cdiv(seqlen_q, tq.block_m), heads, batch), tq.threads, 0, spec.preprocess_args()),
-        spec.KernelLaunch("simt_bwd_dkdv", simt_bwd_dkdv_kernel(tkv, causal), tkv,
-                          (spec.cdiv(seqlen_k, tkv.block_n), heads, batch), tkv.threads, 0, spec.dkdv_args()),
-        spec.KernelLaunch("simt_bwd_dq", simt_bwd_dq_kernel(tq, causal), tq,
-                          (spec.cdiv(seqlen_q, tq.block_m), heads, batch), tq.threads, 0, spec.dq_args()),
+                          spec.preprocess_grid(sz, tq.block_m), tq.threads, 0, spec.preprocess_args()),
+        spec.KernelLaunch("simt_bwd_dkdv", simt_bwd_dkdv_kernel(tkv, variant), tkv, spec.key_grid(sz, tkv.block_n),
+                          tkv.threads, 0, spec.dkdv_args()),
+        spec.KernelLaunch("simt_bwd_dq", simt_bwd_dq_kernel(tq, variant), tq, spec.query_grid(sz, tq.block_m),
+                          tq.threads, 0, spec.dq_args()),
     ]  # fmt: skip

@@ -54,8 +54,9 @@ import functools
 from numba_flash import ptx
 from numba_flash._numba_cuda import cuda, float32
 from numba_flash.config import BlockedTiles
-from numba_flash.kernels import copy, microtile, pipeline, softmax, spec
-from numba_flash.kernels.block_info import key_tiles, query_tiles, this_block
+from numba_flash.kernels import copy, microtile, pipeline, score, softmax, spec
+from numba_flash.kernels.block_info import group_size, key_tiles, query_tiles, this_block
+from numba_flash.variant import GQA, SOFTCAP, VARLEN, Variant
 
 PRE_THREADS = 128  # preprocess: one query row a thread
 
@@ -127,25 +128,30 @@ def simt_blocked_preprocess_kernel(head_dim: int):
 
 
 @functools.lru_cache(maxsize=None)
-def simt_blocked_dkdv_kernel(t: BlockedTiles, causal: bool):
+def simt_blocked_dkdv_kernel(t: BlockedTiles, variant: Variant):
     """``kernel[grid, t.threads, stream, smem](q, k, v, dout, lse, delta, dk, dv, scale)``."""
     D, TM, TN, TX, TY, THREADS, OC, DC, RS, PS = _shape(t)
     BLOCK_N, BLOCK_M = t.rows, t.cols  # keys a block, queries a tile
     K_OFF, V_OFF, Q_OFF, DO_OFF, P_OFF, DS_OFF, LSE_OFF, DELTA_OFF, _ = _dkdv_layout(t)
     S_N, ACC_N, SCRATCH = TM * TN, TM * OC, TN * 4
-    CAUSAL = causal
+    F = variant.flags
+    DX_N = S_N if variant.softcap else 1
 
     @cuda.jit
-    def simt_blocked_dkdv(q, k, v, dout, lse, delta, dk, dv, softmax_scale):
+    def simt_blocked_dkdv(q, k, v, dout, lse, delta, dk, dv, softmax_scale, params, alibi, cu_q, cu_k):
         smem = cuda.shared.array(0, float32)
         base = ptx.smem_addr(smem, 0)
         tid = cuda.threadIdx.x
         tx = tid % TX
         ty = tid // TX
-        start_n, b, h, mi, seqlen_q, seqlen_k = this_block(q, k, BLOCK_N, CAUSAL)  # this block's keys
+        start_n, b, h0, hk, q0, k0, mi, seq = this_block(q, k, params, cu_q, cu_k, BLOCK_N, F, True)  # this block's keys
+        seqlen_q, seqlen_k = mi[0], mi[1]
+        if F[VARLEN] and start_n >= seqlen_k:  # the grid covers the longest sequence
+            return
         scale = float32(softmax_scale)
 
         s = cuda.local.array(S_N, float32)  # Sᵀ, then Pᵀ
+        dx = cuda.local.array(DX_N, float32)  # softcap: ∂score/∂(scale·s) of the micro-tile
         dp = cuda.local.array(S_N, float32)  # dPᵀ, then dSᵀ
         acc_dk = cuda.local.array(ACC_N, float32)
         acc_dv = cuda.local.array(ACC_N, float32)
@@ -156,22 +162,26 @@ def simt_blocked_dkdv_kernel(t: BlockedTiles, causal: bool):
         pipeline.zero(acc_dv, ACC_N)
 
         # K and V stay for the whole block (rows past the end of k / v zero-filled)
-        copy.copy_tile_pair(base + 4 * K_OFF, k, base + 4 * V_OFF, v, b, h, start_n, seqlen_k, tid, BLOCK_N, DC, 4,
-                            4 * RS, copy.SW_NONE, THREADS, True)  # fmt: skip
+        copy.copy_tile_pair(base + 4 * K_OFF, k, base + 4 * V_OFF, v, b, hk, k0 + start_n, k0 + seqlen_k, tid, BLOCK_N,
+                            DC, 4, 4 * RS, copy.SW_NONE, THREADS, True)  # fmt: skip
         ptx.cp_async_commit()
 
-        m_lo, m_hi = query_tiles(start_n, BLOCK_M, mi)
-        for i in range(m_lo, m_hi):
-            start_m = i * BLOCK_M
+        m_lo, m_hi = query_tiles(start_n, BLOCK_M, BLOCK_N, mi)
+        # GQA: the walk over query tiles once per query head of the group, in order (a
+        # deterministic sum); load_tiles_now's first barrier orders each tile after the last
+        for it in range(group_size(params, F) * (m_hi - m_lo)):
+            h = h0 + it // (m_hi - m_lo) if F[GQA] else h0
+            si = score.score_info(params, alibi, seq, h, softmax_scale, False, F)
+            start_m = (m_lo + it % (m_hi - m_lo) if F[GQA] else m_lo + it) * BLOCK_M
             # Q, dO, lse and delta of the tile (after every thread is done with the last one's)
-            pipeline.load_tiles_now(base + 4 * Q_OFF, q, base + 4 * DO_OFF, dout, b, h, start_m, seqlen_q, tid, BLOCK_M,
-                                    DC, 4 * RS, THREADS, smem, LSE_OFF, DELTA_OFF, lse, delta, True)  # fmt: skip
+            pipeline.load_tiles_now(base + 4 * Q_OFF, q, base + 4 * DO_OFF, dout, b, h, q0 + start_m, q0 + seqlen_q, tid,
+                                    BLOCK_M, DC, 4 * RS, THREADS, smem, LSE_OFF, DELTA_OFF, lse, delta, True)  # fmt: skip
 
             # 1. Sᵀ = K·Qᵀ and dPᵀ = V·dOᵀ; Sᵀ scaled and masked
             rows_k, rows_q = base + 4 * (ty * RS), base + 4 * (tx * RS)
             microtile.scores_and_dp(s, rows_k + 4 * K_OFF, rows_q + 4 * Q_OFF, dp, rows_k + 4 * V_OFF,
                                     rows_q + 4 * DO_OFF, 4 * TY * RS, 4 * TX * RS, D, TM, TN, qf, start_m, BLOCK_M,
-                                    start_n, BLOCK_N, start_n + ty, TY, start_m + tx, TX, scale, mi, True)  # fmt: skip
+                                    start_n, BLOCK_N, start_n + ty, TY, start_m + tx, TX, si, mi, True, dx, F)  # fmt: skip
 
             # 2. Pᵀ and dSᵀ, stored [query][thread-ordered keys]
             for c in range(TN):
@@ -181,6 +191,8 @@ def simt_blocked_dkdv_kernel(t: BlockedTiles, causal: bool):
                         s[r * TN + c], dp[r * TN + c], smem[LSE_OFF + col], smem[DELTA_OFF + col],
                         start_m + col < seqlen_q, False,
                     )  # fmt: skip
+                    if F[SOFTCAP]:
+                        dp[r * TN + c] *= dx[r * TN + c]
             microtile.store_transposed(base + 4 * (P_OFF + tx * PS + ty * TM), 4 * TX * PS, s, TM, TN)
             microtile.store_transposed(base + 4 * (DS_OFF + tx * PS + ty * TM), 4 * TX * PS, dp, TM, TN)
             # Pᵀ and dSᵀ are visible to every thread
@@ -197,32 +209,38 @@ def simt_blocked_dkdv_kernel(t: BlockedTiles, causal: bool):
         for r in range(TM):
             key = start_n + ty + r * TY
             if key < seqlen_k:
-                microtile.store_row(dk, b, key, h, acc_dk, r, tx, TX, OC, scale)
-                microtile.store_row(dv, b, key, h, acc_dv, r, tx, TX, OC, float32(1.0))
+                microtile.store_row(dk, b, k0 + key, hk, acc_dk, r, tx, TX, OC, scale)
+                microtile.store_row(dv, b, k0 + key, hk, acc_dv, r, tx, TX, OC, float32(1.0))
 
     return simt_blocked_dkdv
 
 
 @functools.lru_cache(maxsize=None)
-def simt_blocked_dq_kernel(t: BlockedTiles, causal: bool):
+def simt_blocked_dq_kernel(t: BlockedTiles, variant: Variant):
     """``kernel[grid, t.threads, stream, smem](q, k, v, dout, lse, delta, dq, scale)``."""
     D, TM, TN, TX, TY, THREADS, OC, DC, RS, PS = _shape(t)
     BLOCK_M, BLOCK_N = t.rows, t.cols  # queries a block, keys a tile
     Q_OFF, DO_OFF, K_OFF, V_OFF, DS_OFF, _ = _dq_layout(t)
     S_N, ACC_N, SCRATCH = TM * TN, TM * OC, TN * 4
-    CAUSAL = causal
+    F = variant.flags
+    DX_N = S_N if variant.softcap else 1
 
     @cuda.jit
-    def simt_blocked_dq(q, k, v, dout, lse, delta, dq, softmax_scale):
+    def simt_blocked_dq(q, k, v, dout, lse, delta, dq, softmax_scale, params, alibi, cu_q, cu_k):
         smem = cuda.shared.array(0, float32)
         base = ptx.smem_addr(smem, 0)
         tid = cuda.threadIdx.x
         tx = tid % TX
         ty = tid // TX
-        start_m, b, h, mi, seqlen_q, seqlen_k = this_block(q, k, BLOCK_M, CAUSAL)  # this block's queries
+        start_m, b, h, hk, q0, k0, mi, seq = this_block(q, k, params, cu_q, cu_k, BLOCK_M, F, False)  # this block's queries
+        seqlen_q, seqlen_k = mi[0], mi[1]
+        if F[VARLEN] and start_m >= seqlen_q:  # the grid covers the longest sequence
+            return
         scale = float32(softmax_scale)
+        si = score.score_info(params, alibi, seq, h, softmax_scale, False, F)
 
         s = cuda.local.array(S_N, float32)  # S, then P
+        dx = cuda.local.array(DX_N, float32)  # softcap: ∂score/∂(scale·s) of the micro-tile
         dp = cuda.local.array(S_N, float32)  # dP, then dS
         acc = cuda.local.array(ACC_N, float32)
         lse_r = cuda.local.array(TM, float32)
@@ -232,31 +250,33 @@ def simt_blocked_dq_kernel(t: BlockedTiles, causal: bool):
         xf = cuda.local.array(OC, float32)
         pipeline.zero(acc, ACC_N)
         for r in range(TM):
-            lse_r[r], delta_r[r] = softmax.row_stats(lse, delta, b, h, start_m + ty + r * TY, seqlen_q, False)
+            lse_r[r], delta_r[r] = softmax.row_stats(lse, delta, b, h, q0 + start_m + ty + r * TY, q0 + seqlen_q, False)
 
         # Q and dO stay for the whole block
-        copy.copy_tile_pair(base + 4 * Q_OFF, q, base + 4 * DO_OFF, dout, b, h, start_m, seqlen_q, tid, BLOCK_M, DC, 4,
-                            4 * RS, copy.SW_NONE, THREADS, True)  # fmt: skip
+        copy.copy_tile_pair(base + 4 * Q_OFF, q, base + 4 * DO_OFF, dout, b, h, q0 + start_m, q0 + seqlen_q, tid,
+                            BLOCK_M, DC, 4, 4 * RS, copy.SW_NONE, THREADS, True)  # fmt: skip
         ptx.cp_async_commit()
 
         n_lo, n_hi = key_tiles(start_m, BLOCK_M, BLOCK_N, mi)
         for j in range(n_lo, n_hi):
             start_n = j * BLOCK_N
             # K and V of the tile (after every thread is done with the last one's K, V, dSᵀ)
-            pipeline.load_tiles_now(base + 4 * K_OFF, k, base + 4 * V_OFF, v, b, h, start_n, seqlen_k, tid, BLOCK_N, DC,
-                                    4 * RS, THREADS, smem, 0, 0, lse, delta, False)  # fmt: skip
+            pipeline.load_tiles_now(base + 4 * K_OFF, k, base + 4 * V_OFF, v, b, hk, k0 + start_n, k0 + seqlen_k, tid,
+                                    BLOCK_N, DC, 4 * RS, THREADS, smem, 0, 0, lse, delta, False)  # fmt: skip
 
             # S = Q·Kᵀ (scaled and masked) and dP = dO·Vᵀ
             rows_q, rows_k = base + 4 * (ty * RS), base + 4 * (tx * RS)
             microtile.scores_and_dp(s, rows_q + 4 * Q_OFF, rows_k + 4 * K_OFF, dp, rows_q + 4 * DO_OFF,
                                     rows_k + 4 * V_OFF, 4 * TY * RS, 4 * TX * RS, D, TM, TN, kf, start_m, BLOCK_M,
-                                    start_n, BLOCK_N, start_m + ty, TY, start_n + tx, TX, scale, mi, False)  # fmt: skip
+                                    start_n, BLOCK_N, start_m + ty, TY, start_n + tx, TX, si, mi, False, dx, F)  # fmt: skip
 
             # dS = P∘(dP − delta), stored as dSᵀ[key][thread-ordered queries]
             for r in range(TM):
                 for c in range(TN):
                     _, dp[r * TN + c] = softmax.softmax_grad(s[r * TN + c], dp[r * TN + c], lse_r[r], delta_r[r],
                                                              True, False)  # fmt: skip
+                    if F[SOFTCAP]:
+                        dp[r * TN + c] *= dx[r * TN + c]
             microtile.store_transposed(base + 4 * (DS_OFF + tx * PS + ty * TM), 4 * TX * PS, dp, TM, TN)
             # dSᵀ is visible to every thread
             cuda.syncthreads()
@@ -269,27 +289,26 @@ def simt_blocked_dq_kernel(t: BlockedTiles, causal: bool):
         for r in range(TM):
             row = start_m + ty + r * TY
             if row < seqlen_q:
-                microtile.store_row(dq, b, row, h, acc, r, tx, TX, OC, scale)
+                microtile.store_row(dq, b, q0 + row, h, acc, r, tx, TX, OC, scale)
 
     return simt_blocked_dq
 
 
-def preprocess_launch(t, head_dim: int, batch: int, heads: int, seqlen_q: int) -> spec.KernelLaunch:
+def preprocess_launch(t, head_dim: int, sz: spec.Sizes) -> spec.KernelLaunch:
     """The exact fp32 preprocess, one thread a query row (also the TF32 backward's)."""
-    grid = (spec.cdiv(seqlen_q, PRE_THREADS), heads, batch)
+    grid = spec.preprocess_grid(sz, PRE_THREADS)
     kernel = simt_blocked_preprocess_kernel(head_dim)
     return spec.KernelLaunch("simt_blocked_preprocess", kernel, t, grid, PRE_THREADS, 0, spec.preprocess_args())
 
 
-def launches(tiles: tuple, causal: bool, batch: int, heads: int, seqlen_q: int, seqlen_k: int) -> list:
+def launches(tiles: tuple, variant: Variant, sz: spec.Sizes) -> list:
     """The backward for (dK/dV tiles, dQ tiles): preprocess, dK/dV (a block per
     ``rows`` keys), dQ (a block per ``rows`` queries)."""
     tkv, tq = tiles
     return [
-        preprocess_launch(tkv, tkv.head_dim, batch, heads, seqlen_q),
-        spec.KernelLaunch("simt_blocked_dkdv", simt_blocked_dkdv_kernel(tkv, causal), tkv,
-                          (spec.cdiv(seqlen_k, tkv.rows), heads, batch), tkv.threads, dkdv_smem_bytes(tkv),
-                          spec.dkdv_args()),
-        spec.KernelLaunch("simt_blocked_dq", simt_blocked_dq_kernel(tq, causal), tq,
-                          (spec.cdiv(seqlen_q, tq.rows), heads, batch), tq.threads, dq_smem_bytes(tq), spec.dq_args()),
+        preprocess_launch(tkv, tkv.head_dim, sz),
+        spec.KernelLaunch("simt_blocked_dkdv", simt_blocked_dkdv_kernel(tkv, variant), tkv, spec.key_grid(sz, tkv.rows),
+                          tkv.threads, dkdv_smem_bytes(tkv), spec.dkdv_args()),
+        spec.KernelLaunch("simt_blocked_dq", simt_blocked_dq_kernel(tq, variant), tq, spec.query_grid(sz, tq.rows),
+                          tq.threads, dq_smem_bytes(tq), spec.dq_args()),
     ]  # fmt: skip

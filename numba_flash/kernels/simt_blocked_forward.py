@@ -53,8 +53,9 @@ import functools
 from numba_flash import ptx
 from numba_flash._numba_cuda import cuda, float32
 from numba_flash.config import BlockedTiles
-from numba_flash.kernels import copy, microtile, pipeline, softmax, spec
+from numba_flash.kernels import copy, microtile, pipeline, score, softmax, spec
 from numba_flash.kernels.block_info import key_tiles, this_block, tile_needs_mask
+from numba_flash.variant import VARLEN, Variant
 
 
 def _layout(t: BlockedTiles):
@@ -74,7 +75,7 @@ def smem_bytes(t: BlockedTiles) -> int:
 
 
 @functools.lru_cache(maxsize=None)
-def simt_blocked_forward_kernel(t: BlockedTiles, causal: bool):
+def simt_blocked_forward_kernel(t: BlockedTiles, variant: Variant):
     """The forward kernel for tiles ``t``.
 
     Signature: ``kernel[grid, t.threads, stream, smem](q, k, v, out, lse, softmax_scale)``
@@ -86,17 +87,20 @@ def simt_blocked_forward_kernel(t: BlockedTiles, causal: bool):
     DC = D // 4  # 16-byte chunks in a row
     QS, KS, PS, K_OFF, V_OFF, P_OFF, _ = _layout(t)
     S_N, ACC_N, SCRATCH = TM * TN, TM * OC, TN * 4  # register array sizes
-    CAUSAL = causal
+    F = variant.flags
 
     @cuda.jit
-    def simt_blocked_forward(q, k, v, out, lse, softmax_scale):
+    def simt_blocked_forward(q, k, v, out, lse, softmax_scale, params, alibi, cu_q, cu_k):
         smem = cuda.shared.array(0, float32)
         base = ptx.smem_addr(smem, 0)  # byte address of smem[0]
         tid = cuda.threadIdx.x
         tx = tid % TX
         ty = tid // TX
-        start_m, b, h, mi, seqlen_q, seqlen_k = this_block(q, k, BLOCK_M, CAUSAL)
-        scale = float32(softmax_scale)
+        start_m, b, h, hk, q0, k0, mi, seq = this_block(q, k, params, cu_q, cu_k, BLOCK_M, F, False)
+        seqlen_q, seqlen_k = mi[0], mi[1]
+        if F[VARLEN] and start_m >= seqlen_q:  # the grid covers the longest sequence
+            return
+        si = score.score_info(params, alibi, seq, h, softmax_scale, False, F)
         # this thread's shared-memory byte addresses, computed once: the inner loops add
         # only compile-time strides and the loop offset
         q_addr = base + 4 * (ty * QS)
@@ -119,14 +123,14 @@ def simt_blocked_forward_kernel(t: BlockedTiles, causal: bool):
         n_lo, n_hi = key_tiles(start_m, BLOCK_M, BLOCK_N, mi)
         # prologue: Q with K_0 in one cp.async group, V_0 in the next; rows past the
         # end of q / k / v are zero-filled (their scores are masked or never written)
-        copy.copy_tile(base, q, b, h, start_m, seqlen_q, tid, BLOCK_M, DC, 4, 4 * QS, copy.SW_NONE, THREADS, True)
+        copy.copy_tile(base, q, b, h, q0 + start_m, q0 + seqlen_q, tid, BLOCK_M, DC, 4, 4 * QS, copy.SW_NONE, THREADS, True)
         if n_hi > n_lo:
-            copy.copy_tile(base + 4 * K_OFF, k, b, h, n_lo * BLOCK_N, seqlen_k, tid, BLOCK_N, DC, 4, 4 * KS,
-                           copy.SW_NONE, THREADS, True)  # fmt: skip
+            copy.copy_tile(base + 4 * K_OFF, k, b, hk, k0 + n_lo * BLOCK_N, k0 + seqlen_k, tid, BLOCK_N, DC, 4,
+                           4 * KS, copy.SW_NONE, THREADS, True)  # fmt: skip
         ptx.cp_async_commit()
         if n_hi > n_lo:
-            copy.copy_tile(base + 4 * V_OFF, v, b, h, n_lo * BLOCK_N, seqlen_k, tid, BLOCK_N, DC, 4, 4 * D,
-                           copy.SW_NONE, THREADS, True)  # fmt: skip
+            copy.copy_tile(base + 4 * V_OFF, v, b, hk, k0 + n_lo * BLOCK_N, k0 + seqlen_k, tid, BLOCK_N, DC, 4,
+                           4 * D, copy.SW_NONE, THREADS, True)  # fmt: skip
         ptx.cp_async_commit()
 
         for j in range(n_lo, n_hi):
@@ -140,7 +144,7 @@ def simt_blocked_forward_kernel(t: BlockedTiles, causal: bool):
             pipeline.zero(s, S_N)
             microtile.dot_tile(s, q_addr, 4 * TY * QS, k_addr, 4 * TX * KS, D, TM, TN, kf)
             needs_mask = tile_needs_mask(start_m, BLOCK_M, start_n, BLOCK_N, mi)
-            microtile.scale_and_mask(s, TM, TN, start_m + ty, TY, start_n + tx, TX, scale, needs_mask, mi, False)
+            microtile.scale_and_mask(s, TM, TN, start_m + ty, TY, start_n + tx, TX, si, needs_mask, mi, False, None, F)
 
             # 2. online softmax on the micro-tile: row max over the TX lanes of a row
             for r in range(TM):
@@ -151,8 +155,8 @@ def simt_blocked_forward_kernel(t: BlockedTiles, causal: bool):
             # every thread is done reading K_j, and Pᵀ is visible to all
             cuda.syncthreads()
             if has_next:  # K_{j+1} streams in during P·V
-                copy.copy_tile(base + 4 * K_OFF, k, b, h, start_n + BLOCK_N, seqlen_k, tid, BLOCK_N, DC, 4, 4 * KS,
-                               copy.SW_NONE, THREADS, True)  # fmt: skip
+                copy.copy_tile(base + 4 * K_OFF, k, b, hk, k0 + start_n + BLOCK_N, k0 + seqlen_k, tid, BLOCK_N, DC,
+                               4, 4 * KS, copy.SW_NONE, THREADS, True)  # fmt: skip
                 ptx.cp_async_commit()
                 ptx.cp_async_wait_group(1)  # V_j has landed (K_{j+1} may be in flight)
             else:
@@ -165,8 +169,8 @@ def simt_blocked_forward_kernel(t: BlockedTiles, causal: bool):
             # every thread is done reading V_j and Pᵀ
             cuda.syncthreads()
             if has_next:  # V_{j+1} streams in during S of the next tile
-                copy.copy_tile(base + 4 * V_OFF, v, b, h, start_n + BLOCK_N, seqlen_k, tid, BLOCK_N, DC, 4, 4 * D,
-                               copy.SW_NONE, THREADS, True)  # fmt: skip
+                copy.copy_tile(base + 4 * V_OFF, v, b, hk, k0 + start_n + BLOCK_N, k0 + seqlen_k, tid, BLOCK_N, DC,
+                               4, 4 * D, copy.SW_NONE, THREADS, True)  # fmt: skip
                 ptx.cp_async_commit()
         ptx.cp_async_wait_all()  # no copy outlives the block (no key tile: Q's)
 
@@ -175,15 +179,15 @@ def simt_blocked_forward_kernel(t: BlockedTiles, causal: bool):
             inv_l, lse_row = softmax.finalize(m_i[r], l_i[r], TX, False)
             row = start_m + ty + r * TY
             if row < seqlen_q:
-                microtile.store_row(out, b, row, h, acc, r, tx, TX, OC, inv_l)
+                microtile.store_row(out, b, q0 + row, h, acc, r, tx, TX, OC, inv_l)
                 if tx == 0:
-                    lse[b, h, row] = lse_row
+                    lse[b, h, q0 + row] = lse_row
 
     return simt_blocked_forward
 
 
-def launches(t: BlockedTiles, causal: bool, batch: int, heads: int, seqlen_q: int, seqlen_k: int) -> list:
+def launches(t: BlockedTiles, variant: Variant, sz: spec.Sizes) -> list:
     """The forward: one kernel, a block per ``t.rows`` queries of a (batch, head)."""
-    grid = (spec.cdiv(seqlen_q, t.rows), heads, batch)
-    kernel = simt_blocked_forward_kernel(t, causal)
+    grid = spec.query_grid(sz, t.rows)
+    kernel = simt_blocked_forward_kernel(t, variant)
     return [spec.KernelLaunch("simt_blocked_forward", kernel, t, grid, t.threads, smem_bytes(t), spec.forward_args())]

@@ -46,13 +46,14 @@ import functools
 
 from numba_flash._numba_cuda import cuda, float32
 from numba_flash.config import SimtTiles
-from numba_flash.kernels import copy, pipeline, softmax, spec
+from numba_flash.kernels import copy, pipeline, score, softmax, spec
 from numba_flash.kernels.block_info import key_tiles, this_block
 from numba_flash.kernels.mask import masked_score
+from numba_flash.variant import VARLEN, Variant
 
 
 @functools.lru_cache(maxsize=None)
-def simt_forward_kernel(t: SimtTiles, causal: bool):
+def simt_forward_kernel(t: SimtTiles, variant: Variant):
     """Compile (lazily, per argument types) the forward kernel for tiles ``t``.
 
     Signature: ``kernel[grid, THREADS, stream](q, k, v, out, lse, softmax_scale)``
@@ -63,15 +64,19 @@ def simt_forward_kernel(t: SimtTiles, causal: bool):
     GROUPS = THREADS // G  # row groups per block
     S_STRIDE = BLOCK_N + 1  # padded row of the score tile
     P_VALS, REGS = BLOCK_M * S_STRIDE, ROWS * COLS
-    CAUSAL = causal
+    F = variant.flags
 
     @cuda.jit
-    def simt_forward(q, k, v, out, lse, softmax_scale):
-        start_m, b, h, mi, seqlen_q, seqlen_k = this_block(q, k, BLOCK_M, CAUSAL)
+    def simt_forward(q, k, v, out, lse, softmax_scale, params, alibi, cu_q, cu_k):
+        start_m, b, h, hk, q0, k0, mi, seq = this_block(q, k, params, cu_q, cu_k, BLOCK_M, F, False)
+        seqlen_q, seqlen_k = mi[0], mi[1]
+        if F[VARLEN] and start_m >= seqlen_q:  # the grid covers the longest sequence
+            return
         tid = cuda.threadIdx.x
         g = tid % G
         grp = tid // G
         scale = float32(softmax_scale)
+        si = score.score_info(params, alibi, seq, h, softmax_scale, False, F)
 
         s_k = cuda.shared.array((BLOCK_N, HEAD_DIM), float32)
         s_v = cuda.shared.array((BLOCK_N, HEAD_DIM), float32)
@@ -86,7 +91,8 @@ def simt_forward_kernel(t: SimtTiles, causal: bool):
         # load q: it stays in registers, pre-multiplied by the softmax scale
         pipeline.zero(acc, REGS)
         for r in range(ROWS):
-            copy.load_lane_row(q_reg, r * COLS, q, b, start_m + grp + r * GROUPS, h, seqlen_q, g, G, COLS, scale)
+            copy.load_lane_row(q_reg, r * COLS, q, b, q0 + start_m + grp + r * GROUPS, h, q0 + seqlen_q, g, G, COLS,
+                               scale)  # fmt: skip
             m_i[r] = softmax.NEG_INF
             l_i[r] = float32(0.0)
 
@@ -94,7 +100,7 @@ def simt_forward_kernel(t: SimtTiles, causal: bool):
         for j in range(n_lo, n_hi):
             start_n = j * BLOCK_N
             # K and V of the tile, between barriers (the last tile's readers of s_k, s_v, s_p are done)
-            pipeline.load_rows_now(s_k, k, s_v, v, b, h, start_n, seqlen_k, tid, BLOCK_N, HEAD_DIM, THREADS,
+            pipeline.load_rows_now(s_k, k, s_v, v, b, hk, k0 + start_n, k0 + seqlen_k, tid, BLOCK_N, HEAD_DIM, THREADS,
                                    float32(1.0), s_p, lse, lse, False)  # fmt: skip
 
             # 1. scores s_ij for the tile: lane j % G of a group keeps key j's
@@ -108,9 +114,11 @@ def simt_forward_kernel(t: SimtTiles, causal: bool):
                 for r in range(ROWS):  # every lane of the group gets the sum
                     s[r] = softmax.allreduce_sum(s[r], G)
                 if jj % G == g:
-                    for r in range(ROWS):
-                        s_p[(grp + r * GROUPS) * S_STRIDE + jj] = masked_score(s[r], start_m + grp + r * GROUPS,
-                                                                              start_n + jj, mi)  # fmt: skip
+                    for r in range(ROWS):  # the score step on scale·s (score.prescaled), masked
+                        qi = start_m + grp + r * GROUPS
+                        x, _ = score.prescaled(s[r], si, F)
+                        x = score.biased(x, qi, start_n + jj, mi[2], si, F)
+                        s_p[(grp + r * GROUPS) * S_STRIDE + jj] = masked_score(x, qi, start_n + jj, mi)
 
             # 2. online softmax on this lane's keys (j ≡ g mod G), max over the group
             for r in range(ROWS):
@@ -134,14 +142,15 @@ def simt_forward_kernel(t: SimtTiles, causal: bool):
             row = start_m + grp + r * GROUPS
             if row < seqlen_q:
                 for c in range(COLS):
-                    out[b, row, h, c * G + g] = acc[r * COLS + c] * inv_l
+                    out[b, q0 + row, h, c * G + g] = acc[r * COLS + c] * inv_l
                 if g == 0:
-                    lse[b, h, row] = lse_row
+                    lse[b, h, q0 + row] = lse_row
 
     return simt_forward
 
 
-def launches(t: SimtTiles, causal: bool, batch: int, heads: int, seqlen_q: int, seqlen_k: int) -> list:
+def launches(t: SimtTiles, variant: Variant, sz: spec.Sizes) -> list:
     """The forward: one kernel, a block per ``block_m`` queries; static shared memory."""
-    grid = (spec.cdiv(seqlen_q, t.block_m), heads, batch)
-    return [spec.KernelLaunch("simt_forward", simt_forward_kernel(t, causal), t, grid, t.threads, 0, spec.forward_args())]
+    kernel = simt_forward_kernel(t, variant)
+    return [spec.KernelLaunch("simt_forward", kernel, t, spec.query_grid(sz, t.block_m), t.threads, 0,
+                              spec.forward_args())]  # fmt: skip

@@ -14,7 +14,8 @@ from dataclasses import dataclass
 from typing import Any
 
 #: The buffers a kernel parameter can be (``scale`` is the float softmax scale).
-ROLES = ("q", "k", "v", "out", "lse", "dout", "delta", "dq", "dk", "dv", "scale")
+ROLES = ("q", "k", "v", "out", "lse", "dout", "delta", "dq", "dk", "dv", "scale", "params", "alibi", "cu_seqlens_q",
+         "cu_seqlens_k")
 #: How a 4-D buffer is viewed: as it is, 16-bit elements as uint16 (cp.async moves
 #: bytes; the dtype matters only to mma), or pairs of 16-bit elements as uint32.
 VIEWS = ("", "u16", "u32")
@@ -30,6 +31,47 @@ class Arg:
     def __post_init__(self):
         if self.role not in ROLES or self.view not in VIEWS:
             raise ValueError(f"kernel argument {self.role!r} viewed as {self.view!r}: unknown")
+
+
+@dataclass(frozen=True)
+class Sizes:
+    """The sizes a launch grid depends on.
+
+    Attributes:
+        batch: sequences (the batch, or varlen's number of sequences): grid z.
+        heads, heads_k: query and KV heads (GQA: heads_k divides heads).
+        seqlen_q, seqlen_k: the lengths (varlen: the longest; the grid covers them).
+        rows_q: rows of q's sequence axis (seqlen_q, or varlen's total_q).
+        batch_arrays: the arrays' batch (1 for varlen's packed arrays).
+    """
+
+    batch: int
+    heads: int
+    seqlen_q: int
+    seqlen_k: int
+    heads_k: int = 0
+    rows_q: int = 0
+    batch_arrays: int = 0
+
+    def __post_init__(self):
+        object.__setattr__(self, "heads_k", self.heads_k or self.heads)
+        object.__setattr__(self, "rows_q", self.rows_q or self.seqlen_q)
+        object.__setattr__(self, "batch_arrays", self.batch_arrays or self.batch)
+
+
+def query_grid(sz: Sizes, block_m: int) -> tuple:
+    """A block per ``block_m`` queries of a (sequence, query head)."""
+    return (cdiv(sz.seqlen_q, block_m), sz.heads, sz.batch)
+
+
+def key_grid(sz: Sizes, block_n: int) -> tuple:
+    """A block per ``block_n`` keys of a (sequence, KV head): the dK/dV kernels."""
+    return (cdiv(sz.seqlen_k, block_n), sz.heads_k, sz.batch)
+
+
+def preprocess_grid(sz: Sizes, threads: int) -> tuple:
+    """delta = rowsum(dO∘O): a thread per row of the arrays (varlen: the packed rows)."""
+    return (cdiv(sz.rows_q, threads), sz.heads, sz.batch_arrays)
 
 
 @dataclass(frozen=True)
@@ -49,9 +91,16 @@ def cdiv(a: int, b: int) -> int:
     return -(-a // b)
 
 
+#: What every attention kernel takes after the softmax scale: the run-time values of the
+#: variants (``numba_flash.variant.params``), the ALiBi slopes (B, H) and the varlen
+#: offsets (dummies when a feature is off).
+VARIANT_ARGS = (Arg("params"), Arg("alibi"), Arg("cu_seqlens_q"), Arg("cu_seqlens_k"))
+
+
 def forward_args(inputs: str = "", output: str = "") -> tuple:
-    """``(q, k, v, out, lse, softmax_scale)``."""
-    return Arg("q", inputs), Arg("k", inputs), Arg("v", inputs), Arg("out", output), Arg("lse"), Arg("scale")
+    """``(q, k, v, out, lse, softmax_scale, params, alibi, cu_seqlens_q, cu_seqlens_k)``."""
+    return (Arg("q", inputs), Arg("k", inputs), Arg("v", inputs), Arg("out", output), Arg("lse"),
+            Arg("scale")) + VARIANT_ARGS  # fmt: skip
 
 
 def preprocess_args(view: str = "") -> tuple:
@@ -60,12 +109,12 @@ def preprocess_args(view: str = "") -> tuple:
 
 
 def dkdv_args(inputs: str = "", outputs: str = "") -> tuple:
-    """``(q, k, v, dout, lse, delta, dk, dv, softmax_scale)``."""
+    """``(q, k, v, dout, lse, delta, dk, dv, softmax_scale, <VARIANT_ARGS>)``."""
     ins = tuple(Arg(r, inputs) for r in ("q", "k", "v", "dout"))
-    return ins + (Arg("lse"), Arg("delta"), Arg("dk", outputs), Arg("dv", outputs), Arg("scale"))
+    return ins + (Arg("lse"), Arg("delta"), Arg("dk", outputs), Arg("dv", outputs), Arg("scale")) + VARIANT_ARGS
 
 
 def dq_args(inputs: str = "", outputs: str = "") -> tuple:
-    """``(q, k, v, dout, lse, delta, dq, softmax_scale)``."""
+    """``(q, k, v, dout, lse, delta, dq, softmax_scale, <VARIANT_ARGS>)``."""
     ins = tuple(Arg(r, inputs) for r in ("q", "k", "v", "dout"))
-    return ins + (Arg("lse"), Arg("delta"), Arg("dq", outputs), Arg("scale"))
+    return ins + (Arg("lse"), Arg("delta"), Arg("dq", outputs), Arg("scale")) + VARIANT_ARGS

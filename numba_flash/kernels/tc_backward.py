@@ -48,8 +48,9 @@ import functools
 from numba_flash import ptx
 from numba_flash._numba_cuda import cuda, float32, uint16, uint32
 from numba_flash.config import TcBwdTiles
-from numba_flash.kernels import copy, fragments, pipeline, softmax, spec
-from numba_flash.kernels.block_info import key_tiles, query_tiles, this_block
+from numba_flash.kernels import copy, fragments, pipeline, score, softmax, spec
+from numba_flash.kernels.block_info import group_size, key_tiles, query_tiles, this_block
+from numba_flash.variant import VARLEN, Variant
 
 _ALIGN = ptx.SMEM_ALIGN
 
@@ -78,10 +79,11 @@ def tc_bwd_preprocess_kernel(head_dim: int, dtype: str):
 
 
 @functools.lru_cache(maxsize=None)
-def tc_bwd_dkdv_kernel(t: TcBwdTiles, causal: bool, dtype: str):
-    """``kernel[grid, threads, stream, smem](q, k, v, dout, lse, delta, dk32, dv32, softmax_scale)``."""
+def tc_bwd_dkdv_kernel(t: TcBwdTiles, variant: Variant, dtype: str):
+    """``kernel[grid, threads, stream, smem](q, k, v, dout, lse, delta, dk32, dv32, softmax_scale, params, alibi,
+    cu_seqlens_q, cu_seqlens_k)``."""
     BLOCK_M, BLOCK_N, HEAD_DIM, THREADS = t.kv_block_m, t.kv_block_n, t.head_dim, t.threads
-    CAUSAL = causal
+    F = variant.flags
     KSTEPS = HEAD_DIM // 16  # k-slices over d (Sᵀ, dPᵀ)
     NT_S = BLOCK_M // 8  # n-tiles of Sᵀ (8 queries each)
     NT_O = HEAD_DIM // 8  # n-tiles of dK, dV
@@ -97,10 +99,12 @@ def tc_bwd_dkdv_kernel(t: TcBwdTiles, causal: bool, dtype: str):
     BF16 = dtype == "bfloat16"
 
     @cuda.jit
-    def tc_bwd_dkdv(q, k, v, dout, lse, delta, dk32, dv32, softmax_scale):
-        start_n, b, h, mi, seqlen_q, seqlen_k = this_block(q, k, BLOCK_N, CAUSAL)
+    def tc_bwd_dkdv(q, k, v, dout, lse, delta, dk32, dv32, softmax_scale, params, alibi, cu_q, cu_k):
+        start_n, b, h0, hk, q0, k0, mi, seq = this_block(q, k, params, cu_q, cu_k, BLOCK_N, F, True)
+        seqlen_q, seqlen_k = mi[0], mi[1]
+        if F[VARLEN] and start_n >= seqlen_k:  # the grid covers the longest sequence
+            return
         tid, warp, lane, g, tq = pipeline.lane_coords()
-        scale2 = float32(softmax_scale * softmax.LOG2E)
 
         # dynamic: K | V | Q stages | dO stages (16-bit, swizzled); static: lse2 | delta
         smem = cuda.shared.array(0, uint16, alignment=_ALIGN)
@@ -121,47 +125,53 @@ def tc_bwd_dkdv_kernel(t: TcBwdTiles, causal: bool, dtype: str):
         pipeline.zero(acc_dv, O_REGS)
 
         # K and V of this block (rows past the end zero-filled)
-        copy.copy_tile_pair(k_base, k, v_base, v, b, h, start_n, seqlen_k, tid, BLOCK_N, CHUNKS, 8, ROW_BYTES, SW,
-                            THREADS)  # fmt: skip
-        m_lo, m_hi = query_tiles(start_n, BLOCK_M, mi)
+        copy.copy_tile_pair(k_base, k, v_base, v, b, hk, k0 + start_n, k0 + seqlen_k, tid, BLOCK_N, CHUNKS, 8, ROW_BYTES,
+                            SW, THREADS)  # fmt: skip
+        m_lo, m_hi = query_tiles(start_n, BLOCK_M, BLOCK_N, mi)
 
-        # the double-buffered walk (pipeline's docstring): i = m_lo - 1 only starts tile m_lo
-        for i in range(m_lo - 1, m_hi):
-            pipeline.wait_for_tile(i, m_lo)  # query tile i, its lse and delta (and K, V) are in shared memory
-            if i == m_lo and KV_IN_REGS:  # K and V fragments of this warp's 16 keys: A operands
+        # GQA: the walk below once per query head of the group, in order (a deterministic sum)
+        for hq in range(group_size(params, F)):
+            h = h0 + hq
+            si = score.score_info(params, alibi, seq, h, softmax_scale, True, F)
+            if hq > 0:
+                cuda.syncthreads()  # every warp is done with the last tile's stage, which the next prefetch reuses
+            # the double-buffered walk (pipeline's docstring): i = m_lo - 1 only starts tile m_lo
+            for i in range(m_lo - 1, m_hi):
+                pipeline.wait_for_tile(i, m_lo)  # query tile i, its lse and delta (and K, V) are in shared memory
+                if i == m_lo and KV_IN_REGS:  # K and V fragments of this warp's 16 keys: A operands
+                    for kk in range(KSTEPS):
+                        fragments.load_a(k_frag, kk * 4, k_base, warp * 16, kk, lane, ROW_BYTES)
+                        fragments.load_a(v_frag, kk * 4, v_base, warp * 16, kk, lane, ROW_BYTES)
+                pipeline.prefetch_queries(i, m_hi, q_base, q, do_base, dout, s_rows, lse, delta, b, h, q0, seqlen_q,
+                                          tid, BLOCK_M, CHUNKS, 8, ROW_BYTES, SW, THREADS, QT_BYTES)  # fmt: skip
+                if i < m_lo:
+                    continue
+                start_m, q_tile, do_tile, rows_off = pipeline.query_stage(i, q_base, do_base, BLOCK_M, QT_BYTES)
+
+                # Sᵀ = K·Qᵀ and dPᵀ = V·dOᵀ: Q and dO rows are the n dimension
+                pipeline.zero(acc_s, S_REGS)
+                pipeline.zero(acc_dp, S_REGS)
                 for kk in range(KSTEPS):
-                    fragments.load_a(k_frag, kk * 4, k_base, warp * 16, kk, lane, ROW_BYTES)
-                    fragments.load_a(v_frag, kk * 4, v_base, warp * 16, kk, lane, ROW_BYTES)
-            pipeline.prefetch_queries(i, m_hi, q_base, q, do_base, dout, s_rows, lse, delta, b, h, seqlen_q, tid,
-                                      BLOCK_M, CHUNKS, 8, ROW_BYTES, SW, THREADS, QT_BYTES)  # fmt: skip
-            if i < m_lo:
-                continue
-            start_m, q_tile, do_tile, rows_off = pipeline.query_stage(i, q_base, do_base, BLOCK_M, QT_BYTES)
+                    if KV_IN_REGS:
+                        for e in range(4):
+                            ka[e] = k_frag[kk * 4 + e]
+                            va[e] = v_frag[kk * 4 + e]
+                    else:
+                        fragments.load_a(ka, 0, k_base, warp * 16, kk, lane, ROW_BYTES)
+                        fragments.load_a(va, 0, v_base, warp * 16, kk, lane, ROW_BYTES)
+                    fragments.mma_rows(acc_s, ka, 0, q_tile, kk, lane, NT_S, ROW_BYTES, BF16)
+                    fragments.mma_rows(acc_dp, va, 0, do_tile, kk, lane, NT_S, ROW_BYTES, BF16)
 
-            # Sᵀ = K·Qᵀ and dPᵀ = V·dOᵀ: Q and dO rows are the n dimension
-            pipeline.zero(acc_s, S_REGS)
-            pipeline.zero(acc_dp, S_REGS)
-            for kk in range(KSTEPS):
-                if KV_IN_REGS:
-                    for e in range(4):
-                        ka[e] = k_frag[kk * 4 + e]
-                        va[e] = v_frag[kk * 4 + e]
-                else:
-                    fragments.load_a(ka, 0, k_base, warp * 16, kk, lane, ROW_BYTES)
-                    fragments.load_a(va, 0, v_base, warp * 16, kk, lane, ROW_BYTES)
-                fragments.mma_rows(acc_s, ka, 0, q_tile, kk, lane, NT_S, ROW_BYTES, BF16)
-                fragments.mma_rows(acc_dp, va, 0, do_tile, kk, lane, NT_S, ROW_BYTES, BF16)
+                # Pᵀ and dSᵀ: element e of n-tile nt is (key g + 8·(e >> 1), query nt·8 + 2·tq + (e & 1))
+                fragments.p_and_ds(acc_s, acc_dp, NT_S, start_m, BLOCK_M, start_n, BLOCK_N, start_n + warp * 16,
+                                   start_m, si, mi, s_rows, rows_off, rows_off + BLOCK_M, True, F)  # fmt: skip
 
-            # Pᵀ and dSᵀ: element e of n-tile nt is (key g + 8·(e >> 1), query nt·8 + 2·tq + (e & 1))
-            fragments.p_and_ds(acc_s, acc_dp, NT_S, start_m, BLOCK_M, start_n, BLOCK_N, start_n + warp * 16, start_m,
-                               scale2, mi, s_rows, rows_off, rows_off + BLOCK_M, True)  # fmt: skip
-
-            # dV += Pᵀ·dO and dK += dSᵀ·Q: queries are the k dimension (ldmatrix.trans)
-            for ps in range(PSTEPS):
-                fragments.pack_a(p_frag, 0, acc_s, ps * 8, BF16)
-                fragments.pack_a(ds_frag, 0, acc_dp, ps * 8, BF16)
-                fragments.mma_rows_trans(acc_dv, p_frag, do_tile, ps * 16, lane, NT_O, ROW_BYTES, BF16)
-                fragments.mma_rows_trans(acc_dk, ds_frag, q_tile, ps * 16, lane, NT_O, ROW_BYTES, BF16)
+                # dV += Pᵀ·dO and dK += dSᵀ·Q: queries are the k dimension (ldmatrix.trans)
+                for ps in range(PSTEPS):
+                    fragments.pack_a(p_frag, 0, acc_s, ps * 8, BF16)
+                    fragments.pack_a(ds_frag, 0, acc_dp, ps * 8, BF16)
+                    fragments.mma_rows_trans(acc_dv, p_frag, do_tile, ps * 16, lane, NT_O, ROW_BYTES, BF16)
+                    fragments.mma_rows_trans(acc_dk, ds_frag, q_tile, ps * 16, lane, NT_O, ROW_BYTES, BF16)
 
         ptx.cp_async_wait_all()  # no copy may land after the block exits (no query tile)
         # epilogue: dK (times the softmax scale) and dV as 16-bit pairs, written once
@@ -169,17 +179,18 @@ def tc_bwd_dkdv_kernel(t: TcBwdTiles, causal: bool, dtype: str):
         for r in range(2):
             key = start_n + warp * 16 + g + 8 * r
             if key < seqlen_k:
-                fragments.store_row_pairs(dk32, b, key, h, acc_dk, 2 * r, NT_O, tq, scale, BF16)
-                fragments.store_row_pairs(dv32, b, key, h, acc_dv, 2 * r, NT_O, tq, float32(1.0), BF16)
+                fragments.store_row_pairs(dk32, b, k0 + key, hk, acc_dk, 2 * r, NT_O, tq, scale, BF16)
+                fragments.store_row_pairs(dv32, b, k0 + key, hk, acc_dv, 2 * r, NT_O, tq, float32(1.0), BF16)
 
     return tc_bwd_dkdv
 
 
 @functools.lru_cache(maxsize=None)
-def tc_bwd_dq_kernel(t: TcBwdTiles, causal: bool, dtype: str):
-    """``kernel[grid, threads, stream, smem](q, k, v, dout, lse, delta, dq32, softmax_scale)``."""
+def tc_bwd_dq_kernel(t: TcBwdTiles, variant: Variant, dtype: str):
+    """``kernel[grid, threads, stream, smem](q, k, v, dout, lse, delta, dq32, softmax_scale, params, alibi,
+    cu_seqlens_q, cu_seqlens_k)``."""
     BLOCK_M, BLOCK_N, HEAD_DIM, THREADS = t.q_block_m, t.q_block_n, t.head_dim, t.threads
-    CAUSAL = causal
+    F = variant.flags
     KSTEPS = HEAD_DIM // 16
     NT_S = BLOCK_N // 8
     NT_O = HEAD_DIM // 8
@@ -193,10 +204,13 @@ def tc_bwd_dq_kernel(t: TcBwdTiles, causal: bool, dtype: str):
     BF16 = dtype == "bfloat16"
 
     @cuda.jit
-    def tc_bwd_dq(q, k, v, dout, lse, delta, dq32, softmax_scale):
-        start_m, b, h, mi, seqlen_q, seqlen_k = this_block(q, k, BLOCK_M, CAUSAL)
+    def tc_bwd_dq(q, k, v, dout, lse, delta, dq32, softmax_scale, params, alibi, cu_q, cu_k):
+        start_m, b, h, hk, q0, k0, mi, seq = this_block(q, k, params, cu_q, cu_k, BLOCK_M, F, False)
+        seqlen_q, seqlen_k = mi[0], mi[1]
+        if F[VARLEN] and start_m >= seqlen_q:  # the grid covers the longest sequence
+            return
         tid, warp, lane, g, tq = pipeline.lane_coords()
-        scale2 = float32(softmax_scale * softmax.LOG2E)
+        si = score.score_info(params, alibi, seq, h, softmax_scale, True, F)
 
         # dynamic: Q | dO | K stages | V stages (16-bit, swizzled)
         smem = cuda.shared.array(0, uint16, alignment=_ALIGN)
@@ -211,10 +225,11 @@ def tc_bwd_dq_kernel(t: TcBwdTiles, causal: bool, dtype: str):
         stats = cuda.local.array(4, float32)  # lse (for recompute) of rows g, g + 8, then their delta
         pipeline.zero(acc_dq, O_REGS)
         for r in range(2):
-            stats[r], stats[2 + r] = softmax.row_stats(lse, delta, b, h, start_m + warp * 16 + g + 8 * r, seqlen_q, True)
+            row = q0 + start_m + warp * 16 + g + 8 * r
+            stats[r], stats[2 + r] = softmax.row_stats(lse, delta, b, h, row, q0 + seqlen_q, True)
 
-        copy.copy_tile_pair(q_base, q, do_base, dout, b, h, start_m, seqlen_q, tid, BLOCK_M, CHUNKS, 8, ROW_BYTES,
-                            SW, THREADS)  # fmt: skip
+        copy.copy_tile_pair(q_base, q, do_base, dout, b, h, q0 + start_m, q0 + seqlen_q, tid, BLOCK_M, CHUNKS, 8,
+                            ROW_BYTES, SW, THREADS)  # fmt: skip
         n_lo, n_hi = key_tiles(start_m, BLOCK_M, BLOCK_N, mi)
 
         # the double-buffered walk (pipeline's docstring): j = n_lo - 1 only starts tile n_lo
@@ -224,8 +239,8 @@ def tc_bwd_dq_kernel(t: TcBwdTiles, causal: bool, dtype: str):
                 for kk in range(KSTEPS):
                     fragments.load_a(q_frag, kk * 4, q_base, warp * 16, kk, lane, ROW_BYTES)
                     fragments.load_a(do_frag, kk * 4, do_base, warp * 16, kk, lane, ROW_BYTES)
-            pipeline.prefetch_keys(j, n_hi, k_base, k, v_base, v, b, h, seqlen_k, tid, BLOCK_N, CHUNKS, 8, ROW_BYTES,
-                                   SW, THREADS, KV_BYTES, 2)  # fmt: skip
+            pipeline.prefetch_keys(j, n_hi, k_base, k, v_base, v, b, hk, k0, seqlen_k, tid, BLOCK_N, CHUNKS, 8,
+                                   ROW_BYTES, SW, THREADS, KV_BYTES, 2)  # fmt: skip
             if j < n_lo:
                 continue
             start_n, k_tile, v_tile = pipeline.key_stage(j, k_base, v_base, BLOCK_N, KV_BYTES, 2)
@@ -239,7 +254,7 @@ def tc_bwd_dq_kernel(t: TcBwdTiles, causal: bool, dtype: str):
 
             # P and dS: element e of n-tile nt is (query g + 8·(e >> 1), key nt·8 + 2·tq + (e & 1))
             fragments.p_and_ds(acc_s, acc_dp, NT_S, start_m, BLOCK_M, start_n, BLOCK_N, start_m + warp * 16, start_n,
-                               scale2, mi, stats, 0, 2, False)  # fmt: skip
+                               si, mi, stats, 0, 2, False, F)  # fmt: skip
 
             # dQ += dS·K_j: keys are the k dimension (ldmatrix.trans of K rows)
             for ps in range(PSTEPS):
@@ -251,7 +266,7 @@ def tc_bwd_dq_kernel(t: TcBwdTiles, causal: bool, dtype: str):
         for r in range(2):
             row = start_m + warp * 16 + g + 8 * r
             if row < seqlen_q:
-                fragments.store_row_pairs(dq32, b, row, h, acc_dq, 2 * r, NT_O, tq, scale, BF16)
+                fragments.store_row_pairs(dq32, b, q0 + row, h, acc_dq, 2 * r, NT_O, tq, scale, BF16)
 
     return tc_bwd_dq
 
@@ -266,17 +281,17 @@ def smem_bytes(t: TcBwdTiles) -> tuple[int, int]:
     return row * (2 * t.kv_block_n + 4 * t.kv_block_m), row * (2 * t.q_block_m + 4 * t.q_block_n)
 
 
-def launches(t: TcBwdTiles, causal: bool, dtype: str, batch: int, heads: int, seqlen_q: int, seqlen_k: int) -> list:
-    """The backward: preprocess (delta), dK/dV (a block per 16·warps keys), dQ (a block
-    per 16·warps queries)."""
+def launches(t: TcBwdTiles, variant: Variant, dtype: str, sz: spec.Sizes) -> list:
+    """The backward: preprocess (delta), dK/dV (a block per 16·warps keys of a KV head),
+    dQ (a block per 16·warps queries)."""
     smem_kv, smem_q = smem_bytes(t)
     return [
         spec.KernelLaunch("tc_bwd_preprocess", tc_bwd_preprocess_kernel(t.head_dim, dtype), t,
-                          (spec.cdiv(seqlen_q, PRE_THREADS), heads, batch), PRE_THREADS, 0, spec.preprocess_args("u16")),
-        spec.KernelLaunch("tc_bwd_dkdv", tc_bwd_dkdv_kernel(t, causal, dtype), t,
-                          (spec.cdiv(seqlen_k, t.kv_block_n), heads, batch), t.threads, smem_kv,
+                          spec.preprocess_grid(sz, PRE_THREADS), PRE_THREADS, 0, spec.preprocess_args("u16")),
+        spec.KernelLaunch("tc_bwd_dkdv", tc_bwd_dkdv_kernel(t, variant, dtype), t,
+                          spec.key_grid(sz, t.kv_block_n), t.threads, smem_kv,
                           spec.dkdv_args("u16", "u32")),
-        spec.KernelLaunch("tc_bwd_dq", tc_bwd_dq_kernel(t, causal, dtype), t,
-                          (spec.cdiv(seqlen_q, t.q_block_m), heads, batch), t.threads, smem_q,
+        spec.KernelLaunch("tc_bwd_dq", tc_bwd_dq_kernel(t, variant, dtype), t,
+                          spec.query_grid(sz, t.q_block_m), t.threads, smem_q,
                           spec.dq_args("u16", "u32")),
     ]  # fmt: skip

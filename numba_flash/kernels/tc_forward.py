@@ -47,22 +47,24 @@ import functools
 from numba_flash import ptx
 from numba_flash._numba_cuda import cuda, float32, uint16, uint32
 from numba_flash.config import TcTiles
-from numba_flash.kernels import copy, fragments, pipeline, softmax, spec
+from numba_flash.kernels import copy, fragments, pipeline, score, softmax, spec
 from numba_flash.kernels.block_info import key_tiles, this_block, tile_needs_mask
+from numba_flash.variant import VARLEN, Variant
 
 _ALIGN = ptx.SMEM_ALIGN  # a module global, so numba sees a literal (see ptx.SMEM_ALIGN)
 
 
 @functools.lru_cache(maxsize=None)
-def tc_forward_kernel(t: TcTiles, causal: bool, dtype: str):
-    """``kernel[grid, threads, stream, smem_bytes(t)](q, k, v, out32, lse, softmax_scale)``
+def tc_forward_kernel(t: TcTiles, variant: Variant, dtype: str):
+    """``kernel[grid, threads, stream, smem_bytes(t)](q, k, v, out32, lse, softmax_scale, params, alibi,
+    cu_seqlens_q, cu_seqlens_k)``
     (launch through ``numba_flash._launch.launch``, which opts in to > 48 KiB).
 
     q (B, Nq, H, d) and k, v (B, Nk, H, d) as uint16 views of fp16/bf16 data, out32
     (B, Nq, H, d/2) a uint32 view of the fp16/bf16 output, lse (B, H, Nq) float32.
     """
     BLOCK_M, BLOCK_N, HEAD_DIM, THREADS = t.block_m, t.block_n, t.head_dim, t.threads
-    CAUSAL = causal
+    F = variant.flags
     STAGES = t.stages
     KSTEPS = HEAD_DIM // 16  # k-slices of Q·Kᵀ
     NT_S = BLOCK_N // 8  # n-tiles of S (8 keys each)
@@ -81,10 +83,13 @@ def tc_forward_kernel(t: TcTiles, causal: bool, dtype: str):
     BF16 = dtype == "bfloat16"
 
     @cuda.jit
-    def tc_forward(q, k, v, out32, lse, softmax_scale):
-        start_m, b, h, mi, seqlen_q, seqlen_k = this_block(q, k, BLOCK_M, CAUSAL)
+    def tc_forward(q, k, v, out32, lse, softmax_scale, params, alibi, cu_q, cu_k):
+        start_m, b, h, hk, q0, k0, mi, seq = this_block(q, k, params, cu_q, cu_k, BLOCK_M, F, False)
+        seqlen_q, seqlen_k = mi[0], mi[1]
+        if F[VARLEN] and start_m >= seqlen_q:  # the grid covers the longest sequence
+            return
         tid, warp, lane, _, tq = pipeline.lane_coords()
-        scale_log2 = float32(softmax_scale * softmax.LOG2E)
+        si = score.score_info(params, alibi, seq, h, softmax_scale, True, F)
 
         # one dynamic shared array (sized at launch: smem_bytes), carved into
         # Q | K stages | V stages; addresses are byte offsets in the shared window
@@ -103,7 +108,7 @@ def tc_forward_kernel(t: TcTiles, causal: bool, dtype: str):
             l_i[r] = float32(0.0)
 
         n_lo, n_hi = key_tiles(start_m, BLOCK_M, BLOCK_N, mi)
-        copy.copy_tile(q_base, q, b, h, start_m, seqlen_q, tid, BLOCK_M, CHUNKS, 8, ROW_BYTES, SW, THREADS)
+        copy.copy_tile(q_base, q, b, h, q0 + start_m, q0 + seqlen_q, tid, BLOCK_M, CHUNKS, 8, ROW_BYTES, SW, THREADS)
 
         # the double-buffered walk (pipeline's docstring): j = n_lo - 1 only starts tile n_lo
         for j in range(n_lo - 1, n_hi):
@@ -113,7 +118,7 @@ def tc_forward_kernel(t: TcTiles, causal: bool, dtype: str):
                     for kk in range(KSTEPS):
                         fragments.load_a(q_frag, mt * Q_TILE + kk * 4, q_base, warp * WARP_ROWS + mt * 16, kk, lane,
                                          ROW_BYTES)  # fmt: skip
-            pipeline.prefetch_keys(j, n_hi, k_base, k, v_base, v, b, h, seqlen_k, tid, BLOCK_N, CHUNKS, 8, ROW_BYTES,
+            pipeline.prefetch_keys(j, n_hi, k_base, k, v_base, v, b, hk, k0, seqlen_k, tid, BLOCK_N, CHUNKS, 8, ROW_BYTES,
                                    SW, THREADS, KV_BYTES, STAGES)  # fmt: skip
             if j < n_lo:
                 continue
@@ -134,8 +139,8 @@ def tc_forward_kernel(t: TcTiles, causal: bool, dtype: str):
             # scores into the log2 domain, masked where the tile needs it; online softmax
             # for rows g (r = 0) and g + 8 (r = 1) of each m-tile
             needs_mask = tile_needs_mask(start_m, BLOCK_M, start_n, BLOCK_N, mi)
-            fragments.scale_and_mask(acc_s, 0, NT_S, MT, start_m + warp * WARP_ROWS, start_n, scale_log2, needs_mask,
-                                     mi, False)  # fmt: skip
+            fragments.scale_and_mask(acc_s, 0, NT_S, MT, start_m + warp * WARP_ROWS, start_n, si, needs_mask, mi,
+                                     False, True, F)  # fmt: skip
             for mt in range(MT):
                 for r in range(2):
                     softmax.online_softmax_row(acc_s, mt * S_TILE + 2 * r, 4, NT_S, 2, acc_o, mt * O_TILE + 2 * r, 4,
@@ -161,9 +166,9 @@ def tc_forward_kernel(t: TcTiles, causal: bool, dtype: str):
                 row = start_m + warp * WARP_ROWS + mt * 16 + (lane >> 2) + 8 * r  # lane >> 2, not g: g kept
                 # live through the loop costs the register that tips d = 64 into spilling
                 if row < seqlen_q:
-                    fragments.store_row_pairs(out32, b, row, h, acc_o, mt * O_TILE + 2 * r, NT_O, tq, inv_l, BF16)
+                    fragments.store_row_pairs(out32, b, q0 + row, h, acc_o, mt * O_TILE + 2 * r, NT_O, tq, inv_l, BF16)
                     if tq == 0:
-                        lse[b, h, row] = lse_row
+                        lse[b, h, q0 + row] = lse_row
 
     return tc_forward
 
@@ -173,8 +178,9 @@ def smem_bytes(t: TcTiles) -> int:
     return 2 * t.head_dim * (t.block_m + 2 * t.stages * t.block_n)
 
 
-def launches(t: TcTiles, causal: bool, dtype: str, batch: int, heads: int, seqlen_q: int, seqlen_k: int) -> list:
-    """The forward: one kernel, a block per ``block_m`` queries of a (batch, head)."""
-    grid = (spec.cdiv(seqlen_q, t.block_m), heads, batch)
-    kernel = tc_forward_kernel(t, causal, dtype)
+def launches(t: TcTiles, variant: Variant, dtype: str, sz: spec.Sizes) -> list:
+    """The forward: one kernel, a block per ``block_m`` queries of a (batch, head)
+    (varlen: of a sequence; the grid covers the longest)."""
+    grid = spec.query_grid(sz, t.block_m)
+    kernel = tc_forward_kernel(t, variant, dtype)
     return [spec.KernelLaunch("tc_forward", kernel, t, grid, t.threads, smem_bytes(t), spec.forward_args("u16", "u32"))]

@@ -71,19 +71,20 @@ import functools
 from numba_flash import ptx
 from numba_flash._numba_cuda import cuda, float32, uint32
 from numba_flash.config import Tf32BwdTiles
-from numba_flash.kernels import copy, fragments, pipeline, softmax, spec
-from numba_flash.kernels.block_info import key_tiles, query_tiles, this_block
+from numba_flash.kernels import copy, fragments, pipeline, score, softmax, spec
+from numba_flash.kernels.block_info import group_size, key_tiles, query_tiles, this_block
+from numba_flash.variant import VARLEN, Variant
 
 _ALIGN = ptx.SMEM_ALIGN  # a module global, so numba sees a literal (see ptx.SMEM_ALIGN)
 
 
 @functools.lru_cache(maxsize=None)
-def tf32_bwd_dkdv_kernel(t: Tf32BwdTiles, causal: bool):
+def tf32_bwd_dkdv_kernel(t: Tf32BwdTiles, variant: Variant):
     """``kernel[grid, threads, stream, smem_bytes(t)[0]](q, k, v, dout, lse, delta,
     dk, dv, softmax_scale)``; q, dout (B, Nq, H, d), k, v, dk, dv (B, Nk, H, d) float32
     with 16-byte aligned rows; lse, delta (B, H, Nq) float32."""
     BLOCK_M, BLOCK_N, HEAD_DIM, THREADS = t.kv_block_m, t.kv_block_n, t.head_dim, t.threads
-    CAUSAL = causal
+    F = variant.flags
     KPAIRS = HEAD_DIM // 16  # pairs of k-steps over d: one v4 load a row a pair
     NT_S = BLOCK_M // 8  # n-tiles of Sᵀ (8 queries each) = k-steps of Pᵀ·dO
     OGROUPS = HEAD_DIM // 32  # groups of 4 n-tiles of dK, dV: one v4 load a group
@@ -97,11 +98,13 @@ def tf32_bwd_dkdv_kernel(t: Tf32BwdTiles, causal: bool):
     SW = copy.SW_TF32
 
     @cuda.jit
-    def tf32_bwd_dkdv(q, k, v, dout, lse, delta, dk, dv, softmax_scale):
-        start_n, b, h, mi, seqlen_q, seqlen_k = this_block(q, k, BLOCK_N, CAUSAL)
+    def tf32_bwd_dkdv(q, k, v, dout, lse, delta, dk, dv, softmax_scale, params, alibi, cu_q, cu_k):
+        start_n, b, h0, hk, q0, k0, mi, seq = this_block(q, k, params, cu_q, cu_k, BLOCK_N, F, True)
+        seqlen_q, seqlen_k = mi[0], mi[1]
+        if F[VARLEN] and start_n >= seqlen_k:  # the grid covers the longest sequence
+            return
         tid, warp, lane, g, tq = pipeline.lane_coords()
         sw_g = copy.swizzle(g, 0, SW)  # the swizzle of the rows ≡ g (mod 8) this lane reads
-        scale2 = float32(softmax_scale * softmax.LOG2E)
 
         # dynamic: K | V | Q stages | dO stages (byte offsets); static: lse2 | delta
         smem = cuda.shared.array(0, float32, alignment=_ALIGN)
@@ -120,53 +123,59 @@ def tf32_bwd_dkdv_kernel(t: Tf32BwdTiles, causal: bool):
         pipeline.zero(acc_dv, O_REGS)
 
         # K and V of this block (rows past the end zero-filled, source clamped in bounds)
-        copy.copy_tile_pair(k_base, k, v_base, v, b, h, start_n, seqlen_k, tid, BLOCK_N, CHUNKS, 4, ROW_BYTES, SW,
-                            THREADS)  # fmt: skip
-        m_lo, m_hi = query_tiles(start_n, BLOCK_M, mi)
+        copy.copy_tile_pair(k_base, k, v_base, v, b, hk, k0 + start_n, k0 + seqlen_k, tid, BLOCK_N, CHUNKS, 4, ROW_BYTES,
+                            SW, THREADS)  # fmt: skip
+        m_lo, m_hi = query_tiles(start_n, BLOCK_M, BLOCK_N, mi)
 
         row_k = k_base + (warp * 16 + g) * ROW_BYTES  # A rows: keys g, g + 8 of this warp
         row_v = v_base + (warp * 16 + g) * ROW_BYTES
-        # the double-buffered walk (pipeline's docstring): i = m_lo - 1 only starts tile m_lo
-        for i in range(m_lo - 1, m_hi):
-            pipeline.wait_for_tile(i, m_lo)  # query tile i, its lse and delta (and K, V) are in shared memory
-            pipeline.prefetch_queries(i, m_hi, q_base, q, do_base, dout, s_rows, lse, delta, b, h, seqlen_q, tid,
-                                      BLOCK_M, CHUNKS, 4, ROW_BYTES, SW, THREADS, QT_BYTES)  # fmt: skip
-            if i < m_lo:
-                continue
-            start_m, q_tile, do_tile, rows_off = pipeline.query_stage(i, q_base, do_base, BLOCK_M, QT_BYTES)
+        # GQA: the walk below once per query head of the group, in order (a deterministic sum)
+        for hq in range(group_size(params, F)):
+            h = h0 + hq
+            si = score.score_info(params, alibi, seq, h, softmax_scale, True, F)
+            if hq > 0:
+                cuda.syncthreads()  # every warp is done with the last tile's stage, which the next prefetch reuses
+            # the double-buffered walk (pipeline's docstring): i = m_lo - 1 only starts tile m_lo
+            for i in range(m_lo - 1, m_hi):
+                pipeline.wait_for_tile(i, m_lo)  # query tile i, its lse and delta (and K, V) are in shared memory
+                pipeline.prefetch_queries(i, m_hi, q_base, q, do_base, dout, s_rows, lse, delta, b, h, q0, seqlen_q,
+                                          tid, BLOCK_M, CHUNKS, 4, ROW_BYTES, SW, THREADS, QT_BYTES)  # fmt: skip
+                if i < m_lo:
+                    continue
+                start_m, q_tile, do_tile, rows_off = pipeline.query_stage(i, q_base, do_base, BLOCK_M, QT_BYTES)
 
-            # Sᵀ = K·Qᵀ and dPᵀ = V·dOᵀ: K, V rows are m (A), Q, dO rows are n (B); then
-            # Pᵀ and dSᵀ (element e of n-tile nt: key g + 8·(e >> 1), query 8nt + 2t + (e & 1))
-            fragments.mma_tf32_two(acc_s, acc_dp, ka, va, row_k, row_v, q_tile, do_tile, g, tq, sw_g, KPAIRS, NT_S,
-                                   ROW_BYTES)  # fmt: skip
-            fragments.p_and_ds(acc_s, acc_dp, NT_S, start_m, BLOCK_M, start_n, BLOCK_N, start_n + warp * 16, start_m,
-                               scale2, mi, s_rows, rows_off, rows_off + BLOCK_M, True)  # fmt: skip
+                # Sᵀ = K·Qᵀ and dPᵀ = V·dOᵀ: K, V rows are m (A), Q, dO rows are n (B); then
+                # Pᵀ and dSᵀ (element e of n-tile nt: key g + 8·(e >> 1), query 8nt + 2t + (e & 1))
+                fragments.mma_tf32_two(acc_s, acc_dp, ka, va, row_k, row_v, q_tile, do_tile, g, tq, sw_g, KPAIRS, NT_S,
+                                       ROW_BYTES)  # fmt: skip
+                fragments.p_and_ds(acc_s, acc_dp, NT_S, start_m, BLOCK_M, start_n, BLOCK_N, start_n + warp * 16,
+                                   start_m, si, mi, s_rows, rows_off, rows_off + BLOCK_M, True, F)  # fmt: skip
 
-            # dV += Pᵀ·dO and dK += dSᵀ·Q: queries are k (fragments.mma_tf32_rows)
-            for nt in range(NT_S):
-                fragments.tf32_a_from_acc(pa, acc_s, nt * 4)
-                fragments.tf32_a_from_acc(da, acc_dp, nt * 4)
-                rows = (nt * 8 + 2 * tq) * ROW_BYTES
-                fragments.mma_tf32_rows(acc_dv, pa, do_tile + rows, g, tq, OGROUPS, ROW_BYTES)
-                fragments.mma_tf32_rows(acc_dk, da, q_tile + rows, g, tq, OGROUPS, ROW_BYTES)
+                # dV += Pᵀ·dO and dK += dSᵀ·Q: queries are k (fragments.mma_tf32_rows)
+                for nt in range(NT_S):
+                    fragments.tf32_a_from_acc(pa, acc_s, nt * 4)
+                    fragments.tf32_a_from_acc(da, acc_dp, nt * 4)
+                    rows = (nt * 8 + 2 * tq) * ROW_BYTES
+                    fragments.mma_tf32_rows(acc_dv, pa, do_tile + rows, g, tq, OGROUPS, ROW_BYTES)
+                    fragments.mma_tf32_rows(acc_dk, da, q_tile + rows, g, tq, OGROUPS, ROW_BYTES)
 
         ptx.cp_async_wait_all()  # no copy may land after the block exits (no query tile)
         scale = float32(softmax_scale)
         for r in range(2):
             key = start_n + warp * 16 + g + 8 * r
             if key < seqlen_k:
-                fragments.store_tf32_row(dk, b, key, h, acc_dk, r, tq, OGROUPS, scale)
-                fragments.store_tf32_row(dv, b, key, h, acc_dv, r, tq, OGROUPS, float32(1.0))
+                fragments.store_tf32_row(dk, b, k0 + key, hk, acc_dk, r, tq, OGROUPS, scale)
+                fragments.store_tf32_row(dv, b, k0 + key, hk, acc_dv, r, tq, OGROUPS, float32(1.0))
 
     return tf32_bwd_dkdv
 
 
 @functools.lru_cache(maxsize=None)
-def tf32_bwd_dq_kernel(t: Tf32BwdTiles, causal: bool):
+def tf32_bwd_dq_kernel(t: Tf32BwdTiles, variant: Variant):
     """``kernel[grid, threads, stream, smem_bytes(t)[1]](q, k, v, dout, lse, delta,
     dq, softmax_scale)``; shapes as :func:`tf32_bwd_dkdv_kernel`, dq like q."""
     BLOCK_M, BLOCK_N, HEAD_DIM, THREADS = t.q_block_m, t.q_block_n, t.head_dim, t.threads
-    CAUSAL = causal
+    F = variant.flags
     KPAIRS = HEAD_DIM // 16
     NT_S = BLOCK_N // 8  # n-tiles of S (8 keys each) = k-steps of dS·K
     OGROUPS = HEAD_DIM // 32
@@ -179,11 +188,14 @@ def tf32_bwd_dq_kernel(t: Tf32BwdTiles, causal: bool):
     SW = copy.SW_TF32
 
     @cuda.jit
-    def tf32_bwd_dq(q, k, v, dout, lse, delta, dq, softmax_scale):
-        start_m, b, h, mi, seqlen_q, seqlen_k = this_block(q, k, BLOCK_M, CAUSAL)
+    def tf32_bwd_dq(q, k, v, dout, lse, delta, dq, softmax_scale, params, alibi, cu_q, cu_k):
+        start_m, b, h, hk, q0, k0, mi, seq = this_block(q, k, params, cu_q, cu_k, BLOCK_M, F, False)
+        seqlen_q, seqlen_k = mi[0], mi[1]
+        if F[VARLEN] and start_m >= seqlen_q:  # the grid covers the longest sequence
+            return
         tid, warp, lane, g, tq = pipeline.lane_coords()
         sw_g = copy.swizzle(g, 0, SW)
-        scale2 = float32(softmax_scale * softmax.LOG2E)
+        si = score.score_info(params, alibi, seq, h, softmax_scale, True, F)
 
         # dynamic: Q | dO | K stages | V stages (byte offsets)
         smem = cuda.shared.array(0, float32, alignment=_ALIGN)
@@ -198,10 +210,11 @@ def tf32_bwd_dq_kernel(t: Tf32BwdTiles, causal: bool):
         stats = cuda.local.array(4, float32)  # lse (for recompute) of rows g, g + 8, then their delta
         pipeline.zero(acc_dq, O_REGS)
         for r in range(2):
-            stats[r], stats[2 + r] = softmax.row_stats(lse, delta, b, h, start_m + warp * 16 + g + 8 * r, seqlen_q, True)
+            row = q0 + start_m + warp * 16 + g + 8 * r
+            stats[r], stats[2 + r] = softmax.row_stats(lse, delta, b, h, row, q0 + seqlen_q, True)
 
-        copy.copy_tile_pair(q_base, q, do_base, dout, b, h, start_m, seqlen_q, tid, BLOCK_M, CHUNKS, 4, ROW_BYTES,
-                            SW, THREADS)  # fmt: skip
+        copy.copy_tile_pair(q_base, q, do_base, dout, b, h, q0 + start_m, q0 + seqlen_q, tid, BLOCK_M, CHUNKS, 4,
+                            ROW_BYTES, SW, THREADS)  # fmt: skip
         n_lo, n_hi = key_tiles(start_m, BLOCK_M, BLOCK_N, mi)
 
         row_q = q_base + (warp * 16 + g) * ROW_BYTES  # A rows: queries g, g + 8 of this warp
@@ -209,8 +222,8 @@ def tf32_bwd_dq_kernel(t: Tf32BwdTiles, causal: bool):
         # the double-buffered walk (pipeline's docstring): j = n_lo - 1 only starts tile n_lo
         for j in range(n_lo - 1, n_hi):
             pipeline.wait_for_tile(j, n_lo)  # key tile j (and Q, dO) is in shared memory for all
-            pipeline.prefetch_keys(j, n_hi, k_base, k, v_base, v, b, h, seqlen_k, tid, BLOCK_N, CHUNKS, 4, ROW_BYTES,
-                                   SW, THREADS, KV_BYTES, 2)  # fmt: skip
+            pipeline.prefetch_keys(j, n_hi, k_base, k, v_base, v, b, hk, k0, seqlen_k, tid, BLOCK_N, CHUNKS, 4,
+                                   ROW_BYTES, SW, THREADS, KV_BYTES, 2)  # fmt: skip
             if j < n_lo:
                 continue
             start_n, k_tile, v_tile = pipeline.key_stage(j, k_base, v_base, BLOCK_N, KV_BYTES, 2)
@@ -220,7 +233,7 @@ def tf32_bwd_dq_kernel(t: Tf32BwdTiles, causal: bool):
             fragments.mma_tf32_two(acc_s, acc_dp, qa, da, row_q, row_do, k_tile, v_tile, g, tq, sw_g, KPAIRS, NT_S,
                                    ROW_BYTES)  # fmt: skip
             fragments.p_and_ds(acc_s, acc_dp, NT_S, start_m, BLOCK_M, start_n, BLOCK_N, start_m + warp * 16, start_n,
-                               scale2, mi, stats, 0, 2, False)  # fmt: skip
+                               si, mi, stats, 0, 2, False, F)  # fmt: skip
 
             # dQ += dS·K_j: keys are k (fragments.mma_tf32_rows)
             for nt in range(NT_S):
@@ -232,7 +245,7 @@ def tf32_bwd_dq_kernel(t: Tf32BwdTiles, causal: bool):
         for r in range(2):
             row = start_m + warp * 16 + g + 8 * r
             if row < seqlen_q:
-                fragments.store_tf32_row(dq, b, row, h, acc_dq, r, tq, OGROUPS, scale)
+                fragments.store_tf32_row(dq, b, q0 + row, h, acc_dq, r, tq, OGROUPS, scale)
 
     return tf32_bwd_dq
 
@@ -244,16 +257,16 @@ def smem_bytes(t: Tf32BwdTiles) -> tuple[int, int]:
     return row * (2 * t.kv_block_n + 4 * t.kv_block_m), row * (2 * t.q_block_m + 4 * t.q_block_n)
 
 
-def launches(t: Tf32BwdTiles, causal: bool, batch: int, heads: int, seqlen_q: int, seqlen_k: int) -> list:
+def launches(t: Tf32BwdTiles, variant: Variant, sz: spec.Sizes) -> list:
     """The TF32 backward: the exact fp32 preprocess (``simt_blocked_backward``), then dK/dV
     and dQ on TF32 tensor cores."""
     from numba_flash.kernels import simt_blocked_backward
 
     smem_kv, smem_q = smem_bytes(t)
     return [
-        simt_blocked_backward.preprocess_launch(t, t.head_dim, batch, heads, seqlen_q),
-        spec.KernelLaunch("tf32_bwd_dkdv", tf32_bwd_dkdv_kernel(t, causal), t,
-                          (spec.cdiv(seqlen_k, t.kv_block_n), heads, batch), t.threads, smem_kv, spec.dkdv_args()),
-        spec.KernelLaunch("tf32_bwd_dq", tf32_bwd_dq_kernel(t, causal), t,
-                          (spec.cdiv(seqlen_q, t.q_block_m), heads, batch), t.threads, smem_q, spec.dq_args()),
+        simt_blocked_backward.preprocess_launch(t, t.head_dim, sz),
+        spec.KernelLaunch("tf32_bwd_dkdv", tf32_bwd_dkdv_kernel(t, variant), t, spec.key_grid(sz, t.kv_block_n),
+                          t.threads, smem_kv, spec.dkdv_args()),
+        spec.KernelLaunch("tf32_bwd_dq", tf32_bwd_dq_kernel(t, variant), t, spec.query_grid(sz, t.q_block_m),
+                          t.threads, smem_q, spec.dq_args()),
     ]  # fmt: skip

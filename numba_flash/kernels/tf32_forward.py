@@ -67,14 +67,15 @@ import functools
 from numba_flash import ptx
 from numba_flash._numba_cuda import cuda, float32, uint32
 from numba_flash.config import TcTiles
-from numba_flash.kernels import copy, fragments, pipeline, softmax, spec
+from numba_flash.kernels import copy, fragments, pipeline, score, softmax, spec
 from numba_flash.kernels.block_info import key_tiles, this_block, tile_needs_mask
+from numba_flash.variant import VARLEN, Variant
 
 _ALIGN = ptx.SMEM_ALIGN  # a module global, so numba sees a literal (see ptx.SMEM_ALIGN)
 
 
 @functools.lru_cache(maxsize=None)
-def tf32_forward_kernel(t: TcTiles, causal: bool):
+def tf32_forward_kernel(t: TcTiles, variant: Variant):
     """``kernel[grid, threads, stream, smem_bytes(t)](q, k, v, out, lse, softmax_scale)``
     (launch through ``numba_flash._launch.launch``, which opts in to > 48 KiB).
 
@@ -82,7 +83,7 @@ def tf32_forward_kernel(t: TcTiles, causal: bool):
     rows; lse (B, H, Nq) float32.
     """
     BLOCK_M, BLOCK_N, HEAD_DIM, THREADS = t.block_m, t.block_n, t.head_dim, t.threads
-    CAUSAL = causal
+    F = variant.flags
     STAGES = t.stages
     KPAIRS = HEAD_DIM // 16  # pairs of k-steps of Q·Kᵀ: one v4 load of K a pair
     NT_S = BLOCK_N // 8  # n-tiles of S (8 keys each) = k-steps of P·V
@@ -98,11 +99,14 @@ def tf32_forward_kernel(t: TcTiles, causal: bool):
     SW = copy.SW_TF32
 
     @cuda.jit
-    def tf32_forward(q, k, v, out, lse, softmax_scale):
-        start_m, b, h, mi, seqlen_q, seqlen_k = this_block(q, k, BLOCK_M, CAUSAL)
+    def tf32_forward(q, k, v, out, lse, softmax_scale, params, alibi, cu_q, cu_k):
+        start_m, b, h, hk, q0, k0, mi, seq = this_block(q, k, params, cu_q, cu_k, BLOCK_M, F, False)
+        seqlen_q, seqlen_k = mi[0], mi[1]
+        if F[VARLEN] and start_m >= seqlen_q:  # the grid covers the longest sequence
+            return
         tid, warp, lane, g, tq = pipeline.lane_coords()
         sw_g = copy.swizzle(g, 0, SW)  # the swizzle of rows ≡ g (mod 8), which this lane reads in Q, K
-        scale_log2 = float32(softmax_scale * softmax.LOG2E)
+        si = score.score_info(params, alibi, seq, h, softmax_scale, True, F)
 
         # one dynamic shared array (sized at launch: smem_bytes), carved into
         # Q | K stages | V stages; addresses are byte offsets in the shared window
@@ -121,7 +125,7 @@ def tf32_forward_kernel(t: TcTiles, causal: bool):
             l_i[r] = float32(0.0)
 
         n_lo, n_hi = key_tiles(start_m, BLOCK_M, BLOCK_N, mi)
-        copy.copy_tile(q_base, q, b, h, start_m, seqlen_q, tid, BLOCK_M, CHUNKS, 4, ROW_BYTES, SW, THREADS)
+        copy.copy_tile(q_base, q, b, h, q0 + start_m, q0 + seqlen_q, tid, BLOCK_M, CHUNKS, 4, ROW_BYTES, SW, THREADS)
 
         # the double-buffered walk (pipeline's docstring): j = n_lo - 1 only starts tile n_lo
         for j in range(n_lo - 1, n_hi):
@@ -130,8 +134,8 @@ def tf32_forward_kernel(t: TcTiles, causal: bool):
                 for p in range(KPAIRS):
                     fragments.load_tf32_a(q_frag, 8 * p, q_base + (warp * 16 + g) * ROW_BYTES,
                                           ((4 * p + tq) ^ sw_g) << 4, ROW_BYTES)  # fmt: skip
-            pipeline.prefetch_keys(j, n_hi, k_base, k, v_base, v, b, h, seqlen_k, tid, BLOCK_N, CHUNKS, 4, ROW_BYTES,
-                                   SW, THREADS, KV_BYTES, STAGES)  # fmt: skip
+            pipeline.prefetch_keys(j, n_hi, k_base, k, v_base, v, b, hk, k0, seqlen_k, tid, BLOCK_N, CHUNKS, 4,
+                                   ROW_BYTES, SW, THREADS, KV_BYTES, STAGES)  # fmt: skip
             if j < n_lo:
                 continue
             start_n, k_tile, v_tile = pipeline.key_stage(j, k_base, v_base, BLOCK_N, KV_BYTES, STAGES)
@@ -146,8 +150,8 @@ def tf32_forward_kernel(t: TcTiles, causal: bool):
             # scores into the log2 domain, masked where the tile needs it; online softmax
             # for rows g (r = 0) and g + 8 (r = 1)
             needs_mask = tile_needs_mask(start_m, BLOCK_M, start_n, BLOCK_N, mi)
-            fragments.scale_and_mask(acc_s, 0, NT_S, 1, start_m + warp * 16, start_n, scale_log2, needs_mask, mi,
-                                     False)  # fmt: skip
+            fragments.scale_and_mask(acc_s, 0, NT_S, 1, start_m + warp * 16, start_n, si, needs_mask, mi, False, True,
+                                     F)  # fmt: skip
             for r in range(2):
                 softmax.online_softmax_row(acc_s, 2 * r, 4, NT_S, 2, acc_o, 2 * r, 4, NT_O, 2, m_i, l_i, r, 4, True)
 
@@ -165,9 +169,9 @@ def tf32_forward_kernel(t: TcTiles, causal: bool):
             inv_l, lse_row = softmax.finalize(m_i[r], l_i[r], 4, True)
             row = start_m + warp * 16 + g + 8 * r
             if row < seqlen_q:
-                fragments.store_tf32_row(out, b, row, h, acc_o, r, tq, OGROUPS, inv_l)
+                fragments.store_tf32_row(out, b, q0 + row, h, acc_o, r, tq, OGROUPS, inv_l)
                 if tq == 0:
-                    lse[b, h, row] = lse_row
+                    lse[b, h, q0 + row] = lse_row
 
     return tf32_forward
 
@@ -177,8 +181,8 @@ def smem_bytes(t: TcTiles) -> int:
     return 4 * t.head_dim * (t.block_m + 2 * t.stages * t.block_n)
 
 
-def launches(t: TcTiles, causal: bool, batch: int, heads: int, seqlen_q: int, seqlen_k: int) -> list:
+def launches(t: TcTiles, variant: Variant, sz: spec.Sizes) -> list:
     """The TF32 forward: one kernel, a block per ``block_m`` queries of a (batch, head)."""
-    grid = (spec.cdiv(seqlen_q, t.block_m), heads, batch)
-    kernel = tf32_forward_kernel(t, causal)
+    grid = spec.query_grid(sz, t.block_m)
+    kernel = tf32_forward_kernel(t, variant)
     return [spec.KernelLaunch("tf32_forward", kernel, t, grid, t.threads, smem_bytes(t), spec.forward_args())]

@@ -1,0 +1,100 @@
+"""The score step: from ``s = q·k`` to the score the softmax sees (scale, softcap, ALiBi).
+
+Per element, for query ``i`` and key ``j`` of a sequence (``diag = Nk − Nq``)::
+
+    x = scale · s                               plain
+    x = c · tanh(scale · s / c)                 softcap c > 0 (FlashAttention-2's order:
+                                                the cap first, then the bias)
+    x = x − slope · |i + diag − j|              ALiBi, slope of (batch, query head)
+
+In the log2 domain (``LOG2``: the tensor-core kernels, which exponentiate with ``ex2``)
+every term is multiplied by log2(e) once, folded into the constants of
+:func:`score_info`: ``si = (mul, cap, slope, inv_cap)`` with ``x = s · mul`` (plain) or
+``x = cap · tanh(s · mul)`` (softcap), then ``x − slope·|i + diag − j|``.  The row-group
+kernels hold ``scale · q`` and so start from ``scale · s`` (:func:`prescaled`).
+
+The backward needs ∂x/∂(scale·s): ``1 − tanh²`` with softcap (:func:`softcap_grad`),
+else 1; the kernels multiply dS by it before the usual ``scale ·`` of dQ and dK.
+
+Masking (−inf) comes after this step (``mask.masked_score``).  The tensor-core kernels
+take ``tanh.approx`` (``ptx.tanh_approx``, as FlashAttention-2), the exact fp32
+kernels IEEE ``tanhf``.
+"""
+
+from __future__ import annotations
+
+import math
+
+from numba_flash import ptx
+from numba_flash._numba_cuda import device_function, float32
+from numba_flash.kernels.softmax import LOG2E
+from numba_flash.variant import ALIBI, SOFTCAP, SOFTCAP_VALUE
+
+
+@device_function
+def score_info(params, alibi, seq, h, scale, LOG2, F):
+    """``(mul, cap, slope, inv_cap)`` of query head ``h`` of sequence ``seq`` (``alibi``
+    is (B, H) float32 slopes; read only with ALiBi) for the softmax scale ``scale``."""
+    log2e = float32(LOG2E) if LOG2 else float32(1.0)
+    if F[SOFTCAP]:
+        mul = float32(scale / params[SOFTCAP_VALUE])
+        cap = float32(params[SOFTCAP_VALUE]) * log2e
+        inv_cap = float32(1.0 / params[SOFTCAP_VALUE])
+    else:
+        mul = float32(scale * LOG2E) if LOG2 else float32(scale)
+        cap = float32(1.0)
+        inv_cap = float32(1.0)
+    slope = float32(0.0)
+    if F[ALIBI]:
+        slope = alibi[seq, h] * log2e
+    return mul, cap, slope, inv_cap
+
+
+@device_function
+def _tanh(x, LOG2):
+    if LOG2:
+        return ptx.tanh_approx(x)
+    return math.tanh(x)
+
+
+@device_function
+def scaled(s, si, LOG2, F):
+    """The index-free part of the step: ``s · mul``, or ``cap · tanh(s · mul)``."""
+    if F[SOFTCAP]:
+        return si[1] * _tanh(s * si[0], LOG2)
+    return s * si[0]
+
+
+@device_function
+def softcap_grad(s, si, LOG2, F):
+    """``(x, dx)``: :func:`scaled` and its derivative with respect to ``scale · s``
+    (``1 − tanh²``; 1 without softcap)."""
+    if F[SOFTCAP]:
+        t = _tanh(s * si[0], LOG2)
+        return si[1] * t, float32(1.0) - t * t
+    return s * si[0], float32(1.0)
+
+
+@device_function
+def prescaled(x, si, F):
+    """``(x', dx)`` from ``x = scale · s`` (natural domain, the row-group kernels):
+    ``cap · tanh(x / cap)`` and ``1 − tanh²`` with softcap, else ``(x, 1)``."""
+    if F[SOFTCAP]:
+        t = math.tanh(x * si[3])
+        return si[1] * t, float32(1.0) - t * t
+    return x, float32(1.0)
+
+
+@device_function
+def biased(x, q_idx, k_idx, diag, si, F):
+    """``x − slope · |q_idx + diag − k_idx|`` with ALiBi, else ``x``."""
+    if F[ALIBI]:
+        return x - si[2] * float32(abs(q_idx + diag - k_idx))
+    return x
+
+
+@device_function
+def needs_indices(F):
+    """True when the step reads the (query, key) of every element (ALiBi), so the
+    kernels walk the indices of every tile, not only of those that need a mask."""
+    return F[ALIBI]

@@ -1,0 +1,156 @@
+"""FlashAttention-2's variants as the kernels see them: compile-time flags and run-time values.
+
+A variant is written once, in the shared building blocks (``kernels/block_info``,
+``kernels/mask``, ``kernels/score``), and every kernel family gets it.  Each kernel is
+compiled per :class:`Variant` (a frozen set of flags: a feature that is off costs
+nothing, its code is folded away), and takes the run-time values of the call as one
+tuple parameter, ``params`` (:func:`params`), plus two arrays: ``alibi`` (B, H) slopes
+and the varlen offsets ``cu_seqlens_q`` / ``cu_seqlens_k`` (dummies when unused).
+
+Semantics (FlashAttention-2's, ``flash_attn_func``), per (batch, query head h):
+
+* GQA/MQA: query head h reads KV head ``h // group`` (``group = H / H_kv``).
+* window ``(left, right)``, −1 unbounded: query i sees key j iff
+  ``i + diag − left ≤ j ≤ i + diag + right`` with ``diag = Nk − Nq``; causal is
+  right = 0.
+* softcap c > 0: ``s = scale·q·k`` becomes ``c·tanh(s / c)``.
+* ALiBi: ``− slope[b, h] · |i + diag − j|`` is added (after the softcap).
+* dropout p: kept probabilities are scaled by 1/(1 − p); the keep bit of (b, h, i, j)
+  is ``kernels.dropout.keep`` (``reference.dropout_mask``).
+* varlen: sequence b is rows ``cu[b] .. cu[b+1] − 1`` of the packed (total, H, d)
+  arrays; every index above is relative to its sequence.
+
+Imports no numba.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+from dataclasses import astuple, dataclass
+
+import numpy as np
+
+#: Positions in the ``flags`` tuple a kernel closes over (``Variant.flags``).
+CAUSAL, HAS_LEFT, HAS_RIGHT, SOFTCAP, ALIBI, DROPOUT, VARLEN, GQA = range(8)
+
+#: Positions in the ``params`` tuple (:func:`params`); every entry is 8 bytes wide
+#: (int64 or float64), as every other kernel parameter.
+GROUP, LEFT, RIGHT, SOFTCAP_VALUE, KEEP_THRESHOLD, SEED_K0, SEED_K1, KEEP_SCALE = range(8)
+PARAM_KINDS = ("int", "int", "int", "float", "int", "int", "int", "float")
+
+
+@dataclass(frozen=True)
+class Variant:
+    """The compile-time part of a call's variants (the flags a kernel is compiled for).
+
+    Attributes:
+        causal: right bound 0 (bottom-right aligned).
+        window_left, window_right: a finite left / right window bound (``window_right``
+            is not set with ``causal``, whose bound is 0).
+        softcap, alibi, dropout, varlen: the feature is on.
+        gqa: KV heads are fewer than query heads (the dK/dV kernels then sum a group).
+    """
+
+    causal: bool = False
+    window_left: bool = False
+    window_right: bool = False
+    softcap: bool = False
+    alibi: bool = False
+    dropout: bool = False
+    varlen: bool = False
+    gqa: bool = False
+
+    @property
+    def flags(self) -> tuple:
+        """The tuple the kernels close over, indexed by ``CAUSAL`` … ``GQA``."""
+        c, wl, wr, sc, al, dr, vl, g = astuple(self)
+        return (c, wl, wr or c, sc, al, dr, vl, g)
+
+    @property
+    def plain(self) -> bool:
+        """No variant but (maybe) causal: the kernels of plain attention."""
+        return not any(astuple(self)[1:])
+
+    def describe(self) -> str:
+        names = [n for n, on in zip(("causal", "window-left", "window-right", "softcap", "alibi", "dropout", "varlen",
+                                     "gqa"), astuple(self)) if on]  # fmt: skip
+        return "+".join(names) or "plain"
+
+
+def params(group=1, window=(-1, -1), causal=False, softcap=0.0, keep_threshold=1 << 16, seed_key=(0, 0),
+           keep_scale=1.0) -> tuple:
+    """The run-time ``params`` tuple of a call (positions ``GROUP`` … ``KEEP_SCALE``)."""
+    left, right = window
+    if causal:
+        right = 0
+    return (int(group), int(left), int(right), float(softcap), int(keep_threshold), int(seed_key[0]),
+            int(seed_key[1]), float(keep_scale))  # fmt: skip
+
+
+def variant_args(device: int = 0) -> list:
+    """The four variant arguments of a plain call (``params`` and the dummy ALiBi and
+    varlen arrays), for scripts that launch a kernel themselves."""
+    from numba_flash.api import _dummies
+
+    alibi, cu = _dummies(device)
+    return [params(), alibi, cu, cu]
+
+
+def variant_of(causal=False, window=(-1, -1), softcap=0.0, alibi=False, dropout_p=0.0, varlen=False,
+               group=1) -> Variant:
+    """The :class:`Variant` of a call's (checked) arguments."""
+    left, right = window
+    return Variant(bool(causal), left >= 0, right >= 0 and not causal, softcap > 0, bool(alibi), dropout_p > 0,
+                   bool(varlen), group > 1)  # fmt: skip
+
+
+PLAIN = Variant()
+
+
+# --- checking a call's variant arguments (host side) -------------------------------------
+
+
+def _is_int(x) -> bool:
+    return isinstance(x, numbers.Integral) and not isinstance(x, (bool, np.bool_))
+
+
+def check_window(window_size) -> tuple:
+    """``window_size`` as ``(left, right)`` ints, each −1 (unbounded) or ≥ 0."""
+    if not isinstance(window_size, (tuple, list)) or len(window_size) != 2 or not all(map(_is_int, window_size)):
+        raise TypeError(f"window_size: expected a pair of ints (left, right), -1 meaning unbounded, got "
+                        f"{window_size!r}")  # fmt: skip
+    left, right = (int(x) for x in window_size)
+    if left < -1 or right < -1:
+        raise ValueError(f"window_size: expected each side -1 (unbounded) or >= 0, got {(left, right)}")
+    return left, right
+
+
+def check_softcap(softcap) -> float:
+    """``softcap`` as a float ≥ 0 (0: off)."""
+    if isinstance(softcap, (bool, np.bool_)) or not isinstance(softcap, numbers.Real):
+        raise TypeError(f"softcap: expected a real number >= 0 (0 is off), got {softcap!r}")
+    value = float(softcap)
+    if not (value >= 0 and math.isfinite(value)):
+        raise ValueError(f"softcap: expected a finite number >= 0 (0 is off), got {softcap!r}")
+    return value
+
+
+def check_dropout(dropout_p, seed) -> tuple:
+    """``(dropout_p, seed)``: p a real in [0, 1); with p > 0 a seed, an int in [0, 2**64)."""
+    if isinstance(dropout_p, (bool, np.bool_)) or not isinstance(dropout_p, numbers.Real):
+        raise TypeError(f"dropout_p: expected a real number in [0, 1), got {dropout_p!r}")
+    p = float(dropout_p)
+    if not 0.0 <= p < 1.0:
+        raise ValueError(f"dropout_p: expected a number in [0, 1), got {dropout_p!r}")
+    if p > 0:
+        if seed is None:
+            raise ValueError(f"seed: dropout_p={p} needs a seed (an int in [0, 2**64)) so that the backward "
+                             "regenerates the same mask; got None")  # fmt: skip
+        if not _is_int(seed):
+            raise TypeError(f"seed: expected an int in [0, 2**64), got {seed!r}")
+        if not 0 <= int(seed) < 1 << 64:
+            raise ValueError(f"seed: expected an int in [0, 2**64), got {seed!r}")
+    elif seed is not None and not _is_int(seed):
+        raise TypeError(f"seed: expected an int in [0, 2**64) or None, got {seed!r}")
+    return p, None if seed is None else int(seed)

@@ -1,0 +1,326 @@
+"""FlashAttention-2's variants on every kernel family, forward and backward, against the
+float64 reference (``numba_flash.reference``, which has every variant).
+
+GQA/MQA, sliding window (with and without causal), softcap, ALiBi and varlen batches,
+alone and combined.  Tolerances as for plain attention: exact fp32 ≤ 1e-5 (O) / 1e-4
+(gradients) relative; fp16/bf16 ≤ 2× (O) / 3× (gradients) the error of a standard
+attention computed in the same dtype (``reference.attention_lowp``); TF32 the same
+factors over the TF32 baseline (``reference.attention_tf32``).  Outputs start as NaN
+(``poisoned_outputs``).  The simulator runs tiny shapes; ``pytest -m gpu`` adds sizes
+that span many tiles and the timing-sensitive checks.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from conftest import BWD_TOL, FWD_TOL, SIMULATOR, grad_errors, host
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import numba_flash
+from numba_flash import _arrays, plan, reference
+
+FLOOR = 1e-5  # where the same-precision baseline is (nearly) exact: see test_kernels.HALF_FLOOR
+
+#: name: (dtype, head dim, allow_tf32, the family the plan must pick)
+FAMILIES = {
+    "fp32-blocked": (np.float32, 64, False, "simt-fp32"),
+    "fp32-rowgroup": (np.float32, 24, False, "simt-fp32"),
+    "tf32": (np.float32, 64, True, "tensor-core-tf32"),
+    "fp16": (np.float16, 64, False, "tensor-core"),
+    "bf16": (_arrays.BFLOAT16, 64, False, "tensor-core"),
+}
+
+#: name: keywords (H, H_kv: heads of q and of k/v; alibi: slopes are drawn)
+VARIANTS = {
+    "window": dict(window_size=(5, 3)),
+    "window-causal": dict(window_size=(4, -1), causal=True),
+    "window-right": dict(window_size=(-1, 2)),
+    "gqa-causal": dict(H=4, H_kv=2, causal=True),
+    "mqa": dict(H=3, H_kv=1),
+    "softcap": dict(softcap=1.5),
+    "alibi-causal": dict(alibi=True, causal=True),
+    "all": dict(H=4, H_kv=2, causal=True, window_size=(6, -1), softcap=2.0, alibi=True),
+}
+
+#: the families x variants the simulator runs (the tensor-core simulators are slow: the
+#: combined case covers every variant there); ``pytest -m gpu`` runs the full matrix
+SIM_MATRIX = [(f, v) for f in ("fp32-blocked", "fp32-rowgroup", "fp16") for v in VARIANTS] + [
+    ("tf32", "all"), ("bf16", "all"), ("tf32", "gqa-causal"), ("bf16", "window")]  # fmt: skip
+GPU_MATRIX = [(f, v) for f in FAMILIES for v in VARIANTS if (f, v) not in SIM_MATRIX]
+
+
+def _kwargs(rng, variant: dict, B: int):
+    kw = {k: v for k, v in variant.items() if k not in ("H", "H_kv", "alibi")}
+    H, H_kv = variant.get("H", 2), variant.get("H_kv", variant.get("H", 2))
+    if variant.get("alibi"):
+        kw["alibi_slopes"] = (0.5 * np.abs(rng.standard_normal((B, H)))).astype(np.float32)
+    return H, H_kv, kw
+
+
+def _inputs(rng, dtype, B, H, H_kv, Nq, Nk, d):
+    q = rng.standard_normal((B, Nq, H, d)).astype(dtype)
+    k = rng.standard_normal((B, Nk, H_kv, d)).astype(dtype)
+    v = rng.standard_normal((B, Nk, H_kv, d)).astype(dtype)
+    dout = rng.standard_normal((B, Nq, H, d)).astype(dtype)
+    return q, k, v, dout
+
+
+def _xp():
+    if SIMULATOR:
+        return np
+    import cupy
+
+    return cupy
+
+
+def _baselines(fam: str, dtype):
+    """(forward, backward) of the same-precision standard attention, and the factors."""
+    if fam == "tf32":
+        return reference.attention_tf32, reference.attention_backward_tf32, {}
+    if np.dtype(dtype) == np.float32:
+        return None, None, {}
+    return reference.attention_lowp, reference.attention_backward_lowp, {"dtype": dtype}
+
+
+def check_variant(rng, fam: str, variant: dict, B=1, Nq=17, Nk=23):
+    """Forward and backward of one (family, variant) against the reference."""
+    dtype, d, tf32, family = FAMILIES[fam]
+    H, H_kv, kw = _kwargs(rng, variant, B)
+    q, k, v, dout = _inputs(rng, dtype, B, H, H_kv, Nq, Nk, d)
+    assert plan.family(plan.Problem("forward", _arrays.dtype_name(np.dtype(dtype)), d, allow_tf32=tf32))[0] == family
+    xp = _xp()
+    dev = [xp.asarray(x) for x in (q, k, v, dout)]
+    kwd = dict(kw)
+    if "alibi_slopes" in kwd:
+        kwd["alibi_slopes"] = xp.asarray(kwd["alibi_slopes"])
+    out, lse = numba_flash.flash_attention(*dev[:3], return_lse=True, allow_tf32=tf32, **kwd)
+    ref_out, ref_lse = reference.attention(q, k, v, **kw)
+    fwd_base, bwd_base, low = _baselines(fam, dtype)
+    err = reference.rel_error(host(out), ref_out)
+    tol = FWD_TOL if fwd_base is None else 2 * reference.rel_error(fwd_base(q, k, v, **low, **kw)[0], ref_out) + FLOOR
+    assert err <= tol, f"{fam} {variant}: O rel error {err:.3g} > {tol:.3g}, seed {rng.seed_value}"
+    blind = np.isneginf(ref_lse)
+    assert np.array_equal(np.isneginf(host(lse)), blind), f"rows that see no key: lse -inf, seed {rng.seed_value}"
+    lse_err = reference.rel_error(np.where(blind, 0, host(lse)), np.where(blind, 0, ref_lse))
+    assert lse_err <= (FWD_TOL if fam != "tf32" else 1e-3), f"LSE {lse_err:.3g}, seed {rng.seed_value}"
+
+    # the backward, from the reference's out and lse (as the kernels would get them)
+    o_in, lse_in = ref_out.astype(dtype), ref_lse.astype(np.float32)
+    grads = numba_flash.flash_attention_backward(dev[3], *dev[:3], xp.asarray(o_in), xp.asarray(lse_in),
+                                                 allow_tf32=tf32, **kwd)  # fmt: skip
+    for g, like in zip(grads, (q, k, v)):
+        assert g.shape == like.shape and g.dtype == like.dtype
+    refs = reference.attention_backward(dout, q, k, v, o_in, lse_in, **kw)
+    errs = grad_errors(grads, refs)
+    if bwd_base is None:
+        tols = [BWD_TOL] * 3
+    else:
+        tols = [3 * b + FLOOR for b in grad_errors(bwd_base(dout, q, k, v, o_in, lse_in, **low, **kw), refs)]
+    for name, e, t in zip(("dq", "dk", "dv"), errs, tols):
+        assert e <= t, f"{fam} {variant}: {name} rel error {e:.3g} > {t:.3g}, seed {rng.seed_value}"
+
+
+@pytest.mark.usefixtures("poisoned_outputs")
+@pytest.mark.parametrize("fam,name", SIM_MATRIX, ids=[f"{f}-{v}" for f, v in SIM_MATRIX])
+def test_variant(rng, fam, name):
+    check_variant(rng, fam, VARIANTS[name])
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(SIMULATOR, reason="the rest of the family x variant matrix: GPU only (simulator time)")
+@pytest.mark.usefixtures("poisoned_outputs")
+@pytest.mark.parametrize("fam,name", GPU_MATRIX, ids=[f"{f}-{v}" for f, v in GPU_MATRIX])
+def test_variant_gpu_matrix(rng, fam, name):
+    check_variant(rng, fam, VARIANTS[name])
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(SIMULATOR, reason="real-size GPU case: needs a CUDA device (the CUDA simulator is on here)")
+@pytest.mark.usefixtures("poisoned_outputs")
+@pytest.mark.parametrize("fam", list(FAMILIES))
+@pytest.mark.parametrize("Nq,Nk", [(1000, 1000), (1, 1000), (1000, 63), (333, 517)])
+def test_variant_combined_large(rng, fam, Nq, Nk):
+    check_variant(rng, fam, dict(H=8, H_kv=2, causal=True, window_size=(200, -1), softcap=5.0, alibi=True), B=2,
+                  Nq=Nq, Nk=Nk)  # fmt: skip
+
+
+@settings(max_examples=6 if SIMULATOR else 60, deadline=None, derandomize=True,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])  # fmt: skip
+@given(
+    fam=st.sampled_from(["fp32-blocked", "fp32-rowgroup", "fp32-blocked", "fp16", "tf32", "bf16"]),
+    causal=st.booleans(),
+    left=st.sampled_from([-1, 0, 3, 9]),
+    right=st.sampled_from([-1, 0, 4]),
+    softcap=st.sampled_from([0.0, 0.7, 3.0]),
+    alibi=st.booleans(),
+    heads=st.sampled_from([(2, 2), (2, 1), (4, 2)]),
+    Nq=st.sampled_from([1, 9, 17]),
+    Nk=st.sampled_from([1, 12, 23]),
+)
+@pytest.mark.usefixtures("poisoned_outputs")
+def test_variant_combinations(rng, fam, causal, left, right, softcap, alibi, heads, Nq, Nk):
+    """A seeded sample of combinations (hypothesis); ``-m gpu`` runs ten times more."""
+    variant = dict(H=heads[0], H_kv=heads[1], causal=causal, window_size=(left, right), softcap=softcap, alibi=alibi)
+    check_variant(rng, fam, variant, Nq=Nq, Nk=Nk)
+
+
+# --- varlen -------------------------------------------------------------------------------
+
+
+def _varlen_case(rng, fam, lens_q, lens_k, H=2, H_kv=1, **kw):
+    dtype, d, tf32, _ = FAMILIES[fam]
+    cu_q = np.concatenate([[0], np.cumsum(lens_q)]).astype(np.int32)
+    cu_k = np.concatenate([[0], np.cumsum(lens_k)]).astype(np.int32)
+    tq, tk = int(cu_q[-1]), int(cu_k[-1])
+    q = rng.standard_normal((tq, H, d)).astype(dtype)
+    k = rng.standard_normal((tk, H_kv, d)).astype(dtype)
+    v = rng.standard_normal((tk, H_kv, d)).astype(dtype)
+    dout = rng.standard_normal((tq, H, d)).astype(dtype)
+    return dtype, tf32, (q, k, v, dout), cu_q, cu_k, max(lens_q), max(lens_k)
+
+
+def _seq(cu_q, cu_k, b, *arrays):
+    """Sequence b of packed arrays as a batch of one (bshd); (dout,) q, k, v (, out, lse)
+    in the order given: names by position (dout, q first: query rows; k, v: key rows;
+    lse (H, total_q): query columns)."""
+    sq, sk = slice(cu_q[b], cu_q[b + 1]), slice(cu_k[b], cu_k[b + 1])
+    n = len(arrays)
+    rows = {3: [sq, sk, sk], 6: [sq, sq, sk, sk, sq, None]}[n]
+    out = []
+    for x, r in zip(arrays, rows):
+        out.append(x[:, sq][None] if r is None else x[r][None])
+    return out
+
+
+@pytest.mark.usefixtures("poisoned_outputs")
+@pytest.mark.parametrize("fam", ["fp32-blocked", "fp32-rowgroup", "fp16", "tf32"])
+@pytest.mark.parametrize("kw", [dict(causal=True), dict(window_size=(3, 1), softcap=1.0)], ids=["causal", "window"])
+def test_varlen(rng, fam, kw):
+    """Packed sequences mixing empty, length-1 and longer ones, Nq ≠ Nk per sequence,
+    GQA: each sequence is its own attention (lse (H, total_q)), as the reference's
+    per-sequence computation."""
+    lens_q, lens_k = [5, 0, 1, 19, 3], [7, 4, 1, 11, 0]
+    dtype, tf32, (q, k, v, dout), cu_q, cu_k, mq, mk = _varlen_case(rng, fam, lens_q, lens_k)
+    xp = _xp()
+    dq_, dk_, dv_, ddo = (xp.asarray(x) for x in (q, k, v, dout))
+    out, lse = numba_flash.flash_attention_varlen(dq_, dk_, dv_, xp.asarray(cu_q), xp.asarray(cu_k), mq, mk,
+                                                  return_lse=True, allow_tf32=tf32, **kw)  # fmt: skip
+    assert out.shape == q.shape and lse.shape == (q.shape[1], q.shape[0])
+    ref_out, ref_lse = reference.attention_varlen(q, k, v, cu_q, cu_k, mq, mk, **kw)
+    fwd_base, bwd_base, low = _baselines(fam, dtype)
+    tol = FWD_TOL
+    if fwd_base is not None:  # the same-precision standard attention, sequence by sequence
+        base = np.concatenate([fwd_base(*_seq(cu_q, cu_k, b, q, k, v), **low, **kw)[0][0]
+                               for b in range(len(lens_q))])  # fmt: skip
+        tol = 2 * reference.rel_error(base, ref_out) + FLOOR
+    assert reference.rel_error(host(out), ref_out) <= tol, rng.seed_value
+    blind = np.isneginf(ref_lse)
+    assert np.array_equal(np.isneginf(host(lse)), blind)
+    o_in, lse_in = ref_out.astype(dtype), ref_lse.astype(np.float32)
+    grads = numba_flash.flash_attention_varlen_backward(ddo, dq_, dk_, dv_, xp.asarray(o_in), xp.asarray(lse_in),
+                                                        xp.asarray(cu_q), xp.asarray(cu_k), mq, mk, allow_tf32=tf32,
+                                                        **kw)  # fmt: skip
+    refs = reference.attention_varlen_backward(dout, q, k, v, o_in, lse_in, cu_q, cu_k, mq, mk, **kw)
+    errs = grad_errors(grads, refs)
+    tols = [BWD_TOL] * 3
+    if bwd_base is not None:
+        parts = [bwd_base(*_seq(cu_q, cu_k, b, dout, q, k, v, o_in, lse_in), **low, **kw) for b in range(len(lens_q))]
+        base = [np.concatenate([p[i][0] for p in parts]) for i in range(3)]
+        tols = [3 * e + FLOOR for e in grad_errors(base, refs)]
+    for name, e, t in zip(("dq", "dk", "dv"), errs, tols):
+        assert e <= t, f"{fam}: {name} {e:.3g} > {t:.3g}, seed {rng.seed_value}"
+    # keys of a sequence whose queries are empty (sequence 1 has no query) get zero gradients
+    for g in grads[1:]:
+        assert np.all(host(g)[cu_k[1] : cu_k[2]] == 0)
+
+
+@pytest.mark.usefixtures("poisoned_outputs")
+def test_varlen_equals_padded_batch(rng):
+    """Equal lengths: varlen gives the padded batch's numbers bit for bit (same kernels,
+    same tiles, offsets only)."""
+    B, N, H, d = 2, 13, 2, 64
+    q, k, v = (rng.standard_normal((B, N, H, d)).astype(np.float16) for _ in range(3))
+    cu = np.arange(0, (B + 1) * N, N, dtype=np.int32)
+    xp = _xp()
+    out, lse = numba_flash.flash_attention(*(xp.asarray(x) for x in (q, k, v)), causal=True, return_lse=True)
+    packed = [xp.asarray(x.reshape(B * N, H, d)) for x in (q, k, v)]
+    out_v, lse_v = numba_flash.flash_attention_varlen(*packed, xp.asarray(cu), xp.asarray(cu), N, N, causal=True,
+                                                      return_lse=True)  # fmt: skip
+    assert np.array_equal(host(out_v), host(out).reshape(B * N, H, d))
+    assert np.array_equal(host(lse_v), host(lse).transpose(1, 0, 2).reshape(H, B * N))
+
+
+# --- determinism and the API's checks -------------------------------------------------
+
+
+@pytest.mark.parametrize("fam", ["fp32-blocked", "fp16"])
+def test_gqa_backward_is_deterministic(rng, fam):
+    """dK and dV of a KV head sum its query heads in a fixed order: bitwise equal run to
+    run (``-m gpu``: 50 runs on a size with many blocks)."""
+    dtype, d, tf32, _ = FAMILIES[fam]
+    runs, shape = (3, (1, 17, 4, 23)) if SIMULATOR else (50, (2, 1000, 8, 777))
+    B, Nq, H, Nk = shape
+    q, k, v, dout = _inputs(rng, dtype, B, H, 2, Nq, Nk, d)
+    xp = _xp()
+    args = [xp.asarray(x) for x in (dout, q, k, v)]
+    out, lse = numba_flash.flash_attention(*args[1:], causal=True, return_lse=True)
+    first = [host(g) for g in numba_flash.flash_attention_backward(*args, out, lse, causal=True)]
+    for _ in range(runs - 1):
+        again = numba_flash.flash_attention_backward(*args, out, lse, causal=True)
+        assert all(np.array_equal(a, host(b)) for a, b in zip(first, again))
+
+
+def _qkv(H=2, H_kv=2):
+    gen = np.random.default_rng(0)
+    return (gen.standard_normal((1, 5, H, 8)).astype(np.float32), gen.standard_normal((1, 7, H_kv, 8)).astype(np.float32),
+            gen.standard_normal((1, 7, H_kv, 8)).astype(np.float32))  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "kw,exc,match",
+    [
+        (dict(window_size=(3,)), TypeError, r"window_size: expected a pair of ints"),
+        (dict(window_size=(2.0, 1)), TypeError, r"window_size: expected a pair of ints"),
+        (dict(window_size=(-2, 1)), ValueError, r"window_size: expected each side -1 \(unbounded\) or >= 0"),
+        (dict(softcap=-1.0), ValueError, r"softcap: expected a finite number >= 0"),
+        (dict(softcap="1"), TypeError, r"softcap: expected a real number"),
+        (dict(alibi_slopes=np.ones(3, np.float32)), ValueError, r"alibi_slopes: expected shape \(heads,\) = \(2,\)"),
+        (dict(alibi_slopes=np.ones(2, np.float64)), TypeError, r"alibi_slopes: expected dtype float32"),
+        (dict(dropout_p=0.1), ValueError, r"seed: dropout_p=0.1 needs a seed"),
+        (dict(dropout_p=1.0, seed=1), ValueError, r"dropout_p: expected a number in \[0, 1\)"),
+        (dict(dropout_p=0.1, seed=-1), ValueError, r"seed: expected an int in \[0, 2\*\*64\)"),
+        (dict(dropout_p=0.1, seed=3), NotImplementedError, r"dropout_p=0.1: dropout is not implemented"),
+    ],
+)
+def test_variant_arguments_are_checked(kw, exc, match):
+    q, k, v = _qkv()
+    with pytest.raises(exc, match=match):
+        numba_flash.flash_attention(q, k, v, **kw)
+    with pytest.raises(exc, match=match):
+        numba_flash.flash_attention_backward(q, q, k, v, q, np.zeros((1, 2, 5), np.float32), **kw)
+
+
+@pytest.mark.parametrize(
+    "cu_q,cu_k,max_q,exc,match",
+    [
+        ([0, 3, 5], [0, 4, 7], 3, TypeError, r"cu_seqlens_q: expected a NumPy or CuPy array"),
+        (np.array([0, 3, 5], np.int64), np.array([0, 4, 7], np.int32), 3, TypeError, r"cu_seqlens_q: expected dtype"),
+        (np.array([1, 3, 5], np.int32), np.array([0, 4, 7], np.int32), 3, ValueError, r"cu_seqlens_q: expected to start"),
+        (np.array([0, 4, 3, 5], np.int32), np.array([0, 4, 6, 7], np.int32), 4, ValueError, r"non-decreasing"),
+        (np.array([0, 3, 6], np.int32), np.array([0, 4, 7], np.int32), 3, ValueError, r"last offset .* 5, got 6"),
+        (np.array([0, 3, 5], np.int32), np.array([0, 4, 7], np.int32), 2, ValueError, r"max_seqlen_q: 2 is less"),
+        (np.array([0, 3, 5], np.int32), np.array([0, 7], np.int32), 3, ValueError, r"cu_seqlens_k: expected 3"),
+        (np.array([[0, 3, 5]], np.int32), np.array([0, 4, 7], np.int32), 3, ValueError, r"expected a 1-D array"),
+    ],
+)
+def test_varlen_offsets_are_checked(cu_q, cu_k, max_q, exc, match):
+    gen = np.random.default_rng(0)
+    q = gen.standard_normal((5, 2, 8)).astype(np.float32)
+    k = gen.standard_normal((7, 2, 8)).astype(np.float32)
+    with pytest.raises(exc, match=match):
+        numba_flash.flash_attention_varlen(q, k, k, cu_q, cu_k, max_q, 7)
+    out, lse = q[:, :, :8], np.zeros((2, 5), np.float32)
+    with pytest.raises(exc, match=match):
+        numba_flash.flash_attention_varlen_backward(q, q, k, k, out, lse, cu_q, cu_k, max_q, 7)
