@@ -24,23 +24,9 @@ import cupy as cp
 import numpy as np
 
 import numba_flash
+from bench_table import median_ms  # the same timer as the shape table (scripts/ is on sys.path)
 
 rng = np.random.default_rng(20261201)
-
-
-def median_ms(fn, warmup=3, rep=15):
-    for _ in range(warmup):
-        fn()
-    cp.cuda.runtime.deviceSynchronize()
-    times = []
-    for _ in range(rep):
-        s, e = cp.cuda.Event(), cp.cuda.Event()
-        s.record()
-        fn()
-        e.record()
-        e.synchronize()
-        times.append(cp.cuda.get_elapsed_time(s, e))
-    return float(np.median(times))
 
 
 def randn(*shape):
