@@ -95,6 +95,51 @@ def _head_dim_one(ctx, param, value):
     return _parse_head_dims(ctx, param, [str(value)])[0]
 
 
+def _parse_window(ctx, param, value):
+    """``--window L,R`` as flash-attn's ``window_size`` (-1: unbounded)."""
+    if value is None:
+        return None
+    try:
+        left, right = (int(x) for x in value.split(","))
+    except ValueError:
+        raise click.BadParameter(f"expected L,R (two ints, -1 meaning unbounded), got {value!r}")
+    if left < -1 or right < -1:
+        raise click.BadParameter(f"expected each side -1 (unbounded) or >= 0, got {value!r}")
+    return left, right
+
+
+def _variant_options(fn):
+    """The variant options ``check`` and ``bench`` share (flash_attention's keywords)."""
+    for opt in reversed([
+        click.option("--kv-heads", type=click.IntRange(1, 65535), default=None,
+                     help="KV heads (GQA/MQA; a divisor of the heads). Default: the heads (MHA)."),
+        click.option("--window", type=str, default=None, callback=_parse_window, metavar="L,R",
+                     help="Sliding window (flash-attn's window_size; -1 unbounded), e.g. 256,0."),
+        click.option("--softcap", type=click.FloatRange(0), default=None, help="softcap (> 0: c·tanh(s/c))."),
+        click.option("--alibi", is_flag=True, default=False, help="ALiBi with random slopes (batch, heads)."),
+        click.option("--dropout", type=click.FloatRange(0, 1, max_open=True), default=None,
+                     help="dropout_p (a seed is drawn per case)."),
+    ]):  # fmt: skip
+        fn = opt(fn)
+    return fn
+
+
+def _variants(kv_heads, window, softcap, alibi, dropout) -> dict:
+    """The variant fields given on the command line ({} for none)."""
+    v = {}
+    if kv_heads is not None:
+        v["kv_heads"] = kv_heads
+    if window is not None:
+        v["window"] = window
+    if softcap:
+        v["softcap"] = softcap
+    if alibi:
+        v["alibi"] = True
+    if dropout:
+        v["dropout"] = dropout
+    return v
+
+
 def _fmt_sci(x) -> str:
     if x is None:
         return "—"
@@ -257,7 +302,9 @@ def main():
 @click.option("--tf32", is_flag=True, default=False,
               help="float32 with allow_tf32=True (the TF32 tensor-core kernels, head dims 64 and 128), "
                    "judged against a TF32-rounded standard attention.")
-def check(seqlens, head_dims, dtypes, causal, layout, batch, heads, pass_, seed, json_path, tf32):
+@_variant_options
+def check(seqlens, head_dims, dtypes, causal, layout, batch, heads, pass_, seed, json_path, tf32, kv_heads, window,
+          softcap, alibi, dropout):
     """Forward and backward against the float64 reference, PASS/FAIL per output.
 
     Without shape options: the default grid (on a GPU: N in 1, 127, 1024 and Nq != Nk
@@ -276,6 +323,7 @@ def check(seqlens, head_dims, dtypes, causal, layout, batch, heads, pass_, seed,
       numba-flash check --dtype float16 --layout bhsd --pass forward --json check.json
       numba-flash check --seqlen 9:17 --head-dim 16 --json - > check.json
       numba-flash check --tf32 --seqlen 1000:1500
+      numba-flash check --heads 4 --kv-heads 1 --window 64,0 --softcap 30 --alibi --dropout 0.1
     """
     from numba_flash import check as C
 
@@ -284,9 +332,10 @@ def check(seqlens, head_dims, dtypes, causal, layout, batch, heads, pass_, seed,
         _fail("no CUDA device found and numba's CUDA simulator is off "
               "(unset NUMBA_ENABLE_CUDASIM=0 to run the kernels in the simulator)")  # fmt: skip
     simulator = mode == "simulator"
+    variants = _variants(kv_heads, window, softcap, alibi, dropout)
     options_given = any(x is not None for x in (seqlens, head_dims, causal, layout, batch, heads)) or bool(dtypes)
     try:
-        if options_given or tf32:
+        if options_given or tf32 or variants:
             cases = C.build_cases(
                 simulator=simulator,
                 seqlens=seqlens,
@@ -297,6 +346,7 @@ def check(seqlens, head_dims, dtypes, causal, layout, batch, heads, pass_, seed,
                 batch=batch,
                 heads=heads,
                 tf32=tf32,
+                variants=variants,
             )
         else:
             cases = C.default_cases(simulator)

@@ -26,7 +26,7 @@ import contextlib
 import functools
 import threading
 
-from numba import cuda, config, float32, int32, int64, uint32, uint16  # noqa: F401
+from numba import cuda, config, float32, int32, int64, uint16, uint32, uint64  # noqa: F401
 
 SIMULATOR: bool = bool(config.ENABLE_CUDASIM)
 

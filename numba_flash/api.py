@@ -18,6 +18,7 @@ from numba_flash import plan as P
 from numba_flash import variant as V
 from numba_flash._launch import launch
 from numba_flash._numba_cuda import SIMULATOR, compute_capability
+from numba_flash.reference import keep_threshold, seed_key
 
 _VIEW_DTYPES = {"u16": np.uint16, "u32": np.uint32}
 
@@ -93,16 +94,15 @@ class _Variants:
         self.window = V.check_window(window_size)
         self.softcap = V.check_softcap(softcap)
         self.dropout_p, self.seed = V.check_dropout(dropout_p, seed)
-        if self.dropout_p > 0:
-            raise NotImplementedError(f"dropout_p={self.dropout_p}: dropout is not implemented in the kernels yet "
-                                      "(numba_flash.reference.attention has it); pass dropout_p=0.0")  # fmt: skip
         self.alibi = None if alibi_slopes is None else A.check_alibi(alibi_slopes, q_op, B, H)
         H_kv = k_op.view.shape[2]
         self.group = H // H_kv if H_kv else 1
         self.heads_k = H_kv
         self.features = V.variant_of(False, self.window, self.softcap, self.alibi is not None, self.dropout_p,
                                      varlen, self.group)  # fmt: skip
-        self.params = V.params(self.group, self.window, causal, self.softcap)
+        keep = dict(keep_threshold=keep_threshold(self.dropout_p), seed_key=seed_key(self.seed),
+                    keep_scale=1.0 / (1.0 - self.dropout_p)) if self.dropout_p > 0 else {}  # fmt: skip
+        self.params = V.params(self.group, self.window, causal, self.softcap, **keep)
 
     def buffers(self, cu_q=None, cu_k=None) -> dict:
         alibi0, cu0 = _dummies(_device_id())
@@ -204,9 +204,14 @@ def flash_attention(q, k, v, *, causal=False, softmax_scale=None, window_size=(-
             (Gemma-2, Grok); 0 is off.
         alibi_slopes: float32 (heads,) or (batch, heads): adds ``−slope·|i + Nk − Nq − j|``
             to the score (after the softcap).
-        dropout_p, seed: dropout on the attention probabilities.  Not implemented in the
-            kernels yet: anything but 0.0 raises NotImplementedError (the NumPy reference
-            has it).
+        dropout_p, seed: dropout on the attention probabilities, in [0, 1); with
+            dropout_p > 0 a ``seed`` (int in [0, 2**64)) is required.  Kept probabilities
+            are scaled by 1/(1 − dropout_p) (lse is that of the undropped softmax, as
+            FlashAttention-2).  The keep bit of (batch, head, query i, key j) comes from
+            Philox4x32-10 keyed by the seed and does not depend on tiles, kernel family
+            or dtype (``numba_flash.reference.dropout_mask`` gives the same mask), so
+            the backward, given the same ``dropout_p`` and ``seed``, regenerates it.
+            For varlen, batch is the sequence's index and i, j are within the sequence.
         return_lse: also return the log-sum-exp that the backward pass needs.
         layout: "bshd" or "bhsd".
         allow_tf32: float32 inputs only (ignored for fp16/bf16): run the TF32 tensor-core

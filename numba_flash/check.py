@@ -118,9 +118,24 @@ class CaseSpec(Shape):
     layout: str = "bshd"
     dtype: str = "float32"
     tf32: bool = False  # float32 with allow_tf32=True (the TF32 tensor-core kernels)
+    # FlashAttention-2's variants (``flash_attention``'s keywords; 0 kv_heads: = heads)
+    kv_heads: int = 0
+    window: tuple = (-1, -1)
+    softcap: float = 0.0
+    alibi: bool = False
+    dropout: float = 0.0
 
     def __post_init__(self):
         super().__post_init__()
+        from numba_flash import variant as V
+
+        object.__setattr__(self, "window", V.check_window(tuple(self.window)))
+        V.check_softcap(self.softcap)
+        V.check_dropout(self.dropout, 0)
+        kv = self.kv_heads or self.heads
+        if kv < 1 or self.heads % kv:
+            raise ValueError(f"kv_heads: expected a divisor of heads={self.heads}, got {self.kv_heads}")
+        object.__setattr__(self, "kv_heads", kv)
         if self.layout not in LAYOUTS:
             raise ValueError(f"layout: expected one of {LAYOUTS}, got {self.layout!r}")
         if self.dtype not in DTYPES:
@@ -137,17 +152,49 @@ class CaseSpec(Shape):
         return "tf32" if self.tf32 else self.dtype
 
     @property
+    def variants(self) -> str:
+        """The variants besides causal, as in the label ("" for none)."""
+        parts = []
+        if self.kv_heads != self.heads:
+            parts.append(f"kv_heads={self.kv_heads}")
+        if self.window != (-1, -1):
+            parts.append(f"window={self.window[0]},{self.window[1]}")
+        if self.softcap:
+            parts.append(f"softcap={self.softcap:g}")
+        if self.alibi:
+            parts.append("alibi")
+        if self.dropout:
+            parts.append(f"dropout={self.dropout:g}")
+        return " ".join(parts)
+
+    @property
     def label(self) -> str:
         seq = f"N={self.seqlen_q}" if self.seqlen_q == self.seqlen_k else f"Nq={self.seqlen_q} Nk={self.seqlen_k}"
+        extra = f" {self.variants}" if self.variants else ""
         return (
             f"{self.dtype}{'+tf32' if self.tf32 else ''} B={self.batch} H={self.heads} {seq} d={self.head_dim} "
-            f"{'causal' if self.causal else 'full'} {self.layout}"
+            f"{'causal' if self.causal else 'full'} {self.layout}{extra}"
         )
 
-    def shape(self, seqlen: int) -> tuple:
+    def shape(self, seqlen: int, heads: int | None = None) -> tuple:
+        heads = self.heads if heads is None else heads
         if self.layout == "bshd":
-            return (self.batch, seqlen, self.heads, self.head_dim)
-        return (self.batch, self.heads, seqlen, self.head_dim)
+            return (self.batch, seqlen, heads, self.head_dim)
+        return (self.batch, heads, seqlen, self.head_dim)
+
+    def variant_kwargs(self, rng) -> dict:
+        """``flash_attention``'s variant keywords of the case, those not at their default
+        (ALiBi slopes and the dropout seed drawn from ``rng``; slopes as NumPy float32)."""
+        kw = {}
+        if self.window != (-1, -1):
+            kw["window_size"] = self.window
+        if self.softcap:
+            kw["softcap"] = self.softcap
+        if self.alibi:
+            kw["alibi_slopes"] = (0.5 * np.abs(rng.standard_normal((self.batch, self.heads)))).astype(np.float32)
+        if self.dropout:
+            kw.update(dropout_p=self.dropout, seed=int(rng.integers(0, 2**63)))
+        return kw
 
 
 def parse_seqlen(text) -> tuple[int, int]:
@@ -233,11 +280,13 @@ def build_cases(
     batch: int | None = None,
     heads: int | None = None,
     tf32: bool = False,
+    variants: dict | None = None,
 ) -> list[CaseSpec]:
     """The product of the given axes; an axis left as None takes the default of the mode
     (GPU: the full default grid's axis; simulator: one tiny value, so a run stays short).
     ``tf32``: float32 cases run with ``allow_tf32=True`` (dtype defaults to float32 and
-    head dims to those of the TF32 kernels)."""
+    head dims to those of the TF32 kernels).  ``variants``: CaseSpec's variant fields
+    (kv_heads, window, softcap, alibi, dropout), the same for every case."""
     axes = SIM_AXES if simulator else GPU_AXES
     seqlens = [parse_seqlen(s) for s in (seqlens or axes["seqlens"])]
     if tf32:
@@ -252,7 +301,7 @@ def build_cases(
     heads = axes["heads"] if heads is None else heads
     cases = []
     for dt, d, (nq, nk), c, lay in itertools.product(dtypes, head_dims, seqlens, causal, layouts):
-        cases.append(CaseSpec(batch, heads, nq, nk, d, bool(c), lay, dt, tf32))
+        cases.append(CaseSpec(batch, heads, nq, nk, d, bool(c), lay, dt, tf32, **(variants or {})))
     return cases
 
 
@@ -490,11 +539,14 @@ def check_case(case: CaseSpec, seed: int, *, index: int = 0, passes: Iterable[st
         xp = _array_module(xp)
         dt = _np_dtype(case.dtype)
         rng = np.random.default_rng([int(seed), int(index)])
-        q, k, v = (rng.standard_normal(case.shape(n)).astype(dt) for n in (case.seqlen_q, case.seqlen_k, case.seqlen_k))
+        q = rng.standard_normal(case.shape(case.seqlen_q)).astype(dt)
+        k, v = (rng.standard_normal(case.shape(case.seqlen_k, case.kv_heads)).astype(dt) for _ in range(2))
         dout = rng.standard_normal(case.shape(case.seqlen_q)).astype(dt)
-        kw = dict(causal=case.causal, layout=case.layout)
+        kw = dict(causal=case.causal, layout=case.layout, **case.variant_kwargs(rng))
         mode = case.mode  # "float32", "float16", "bfloat16" or "tf32"
-        api_kw = dict(kw, allow_tf32=True) if case.tf32 else kw
+        api_kw = dict(kw, allow_tf32=True) if case.tf32 else dict(kw)
+        if "alibi_slopes" in kw:
+            api_kw["alibi_slopes"] = xp.asarray(kw["alibi_slopes"])
 
         with poisoned_outputs(poison):
             out, lse = api.flash_attention(xp.asarray(q), xp.asarray(k), xp.asarray(v), return_lse=True, **api_kw)

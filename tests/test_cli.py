@@ -823,3 +823,35 @@ def test_check_tf32_case_runs_the_tf32_kernel():
     assert r.error is None and r.passed, r.error
     out = {o.output: o for o in r.outputs}["out"]
     assert out.baseline_rel is not None and out.rel > 1e-5  # TF32-sized error, within its bound
+
+
+@pytest.mark.skipif(not SIMULATOR, reason="a tiny simulator case (on a GPU, `-m gpu` runs larger ones)")
+def test_check_takes_the_variants(tmp_path):
+    """``check --kv-heads --window --softcap --alibi --dropout``: the variants reach the
+    kernels and the reference alike (JSON records them) and the case passes."""
+    path = tmp_path / "v.json"
+    result = invoke("check", "--seqlen", "5:9", "--head-dim", "64", "--heads", "2", "--kv-heads", "1", "--window",
+                    "3,1", "--softcap", "2", "--alibi", "--dropout", "0.2", "--causal", "off", "--seed", "4",
+                    "--json", str(path))  # fmt: skip
+    assert result.exit_code == 0, result.output
+    assert "kv_heads=1 window=3,1 softcap=2 alibi dropout=0.2" in result.output
+    doc = json.loads(path.read_text())
+    case = doc["results"][0]["case"]
+    assert (case["kv_heads"], tuple(case["window"]), case["softcap"], case["alibi"], case["dropout"]) == (
+        1, (3, 1), 2.0, True, 0.2)  # fmt: skip
+    assert doc["passed"] and len(doc["results"][0]["outputs"]) == 5
+
+
+@pytest.mark.parametrize(
+    "args,match",
+    [
+        (("--heads", "2", "--kv-heads", "3"), "kv_heads: expected a divisor of heads=2, got 3"),
+        (("--window", "3"), "expected L,R"),
+        (("--window", "-2,0"), "expected each side -1"),
+        (("--dropout", "1.0"), "dropout"),
+        (("--softcap", "-1"), "softcap"),
+    ],
+)
+def test_check_variant_usage_errors(args, match):
+    result = invoke("check", *args)
+    assert result.exit_code == 2 and match in result.output, result.output

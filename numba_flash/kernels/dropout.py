@@ -43,14 +43,13 @@ bits and most of the products become ``mul.lo.u64`` instead of ``mul.wide.u32``
 
 from __future__ import annotations
 
-from numba import uint64  # a numba type (not CUDA): _numba_cuda does not export it
-
-from numba_flash._numba_cuda import device_function, uint32
+from numba_flash._numba_cuda import device_function, float32, uint32, uint64
 # Host side (plain Python, one definition for the reference and the API):
 from numba_flash.reference import keep_threshold, seed_key
+from numba_flash.variant import KEEP_SCALE, KEEP_THRESHOLD, SEED_K0, SEED_K1
 
-__all__ = ["philox4x32_10", "group_slot", "keep_values", "keep_value", "keep",
-           "seed_key", "keep_threshold"]
+__all__ = ["philox4x32_10", "group_slot", "keep_values", "keep_value", "keep", "dropout_info", "kept_scale",
+           "chunk_values", "scale_of", "seed_key", "keep_threshold"]
 
 M0 = uint64(0xD2511F53)  # Philox round multipliers
 M1 = uint64(0xCD9E8D57)
@@ -125,3 +124,40 @@ def keep(b, h, i, j, k0, k1, threshold):
     group, slot = group_slot(j)
     x0, x1, x2, x3 = keep_values(b, h, i, group, k0, k1)
     return keep_value(x0, x1, x2, x3, slot) < uint64(threshold)
+
+
+# --- the kernels' dropout steps ------------------------------------------------------------
+
+
+@device_function
+def dropout_info(params, seq, h, mi):
+    """``(seq, h, k0, k1, threshold, keep_scale, seqlen_q, seqlen_k)`` of query head
+    ``h`` of sequence ``seq`` (``numba_flash.variant.params``; the lengths from the
+    mask info ``mi``): what :func:`kept_scale` needs."""
+    return (seq, h, uint32(params[SEED_K0]), uint32(params[SEED_K1]), uint64(params[KEEP_THRESHOLD]),
+            float32(params[KEEP_SCALE]), mi[0], mi[1])  # fmt: skip
+
+
+@device_function
+def kept_scale(i, j, di):
+    """``1 / (1 − p)`` when element (query ``i``, key ``j``) is kept, else 0 (one Philox
+    call: the per-element path of the exact fp32 kernels and of the backward).  Outside
+    the sequence (padding rows and keys of a tile, whose P is 0 or never written) it is
+    0 without a call."""
+    if i < di[6] and j < di[7] and keep(di[0], di[1], i, j, di[2], di[3], di[4]):
+        return di[5]
+    return float32(0.0)
+
+
+@device_function
+def chunk_values(i, group, di):
+    """The four words of Philox call ``group`` of query ``i`` (:func:`keep_values`)."""
+    return keep_values(di[0], di[1], i, group, di[2], di[3])
+
+
+@device_function
+def scale_of(x0, x1, x2, x3, slot, di):
+    """``1 / (1 − p)`` when value ``slot`` of the words is kept, else 0."""
+    if keep_value(x0, x1, x2, x3, slot) < di[4]:
+        return di[5]
+    return float32(0.0)

@@ -18,12 +18,12 @@ address a lane hands to ``ldmatrix`` for the three operand shapes of attention
 from __future__ import annotations
 
 from numba_flash import ptx
-from numba_flash._numba_cuda import cuda, device_function
-from numba_flash.kernels import score, softmax
+from numba_flash._numba_cuda import cuda, device_function, float32
+from numba_flash.kernels import dropout, score, softmax
 from numba_flash.kernels.block_info import tile_needs_mask
 from numba_flash.kernels.copy import SW_16BIT, chunk_addr
 from numba_flash.kernels.mask import masked_score
-from numba_flash.variant import SOFTCAP
+from numba_flash.variant import DROPOUT, SOFTCAP
 
 
 @device_function
@@ -58,6 +58,26 @@ def scale_and_mask(acc, S0, NT, MT, row0, col0, si, needs_mask, mi, KEYS_ARE_ROW
 
 
 @device_function
+def apply_dropout(acc, S0, NT, MT, row0, col0, di):
+    """P ∘ Z / (1 − p) in place, for P·V, on MT m-tiles of NT n-tiles (rows are queries
+    from ``row0``, columns keys from ``col0``, a multiple of 32): the lane's 8 values of
+    a row in a 32-key stretch (4 n-tiles × keys 2t, 2t + 1) come from one Philox call
+    (``dropout``'s grouping).  The row sums l_i keep the undropped P (FlashAttention-2)."""
+    lane = cuda.threadIdx.x & 31
+    for mt in range(MT):
+        for rh in range(2):
+            i = row0 + 16 * mt + (lane >> 2) + 8 * rh
+            for a in range((NT + 3) // 4):
+                x0, x1, x2, x3 = dropout.chunk_values(i, (col0 // 32 + a) * 4 + (lane & 3), di)
+                for c in range(4):
+                    nt = 4 * a + c
+                    if nt < NT:
+                        for e in range(2):
+                            at = S0 + 4 * NT * mt + nt * 4 + 2 * rh + e
+                            acc[at] *= dropout.scale_of(x0, x1, x2, x3, 2 * c + e, di)
+
+
+@device_function
 def softmax_grad_tile(acc_s, acc_dp, NT, stats, LSE_AT, DELTA_AT, q_end, KEYS_ARE_ROWS):
     """P and dS in place of S (scaled and masked, ``scale_and_mask``) and dP, over NT
     n-tiles (``softmax.softmax_grad``, log2 domain).  An element's query has its lse
@@ -86,14 +106,16 @@ def _stat_at(nt, e, lane, q_end, KEYS_ARE_ROWS):
 
 @device_function
 def p_and_ds(acc_s, acc_dp, NT, start_m, BLOCK_M, start_n, BLOCK_N, row0, col0, si, mi, stats, LSE_AT, DELTA_AT,
-             KEYS_ARE_ROWS, F):
+             KEYS_ARE_ROWS, di, F):
     """The backward's step on one warp's 16 rows of a (BLOCK_M queries × BLOCK_N keys)
     tile: S through the score step and masked where the tile needs it
     (:func:`scale_and_mask`, rows from ``row0``, columns from ``col0``), then P and dS
-    in place (:func:`softmax_grad_tile`).  With softcap, one pass per element instead,
-    which also multiplies dS by the cap's derivative (``score.softcap_grad``)."""
+    in place (:func:`softmax_grad_tile`).  With softcap or dropout, one pass per
+    element instead, which multiplies dS by the cap's derivative
+    (``score.softcap_grad``) and, with dropout, gives dV's P ∘ Z/(1−p) and
+    dS = P ∘ (dP ∘ Z/(1−p) − delta) (``dropout.kept_scale``, di: ``dropout_info``)."""
     needs_mask = tile_needs_mask(start_m, BLOCK_M, start_n, BLOCK_N, mi)
-    if F[SOFTCAP]:
+    if F[SOFTCAP] or F[DROPOUT]:
         lane = cuda.threadIdx.x & 31
         for nt in range(NT):
             for e in range(4):
@@ -106,9 +128,10 @@ def p_and_ds(acc_s, acc_dp, NT, start_m, BLOCK_M, start_n, BLOCK_N, row0, col0, 
                 if needs_mask:
                     x = masked_score(x, q_idx, k_idx, mi)
                 at, keep = _stat_at(nt, e, lane, mi[0] - start_m, KEYS_ARE_ROWS)
-                p, ds = softmax.softmax_grad(x, acc_dp[nt * 4 + e], stats[LSE_AT + at], stats[DELTA_AT + at], keep,
-                                             True)  # fmt: skip
-                acc_s[nt * 4 + e], acc_dp[nt * 4 + e] = p, ds * dx
+                zf = dropout.kept_scale(q_idx, k_idx, di) if F[DROPOUT] else float32(1.0)
+                p, ds = softmax.softmax_grad(x, acc_dp[nt * 4 + e] * zf, stats[LSE_AT + at], stats[DELTA_AT + at],
+                                             keep, True)  # fmt: skip
+                acc_s[nt * 4 + e], acc_dp[nt * 4 + e] = p * zf, ds * dx
     else:
         scale_and_mask(acc_s, 0, NT, 1, row0, col0, si, needs_mask, mi, KEYS_ARE_ROWS, True, F)
         softmax_grad_tile(acc_s, acc_dp, NT, stats, LSE_AT, DELTA_AT, mi[0] - start_m, KEYS_ARE_ROWS)

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from numba_flash import ptx
 from numba_flash._numba_cuda import device_function
-from numba_flash.kernels import score
+from numba_flash.kernels import dropout, score
 from numba_flash.kernels.block_info import tile_needs_mask
 from numba_flash.kernels.mask import masked_score
 from numba_flash.variant import SOFTCAP
@@ -85,6 +85,16 @@ def scale_and_mask(s, TM, TN, row0, ROW_STEP, col0, COL_STEP, si, needs_mask, mi
                     q_idx, k_idx = col0 + c * COL_STEP, row0 + r * ROW_STEP
                 x = score.biased(s[r * TN + c], q_idx, k_idx, mi[2], si, F)
                 s[r * TN + c] = masked_score(x, q_idx, k_idx, mi) if needs_mask else x
+
+
+@device_function
+def apply_dropout(s, TM, TN, row0, ROW_STEP, col0, COL_STEP, di):
+    """P ∘ Z / (1 − p) in place on the micro-tile (rows queries ``row0 + r·ROW_STEP``,
+    columns keys ``col0 + c·COL_STEP``), one Philox call an element
+    (``dropout.kept_scale``)."""
+    for r in range(TM):
+        for c in range(TN):
+            s[r * TN + c] *= dropout.kept_scale(row0 + r * ROW_STEP, col0 + c * COL_STEP, di)
 
 
 @device_function

@@ -42,10 +42,10 @@ import functools
 
 from numba_flash._numba_cuda import cuda, float32
 from numba_flash.config import SimtTiles
-from numba_flash.kernels import copy, pipeline, score, softmax, spec
+from numba_flash.kernels import copy, dropout, pipeline, score, softmax, spec
 from numba_flash.kernels.block_info import group_size, key_tiles, query_tiles, this_block
 from numba_flash.kernels.mask import masked_score
-from numba_flash.variant import GQA, VARLEN, Variant
+from numba_flash.variant import DROPOUT, GQA, VARLEN, Variant
 
 
 @functools.lru_cache(maxsize=None)
@@ -109,6 +109,7 @@ def simt_bwd_dkdv_kernel(t: SimtTiles, variant: Variant):
         for it in range(group_size(params, F) * (m_hi - m_lo)):
             h = h0 + it // (m_hi - m_lo) if F[GQA] else h0
             si = score.score_info(params, alibi, seq, h, softmax_scale, False, F)
+            di = dropout.dropout_info(params, seq, h, mi)
             start_m = (m_lo + it % (m_hi - m_lo) if F[GQA] else m_lo + it) * BLOCK_M
             # scale·Q, dO, lse and delta of the tile, between barriers
             pipeline.load_rows_now(s_q, q, s_do, dout, b, h, q0 + start_m, q0 + seqlen_q, tid, BLOCK_M, HEAD_DIM,
@@ -122,8 +123,10 @@ def simt_bwd_dkdv_kernel(t: SimtTiles, variant: Variant):
                     dp += s_do[ii, c * G + g] * v_reg[c]
                 x, dx = score.prescaled(softmax.allreduce_sum(s, G), si, F)
                 x = masked_score(score.biased(x, start_m + ii, kj, mi[2], si, F), start_m + ii, kj, mi)
-                p, ds = softmax.softmax_grad(x, softmax.allreduce_sum(dp, G), s_rows[ii], s_rows[BLOCK_M + ii],
+                zf = dropout.kept_scale(start_m + ii, kj, di) if F[DROPOUT] else float32(1.0)
+                p, ds = softmax.softmax_grad(x, softmax.allreduce_sum(dp, G) * zf, s_rows[ii], s_rows[BLOCK_M + ii],
                                              start_m + ii < seqlen_q, False)  # fmt: skip
+                p *= zf  # dV takes P ∘ Z / (1 − p)
                 ds *= dx
                 for c in range(COLS):
                     dv_acc[c] += p * s_do[ii, c * G + g]
@@ -155,6 +158,7 @@ def simt_bwd_dq_kernel(t: SimtTiles, variant: Variant):
         qi = start_m + tid // G  # this group's query row
         scale = float32(softmax_scale)
         si = score.score_info(params, alibi, seq, h, softmax_scale, False, F)
+        di = dropout.dropout_info(params, seq, h, mi)
 
         s_k = cuda.shared.array((BLOCK_N, HEAD_DIM), float32)
         s_v = cuda.shared.array((BLOCK_N, HEAD_DIM), float32)
@@ -182,7 +186,8 @@ def simt_bwd_dq_kernel(t: SimtTiles, variant: Variant):
                     dp += do_reg[c] * s_v[jj, c * G + g]
                 x, dx = score.prescaled(softmax.allreduce_sum(s, G), si, F)
                 x = masked_score(score.biased(x, qi, start_n + jj, mi[2], si, F), qi, start_n + jj, mi)
-                _, ds = softmax.softmax_grad(x, softmax.allreduce_sum(dp, G), lse_i, delta_i, True, False)
+                zf = dropout.kept_scale(qi, start_n + jj, di) if F[DROPOUT] else float32(1.0)
+                _, ds = softmax.softmax_grad(x, softmax.allreduce_sum(dp, G) * zf, lse_i, delta_i, True, False)
                 ds *= dx
                 for c in range(COLS):
                     dq_acc[c] += ds * s_k[jj, c * G + g]

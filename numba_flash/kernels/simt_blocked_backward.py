@@ -54,9 +54,9 @@ import functools
 from numba_flash import ptx
 from numba_flash._numba_cuda import cuda, float32
 from numba_flash.config import BlockedTiles
-from numba_flash.kernels import copy, microtile, pipeline, score, softmax, spec
+from numba_flash.kernels import copy, dropout, microtile, pipeline, score, softmax, spec
 from numba_flash.kernels.block_info import group_size, key_tiles, query_tiles, this_block
-from numba_flash.variant import GQA, SOFTCAP, VARLEN, Variant
+from numba_flash.variant import DROPOUT, GQA, SOFTCAP, VARLEN, Variant
 
 PRE_THREADS = 128  # preprocess: one query row a thread
 
@@ -172,6 +172,7 @@ def simt_blocked_dkdv_kernel(t: BlockedTiles, variant: Variant):
         for it in range(group_size(params, F) * (m_hi - m_lo)):
             h = h0 + it // (m_hi - m_lo) if F[GQA] else h0
             si = score.score_info(params, alibi, seq, h, softmax_scale, False, F)
+            di = dropout.dropout_info(params, seq, h, mi)
             start_m = (m_lo + it % (m_hi - m_lo) if F[GQA] else m_lo + it) * BLOCK_M
             # Q, dO, lse and delta of the tile (after every thread is done with the last one's)
             pipeline.load_tiles_now(base + 4 * Q_OFF, q, base + 4 * DO_OFF, dout, b, h, q0 + start_m, q0 + seqlen_q, tid,
@@ -187,10 +188,12 @@ def simt_blocked_dkdv_kernel(t: BlockedTiles, variant: Variant):
             for c in range(TN):
                 col = tx + c * TX  # a query of the tile: past the last one it is padding
                 for r in range(TM):
-                    s[r * TN + c], dp[r * TN + c] = softmax.softmax_grad(
-                        s[r * TN + c], dp[r * TN + c], smem[LSE_OFF + col], smem[DELTA_OFF + col],
+                    zf = dropout.kept_scale(start_m + col, start_n + ty + r * TY, di) if F[DROPOUT] else float32(1.0)
+                    p, ds = softmax.softmax_grad(
+                        s[r * TN + c], dp[r * TN + c] * zf, smem[LSE_OFF + col], smem[DELTA_OFF + col],
                         start_m + col < seqlen_q, False,
                     )  # fmt: skip
+                    s[r * TN + c], dp[r * TN + c] = p * zf, ds  # dV takes P ∘ Z / (1 − p)
                     if F[SOFTCAP]:
                         dp[r * TN + c] *= dx[r * TN + c]
             microtile.store_transposed(base + 4 * (P_OFF + tx * PS + ty * TM), 4 * TX * PS, s, TM, TN)
@@ -238,6 +241,7 @@ def simt_blocked_dq_kernel(t: BlockedTiles, variant: Variant):
             return
         scale = float32(softmax_scale)
         si = score.score_info(params, alibi, seq, h, softmax_scale, False, F)
+        di = dropout.dropout_info(params, seq, h, mi)
 
         s = cuda.local.array(S_N, float32)  # S, then P
         dx = cuda.local.array(DX_N, float32)  # softcap: ∂score/∂(scale·s) of the micro-tile
@@ -273,7 +277,9 @@ def simt_blocked_dq_kernel(t: BlockedTiles, variant: Variant):
             # dS = P∘(dP − delta), stored as dSᵀ[key][thread-ordered queries]
             for r in range(TM):
                 for c in range(TN):
-                    _, dp[r * TN + c] = softmax.softmax_grad(s[r * TN + c], dp[r * TN + c], lse_r[r], delta_r[r],
+                    zf = dropout.kept_scale(start_m + ty + r * TY, start_n + tx + c * TX, di) if F[DROPOUT] else \
+                        float32(1.0)
+                    _, dp[r * TN + c] = softmax.softmax_grad(s[r * TN + c], dp[r * TN + c] * zf, lse_r[r], delta_r[r],
                                                              True, False)  # fmt: skip
                     if F[SOFTCAP]:
                         dp[r * TN + c] *= dx[r * TN + c]

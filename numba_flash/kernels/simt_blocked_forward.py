@@ -53,9 +53,9 @@ import functools
 from numba_flash import ptx
 from numba_flash._numba_cuda import cuda, float32
 from numba_flash.config import BlockedTiles
-from numba_flash.kernels import copy, microtile, pipeline, score, softmax, spec
+from numba_flash.kernels import copy, dropout, microtile, pipeline, score, softmax, spec
 from numba_flash.kernels.block_info import key_tiles, this_block, tile_needs_mask
-from numba_flash.variant import VARLEN, Variant
+from numba_flash.variant import DROPOUT, VARLEN, Variant
 
 
 def _layout(t: BlockedTiles):
@@ -101,6 +101,7 @@ def simt_blocked_forward_kernel(t: BlockedTiles, variant: Variant):
         if F[VARLEN] and start_m >= seqlen_q:  # the grid covers the longest sequence
             return
         si = score.score_info(params, alibi, seq, h, softmax_scale, False, F)
+        di = dropout.dropout_info(params, seq, h, mi)
         # this thread's shared-memory byte addresses, computed once: the inner loops add
         # only compile-time strides and the loop offset
         q_addr = base + 4 * (ty * QS)
@@ -149,6 +150,8 @@ def simt_blocked_forward_kernel(t: BlockedTiles, variant: Variant):
             # 2. online softmax on the micro-tile: row max over the TX lanes of a row
             for r in range(TM):
                 softmax.online_softmax_row(s, r * TN, 1, TN, 1, acc, r * OC, 1, OC, 1, m_i, l_i, r, TX, False)
+            if F[DROPOUT]:  # P·V takes P ∘ Z / (1 − p); l_i kept the undropped P
+                microtile.apply_dropout(s, TM, TN, start_m + ty, TY, start_n + tx, TX, di)
 
             # 3. Pᵀ to shared memory: key tx + c·TX, this thread's rows in order
             microtile.store_transposed(p_addr + 4 * tx * PS, 4 * TX * PS, s, TM, TN)

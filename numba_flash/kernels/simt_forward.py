@@ -46,10 +46,10 @@ import functools
 
 from numba_flash._numba_cuda import cuda, float32
 from numba_flash.config import SimtTiles
-from numba_flash.kernels import copy, pipeline, score, softmax, spec
+from numba_flash.kernels import copy, dropout, pipeline, score, softmax, spec
 from numba_flash.kernels.block_info import key_tiles, this_block
 from numba_flash.kernels.mask import masked_score
-from numba_flash.variant import VARLEN, Variant
+from numba_flash.variant import DROPOUT, VARLEN, Variant
 
 
 @functools.lru_cache(maxsize=None)
@@ -77,6 +77,7 @@ def simt_forward_kernel(t: SimtTiles, variant: Variant):
         grp = tid // G
         scale = float32(softmax_scale)
         si = score.score_info(params, alibi, seq, h, softmax_scale, False, F)
+        di = dropout.dropout_info(params, seq, h, mi)
 
         s_k = cuda.shared.array((BLOCK_N, HEAD_DIM), float32)
         s_v = cuda.shared.array((BLOCK_N, HEAD_DIM), float32)
@@ -124,6 +125,10 @@ def simt_forward_kernel(t: SimtTiles, variant: Variant):
             for r in range(ROWS):
                 softmax.online_softmax_row(s_p, (grp + r * GROUPS) * S_STRIDE + g, G, BLOCK_N // G, 1, acc, r * COLS,
                                            1, COLS, 1, m_i, l_i, r, G, False)  # fmt: skip
+                if F[DROPOUT]:  # P·V takes P ∘ Z / (1 − p) of the lane's keys; l_i kept the undropped P
+                    for n in range(BLOCK_N // G):
+                        at = (grp + r * GROUPS) * S_STRIDE + g + n * G
+                        s_p[at] *= dropout.kept_scale(start_m + grp + r * GROUPS, start_n + g + n * G, di)
             # p written by lane j % G is read by every lane of its group (same warp)
             cuda.syncwarp(softmax.FULL_MASK)
 

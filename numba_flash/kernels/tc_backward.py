@@ -48,7 +48,7 @@ import functools
 from numba_flash import ptx
 from numba_flash._numba_cuda import cuda, float32, uint16, uint32
 from numba_flash.config import TcBwdTiles
-from numba_flash.kernels import copy, fragments, pipeline, score, softmax, spec
+from numba_flash.kernels import copy, dropout, fragments, pipeline, score, softmax, spec
 from numba_flash.kernels.block_info import group_size, key_tiles, query_tiles, this_block
 from numba_flash.variant import VARLEN, Variant
 
@@ -133,6 +133,7 @@ def tc_bwd_dkdv_kernel(t: TcBwdTiles, variant: Variant, dtype: str):
         for hq in range(group_size(params, F)):
             h = h0 + hq
             si = score.score_info(params, alibi, seq, h, softmax_scale, True, F)
+            di = dropout.dropout_info(params, seq, h, mi)
             if hq > 0:
                 cuda.syncthreads()  # every warp is done with the last tile's stage, which the next prefetch reuses
             # the double-buffered walk (pipeline's docstring): i = m_lo - 1 only starts tile m_lo
@@ -164,7 +165,8 @@ def tc_bwd_dkdv_kernel(t: TcBwdTiles, variant: Variant, dtype: str):
 
                 # Pᵀ and dSᵀ: element e of n-tile nt is (key g + 8·(e >> 1), query nt·8 + 2·tq + (e & 1))
                 fragments.p_and_ds(acc_s, acc_dp, NT_S, start_m, BLOCK_M, start_n, BLOCK_N, start_n + warp * 16,
-                                   start_m, si, mi, s_rows, rows_off, rows_off + BLOCK_M, True, F)  # fmt: skip
+                                   start_m, si, mi, s_rows, rows_off, rows_off + BLOCK_M, True, di,
+                                   F)  # fmt: skip
 
                 # dV += Pᵀ·dO and dK += dSᵀ·Q: queries are the k dimension (ldmatrix.trans)
                 for ps in range(PSTEPS):
@@ -211,6 +213,7 @@ def tc_bwd_dq_kernel(t: TcBwdTiles, variant: Variant, dtype: str):
             return
         tid, warp, lane, g, tq = pipeline.lane_coords()
         si = score.score_info(params, alibi, seq, h, softmax_scale, True, F)
+        di = dropout.dropout_info(params, seq, h, mi)
 
         # dynamic: Q | dO | K stages | V stages (16-bit, swizzled)
         smem = cuda.shared.array(0, uint16, alignment=_ALIGN)
@@ -254,7 +257,7 @@ def tc_bwd_dq_kernel(t: TcBwdTiles, variant: Variant, dtype: str):
 
             # P and dS: element e of n-tile nt is (query g + 8·(e >> 1), key nt·8 + 2·tq + (e & 1))
             fragments.p_and_ds(acc_s, acc_dp, NT_S, start_m, BLOCK_M, start_n, BLOCK_N, start_m + warp * 16, start_n,
-                               si, mi, stats, 0, 2, False, F)  # fmt: skip
+                               si, mi, stats, 0, 2, False, di, F)  # fmt: skip
 
             # dQ += dS·K_j: keys are the k dimension (ldmatrix.trans of K rows)
             for ps in range(PSTEPS):

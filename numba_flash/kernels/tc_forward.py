@@ -47,9 +47,9 @@ import functools
 from numba_flash import ptx
 from numba_flash._numba_cuda import cuda, float32, uint16, uint32
 from numba_flash.config import TcTiles
-from numba_flash.kernels import copy, fragments, pipeline, score, softmax, spec
+from numba_flash.kernels import copy, dropout, fragments, pipeline, score, softmax, spec
 from numba_flash.kernels.block_info import key_tiles, this_block, tile_needs_mask
-from numba_flash.variant import VARLEN, Variant
+from numba_flash.variant import DROPOUT, VARLEN, Variant
 
 _ALIGN = ptx.SMEM_ALIGN  # a module global, so numba sees a literal (see ptx.SMEM_ALIGN)
 
@@ -90,6 +90,7 @@ def tc_forward_kernel(t: TcTiles, variant: Variant, dtype: str):
             return
         tid, warp, lane, _, tq = pipeline.lane_coords()
         si = score.score_info(params, alibi, seq, h, softmax_scale, True, F)
+        di = dropout.dropout_info(params, seq, h, mi)
 
         # one dynamic shared array (sized at launch: smem_bytes), carved into
         # Q | K stages | V stages; addresses are byte offsets in the shared window
@@ -145,6 +146,9 @@ def tc_forward_kernel(t: TcTiles, variant: Variant, dtype: str):
                 for r in range(2):
                     softmax.online_softmax_row(acc_s, mt * S_TILE + 2 * r, 4, NT_S, 2, acc_o, mt * O_TILE + 2 * r, 4,
                                                NT_O, 2, m_i, l_i, mt * 2 + r, 4, True)  # fmt: skip
+
+            if F[DROPOUT]:  # P·V takes P ∘ Z / (1 − p); l_i kept the undropped P
+                fragments.apply_dropout(acc_s, 0, NT_S, MT, start_m + warp * WARP_ROWS, start_n, di)
 
             # O += P·V_j: the S accumulators of n-tiles 2·ps and 2·ps+1, packed, are the
             # A fragment of k-slice ps

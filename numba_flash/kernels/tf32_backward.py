@@ -71,7 +71,7 @@ import functools
 from numba_flash import ptx
 from numba_flash._numba_cuda import cuda, float32, uint32
 from numba_flash.config import Tf32BwdTiles
-from numba_flash.kernels import copy, fragments, pipeline, score, softmax, spec
+from numba_flash.kernels import copy, dropout, fragments, pipeline, score, softmax, spec
 from numba_flash.kernels.block_info import group_size, key_tiles, query_tiles, this_block
 from numba_flash.variant import VARLEN, Variant
 
@@ -133,6 +133,7 @@ def tf32_bwd_dkdv_kernel(t: Tf32BwdTiles, variant: Variant):
         for hq in range(group_size(params, F)):
             h = h0 + hq
             si = score.score_info(params, alibi, seq, h, softmax_scale, True, F)
+            di = dropout.dropout_info(params, seq, h, mi)
             if hq > 0:
                 cuda.syncthreads()  # every warp is done with the last tile's stage, which the next prefetch reuses
             # the double-buffered walk (pipeline's docstring): i = m_lo - 1 only starts tile m_lo
@@ -149,7 +150,8 @@ def tf32_bwd_dkdv_kernel(t: Tf32BwdTiles, variant: Variant):
                 fragments.mma_tf32_two(acc_s, acc_dp, ka, va, row_k, row_v, q_tile, do_tile, g, tq, sw_g, KPAIRS, NT_S,
                                        ROW_BYTES)  # fmt: skip
                 fragments.p_and_ds(acc_s, acc_dp, NT_S, start_m, BLOCK_M, start_n, BLOCK_N, start_n + warp * 16,
-                                   start_m, si, mi, s_rows, rows_off, rows_off + BLOCK_M, True, F)  # fmt: skip
+                                   start_m, si, mi, s_rows, rows_off, rows_off + BLOCK_M, True, di,
+                                   F)  # fmt: skip
 
                 # dV += Pᵀ·dO and dK += dSᵀ·Q: queries are k (fragments.mma_tf32_rows)
                 for nt in range(NT_S):
@@ -196,6 +198,7 @@ def tf32_bwd_dq_kernel(t: Tf32BwdTiles, variant: Variant):
         tid, warp, lane, g, tq = pipeline.lane_coords()
         sw_g = copy.swizzle(g, 0, SW)
         si = score.score_info(params, alibi, seq, h, softmax_scale, True, F)
+        di = dropout.dropout_info(params, seq, h, mi)
 
         # dynamic: Q | dO | K stages | V stages (byte offsets)
         smem = cuda.shared.array(0, float32, alignment=_ALIGN)
@@ -233,7 +236,7 @@ def tf32_bwd_dq_kernel(t: Tf32BwdTiles, variant: Variant):
             fragments.mma_tf32_two(acc_s, acc_dp, qa, da, row_q, row_do, k_tile, v_tile, g, tq, sw_g, KPAIRS, NT_S,
                                    ROW_BYTES)  # fmt: skip
             fragments.p_and_ds(acc_s, acc_dp, NT_S, start_m, BLOCK_M, start_n, BLOCK_N, start_m + warp * 16, start_n,
-                               si, mi, stats, 0, 2, False, F)  # fmt: skip
+                               si, mi, stats, 0, 2, False, di, F)  # fmt: skip
 
             # dQ += dS·K_j: keys are k (fragments.mma_tf32_rows)
             for nt in range(NT_S):

@@ -67,9 +67,9 @@ import functools
 from numba_flash import ptx
 from numba_flash._numba_cuda import cuda, float32, uint32
 from numba_flash.config import TcTiles
-from numba_flash.kernels import copy, fragments, pipeline, score, softmax, spec
+from numba_flash.kernels import copy, dropout, fragments, pipeline, score, softmax, spec
 from numba_flash.kernels.block_info import key_tiles, this_block, tile_needs_mask
-from numba_flash.variant import VARLEN, Variant
+from numba_flash.variant import DROPOUT, VARLEN, Variant
 
 _ALIGN = ptx.SMEM_ALIGN  # a module global, so numba sees a literal (see ptx.SMEM_ALIGN)
 
@@ -107,6 +107,7 @@ def tf32_forward_kernel(t: TcTiles, variant: Variant):
         tid, warp, lane, g, tq = pipeline.lane_coords()
         sw_g = copy.swizzle(g, 0, SW)  # the swizzle of rows ≡ g (mod 8), which this lane reads in Q, K
         si = score.score_info(params, alibi, seq, h, softmax_scale, True, F)
+        di = dropout.dropout_info(params, seq, h, mi)
 
         # one dynamic shared array (sized at launch: smem_bytes), carved into
         # Q | K stages | V stages; addresses are byte offsets in the shared window
@@ -154,6 +155,8 @@ def tf32_forward_kernel(t: TcTiles, variant: Variant):
                                      F)  # fmt: skip
             for r in range(2):
                 softmax.online_softmax_row(acc_s, 2 * r, 4, NT_S, 2, acc_o, 2 * r, 4, NT_O, 2, m_i, l_i, r, 4, True)
+            if F[DROPOUT]:  # P·V takes P ∘ Z / (1 − p); l_i kept the undropped P
+                fragments.apply_dropout(acc_s, 0, NT_S, 1, start_m + warp * 16, start_n, di)
 
             # O += P·V_j: n-tile nt of S is k-step nt (keys 8nt..8nt+7) with slot t ↔ key
             # 2t and slot t+4 ↔ key 2t+1, so a0..a3 = tf32(c0, c2, c1, c3), and V's b0, b1
