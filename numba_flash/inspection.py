@@ -316,7 +316,8 @@ def argtypes(launch, work_dtype: str) -> tuple:
     return tuple(out)
 
 
-def _compile_here(pass_: str, dtype: str, head_dim: int, causal: bool, arch: str, tf32: bool = False) -> list[KernelReport]:
+def _compile_here(pass_: str, dtype: str, head_dim: int, causal: bool, arch: str, tf32: bool = False,
+                  variants: dict | None = None) -> list[KernelReport]:
     from numba import cuda
 
     from numba_flash import plan as P
@@ -324,7 +325,10 @@ def _compile_here(pass_: str, dtype: str, head_dim: int, causal: bool, arch: str
 
     cc = parse_arch(arch)
     arch_name = f"sm_{cc[0]}{cc[1]}"
-    pl = P.plan(P.Problem(pass_, dtype, head_dim, causal, allow_tf32=tf32, arch=cc))
+    from numba_flash.variant import Variant
+
+    features = Variant(**(variants or {}))
+    pl = P.plan(P.Problem(pass_, dtype, head_dim, causal, allow_tf32=tf32, arch=cc, features=features))
     reports = []
     for launch in pl.launches:
         with compiling_for(cc):  # the kernels' device functions too, without a GPU
@@ -352,12 +356,13 @@ def _compile_here(pass_: str, dtype: str, head_dim: int, causal: bool, arch: str
     return reports
 
 
-def _compile_in_subprocess(pass_, dtype, head_dim, causal, arch, tf32=False) -> list[KernelReport]:
+def _compile_in_subprocess(pass_, dtype, head_dim, causal, arch, tf32=False, variants=None) -> list[KernelReport]:
     env = {k: v for k, v in os.environ.items() if k != "NUMBA_ENABLE_CUDASIM"}
     # the package must be importable from the child as it is here
     pkg_root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     env["PYTHONPATH"] = pkg_root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
-    args = json.dumps(dict(pass_=pass_, dtype=dtype, head_dim=head_dim, causal=causal, arch=arch, tf32=tf32))
+    args = json.dumps(dict(pass_=pass_, dtype=dtype, head_dim=head_dim, causal=causal, arch=arch, tf32=tf32,
+                           variants=variants))  # fmt: skip
     p = subprocess.run(
         [sys.executable, "-m", "numba_flash.inspection", args],
         capture_output=True,
@@ -375,16 +380,17 @@ def _compile_in_subprocess(pass_, dtype, head_dim, causal, arch, tf32=False) -> 
 
 
 def inspect_kernels(pass_: str, dtype: str, head_dim: int, causal: bool, arch: str = "sm_90",
-                    tf32: bool = False) -> list[KernelReport]:
+                    tf32: bool = False, variants: dict | None = None) -> list[KernelReport]:
     """Compile every kernel ``pass_`` would launch for (dtype, head_dim, causal) for
-    ``arch`` and summarise it (``tf32``: as ``flash_attention(..., allow_tf32=True)``).
-    Works without a GPU and with the simulator on."""
+    ``arch`` and summarise it (``tf32``: as ``flash_attention(..., allow_tf32=True)``;
+    ``variants``: ``numba_flash.variant.Variant``'s fields other than causal, e.g.
+    ``{"softcap": True, "gqa": True}``).  Works without a GPU and with the simulator on."""
     if pass_ not in ("forward", "backward"):
         raise ValueError(f"pass: expected 'forward' or 'backward', got {pass_!r}")
     parse_arch(arch)
     if _simulator_on():
-        return _compile_in_subprocess(pass_, dtype, head_dim, causal, arch, tf32)
-    return _compile_here(pass_, dtype, head_dim, causal, arch, tf32)
+        return _compile_in_subprocess(pass_, dtype, head_dim, causal, arch, tf32, variants)
+    return _compile_here(pass_, dtype, head_dim, causal, arch, tf32, variants)
 
 
 def _main(argv) -> int:  # the subprocess: JSON in argv[1], one JSON line out

@@ -42,6 +42,7 @@ VARIANTS = {
     "gqa-causal": dict(H=4, H_kv=2, causal=True),
     "mqa": dict(H=3, H_kv=1),
     "softcap": dict(softcap=1.5),
+    "alibi": dict(alibi=True),
     "alibi-causal": dict(alibi=True, causal=True),
     "dropout": dict(dropout=0.25),
     "all": dict(H=4, H_kv=2, causal=True, window_size=(6, -1), softcap=2.0, alibi=True, dropout=0.1),

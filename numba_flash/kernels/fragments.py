@@ -45,15 +45,23 @@ def scale_and_mask(acc, S0, NT, MT, row0, col0, si, needs_mask, mi, KEYS_ARE_ROW
         acc[S0 + j] = score.scaled(acc[S0 + j], si, LOG2, F)
     if needs_mask or score.needs_indices(F):
         lane = cuda.threadIdx.x & 31
+        # ALiBi's distance q + diag − k of element (mt, nt, e) is this lane's d0 plus a
+        # compile-time offset: one int → float conversion a call, not one an element
+        r0, c0 = acc_row_col(0, 0, lane)
+        d0 = float32(row0 + r0 + mi[2] - col0 - c0)
+        if KEYS_ARE_ROWS:
+            d0 = float32(col0 + c0 + mi[2] - row0 - r0)
         for mt in range(MT):
             for nt in range(NT):
                 for e in range(4):
                     r, c = acc_row_col(nt, e, lane)
                     i = S0 + 4 * NT * mt + nt * 4 + e
                     q_idx, k_idx = row0 + 16 * mt + r, col0 + c
+                    dist = d0 + float32(16 * mt + 8 * (e >> 1) - nt * 8 - (e & 1))
                     if KEYS_ARE_ROWS:
                         q_idx, k_idx = col0 + c, row0 + 16 * mt + r
-                    x = score.biased(acc[i], q_idx, k_idx, mi[2], si, F)
+                        dist = d0 + float32(nt * 8 + (e & 1) - 16 * mt - 8 * (e >> 1))
+                    x = score.alibi(acc[i], dist, si, F)
                     acc[i] = masked_score(x, q_idx, k_idx, mi) if needs_mask else x
 
 

@@ -94,6 +94,15 @@ def biased(x, q_idx, k_idx, diag, si, F):
 
 
 @device_function
+def alibi(x, dist, si, F):
+    """``x − slope · |dist|`` with ALiBi (``dist = q_idx + diag − k_idx`` as a float),
+    else ``x``: :func:`biased` for callers that form the distance themselves."""
+    if F[ALIBI]:
+        return x - si[2] * abs(dist)
+    return x
+
+
+@device_function
 def needs_indices(F):
     """True when the step reads the (query, key) of every element (ALiBi), so the
     kernels walk the indices of every tile, not only of those that need a mask."""
