@@ -83,8 +83,8 @@ def _parse_head_dims(ctx, param, values):
             d = int(s)
         except ValueError:
             raise click.BadParameter(f"{s!r} is not an integer", ctx=ctx, param=param)
-        if d % 8 or not 8 <= d <= 256:
-            raise click.BadParameter(f"{d}: head dims are multiples of 8 from 8 to 256", ctx=ctx, param=param)
+        if not 1 <= d <= 256:
+            raise click.BadParameter(f"{d}: head dims are 1 to 256", ctx=ctx, param=param)
         dims.append(d)
     return dims
 
@@ -288,7 +288,7 @@ def main():
 @click.option("--seqlen", "seqlens", multiple=True, callback=_parse_seqlens, metavar="N|NQ:NK",
               help="Sequence length(s): N, or NQ:NK for seqlen_q != seqlen_k; repeat or comma-separate.")
 @click.option("--head-dim", "head_dims", multiple=True, callback=_parse_head_dims, metavar="D",
-              help="Head dim(s), multiples of 8 up to 256; repeat or comma-separate.")
+              help="Head dim(s), 1 to 256; repeat or comma-separate.")
 @click.option("--dtype", "dtypes", multiple=True, type=click.Choice(CHECK_DTYPES), help="Dtype(s); repeatable.")
 @click.option("--causal", type=ON_OFF_BOTH, default=None, help="Causal masking: on, off or both.")
 @click.option("--layout", type=click.Choice(["bshd", "bhsd", "both"]), default=None, help="Input layout(s).")
@@ -533,8 +533,9 @@ def _bench_tables(results, out):
 @click.option("--plot", "plot_path", type=OutputFile(), default=None,
               help="Draw TFLOP/s against seqlen per implementation into FILE (.png; needs matplotlib).")
 @click.option("--progress/--no-progress", default=True, show_default=True, help="Show a progress bar (on stderr).")
+@_variant_options
 def bench(preset, seqlens, head_dims, batch, heads, dtypes, causal, pass_, impls, layout, warmup, rep, min_rep,
-          budget_ms, json_path, csv_path, plot_path, progress):  # fmt: skip
+          budget_ms, json_path, csv_path, plot_path, progress, kv_heads, window, softcap, alibi, dropout):  # fmt: skip
     """Time forward / backward against CuPy and torch SDPA, with CUDA events.
 
     Median of many calls after warm-up, inputs rotated through more than 3x the L2
@@ -560,6 +561,7 @@ def bench(preset, seqlens, head_dims, batch, heads, dtypes, causal, pass_, impls
 
     dtypes = list(dtypes) or ["float16"]
     causal_vals = _causal_values(causal)
+    variants = _variants(kv_heads, window, softcap, alibi, dropout)
     try:
         if preset is not None:
             cases = [c for c in B.preset_cases(preset, dtypes) if c.causal in causal_vals]
@@ -572,6 +574,7 @@ def bench(preset, seqlens, head_dims, batch, heads, dtypes, causal, pass_, impls
                 batch=batch,
                 heads=heads,
             )
+        cases = B.with_variants(cases, variants)
     except ValueError as exc:
         raise click.UsageError(str(exc))
     try:
@@ -621,7 +624,7 @@ def bench(preset, seqlens, head_dims, batch, heads, dtypes, causal, pass_, impls
 @click.option("--batch", type=click.IntRange(1, 65535), default=1, show_default=True, help="Batch size.")
 @click.option("--heads", type=click.IntRange(1, 65535), default=1, show_default=True, help="Number of heads.")
 @click.option("--head-dim", type=int, default=64, show_default=True, callback=_head_dim_one, metavar="D",
-              help="Head dim (multiple of 8, ≤ 256).")
+              help="Head dim (1 to 256).")
 @click.option("--dtype", type=click.Choice(["float16", "float32"]), default="float16", show_default=True,
               help="Input dtype.")
 @click.option("--causal/--no-causal", default=False, show_default=True, help="Causal masking.")
@@ -793,7 +796,7 @@ def _parse_arch_opt(ctx, param, value):
 @click.option("--pass", "pass_", type=click.Choice(["forward", "backward"]), required=True, help="Which pass.")
 @click.option("--dtype", type=click.Choice(KERNEL_DTYPES), required=True, help="Input dtype.")
 @click.option("--head-dim", type=int, required=True, callback=_head_dim_one, metavar="D",
-              help="Head dim (multiple of 8, ≤ 256).")
+              help="Head dim (1 to 256).")
 @click.option("--causal/--no-causal", default=False, show_default=True, help="The causal variant.")
 @click.option("--arch", default="sm_90", show_default=True, callback=_parse_arch_opt,
               help="Target architecture, sm_XY.")

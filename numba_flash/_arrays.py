@@ -31,7 +31,7 @@ array is not modified), and outputs come back in native byte order.  Device arra
 never byte-swapped.
 
 Zero-size arrays (batch, heads, seqlen_q or seqlen_k of 0) pass the checks; the head dim
-must still be a multiple of 8 from 8 to 256.  Their strides are not checked (an empty
+must still be 1 to 256.  Their strides are not checked (an empty
 array's strides mean nothing).
 
 Under the CUDA simulator NumPy arrays are handed to the kernels as they are (wrapped,
@@ -422,8 +422,8 @@ def check_qkv(q: Operand, k: Operand, v: Operand, layout: str):
         raise ValueError(f"v: seqlen ({seq}) must equal k's {Nk}, got {v.view.shape[1]}")
     if B > MAX_GRID_YZ or H > MAX_GRID_YZ:
         raise ValueError(f"q: batch and heads must be at most {MAX_GRID_YZ} each, got batch={B}, heads={H}")
-    if d % 8 != 0 or not 8 <= d <= MAX_HEAD_DIM:
-        raise ValueError(f"q: head dim {d} is not supported; expected a multiple of 8 from 8 to {MAX_HEAD_DIM}")
+    if not 1 <= d <= MAX_HEAD_DIM:
+        raise ValueError(f"q: head dim {d} is not supported; expected 1 to {MAX_HEAD_DIM}")
     return B, Nq, Nk, H, d
 
 

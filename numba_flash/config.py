@@ -91,6 +91,9 @@ class SimtTiles:
         block_m: query rows per block (forward, dQ) or per shared tile (dK/dV).
         block_n: key rows per shared tile (forward, dQ) or per block (dK/dV).
         threads: threads per block.
+        data_dim: the arrays' head dim when it is less than ``head_dim`` (a head dim
+            that is not a multiple of 8 runs on tiles of the next multiple of 8: the
+            columns past it are zero on load and never written); 0: ``head_dim``.
     """
 
     head_dim: int
@@ -100,6 +103,7 @@ class SimtTiles:
     block_m: int
     block_n: int
     threads: int = SIMT_THREADS
+    data_dim: int = 0
 
 
 def _group(head_dim: int) -> int:

@@ -264,8 +264,9 @@ def test_zero_size_still_checks_head_dim_and_grid():
         shapes = (("q", qshape), ("k", kshape), ("v", kshape))
         return [A.check_operand(n, np.zeros(s, np.float32), "bshd") for n, s in shapes]
 
-    with pytest.raises(ValueError, match=r"q: head dim 12 is not supported"):
-        A.check_qkv(*ops((1, 0, 2, 12), (1, 0, 2, 12)), "bshd")
+    with pytest.raises(ValueError, match=r"q: head dim 264 is not supported; expected 1 to 256"):
+        A.check_qkv(*ops((1, 0, 2, 264), (1, 0, 2, 264)), "bshd")
+    assert A.check_qkv(*ops((1, 0, 2, 12), (1, 3, 2, 12)), "bshd") == (1, 0, 3, 2, 12)  # any d from 1 to 256
     with pytest.raises(ValueError, match=r"q: head dim 0 is not supported"):
         A.check_qkv(*ops((1, 4, 2, 0), (1, 4, 2, 0)), "bshd")
     with pytest.raises(ValueError, match=r"q: batch and heads must be at most 65535 each, got batch=65536"):

@@ -75,7 +75,7 @@ BAD_OPTIONS = [
     ["check", "--seqlen", "abc"],
     ["check", "--seqlen", "0"],
     ["check", "--seqlen", "1:2:3"],
-    ["check", "--head-dim", "12"],
+    ["check", "--head-dim", "264"],
     ["check", "--head-dim", "512"],
     ["check", "--dtype", "float64"],
     ["check", "--causal", "maybe"],
@@ -88,7 +88,7 @@ BAD_OPTIONS = [
     ["bench", "--impl", "triton"],
     ["bench", "--budget-ms", "0"],
     ["memory", "--min-seqlen", "4096", "--max-seqlen", "1024"],
-    ["memory", "--head-dim", "7"],
+    ["memory", "--head-dim", "0"],
     ["memory", "--dtype", "int8"],
     ["inspect"],
     ["inspect", "--pass", "sideways", "--dtype", "float32", "--head-dim", "64"],
@@ -855,3 +855,32 @@ def test_check_takes_the_variants(tmp_path):
 def test_check_variant_usage_errors(args, match):
     result = invoke("check", *args)
     assert result.exit_code == 2 and match in result.output, result.output
+
+
+def test_bench_variant_cases_and_flops():
+    """``bench``'s variant cases: FLOPs count only the visible pairs of a window (against
+    a brute-force count), peers without a variant say so, and a bad --kv-heads is a
+    usage error before any device is asked for."""
+    from numba_flash import bench as B
+    from numba_flash.bench.peers import CupyStandard, TorchSDPA
+
+    for nq, nk, causal, window in ((7, 7, True, (-1, -1)), (5, 9, False, (2, 1)), (9, 5, True, (3, -1)),
+                                   (6, 6, False, (-1, 0)), (1, 4, False, (0, 0))):  # fmt: skip
+        i, j = np.arange(nq)[:, None] + nk - nq, np.arange(nk)[None, :]
+        left, right = window[0], 0 if causal else window[1]
+        vis = np.ones((nq, nk), bool)
+        vis &= (j >= i - left) if left >= 0 else vis
+        vis &= (j <= i + right) if right >= 0 else vis
+        assert B.visible_pairs(nq, nk, causal, window) == vis.sum(), (nq, nk, causal, window)
+    case = B.BenchCase(1, 4, 64, 64, 32, True, "float16", kv_heads=2, window=(8, 0), softcap=30.0, alibi=True)
+    assert case.label.endswith("causal kv_heads=2 window=8,0 softcap=30 alibi")
+    assert case.kv_heads == 2 and B.BenchCase(1, 4, 64, 64, 32, True).kv_heads == 4
+    assert B.attention_flops(1, 4, 64, 64, 32, True, "forward", (8, 0)) == 4 * 4 * 32 * B.visible_pairs(64, 64, True, (8, 0))
+    assert "sliding window / softcap / ALiBi" in TorchSDPA("torch-sdpa-flash").unsupported(case, "forward")
+    assert "plain or causal" in CupyStandard().unsupported(case, "forward")
+    gqa = B.with_variants([B.BenchCase(2, 8, 128, 128, 64, False)], dict(kv_heads=2))[0]
+    assert TorchSDPA("torch-sdpa-flash").unsupported(gqa, "forward") is None  # enable_gqa=True
+    with pytest.raises(ValueError, match="kv_heads: expected a divisor of heads=8, got 3"):
+        B.with_variants([B.BenchCase(2, 8, 128, 128, 64, False)], dict(kv_heads=3))
+    result = invoke("bench", "--heads", "8", "--kv-heads", "3", "--seqlen", "128")
+    assert result.exit_code == 2 and "kv_heads: expected a divisor of heads=8, got 3" in result.output, result.output

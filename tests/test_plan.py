@@ -112,7 +112,7 @@ def test_tiles_are_pure_functions():
 @pytest.mark.parametrize("kwargs, match", [
     (dict(pass_="sideways", dtype="float16", head_dim=64), "pass"),
     (dict(pass_="forward", dtype="float64", head_dim=64), "dtype"),
-    (dict(pass_="forward", dtype="float16", head_dim=60), "head_dim"),
+    (dict(pass_="forward", dtype="float16", head_dim=260), "head_dim"),
 ])  # fmt: skip
 def test_problem_rejects_bad_fields(kwargs, match):
     with pytest.raises(ValueError, match=match):

@@ -30,6 +30,8 @@ from numba_flash.bench.cases import (
     preset_cases,
     shape_cases,
     tflops,
+    visible_pairs,
+    with_variants,
 )
 from numba_flash.bench.peers import (
     IMPLS,
@@ -76,7 +78,7 @@ from numba_flash.bench.timing import (
 
 __all__ = [
     # cases
-    "ALL_PASSES", "DTYPES", "PASSES", "PRESETS", "BenchCase", "attention_flops", "fa2_cases",
+    "ALL_PASSES", "DTYPES", "PASSES", "PRESETS", "BenchCase", "attention_flops", "visible_pairs", "with_variants", "fa2_cases",
     "preset_cases", "shape_cases", "tflops",
     # peers
     "IMPLS", "TORCH_BACKENDS", "CupyStandard", "Impl", "NumbaFlash", "TorchSDPA", "causal_bias",

@@ -5,14 +5,17 @@ FLOPs (:func:`attention_flops`)
 -------------------------------
 ``4·B·H·Nq·Nk·d`` for the forward (two matmuls of 2·Nq·Nk·d each), halved when causal,
 ×2.5 for the backward (five matmuls) and ×3.5 for forward + backward — the convention of
-FlashAttention-2's benchmarks.  TFLOP/s = flops / ms / 1e9.
+FlashAttention-2's benchmarks.  With a sliding window, only the visible (query, key)
+pairs count (4·d each).  TFLOP/s = flops / ms / 1e9.
 """
 
 from __future__ import annotations
 
 import numbers
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Sequence
+
+import numpy as np
 
 PASSES = ("forward", "backward")
 ALL_PASSES = ("forward", "backward", "forward+backward")
@@ -43,24 +46,62 @@ class Shape:
 @dataclass(frozen=True)
 class BenchCase(Shape):
     dtype: str = "float16"
+    # FlashAttention-2's variants, as ``flash_attention``'s keywords (0 kv_heads: = heads)
+    kv_heads: int = 0
+    window: tuple = (-1, -1)
+    softcap: float = 0.0
+    alibi: bool = False
+    dropout: float = 0.0
 
     def __post_init__(self):
         super().__post_init__()
         if self.dtype not in DTYPES:
             raise ValueError(f"dtype: expected one of {DTYPES}, got {self.dtype!r}")
+        kv = self.kv_heads or self.heads
+        if kv < 1 or self.heads % kv:
+            raise ValueError(f"kv_heads: expected a divisor of heads={self.heads}, got {self.kv_heads}")
+        object.__setattr__(self, "kv_heads", kv)
+        object.__setattr__(self, "window", tuple(self.window))
+
+    @property
+    def variants(self) -> str:
+        parts = [f"kv_heads={self.kv_heads}"] if self.kv_heads != self.heads else []
+        if self.window != (-1, -1):
+            parts.append(f"window={self.window[0]},{self.window[1]}")
+        parts += [f"softcap={self.softcap:g}"] if self.softcap else []
+        parts += ["alibi"] if self.alibi else []
+        parts += [f"dropout={self.dropout:g}"] if self.dropout else []
+        return " ".join(parts)
 
     @property
     def label(self) -> str:
         seq = f"N={self.seqlen_q}" if self.seqlen_q == self.seqlen_k else f"Nq={self.seqlen_q} Nk={self.seqlen_k}"
-        return f"{self.dtype} B={self.batch} H={self.heads} {seq} d={self.head_dim} {'causal' if self.causal else 'full'}"
+        extra = f" {self.variants}" if self.variants else ""
+        return (f"{self.dtype} B={self.batch} H={self.heads} {seq} d={self.head_dim} "
+                f"{'causal' if self.causal else 'full'}{extra}")  # fmt: skip
 
 
-def attention_flops(batch, heads, seqlen_q, seqlen_k, head_dim, causal, pass_="forward") -> float:
+def visible_pairs(seqlen_q: int, seqlen_k: int, causal: bool = False, window=(-1, -1)) -> int:
+    """(query, key) pairs a (batch, head) computes: query i sees keys ``i + diag − left
+    ..  i + diag + right`` within ``[0, seqlen_k)`` (``diag = seqlen_k − seqlen_q``;
+    causal: right = 0; −1 unbounded)."""
+    left, right = window
+    right = 0 if causal else right
+    i = np.arange(seqlen_q, dtype=np.int64) + (seqlen_k - seqlen_q)
+    lo = np.zeros_like(i) if left < 0 else np.clip(i - left, 0, seqlen_k)
+    hi = np.full_like(i, seqlen_k) if right < 0 else np.clip(i + right + 1, 0, seqlen_k)
+    return int(np.maximum(hi - lo, 0).sum())
+
+
+def attention_flops(batch, heads, seqlen_q, seqlen_k, head_dim, causal, pass_="forward", window=(-1, -1)) -> float:
     """FLOPs of one attention call: 4·B·H·Nq·Nk·d, ×0.5 causal, ×2.5 backward,
-    ×3.5 forward+backward (FlashAttention-2's convention)."""
+    ×3.5 forward+backward (FlashAttention-2's convention); with a window, 4·d a
+    visible pair (:func:`visible_pairs`)."""
     f = 4.0 * batch * heads * seqlen_q * seqlen_k * head_dim
     if causal:
         f *= 0.5
+    if tuple(window) != (-1, -1):
+        f = 4.0 * batch * heads * head_dim * visible_pairs(seqlen_q, seqlen_k, causal, window)
     mult = {"forward": 1.0, "backward": 2.5, "forward+backward": 3.5}
     if pass_ not in mult:
         raise ValueError(f"pass_: expected one of {tuple(mult)}, got {pass_!r}")
@@ -102,6 +143,7 @@ def shape_cases(
     causal: Sequence[bool] = (False, True),
     batch: int | None = None,
     heads: int | None = None,
+    variants: dict | None = None,
 ) -> list[BenchCase]:
     """Cases from options; batch defaults to 16384 // seqlen_q (at least 1) and heads to
     2048 // head_dim, the FlashAttention-2 convention (16k tokens, hidden 2048)."""
@@ -112,5 +154,11 @@ def shape_cases(
                 for nq, nk in seqlens:
                     b = batch if batch is not None else max(1, 16384 // nq)
                     h = heads if heads is not None else max(1, 2048 // d)
-                    cases.append(BenchCase(b, h, nq, nk, d, bool(c), dt))
+                    cases.append(BenchCase(b, h, nq, nk, d, bool(c), dt, **(variants or {})))
     return cases
+
+
+def with_variants(cases: Sequence[BenchCase], variants: dict | None) -> list[BenchCase]:
+    """``cases`` with the variant fields ``variants`` (kv_heads, window, softcap, alibi,
+    dropout) set; kv_heads must divide every case's heads."""
+    return [replace(c, **variants) for c in cases] if variants else list(cases)

@@ -30,6 +30,8 @@ import contextlib
 import math
 from typing import Iterable, Sequence
 
+import numpy as np
+
 from numba_flash.bench.cases import BenchCase
 from numba_flash.bench.timing import InputSet, _itemsize
 
@@ -75,6 +77,27 @@ class Impl:
         return contextlib.nullcontext()
 
 
+def variant_kwargs(case: BenchCase) -> dict:
+    """``flash_attention``'s variant keywords of a case: ALiBi with the standard
+    geometric slopes ``2^(−8(h+1)/H)`` (on the device), dropout with a fixed seed."""
+    kw = {}
+    if case.window != (-1, -1):
+        kw["window_size"] = case.window
+    if case.softcap:
+        kw["softcap"] = case.softcap
+    if case.alibi:
+        import cupy
+
+        kw["alibi_slopes"] = cupy.asarray(2.0 ** (-8.0 * np.arange(1, case.heads + 1) / case.heads), cupy.float32)
+    if case.dropout:
+        kw.update(dropout_p=case.dropout, seed=20261201)
+    return kw
+
+
+def _plain(case: BenchCase) -> bool:
+    return case.kv_heads == case.heads and case.window == (-1, -1) and not (case.softcap or case.alibi or case.dropout)
+
+
 class NumbaFlash(Impl):
     """numba-flash; ``allow_tf32`` as in ``flash_attention`` (the "numba-flash-tf32" row)."""
 
@@ -101,7 +124,7 @@ class NumbaFlash(Impl):
     def prepare(self, case, pass_, sets):
         from numba_flash import api
 
-        kw = dict(causal=case.causal, layout=self.layout)
+        kw = dict(causal=case.causal, layout=self.layout, **variant_kwargs(case))
         if self.allow_tf32:
             kw["allow_tf32"] = True
         fns = []
@@ -189,6 +212,8 @@ class CupyStandard(Impl):
     def unsupported(self, case, pass_):
         if case.dtype == "bfloat16":
             return "CuPy has no bfloat16 arithmetic"
+        if not _plain(case):
+            return "the CuPy standard attention here is plain or causal attention only"
         return None
 
     def extra_set_bytes(self, case, pass_):
@@ -242,6 +267,10 @@ class TorchSDPA(Impl):
             return "torch SDPA's is_causal is top-left aligned; numba-flash's is bottom-right when Nq != Nk"
         if self.name in ("torch-sdpa-flash", "torch-sdpa-cudnn") and case.dtype == "float32":
             return f"{self.backend_name} supports float16 and bfloat16 only"
+        missing = [name for name, on in (("sliding window", case.window != (-1, -1)), ("softcap", case.softcap),
+                                         ("ALiBi", case.alibi)) if on]  # fmt: skip
+        if missing:
+            return f"torch SDPA has no {' / '.join(missing)} (FlexAttention has; not compared here)"
         return None
 
     def extra_set_bytes(self, case, pass_):
@@ -261,6 +290,9 @@ class TorchSDPA(Impl):
         torch = self._torch()
         F = torch.nn.functional
         causal = case.causal
+        extra = dict(enable_gqa=True) if case.kv_heads != case.heads else {}
+        if case.dropout:
+            extra["dropout_p"] = case.dropout
 
         dtype = {"float16": torch.float16, "bfloat16": torch.bfloat16, "float32": torch.float32}[case.dtype]
 
@@ -273,11 +305,11 @@ class TorchSDPA(Impl):
         for s in sets:
             q, k, v = (tensor(s.bhsd(n), True) for n in ("q", "k", "v"))
             if pass_ == "forward":
-                fns.append(lambda q=q, k=k, v=v: F.scaled_dot_product_attention(q, k, v, is_causal=causal))
+                fns.append(lambda q=q, k=k, v=v: F.scaled_dot_product_attention(q, k, v, is_causal=causal, **extra))
             else:
                 do = tensor(s.bhsd("dout"), False)
                 with self.context():
-                    out = F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+                    out = F.scaled_dot_product_attention(q, k, v, is_causal=causal, **extra)
                 fns.append(lambda out=out, do=do: out.backward(do, retain_graph=True))
                 leaves.append((q, k, v))
 

@@ -72,7 +72,7 @@ class BenchResult:
     @property
     def flops(self) -> float:
         c = self.case
-        return attention_flops(c.batch, c.heads, c.seqlen_q, c.seqlen_k, c.head_dim, c.causal, self.pass_)
+        return attention_flops(c.batch, c.heads, c.seqlen_q, c.seqlen_k, c.head_dim, c.causal, self.pass_, c.window)
 
     @property
     def ms(self) -> float | None:

@@ -268,8 +268,8 @@ class InputSet:
         self.dtype = case.dtype
         B, H, d = case.batch, case.heads, case.head_dim
 
-        def make(n):
-            x = rs.standard_normal((B, n, H, d), dtype=cupy.float32)
+        def make(n, heads=H):
+            x = rs.standard_normal((B, n, heads, d), dtype=cupy.float32)
             if case.dtype == "bfloat16":  # round to nearest even at 16 bits, keep float32
                 u = x.view(cupy.uint32)
                 u += cupy.uint32(0x7FFF) + ((u >> 16) & cupy.uint32(1))
@@ -278,8 +278,9 @@ class InputSet:
             return x.astype(_cupy_dtype(case.dtype))
 
         self.q = make(case.seqlen_q)
-        self.k = make(case.seqlen_k)
-        self.v = make(case.seqlen_k)
+        H = getattr(case, "kv_heads", 0) or case.heads  # GQA: k and v have the KV heads
+        self.k = make(case.seqlen_k, H)
+        self.v = make(case.seqlen_k, H)
         self.dout = make(case.seqlen_q)
 
     def bhsd(self, name: str):

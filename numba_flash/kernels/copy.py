@@ -90,18 +90,19 @@ def copy_tile_pair(tile_a, src_a, tile_b, src_b, b, h, row0, nrows, tid, ROWS, C
 
 
 @device_function
-def load_rows_f32(dst_a, src_a, dst_b, src_b, TWO, b, h, row0, nrows, tid, ROWS, D, THREADS, scale_a):
+def load_rows_f32(dst_a, src_a, dst_b, src_b, TWO, b, h, row0, nrows, tid, ROWS, D, THREADS, scale_a, DCOLS):
     """Element-wise synchronous copy, for inputs that cp.async cannot take (rows not
     16-byte aligned, or fp16 read as is by the row-group kernels): rows ``row0 ..
     row0 + ROWS − 1`` of ``src_a[b, :, h, :]``, converted to float32 and multiplied by
     ``scale_a``, into the 2-D shared array ``dst_a`` (ROWS × D), and when ``TWO`` those
-    of ``src_b`` (unscaled) into ``dst_b``; zeros past ``nrows``.  Consecutive threads
-    take consecutive elements of a row (coalesced reads)."""
+    of ``src_b`` (unscaled) into ``dst_b``; zeros past ``nrows`` and, when the arrays'
+    rows are ``DCOLS < D`` long, in columns past ``DCOLS``.  Consecutive threads take
+    consecutive elements of a row (coalesced reads)."""
     for idx in range(tid, ROWS * D, THREADS):
         r = idx // D
         col = idx - r * D
         row = row0 + r
-        if row < nrows:
+        if row < nrows and (DCOLS >= D or col < DCOLS):
             dst_a[r, col] = float32(src_a[b, row, h, col]) * scale_a
             if TWO:
                 dst_b[r, col] = float32(src_b[b, row, h, col])
@@ -112,11 +113,12 @@ def load_rows_f32(dst_a, src_a, dst_b, src_b, TWO, b, h, row0, nrows, tid, ROWS,
 
 
 @device_function
-def load_lane_row(dst, D0, src, b, row, h, nrows, g, G, COLS, scale):
+def load_lane_row(dst, D0, src, b, row, h, nrows, g, G, COLS, scale, DCOLS):
     """A row-group lane's columns ``c·G + g`` (c < COLS) of ``src[b, row, h, :]``, as
-    float32 times ``scale``, into registers ``dst[D0 + c]``; zeros past ``nrows``."""
+    float32 times ``scale``, into registers ``dst[D0 + c]``; zeros past ``nrows`` and,
+    when the arrays' rows are ``DCOLS < COLS·G`` long, in columns past ``DCOLS``."""
     for c in range(COLS):
-        if row < nrows:
+        if row < nrows and (DCOLS >= COLS * G or c * G + g < DCOLS):
             dst[D0 + c] = float32(src[b, row, h, c * G + g]) * scale
         else:
             dst[D0 + c] = float32(0.0)

@@ -129,14 +129,14 @@ def load_tiles_now(tile_a, src_a, tile_b, src_b, b, h, row0, nrows, tid, ROWS, C
 
 @device_function
 def load_rows_now(dst_a, src_a, dst_b, src_b, b, h, row0, nrows, tid, ROWS, D, THREADS, scale_a,
-                  stats, lse, delta, STATS):
+                  stats, lse, delta, STATS, DCOLS):
     """The row-group kernels' step: a barrier (every thread is done with the previous
     tile), ROWS rows of two arrays as fp32 into 2-D shared tiles (``copy.load_rows_f32``,
     the first times ``scale_a``) and, when ``STATS``, their lse and delta into
     ``stats`` ([lse | delta], ROWS each); then a barrier: all of it visible to every
     thread."""
     cuda.syncthreads()
-    copy.load_rows_f32(dst_a, src_a, dst_b, src_b, True, b, h, row0, nrows, tid, ROWS, D, THREADS, scale_a)
+    copy.load_rows_f32(dst_a, src_a, dst_b, src_b, True, b, h, row0, nrows, tid, ROWS, D, THREADS, scale_a, DCOLS)
     if STATS:
         softmax.stage_row_stats(stats, 0, ROWS, lse, delta, b, h, row0, nrows, tid, ROWS, THREADS, False)
     cuda.syncthreads()

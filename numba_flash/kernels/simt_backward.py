@@ -53,6 +53,7 @@ def simt_bwd_preprocess_kernel(t: SimtTiles):
     """``kernel[grid, THREADS, stream](out, dout, delta)``: delta = rowsum(dO∘O), a
     group of G lanes a query row."""
     G, COLS = t.group, t.lane_cols
+    DD = t.data_dim or t.head_dim  # the arrays' head dim (columns past it are not read)
 
     @cuda.jit
     def simt_bwd_preprocess(out, dout, delta):
@@ -63,7 +64,8 @@ def simt_bwd_preprocess_kernel(t: SimtTiles):
         acc = float32(0.0)
         if row < out.shape[1]:
             for c in range(COLS):
-                acc += float32(dout[b, row, h, c * G + g]) * float32(out[b, row, h, c * G + g])
+                if DD >= COLS * G or c * G + g < DD:
+                    acc += float32(dout[b, row, h, c * G + g]) * float32(out[b, row, h, c * G + g])
         acc = softmax.allreduce_sum(acc, G)
         if row < out.shape[1] and g == 0:
             delta[b, h, row] = acc
@@ -78,6 +80,7 @@ def simt_bwd_dkdv_kernel(t: SimtTiles, variant: Variant):
     BLOCK_M, BLOCK_N, HEAD_DIM = t.block_m, t.block_n, t.head_dim  # queries a tile, keys a block
     ROW_VALS = 2 * BLOCK_M
     F = variant.flags
+    DD = t.data_dim or t.head_dim  # the arrays' head dim (columns past it: zero, never written)
 
     @cuda.jit
     def simt_bwd_dkdv(q, k, v, dout, lse, delta, dk, dv, softmax_scale, params, alibi, cu_q, cu_k):
@@ -100,8 +103,8 @@ def simt_bwd_dkdv_kernel(t: SimtTiles, variant: Variant):
         dv_acc = cuda.local.array(COLS, float32)
         pipeline.zero(dk_acc, COLS)
         pipeline.zero(dv_acc, COLS)
-        copy.load_lane_row(k_reg, 0, k, b, k0 + kj, hk, k0 + seqlen_k, g, G, COLS, float32(1.0))
-        copy.load_lane_row(v_reg, 0, v, b, k0 + kj, hk, k0 + seqlen_k, g, G, COLS, float32(1.0))
+        copy.load_lane_row(k_reg, 0, k, b, k0 + kj, hk, k0 + seqlen_k, g, G, COLS, float32(1.0), DD)
+        copy.load_lane_row(v_reg, 0, v, b, k0 + kj, hk, k0 + seqlen_k, g, G, COLS, float32(1.0), DD)
 
         m_lo, m_hi = query_tiles(start_n, BLOCK_M, BLOCK_N, mi)
         # GQA: the walk over query tiles once per query head of the group, in order (a
@@ -113,7 +116,7 @@ def simt_bwd_dkdv_kernel(t: SimtTiles, variant: Variant):
             start_m = (m_lo + it % (m_hi - m_lo) if F[GQA] else m_lo + it) * BLOCK_M
             # scale·Q, dO, lse and delta of the tile, between barriers
             pipeline.load_rows_now(s_q, q, s_do, dout, b, h, q0 + start_m, q0 + seqlen_q, tid, BLOCK_M, HEAD_DIM,
-                                   THREADS, scale, s_rows, lse, delta, True)  # fmt: skip
+                                   THREADS, scale, s_rows, lse, delta, True, DD)  # fmt: skip
 
             for ii in range(BLOCK_M):
                 s = float32(0.0)
@@ -134,8 +137,9 @@ def simt_bwd_dkdv_kernel(t: SimtTiles, variant: Variant):
 
         if kj < seqlen_k:
             for c in range(COLS):
-                dk[b, k0 + kj, hk, c * G + g] = dk_acc[c]
-                dv[b, k0 + kj, hk, c * G + g] = dv_acc[c]
+                if DD >= COLS * G or c * G + g < DD:
+                    dk[b, k0 + kj, hk, c * G + g] = dk_acc[c]
+                    dv[b, k0 + kj, hk, c * G + g] = dv_acc[c]
 
     return simt_bwd_dkdv
 
@@ -146,6 +150,7 @@ def simt_bwd_dq_kernel(t: SimtTiles, variant: Variant):
     G, COLS, THREADS = t.group, t.lane_cols, t.threads
     BLOCK_M, BLOCK_N, HEAD_DIM = t.block_m, t.block_n, t.head_dim  # queries a block, keys a tile
     F = variant.flags
+    DD = t.data_dim or t.head_dim  # the arrays' head dim (columns past it: zero, never written)
 
     @cuda.jit
     def simt_bwd_dq(q, k, v, dout, lse, delta, dq, softmax_scale, params, alibi, cu_q, cu_k):
@@ -167,8 +172,8 @@ def simt_bwd_dq_kernel(t: SimtTiles, variant: Variant):
         do_reg = cuda.local.array(COLS, float32)
         dq_acc = cuda.local.array(COLS, float32)
         pipeline.zero(dq_acc, COLS)
-        copy.load_lane_row(q_reg, 0, q, b, q0 + qi, h, q0 + seqlen_q, g, G, COLS, scale)  # scale · q, as the forward
-        copy.load_lane_row(do_reg, 0, dout, b, q0 + qi, h, q0 + seqlen_q, g, G, COLS, float32(1.0))
+        copy.load_lane_row(q_reg, 0, q, b, q0 + qi, h, q0 + seqlen_q, g, G, COLS, scale, DD)  # scale · q, as the forward
+        copy.load_lane_row(do_reg, 0, dout, b, q0 + qi, h, q0 + seqlen_q, g, G, COLS, float32(1.0), DD)
         lse_i, delta_i = softmax.row_stats(lse, delta, b, h, q0 + qi, q0 + seqlen_q, False)
 
         n_lo, n_hi = key_tiles(start_m, BLOCK_M, BLOCK_N, mi)
@@ -176,7 +181,7 @@ def simt_bwd_dq_kernel(t: SimtTiles, variant: Variant):
             start_n = j * BLOCK_N
             # K and V of the tile, between barriers
             pipeline.load_rows_now(s_k, k, s_v, v, b, hk, k0 + start_n, k0 + seqlen_k, tid, BLOCK_N, HEAD_DIM, THREADS,
-                                   float32(1.0), dq_acc, lse, delta, False)  # fmt: skip
+                                   float32(1.0), dq_acc, lse, delta, False, DD)  # fmt: skip
 
             for jj in range(BLOCK_N):
                 s = float32(0.0)
@@ -194,7 +199,8 @@ def simt_bwd_dq_kernel(t: SimtTiles, variant: Variant):
 
         if qi < seqlen_q:
             for c in range(COLS):
-                dq[b, q0 + qi, h, c * G + g] = dq_acc[c] * scale
+                if DD >= COLS * G or c * G + g < DD:
+                    dq[b, q0 + qi, h, c * G + g] = dq_acc[c] * scale
 
     return simt_bwd_dq
 

@@ -65,6 +65,7 @@ def simt_forward_kernel(t: SimtTiles, variant: Variant):
     S_STRIDE = BLOCK_N + 1  # padded row of the score tile
     P_VALS, REGS = BLOCK_M * S_STRIDE, ROWS * COLS
     F = variant.flags
+    DD = t.data_dim or t.head_dim  # the arrays' head dim (columns past it: zero, never written)
 
     @cuda.jit
     def simt_forward(q, k, v, out, lse, softmax_scale, params, alibi, cu_q, cu_k):
@@ -93,7 +94,7 @@ def simt_forward_kernel(t: SimtTiles, variant: Variant):
         pipeline.zero(acc, REGS)
         for r in range(ROWS):
             copy.load_lane_row(q_reg, r * COLS, q, b, q0 + start_m + grp + r * GROUPS, h, q0 + seqlen_q, g, G, COLS,
-                               scale)  # fmt: skip
+                               scale, DD)  # fmt: skip
             m_i[r] = softmax.NEG_INF
             l_i[r] = float32(0.0)
 
@@ -102,7 +103,7 @@ def simt_forward_kernel(t: SimtTiles, variant: Variant):
             start_n = j * BLOCK_N
             # K and V of the tile, between barriers (the last tile's readers of s_k, s_v, s_p are done)
             pipeline.load_rows_now(s_k, k, s_v, v, b, hk, k0 + start_n, k0 + seqlen_k, tid, BLOCK_N, HEAD_DIM, THREADS,
-                                   float32(1.0), s_p, lse, lse, False)  # fmt: skip
+                                   float32(1.0), s_p, lse, lse, False, DD)  # fmt: skip
 
             # 1. scores s_ij for the tile: lane j % G of a group keeps key j's
             for jj in range(BLOCK_N):
@@ -147,7 +148,8 @@ def simt_forward_kernel(t: SimtTiles, variant: Variant):
             row = start_m + grp + r * GROUPS
             if row < seqlen_q:
                 for c in range(COLS):
-                    out[b, q0 + row, h, c * G + g] = acc[r * COLS + c] * inv_l
+                    if DD >= COLS * G or c * G + g < DD:
+                        out[b, q0 + row, h, c * G + g] = acc[r * COLS + c] * inv_l
                 if g == 0:
                     lse[b, h, q0 + row] = lse_row
 
