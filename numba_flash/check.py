@@ -185,16 +185,11 @@ class CaseSpec(Shape):
     def variant_kwargs(self, rng) -> dict:
         """``flash_attention``'s variant keywords of the case, those not at their default
         (ALiBi slopes and the dropout seed drawn from ``rng``; slopes as NumPy float32)."""
-        kw = {}
-        if self.window != (-1, -1):
-            kw["window_size"] = self.window
-        if self.softcap:
-            kw["softcap"] = self.softcap
-        if self.alibi:
-            kw["alibi_slopes"] = (0.5 * np.abs(rng.standard_normal((self.batch, self.heads)))).astype(np.float32)
-        if self.dropout:
-            kw.update(dropout_p=self.dropout, seed=int(rng.integers(0, 2**63)))
-        return kw
+        from numba_flash.variant import call_keywords
+
+        slopes = (0.5 * np.abs(rng.standard_normal((self.batch, self.heads)))).astype(np.float32) if self.alibi else None
+        seed = int(rng.integers(0, 2**63)) if self.dropout else None
+        return call_keywords(self.window, self.softcap, slopes, self.dropout, seed)
 
 
 def parse_seqlen(text) -> tuple[int, int]:

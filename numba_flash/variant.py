@@ -97,6 +97,21 @@ def variant_args(device: int = 0) -> list:
     return [params(), alibi, cu, cu]
 
 
+def call_keywords(window=(-1, -1), softcap=0.0, alibi_slopes=None, dropout_p=0.0, seed=None) -> dict:
+    """``flash_attention``'s variant keywords that differ from their defaults (for the
+    tools that build calls from a case: ``check``, ``bench``)."""
+    kw = {}
+    if tuple(window) != (-1, -1):
+        kw["window_size"] = tuple(window)
+    if softcap:
+        kw["softcap"] = softcap
+    if alibi_slopes is not None:
+        kw["alibi_slopes"] = alibi_slopes
+    if dropout_p:
+        kw.update(dropout_p=dropout_p, seed=seed)
+    return kw
+
+
 def variant_of(causal=False, window=(-1, -1), softcap=0.0, alibi=False, dropout_p=0.0, varlen=False,
                group=1) -> Variant:
     """The :class:`Variant` of a call's (checked) arguments."""

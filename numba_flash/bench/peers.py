@@ -80,18 +80,14 @@ class Impl:
 def variant_kwargs(case: BenchCase) -> dict:
     """``flash_attention``'s variant keywords of a case: ALiBi with the standard
     geometric slopes ``2^(−8(h+1)/H)`` (on the device), dropout with a fixed seed."""
-    kw = {}
-    if case.window != (-1, -1):
-        kw["window_size"] = case.window
-    if case.softcap:
-        kw["softcap"] = case.softcap
+    from numba_flash.variant import call_keywords
+
+    slopes = None
     if case.alibi:
         import cupy
 
-        kw["alibi_slopes"] = cupy.asarray(2.0 ** (-8.0 * np.arange(1, case.heads + 1) / case.heads), cupy.float32)
-    if case.dropout:
-        kw.update(dropout_p=case.dropout, seed=20261201)
-    return kw
+        slopes = cupy.asarray(2.0 ** (-8.0 * np.arange(1, case.heads + 1) / case.heads), cupy.float32)
+    return call_keywords(case.window, case.softcap, slopes, case.dropout, 20261201)
 
 
 def _plain(case: BenchCase) -> bool:

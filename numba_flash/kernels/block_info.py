@@ -72,6 +72,16 @@ def group_size(params, F):
 
 
 @device_function
+def group_walk(it, m_lo, m_hi, h0, F):
+    """``(h, i)`` of step ``it`` of a dK/dV walk over query tiles ``[m_lo, m_hi)`` done
+    once per query head of the group from ``h0`` (GQA), heads in order: the walk is
+    one loop of ``group_size · (m_hi − m_lo)`` steps."""
+    if F[GQA]:
+        return h0 + it // (m_hi - m_lo), m_lo + it % (m_hi - m_lo)
+    return h0, m_lo + it
+
+
+@device_function
 def mask_info(seqlen_q, seqlen_k, params, F):
     """``(seqlen_q, seqlen_k, diag, HAS_LEFT, left, HAS_RIGHT, right)`` (the module
     docstring); causal without a window has the literal bound 0."""

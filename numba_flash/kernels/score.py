@@ -27,6 +27,7 @@ import math
 
 from numba_flash import ptx
 from numba_flash._numba_cuda import device_function, float32
+from numba_flash.kernels import dropout
 from numba_flash.kernels.softmax import LOG2E
 from numba_flash.variant import ALIBI, SOFTCAP, SOFTCAP_VALUE
 
@@ -48,6 +49,13 @@ def score_info(params, alibi, seq, h, scale, LOG2, F):
     if F[ALIBI]:
         slope = alibi[seq, h] * log2e
     return mul, cap, slope, inv_cap
+
+
+@device_function
+def head_info(params, alibi, seq, h, scale, mi, LOG2, F):
+    """``(si, di)``: the score step's constants (:func:`score_info`) and dropout's
+    (``dropout.dropout_info``) for query head ``h`` of sequence ``seq``."""
+    return score_info(params, alibi, seq, h, scale, LOG2, F), dropout.dropout_info(params, seq, h, mi)
 
 
 @device_function

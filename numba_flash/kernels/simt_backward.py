@@ -43,9 +43,9 @@ import functools
 from numba_flash._numba_cuda import cuda, float32
 from numba_flash.config import SimtTiles
 from numba_flash.kernels import copy, dropout, pipeline, score, softmax, spec
-from numba_flash.kernels.block_info import group_size, key_tiles, query_tiles, this_block
+from numba_flash.kernels.block_info import group_size, group_walk, key_tiles, query_tiles, this_block
 from numba_flash.kernels.mask import masked_score
-from numba_flash.variant import DROPOUT, GQA, VARLEN, Variant
+from numba_flash.variant import DROPOUT, VARLEN, Variant
 
 
 @functools.lru_cache(maxsize=None)
@@ -110,10 +110,9 @@ def simt_bwd_dkdv_kernel(t: SimtTiles, variant: Variant):
         # GQA: the walk over query tiles once per query head of the group, in order (a
         # deterministic sum); load_rows_now's first barrier orders each tile after the last
         for it in range(group_size(params, F) * (m_hi - m_lo)):
-            h = h0 + it // (m_hi - m_lo) if F[GQA] else h0
-            si = score.score_info(params, alibi, seq, h, softmax_scale, False, F)
-            di = dropout.dropout_info(params, seq, h, mi)
-            start_m = (m_lo + it % (m_hi - m_lo) if F[GQA] else m_lo + it) * BLOCK_M
+            h, i = group_walk(it, m_lo, m_hi, h0, F)
+            si, di = score.head_info(params, alibi, seq, h, softmax_scale, mi, False, F)
+            start_m = i * BLOCK_M
             # scale·Q, dO, lse and delta of the tile, between barriers
             pipeline.load_rows_now(s_q, q, s_do, dout, b, h, q0 + start_m, q0 + seqlen_q, tid, BLOCK_M, HEAD_DIM,
                                    THREADS, scale, s_rows, lse, delta, True, DD)  # fmt: skip
@@ -162,8 +161,7 @@ def simt_bwd_dq_kernel(t: SimtTiles, variant: Variant):
         g = tid % G
         qi = start_m + tid // G  # this group's query row
         scale = float32(softmax_scale)
-        si = score.score_info(params, alibi, seq, h, softmax_scale, False, F)
-        di = dropout.dropout_info(params, seq, h, mi)
+        si, di = score.head_info(params, alibi, seq, h, softmax_scale, mi, False, F)
 
         s_k = cuda.shared.array((BLOCK_N, HEAD_DIM), float32)
         s_v = cuda.shared.array((BLOCK_N, HEAD_DIM), float32)

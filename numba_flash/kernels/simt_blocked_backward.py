@@ -55,8 +55,8 @@ from numba_flash import ptx
 from numba_flash._numba_cuda import cuda, float32
 from numba_flash.config import BlockedTiles
 from numba_flash.kernels import copy, dropout, microtile, pipeline, score, softmax, spec
-from numba_flash.kernels.block_info import group_size, key_tiles, query_tiles, this_block
-from numba_flash.variant import DROPOUT, GQA, SOFTCAP, VARLEN, Variant
+from numba_flash.kernels.block_info import group_size, group_walk, key_tiles, query_tiles, this_block
+from numba_flash.variant import DROPOUT, SOFTCAP, VARLEN, Variant
 
 PRE_THREADS = 128  # preprocess: one query row a thread
 
@@ -170,10 +170,9 @@ def simt_blocked_dkdv_kernel(t: BlockedTiles, variant: Variant):
         # GQA: the walk over query tiles once per query head of the group, in order (a
         # deterministic sum); load_tiles_now's first barrier orders each tile after the last
         for it in range(group_size(params, F) * (m_hi - m_lo)):
-            h = h0 + it // (m_hi - m_lo) if F[GQA] else h0
-            si = score.score_info(params, alibi, seq, h, softmax_scale, False, F)
-            di = dropout.dropout_info(params, seq, h, mi)
-            start_m = (m_lo + it % (m_hi - m_lo) if F[GQA] else m_lo + it) * BLOCK_M
+            h, i = group_walk(it, m_lo, m_hi, h0, F)
+            si, di = score.head_info(params, alibi, seq, h, softmax_scale, mi, False, F)
+            start_m = i * BLOCK_M
             # Q, dO, lse and delta of the tile (after every thread is done with the last one's)
             pipeline.load_tiles_now(base + 4 * Q_OFF, q, base + 4 * DO_OFF, dout, b, h, q0 + start_m, q0 + seqlen_q, tid,
                                     BLOCK_M, DC, 4 * RS, THREADS, smem, LSE_OFF, DELTA_OFF, lse, delta, True)  # fmt: skip
@@ -240,8 +239,7 @@ def simt_blocked_dq_kernel(t: BlockedTiles, variant: Variant):
         if F[VARLEN] and start_m >= seqlen_q:  # the grid covers the longest sequence
             return
         scale = float32(softmax_scale)
-        si = score.score_info(params, alibi, seq, h, softmax_scale, False, F)
-        di = dropout.dropout_info(params, seq, h, mi)
+        si, di = score.head_info(params, alibi, seq, h, softmax_scale, mi, False, F)
 
         s = cuda.local.array(S_N, float32)  # S, then P
         dx = cuda.local.array(DX_N, float32)  # softcap: ∂score/∂(scale·s) of the micro-tile

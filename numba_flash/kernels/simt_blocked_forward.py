@@ -53,7 +53,7 @@ import functools
 from numba_flash import ptx
 from numba_flash._numba_cuda import cuda, float32
 from numba_flash.config import BlockedTiles
-from numba_flash.kernels import copy, dropout, microtile, pipeline, score, softmax, spec
+from numba_flash.kernels import copy, microtile, pipeline, score, softmax, spec
 from numba_flash.kernels.block_info import key_tiles, this_block, tile_needs_mask
 from numba_flash.variant import DROPOUT, VARLEN, Variant
 
@@ -100,8 +100,7 @@ def simt_blocked_forward_kernel(t: BlockedTiles, variant: Variant):
         seqlen_q, seqlen_k = mi[0], mi[1]
         if F[VARLEN] and start_m >= seqlen_q:  # the grid covers the longest sequence
             return
-        si = score.score_info(params, alibi, seq, h, softmax_scale, False, F)
-        di = dropout.dropout_info(params, seq, h, mi)
+        si, di = score.head_info(params, alibi, seq, h, softmax_scale, mi, False, F)
         # this thread's shared-memory byte addresses, computed once: the inner loops add
         # only compile-time strides and the loop offset
         q_addr = base + 4 * (ty * QS)

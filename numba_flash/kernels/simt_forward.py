@@ -77,8 +77,7 @@ def simt_forward_kernel(t: SimtTiles, variant: Variant):
         g = tid % G
         grp = tid // G
         scale = float32(softmax_scale)
-        si = score.score_info(params, alibi, seq, h, softmax_scale, False, F)
-        di = dropout.dropout_info(params, seq, h, mi)
+        si, di = score.head_info(params, alibi, seq, h, softmax_scale, mi, False, F)
 
         s_k = cuda.shared.array((BLOCK_N, HEAD_DIM), float32)
         s_v = cuda.shared.array((BLOCK_N, HEAD_DIM), float32)

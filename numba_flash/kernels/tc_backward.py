@@ -48,7 +48,7 @@ import functools
 from numba_flash import ptx
 from numba_flash._numba_cuda import cuda, float32, uint16, uint32
 from numba_flash.config import TcBwdTiles
-from numba_flash.kernels import copy, dropout, fragments, pipeline, score, softmax, spec
+from numba_flash.kernels import copy, fragments, pipeline, score, softmax, spec
 from numba_flash.kernels.block_info import group_size, key_tiles, query_tiles, this_block
 from numba_flash.variant import VARLEN, Variant
 
@@ -132,8 +132,7 @@ def tc_bwd_dkdv_kernel(t: TcBwdTiles, variant: Variant, dtype: str):
         # GQA: the walk below once per query head of the group, in order (a deterministic sum)
         for hq in range(group_size(params, F)):
             h = h0 + hq
-            si = score.score_info(params, alibi, seq, h, softmax_scale, True, F)
-            di = dropout.dropout_info(params, seq, h, mi)
+            si, di = score.head_info(params, alibi, seq, h, softmax_scale, mi, True, F)
             if hq > 0:
                 cuda.syncthreads()  # every warp is done with the last tile's stage, which the next prefetch reuses
             # the double-buffered walk (pipeline's docstring): i = m_lo - 1 only starts tile m_lo
@@ -212,8 +211,7 @@ def tc_bwd_dq_kernel(t: TcBwdTiles, variant: Variant, dtype: str):
         if F[VARLEN] and start_m >= seqlen_q:  # the grid covers the longest sequence
             return
         tid, warp, lane, g, tq = pipeline.lane_coords()
-        si = score.score_info(params, alibi, seq, h, softmax_scale, True, F)
-        di = dropout.dropout_info(params, seq, h, mi)
+        si, di = score.head_info(params, alibi, seq, h, softmax_scale, mi, True, F)
 
         # dynamic: Q | dO | K stages | V stages (16-bit, swizzled)
         smem = cuda.shared.array(0, uint16, alignment=_ALIGN)

@@ -47,7 +47,7 @@ import functools
 from numba_flash import ptx
 from numba_flash._numba_cuda import cuda, float32, uint16, uint32
 from numba_flash.config import TcTiles
-from numba_flash.kernels import copy, dropout, fragments, pipeline, score, softmax, spec
+from numba_flash.kernels import copy, fragments, pipeline, score, softmax, spec
 from numba_flash.kernels.block_info import key_tiles, this_block, tile_needs_mask
 from numba_flash.variant import DROPOUT, VARLEN, Variant
 
@@ -89,8 +89,7 @@ def tc_forward_kernel(t: TcTiles, variant: Variant, dtype: str):
         if F[VARLEN] and start_m >= seqlen_q:  # the grid covers the longest sequence
             return
         tid, warp, lane, _, tq = pipeline.lane_coords()
-        si = score.score_info(params, alibi, seq, h, softmax_scale, True, F)
-        di = dropout.dropout_info(params, seq, h, mi)
+        si, di = score.head_info(params, alibi, seq, h, softmax_scale, mi, True, F)
 
         # one dynamic shared array (sized at launch: smem_bytes), carved into
         # Q | K stages | V stages; addresses are byte offsets in the shared window

@@ -67,7 +67,7 @@ import functools
 from numba_flash import ptx
 from numba_flash._numba_cuda import cuda, float32, uint32
 from numba_flash.config import TcTiles
-from numba_flash.kernels import copy, dropout, fragments, pipeline, score, softmax, spec
+from numba_flash.kernels import copy, fragments, pipeline, score, softmax, spec
 from numba_flash.kernels.block_info import key_tiles, this_block, tile_needs_mask
 from numba_flash.variant import DROPOUT, VARLEN, Variant
 
@@ -106,8 +106,7 @@ def tf32_forward_kernel(t: TcTiles, variant: Variant):
             return
         tid, warp, lane, g, tq = pipeline.lane_coords()
         sw_g = copy.swizzle(g, 0, SW)  # the swizzle of rows ≡ g (mod 8), which this lane reads in Q, K
-        si = score.score_info(params, alibi, seq, h, softmax_scale, True, F)
-        di = dropout.dropout_info(params, seq, h, mi)
+        si, di = score.head_info(params, alibi, seq, h, softmax_scale, mi, True, F)
 
         # one dynamic shared array (sized at launch: smem_bytes), carved into
         # Q | K stages | V stages; addresses are byte offsets in the shared window
