@@ -303,8 +303,11 @@ def main():
               help="float32 with allow_tf32=True (the TF32 tensor-core kernels, head dims 64 and 128), "
                    "judged against a TF32-rounded standard attention.")
 @_variant_options
+@click.option("--varlen", is_flag=True, default=False,
+              help="Packed variable-length sequences (flash_attention_varlen): --batch sequences of lengths drawn "
+                   "from 0 to twice the --seqlen values (their means).")
 def check(seqlens, head_dims, dtypes, causal, layout, batch, heads, pass_, seed, json_path, tf32, kv_heads, window,
-          softcap, alibi, dropout):
+          softcap, alibi, dropout, varlen):
     """Forward and backward against the float64 reference, PASS/FAIL per output.
 
     Without shape options: the default grid (on a GPU: N in 1, 127, 1024 and Nq != Nk
@@ -324,6 +327,7 @@ def check(seqlens, head_dims, dtypes, causal, layout, batch, heads, pass_, seed,
       numba-flash check --seqlen 9:17 --head-dim 16 --json - > check.json
       numba-flash check --tf32 --seqlen 1000:1500
       numba-flash check --heads 4 --kv-heads 1 --window 64,0 --softcap 30 --alibi --dropout 0.1
+      numba-flash check --varlen --batch 8 --seqlen 500:700 --causal on
     """
     from numba_flash import check as C
 
@@ -333,6 +337,8 @@ def check(seqlens, head_dims, dtypes, causal, layout, batch, heads, pass_, seed,
               "(unset NUMBA_ENABLE_CUDASIM=0 to run the kernels in the simulator)")  # fmt: skip
     simulator = mode == "simulator"
     variants = _variants(kv_heads, window, softcap, alibi, dropout)
+    if varlen:
+        variants["varlen"] = True
     options_given = any(x is not None for x in (seqlens, head_dims, causal, layout, batch, heads)) or bool(dtypes)
     try:
         if options_given or tf32 or variants:

@@ -124,6 +124,7 @@ class CaseSpec(Shape):
     softcap: float = 0.0
     alibi: bool = False
     dropout: float = 0.0
+    varlen: bool = False  # packed sequences: seqlen_q / seqlen_k are the mean lengths (module docstring)
 
     def __post_init__(self):
         super().__post_init__()
@@ -165,11 +166,14 @@ class CaseSpec(Shape):
             parts.append("alibi")
         if self.dropout:
             parts.append(f"dropout={self.dropout:g}")
+        if self.varlen:
+            parts.append("varlen")
         return " ".join(parts)
 
     @property
     def label(self) -> str:
         seq = f"N={self.seqlen_q}" if self.seqlen_q == self.seqlen_k else f"Nq={self.seqlen_q} Nk={self.seqlen_k}"
+        seq = f"mean {seq}" if self.varlen else seq
         extra = f" {self.variants}" if self.variants else ""
         return (
             f"{self.dtype}{'+tf32' if self.tf32 else ''} B={self.batch} H={self.heads} {seq} d={self.head_dim} "
@@ -534,6 +538,10 @@ def check_case(case: CaseSpec, seed: int, *, index: int = 0, passes: Iterable[st
         xp = _array_module(xp)
         dt = _np_dtype(case.dtype)
         rng = np.random.default_rng([int(seed), int(index)])
+        if case.varlen:
+            _check_varlen(case, result, rng, xp, passes, poison, api, dt)
+            result.seconds = time.perf_counter() - t0
+            return result
         q = rng.standard_normal(case.shape(case.seqlen_q)).astype(dt)
         k, v = (rng.standard_normal(case.shape(case.seqlen_k, case.kv_heads)).astype(dt) for _ in range(2))
         dout = rng.standard_normal(case.shape(case.seqlen_q)).astype(dt)
@@ -575,6 +583,80 @@ def check_case(case: CaseSpec, seed: int, *, index: int = 0, passes: Iterable[st
         result.error = f"{type(exc).__name__}: {exc}{where}"
     result.seconds = time.perf_counter() - t0
     return result
+
+
+def _check_varlen(case: CaseSpec, result: CaseResult, rng, xp, passes, poison, api, dt) -> None:
+    """A varlen case: ``batch`` sequences of lengths drawn uniformly from 0 to twice
+    ``seqlen_q`` (queries) and ``seqlen_k`` (keys), packed, through
+    ``flash_attention_varlen`` and its backward, against ``reference.attention_varlen``.
+
+    The same-precision baseline is computed sequence by sequence (a batch of one each)
+    and its error field moved onto the varlen reference (baseline = ref + (low − ref of
+    the same call)): with dropout, a batch of one draws batch 0's keep bits, so only the
+    error, not the value, carries over."""
+    mode = case.mode
+    lens_q = rng.integers(0, 2 * case.seqlen_q + 1, case.batch)
+    lens_k = rng.integers(0, 2 * case.seqlen_k + 1, case.batch)
+    cu_q, cu_k = (np.concatenate([[0], np.cumsum(n)]).astype(np.int32) for n in (lens_q, lens_k))
+    mq, mk = max(int(lens_q.max()), 1), max(int(lens_k.max()), 1)
+    H, Hk, d = case.heads, case.kv_heads, case.head_dim
+    q = rng.standard_normal((int(cu_q[-1]), H, d)).astype(dt)
+    k, v = (rng.standard_normal((int(cu_k[-1]), Hk, d)).astype(dt) for _ in range(2))
+    dout = rng.standard_normal(q.shape).astype(dt)
+    kw = dict(causal=case.causal, **case.variant_kwargs(rng))
+    api_kw = dict(kw, allow_tf32=True) if case.tf32 else dict(kw)
+    if "alibi_slopes" in kw:
+        api_kw["alibi_slopes"] = xp.asarray(kw["alibi_slopes"])
+    dev = [xp.asarray(x) for x in (q, k, v, dout, cu_q, cu_k)]
+    with poisoned_outputs(poison):
+        out, lse = api.flash_attention_varlen(*dev[:3], dev[4], dev[5], mq, mk, return_lse=True, **api_kw)
+    ref_out, ref_lse = reference.attention_varlen(q, k, v, cu_q, cu_k, mq, mk, **kw)
+
+    def per_sequence(fn, *arrays):
+        """(low − exact) of each sequence as a batch of one (bshd), packed like the
+        varlen outputs: forward (q, k, v) → [out, lse]; backward (dout, q, k, v, out,
+        lse) → [dq, dk, dv]."""
+        forward = len(arrays) == 3
+        query_rows = (True, False, False) if forward else (True, True, False, False, True, None)
+        parts = []
+        for b in range(case.batch):
+            sq, sk = slice(cu_q[b], cu_q[b + 1]), slice(cu_k[b], cu_k[b + 1])
+            one = [x[:, sq][None] if rows is None else x[sq if rows else sk][None] for x, rows in zip(arrays, query_rows)]
+            bkw = dict(kw, layout="bshd")
+            if "alibi_slopes" in kw:
+                bkw["alibi_slopes"] = kw["alibi_slopes"][b : b + 1]
+            exact = (reference.attention if forward else reference.attention_backward)(*one, **bkw)
+            parts.append([np.asarray(lo, np.float64)[0] - ex[0] for lo, ex in zip(fn(*one, **bkw), exact)])
+        if forward:  # out (nq, H, d) rows, lse (H, nq) columns
+            return [np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts], axis=1)]
+        return [np.concatenate([p[i] for p in parts]) for i in range(3)]
+
+    low_fwd = low_bwd = None
+    if case.tf32:
+        low_fwd, low_bwd = reference.attention_tf32, reference.attention_backward_tf32
+    elif mode != "float32":
+        low_fwd = lambda *a, **k_: reference.attention_lowp(*a, dtype=dt, **k_)  # noqa: E731
+        low_bwd = lambda *a, **k_: reference.attention_backward_lowp(*a, dtype=dt, **k_)  # noqa: E731
+    if "forward" in passes:
+        base = [None, None]
+        if low_fwd is not None:
+            d_out, d_lse = per_sequence(low_fwd, q, k, v)
+            base = [ref_out + d_out, ref_lse + d_lse]
+        result.outputs.append(judge("out", mode, _host(out), ref_out, baseline=base[0]))
+        result.outputs.append(judge("lse", mode, _host(lse), ref_lse, baseline=base[1]))
+    if "backward" in passes:
+        o_in, lse_in = ref_out.astype(dt), ref_lse.astype(np.float32)
+        with poisoned_outputs(poison):
+            grads = api.flash_attention_varlen_backward(dev[3], *dev[:3], xp.asarray(o_in), xp.asarray(lse_in),
+                                                        dev[4], dev[5], mq, mk, **api_kw)  # fmt: skip
+        refs = reference.attention_varlen_backward(dout, q, k, v, o_in, lse_in, cu_q, cu_k, mq, mk, **kw)
+        bases = [None] * 3
+        if low_bwd is not None:
+            diffs = per_sequence(low_bwd, dout, q, k, v, o_in, lse_in)
+            bases = [r + dd for r, dd in zip(refs, diffs)]
+        floor = ZERO_REF_FLOOR * max(_finite_max_abs(g) for g in refs)
+        for name, got, want, low in zip(BACKWARD_OUTPUTS, grads, refs, bases):
+            result.outputs.append(judge(name, mode, _host(got), want, baseline=low, scale_floor=floor))
 
 
 def run_check(

@@ -884,3 +884,13 @@ def test_bench_variant_cases_and_flops():
         B.with_variants([B.BenchCase(2, 8, 128, 128, 64, False)], dict(kv_heads=3))
     result = invoke("bench", "--heads", "8", "--kv-heads", "3", "--seqlen", "128")
     assert result.exit_code == 2 and "kv_heads: expected a divisor of heads=8, got 3" in result.output, result.output
+
+
+@pytest.mark.skipif(not SIMULATOR, reason="a tiny simulator case (on a GPU, `-m gpu` runs larger ones)")
+def test_check_varlen():
+    """``check --varlen``: packed sequences (some empty) through flash_attention_varlen,
+    forward and backward, judged against the reference with the per-sequence baseline."""
+    result = invoke("check", "--varlen", "--batch", "3", "--seqlen", "5:7", "--head-dim", "64", "--heads", "2",
+                    "--kv-heads", "1", "--causal", "on", "--seed", "3")  # fmt: skip
+    assert result.exit_code == 0, result.output
+    assert "mean Nq=5 Nk=7" in result.output and "varlen" in result.output and "all 1 case(s) passed" in result.output
