@@ -6,12 +6,13 @@ is in its failure message, and REFERENCE_TEST_SEED=<seed> replays a failure.
 """
 
 import math
-import os
 
 import ml_dtypes
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
+
+from test_reference import Rand as BaseRand, to_bhsd  # noqa: F401 (to_bhsd: used below)
 
 from numba_flash import reference as R
 
@@ -22,18 +23,15 @@ EXACT = 1e-12  # float64 tiled vs materialised: only summation order differs
 FD_TOL = 1e-6  # analytic vs central-difference gradients (eps = 1e-6)
 
 
-class Rand:
-    """A fresh random generator whose seed ends up in failure messages."""
+class Rand(BaseRand):
+    """test_reference's seeded generator (seed in failure messages), with GQA shapes,
+    ALiBi slopes and dropout seeds."""
 
     def __init__(self, seed=None):
-        env = os.environ.get("REFERENCE_TEST_SEED")
-        if seed is None:
-            seed = int(env) if env else np.random.SeedSequence().entropy
-        self.seed = seed
-        self.gen = np.random.default_rng(self.seed)
-
-    def normal(self, shape):
-        return self.gen.standard_normal(shape)
+        super().__init__()
+        if seed is not None:
+            self.seed = seed
+            self.gen = np.random.default_rng(seed)
 
     def qkv(self, b, h, h_kv, nq, nk, d, layout="bhsd", dv=None):
         """q (h heads), k, v (h_kv heads) and a dout shaped like out, in ``layout``."""
@@ -52,17 +50,10 @@ class Rand:
     def dropout_seed(self):
         return int(self.gen.integers(0, 2**63)) * 2 + int(self.gen.integers(0, 2))
 
-    def __str__(self):
-        return f"seed={self.seed} (replay with REFERENCE_TEST_SEED={self.seed})"
-
 
 @pytest.fixture
 def rnd():
     return Rand()
-
-
-def to_bhsd(x, layout):
-    return x.transpose(0, 2, 1, 3) if layout == "bshd" else x
 
 
 def assert_close(x, ref, tol, what, rnd, floor=0.0):
