@@ -87,6 +87,15 @@ def _check_packed(q, k, v, causal, softmax_scale):
     return causal, ops, dims, A.check_scale(softmax_scale, dims[-1])
 
 
+def _check_offsets(q_op, total_q, total_k, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k):
+    """varlen's offsets and longest lengths, checked: (cu_q, cu_k, batch, max_q, max_k)."""
+    cu_q, B, max_q = A.check_cu_seqlens("cu_seqlens_q", cu_seqlens_q, q_op, total_q, "max_seqlen_q", max_seqlen_q)
+    cu_k, Bk, max_k = A.check_cu_seqlens("cu_seqlens_k", cu_seqlens_k, q_op, total_k, "max_seqlen_k", max_seqlen_k)
+    if Bk != B:
+        raise ValueError(f"cu_seqlens_k: expected {B + 1} offsets (as cu_seqlens_q), got {Bk + 1}")
+    return cu_q, cu_k, B, max_q, max_k
+
+
 class _Variants:
     """A call's checked variant arguments: the kernels' flags and run-time values."""
 
@@ -172,8 +181,6 @@ def _backward(ops, lse_arr, dims, causal, scale, var, allow_tf32, layout, shapes
         for g, w in zip(grads, work_grads):
             g[...] = w.astype(g.dtype)
     return grads
-
-
 
 
 def flash_attention(q, k, v, *, causal=False, softmax_scale=None, window_size=(-1, -1), softcap=0.0,
@@ -308,10 +315,8 @@ def flash_attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
     return_lse = A.check_flag("return_lse", return_lse)
     allow_tf32 = A.check_flag("allow_tf32", allow_tf32)
     _, total_q, total_k, H, d = dims
-    cu_q, B, max_q = A.check_cu_seqlens("cu_seqlens_q", cu_seqlens_q, q_op, total_q, "max_seqlen_q", max_seqlen_q)
-    cu_k, Bk, max_k = A.check_cu_seqlens("cu_seqlens_k", cu_seqlens_k, q_op, total_k, "max_seqlen_k", max_seqlen_k)
-    if Bk != B:
-        raise ValueError(f"cu_seqlens_k: expected {B + 1} offsets (as cu_seqlens_q), got {Bk + 1}")
+    cu_q, cu_k, B, max_q, max_k = _check_offsets(q_op, total_q, total_k, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
+                                                 max_seqlen_k)  # fmt: skip
     var = _Variants(q_op, k_op, B, H, causal, window_size, softcap, alibi_slopes, dropout_p, seed, varlen=True)
     vdims = (B, max_q, max_k, H, d)
     out, lse = _forward(q_op, k_op, v_op, vdims, causal, scale, var, allow_tf32, "bshd", (total_q, H, d),
@@ -333,10 +338,8 @@ def flash_attention_varlen_backward(dout, q, k, v, out, lse, cu_seqlens_q, cu_se
     A.check_like("dout", do_op, q_op)
     A.check_like("out", o_op, q_op)
     _, total_q, total_k, H, d = dims
-    cu_q, B, max_q = A.check_cu_seqlens("cu_seqlens_q", cu_seqlens_q, q_op, total_q, "max_seqlen_q", max_seqlen_q)
-    cu_k, Bk, max_k = A.check_cu_seqlens("cu_seqlens_k", cu_seqlens_k, q_op, total_k, "max_seqlen_k", max_seqlen_k)
-    if Bk != B:
-        raise ValueError(f"cu_seqlens_k: expected {B + 1} offsets (as cu_seqlens_q), got {Bk + 1}")
+    cu_q, cu_k, B, max_q, max_k = _check_offsets(q_op, total_q, total_k, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
+                                                 max_seqlen_k)  # fmt: skip
     lse_arr = A.check_lse_packed(lse, q_op, H, total_q)
     allow_tf32 = A.check_flag("allow_tf32", allow_tf32)
     var = _Variants(q_op, k_op, B, H, causal, window_size, softcap, alibi_slopes, dropout_p, seed, varlen=True)

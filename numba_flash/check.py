@@ -520,6 +520,15 @@ def poisoned_outputs(enabled: bool = True):
         _arrays.empty = real_empty
 
 
+def _api_kwargs(case: CaseSpec, kw: dict, xp) -> dict:
+    """The API's keywords of a case: the reference's ``kw``, with ``allow_tf32`` for
+    TF32 cases and the ALiBi slopes on the API's side."""
+    api_kw = dict(kw, allow_tf32=True) if case.tf32 else dict(kw)
+    if "alibi_slopes" in kw:
+        api_kw["alibi_slopes"] = xp.asarray(kw["alibi_slopes"])
+    return api_kw
+
+
 def check_case(case: CaseSpec, seed: int, *, index: int = 0, passes: Iterable[str] = PASSES, xp=None,
                poison: bool = True) -> CaseResult:
     """Run one case and judge every output; never raises (errors go in ``.error``).
@@ -547,9 +556,7 @@ def check_case(case: CaseSpec, seed: int, *, index: int = 0, passes: Iterable[st
         dout = rng.standard_normal(case.shape(case.seqlen_q)).astype(dt)
         kw = dict(causal=case.causal, layout=case.layout, **case.variant_kwargs(rng))
         mode = case.mode  # "float32", "float16", "bfloat16" or "tf32"
-        api_kw = dict(kw, allow_tf32=True) if case.tf32 else dict(kw)
-        if "alibi_slopes" in kw:
-            api_kw["alibi_slopes"] = xp.asarray(kw["alibi_slopes"])
+        api_kw = _api_kwargs(case, kw, xp)
 
         with poisoned_outputs(poison):
             out, lse = api.flash_attention(xp.asarray(q), xp.asarray(k), xp.asarray(v), return_lse=True, **api_kw)
@@ -604,9 +611,7 @@ def _check_varlen(case: CaseSpec, result: CaseResult, rng, xp, passes, poison, a
     k, v = (rng.standard_normal((int(cu_k[-1]), Hk, d)).astype(dt) for _ in range(2))
     dout = rng.standard_normal(q.shape).astype(dt)
     kw = dict(causal=case.causal, **case.variant_kwargs(rng))
-    api_kw = dict(kw, allow_tf32=True) if case.tf32 else dict(kw)
-    if "alibi_slopes" in kw:
-        api_kw["alibi_slopes"] = xp.asarray(kw["alibi_slopes"])
+    api_kw = _api_kwargs(case, kw, xp)
     dev = [xp.asarray(x) for x in (q, k, v, dout, cu_q, cu_k)]
     with poisoned_outputs(poison):
         out, lse = api.flash_attention_varlen(*dev[:3], dev[4], dev[5], mq, mk, return_lse=True, **api_kw)

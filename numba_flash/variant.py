@@ -67,16 +67,6 @@ class Variant:
         c, wl, wr, sc, al, dr, vl, g = astuple(self)
         return (c, wl, wr or c, sc, al, dr, vl, g)
 
-    @property
-    def plain(self) -> bool:
-        """No variant but (maybe) causal: the kernels of plain attention."""
-        return not any(astuple(self)[1:])
-
-    def describe(self) -> str:
-        names = [n for n, on in zip(("causal", "window-left", "window-right", "softcap", "alibi", "dropout", "varlen",
-                                     "gqa"), astuple(self)) if on]  # fmt: skip
-        return "+".join(names) or "plain"
-
 
 def params(group=1, window=(-1, -1), causal=False, softcap=0.0, keep_threshold=1 << 16, seed_key=(0, 0),
            keep_scale=1.0) -> tuple:

@@ -825,7 +825,6 @@ def test_check_tf32_case_runs_the_tf32_kernel():
     assert out.baseline_rel is not None and out.rel > 1e-5  # TF32-sized error, within its bound
 
 
-@pytest.mark.skipif(not SIMULATOR, reason="a tiny simulator case (on a GPU, `-m gpu` runs larger ones)")
 def test_check_takes_the_variants(tmp_path):
     """``check --kv-heads --window --softcap --alibi --dropout``: the variants reach the
     kernels and the reference alike (JSON records them) and the case passes."""
@@ -886,7 +885,6 @@ def test_bench_variant_cases_and_flops():
     assert result.exit_code == 2 and "kv_heads: expected a divisor of heads=8, got 3" in result.output, result.output
 
 
-@pytest.mark.skipif(not SIMULATOR, reason="a tiny simulator case (on a GPU, `-m gpu` runs larger ones)")
 def test_check_varlen():
     """``check --varlen``: packed sequences (some empty) through flash_attention_varlen,
     forward and backward, judged against the reference with the per-sequence baseline."""

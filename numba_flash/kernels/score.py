@@ -66,48 +66,50 @@ def _tanh(x, LOG2):
 
 
 @device_function
-def scaled(s, si, LOG2, F):
-    """The index-free part of the step: ``s · mul``, or ``cap · tanh(s · mul)``."""
-    if F[SOFTCAP]:
-        return si[1] * _tanh(s * si[0], LOG2)
-    return s * si[0]
+def _capped(arg, si, LOG2):
+    """``(cap · t, 1 − t²)`` with ``t = tanh(arg)``: the softcap and its derivative."""
+    t = _tanh(arg, LOG2)
+    return si[1] * t, float32(1.0) - t * t
 
 
 @device_function
 def softcap_grad(s, si, LOG2, F):
-    """``(x, dx)``: :func:`scaled` and its derivative with respect to ``scale · s``
-    (``1 − tanh²``; 1 without softcap)."""
+    """``(x, dx)``: the index-free part of the step, ``s · mul`` or ``cap · tanh(s ·
+    mul)``, and its derivative with respect to ``scale · s`` (``1 − tanh²``; 1 without
+    softcap)."""
     if F[SOFTCAP]:
-        t = _tanh(s * si[0], LOG2)
-        return si[1] * t, float32(1.0) - t * t
+        return _capped(s * si[0], si, LOG2)
     return s * si[0], float32(1.0)
 
 
 @device_function
-def prescaled(x, si, F):
-    """``(x', dx)`` from ``x = scale · s`` (natural domain, the row-group kernels):
-    ``cap · tanh(x / cap)`` and ``1 − tanh²`` with softcap, else ``(x, 1)``."""
-    if F[SOFTCAP]:
-        t = math.tanh(x * si[3])
-        return si[1] * t, float32(1.0) - t * t
-    return x, float32(1.0)
+def scaled(s, si, LOG2, F):
+    """:func:`softcap_grad` without the derivative (the forward's step)."""
+    return softcap_grad(s, si, LOG2, F)[0]
 
 
 @device_function
-def biased(x, q_idx, k_idx, diag, si, F):
-    """``x − slope · |q_idx + diag − k_idx|`` with ALiBi, else ``x``."""
-    if F[ALIBI]:
-        return x - si[2] * float32(abs(q_idx + diag - k_idx))
-    return x
+def prescaled(x, si, F):
+    """:func:`softcap_grad` from ``x = scale · s`` (natural domain: the row-group
+    kernels hold ``scale · q``): ``cap · tanh(x / cap)``, or ``(x, 1)``."""
+    if F[SOFTCAP]:
+        return _capped(x * si[3], si, False)
+    return x, float32(1.0)
 
 
 @device_function
 def alibi(x, dist, si, F):
     """``x − slope · |dist|`` with ALiBi (``dist = q_idx + diag − k_idx`` as a float),
-    else ``x``: :func:`biased` for callers that form the distance themselves."""
+    else ``x``."""
     if F[ALIBI]:
         return x - si[2] * abs(dist)
     return x
+
+
+@device_function
+def biased(x, q_idx, k_idx, diag, si, F):
+    """:func:`alibi` of query ``q_idx`` and key ``k_idx``."""
+    return alibi(x, float32(q_idx + diag - k_idx), si, F)
 
 
 @device_function
