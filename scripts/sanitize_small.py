@@ -32,14 +32,15 @@ for dtype, tf32 in MODES:  # tf32: float32 with allow_tf32=True (the TF32 tensor
         cp.cuda.runtime.deviceSynchronize()
         print(np.dtype(dtype).name, "tf32" if tf32 else "", Nq, Nk, d, causal, layout, "finite:",
               all(bool(cp.isfinite(x).all()) for x in (out, dq, dk, dv)))
-# the variants (issue #11): GQA + window + softcap + ALiBi, and varlen, on every mode
+# the variants (issue #11): GQA + window + softcap + ALiBi + dropout, and varlen, on every mode
+# (d = 59: a head dim that is not a multiple of 8)
 for dtype, tf32 in MODES:
-    for d in (64, 32):
+    for d in (64, 32, 59):
         B, Nq, Nk, H, Hk = 2, 45, 70, 4, 2
         q = cp.asarray(rng.standard_normal((B, Nq, H, d)).astype(dtype))
         k, v = (cp.asarray(rng.standard_normal((B, Nk, Hk, d)).astype(dtype)) for _ in range(2))
         opts = dict(causal=True, window_size=(20, -1), softcap=3.0, alibi_slopes=cp.full((H,), 0.25, cp.float32),
-                    allow_tf32=tf32)
+                    dropout_p=0.2, seed=11, allow_tf32=tf32)
         out, lse = numba_flash.flash_attention(q, k, v, return_lse=True, **opts)
         grads = numba_flash.flash_attention_backward(cp.asarray(rng.standard_normal(out.shape).astype(dtype)), q, k, v,
                                                      out, lse, **opts)
