@@ -49,7 +49,7 @@ from numba_flash.reference import keep_threshold, seed_key
 from numba_flash.variant import KEEP_SCALE, KEEP_THRESHOLD, SEED_K0, SEED_K1
 
 __all__ = ["philox4x32_10", "group_slot", "keep_values", "keep_value", "keep", "dropout_info", "kept_scale",
-           "chunk_values", "scale_of", "seed_key", "keep_threshold"]
+           "chunk_values", "scale_of", "half_scale", "seed_key", "keep_threshold"]
 
 M0 = uint64(0xD2511F53)  # Philox round multipliers
 M1 = uint64(0xCD9E8D57)
@@ -153,6 +153,15 @@ def kept_scale(i, j, di):
 def chunk_values(i, group, di):
     """The four words of Philox call ``group`` of query ``i`` (:func:`keep_values`)."""
     return keep_values(di[0], di[1], i, group, di[2], di[3])
+
+
+@device_function
+def half_scale(w, s, di):
+    """``1 / (1 − p)`` when the 16-bit value in half ``s`` (0: low, 1: high) of word
+    ``w`` is kept, else 0."""
+    if ((uint64(w) >> uint64(16 * s)) & MASK16) < di[4]:
+        return di[5]
+    return float32(0.0)
 
 
 @device_function

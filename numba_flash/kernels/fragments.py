@@ -18,7 +18,7 @@ address a lane hands to ``ldmatrix`` for the three operand shapes of attention
 from __future__ import annotations
 
 from numba_flash import ptx
-from numba_flash._numba_cuda import cuda, device_function, float32
+from numba_flash._numba_cuda import cuda, device_function, float32, int32, uint32
 from numba_flash.kernels import dropout, score, softmax
 from numba_flash.kernels.block_info import tile_needs_mask
 from numba_flash.kernels.copy import SW_16BIT, chunk_addr
@@ -121,28 +121,109 @@ def p_and_ds(acc_s, acc_dp, NT, start_m, BLOCK_M, start_n, BLOCK_N, row0, col0, 
     in place (:func:`softmax_grad_tile`).  With softcap or dropout, one pass per
     element instead, which multiplies dS by the cap's derivative
     (``score.softcap_grad``) and, with dropout, gives dV's P ∘ Z/(1−p) and
-    dS = P ∘ (dP ∘ Z/(1−p) − delta) (``dropout.kept_scale``, di: ``dropout_info``)."""
+    dS = P ∘ (dP ∘ Z/(1−p) − delta), drawing the keep bits one Philox call per 8
+    elements in dQ (rows are queries, as the forward's :func:`apply_dropout`) and per 4
+    in dK/dV (:func:`_pair_words`); ``col0`` is a multiple of 32 in dQ (di:
+    ``dropout.dropout_info``)."""
     needs_mask = tile_needs_mask(start_m, BLOCK_M, start_n, BLOCK_N, mi)
     if F[SOFTCAP] or F[DROPOUT]:
         lane = cuda.threadIdx.x & 31
-        for nt in range(NT):
-            for e in range(4):
-                r, c = acc_row_col(nt, e, lane)
-                q_idx, k_idx = row0 + r, col0 + c
-                if KEYS_ARE_ROWS:
-                    q_idx, k_idx = col0 + c, row0 + r
-                x, dx = score.softcap_grad(acc_s[nt * 4 + e], si, True, F)
-                x = score.biased(x, q_idx, k_idx, mi[2], si, F)
-                if needs_mask:
-                    x = masked_score(x, q_idx, k_idx, mi)
-                at, keep = _stat_at(nt, e, lane, mi[0] - start_m, KEYS_ARE_ROWS)
-                zf = dropout.kept_scale(q_idx, k_idx, di) if F[DROPOUT] else float32(1.0)
-                p, ds = softmax.softmax_grad(x, acc_dp[nt * 4 + e] * zf, stats[LSE_AT + at], stats[DELTA_AT + at],
-                                             keep, True)  # fmt: skip
-                acc_s[nt * 4 + e], acc_dp[nt * 4 + e] = p * zf, ds * dx
+        if KEYS_ARE_ROWS:  # dK/dV: one Philox call an n-tile, shared by a lane pair
+            for nt in range(NT):
+                wa, wb, pa, pb = _pair_words(nt, row0, col0, lane, di, F)
+                for e in range(4):
+                    zf = _pair_scale(wa, wb, pa, pb, e, lane, di, F)
+                    _p_and_ds_at(acc_s, acc_dp, nt, e, lane, zf, row0, col0, si, needs_mask, mi, stats, LSE_AT,
+                                 DELTA_AT, start_m, KEYS_ARE_ROWS, F)  # fmt: skip
+        else:  # dQ: one Philox call per 32-key stretch and row, as the forward's apply_dropout
+            for a in range((NT + 3) // 4):
+                x0, x1, x2, x3, y0, y1, y2, y3 = _stretch_words(a, row0, col0, lane, di, F)
+                for c in range(4):
+                    nt = 4 * a + c
+                    if nt < NT:
+                        for e in range(4):
+                            zf = float32(1.0)
+                            if F[DROPOUT]:
+                                if e < 2:
+                                    zf = dropout.scale_of(x0, x1, x2, x3, 2 * c + (e & 1), di)
+                                else:
+                                    zf = dropout.scale_of(y0, y1, y2, y3, 2 * c + (e & 1), di)
+                            _p_and_ds_at(acc_s, acc_dp, nt, e, lane, zf, row0, col0, si, needs_mask, mi, stats,
+                                         LSE_AT, DELTA_AT, start_m, KEYS_ARE_ROWS, F)  # fmt: skip
     else:
         scale_and_mask(acc_s, 0, NT, 1, row0, col0, si, needs_mask, mi, KEYS_ARE_ROWS, True, F)
         softmax_grad_tile(acc_s, acc_dp, NT, stats, LSE_AT, DELTA_AT, mi[0] - start_m, KEYS_ARE_ROWS)
+
+
+@device_function
+def _p_and_ds_at(acc_s, acc_dp, nt, e, lane, zf, row0, col0, si, needs_mask, mi, stats, LSE_AT, DELTA_AT, start_m,
+                 KEYS_ARE_ROWS, F):
+    """:func:`p_and_ds`'s per-element step on element ``e`` of n-tile ``nt``, with the
+    dropout factor ``zf`` (1 / (1 − p), 0, or 1 without dropout)."""
+    r, c = acc_row_col(nt, e, lane)
+    q_idx, k_idx = row0 + r, col0 + c
+    if KEYS_ARE_ROWS:
+        q_idx, k_idx = col0 + c, row0 + r
+    i = nt * 4 + e
+    x, dx = score.softcap_grad(acc_s[i], si, True, F)
+    x = score.biased(x, q_idx, k_idx, mi[2], si, F)
+    if needs_mask:
+        x = masked_score(x, q_idx, k_idx, mi)
+    at, keep = _stat_at(nt, e, lane, mi[0] - start_m, KEYS_ARE_ROWS)
+    p, ds = softmax.softmax_grad(x, acc_dp[i] * zf, stats[LSE_AT + at], stats[DELTA_AT + at], keep, True)
+    acc_s[i], acc_dp[i] = p * zf, ds * dx
+
+
+@device_function
+def _stretch_words(a, row0, col0, lane, di, F):
+    """The Philox words of 32-key stretch ``a`` (from ``col0``, a multiple of 32) for
+    the lane's rows g and g + 8 (queries from ``row0``): (x0..x3 of row g, y0..y3 of
+    row g + 8), as in :func:`apply_dropout`; zeros without dropout."""
+    if F[DROPOUT]:
+        group = (col0 // 32 + a) * 4 + (lane & 3)
+        x0, x1, x2, x3 = dropout.chunk_values(row0 + (lane >> 2), group, di)
+        y0, y1, y2, y3 = dropout.chunk_values(row0 + (lane >> 2) + 8, group, di)
+        return x0, x1, x2, x3, y0, y1, y2, y3
+    z = uint32(0)
+    return z, z, z, z, z, z, z, z
+
+
+@device_function
+def _pair_words(nt, row0, col0, lane, di, F):
+    """Dropout words of n-tile ``nt`` of an Sᵀ accumulator (rows: keys ``row0 + g``,
+    ``row0 + g + 8``, ``row0`` a multiple of 16; columns: queries ``col0 + 8·nt + 2t +
+    {0, 1}``).  Both keys of a lane lie in one Philox group, whose call for a query
+    gives the values of keys g and g + 8 in words ``cb`` and ``cb + 1`` (cb = 0 or 2),
+    half ``g & 1``.  Lanes g and g ^ 1 (lane ^ 4) need the same two calls (queries
+    2t and 2t + 1), so each makes one, for query 2t + (g & 1), and they swap words:
+    ``(wa, wb)`` this lane's call, ``(pa, pb)`` the partner's.  Zeros without dropout."""
+    z = uint32(0)
+    if not F[DROPOUT]:
+        return z, z, z, z
+    g = lane >> 2
+    group = (row0 // 32) * 4 + (g >> 1)
+    x0, x1, x2, x3 = dropout.chunk_values(col0 + nt * 8 + 2 * (lane & 3) + (g & 1), group, di)
+    wa, wb = x0, x1
+    if (row0 & 16) != 0:
+        wa, wb = x2, x3
+    # (shfl_sync takes signed words)
+    pa = uint32(cuda.shfl_xor_sync(softmax.FULL_MASK, int32(wa), 4))
+    pb = uint32(cuda.shfl_xor_sync(softmax.FULL_MASK, int32(wb), 4))
+    return wa, wb, pa, pb
+
+
+@device_function
+def _pair_scale(wa, wb, pa, pb, e, lane, di, F):
+    """The dropout factor of element ``e`` from :func:`_pair_words`: the query of
+    column ``2t + (e & 1)`` is this lane's call when ``e & 1 == g & 1``, else the
+    partner's; the key (row half ``e >> 1``) picks the word; 1 without dropout."""
+    if not F[DROPOUT]:
+        return float32(1.0)
+    s = (lane >> 2) & 1
+    w = wa if (e >> 1) == 0 else wb
+    if (e & 1) != s:
+        w = pa if (e >> 1) == 0 else pb
+    return dropout.half_scale(w, s, di)
 
 
 @device_function
