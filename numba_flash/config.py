@@ -22,7 +22,8 @@ Families:
   numba: K and V tiles are ``2 · block_n · d · 4`` bytes, so ``block_n`` is 64 for
   d <= 64, 32 for d <= 128 and 16 beyond, plus the padded score tile.
 * **register-blocked fp32** (``BlockedTiles``; d = 64, 128, 16-byte aligned rows).
-* **tensor cores** fp16/bf16 (``TcTiles``, ``TcBwdTiles``; d = 64, 128).
+* **tensor cores** fp16/bf16 (``TcTiles``, ``TcBwdTiles``; any d that is a multiple of 8,
+  on the tiles of ``tc_tile_dim(d)``).
 * **TF32 tensor cores** for float32 with ``allow_tf32`` (``TcTiles``, ``Tf32BwdTiles``).
 """
 
@@ -34,7 +35,10 @@ from dataclasses import dataclass
 
 SIMT_THREADS = 128  # 4 warps per block in every row-group kernel
 SMEM_LIMIT = 48 * 1024  # numba's static shared arrays: 48 KiB per block
-TC_HEAD_DIMS = (64, 128)
+#: The tensor-core kernels' tile head dims: a head dim d (a multiple of 8, at most 256)
+#: runs on the tiles of the smallest of these >= d (``tc_tile_dim``), its columns past d
+#: zero-filled on load and never written.
+TC_TILE_DIMS = (32, 64, 96, 128, 160, 192, 224, 256)
 TF32_HEAD_DIMS = (64, 128)
 BLOCKED_HEAD_DIMS = (64, 128)
 
@@ -241,17 +245,31 @@ def blocked_backward_tiles(head_dim: int, causal: bool = False, simulator: bool 
 # --- tensor cores: fp16 / bf16 ------------------------------------------------------------
 
 
+def tc_tile_dim(head_dim: int) -> int:
+    """The tensor-core tile head dim for ``head_dim``: the smallest of ``TC_TILE_DIMS``
+    that holds it."""
+    for t in TC_TILE_DIMS:
+        if head_dim <= t:
+            return t
+    raise ValueError(f"head_dim: the tensor-core kernels support up to {TC_TILE_DIMS[-1]}, got {head_dim}")
+
+
 @dataclass(frozen=True)
 class TcTiles:
     """Compile-time tile shape of the tensor-core forward (mma.sync m16n8k16).
 
     Attributes:
-        head_dim: d (64 or 128).
+        head_dim: the tile's d (one of ``TC_TILE_DIMS``; 64 or 128 for TF32).
         block_m: query rows per block = 16 · m_tiles · warps.
         block_n: keys per K/V tile.
         warps: warps per block.
         m_tiles: 16-row m-tiles per warp (each K/V fragment feeds m_tiles mma).
         stages: K/V shared-memory buffers (2: tile j+1 is copied while j is used).
+        q_in_regs: each warp keeps its Q fragments in registers (d/4 words a lane per
+            m-tile); else it reads them from the shared Q tile at every k-slice (head
+            dims past 128, where the registers hold the d/2 output floats instead).
+        data_dim: the arrays' d when less than ``head_dim`` (a multiple of 8: columns
+            past it are zero-filled on load and never written); 0: ``head_dim``.
     """
 
     head_dim: int
@@ -260,6 +278,8 @@ class TcTiles:
     warps: int
     m_tiles: int = 1
     stages: int = 2
+    q_in_regs: bool = True
+    data_dim: int = 0
 
     def __post_init__(self):
         if self.block_m != 16 * self.m_tiles * self.warps:
@@ -270,7 +290,7 @@ class TcTiles:
         return 32 * self.warps
 
 
-def _check_tc(head_dim: int, what: str, dims=TC_HEAD_DIMS):
+def _check_tc(head_dim: int, what: str, dims=TC_TILE_DIMS):
     if head_dim not in dims:
         raise ValueError(f"head_dim: the {what} supports {dims}, got {head_dim}")
 
@@ -286,11 +306,16 @@ def tc_forward_tiles(head_dim: int, causal: bool = False, dtype: str = "float16"
     double-buffered in dynamic shared memory.  The limits: registers (a lane holds
     d/16·4 Q words, BLOCK_N/2 S floats and d/2 O floats) and shared memory per SM
     (228 KiB, so at most two 80 KiB blocks at d = 128).  Causal and dtype do not change
-    the choice today."""
+    the choice today.  The other tile dims follow FlashAttention-2's choices, untuned:
+    32 as 64; 96 as 128; past 128 eight warps of 16 rows with Q read from shared memory
+    at every k-slice (a lane holds d/2 O floats and BLOCK_N/2 S floats: 160 at d = 256),
+    in 64 KiB (Q) + 128 KiB (two K/V stages) of shared memory at d = 256."""
     _check_tc(head_dim, "tensor-core forward")
-    if head_dim == 64:
-        return TcTiles(64, block_m=128, block_n=64, warps=4, m_tiles=2)
-    return TcTiles(head_dim, block_m=128, block_n=64, warps=8)
+    if head_dim <= 64:
+        return TcTiles(head_dim, block_m=128, block_n=64, warps=4, m_tiles=2)
+    if head_dim <= 128:
+        return TcTiles(head_dim, block_m=128, block_n=64, warps=8)
+    return TcTiles(head_dim, block_m=128, block_n=64, warps=8, q_in_regs=False)
 
 
 @dataclass(frozen=True)
@@ -298,12 +323,18 @@ class TcBwdTiles:
     """Compile-time tiles of the tensor-core backward (dK/dV and dQ kernels).
 
     Attributes:
-        head_dim: d (64 or 128).
+        head_dim: the tile's d (one of ``TC_TILE_DIMS``).
         warps: warps per block; each owns 16 rows (keys in dK/dV, queries in dQ).
         kv_block_m: queries per Q/dO tile walked by a dK/dV block (of 16·warps keys).
         q_block_n: keys per K/V tile walked by a dQ block (of 16·warps queries).
         kv_frags_in_regs: dK/dV keeps its K and V fragments in registers (else re-reads
             them from shared memory for every query tile).
+        q_frags_in_regs: dQ keeps its Q and dO fragments in registers (else re-reads
+            them from shared memory for every key tile).
+        split_dkdv: dK and dV come from two kernels, one accumulator each (head dims
+            past 128, where a lane cannot hold the d floats of both; the dV kernel
+            skips dP, the dK kernel recomputes P).
+        data_dim: as ``TcTiles.data_dim``.
     """
 
     head_dim: int
@@ -311,6 +342,9 @@ class TcBwdTiles:
     kv_block_m: int
     q_block_n: int
     kv_frags_in_regs: bool
+    q_frags_in_regs: bool = True
+    split_dkdv: bool = False
+    data_dim: int = 0
 
     @property
     def threads(self) -> int:
@@ -332,11 +366,17 @@ def tc_backward_tiles(head_dim: int, causal: bool = False, dtype: str = "float16
     (kv_block_m / 2 floats) plus, at d = 64, the K and V fragments (d / 4 words); a dQ
     lane holds Q and dO fragments (d / 4), S and dP (q_block_n / 2) and dQ (d / 2).  At
     d = 128 the K/V fragments stay in shared memory and the tiles are 32 wide, keeping
-    both kernels near 160 registers a lane."""
+    both kernels near 160 registers a lane.  32 runs as 64 and 96 as 128 (untuned).
+    Past 128, dK and dV come from two kernels (``split_dkdv``: 9 products instead of
+    7) and dQ reads its Q and dO fragments from shared memory: a lane then holds d/2
+    accumulator floats and 32 of S and dP."""
     _check_tc(head_dim, "tensor-core backward")
-    if head_dim == 64:
-        return TcBwdTiles(64, warps=4, kv_block_m=64, q_block_n=64, kv_frags_in_regs=True)
-    return TcBwdTiles(head_dim, warps=4, kv_block_m=32, q_block_n=32, kv_frags_in_regs=False)
+    if head_dim <= 64:
+        return TcBwdTiles(head_dim, warps=4, kv_block_m=64, q_block_n=64, kv_frags_in_regs=True)
+    if head_dim <= 128:
+        return TcBwdTiles(head_dim, warps=4, kv_block_m=32, q_block_n=32, kv_frags_in_regs=False)
+    return TcBwdTiles(head_dim, warps=4, kv_block_m=32, q_block_n=32, kv_frags_in_regs=False, q_frags_in_regs=False,
+                      split_dkdv=True)
 
 
 # --- TF32 tensor cores: float32 with allow_tf32 -------------------------------------------

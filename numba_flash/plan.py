@@ -10,9 +10,11 @@ its own grid, threads, shared memory and arguments (its ``launches`` function).
 
 The rule, in order (FlashAttention-2's dtypes on tensor cores, everything else exact):
 
-1. fp16 / bf16 at head dims 64 and 128, rows 16-byte aligned (cp.async copies 16
-   bytes), on sm_80 or newer: **tensor-core** (``mma.sync`` m16n8k16).
-2. float32 with ``allow_tf32`` under the same conditions: **tensor-core-tf32**.
+1. fp16 / bf16 at any head dim that is a multiple of 8 (on the tiles of
+   ``config.tc_tile_dim``), rows 16-byte aligned (cp.async copies 16 bytes), on sm_80
+   or newer: **tensor-core** (``mma.sync`` m16n8k16).
+2. float32 with ``allow_tf32`` at head dims 64 and 128, rows aligned, sm_80+:
+   **tensor-core-tf32**.
 3. Otherwise **simt-fp32**, exact fp32 on CUDA cores: the register-blocked kernels for
    float32 work at head dims 64 and 128 with aligned rows on sm_80+ (they use cp.async
    too), else the row-group kernels (any head dim, any alignment, any architecture).
@@ -117,8 +119,10 @@ def family(p: Problem) -> tuple[str, str]:
     if p.dtype in ("float16", "bfloat16") or (p.dtype == "float32" and p.allow_tf32):
         name = "tensor-core" if p.dtype != "float32" else "tensor-core-tf32"
         why = []
-        if p.head_dim not in config.TC_HEAD_DIMS:
-            why.append(f"head dim {p.head_dim} is not one of {config.TC_HEAD_DIMS}")
+        if p.dtype == "float32" and p.head_dim not in config.TF32_HEAD_DIMS:
+            why.append(f"head dim {p.head_dim} is not one of {config.TF32_HEAD_DIMS}")
+        elif p.head_dim % 8:
+            why.append(f"head dim {p.head_dim} is not a multiple of 8")
         if not p.aligned:
             why.append("rows are not 16-byte aligned")
         if not tensor_cores:
@@ -136,12 +140,12 @@ def plan(p: Problem) -> Plan:
     if fam == "tensor-core":
         from numba_flash.kernels import tc_backward, tc_forward
 
-        if p.pass_ == "forward":
-            t = config.choose("tc_forward", d, causal, p.dtype)
-            launches = tc_forward.launches(t, v, p.dtype, sz)
-        else:
-            t = config.choose("tc_backward", d, causal, p.dtype)
-            launches = tc_backward.launches(t, v, p.dtype, sz)
+        tile_d = config.tc_tile_dim(d)  # d on the tiles of the next tile head dim
+        t = config.choose("tc_" + p.pass_, tile_d, causal, p.dtype)
+        if tile_d != d:
+            t = replace(t, data_dim=d)
+        module = tc_forward if p.pass_ == "forward" else tc_backward
+        launches = module.launches(t, v, p.dtype, sz)
         return Plan(fam, p.dtype, tuple(launches), note, p)
     if fam == "tensor-core-tf32":
         from numba_flash.kernels import tf32_backward, tf32_forward
@@ -179,10 +183,12 @@ def table(arch: tuple = (9, 0)) -> list[dict]:
         ("float32", "64, 128 (16-byte aligned rows)", 64, False, True),
         ("float32", "any other from 1 to 256, or unaligned rows", 96, False, True),
         ("float32, allow_tf32=True", "64, 128 (16-byte aligned rows)", 64, True, True),
-        ("float16", "64, 128 (16-byte aligned rows)", 64, False, True),
-        ("float16", "any other from 1 to 256, or unaligned rows", 96, False, True),
-        ("bfloat16", "64, 128 (16-byte aligned rows)", 64, False, True),
-        ("bfloat16", "any other from 1 to 256, or unaligned rows", 96, False, True),
+        ("float16", "multiples of 8 up to 128 (16-byte aligned rows)", 64, False, True),
+        ("float16", "multiples of 8 from 136 to 256 (aligned rows)", 256, False, True),
+        ("float16", "any other from 1 to 256, or unaligned rows", 59, False, True),
+        ("bfloat16", "multiples of 8 up to 128 (16-byte aligned rows)", 64, False, True),
+        ("bfloat16", "multiples of 8 from 136 to 256 (aligned rows)", 256, False, True),
+        ("bfloat16", "any other from 1 to 256, or unaligned rows", 59, False, True),
     ]
     rows = []
     for label, dims, d, tf32, aligned in cases:

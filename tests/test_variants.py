@@ -191,15 +191,39 @@ def test_variant_combinations(rng, fam, causal, left, right, softcap, alibi, dro
 
 @pytest.mark.usefixtures("poisoned_outputs")
 @pytest.mark.parametrize("dtype", [np.float32, np.float16, _arrays.BFLOAT16], ids=lambda d: np.dtype(d).name)
-@pytest.mark.parametrize("d", [1, 5, 27] if SIMULATOR else [1, 5, 27, 59, 111, 200, 250])
+@pytest.mark.parametrize("d", [1, 5, 27] if SIMULATOR else [1, 5, 27, 59, 111, 250])
 def test_any_head_dim(rng, dtype, d):
     """Head dims that are not a multiple of 8 run on the next multiple's tiles (columns
     past d zero on load, never written; no padded copy): forward and backward, with
     GQA, causal and softcap, against the reference (fp16/bf16: 2× / 3× the same-dtype
     standard attention)."""
-    B, H, H_kv, Nq, Nk = (1, 2, 1, 7, 11) if SIMULATOR else (2, 4, 2, 300, 517)
+    shape = (1, 2, 1, 7, 11) if SIMULATOR else (2, 4, 2, 300, 517)
+    check_head_dim(rng, dtype, d, *shape, family="simt-fp32")
+
+
+#: tensor-core head dims: every tile dim (32 .. 256) and dims padded up to one (40, 72, 136, 200)
+TC_DIMS_SIM = [(np.float16, 32), (_arrays.BFLOAT16, 40), (np.float16, 96), (np.float16, 160), (_arrays.BFLOAT16, 256)]
+TC_DIMS_GPU = [(dt, d) for dt in (np.float16, _arrays.BFLOAT16) for d in (8, 32, 40, 72, 96, 136, 160, 192, 200, 224, 256)]
+
+
+@pytest.mark.usefixtures("poisoned_outputs")
+@pytest.mark.parametrize("dtype,d", TC_DIMS_SIM if SIMULATOR else TC_DIMS_GPU,
+                         ids=lambda x: x if isinstance(x, int) else np.dtype(x).name)  # fmt: skip
+def test_tensor_core_head_dims(rng, dtype, d):
+    """fp16/bf16 at any head dim that is a multiple of 8 run on tensor cores, on the
+    tiles of ``config.tc_tile_dim(d)`` (past 128: Q fragments from shared memory, dK
+    and dV from two kernels), with GQA, causal and softcap."""
+    shape = (1, 2, 1, 17, 23) if SIMULATOR else (2, 4, 2, 300, 517)
+    check_head_dim(rng, dtype, d, *shape, family="tensor-core")
+
+
+def check_head_dim(rng, dtype, d, B, H, H_kv, Nq, Nk, family):
     q, k, v, dout = _inputs(rng, dtype, B, H, H_kv, Nq, Nk, d)
     kw = dict(causal=True, softcap=3.0)
+    for pass_ in plan.PASSES:
+        p = plan.Problem(pass_, np.dtype(dtype).name, d, True, batch=B, heads=H, heads_k=H_kv, seqlen_q=Nq,
+                         seqlen_k=Nk)  # fmt: skip
+        assert plan.family(p)[0] == family, (pass_, plan.family(p))
     xp = _xp()
     out, lse = numba_flash.flash_attention(*(xp.asarray(x) for x in (q, k, v)), return_lse=True, **kw)
     assert out.shape == q.shape
@@ -214,6 +238,7 @@ def test_any_head_dim(rng, dtype, d):
         low = reference.attention_backward_lowp(dout, q, k, v, o_in, lse_in, dtype=dtype, **kw)
         tols = [3 * b + FLOOR for b in grad_errors(low, refs)]
     assert reference.rel_error(host(out), ref_out) <= tol, f"d={d}: O, seed {rng.seed_value}"
+    assert np.allclose(host(lse), ref_lse, rtol=1e-3, atol=1e-3), f"d={d}: lse, seed {rng.seed_value}"
     for name, e, t in zip(("dq", "dk", "dv"), grad_errors(grads, refs), tols):
         assert e <= t, f"d={d}: {name} {e:.3g} > {t:.3g}, seed {rng.seed_value}"
 

@@ -8,7 +8,8 @@ Everything ``numba-flash bench`` prints comes from here, so it is callable from 
 
 The package re-exports the names of its modules, so ``bench.X`` works for all of them:
 
-``cases``   the shapes timed (:class:`BenchCase`, presets, grids) and their FLOPs
+``cases``   the shapes timed (:class:`BenchCase`, presets, grids, varlen batches) and
+            their FLOPs
 ``timing``  CUDA-event timing, input rotation past L2, device and memory helpers
 ``peers``   the implementations timed (``IMPLS``): numba-flash, CuPy, torch SDPA
 ``report``  :class:`BenchResult`, derived rows and ratios, JSON / CSV / plot output
@@ -24,18 +25,22 @@ from numba_flash.bench.cases import (
     DTYPES,
     PASSES,
     PRESETS,
+    VARLEN_SEED,
     BenchCase,
     attention_flops,
     fa2_cases,
     preset_cases,
     shape_cases,
     tflops,
+    varlen_cases,
+    varlen_seqlens,
     visible_pairs,
     with_variants,
 )
 from numba_flash.bench.peers import (
     IMPLS,
     TORCH_BACKENDS,
+    VARLEN_IMPLS,
     CupyStandard,
     Impl,
     NumbaFlash,
@@ -79,9 +84,9 @@ from numba_flash.bench.timing import (
 __all__ = [
     # cases
     "ALL_PASSES", "DTYPES", "PASSES", "PRESETS", "BenchCase", "attention_flops", "visible_pairs", "with_variants", "fa2_cases",
-    "preset_cases", "shape_cases", "tflops",
+    "preset_cases", "shape_cases", "tflops", "VARLEN_SEED", "varlen_cases", "varlen_seqlens",
     # peers
-    "IMPLS", "TORCH_BACKENDS", "CupyStandard", "Impl", "NumbaFlash", "TorchSDPA", "causal_bias",
+    "IMPLS", "TORCH_BACKENDS", "VARLEN_IMPLS", "CupyStandard", "Impl", "NumbaFlash", "TorchSDPA", "causal_bias",
     "cupy_attention_backward", "cupy_attention_forward", "make_impls",
     # report
     "ROW_KEYS", "SCHEMA", "STATUSES", "BenchResult", "add_derived", "csv_text", "plot",

@@ -7,11 +7,23 @@ FLOPs (:func:`attention_flops`)
 ×2.5 for the backward (five matmuls) and ×3.5 for forward + backward — the convention of
 FlashAttention-2's benchmarks.  With a sliding window, only the visible (query, key)
 pairs count (4·d each).  TFLOP/s = flops / ms / 1e9.
+
+Varlen cases (:func:`varlen_cases`)
+-----------------------------------
+A varlen case is a packed batch of ``batch`` sequences (``flash_attn_varlen_func``'s
+input) whose lengths (:attr:`BenchCase.seqlens`, q and k alike) have mean exactly
+``seqlen_q``: drawn by :func:`varlen_seqlens`, uniformly in [N/4, 7N/4], rescaled to
+the total B·N.  Its FLOPs count each sequence's visible pairs (:func:`visible_pairs`,
+4·H·d a pair; causal: L(L+1)/2 exactly, not L²/2), whichever implementation runs it:
+the peers, without a varlen entry, run the padded batch (:attr:`BenchCase.padded`,
+(B, max length, H, d)) and are credited the same real pairs, so TFLOP/s ratios are time
+ratios.
 """
 
 from __future__ import annotations
 
 import numbers
+from collections import Counter
 from dataclasses import dataclass, replace
 from typing import Sequence
 
@@ -21,6 +33,7 @@ PASSES = ("forward", "backward")
 ALL_PASSES = ("forward", "backward", "forward+backward")
 DTYPES = ("float16", "bfloat16", "float32")
 PRESETS = ("fa2", "smoke")
+VARLEN_SEED = 0  # default seed of the varlen lengths: the same lengths every run
 
 
 @dataclass(frozen=True)
@@ -52,6 +65,9 @@ class BenchCase(Shape):
     softcap: float = 0.0
     alibi: bool = False
     dropout: float = 0.0
+    # varlen: the lengths of the packed sequences, q and k alike (batch of them, mean
+    # seqlen_q = seqlen_k, so they sum to batch·seqlen_q); () for a dense batch
+    seqlens: tuple = ()
 
     def __post_init__(self):
         super().__post_init__()
@@ -62,6 +78,39 @@ class BenchCase(Shape):
             raise ValueError(f"kv_heads: expected a divisor of heads={self.heads}, got {self.kv_heads}")
         object.__setattr__(self, "kv_heads", kv)
         object.__setattr__(self, "window", tuple(self.window))
+        lens = tuple(self.seqlens)
+        if any(isinstance(n, bool) or not isinstance(n, numbers.Integral) or n < 1 for n in lens):
+            raise ValueError(f"seqlens: expected positive ints, got {lens!r}")
+        lens = tuple(int(n) for n in lens)
+        if lens and self.seqlen_q != self.seqlen_k:
+            raise ValueError(f"seqlens: a varlen case gives q and k the same lengths, so seqlen_q must equal "
+                             f"seqlen_k, got {self.seqlen_q}:{self.seqlen_k}")  # fmt: skip
+        if lens and (len(lens) != self.batch or sum(lens) != self.batch * self.seqlen_q):
+            raise ValueError(f"seqlens: expected batch={self.batch} lengths summing to batch·seqlen_q="
+                             f"{self.batch * self.seqlen_q}, got {len(lens)} summing to {sum(lens)}")  # fmt: skip
+        object.__setattr__(self, "seqlens", lens)
+
+    @property
+    def varlen(self) -> bool:
+        return bool(self.seqlens)
+
+    @property
+    def max_seqlen(self) -> int:
+        """The longest sequence: a varlen case's padded length, else max(seqlen_q, seqlen_k)."""
+        return max(self.seqlens) if self.seqlens else max(self.seqlen_q, self.seqlen_k)
+
+    @property
+    def cu_seqlens(self):
+        """A varlen case's offsets, int32 (batch + 1,): sequence b is rows cu[b] .. cu[b+1] − 1."""
+        return np.concatenate([[0], np.cumsum(self.seqlens, dtype=np.int64)]).astype(np.int32)
+
+    @property
+    def padded(self) -> "BenchCase":
+        """The dense case a user without varlen runs: the batch padded to (B, max length);
+        a dense case is its own."""
+        if not self.seqlens:
+            return self
+        return replace(self, seqlen_q=self.max_seqlen, seqlen_k=self.max_seqlen, seqlens=())
 
     @property
     def variants(self) -> str:
@@ -76,9 +125,11 @@ class BenchCase(Shape):
     @property
     def label(self) -> str:
         seq = f"N={self.seqlen_q}" if self.seqlen_q == self.seqlen_k else f"Nq={self.seqlen_q} Nk={self.seqlen_k}"
+        shape = f"B={self.batch} H={self.heads} {seq}"
+        if self.varlen:
+            shape = f"varlen B={self.batch} mean={self.seqlen_q} max={self.max_seqlen} H={self.heads}"
         extra = f" {self.variants}" if self.variants else ""
-        return (f"{self.dtype} B={self.batch} H={self.heads} {seq} d={self.head_dim} "
-                f"{'causal' if self.causal else 'full'}{extra}")  # fmt: skip
+        return f"{self.dtype} {shape} d={self.head_dim} {'causal' if self.causal else 'full'}{extra}"
 
 
 def visible_pairs(seqlen_q: int, seqlen_k: int, causal: bool = False, window=(-1, -1)) -> int:
@@ -93,15 +144,21 @@ def visible_pairs(seqlen_q: int, seqlen_k: int, causal: bool = False, window=(-1
     return int(np.maximum(hi - lo, 0).sum())
 
 
-def attention_flops(batch, heads, seqlen_q, seqlen_k, head_dim, causal, pass_="forward", window=(-1, -1)) -> float:
+def attention_flops(batch, heads, seqlen_q, seqlen_k, head_dim, causal, pass_="forward", window=(-1, -1),
+                    seqlens=()) -> float:  # fmt: skip
     """FLOPs of one attention call: 4·B·H·Nq·Nk·d, ×0.5 causal, ×2.5 backward,
     ×3.5 forward+backward (FlashAttention-2's convention); with a window, 4·d a
-    visible pair (:func:`visible_pairs`)."""
+    visible pair (:func:`visible_pairs`).  With ``seqlens`` (a varlen batch: sequence
+    lengths, q and k alike; batch, seqlen_q and seqlen_k then unused), 4·H·d a visible
+    pair of each sequence."""
     f = 4.0 * batch * heads * seqlen_q * seqlen_k * head_dim
     if causal:
         f *= 0.5
     if tuple(window) != (-1, -1):
         f = 4.0 * batch * heads * head_dim * visible_pairs(seqlen_q, seqlen_k, causal, window)
+    if len(seqlens):
+        pairs = sum(count * visible_pairs(n, n, causal, window) for n, count in Counter(seqlens).items())
+        f = 4.0 * heads * head_dim * pairs
     mult = {"forward": 1.0, "backward": 2.5, "forward+backward": 3.5}
     if pass_ not in mult:
         raise ValueError(f"pass_: expected one of {tuple(mult)}, got {pass_!r}")
@@ -156,6 +213,34 @@ def shape_cases(
                     h = heads if heads is not None else max(1, 2048 // d)
                     cases.append(BenchCase(b, h, nq, nk, d, bool(c), dt, **(variants or {})))
     return cases
+
+
+def varlen_seqlens(batch: int, mean: int, seed: int = VARLEN_SEED) -> tuple[int, ...]:
+    """``batch`` sequence lengths of mean exactly ``mean`` (they sum to batch·mean), each
+    at least 1: drawn uniformly in [mean/4, 7·mean/4] (``numpy.random.default_rng(seed)``),
+    rescaled to the total, then rounded by largest remainder.  Reproducible: the same
+    (batch, mean, seed) gives the same lengths."""
+    for name, value in (("batch", batch), ("mean", mean)):
+        if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
+            raise ValueError(f"{name}: expected a positive int, got {value!r}")
+    total = int(batch) * int(mean)
+    x = np.random.default_rng(seed).uniform(0.25 * mean, 1.75 * mean, int(batch))
+    x *= total / x.sum()
+    lens = np.maximum(np.floor(x).astype(np.int64), 1)
+    frac = x - np.floor(x)
+    while (short := total - int(lens.sum())) != 0:
+        if short > 0:  # the floors lost < batch tokens: one more to the largest remainders
+            lens[np.argsort(-frac, kind="stable")[:short]] += 1
+        else:  # the floor of 1 added some: one less to the smallest remainders above 1
+            above = np.flatnonzero(lens > 1)
+            lens[above[np.argsort(frac[above], kind="stable")][:-short]] -= 1
+    return tuple(int(n) for n in lens)
+
+
+def varlen_cases(cases: Sequence[BenchCase], seed: int = VARLEN_SEED) -> list[BenchCase]:
+    """``cases`` as varlen cases: each a packed batch of its ``batch`` sequences with
+    lengths from :func:`varlen_seqlens` (mean its seqlen; seqlen_q must equal seqlen_k)."""
+    return [replace(c, seqlens=varlen_seqlens(c.batch, c.seqlen_q, seed)) for c in cases]
 
 
 def with_variants(cases: Sequence[BenchCase], variants: dict | None) -> list[BenchCase]:

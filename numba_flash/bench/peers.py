@@ -6,6 +6,8 @@ Implementations (``IMPLS``)
 ``numba-flash``         ``flash_attention`` / ``flash_attention_backward`` (layout option,
                         bshd by default); the backward is timed alone, on the ``out`` and
                         ``lse`` of one forward run outside the timed region.
+``numba-flash-padded``  varlen cases only: numba-flash (``flash_attention``) on the padded
+                        batch, what varlen saves.
 ``numba-flash-tf32``    the same with ``allow_tf32=True`` given to both passes: float32
                         inputs on TF32 tensor cores (~1e-3 relative) for head dims 64 and
                         128.  Other dtypes and head dims are reported ``unsupported``
@@ -22,6 +24,14 @@ Implementations (``IMPLS``)
 ``torch-sdpa-math``     contiguous, holding the same values; the backward is
                         ``out.backward(dout, retain_graph=True)`` timed alone (gradients
                         reset to None outside the timed region).
+
+Varlen cases (``BenchCase.seqlens``): numba-flash and numba-flash-tf32 call
+``flash_attention_varlen`` / ``flash_attention_varlen_backward`` on the packed
+(total, H, d) arrays with int32 ``cu_seqlens`` on the device (``--layout`` does not
+apply); every other implementation (``VARLEN_IMPLS`` lists those that do not) has no
+varlen entry and runs the padded batch, (B, max length, H, d) dense, with no padding
+mask — the shape a user without varlen runs — and is given that dense case
+(:meth:`Impl.run_case`), so it reports ``unsupported`` / ``oom`` on the padded shape.
 """
 
 from __future__ import annotations
@@ -37,6 +47,7 @@ from numba_flash.bench.timing import InputSet, _itemsize
 
 IMPLS = (
     "numba-flash",
+    "numba-flash-padded",
     "numba-flash-tf32",
     "cupy-standard",
     "torch-sdpa-flash",
@@ -44,6 +55,7 @@ IMPLS = (
     "torch-sdpa-efficient",
     "torch-sdpa-math",
 )
+VARLEN_IMPLS = ("numba-flash", "numba-flash-tf32")  # run varlen cases packed; the others padded
 TORCH_BACKENDS = {
     "torch-sdpa-flash": "FLASH_ATTENTION",
     "torch-sdpa-cudnn": "CUDNN_ATTENTION",
@@ -57,6 +69,12 @@ class Impl:
 
     name = ""
     events = "cupy"
+    varlen_only = False  # timed on varlen cases only (numba-flash-padded)
+
+    def run_case(self, case: BenchCase) -> BenchCase:
+        """The case this implementation runs: a varlen case's padded batch unless it is
+        in ``VARLEN_IMPLS``; ``unsupported``, ``extra_set_bytes`` and ``prepare`` get it."""
+        return case if self.name in VARLEN_IMPLS else case.padded
 
     def unavailable(self) -> str | None:
         """None when usable, else why not."""
@@ -95,12 +113,16 @@ def _plain(case: BenchCase) -> bool:
 
 
 class NumbaFlash(Impl):
-    """numba-flash; ``allow_tf32`` as in ``flash_attention`` (the "numba-flash-tf32" row)."""
+    """numba-flash; ``allow_tf32`` as in ``flash_attention`` (the "numba-flash-tf32" row);
+    ``padded``: the "numba-flash-padded" row, a varlen case's padded batch."""
 
-    def __init__(self, layout: str = "bshd", allow_tf32: bool = False):
+    def __init__(self, layout: str = "bshd", allow_tf32: bool = False, padded: bool = False):
+        if allow_tf32 and padded:
+            raise ValueError("NumbaFlash: allow_tf32 and padded are separate rows; give one")
         self.layout = layout
         self.allow_tf32 = allow_tf32
-        self.name = "numba-flash-tf32" if allow_tf32 else "numba-flash"
+        self.varlen_only = padded
+        self.name = "numba-flash-tf32" if allow_tf32 else "numba-flash-padded" if padded else "numba-flash"
 
     def unsupported(self, case, pass_):
         if not self.allow_tf32:
@@ -115,9 +137,14 @@ class NumbaFlash(Impl):
 
     def extra_set_bytes(self, case, pass_):
         o = case.batch * case.heads * case.seqlen_q * (case.head_dim * _itemsize(case.dtype) + 4)
-        return o if pass_ == "backward" else 0
+        o = o if pass_ == "backward" else 0
+        if case.varlen:  # the packed copies of q, k, v, dout (batch·seqlen_q rows each)
+            o += 2 * (case.heads + case.kv_heads) * case.batch * case.seqlen_q * case.head_dim * _itemsize(case.dtype)
+        return o
 
     def prepare(self, case, pass_, sets):
+        if case.varlen:
+            return self._prepare_varlen(case, pass_, sets)
         from numba_flash import api
 
         kw = dict(causal=case.causal, layout=self.layout, **variant_kwargs(case))
@@ -133,6 +160,31 @@ class NumbaFlash(Impl):
                 fns.append(
                     lambda q=q, k=k, v=v, do=do, out=out, lse=lse: api.flash_attention_backward(
                         do, q, k, v, out, lse, **kw
+                    )
+                )
+        return fns, None
+
+    def _prepare_varlen(self, case, pass_, sets):
+        """``flash_attention_varlen`` on the packed rows: q (total, H, d), k and v
+        (total, H_kv, d), cu_seqlens int32 (B + 1,) on the device, q and k alike."""
+        from numba_flash import api
+
+        n = case.max_seqlen
+        kw = dict(causal=case.causal, **variant_kwargs(case))
+        if self.allow_tf32:
+            kw["allow_tf32"] = True
+        fns = []
+        for s in sets:
+            q, k, v, do = (s.packed(name) for name in ("q", "k", "v", "dout"))
+            cu = s.cu_seqlens()
+            if pass_ == "forward":
+                fns.append(lambda q=q, k=k, v=v, cu=cu: api.flash_attention_varlen(q, k, v, cu, cu, n, n,
+                                                                                   return_lse=True, **kw))  # fmt: skip
+            else:
+                out, lse = api.flash_attention_varlen(q, k, v, cu, cu, n, n, return_lse=True, **kw)
+                fns.append(
+                    lambda q=q, k=k, v=v, do=do, out=out, lse=lse, cu=cu: api.flash_attention_varlen_backward(
+                        do, q, k, v, out, lse, cu, cu, n, n, **kw
                     )
                 )
         return fns, None
@@ -320,8 +372,8 @@ class TorchSDPA(Impl):
 def make_impls(names: Iterable[str] = IMPLS, *, layout: str = "bshd") -> list[Impl]:
     impls = []
     for name in names:
-        if name in ("numba-flash", "numba-flash-tf32"):
-            impls.append(NumbaFlash(layout, allow_tf32=name == "numba-flash-tf32"))
+        if name in ("numba-flash", "numba-flash-padded", "numba-flash-tf32"):
+            impls.append(NumbaFlash(layout, allow_tf32=name == "numba-flash-tf32", padded=name == "numba-flash-padded"))
         elif name == "cupy-standard":
             impls.append(CupyStandard())
         elif name in TORCH_BACKENDS:

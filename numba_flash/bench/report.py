@@ -8,7 +8,8 @@ Top level::
     {"schema": "numba-flash-bench/1", "created": ISO-8601 time,
      "environment": {...numba_flash.info.gather_info() summary...},
      "settings": {"warmup": int, "rep": int, "min_rep": int, "budget_ms": float,
-                  "l2_bytes": int | null, "layout": str},
+                  "l2_bytes": int | null, "layout": str, ...; the command line adds
+                  "preset" and "varlen_seed" (int, or null without --varlen)},
      "results": [row, ...]}
 
 One ``row`` per (case, implementation, pass)::
@@ -18,10 +19,19 @@ One ``row`` per (case, implementation, pass)::
                                 (the last is derived: the sum of the two measured passes)
     dtype                 str   "float16" | "bfloat16" | "float32"
     batch, heads          int
-    seqlen_q, seqlen_k    int
+    seqlen_q, seqlen_k    int   (varlen: the mean sequence length, both)
     head_dim              int
     causal                bool
-    flops                 float FLOPs of one call (see above)
+    varlen                bool  a packed batch of sequences of different lengths
+    padded                bool  this implementation ran the varlen case's padded batch,
+                                (batch, max_seqlen, heads, head_dim): it has no varlen
+                                entry (numba-flash-padded: on purpose); its flops are
+                                still the real pairs', so its ratio is a time ratio
+    total_seqlen          int | null  varlen: the tokens packed, batch·seqlen_q
+    max_seqlen            int | null  varlen: the longest sequence (the padded length)
+    seqlens               [int] | null  varlen: the lengths, q and k alike (CSV: space-separated)
+    flops                 float FLOPs of one call (see above; varlen: 4·H·d per visible
+                                pair of each sequence, padded rows too)
     ms                    float | null  median time of one call, milliseconds
     ms_min, ms_max        float | null  fastest and slowest timed call
     ms_q1, ms_q3          float | null  quartiles of the timed calls
@@ -47,14 +57,14 @@ from typing import Sequence
 
 from numba_flash import _report
 from numba_flash.bench.cases import ALL_PASSES, BenchCase, attention_flops, tflops
-from numba_flash.bench.peers import IMPLS
+from numba_flash.bench.peers import IMPLS, VARLEN_IMPLS
 from numba_flash.bench.timing import Timing
 
 SCHEMA = "numba-flash-bench/1"
 STATUSES = ("ok", "oom", "unsupported", "unavailable", "error")
 ROW_KEYS = (
     "impl", "pass", "dtype", "batch", "heads", "seqlen_q", "seqlen_k", "head_dim", "causal",
-    "flops", "ms", "ms_min", "ms_max", "ms_q1", "ms_q3", "reps", "rotation", "tflops",
+    "varlen", "padded", "total_seqlen", "max_seqlen", "seqlens", "flops", "ms", "ms_min", "ms_max", "ms_q1", "ms_q3", "reps", "rotation", "tflops",
     "status", "detail", "ratio_vs_numba_flash",
 )  # fmt: skip
 
@@ -70,9 +80,15 @@ class BenchResult:
     ratio_vs_numba_flash: float | None = None
 
     @property
+    def padded(self) -> bool:
+        """This row timed a varlen case's padded batch (an implementation without varlen)."""
+        return self.case.varlen and self.impl not in VARLEN_IMPLS
+
+    @property
     def flops(self) -> float:
         c = self.case
-        return attention_flops(c.batch, c.heads, c.seqlen_q, c.seqlen_k, c.head_dim, c.causal, self.pass_, c.window)
+        return attention_flops(c.batch, c.heads, c.seqlen_q, c.seqlen_k, c.head_dim, c.causal, self.pass_, c.window,
+                               c.seqlens)  # fmt: skip
 
     @property
     def ms(self) -> float | None:
@@ -96,6 +112,11 @@ class BenchResult:
             "seqlen_k": c.seqlen_k,
             "head_dim": c.head_dim,
             "causal": c.causal,
+            "varlen": c.varlen,
+            "padded": self.padded,
+            "total_seqlen": sum(c.seqlens) if c.varlen else None,
+            "max_seqlen": c.max_seqlen if c.varlen else None,
+            "seqlens": list(c.seqlens) if c.varlen else None,
             "flops": self.flops,
             "ms": _round(t.ms) if t else None,
             "ms_min": _round(t.ms_min) if t else None,
@@ -174,7 +195,8 @@ def csv_text(results: Sequence[BenchResult]) -> str:
     w = csv.DictWriter(buf, fieldnames=list(ROW_KEYS), lineterminator="\n")
     w.writeheader()
     for r in results:
-        w.writerow({k: ("" if v is None else v) for k, v in r.to_dict().items()})
+        w.writerow({k: ("" if v is None else " ".join(map(str, v)) if isinstance(v, list) else v)
+                    for k, v in r.to_dict().items()})  # fmt: skip
     return buf.getvalue()
 
 
@@ -204,7 +226,8 @@ def _pyplot():
 def plot(results, path, *, title: str | None = None) -> str:
     """TFLOP/s against sequence length, one bar per implementation, one panel per
     (pass, head dim, causal, dtype) — the layout of FlashAttention-2's README plots.
-    ``results``: BenchResult objects or JSON rows.  Returns ``path``."""
+    Varlen cases sit at their mean length; a padded row's bar is hatched and its legend
+    entry says "(padded)".  ``results``: BenchResult objects or JSON rows.  Returns ``path``."""
     plt = _pyplot()
     rows = [r.to_dict() if isinstance(r, BenchResult) else dict(r) for r in results]
     if not rows:
@@ -216,7 +239,10 @@ def plot(results, path, *, title: str | None = None) -> str:
         if g not in groups:
             groups.append(g)
     impls = [i for i in IMPLS if any(r["impl"] == i for r in rows)]
-    colors = dict(zip(IMPLS, ("#d62728", "#e377c2", "#7f7f7f", "#1f77b4", "#2ca02c", "#ff7f0e", "#9467bd")))
+    colors = {"numba-flash": "#d62728", "numba-flash-padded": "#8c564b", "numba-flash-tf32": "#e377c2",
+              "cupy-standard": "#7f7f7f", "torch-sdpa-flash": "#1f77b4", "torch-sdpa-cudnn": "#2ca02c",
+              "torch-sdpa-efficient": "#ff7f0e", "torch-sdpa-math": "#9467bd"}  # fmt: skip
+    varlen = any(r.get("varlen") for r in rows)  # rows of an older document have no varlen keys
     fig, axes = plt.subplots(
         len(passes), len(groups), figsize=(max(6.0, 5.2 * len(groups)), 3.8 * len(passes)), squeeze=False
     )
@@ -233,17 +259,19 @@ def plot(results, path, *, title: str | None = None) -> str:
                         continue
                     r = match[0]
                     x = si - 0.4 + width * (ii + 0.5)
+                    label = (f"{impl} (padded)" if r.get("padded") else impl) if si == 0 else None
+                    bar = dict(color=colors.get(impl), label=label, hatch="//" if r.get("padded") else None)
                     if r["status"] == "ok" and r["tflops"] is not None:
-                        ax.bar(x, r["tflops"], width, color=colors.get(impl), label=impl if si == 0 else None)
+                        ax.bar(x, r["tflops"], width, **bar)
                         ax.text(x, r["tflops"], f" {r['tflops']:.0f}", ha="center", va="bottom", fontsize=6,
                                 rotation=90 if len(impls) > 3 else 0)  # fmt: skip
                     else:
-                        ax.bar(x, 0, width, color=colors.get(impl), label=impl if si == 0 else None)
+                        ax.bar(x, 0, width, **bar)
                         ax.text(x, 0, {"oom": "OOM", "unsupported": "n/s"}.get(r["status"], "–"), ha="center",
                                 va="bottom", fontsize=6, rotation=90)  # fmt: skip
             ax.set_xticks(range(len(seqs)))
             ax.set_xticklabels([f"{n // 1024}k" if n >= 1024 and n % 1024 == 0 else str(n) for n in seqs])
-            ax.set_xlabel("sequence length")
+            ax.set_xlabel("mean sequence length (varlen)" if varlen else "sequence length")
             ax.set_ylabel("TFLOP/s")
             ax.set_title(f"{p}, head dim {d}, {'causal' if causal else 'non-causal'}, {dt}", fontsize=9)
             ax.grid(axis="y", alpha=0.3)

@@ -1,6 +1,11 @@
 """Running the benchmark: :func:`measure` (one implementation, case and pass) and
 :func:`run_bench` (every implementation on every case and pass).
 
+A varlen case's input sets hold its padded batch; an implementation without a varlen
+entry runs that padded batch (``Impl.run_case``), and its row keeps the varlen case (its
+FLOPs count the real pairs) with ``padded`` set.  ``numba-flash-padded`` runs on varlen
+cases only: dense cases get no row of it.
+
 An implementation that cannot run a case is *reported*, never a crash: torch not
 importable or without that backend → ``unavailable``; a backend refusing the dtype or
 shape (e.g. flash with float32) → ``unsupported``; out of device memory → ``oom`` (CuPy
@@ -30,13 +35,14 @@ def measure(impl: Impl, case: BenchCase, pass_: str, *, sets_cache: dict, warmup
     why = impl.unavailable()
     if why:
         return BenchResult(impl.name, pass_, case, "unavailable", why)
-    why = impl.unsupported(case, pass_)
+    run = impl.run_case(case)  # a varlen case's padded batch for an implementation without varlen
+    why = impl.unsupported(run, pass_)
     if why:
         return BenchResult(impl.name, pass_, case, "unsupported", why)
     fns = setup = None
     caught: list = []
     try:
-        per_set = InputSet.nbytes(case) + impl.extra_set_bytes(case, pass_)
+        per_set = InputSet.nbytes(case) + impl.extra_set_bytes(run, pass_)
         n_sets = rotation_count(per_set, l2=l2, free=free_bytes())
         sets = sets_cache.setdefault("sets", [])
         while len(sets) < n_sets:
@@ -45,7 +51,7 @@ def measure(impl: Impl, case: BenchCase, pass_: str, *, sets_cache: dict, warmup
             warnings.simplefilter("always")
             caught = caught_now
             with impl.context():
-                fns, setup = impl.prepare(case, pass_, sets[:n_sets])
+                fns, setup = impl.prepare(run, pass_, sets[:n_sets])
                 timing = time_fn(fns, warmup, rep, min_rep=min_rep, budget_ms=budget_ms, setup=setup, events=impl.events)
         return BenchResult(impl.name, pass_, case, "ok", "", timing)
     except Exception as exc:
@@ -93,14 +99,15 @@ def run_bench(
             raise ValueError(f"passes: expected a subset of {PASSES}, got {p!r}")
     impl_objs = make_impls(impls, layout=layout)
     l2 = l2_bytes()
-    total = len(cases) * len(passes) * len(impl_objs)
+    runs = {case: [i for i in impl_objs if case.varlen or not i.varlen_only] for case in cases}
+    total = len(passes) * sum(len(r) for r in runs.values())
     done = 0
     results = []
     for case in cases:
         cache: dict = {}
         try:
             for pass_ in passes:
-                for impl in impl_objs:
+                for impl in runs[case]:
                     if progress is not None:
                         progress(done, total, f"{case.label} · {pass_} · {impl.name}")
                     try:

@@ -259,21 +259,38 @@ class InputSet:
 
     float16 / float32 are held in their dtype.  bfloat16 is held as float32 holding
     bfloat16 values (CuPy has no bfloat16 arithmetic): :meth:`get` makes the bfloat16
-    arrays numba-flash takes, torch converts the float32 ones itself."""
+    arrays numba-flash takes, torch converts the float32 ones itself.
 
-    def __init__(self, case: BenchCase, seed: int):
-        import cupy
+    A varlen case is held as its padded batch, (B, max length, H, d) (its rows past a
+    sequence's length hold random values like the rest, as a padded model's pad tokens
+    have projections too): :meth:`get` and :meth:`bhsd` give that batch, what the peers
+    run, and :meth:`packed` and :meth:`cu_seqlens` the real rows packed and their offsets,
+    what ``flash_attention_varlen`` takes.
 
-        rs = cupy.random.RandomState(seed)
+    ``xp`` is the array module: CuPy (the default), or NumPy for the CPU tests (the
+    kernels then run in numba's CUDA simulator)."""
+
+    def __init__(self, case: BenchCase, seed: int, xp=None):
+        import numpy as np
+
+        if xp is None:
+            import cupy as xp
+        self.xp = xp
+        self.seqlens = case.seqlens
+        self._cu = case.cu_seqlens if case.varlen else None
+        self._rows = None  # packed(): the padded batch's real rows, (total,) on xp's side
+        case = case.padded
+        rs = xp.random.RandomState(seed)
         self.dtype = case.dtype
         B, H, d = case.batch, case.heads, case.head_dim
 
         def make(n, heads=H):
-            x = rs.standard_normal((B, n, heads, d), dtype=cupy.float32)
+            shape = (B, n, heads, d)
+            x = rs.standard_normal(shape).astype(np.float32) if xp is np else rs.standard_normal(shape, xp.float32)
             if case.dtype == "bfloat16":  # round to nearest even at 16 bits, keep float32
-                u = x.view(cupy.uint32)
-                u += cupy.uint32(0x7FFF) + ((u >> 16) & cupy.uint32(1))
-                u &= cupy.uint32(0xFFFF0000)
+                u = x.view(xp.uint32)
+                u += xp.uint32(0x7FFF) + ((u >> 16) & xp.uint32(1))
+                u &= xp.uint32(0xFFFF0000)
                 return x
             return x.astype(_cupy_dtype(case.dtype))
 
@@ -285,27 +302,49 @@ class InputSet:
 
     def bhsd(self, name: str):
         """The array as a contiguous (B, H, N, d) copy (float32 for bfloat16)."""
-        import cupy
-
-        return cupy.ascontiguousarray(getattr(self, name).transpose(0, 2, 1, 3))
+        return self.xp.ascontiguousarray(getattr(self, name).transpose(0, 2, 1, 3))
 
     def get(self, name: str, layout: str = "bshd"):
         """The array in ``layout`` and in the case's dtype (bfloat16 included)."""
-        x = getattr(self, name) if layout == "bshd" else self.bhsd(name)
-        if self.dtype == "bfloat16":
-            import cupy
+        return self._in_dtype(getattr(self, name) if layout == "bshd" else self.bhsd(name))
 
+    def packed(self, name: str):
+        """A varlen case's array as ``flash_attention_varlen`` takes it: (total, H, d), the
+        real rows of sequence b at ``cu_seqlens[b] ..``, in the case's dtype (a new array)."""
+        import numpy as np
+
+        self._need_varlen("packed")
+        x = getattr(self, name)
+        B, N = x.shape[:2]
+        if self._rows is None:  # row b·N + i of the flattened padded batch, i < seqlens[b]
+            self._rows = self.xp.asarray(np.concatenate([b * N + np.arange(n) for b, n in enumerate(self.seqlens)]))
+        return self._in_dtype(x.reshape(B * N, *x.shape[2:])[self._rows])
+
+    def cu_seqlens(self):
+        """A varlen case's offsets, int32 (B + 1,), on the device (q and k alike)."""
+        self._need_varlen("cu_seqlens")
+        return self.xp.asarray(self._cu)
+
+    def _need_varlen(self, what: str):
+        if not self.seqlens:
+            raise ValueError(f"{what}: not a varlen case (BenchCase.seqlens is empty)")
+
+    def _in_dtype(self, x):
+        """``x`` in the case's dtype: bfloat16 made from the float32 that holds it."""
+        if self.dtype == "bfloat16":
+            xp = self.xp
             bf16 = _cupy_dtype("bfloat16")
             try:  # the top 16 bits of the (already rounded) float32 values
-                x = (x.view(cupy.uint32) >> 16).astype(cupy.uint16).view(bf16)
+                x = (x.view(xp.uint32) >> 16).astype(xp.uint16).view(bf16)
             except Exception:
                 try:  # through the host, as cupy.asarray(numpy bfloat16 array)
-                    x = cupy.asarray(cupy.asnumpy(x).astype(bf16))
+                    x = xp.asarray(xp.asnumpy(x).astype(bf16))
                 except Exception as exc:
                     raise NotImplementedError(f"CuPy cannot hold bfloat16 arrays here ({type(exc).__name__}: {exc})")
         return x
 
     @staticmethod
     def nbytes(case: BenchCase) -> int:
+        case = case.padded
         size = 4 if case.dtype == "bfloat16" else _itemsize(case.dtype)
         return (2 * case.seqlen_q + 2 * case.seqlen_k) * case.batch * case.heads * case.head_dim * size

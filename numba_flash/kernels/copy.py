@@ -7,8 +7,11 @@ the tile starts ``r · ROW_BYTES`` bytes into the shared tile (``ROW_BYTES`` may
 padding), and its 16-byte chunk c is stored at chunk ``swizzle(r, c, SWIZZLE)``:
 
 * ``SW_NONE``: chunk c (padded rows keep the banks apart instead);
-* ``SW_16BIT``: ``c ^ (r & 7)`` — 16-bit tiles read by ldmatrix, whose 8 row addresses
-  then hit 8 different bank groups (rows are 128 or 256 bytes);
+* ``SW_16BIT``: 16-bit tiles read by ldmatrix, whose 8 row addresses must hit 8
+  different 16-byte bank groups: ``c ^ (r & 7)`` when rows are a multiple of 128 bytes
+  (head dims 64, 128, 192, 256); when they are 64 bytes more than one (32, 96, 160,
+  224), two consecutive rows already fill 128 bytes, so the low two bits of the chunk
+  are XORed with ``(r >> 1) & 3`` (``c`` stays in its aligned group of four);
 * ``SW_TF32``: ``c ^ ((r & 6) ^ ((r & 1) << 2))`` — fp32 tiles read with
   ``ld.shared.v4`` in the TF32 kernels' fragment order (``tf32_forward``'s docstring).
 
@@ -29,10 +32,13 @@ SW_TF32 = 2
 
 
 @device_function
-def swizzle(r, c, SWIZZLE):
-    """Where chunk ``c`` of row ``r`` is stored in its row (see the module docstring)."""
+def swizzle(r, c, SWIZZLE, ROW_BYTES=128):
+    """Where chunk ``c`` of row ``r`` (of ``ROW_BYTES``) is stored in its row (see the
+    module docstring)."""
     if SWIZZLE == SW_16BIT:
-        return c ^ (r & 7)
+        if ROW_BYTES % 128 == 0:
+            return c ^ (r & 7)
+        return c ^ ((r >> 1) & 3)
     if SWIZZLE == SW_TF32:
         return c ^ ((r & 6) ^ ((r & 1) << 2))
     return c
@@ -41,52 +47,61 @@ def swizzle(r, c, SWIZZLE):
 @device_function
 def chunk_addr(tile, r, c, ROW_BYTES, SWIZZLE):
     """Shared byte address of chunk ``c`` of row ``r`` of the tile at ``tile``."""
-    return tile + r * ROW_BYTES + (swizzle(r, c, SWIZZLE) << 4)
+    return tile + r * ROW_BYTES + (swizzle(r, c, SWIZZLE, ROW_BYTES) << 4)
 
 
 @device_function
 def copy_rows(tile_a, src_a, tile_b, src_b, TWO, b, h, row0, nrows, tid, ROWS, CHUNKS, ELEMS, ROW_BYTES, SWIZZLE,
-              THREADS, UNROLL):
+              THREADS, UNROLL, DCHUNKS):
     """Start copying rows ``row0 .. row0 + ROWS − 1`` of ``src_a[b, :, h, :]`` (CHUNKS
     16-byte chunks of ELEMS elements a row) into the shared tile at ``tile_a``, and when
     ``TWO`` the same rows of ``src_b`` into ``tile_b`` (same layout, same index
     arithmetic).  Thread ``tid`` takes chunks ``tid + i·THREADS``: in a loop the
     compiler unrolls when ``UNROLL`` (ROWS·CHUNKS a multiple of THREADS: every address
-    computed up front, more registers), else in a counted loop."""
+    computed up front, more registers), else in a counted loop.  When the arrays' rows
+    hold ``DCHUNKS`` < CHUNKS chunks (a head dim padded up to the tile's), the chunks
+    past them are zero-filled; 0 means CHUNKS."""
     if UNROLL:
         for i in range(ROWS * CHUNKS // THREADS):
             _copy_chunk(tile_a, src_a, tile_b, src_b, TWO, b, h, row0, nrows, tid + i * THREADS, CHUNKS, ELEMS,
-                        ROW_BYTES, SWIZZLE)  # fmt: skip
+                        ROW_BYTES, SWIZZLE, DCHUNKS)  # fmt: skip
     else:
         for idx in range(tid, ROWS * CHUNKS, THREADS):
-            _copy_chunk(tile_a, src_a, tile_b, src_b, TWO, b, h, row0, nrows, idx, CHUNKS, ELEMS, ROW_BYTES, SWIZZLE)
+            _copy_chunk(tile_a, src_a, tile_b, src_b, TWO, b, h, row0, nrows, idx, CHUNKS, ELEMS, ROW_BYTES, SWIZZLE,
+                        DCHUNKS)  # fmt: skip
 
 
 @device_function
-def _copy_chunk(tile_a, src_a, tile_b, src_b, TWO, b, h, row0, nrows, idx, CHUNKS, ELEMS, ROW_BYTES, SWIZZLE):
+def _copy_chunk(tile_a, src_a, tile_b, src_b, TWO, b, h, row0, nrows, idx, CHUNKS, ELEMS, ROW_BYTES, SWIZZLE, DCHUNKS):
     r = idx // CHUNKS
     c = idx - r * CHUNKS
     row = row0 + r
-    src_at = (b, min(row, nrows - 1), h, c * ELEMS)
     at = chunk_addr(0, r, c, ROW_BYTES, SWIZZLE)
-    ptx.cp_async_16_zfill(tile_a + at, src_a, src_at, row < nrows)
+    if DCHUNKS == 0 or DCHUNKS >= CHUNKS:
+        ok = row < nrows
+        src_at = (b, min(row, nrows - 1), h, c * ELEMS)
+    else:  # columns past the data: zeros (the source clamped in bounds, not read)
+        ok = row < nrows and c < DCHUNKS
+        src_at = (b, min(row, nrows - 1), h, min(c, DCHUNKS - 1) * ELEMS)
+    ptx.cp_async_16_zfill(tile_a + at, src_a, src_at, ok)
     if TWO:
-        ptx.cp_async_16_zfill(tile_b + at, src_b, src_at, row < nrows)
+        ptx.cp_async_16_zfill(tile_b + at, src_b, src_at, ok)
 
 
 @device_function
-def copy_tile(tile, src, b, h, row0, nrows, tid, ROWS, CHUNKS, ELEMS, ROW_BYTES, SWIZZLE, THREADS, UNROLL=False):
+def copy_tile(tile, src, b, h, row0, nrows, tid, ROWS, CHUNKS, ELEMS, ROW_BYTES, SWIZZLE, THREADS, UNROLL=False,
+              DCHUNKS=0):
     """:func:`copy_rows` of one array."""
     copy_rows(tile, src, tile, src, False, b, h, row0, nrows, tid, ROWS, CHUNKS, ELEMS, ROW_BYTES, SWIZZLE, THREADS,
-              UNROLL)  # fmt: skip
+              UNROLL, DCHUNKS)  # fmt: skip
 
 
 @device_function
 def copy_tile_pair(tile_a, src_a, tile_b, src_b, b, h, row0, nrows, tid, ROWS, CHUNKS, ELEMS, ROW_BYTES, SWIZZLE,
-                   THREADS, UNROLL=False):
+                   THREADS, UNROLL=False, DCHUNKS=0):
     """:func:`copy_rows` of the same rows of two arrays (K and V, or Q and dO)."""
     copy_rows(tile_a, src_a, tile_b, src_b, True, b, h, row0, nrows, tid, ROWS, CHUNKS, ELEMS, ROW_BYTES, SWIZZLE,
-              THREADS, UNROLL)  # fmt: skip
+              THREADS, UNROLL, DCHUNKS)  # fmt: skip
 
 
 @device_function

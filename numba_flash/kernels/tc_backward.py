@@ -26,9 +26,16 @@ Kernels (4 warps, 16 rows a warp; fragment layouts as in ``numba_flash.ptx``):
   B operands: dO and Q by ldmatrix.trans).  Causal: query tiles that see none of the
   block's keys are skipped.
 - ``dq``: grid (ceil(Nq / BLOCK_M), H, B); warp w owns queries start_m + 16w .. +15
-  (Q and dO fragments in registers); K, V tiles double-buffered; S = Q·Kᵀ,
+  (Q and dO fragments in registers, or re-read from shared memory per k-slice past
+  d = 128: ``q_frags_in_regs``); K, V tiles double-buffered; S = Q·Kᵀ,
   dP = dO·Vᵀ (K, V by ldmatrix), dQ += dS·K (K by ldmatrix.trans).  Causal: key tiles
   wholly above the diagonal are skipped.
+- Past d = 128 (``split_dkdv``) a lane cannot hold both dK and dV (d floats): ``dv``
+  (Sᵀ, then dV += Pᵀ·dO) and ``dk`` (Sᵀ, dPᵀ, then dK += dSᵀ·Q) are the dK/dV kernel
+  with one accumulator each.
+
+Head dims: as the forward (``tc_forward``'s docstring): tiles of ``TC_TILE_DIMS``, the
+arrays' columns past their d zero-filled on load and never written.
 
 Masking: ``fragments.scale_and_mask`` scales Sᵀ / S and sets −inf where a (query,
 key) is invisible, on the tiles ``block_info.tile_needs_mask`` names; a row's lse comes
@@ -58,7 +65,8 @@ _ALIGN = ptx.SMEM_ALIGN
 @functools.lru_cache(maxsize=None)
 def tc_bwd_preprocess_kernel(head_dim: int, dtype: str):
     """``kernel[grid, 128, stream](out16, dout16, delta)``: delta = rowsum(dO∘O), from
-    uint16 views of O and dO (any strides with the last axis contiguous)."""
+    uint16 views of O and dO (any strides with the last axis contiguous); ``head_dim``
+    is the arrays' (even)."""
     WORDS = head_dim // 2
     unpack = ptx.unpack_f16x2 if dtype == "float16" else ptx.unpack_bf16x2
 
@@ -79,9 +87,11 @@ def tc_bwd_preprocess_kernel(head_dim: int, dtype: str):
 
 
 @functools.lru_cache(maxsize=None)
-def tc_bwd_dkdv_kernel(t: TcBwdTiles, variant: Variant, dtype: str):
+def tc_bwd_dkdv_kernel(t: TcBwdTiles, variant: Variant, dtype: str, part: str = "dkdv"):
     """``kernel[grid, threads, stream, smem](q, k, v, dout, lse, delta, dk32, dv32, softmax_scale, params, alibi,
-    cu_seqlens_q, cu_seqlens_k)``."""
+    cu_seqlens_q, cu_seqlens_k)``; ``part`` "dk" or "dv" computes and writes only that
+    one (``split_dkdv``; the other output is not touched)."""
+    WANT_DK, WANT_DV = part in ("dkdv", "dk"), part in ("dkdv", "dv")
     BLOCK_M, BLOCK_N, HEAD_DIM, THREADS = t.kv_block_m, t.kv_block_n, t.head_dim, t.threads
     F = variant.flags
     KSTEPS = HEAD_DIM // 16  # k-slices over d (Sᵀ, dPᵀ)
@@ -89,10 +99,12 @@ def tc_bwd_dkdv_kernel(t: TcBwdTiles, variant: Variant, dtype: str):
     NT_O = HEAD_DIM // 8  # n-tiles of dK, dV
     PSTEPS = BLOCK_M // 16  # k-slices over queries (dV, dK)
     CHUNKS = HEAD_DIM // 8
+    DCHUNKS = NT_W = (t.data_dim or HEAD_DIM) // 8  # chunks of an array row; n-tiles written
     ROW_BYTES = HEAD_DIM * 2
     KV_BYTES = BLOCK_N * ROW_BYTES
     QT_BYTES = BLOCK_M * ROW_BYTES  # one stage of Q (or dO)
     S_REGS, O_REGS, F_REGS = NT_S * 4, NT_O * 4, KSTEPS * 4
+    DK_REGS, DV_REGS = (O_REGS if WANT_DK else 4), (O_REGS if WANT_DV else 4)  # 4: unused
     ROW_VALS = 4 * BLOCK_M  # lse2 and delta, two stages
     KV_IN_REGS = t.kv_frags_in_regs  # else K and V fragments are re-read from shared memory
     SW = copy.SW_16BIT
@@ -119,14 +131,14 @@ def tc_bwd_dkdv_kernel(t: TcBwdTiles, variant: Variant, dtype: str):
         ds_frag = cuda.local.array(4, uint32)
         acc_s = cuda.local.array(S_REGS, float32)
         acc_dp = cuda.local.array(S_REGS, float32)
-        acc_dk = cuda.local.array(O_REGS, float32)
-        acc_dv = cuda.local.array(O_REGS, float32)
-        pipeline.zero(acc_dk, O_REGS)
-        pipeline.zero(acc_dv, O_REGS)
+        acc_dk = cuda.local.array(DK_REGS, float32)
+        acc_dv = cuda.local.array(DV_REGS, float32)
+        pipeline.zero(acc_dk, DK_REGS)
+        pipeline.zero(acc_dv, DV_REGS)
 
         # K and V of this block (rows past the end zero-filled)
         copy.copy_tile_pair(k_base, k, v_base, v, b, hk, k0 + start_n, k0 + seqlen_k, tid, BLOCK_N, CHUNKS, 8, ROW_BYTES,
-                            SW, THREADS)  # fmt: skip
+                            SW, THREADS, False, DCHUNKS)  # fmt: skip
         m_lo, m_hi = query_tiles(start_n, BLOCK_M, BLOCK_N, mi)
 
         # GQA: the walk below once per query head of the group, in order (a deterministic sum)
@@ -143,12 +155,13 @@ def tc_bwd_dkdv_kernel(t: TcBwdTiles, variant: Variant, dtype: str):
                         fragments.load_a(k_frag, kk * 4, k_base, warp * 16, kk, lane, ROW_BYTES)
                         fragments.load_a(v_frag, kk * 4, v_base, warp * 16, kk, lane, ROW_BYTES)
                 pipeline.prefetch_queries(i, m_hi, q_base, q, do_base, dout, s_rows, lse, delta, b, h, q0, seqlen_q,
-                                          tid, BLOCK_M, CHUNKS, 8, ROW_BYTES, SW, THREADS, QT_BYTES)  # fmt: skip
+                                          tid, BLOCK_M, CHUNKS, 8, ROW_BYTES, SW, THREADS, QT_BYTES,
+                                          DCHUNKS)  # fmt: skip
                 if i < m_lo:
                     continue
                 start_m, q_tile, do_tile, rows_off = pipeline.query_stage(i, q_base, do_base, BLOCK_M, QT_BYTES)
 
-                # Sᵀ = K·Qᵀ and dPᵀ = V·dOᵀ: Q and dO rows are the n dimension
+                # Sᵀ = K·Qᵀ and dPᵀ = V·dOᵀ (not for dV alone): Q and dO rows are the n dimension
                 pipeline.zero(acc_s, S_REGS)
                 pipeline.zero(acc_dp, S_REGS)
                 for kk in range(KSTEPS):
@@ -158,9 +171,11 @@ def tc_bwd_dkdv_kernel(t: TcBwdTiles, variant: Variant, dtype: str):
                             va[e] = v_frag[kk * 4 + e]
                     else:
                         fragments.load_a(ka, 0, k_base, warp * 16, kk, lane, ROW_BYTES)
-                        fragments.load_a(va, 0, v_base, warp * 16, kk, lane, ROW_BYTES)
+                        if WANT_DK:
+                            fragments.load_a(va, 0, v_base, warp * 16, kk, lane, ROW_BYTES)
                     fragments.mma_rows(acc_s, ka, 0, q_tile, kk, lane, NT_S, ROW_BYTES, BF16)
-                    fragments.mma_rows(acc_dp, va, 0, do_tile, kk, lane, NT_S, ROW_BYTES, BF16)
+                    if WANT_DK:
+                        fragments.mma_rows(acc_dp, va, 0, do_tile, kk, lane, NT_S, ROW_BYTES, BF16)
 
                 # Pᵀ and dSᵀ: element e of n-tile nt is (key g + 8·(e >> 1), query nt·8 + 2·tq + (e & 1))
                 fragments.p_and_ds(acc_s, acc_dp, NT_S, start_m, BLOCK_M, start_n, BLOCK_N, start_n + warp * 16,
@@ -169,10 +184,12 @@ def tc_bwd_dkdv_kernel(t: TcBwdTiles, variant: Variant, dtype: str):
 
                 # dV += Pᵀ·dO and dK += dSᵀ·Q: queries are the k dimension (ldmatrix.trans)
                 for ps in range(PSTEPS):
-                    fragments.pack_a(p_frag, 0, acc_s, ps * 8, BF16)
-                    fragments.pack_a(ds_frag, 0, acc_dp, ps * 8, BF16)
-                    fragments.mma_rows_trans(acc_dv, p_frag, do_tile, ps * 16, lane, NT_O, ROW_BYTES, BF16)
-                    fragments.mma_rows_trans(acc_dk, ds_frag, q_tile, ps * 16, lane, NT_O, ROW_BYTES, BF16)
+                    if WANT_DV:
+                        fragments.pack_a(p_frag, 0, acc_s, ps * 8, BF16)
+                        fragments.mma_rows_trans(acc_dv, p_frag, do_tile, ps * 16, lane, NT_O, ROW_BYTES, BF16)
+                    if WANT_DK:
+                        fragments.pack_a(ds_frag, 0, acc_dp, ps * 8, BF16)
+                        fragments.mma_rows_trans(acc_dk, ds_frag, q_tile, ps * 16, lane, NT_O, ROW_BYTES, BF16)
 
         ptx.cp_async_wait_all()  # no copy may land after the block exits (no query tile)
         # epilogue: dK (times the softmax scale) and dV as 16-bit pairs, written once
@@ -180,8 +197,10 @@ def tc_bwd_dkdv_kernel(t: TcBwdTiles, variant: Variant, dtype: str):
         for r in range(2):
             key = start_n + warp * 16 + g + 8 * r
             if key < seqlen_k:
-                fragments.store_row_pairs(dk32, b, k0 + key, hk, acc_dk, 2 * r, NT_O, tq, scale, BF16)
-                fragments.store_row_pairs(dv32, b, k0 + key, hk, acc_dv, 2 * r, NT_O, tq, float32(1.0), BF16)
+                if WANT_DK:
+                    fragments.store_row_pairs(dk32, b, k0 + key, hk, acc_dk, 2 * r, NT_W, tq, scale, BF16)
+                if WANT_DV:
+                    fragments.store_row_pairs(dv32, b, k0 + key, hk, acc_dv, 2 * r, NT_W, tq, float32(1.0), BF16)
 
     return tc_bwd_dkdv
 
@@ -197,10 +216,12 @@ def tc_bwd_dq_kernel(t: TcBwdTiles, variant: Variant, dtype: str):
     NT_O = HEAD_DIM // 8
     PSTEPS = BLOCK_N // 16
     CHUNKS = HEAD_DIM // 8
+    DCHUNKS = NT_W = (t.data_dim or HEAD_DIM) // 8  # chunks of an array row; n-tiles written
     ROW_BYTES = HEAD_DIM * 2
     Q_BYTES = BLOCK_M * ROW_BYTES
     KV_BYTES = BLOCK_N * ROW_BYTES  # one stage of K (or V)
-    S_REGS, O_REGS, F_REGS = NT_S * 4, NT_O * 4, KSTEPS * 4
+    FRAGS_IN_REGS = t.q_frags_in_regs
+    S_REGS, O_REGS, F_REGS = NT_S * 4, NT_O * 4, (KSTEPS * 4 if FRAGS_IN_REGS else 4)
     SW = copy.SW_16BIT
     BF16 = dtype == "bfloat16"
 
@@ -217,7 +238,7 @@ def tc_bwd_dq_kernel(t: TcBwdTiles, variant: Variant, dtype: str):
         smem = cuda.shared.array(0, uint16, alignment=_ALIGN)
         q_base, do_base, k_base, v_base = pipeline.carve(smem, Q_BYTES, Q_BYTES, 2 * KV_BYTES)
 
-        q_frag = cuda.local.array(F_REGS, uint32)
+        q_frag = cuda.local.array(F_REGS, uint32)  # all k-slices, or one (not FRAGS_IN_REGS)
         do_frag = cuda.local.array(F_REGS, uint32)
         acc_s = cuda.local.array(S_REGS, float32)
         acc_dp = cuda.local.array(S_REGS, float32)
@@ -230,18 +251,18 @@ def tc_bwd_dq_kernel(t: TcBwdTiles, variant: Variant, dtype: str):
             stats[r], stats[2 + r] = softmax.row_stats(lse, delta, b, h, row, q0 + seqlen_q, True)
 
         copy.copy_tile_pair(q_base, q, do_base, dout, b, h, q0 + start_m, q0 + seqlen_q, tid, BLOCK_M, CHUNKS, 8,
-                            ROW_BYTES, SW, THREADS)  # fmt: skip
+                            ROW_BYTES, SW, THREADS, False, DCHUNKS)  # fmt: skip
         n_lo, n_hi = key_tiles(start_m, BLOCK_M, BLOCK_N, mi)
 
         # the double-buffered walk (pipeline's docstring): j = n_lo - 1 only starts tile n_lo
         for j in range(n_lo - 1, n_hi):
             pipeline.wait_for_tile(j, n_lo)  # key tile j (and Q, dO) is in shared memory for all
-            if j == n_lo:  # Q and dO fragments of this warp's 16 queries: A operands
+            if j == n_lo and FRAGS_IN_REGS:  # Q and dO fragments of this warp's 16 queries: A operands
                 for kk in range(KSTEPS):
                     fragments.load_a(q_frag, kk * 4, q_base, warp * 16, kk, lane, ROW_BYTES)
                     fragments.load_a(do_frag, kk * 4, do_base, warp * 16, kk, lane, ROW_BYTES)
             pipeline.prefetch_keys(j, n_hi, k_base, k, v_base, v, b, hk, k0, seqlen_k, tid, BLOCK_N, CHUNKS, 8,
-                                   ROW_BYTES, SW, THREADS, KV_BYTES, 2)  # fmt: skip
+                                   ROW_BYTES, SW, THREADS, KV_BYTES, 2, DCHUNKS)  # fmt: skip
             if j < n_lo:
                 continue
             start_n, k_tile, v_tile = pipeline.key_stage(j, k_base, v_base, BLOCK_N, KV_BYTES, 2)
@@ -250,8 +271,13 @@ def tc_bwd_dq_kernel(t: TcBwdTiles, variant: Variant, dtype: str):
             pipeline.zero(acc_s, S_REGS)
             pipeline.zero(acc_dp, S_REGS)
             for kk in range(KSTEPS):
-                fragments.mma_rows(acc_s, q_frag, kk * 4, k_tile, kk, lane, NT_S, ROW_BYTES, BF16)
-                fragments.mma_rows(acc_dp, do_frag, kk * 4, v_tile, kk, lane, NT_S, ROW_BYTES, BF16)
+                fa = kk * 4
+                if not FRAGS_IN_REGS:  # this k-slice's fragments, from the resident Q and dO tiles
+                    fa = 0
+                    fragments.load_a(q_frag, 0, q_base, warp * 16, kk, lane, ROW_BYTES)
+                    fragments.load_a(do_frag, 0, do_base, warp * 16, kk, lane, ROW_BYTES)
+                fragments.mma_rows(acc_s, q_frag, fa, k_tile, kk, lane, NT_S, ROW_BYTES, BF16)
+                fragments.mma_rows(acc_dp, do_frag, fa, v_tile, kk, lane, NT_S, ROW_BYTES, BF16)
 
             # P and dS: element e of n-tile nt is (query g + 8·(e >> 1), key nt·8 + 2·tq + (e & 1))
             fragments.p_and_ds(acc_s, acc_dp, NT_S, start_m, BLOCK_M, start_n, BLOCK_N, start_m + warp * 16, start_n,
@@ -267,7 +293,7 @@ def tc_bwd_dq_kernel(t: TcBwdTiles, variant: Variant, dtype: str):
         for r in range(2):
             row = start_m + warp * 16 + g + 8 * r
             if row < seqlen_q:
-                fragments.store_row_pairs(dq32, b, q0 + row, h, acc_dq, 2 * r, NT_O, tq, scale, BF16)
+                fragments.store_row_pairs(dq32, b, q0 + row, h, acc_dq, 2 * r, NT_W, tq, scale, BF16)
 
     return tc_bwd_dq
 
@@ -283,15 +309,16 @@ def smem_bytes(t: TcBwdTiles) -> tuple[int, int]:
 
 
 def launches(t: TcBwdTiles, variant: Variant, dtype: str, sz: spec.Sizes) -> list:
-    """The backward: preprocess (delta), dK/dV (a block per 16·warps keys of a KV head),
-    dQ (a block per 16·warps queries)."""
+    """The backward: preprocess (delta), dK/dV (a block per 16·warps keys of a KV head;
+    ``split_dkdv``: dV, then dK), dQ (a block per 16·warps queries)."""
     smem_kv, smem_q = smem_bytes(t)
+    parts = ("dv", "dk") if t.split_dkdv else ("dkdv",)
     return [
-        spec.KernelLaunch("tc_bwd_preprocess", tc_bwd_preprocess_kernel(t.head_dim, dtype), t,
+        spec.KernelLaunch("tc_bwd_preprocess", tc_bwd_preprocess_kernel(t.data_dim or t.head_dim, dtype), t,
                           spec.preprocess_grid(sz, PRE_THREADS), PRE_THREADS, 0, spec.preprocess_args("u16")),
-        spec.KernelLaunch("tc_bwd_dkdv", tc_bwd_dkdv_kernel(t, variant, dtype), t,
-                          spec.key_grid(sz, t.kv_block_n), t.threads, smem_kv,
-                          spec.dkdv_args("u16", "u32")),
+        *(spec.KernelLaunch(f"tc_bwd_{part}", tc_bwd_dkdv_kernel(t, variant, dtype, part), t,
+                            spec.key_grid(sz, t.kv_block_n), t.threads, smem_kv,
+                            spec.dkdv_args("u16", "u32")) for part in parts),
         spec.KernelLaunch("tc_bwd_dq", tc_bwd_dq_kernel(t, variant, dtype), t,
                           spec.query_grid(sz, t.q_block_m), t.threads, smem_q,
                           spec.dq_args("u16", "u32")),

@@ -32,9 +32,15 @@ Per block:
 
 Shared memory (2-byte elements, one dynamic array): Q BLOCK_M·d + STAGES × (K + V)
 BLOCK_N·d (``smem_bytes``; over 48 KiB is opted in at launch).  Rows are d·2 bytes
-(128 or 256), so the 8 rows an ldmatrix reads would all hit the same banks; the 16-byte
-chunk c of row r is stored at chunk ``c ^ (r & 7)`` (XOR swizzle), which spreads any 8
-consecutive rows over all 32 banks, for the cp.async writes and the ldmatrix reads alike.
+(a multiple of 64), so the 8 rows an ldmatrix reads would hit the same banks; the
+16-byte chunks of a row are XOR-swizzled by the row (``copy.SW_16BIT``), which spreads
+any 8 consecutive rows over all 32 banks, for the cp.async writes and the ldmatrix
+reads alike.
+
+Head dims: the tile's d is one of ``config.TC_TILE_DIMS``; an array head dim below it
+(a multiple of 8) is zero-filled past its end on load (the zero columns add nothing to
+Q·Kᵀ, and the output's are not written).  Past d = 128 the Q fragments are read from
+the shared Q tile at every k-slice instead of being kept in registers (``q_in_regs``).
 
 Inputs are passed as uint16 views (cp.async moves bytes; the dtype matters only to
 mma and to the pack of P and O), the output as a uint32 view (two 16-bit values a word).
@@ -71,10 +77,14 @@ def tc_forward_kernel(t: TcTiles, variant: Variant, dtype: str):
     NT_O = HEAD_DIM // 8  # n-tiles of O (8 columns each)
     PSTEPS = BLOCK_N // 16  # k-slices of P·V
     CHUNKS = HEAD_DIM // 8  # 16-byte chunks in a row
+    DATA_DIM = t.data_dim or HEAD_DIM  # the arrays' head dim
+    DCHUNKS = DATA_DIM // 8  # chunks of a row that hold data
+    NT_W = DATA_DIM // 8  # n-tiles of O written
+    Q_IN_REGS = t.q_in_regs
     MT = t.m_tiles  # 16-row m-tiles per warp: each K/V fragment feeds MT mma
     WARP_ROWS = 16 * MT
     S_TILE, O_TILE, Q_TILE = NT_S * 4, NT_O * 4, KSTEPS * 4  # registers per m-tile
-    Q_REGS, S_REGS, O_REGS, ROW_REGS = MT * Q_TILE, MT * S_TILE, MT * O_TILE, 2 * MT
+    Q_REGS, S_REGS, O_REGS, ROW_REGS = (MT * Q_TILE if Q_IN_REGS else MT * 4), MT * S_TILE, MT * O_TILE, 2 * MT
     ROW_BYTES = HEAD_DIM * 2
     Q_BYTES = BLOCK_M * ROW_BYTES
     KV_BYTES = BLOCK_N * ROW_BYTES  # one stage of K (or V)
@@ -96,7 +106,7 @@ def tc_forward_kernel(t: TcTiles, variant: Variant, dtype: str):
         smem = cuda.shared.array(0, uint16, alignment=_ALIGN)
         q_base, k_base, v_base, _ = pipeline.carve(smem, Q_BYTES, STAGES * KV_BYTES, STAGES * KV_BYTES)
 
-        q_frag = cuda.local.array(Q_REGS, uint32)
+        q_frag = cuda.local.array(Q_REGS, uint32)  # all k-slices, or one (not Q_IN_REGS)
         acc_s = cuda.local.array(S_REGS, float32)
         acc_o = cuda.local.array(O_REGS, float32)
         p_frag = cuda.local.array(Q_TILE, uint32)  # P of one k-slice, all m-tiles (MT·4 words)
@@ -108,18 +118,19 @@ def tc_forward_kernel(t: TcTiles, variant: Variant, dtype: str):
             l_i[r] = float32(0.0)
 
         n_lo, n_hi = key_tiles(start_m, BLOCK_M, BLOCK_N, mi)
-        copy.copy_tile(q_base, q, b, h, q0 + start_m, q0 + seqlen_q, tid, BLOCK_M, CHUNKS, 8, ROW_BYTES, SW, THREADS)
+        copy.copy_tile(q_base, q, b, h, q0 + start_m, q0 + seqlen_q, tid, BLOCK_M, CHUNKS, 8, ROW_BYTES, SW, THREADS, False,
+                       DCHUNKS)  # fmt: skip
 
         # the double-buffered walk (pipeline's docstring): j = n_lo - 1 only starts tile n_lo
         for j in range(n_lo - 1, n_hi):
             pipeline.wait_for_tile(j, n_lo)  # tile j (and Q) is in shared memory for all
-            if j == n_lo:  # Q fragments: A operands, WARP_ROWS rows × d, kept in registers
+            if j == n_lo and Q_IN_REGS:  # Q fragments: A operands, WARP_ROWS rows × d, kept in registers
                 for mt in range(MT):
                     for kk in range(KSTEPS):
                         fragments.load_a(q_frag, mt * Q_TILE + kk * 4, q_base, warp * WARP_ROWS + mt * 16, kk, lane,
                                          ROW_BYTES)  # fmt: skip
             pipeline.prefetch_keys(j, n_hi, k_base, k, v_base, v, b, hk, k0, seqlen_k, tid, BLOCK_N, CHUNKS, 8, ROW_BYTES,
-                                   SW, THREADS, KV_BYTES, STAGES)  # fmt: skip
+                                   SW, THREADS, KV_BYTES, STAGES, DCHUNKS)  # fmt: skip
             if j < n_lo:
                 continue
             start_n, k_tile, v_tile = pipeline.key_stage(j, k_base, v_base, BLOCK_N, KV_BYTES, STAGES)
@@ -128,10 +139,13 @@ def tc_forward_kernel(t: TcTiles, variant: Variant, dtype: str):
             # 2·MT mma
             pipeline.zero(acc_s, S_REGS)
             for kk in range(KSTEPS):
+                if not Q_IN_REGS:  # this k-slice's Q fragments, from the resident Q tile
+                    for mt in range(MT):
+                        fragments.load_a(q_frag, mt * 4, q_base, warp * WARP_ROWS + mt * 16, kk, lane, ROW_BYTES)
                 for np2 in range(NT_S // 2):
                     b0, b1, b2, b3 = ptx.ldmatrix_x4(fragments.ldsm_b(k_tile, np2 * 16, kk, lane, ROW_BYTES))
                     for mt in range(MT):
-                        qa = mt * Q_TILE + kk * 4
+                        qa = mt * Q_TILE + kk * 4 if Q_IN_REGS else mt * 4
                         n0 = mt * S_TILE + np2 * 8  # accumulator index of n-tile 2·np2
                         mma(acc_s, n0, q_frag, qa, b0, b1)
                         mma(acc_s, n0 + 4, q_frag, qa, b2, b3)
@@ -169,7 +183,7 @@ def tc_forward_kernel(t: TcTiles, variant: Variant, dtype: str):
                 row = start_m + warp * WARP_ROWS + mt * 16 + (lane >> 2) + 8 * r  # lane >> 2, not g: g kept
                 # live through the loop costs the register that tips d = 64 into spilling
                 if row < seqlen_q:
-                    fragments.store_row_pairs(out32, b, q0 + row, h, acc_o, mt * O_TILE + 2 * r, NT_O, tq, inv_l, BF16)
+                    fragments.store_row_pairs(out32, b, q0 + row, h, acc_o, mt * O_TILE + 2 * r, NT_W, tq, inv_l, BF16)
                     if tq == 0:
                         lse[b, h, q0 + row] = lse_row
 
