@@ -637,6 +637,11 @@ def st_shared_v4_f32(addr, x0, x1, x2, x3):
     view[off:off + 16] = np.array([x0, x1, x2, x3], dtype=np.float32).view(np.uint8)
 
 
+def st_shared_v4_b32(addr, w0, w1, w2, w3):
+    view, off = _block(_thread()).smem.resolve(addr, 16, 16, "st_shared_v4_b32")
+    view[off:off + 16] = np.array([int(w) & 0xFFFFFFFF for w in (w0, w1, w2, w3)], dtype=np.uint32).view(np.uint8)
+
+
 # ---------------------------------------------------------------------------
 # warp shuffles and syncwarp (numba's simulator has neither)
 # ---------------------------------------------------------------------------

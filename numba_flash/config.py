@@ -22,8 +22,8 @@ Families:
   numba: K and V tiles are ``2 · block_n · d · 4`` bytes, so ``block_n`` is 64 for
   d <= 64, 32 for d <= 128 and 16 beyond, plus the padded score tile.
 * **register-blocked fp32** (``BlockedTiles``; d = 64, 128, 16-byte aligned rows).
-* **tensor cores** fp16/bf16 (``TcTiles``, ``TcBwdTiles``; any d that is a multiple of 8,
-  on the tiles of ``tc_tile_dim(d)``).
+* **tensor cores** fp16/bf16 (``TcTiles``, ``TcBwdTiles``; any d, on the tiles of
+  ``tc_tile_dim(d)``).
 * **TF32 tensor cores** for float32 with ``allow_tf32`` (``TcTiles``, ``Tf32BwdTiles``).
 """
 
@@ -35,8 +35,8 @@ from dataclasses import dataclass
 
 SIMT_THREADS = 128  # 4 warps per block in every row-group kernel
 SMEM_LIMIT = 48 * 1024  # numba's static shared arrays: 48 KiB per block
-#: The tensor-core kernels' tile head dims: a head dim d (a multiple of 8, at most 256)
-#: runs on the tiles of the smallest of these >= d (``tc_tile_dim``), its columns past d
+#: The tensor-core kernels' tile head dims: a head dim d (at most 256) runs on the
+#: tiles of the smallest of these >= d (``tc_tile_dim``), its columns past d
 #: zero-filled on load and never written.
 TC_TILE_DIMS = (32, 64, 96, 128, 160, 192, 224, 256)
 TF32_HEAD_DIMS = (64, 128)
@@ -268,8 +268,11 @@ class TcTiles:
         q_in_regs: each warp keeps its Q fragments in registers (d/4 words a lane per
             m-tile); else it reads them from the shared Q tile at every k-slice (head
             dims past 128, where the registers hold the d/2 output floats instead).
-        data_dim: the arrays' d when less than ``head_dim`` (a multiple of 8: columns
-            past it are zero-filled on load and never written); 0: ``head_dim``.
+        data_dim: the arrays' d when less than ``head_dim`` (columns past it are
+            zero-filled on load and never written); 0: ``head_dim``.
+        aligned: the input rows start on 16-byte boundaries (cp.async); else the
+            tiles are filled by plain loads (a head dim that is not a multiple of 8,
+            or odd strides).
     """
 
     head_dim: int
@@ -280,6 +283,7 @@ class TcTiles:
     stages: int = 2
     q_in_regs: bool = True
     data_dim: int = 0
+    aligned: bool = True
 
     def __post_init__(self):
         if self.block_m != 16 * self.m_tiles * self.warps:
@@ -334,7 +338,7 @@ class TcBwdTiles:
         split_dkdv: dK and dV come from two kernels, one accumulator each (head dims
             past 128, where a lane cannot hold the d floats of both; the dV kernel
             skips dP, the dK kernel recomputes P).
-        data_dim: as ``TcTiles.data_dim``.
+        data_dim, aligned: as ``TcTiles``'s.
     """
 
     head_dim: int
@@ -345,6 +349,7 @@ class TcBwdTiles:
     q_frags_in_regs: bool = True
     split_dkdv: bool = False
     data_dim: int = 0
+    aligned: bool = True
 
     @property
     def threads(self) -> int:

@@ -10,9 +10,9 @@ its own grid, threads, shared memory and arguments (its ``launches`` function).
 
 The rule, in order (FlashAttention-2's dtypes on tensor cores, everything else exact):
 
-1. fp16 / bf16 at any head dim that is a multiple of 8 (on the tiles of
-   ``config.tc_tile_dim``), rows 16-byte aligned (cp.async copies 16 bytes), on sm_80
-   or newer: **tensor-core** (``mma.sync`` m16n8k16).
+1. fp16 / bf16 at any head dim (on the tiles of ``config.tc_tile_dim``), on sm_80 or
+   newer: **tensor-core** (``mma.sync`` m16n8k16; rows that are not 16-byte aligned
+   are copied by plain loads instead of cp.async).
 2. float32 with ``allow_tf32`` at head dims 64 and 128, rows aligned, sm_80+:
    **tensor-core-tf32**.
 3. Otherwise **simt-fp32**, exact fp32 on CUDA cores: the register-blocked kernels for
@@ -121,9 +121,7 @@ def family(p: Problem) -> tuple[str, str]:
         why = []
         if p.dtype == "float32" and p.head_dim not in config.TF32_HEAD_DIMS:
             why.append(f"head dim {p.head_dim} is not one of {config.TF32_HEAD_DIMS}")
-        elif p.head_dim % 8:
-            why.append(f"head dim {p.head_dim} is not a multiple of 8")
-        if not p.aligned:
+        if p.dtype == "float32" and not p.aligned:
             why.append("rows are not 16-byte aligned")
         if not tensor_cores:
             why.append(f"sm_{p.arch[0]}{p.arch[1]} has no mma.sync/cp.async (they need sm_80+)")
@@ -142,8 +140,7 @@ def plan(p: Problem) -> Plan:
 
         tile_d = config.tc_tile_dim(d)  # d on the tiles of the next tile head dim
         t = config.choose("tc_" + p.pass_, tile_d, causal, p.dtype)
-        if tile_d != d:
-            t = replace(t, data_dim=d)
+        t = replace(t, data_dim=d if tile_d != d else 0, aligned=p.aligned and d % 8 == 0)
         module = tc_forward if p.pass_ == "forward" else tc_backward
         launches = module.launches(t, v, p.dtype, sz)
         return Plan(fam, p.dtype, tuple(launches), note, p)
@@ -183,12 +180,10 @@ def table(arch: tuple = (9, 0)) -> list[dict]:
         ("float32", "64, 128 (16-byte aligned rows)", 64, False, True),
         ("float32", "any other from 1 to 256, or unaligned rows", 96, False, True),
         ("float32, allow_tf32=True", "64, 128 (16-byte aligned rows)", 64, True, True),
-        ("float16", "multiples of 8 up to 128 (16-byte aligned rows)", 64, False, True),
-        ("float16", "multiples of 8 from 136 to 256 (aligned rows)", 256, False, True),
-        ("float16", "any other from 1 to 256, or unaligned rows", 59, False, True),
-        ("bfloat16", "multiples of 8 up to 128 (16-byte aligned rows)", 64, False, True),
-        ("bfloat16", "multiples of 8 from 136 to 256 (aligned rows)", 256, False, True),
-        ("bfloat16", "any other from 1 to 256, or unaligned rows", 59, False, True),
+        ("float16", "1 to 128", 64, False, True),
+        ("float16", "129 to 256", 256, False, True),
+        ("bfloat16", "1 to 128", 64, False, True),
+        ("bfloat16", "129 to 256", 256, False, True),
     ]
     rows = []
     for label, dims, d, tf32, aligned in cases:

@@ -84,6 +84,7 @@ except ImportError:  # pragma: no cover
 
 __all__ = [
     "SMEM_ALIGN",
+    "st_shared_v4_b32",
     "mma_m16n8k16_f16",
     "mma_m16n8k16_bf16",
     "mma_m16n8k16_f16_acc",
@@ -781,6 +782,26 @@ def st_shared_v4_f32(typingctx, addr, x0, x1, x2, x3):
         return context.get_dummy_value()
 
     return types.void(addr, x0, x1, x2, x3), codegen
+
+
+@intrinsic
+def st_shared_v4_b32(typingctx, addr, w0, w1, w2, w3):
+    """``st_shared_v4_b32(addr: uint32, w0, w1, w2, w3: uint32) -> None``
+
+    ``st.shared.v4.b32 [addr], {w0, w1, w2, w3};``: one 16-byte store of four 32-bit
+    words to the 16-byte-aligned shared address ``addr`` (a 16-byte chunk of a tile
+    filled by plain loads where ``cp.async`` cannot read the source: rows that are
+    not 16-byte aligned).
+    """
+    _require_ints("st_shared_v4_b32", addr=addr, w0=w0, w1=w1, w2=w2, w3=w3)
+
+    def codegen(context, builder, sig, args):
+        vals = _casted(context, builder, sig, args, ["u32"] * 5)
+        _asm(builder, "st.shared.v4.b32 [$0], {$1, $2, $3, $4};",
+             "r,r,r,r,r,~{memory}", vals, [], side_effect=True)
+        return context.get_dummy_value()
+
+    return types.void(addr, w0, w1, w2, w3), codegen
 
 
 # ---------------------------------------------------------------------------

@@ -28,7 +28,10 @@ def _plan(*args, **kw):
         (P("forward", "float32", 64), "simt-fp32", ["simt_blocked_forward"]),
         (P("backward", "float32", 128), "simt-fp32", ["simt_blocked_preprocess", "simt_blocked_dkdv", "simt_blocked_dq"]),
         (P("forward", "float32", 96), "simt-fp32", ["simt_forward"]),
-        (P("backward", "float16", 40), "simt-fp32", ["simt_bwd_preprocess", "simt_bwd_dkdv", "simt_bwd_dq"]),
+        (P("backward", "float16", 44), "simt-fp32", ["simt_bwd_preprocess", "simt_bwd_dkdv", "simt_bwd_dq"]),
+        (P("backward", "float16", 40), "tensor-core", ["tc_bwd_preprocess", "tc_bwd_dkdv", "tc_bwd_dq"]),
+        (P("backward", "bfloat16", 256), "tensor-core", ["tc_bwd_preprocess", "tc_bwd_dv", "tc_bwd_dk", "tc_bwd_dq"]),
+        (P("forward", "float32", 96, allow_tf32=True), "simt-fp32", ["simt_forward"]),
         (P("forward", "float16", 64, aligned=False), "simt-fp32", ["simt_forward"]),
         (P("forward", "bfloat16", 64, aligned=False), "simt-fp32", ["simt_blocked_forward"]),  # fresh fp32 copies
         (P("forward", "float16", 128, arch=(7, 5)), "simt-fp32", ["simt_forward"]),
@@ -44,12 +47,14 @@ def test_the_rule(problem, family, names):
 
 
 def test_work_dtype_and_notes():
-    assert _plan("forward", "bfloat16", 96).work_dtype == "float32"  # bf16 runs on fp32 copies
-    assert _plan("forward", "float16", 96).work_dtype == "float16"  # fp16 read as is
+    assert _plan("forward", "bfloat16", 59).work_dtype == "float32"  # bf16 runs on fp32 copies
+    assert _plan("forward", "float16", 59).work_dtype == "float16"  # fp16 read as is
     assert _plan("forward", "bfloat16", 64).work_dtype == "bfloat16"  # tensor cores
+    assert _plan("forward", "bfloat16", 96).work_dtype == "bfloat16"
     note = _plan("forward", "float16", 64, arch=(7, 5)).note
     assert "sm_75" in note and "sm_80" in note
-    assert "head dim 96" in _plan("backward", "float16", 96).note
+    assert "head dim 59 is not a multiple of 8" in _plan("backward", "float16", 59).note
+    assert "head dim 96 is not one of" in _plan("backward", "float32", 96, allow_tf32=True).note
     assert "16-byte aligned" in _plan("forward", "float16", 64, aligned=False).note
 
 
@@ -57,11 +62,12 @@ def test_work_dtype_and_notes():
 def test_grids_cover_every_row(B, H, Nq, Nk):
     """x tiles the rows a block owns (queries, or keys for dK/dV), y heads, z batch."""
     for problem in (P("forward", "float16", 64), P("backward", "float16", 128), P("backward", "float32", 64),
-                    P("forward", "float32", 40), P("backward", "float32", 128, allow_tf32=True)):  # fmt: skip
+                    P("forward", "float32", 40), P("backward", "float32", 128, allow_tf32=True),
+                    P("backward", "float16", 200)):  # fmt: skip
         for k in plan.plan(plan.with_sizes(problem, B, H, Nq, Nk)).launches:
             x, y, z = k.grid
             assert (y, z) == (H, B), k.name
-            rows = Nk if k.name.endswith("dkdv") else Nq
+            rows = Nk if k.name.endswith(("dkdv", "_dk", "_dv")) else Nq
             assert x >= 1 and (x - 1) * 1 < rows, k.name  # no block entirely past the end
             assert k.threads % 32 == 0 and 32 <= k.threads <= 1024, k.name
 

@@ -190,31 +190,60 @@ def test_variant_combinations(rng, fam, causal, left, right, softcap, alibi, dro
 
 
 @pytest.mark.usefixtures("poisoned_outputs")
-@pytest.mark.parametrize("dtype", [np.float32, np.float16, _arrays.BFLOAT16], ids=lambda d: np.dtype(d).name)
 @pytest.mark.parametrize("d", [1, 5, 27] if SIMULATOR else [1, 5, 27, 59, 111, 250])
-def test_any_head_dim(rng, dtype, d):
-    """Head dims that are not a multiple of 8 run on the next multiple's tiles (columns
-    past d zero on load, never written; no padded copy): forward and backward, with
-    GQA, causal and softcap, against the reference (fp16/bf16: 2× / 3× the same-dtype
-    standard attention)."""
+def test_any_head_dim_fp32(rng, d):
+    """Exact fp32 at head dims that are not a multiple of 8: the row-group kernels on
+    the next multiple's tiles (columns past d zero on load, never written; no padded
+    copy), forward and backward, with GQA, causal and softcap, against the reference."""
     shape = (1, 2, 1, 7, 11) if SIMULATOR else (2, 4, 2, 300, 517)
-    check_head_dim(rng, dtype, d, *shape, family="simt-fp32")
+    check_head_dim(rng, np.float32, d, *shape, family="simt-fp32")
 
 
-#: tensor-core head dims: every tile dim (32 .. 256) and dims padded up to one (40, 72, 136, 200)
-TC_DIMS_SIM = [(np.float16, 32), (_arrays.BFLOAT16, 40), (np.float16, 96), (np.float16, 160), (_arrays.BFLOAT16, 256)]
-TC_DIMS_GPU = [(dt, d) for dt in (np.float16, _arrays.BFLOAT16) for d in (8, 32, 40, 72, 96, 136, 160, 192, 200, 224, 256)]
+#: fp16/bf16 head dims: every tile dim (32 .. 256), dims padded up to one (40, 72, 136,
+#: 200) and dims that are not a multiple of 8 (their rows are not 16-byte aligned: the
+#: tiles are filled by plain loads; odd ones store O 16 bits at a time)
+TC_DIMS_SIM = [(_arrays.BFLOAT16, 40), (np.float16, 96), (np.float16, 160), (_arrays.BFLOAT16, 256),
+               (np.float16, 5), (_arrays.BFLOAT16, 27)]  # fmt: skip
+TC_DIMS_GPU = [(dt, d) for dt in (np.float16, _arrays.BFLOAT16)
+               for d in (1, 5, 8, 27, 32, 40, 59, 72, 96, 111, 136, 160, 192, 200, 224, 250, 256)]  # fmt: skip
 
 
 @pytest.mark.usefixtures("poisoned_outputs")
 @pytest.mark.parametrize("dtype,d", TC_DIMS_SIM if SIMULATOR else TC_DIMS_GPU,
                          ids=lambda x: x if isinstance(x, int) else np.dtype(x).name)  # fmt: skip
 def test_tensor_core_head_dims(rng, dtype, d):
-    """fp16/bf16 at any head dim that is a multiple of 8 run on tensor cores, on the
-    tiles of ``config.tc_tile_dim(d)`` (past 128: Q fragments from shared memory, dK
-    and dV from two kernels), with GQA, causal and softcap."""
+    """fp16/bf16 at any head dim run on tensor cores, on the tiles of
+    ``config.tc_tile_dim(d)`` (past 128: Q fragments from shared memory, dK and dV from
+    two kernels), with GQA, causal and softcap, against the reference (2× / 3× the
+    same-dtype standard attention)."""
     shape = (1, 2, 1, 17, 23) if SIMULATOR else (2, 4, 2, 300, 517)
     check_head_dim(rng, dtype, d, *shape, family="tensor-core")
+
+
+@pytest.mark.usefixtures("poisoned_outputs")
+@pytest.mark.parametrize("dtype,d", [(np.float16, 64), (_arrays.BFLOAT16, 96)], ids=["float16-64", "bfloat16-96"])
+def test_tensor_core_unaligned_rows(rng, dtype, d):
+    """Strided q, k, v whose rows do not start on 16-byte boundaries (every other head
+    of a wider array, offset by one element) run on tensor cores through plain loads
+    (cp.async cannot read them), and give the reference's numbers."""
+    B, H, Nq, Nk = (1, 2, 17, 23) if SIMULATOR else (2, 4, 300, 517)
+    wide = [rng.standard_normal((B, n, 2 * H, d + 1)).astype(dtype) for n in (Nq, Nk, Nk, Nq)]
+    q, k, v, dout = (w[:, :, ::2, 1:] for w in wide)
+    xp = _xp()
+    qd, kd, vd, dod = (xp.asarray(w)[:, :, ::2, 1:] for w in wide)  # strided on the device too
+    assert not _arrays.aligned16(qd)
+    p = plan.Problem("forward", np.dtype(dtype).name, d, aligned=False)
+    assert plan.family(p)[0] == "tensor-core" and not plan.plan(p).launches[0].tiles.aligned
+    out, lse = numba_flash.flash_attention(qd, kd, vd, return_lse=True, causal=True)
+    ref_out, ref_lse = reference.attention(q, k, v, causal=True)
+    tol = 2 * reference.rel_error(reference.attention_lowp(q, k, v, dtype=dtype, causal=True)[0], ref_out) + FLOOR
+    assert reference.rel_error(host(out), ref_out) <= tol, f"O, seed {rng.seed_value}"
+    o_in, lse_in = ref_out.astype(dtype), ref_lse.astype(np.float32)
+    grads = numba_flash.flash_attention_backward(dod, qd, kd, vd, xp.asarray(o_in), xp.asarray(lse_in), causal=True)
+    refs = reference.attention_backward(dout, q, k, v, o_in, lse_in, causal=True)
+    low = reference.attention_backward_lowp(dout, q, k, v, o_in, lse_in, dtype=dtype, causal=True)
+    for name, e, t in zip(("dq", "dk", "dv"), grad_errors(grads, refs), [3 * b + FLOOR for b in grad_errors(low, refs)]):
+        assert e <= t, f"{name} {e:.3g} > {t:.3g}, seed {rng.seed_value}"
 
 
 def check_head_dim(rng, dtype, d, B, H, H_kv, Nq, Nk, family):

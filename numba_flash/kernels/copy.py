@@ -24,7 +24,7 @@ read the tile.  All ``THREADS`` threads of the block share the work, chunk
 from __future__ import annotations
 
 from numba_flash import ptx
-from numba_flash._numba_cuda import device_function, float32
+from numba_flash._numba_cuda import device_function, float32, uint32
 
 SW_NONE = 0
 SW_16BIT = 1
@@ -52,56 +52,88 @@ def chunk_addr(tile, r, c, ROW_BYTES, SWIZZLE):
 
 @device_function
 def copy_rows(tile_a, src_a, tile_b, src_b, TWO, b, h, row0, nrows, tid, ROWS, CHUNKS, ELEMS, ROW_BYTES, SWIZZLE,
-              THREADS, UNROLL, DCHUNKS):
+              THREADS, UNROLL, DCOLS, SYNC):
     """Start copying rows ``row0 .. row0 + ROWS − 1`` of ``src_a[b, :, h, :]`` (CHUNKS
     16-byte chunks of ELEMS elements a row) into the shared tile at ``tile_a``, and when
     ``TWO`` the same rows of ``src_b`` into ``tile_b`` (same layout, same index
     arithmetic).  Thread ``tid`` takes chunks ``tid + i·THREADS``: in a loop the
     compiler unrolls when ``UNROLL`` (ROWS·CHUNKS a multiple of THREADS: every address
     computed up front, more registers), else in a counted loop.  When the arrays' rows
-    hold ``DCHUNKS`` < CHUNKS chunks (a head dim padded up to the tile's), the chunks
-    past them are zero-filled; 0 means CHUNKS."""
+    hold ``DCOLS`` < CHUNKS·ELEMS elements (a head dim padded up to the tile's; 0: all),
+    the columns past them are zero-filled.  ``SYNC``: the source rows are not 16-byte
+    aligned, so a chunk is read by plain loads (16-bit elements, ELEMS = 8) and stored
+    with one 16-byte shared store, at once (:func:`_load_chunk`)."""
     if UNROLL:
         for i in range(ROWS * CHUNKS // THREADS):
             _copy_chunk(tile_a, src_a, tile_b, src_b, TWO, b, h, row0, nrows, tid + i * THREADS, CHUNKS, ELEMS,
-                        ROW_BYTES, SWIZZLE, DCHUNKS)  # fmt: skip
+                        ROW_BYTES, SWIZZLE, DCOLS, SYNC)  # fmt: skip
     else:
         for idx in range(tid, ROWS * CHUNKS, THREADS):
             _copy_chunk(tile_a, src_a, tile_b, src_b, TWO, b, h, row0, nrows, idx, CHUNKS, ELEMS, ROW_BYTES, SWIZZLE,
-                        DCHUNKS)  # fmt: skip
+                        DCOLS, SYNC)  # fmt: skip
 
 
 @device_function
-def _copy_chunk(tile_a, src_a, tile_b, src_b, TWO, b, h, row0, nrows, idx, CHUNKS, ELEMS, ROW_BYTES, SWIZZLE, DCHUNKS):
+def _copy_chunk(tile_a, src_a, tile_b, src_b, TWO, b, h, row0, nrows, idx, CHUNKS, ELEMS, ROW_BYTES, SWIZZLE, DCOLS,
+                SYNC):
     r = idx // CHUNKS
     c = idx - r * CHUNKS
     row = row0 + r
     at = chunk_addr(0, r, c, ROW_BYTES, SWIZZLE)
-    if DCHUNKS == 0 or DCHUNKS >= CHUNKS:
+    if SYNC:
+        _load_chunk(tile_a + at, src_a, b, row, h, c * ELEMS, nrows, DCOLS)
+        if TWO:
+            _load_chunk(tile_b + at, src_b, b, row, h, c * ELEMS, nrows, DCOLS)
+        return
+    if DCOLS == 0 or DCOLS >= CHUNKS * ELEMS:
         ok = row < nrows
         src_at = (b, min(row, nrows - 1), h, c * ELEMS)
     else:  # columns past the data: zeros (the source clamped in bounds, not read)
-        ok = row < nrows and c < DCHUNKS
-        src_at = (b, min(row, nrows - 1), h, min(c, DCHUNKS - 1) * ELEMS)
+        ok = row < nrows and c * ELEMS < DCOLS
+        src_at = (b, min(row, nrows - 1), h, min(c * ELEMS, DCOLS - ELEMS))
     ptx.cp_async_16_zfill(tile_a + at, src_a, src_at, ok)
     if TWO:
         ptx.cp_async_16_zfill(tile_b + at, src_b, src_at, ok)
 
 
 @device_function
+def _load_chunk(dst, src, b, row, h, col0, nrows, DCOLS):
+    """The 8 16-bit elements ``src[b, row, h, col0 .. col0 + 7]`` (0 past ``nrows`` and
+    past ``DCOLS`` columns) by plain loads, as one 16-byte store to ``dst``."""
+    w0 = _pair(src, b, row, h, col0, nrows, DCOLS)
+    w1 = _pair(src, b, row, h, col0 + 2, nrows, DCOLS)
+    w2 = _pair(src, b, row, h, col0 + 4, nrows, DCOLS)
+    w3 = _pair(src, b, row, h, col0 + 6, nrows, DCOLS)
+    ptx.st_shared_v4_b32(dst, w0, w1, w2, w3)
+
+
+@device_function
+def _pair(src, b, row, h, col, nrows, DCOLS):
+    """Elements ``col`` (low half) and ``col + 1`` of ``src[b, row, h]`` as one word."""
+    lo = uint32(0)
+    hi = uint32(0)
+    if row < nrows:
+        if DCOLS == 0 or col < DCOLS:
+            lo = uint32(src[b, row, h, col])
+        if DCOLS == 0 or col + 1 < DCOLS:
+            hi = uint32(src[b, row, h, col + 1])
+    return lo | (hi << uint32(16))
+
+
+@device_function
 def copy_tile(tile, src, b, h, row0, nrows, tid, ROWS, CHUNKS, ELEMS, ROW_BYTES, SWIZZLE, THREADS, UNROLL=False,
-              DCHUNKS=0):
+              DCOLS=0, SYNC=False):
     """:func:`copy_rows` of one array."""
     copy_rows(tile, src, tile, src, False, b, h, row0, nrows, tid, ROWS, CHUNKS, ELEMS, ROW_BYTES, SWIZZLE, THREADS,
-              UNROLL, DCHUNKS)  # fmt: skip
+              UNROLL, DCOLS, SYNC)  # fmt: skip
 
 
 @device_function
 def copy_tile_pair(tile_a, src_a, tile_b, src_b, b, h, row0, nrows, tid, ROWS, CHUNKS, ELEMS, ROW_BYTES, SWIZZLE,
-                   THREADS, UNROLL=False, DCHUNKS=0):
+                   THREADS, UNROLL=False, DCOLS=0, SYNC=False):
     """:func:`copy_rows` of the same rows of two arrays (K and V, or Q and dO)."""
     copy_rows(tile_a, src_a, tile_b, src_b, True, b, h, row0, nrows, tid, ROWS, CHUNKS, ELEMS, ROW_BYTES, SWIZZLE,
-              THREADS, UNROLL, DCHUNKS)  # fmt: skip
+              THREADS, UNROLL, DCOLS, SYNC)  # fmt: skip
 
 
 @device_function

@@ -18,7 +18,7 @@ address a lane hands to ``ldmatrix`` for the three operand shapes of attention
 from __future__ import annotations
 
 from numba_flash import ptx
-from numba_flash._numba_cuda import cuda, device_function, float32, int32, uint32
+from numba_flash._numba_cuda import cuda, device_function, float32, int32, uint16, uint32
 from numba_flash.kernels import dropout, score, softmax
 from numba_flash.kernels.block_info import tile_needs_mask
 from numba_flash.kernels.copy import SW_16BIT, chunk_addr
@@ -299,17 +299,25 @@ def pack_a(frag, i, acc, s0, BF16):
 
 
 @device_function
-def store_row_pairs(dst32, b, row, h, acc, A0, NT, tq, scale, BF16):
+def store_row_pairs(dst, b, row, h, acc, A0, NT, tq, scale, BF16, DCOLS=0, HALVES=False):
     """One row of NT accumulator n-tiles (``acc[A0 + 4·nt]``, ``acc[A0 + 4·nt + 1]``:
-    A0 = 2 for row g + 8), times ``scale``, as 16-bit pairs to ``dst32[b, row, h, :]``
-    (a uint32 view: word ``4·nt + t`` holds columns 8·nt + 2t, + 1)."""
+    A0 = 2 for row g + 8), times ``scale``, as 16-bit pairs to ``dst[b, row, h, :]``
+    (a uint32 view: word ``4·nt + t`` holds columns 8·nt + 2t, + 1).  ``DCOLS``: the
+    row's length when it ends inside the last n-tile (columns past it are not
+    written; 0: 8·NT); ``HALVES``: ``dst`` is a uint16 view (an odd head dim), each
+    16-bit value stored alone."""
     for nt in range(NT):
         x0 = acc[A0 + nt * 4] * scale
         x1 = acc[A0 + nt * 4 + 1] * scale
-        if BF16:
-            dst32[b, row, h, nt * 4 + tq] = ptx.pack_bf16x2(x0, x1)
-        else:
-            dst32[b, row, h, nt * 4 + tq] = ptx.pack_f16x2(x0, x1)
+        w = ptx.pack_bf16x2(x0, x1) if BF16 else ptx.pack_f16x2(x0, x1)
+        col = nt * 8 + 2 * tq
+        if HALVES:
+            if DCOLS == 0 or col < DCOLS:
+                dst[b, row, h, col] = uint16(w & uint32(0xFFFF))
+            if DCOLS == 0 or col + 1 < DCOLS:
+                dst[b, row, h, col + 1] = uint16(w >> uint32(16))
+        elif DCOLS == 0 or col < DCOLS:
+            dst[b, row, h, nt * 4 + tq] = w
 
 
 # --- TF32 (m16n8k8) operands from fp32 tiles ---------------------------------------------

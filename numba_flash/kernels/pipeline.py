@@ -82,20 +82,20 @@ def zero(acc, N):
 
 @device_function
 def prefetch_keys(j, hi, k_base, k, v_base, v, b, h, k0, seqlen_k, tid, BLOCK_N, CHUNKS, ELEMS, ROW_BYTES, SWIZZLE,
-                  THREADS, STAGE_BYTES, STAGES, DCHUNKS=0):
+                  THREADS, STAGE_BYTES, STAGES, DCOLS=0, SYNC=False):
     """Start copying key tile ``j + 1`` (K and V; the sequence starts at row ``k0``)
     into its stage, when there is one, and close the cp.async group (an empty group
-    when there is not); ``DCHUNKS``: ``copy.copy_rows``."""
+    when there is not); ``DCOLS``, ``SYNC``: ``copy.copy_rows``."""
     if j + 1 < hi:
         start_n, k_tile, v_tile = key_stage(j + 1, k_base, v_base, BLOCK_N, STAGE_BYTES, STAGES)
         copy.copy_tile_pair(k_tile, k, v_tile, v, b, h, k0 + start_n, k0 + seqlen_k, tid, BLOCK_N, CHUNKS, ELEMS, ROW_BYTES,
-                            SWIZZLE, THREADS, False, DCHUNKS)  # fmt: skip
+                            SWIZZLE, THREADS, False, DCOLS, SYNC)  # fmt: skip
     ptx.cp_async_commit()
 
 
 @device_function
 def prefetch_queries(i, hi, q_base, q, do_base, dout, s_rows, lse, delta, b, h, q0, seqlen_q, tid, BLOCK_M, CHUNKS,
-                     ELEMS, ROW_BYTES, SWIZZLE, THREADS, STAGE_BYTES, DCHUNKS=0):
+                     ELEMS, ROW_BYTES, SWIZZLE, THREADS, STAGE_BYTES, DCOLS=0, SYNC=False):
     """The dK/dV kernels' walk: start copying query tile ``i + 1`` (Q and dO; the
     sequence starts at row ``q0``) into its
     stage (of two) and stage its rows' lse and delta in ``s_rows`` ([stage][lse | delta],
@@ -103,7 +103,7 @@ def prefetch_queries(i, hi, q_base, q, do_base, dout, s_rows, lse, delta, b, h, 
     if i + 1 < hi:
         row0, q_tile, do_tile, rows_at = query_stage(i + 1, q_base, do_base, BLOCK_M, STAGE_BYTES)
         copy.copy_tile_pair(q_tile, q, do_tile, dout, b, h, q0 + row0, q0 + seqlen_q, tid, BLOCK_M, CHUNKS, ELEMS, ROW_BYTES,
-                            SWIZZLE, THREADS, False, DCHUNKS)  # fmt: skip
+                            SWIZZLE, THREADS, False, DCOLS, SYNC)  # fmt: skip
         softmax.stage_row_stats(s_rows, rows_at, rows_at + BLOCK_M, lse, delta, b, h, q0 + row0, q0 + seqlen_q, tid,
                                 BLOCK_M, THREADS, True)  # fmt: skip
     ptx.cp_async_commit()

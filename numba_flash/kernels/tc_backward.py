@@ -68,6 +68,7 @@ def tc_bwd_preprocess_kernel(head_dim: int, dtype: str):
     uint16 views of O and dO (any strides with the last axis contiguous); ``head_dim``
     is the arrays' (even)."""
     WORDS = head_dim // 2
+    ODD = head_dim % 2 == 1  # the last element alone
     unpack = ptx.unpack_f16x2 if dtype == "float16" else ptx.unpack_bf16x2
 
     @cuda.jit
@@ -81,6 +82,10 @@ def tc_bwd_preprocess_kernel(head_dim: int, dtype: str):
                 o0, o1 = unpack(uint32(out16[b, row, h, 2 * w]) | (uint32(out16[b, row, h, 2 * w + 1]) << 16))
                 d0, d1 = unpack(uint32(dout16[b, row, h, 2 * w]) | (uint32(dout16[b, row, h, 2 * w + 1]) << 16))
                 acc += o0 * d0 + o1 * d1
+            if ODD:
+                o0, _ = unpack(uint32(out16[b, row, h, 2 * WORDS]))
+                d0, _ = unpack(uint32(dout16[b, row, h, 2 * WORDS]))
+                acc += o0 * d0
             delta[b, h, row] = acc
 
     return tc_bwd_preprocess
@@ -99,7 +104,9 @@ def tc_bwd_dkdv_kernel(t: TcBwdTiles, variant: Variant, dtype: str, part: str = 
     NT_O = HEAD_DIM // 8  # n-tiles of dK, dV
     PSTEPS = BLOCK_M // 16  # k-slices over queries (dV, dK)
     CHUNKS = HEAD_DIM // 8
-    DCHUNKS = NT_W = (t.data_dim or HEAD_DIM) // 8  # chunks of an array row; n-tiles written
+    DATA_DIM = t.data_dim or HEAD_DIM  # the arrays' head dim (tc_forward's names)
+    DCOLS, NT_W = (0 if DATA_DIM == HEAD_DIM else DATA_DIM), -(-DATA_DIM // 8)
+    SYNC, HALVES = not t.aligned, DATA_DIM % 2 == 1
     ROW_BYTES = HEAD_DIM * 2
     KV_BYTES = BLOCK_N * ROW_BYTES
     QT_BYTES = BLOCK_M * ROW_BYTES  # one stage of Q (or dO)
@@ -138,7 +145,7 @@ def tc_bwd_dkdv_kernel(t: TcBwdTiles, variant: Variant, dtype: str, part: str = 
 
         # K and V of this block (rows past the end zero-filled)
         copy.copy_tile_pair(k_base, k, v_base, v, b, hk, k0 + start_n, k0 + seqlen_k, tid, BLOCK_N, CHUNKS, 8, ROW_BYTES,
-                            SW, THREADS, False, DCHUNKS)  # fmt: skip
+                            SW, THREADS, False, DCOLS, SYNC)  # fmt: skip
         m_lo, m_hi = query_tiles(start_n, BLOCK_M, BLOCK_N, mi)
 
         # GQA: the walk below once per query head of the group, in order (a deterministic sum)
@@ -156,7 +163,7 @@ def tc_bwd_dkdv_kernel(t: TcBwdTiles, variant: Variant, dtype: str, part: str = 
                         fragments.load_a(v_frag, kk * 4, v_base, warp * 16, kk, lane, ROW_BYTES)
                 pipeline.prefetch_queries(i, m_hi, q_base, q, do_base, dout, s_rows, lse, delta, b, h, q0, seqlen_q,
                                           tid, BLOCK_M, CHUNKS, 8, ROW_BYTES, SW, THREADS, QT_BYTES,
-                                          DCHUNKS)  # fmt: skip
+                                          DCOLS, SYNC)  # fmt: skip
                 if i < m_lo:
                     continue
                 start_m, q_tile, do_tile, rows_off = pipeline.query_stage(i, q_base, do_base, BLOCK_M, QT_BYTES)
@@ -198,9 +205,11 @@ def tc_bwd_dkdv_kernel(t: TcBwdTiles, variant: Variant, dtype: str, part: str = 
             key = start_n + warp * 16 + g + 8 * r
             if key < seqlen_k:
                 if WANT_DK:
-                    fragments.store_row_pairs(dk32, b, k0 + key, hk, acc_dk, 2 * r, NT_W, tq, scale, BF16)
+                    fragments.store_row_pairs(dk32, b, k0 + key, hk, acc_dk, 2 * r, NT_W, tq, scale, BF16, DCOLS,
+                                              HALVES)  # fmt: skip
                 if WANT_DV:
-                    fragments.store_row_pairs(dv32, b, k0 + key, hk, acc_dv, 2 * r, NT_W, tq, float32(1.0), BF16)
+                    fragments.store_row_pairs(dv32, b, k0 + key, hk, acc_dv, 2 * r, NT_W, tq, float32(1.0), BF16, DCOLS,
+                                              HALVES)  # fmt: skip
 
     return tc_bwd_dkdv
 
@@ -216,7 +225,9 @@ def tc_bwd_dq_kernel(t: TcBwdTiles, variant: Variant, dtype: str):
     NT_O = HEAD_DIM // 8
     PSTEPS = BLOCK_N // 16
     CHUNKS = HEAD_DIM // 8
-    DCHUNKS = NT_W = (t.data_dim or HEAD_DIM) // 8  # chunks of an array row; n-tiles written
+    DATA_DIM = t.data_dim or HEAD_DIM  # the arrays' head dim (tc_forward's names)
+    DCOLS, NT_W = (0 if DATA_DIM == HEAD_DIM else DATA_DIM), -(-DATA_DIM // 8)
+    SYNC, HALVES = not t.aligned, DATA_DIM % 2 == 1
     ROW_BYTES = HEAD_DIM * 2
     Q_BYTES = BLOCK_M * ROW_BYTES
     KV_BYTES = BLOCK_N * ROW_BYTES  # one stage of K (or V)
@@ -251,7 +262,7 @@ def tc_bwd_dq_kernel(t: TcBwdTiles, variant: Variant, dtype: str):
             stats[r], stats[2 + r] = softmax.row_stats(lse, delta, b, h, row, q0 + seqlen_q, True)
 
         copy.copy_tile_pair(q_base, q, do_base, dout, b, h, q0 + start_m, q0 + seqlen_q, tid, BLOCK_M, CHUNKS, 8,
-                            ROW_BYTES, SW, THREADS, False, DCHUNKS)  # fmt: skip
+                            ROW_BYTES, SW, THREADS, False, DCOLS, SYNC)  # fmt: skip
         n_lo, n_hi = key_tiles(start_m, BLOCK_M, BLOCK_N, mi)
 
         # the double-buffered walk (pipeline's docstring): j = n_lo - 1 only starts tile n_lo
@@ -262,7 +273,7 @@ def tc_bwd_dq_kernel(t: TcBwdTiles, variant: Variant, dtype: str):
                     fragments.load_a(q_frag, kk * 4, q_base, warp * 16, kk, lane, ROW_BYTES)
                     fragments.load_a(do_frag, kk * 4, do_base, warp * 16, kk, lane, ROW_BYTES)
             pipeline.prefetch_keys(j, n_hi, k_base, k, v_base, v, b, hk, k0, seqlen_k, tid, BLOCK_N, CHUNKS, 8,
-                                   ROW_BYTES, SW, THREADS, KV_BYTES, 2, DCHUNKS)  # fmt: skip
+                                   ROW_BYTES, SW, THREADS, KV_BYTES, 2, DCOLS, SYNC)  # fmt: skip
             if j < n_lo:
                 continue
             start_n, k_tile, v_tile = pipeline.key_stage(j, k_base, v_base, BLOCK_N, KV_BYTES, 2)
@@ -293,7 +304,7 @@ def tc_bwd_dq_kernel(t: TcBwdTiles, variant: Variant, dtype: str):
         for r in range(2):
             row = start_m + warp * 16 + g + 8 * r
             if row < seqlen_q:
-                fragments.store_row_pairs(dq32, b, q0 + row, h, acc_dq, 2 * r, NT_W, tq, scale, BF16)
+                fragments.store_row_pairs(dq32, b, q0 + row, h, acc_dq, 2 * r, NT_W, tq, scale, BF16, DCOLS, HALVES)
 
     return tc_bwd_dq
 
@@ -313,13 +324,14 @@ def launches(t: TcBwdTiles, variant: Variant, dtype: str, sz: spec.Sizes) -> lis
     ``split_dkdv``: dV, then dK), dQ (a block per 16·warps queries)."""
     smem_kv, smem_q = smem_bytes(t)
     parts = ("dv", "dk") if t.split_dkdv else ("dkdv",)
+    out = "u16" if (t.data_dim or t.head_dim) % 2 else "u32"  # an odd head dim: no 32-bit pairs
     return [
         spec.KernelLaunch("tc_bwd_preprocess", tc_bwd_preprocess_kernel(t.data_dim or t.head_dim, dtype), t,
                           spec.preprocess_grid(sz, PRE_THREADS), PRE_THREADS, 0, spec.preprocess_args("u16")),
         *(spec.KernelLaunch(f"tc_bwd_{part}", tc_bwd_dkdv_kernel(t, variant, dtype, part), t,
                             spec.key_grid(sz, t.kv_block_n), t.threads, smem_kv,
-                            spec.dkdv_args("u16", "u32")) for part in parts),
+                            spec.dkdv_args("u16", out)) for part in parts),
         spec.KernelLaunch("tc_bwd_dq", tc_bwd_dq_kernel(t, variant, dtype), t,
                           spec.query_grid(sz, t.q_block_m), t.threads, smem_q,
-                          spec.dq_args("u16", "u32")),
+                          spec.dq_args("u16", out)),
     ]  # fmt: skip

@@ -38,8 +38,10 @@ any 8 consecutive rows over all 32 banks, for the cp.async writes and the ldmatr
 reads alike.
 
 Head dims: the tile's d is one of ``config.TC_TILE_DIMS``; an array head dim below it
-(a multiple of 8) is zero-filled past its end on load (the zero columns add nothing to
-Q·Kᵀ, and the output's are not written).  Past d = 128 the Q fragments are read from
+is zero-filled past its end on load (the zero columns add nothing to Q·Kᵀ, and the
+output's are not written).  Rows that are not 16-byte aligned (a head dim that is not
+a multiple of 8, or odd strides) are copied by plain loads instead of cp.async
+(``aligned``), and an odd head dim's output is stored 16 bits at a time.  Past d = 128 the Q fragments are read from
 the shared Q tile at every k-slice instead of being kept in registers (``q_in_regs``).
 
 Inputs are passed as uint16 views (cp.async moves bytes; the dtype matters only to
@@ -78,8 +80,9 @@ def tc_forward_kernel(t: TcTiles, variant: Variant, dtype: str):
     PSTEPS = BLOCK_N // 16  # k-slices of P·V
     CHUNKS = HEAD_DIM // 8  # 16-byte chunks in a row
     DATA_DIM = t.data_dim or HEAD_DIM  # the arrays' head dim
-    DCHUNKS = DATA_DIM // 8  # chunks of a row that hold data
-    NT_W = DATA_DIM // 8  # n-tiles of O written
+    DCOLS = 0 if DATA_DIM == HEAD_DIM else DATA_DIM  # columns of an array row (0: the tile's)
+    NT_W = -(-DATA_DIM // 8)  # n-tiles of O written
+    SYNC, HALVES = not t.aligned, DATA_DIM % 2 == 1  # copies by plain loads; O stored 16 bits at a time
     Q_IN_REGS = t.q_in_regs
     MT = t.m_tiles  # 16-row m-tiles per warp: each K/V fragment feeds MT mma
     WARP_ROWS = 16 * MT
@@ -119,7 +122,7 @@ def tc_forward_kernel(t: TcTiles, variant: Variant, dtype: str):
 
         n_lo, n_hi = key_tiles(start_m, BLOCK_M, BLOCK_N, mi)
         copy.copy_tile(q_base, q, b, h, q0 + start_m, q0 + seqlen_q, tid, BLOCK_M, CHUNKS, 8, ROW_BYTES, SW, THREADS, False,
-                       DCHUNKS)  # fmt: skip
+                       DCOLS, SYNC)  # fmt: skip
 
         # the double-buffered walk (pipeline's docstring): j = n_lo - 1 only starts tile n_lo
         for j in range(n_lo - 1, n_hi):
@@ -130,7 +133,7 @@ def tc_forward_kernel(t: TcTiles, variant: Variant, dtype: str):
                         fragments.load_a(q_frag, mt * Q_TILE + kk * 4, q_base, warp * WARP_ROWS + mt * 16, kk, lane,
                                          ROW_BYTES)  # fmt: skip
             pipeline.prefetch_keys(j, n_hi, k_base, k, v_base, v, b, hk, k0, seqlen_k, tid, BLOCK_N, CHUNKS, 8, ROW_BYTES,
-                                   SW, THREADS, KV_BYTES, STAGES, DCHUNKS)  # fmt: skip
+                                   SW, THREADS, KV_BYTES, STAGES, DCOLS, SYNC)  # fmt: skip
             if j < n_lo:
                 continue
             start_n, k_tile, v_tile = pipeline.key_stage(j, k_base, v_base, BLOCK_N, KV_BYTES, STAGES)
@@ -183,7 +186,8 @@ def tc_forward_kernel(t: TcTiles, variant: Variant, dtype: str):
                 row = start_m + warp * WARP_ROWS + mt * 16 + (lane >> 2) + 8 * r  # lane >> 2, not g: g kept
                 # live through the loop costs the register that tips d = 64 into spilling
                 if row < seqlen_q:
-                    fragments.store_row_pairs(out32, b, q0 + row, h, acc_o, mt * O_TILE + 2 * r, NT_W, tq, inv_l, BF16)
+                    fragments.store_row_pairs(out32, b, q0 + row, h, acc_o, mt * O_TILE + 2 * r, NT_W, tq, inv_l, BF16,
+                                              DCOLS, HALVES)  # fmt: skip
                     if tq == 0:
                         lse[b, h, q0 + row] = lse_row
 
@@ -200,4 +204,5 @@ def launches(t: TcTiles, variant: Variant, dtype: str, sz: spec.Sizes) -> list:
     (varlen: of a sequence; the grid covers the longest)."""
     grid = spec.query_grid(sz, t.block_m)
     kernel = tc_forward_kernel(t, variant, dtype)
-    return [spec.KernelLaunch("tc_forward", kernel, t, grid, t.threads, smem_bytes(t), spec.forward_args("u16", "u32"))]
+    out = "u16" if (t.data_dim or t.head_dim) % 2 else "u32"  # an odd head dim: no 32-bit pairs
+    return [spec.KernelLaunch("tc_forward", kernel, t, grid, t.threads, smem_bytes(t), spec.forward_args("u16", out))]
