@@ -9,6 +9,7 @@ presets, JSON/CSV schema, plots).  Tests marked ``gpu`` time real peers on a GPU
 from __future__ import annotations
 
 import csv
+import importlib.util
 import io
 import json
 import math
@@ -507,18 +508,18 @@ def test_inspect_ptx_alone_on_stdout(tmp_path):
 
 
 def test_inspect_backward_json():
-    result = invoke_split("inspect", "--pass", "backward", "--dtype", "float16", "--head-dim", "32", "--causal",
-                          "--arch", "sm_80", "--json", "-")  # fmt: skip
+    result = invoke_split("inspect", "--pass", "backward", "--dtype", "float16", "--head-dim", "36", "--causal",
+                          "--arch", "sm_75", "--json", "-")  # fmt: skip
     assert_clean_exit(result, 0)
     doc = json.loads(result.stdout)  # the JSON alone on stdout
     assert doc["schema"] == "numba-flash-inspect/1" and doc["family"] == "simt-fp32"
-    assert doc["settings"] == {"pass": "backward", "dtype": "float16", "head_dim": 32, "causal": True,
-                               "arch": "sm_80", "tf32": False}  # fmt: skip
-    assert "head dim 32" in doc["note"]  # why not the tensor-core kernels
+    assert doc["settings"] == {"pass": "backward", "dtype": "float16", "head_dim": 36, "causal": True,
+                               "arch": "sm_75", "tf32": False}  # fmt: skip
+    assert "sm_75" in doc["note"]  # why not the tensor-core kernels
     kernels = doc["results"]
     assert [k["name"] for k in kernels] == ["simt_bwd_preprocess", "simt_bwd_dkdv", "simt_bwd_dq"]
     for k in kernels:
-        assert k["arch"] == "sm_80" and set(k["counts"]) == set(I.COUNT_KEYS) and "ptx" not in k
+        assert k["arch"] == "sm_75" and set(k["counts"]) == set(I.COUNT_KEYS) and "ptx" not in k
         assert k["counts"]["ld.local"] == 0 and k["counts"]["atom"] == 0  # dQ without atomics
         assert k["registers"] is None or k["registers"] > 0
     assert kernels[1]["shared_bytes_ptx"] > 0 and kernels[1]["counts"]["bar.sync"] > 0
@@ -892,3 +893,232 @@ def test_check_varlen():
                     "--kv-heads", "1", "--causal", "on", "--seed", "3")  # fmt: skip
     assert result.exit_code == 0, result.output
     assert "mean Nq=5 Nk=7" in result.output and "varlen" in result.output and "all 1 case(s) passed" in result.output
+
+
+# --------------------------------------------------------------------------------------
+# bench --varlen (the library on the CPU; the kernels of one tiny case in the simulator)
+# --------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("batch,mean,seed", [(16, 1024, 0), (32, 512, 7), (7, 1, 0), (3, 2, 1), (100, 3, 2), (1, 9, 0)])
+def test_varlen_seqlens(batch, mean, seed):
+    """A varlen case's lengths: ``batch`` of them, total exactly batch·mean, each >= 1,
+    spread around the mean, the same for the same seed."""
+    lens = B.varlen_seqlens(batch, mean, seed)
+    assert len(lens) == batch and sum(lens) == batch * mean and min(lens) >= 1
+    assert all(type(n) is int for n in lens)
+    assert lens == B.varlen_seqlens(batch, mean, seed)
+    if batch >= 16:  # uniform in [mean/4, 7·mean/4], then rescaled to the total
+        assert mean // 8 <= min(lens) < mean < max(lens) <= 2 * mean
+        assert lens != B.varlen_seqlens(batch, mean, seed + 1)
+    for bad in ((0, 4), (4, 0), (True, 4)):
+        with pytest.raises(ValueError, match="expected a positive int"):
+            B.varlen_seqlens(*bad)
+
+
+def test_bench_varlen_case_and_flops():
+    """A varlen case: label, offsets, its padded batch, and FLOPs that count each
+    sequence's visible pairs (against a hand count), the same for every implementation."""
+    from dataclasses import replace
+
+    case = B.BenchCase(3, 2, 3, 3, 8, True, "float16", seqlens=(3, 5, 1))
+    assert case.varlen and case.max_seqlen == 5 and case.label == "float16 varlen B=3 mean=3 max=5 H=2 d=8 causal"
+    assert case.cu_seqlens.tolist() == [0, 3, 8, 9] and case.cu_seqlens.dtype == np.int32
+    pad = case.padded
+    assert (pad.batch, pad.heads, pad.seqlen_q, pad.seqlen_k, pad.causal, pad.varlen) == (3, 2, 5, 5, True, False)
+    assert pad.padded is pad and not B.BenchCase(3, 2, 3, 3, 8, True).varlen
+    # by hand: causal L(L+1)/2 = 6 + 15 + 1; full L² = 9 + 25 + 1; window (1, 0): (1+2+2) + (1+2+2+2+2) + 1
+    for causal, window, pairs in ((True, (-1, -1), 22), (False, (-1, -1), 35), (True, (1, 0), 15), (False, (1, 0), 15)):
+        c = replace(case, causal=causal, window=window)
+        for pass_, mult in (("forward", 1.0), ("backward", 2.5), ("forward+backward", 3.5)):
+            want = 4 * 2 * 8 * pairs * mult
+            assert B.attention_flops(3, 2, 3, 3, 8, causal, pass_, window, (3, 5, 1)) == want
+            for impl in ("numba-flash", "numba-flash-padded", "cupy-standard", "torch-sdpa-flash"):
+                assert B.BenchResult(impl, pass_, c).flops == want, (impl, pass_, causal, window)
+    for kw, match in (
+        (dict(seqlen_k=4, seqlens=(3, 3)), "seqlen_q must equal seqlen_k, got 3:4"),
+        (dict(seqlens=(3, 4)), "expected batch=2 lengths summing to batch·seqlen_q=6, got 2 summing to 7"),
+        (dict(seqlens=(6,)), "expected batch=2 lengths"),
+        (dict(seqlens=(0, 6)), "seqlens: expected positive ints"),
+    ):
+        args = dict(batch=2, heads=1, seqlen_q=3, seqlen_k=3, head_dim=8, causal=False) | kw
+        with pytest.raises(ValueError, match=match):
+            B.BenchCase(**args)
+    cases = B.varlen_cases(B.shape_cases(seqlens=[(1024, 1024)], head_dims=[128], causal=[False, True]), seed=3)
+    assert [c.batch for c in cases] == [16, 16]
+    assert cases[0].seqlens == cases[1].seqlens == B.varlen_seqlens(16, 1024, 3)
+    assert cases[0].label.startswith("float16 varlen B=16 mean=1024 max=")
+    with pytest.raises(ValueError, match="seqlen_q must equal seqlen_k"):
+        B.varlen_cases([B.BenchCase(2, 1, 3, 4, 8, False)])
+
+
+def test_bench_varlen_impls_run_packed_or_padded():
+    """numba-flash (and -tf32) run the packed varlen case; every other implementation,
+    numba-flash-padded included, gets the padded batch, and reports what it cannot run
+    as unsupported, its row still marked padded."""
+    names = ["numba-flash", "numba-flash-tf32", "numba-flash-padded", "cupy-standard", "torch-sdpa-flash"]
+    nf, tf32, pad, cp, sdpa = B.make_impls(names)
+    case = B.varlen_cases([B.BenchCase(4, 2, 64, 64, 32, True, "bfloat16")])[0]
+    assert nf.run_case(case) is case and tf32.run_case(case) is case
+    assert pad.run_case(case) == cp.run_case(case) == sdpa.run_case(case) == case.padded
+    assert pad.name == "numba-flash-padded" and pad.varlen_only and not nf.varlen_only and not cp.varlen_only
+    dense = B.BenchCase(2, 4, 64, 64, 32, True)
+    assert all(i.run_case(dense) is dense for i in (nf, pad, cp, sdpa))
+    r = B.measure(cp, case, "forward", sets_cache={})
+    assert r.status in ("unsupported", "unavailable") and r.padded and r.to_dict()["padded"]
+    assert "bfloat16" in r.detail or r.status == "unavailable"
+    assert r.flops == B.BenchResult("numba-flash", "forward", case).flops
+    with pytest.raises(ValueError, match="separate rows"):
+        B.NumbaFlash(allow_tf32=True, padded=True)
+
+
+def _fake_bench_run(monkeypatch, ms):
+    """run_bench without a device: ``measure`` replaced by fixed timings ``ms[impl]``;
+    returns the (impl, varlen, pass) measured."""
+    from numba_flash.bench import run as R
+
+    seen = []
+
+    def measure(impl, case, pass_, **kw):
+        seen.append((impl.name, case.varlen, pass_))
+        return B.BenchResult(impl.name, pass_, case, timing=B.Timing.from_samples([ms[impl.name]]))
+
+    monkeypatch.setattr(R, "require_device", lambda: None)
+    monkeypatch.setattr(R, "l2_bytes", lambda: None)
+    monkeypatch.setattr(R, "measure", measure)
+    return seen
+
+
+def test_run_bench_varlen_rows(monkeypatch, tmp_path):
+    """run_bench: numba-flash-padded only on varlen cases; the rows carry the lengths and
+    the padded flag (JSON, CSV, plot), and the ratio to numba-flash is the time ratio."""
+    seen = _fake_bench_run(monkeypatch, {"numba-flash": 2.0, "numba-flash-padded": 3.0, "cupy-standard": 5.0})
+    dense = B.BenchCase(2, 4, 64, 64, 32, True)
+    varlen = B.varlen_cases([dense], seed=1)[0]
+    progress = []
+    results = B.run_bench([dense, varlen], impls=["numba-flash", "numba-flash-padded", "cupy-standard"],
+                          progress=lambda done, total, desc: progress.append((done, total)))  # fmt: skip
+    assert ("numba-flash-padded", False, "forward") not in seen and ("numba-flash-padded", True, "forward") in seen
+    assert progress[-1] == (10, 10) and len(seen) == 10  # dense: 2 impls × 2 passes; varlen: 3 × 2
+    rows = [r.to_dict() for r in results]
+    assert all(tuple(r) == B.ROW_KEYS for r in rows)
+    vr = [r for r in rows if r["varlen"]]
+    assert {(r["impl"], r["padded"]) for r in vr} == {("numba-flash", False), ("numba-flash-padded", True),
+                                                       ("cupy-standard", True)}  # fmt: skip
+    flops = B.attention_flops(2, 4, 64, 64, 32, True, "forward", seqlens=varlen.seqlens)
+    for r in vr:
+        assert (r["total_seqlen"], r["max_seqlen"], r["seqlens"]) == (128, max(varlen.seqlens), list(varlen.seqlens))
+        assert r["flops"] == flops * {"forward": 1, "backward": 2.5, "forward+backward": 3.5}[r["pass"]]
+        want = {"numba-flash": 1.0, "numba-flash-padded": 1.5, "cupy-standard": 2.5}[r["impl"]]
+        assert r["ratio_vs_numba_flash"] == want and r["tflops"] == pytest.approx(r["flops"] / r["ms"] / 1e9, rel=1e-5)
+    dr = [r for r in rows if not r["varlen"]]
+    assert dr and all(not r["padded"] and r["seqlens"] is None and r["max_seqlen"] is None for r in dr)
+    json.dumps(B.to_json_dict(results))
+    parsed = list(csv.DictReader(io.StringIO(B.csv_text(results))))
+    one = next(p for p in parsed if p["varlen"] == "True" and p["impl"] == "cupy-standard")
+    assert one["padded"] == "True" and one["seqlens"] == " ".join(map(str, varlen.seqlens))
+    if importlib.util.find_spec("matplotlib"):
+        B.plot(results, tmp_path / "varlen.png")
+        assert (tmp_path / "varlen.png").read_bytes()[:4] == b"\x89PNG"
+
+
+@pytest.mark.parametrize(
+    "args,match",
+    [
+        (("--varlen", "--seqlen", "64:128"), "give --seqlen N, not NQ:NK (got 64:128)"),
+        (("--seed", "3"), "--seed draws the --varlen lengths"),
+        (("--impl", "numba-flash-padded"), "numba-flash-padded times a --varlen case's padded batch: add --varlen"),
+        (("--varlen", "--heads", "8", "--kv-heads", "3"), "kv_heads: expected a divisor of heads=8, got 3"),
+        (("--varlen", "--seed", "-1"), "--seed"),
+    ],
+)
+def test_bench_varlen_usage_errors(args, match, monkeypatch):
+    _no_work(monkeypatch)
+    result = invoke("bench", *args)
+    assert_clean_exit(result, 2)
+    assert match in result.output, result.output
+
+
+def test_bench_varlen_command(monkeypatch, tmp_path):
+    """``bench --varlen``: the cases reach run_bench packed (batch 16384 // seqlen,
+    lengths of the seed), numba-flash-padded among the default implementations, the
+    table labels them "varlen B= mean= max=" and marks the padded rows, the JSON keeps
+    the seed."""
+    from numba_flash import info as INFO
+
+    got = {}
+
+    def run_bench(cases, *, impls, passes, **kw):
+        got.update(cases=cases, impls=impls)
+        t = B.Timing.from_samples([1.0])
+        return B.add_derived([B.BenchResult(i, p, c, timing=t) for c in cases for p in passes for i in impls])
+
+    monkeypatch.setattr(B, "require_device", lambda: None)
+    monkeypatch.setattr(B, "l2_bytes", lambda: None)
+    monkeypatch.setattr(B, "run_bench", run_bench)
+    monkeypatch.setattr(INFO, "gather_info", lambda: {"device": {"name": "fake", "compute_capability": "9.0",
+                                                                 "sms": 132}, "versions": {}})  # fmt: skip
+    path = tmp_path / "v.json"
+    result = invoke("bench", "--varlen", "--seqlen", "1024", "--head-dim", "128", "--causal", "on", "--seed", "7",
+                    "--impl", "numba-flash", "--impl", "numba-flash-padded", "--impl", "torch-sdpa-flash",
+                    "--pass", "forward", "--no-progress", "--json", str(path))  # fmt: skip
+    assert result.exit_code == 0, result.output
+    (case,) = got["cases"]
+    assert case.seqlens == B.varlen_seqlens(16, 1024, 7) and (case.batch, case.heads, case.causal) == (16, 16, True)
+    assert f"float16 varlen B=16 mean=1024 max={case.max_seqlen} H=16 d=128 causal" in result.output
+    assert "varlen lengths of seed 7" in result.output and "p: ran the padded batch (B, max, H, d)" in result.output
+    assert "(1.00×) p" in result.output  # torch-sdpa-flash's cell
+    doc = json.loads(path.read_text())
+    assert doc["settings"]["varlen_seed"] == 7
+    assert {(r["impl"], r["padded"]) for r in doc["results"]} == {
+        ("numba-flash", False), ("numba-flash-padded", True), ("torch-sdpa-flash", True)}  # fmt: skip
+    result = invoke("bench", "--varlen", "--seqlen", "4096", "--pass", "forward", "--no-progress")
+    assert result.exit_code == 0, result.output
+    assert "numba-flash-padded" in got["impls"] and got["cases"][0].seqlens == B.varlen_seqlens(4, 4096, B.VARLEN_SEED)
+    result = invoke("bench", "--seqlen", "4096", "--pass", "forward", "--no-progress")
+    assert result.exit_code == 0 and "numba-flash-padded" not in got["impls"] and not got["cases"][0].varlen
+
+
+@needs_sim
+def test_bench_varlen_calls_in_the_simulator():
+    """One tiny varlen case through the calls bench times (NumPy input sets, the kernels
+    in the simulator): numba-flash's packed call and numba-flash-padded's dense call on
+    the padded batch agree on the real rows (causal: a real query sees real keys only)."""
+    from numba_flash.bench.timing import InputSet
+
+    case = B.BenchCase(3, 2, 4, 4, 64, True, "float32", kv_heads=1, seqlens=(4, 6, 2))
+    s = InputSet(case, seed=1, xp=np)
+    assert s.q.shape == (3, 6, 2, 64) and s.k.shape == (3, 6, 1, 64)
+    assert s.packed("q").shape == (12, 2, 64) and s.packed("v").shape == (12, 1, 64)
+    assert np.array_equal(s.packed("k")[4:10], s.k[1]) and s.cu_seqlens().tolist() == [0, 4, 10, 12]
+    nf, pad = B.make_impls(["numba-flash", "numba-flash-padded"])
+    outs = {}
+    for pass_ in ("forward", "backward"):
+        for impl in (nf, pad):
+            (fn,), setup = impl.prepare(impl.run_case(case), pass_, [s])
+            assert setup is None
+            outs[impl.name, pass_] = fn()
+    (o, lse), (po, plse) = outs["numba-flash", "forward"], outs["numba-flash-padded", "forward"]
+    dq, pdq = outs["numba-flash", "backward"][0], outs["numba-flash-padded", "backward"][0]
+    assert o.shape == (12, 2, 64) and lse.shape == (2, 12) and po.shape == (3, 6, 2, 64)
+    cu = case.cu_seqlens
+    for b, n in enumerate(case.seqlens):
+        rows = slice(cu[b], cu[b + 1])
+        np.testing.assert_allclose(o[rows], po[b, :n], rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(lse[:, rows], plse[b, :, :n], rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(dq[rows], pdq[b, :n], rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.gpu
+def test_bench_varlen_on_gpu_small():
+    """A varlen case for real: numba-flash runs it packed, numba-flash-padded and the
+    peers the padded batch, every row crediting the same real pairs."""
+    case = B.varlen_cases([B.BenchCase(4, 4, 256, 256, 64, True, "float16")], seed=3)[0]
+    impls = ["numba-flash", "numba-flash-padded", "cupy-standard", "torch-sdpa-flash"]
+    results = B.run_bench([case], impls=impls, warmup=2, rep=5, min_rep=3, budget_ms=200)
+    rows = [r.to_dict() for r in results]
+    assert {r["impl"] for r in rows} == set(impls) and all(r["status"] in B.STATUSES for r in rows)
+    for r in rows:
+        assert r["varlen"] and r["padded"] == (r["impl"] != "numba-flash") and r["total_seqlen"] == 1024
+        assert r["flops"] == B.attention_flops(4, 4, 256, 256, 64, True, r["pass"], seqlens=case.seqlens)
+    assert all(r["status"] == "ok" and r["ms"] > 0 for r in rows if r["impl"] != "torch-sdpa-flash")
