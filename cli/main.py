@@ -468,6 +468,7 @@ def _bench_tables(results, out):
     impls = [i for i in IMPLS if any(r["impl"] == i for r in rows)]
     short = {"ok": None, "oom": "OOM", "unsupported": "n/s", "unavailable": "n/a", "error": "error"}
     notes = {}
+    shape = ("dtype", "batch", "heads", "seqlen_q", "seqlen_k", "head_dim", "causal", "max_seqlen")
     for p in ALL_PASSES:
         sel = [r for r in rows if r["pass"] == p]
         if not sel:
@@ -478,16 +479,16 @@ def _bench_tables(results, out):
             t.add_column(i, justify="right", no_wrap=True)
         cases = []
         for r in sel:
-            key = (r["dtype"], r["batch"], r["heads"], r["seqlen_q"], r["seqlen_k"], r["head_dim"], r["causal"])
+            key = tuple(r[k] for k in shape)
             if key not in cases:
                 cases.append(key)
         for key in cases:
-            dt, b, h, nq, nk, d, c = key
+            dt, b, h, nq, nk, d, c, n_max = key
             seq = f"N={nq}" if nq == nk else f"Nq={nq} Nk={nk}"
-            cells = [f"{dt} B={b} H={h} {seq} d={d}{' causal' if c else ''}"]
+            seq = f"B={b} H={h} {seq}" if n_max is None else f"varlen B={b} mean={nq} max={n_max} H={h}"
+            cells = [f"{dt} {seq} d={d}{' causal' if c else ''}"]
             for i in impls:
-                m = [r for r in sel if r["impl"] == i and (r["dtype"], r["batch"], r["heads"], r["seqlen_q"],
-                                                            r["seqlen_k"], r["head_dim"], r["causal"]) == key]  # fmt: skip
+                m = [r for r in sel if r["impl"] == i and tuple(r[k] for k in shape) == key]
                 if not m:
                     cells.append("")
                     continue
@@ -502,8 +503,12 @@ def _bench_tables(results, out):
                     cells.append(short.get(r["status"], r["status"]))
                     if r["detail"]:
                         notes.setdefault((i, r["status"], r["detail"]), None)
+                cells[-1] += " p" if r["padded"] else ""
             t.add_row(*[escape(c) for c in cells])
         out.print(t)
+    if any(r["padded"] for r in rows):
+        out.print("p: ran the padded batch (B, max, H, d), as a user without varlen would (numba-flash-padded: on "
+                  "purpose); TFLOP/s count the real pairs alone, so the bracket is the time ratio")  # fmt: skip
     if notes:
         out.print("[bold]not measured:[/]")
         for i, status, detail in list(notes)[:30]:
@@ -540,26 +545,47 @@ def _bench_tables(results, out):
               help="Draw TFLOP/s against seqlen per implementation into FILE (.png; needs matplotlib).")
 @click.option("--progress/--no-progress", default=True, show_default=True, help="Show a progress bar (on stderr).")
 @_variant_options
+@click.option("--varlen", is_flag=True, default=False,
+              help="Each case a packed batch (flash_attention_varlen) of --batch sequences (default 16384 // seqlen) "
+                   "of random lengths, q and k alike, mean exactly the --seqlen N (uniform in [N/4, 7N/4], rescaled "
+                   "to B·N tokens; NQ:NK is refused). The peers and numba-flash-padded time the padded batch "
+                   "(B, max length, H, d); all count only the real pairs.")
+@click.option("--seed", type=click.IntRange(0, 2**31 - 1), default=None,
+              help="Seed of the --varlen lengths (default 0: the same lengths every run).")
 def bench(preset, seqlens, head_dims, batch, heads, dtypes, causal, pass_, impls, layout, warmup, rep, min_rep,
-          budget_ms, json_path, csv_path, plot_path, progress, kv_heads, window, softcap, alibi, dropout):  # fmt: skip
+          budget_ms, json_path, csv_path, plot_path, progress, kv_heads, window, softcap, alibi, dropout, varlen,
+          seed):  # fmt: skip
     """Time forward / backward against CuPy and torch SDPA, with CUDA events.
 
     Median of many calls after warm-up, inputs rotated through more than 3x the L2
-    cache.  TFLOP/s counts 4·B·H·Nq·Nk·d (x0.5 causal, x2.5 backward).  Peers in the
-    same run: a CuPy standard attention (fp32 math, materialised N×N) and, when torch is
-    importable, torch SDPA's flash, cudnn, efficient and math backends.  A peer that is
-    unavailable, unsupported or out of memory is reported, not a crash.  Needs a GPU.
+    cache.  TFLOP/s counts 4·B·H·Nq·Nk·d (x0.5 causal, x2.5 backward); with --varlen,
+    4·H·d per visible (query, key) pair of each sequence.  Peers in the same run: a CuPy
+    standard attention (fp32 math, materialised N×N) and, when torch is importable, torch
+    SDPA's flash, cudnn, efficient and math backends (with --varlen, on the padded batch).
+    A peer that is unavailable, unsupported or out of memory is reported, not a crash.
+    Needs a GPU.
 
     \b
     Examples:
       numba-flash bench --preset fa2 --json out.json --plot out.png
       numba-flash bench --seqlen 4096 --head-dim 128 --causal on --pass forward
       numba-flash bench --seqlen 1024 --dtype float32 --impl numba-flash --impl cupy-standard --csv out.csv
+      numba-flash bench --varlen --seqlen 1024 --head-dim 128 --causal on --seed 7
     """
     if preset is not None and any(x is not None for x in (seqlens, head_dims, batch, heads)):
         raise click.UsageError("--preset fixes the shapes: drop --seqlen / --head-dim / --batch / --heads")
     if min_rep > rep:
         raise click.UsageError(f"--min-rep {min_rep} is larger than --rep {rep}")
+    if varlen:
+        unequal = [f"{nq}:{nk}" for nq, nk in seqlens or () if nq != nk]
+        if unequal:
+            raise click.UsageError(f"--varlen gives q and k the same sequence lengths (mean N): give --seqlen N, "
+                                   f"not NQ:NK (got {', '.join(unequal)})")  # fmt: skip
+    else:
+        if seed is not None:
+            raise click.UsageError("--seed draws the --varlen lengths: add --varlen, or drop --seed")
+        if "numba-flash-padded" in impls:
+            raise click.UsageError("--impl numba-flash-padded times a --varlen case's padded batch: add --varlen")
     _distinct_outputs(**{"--json": json_path, "--csv": csv_path, "--plot": plot_path})
     if plot_path:
         _need_matplotlib(plot_path)
@@ -581,6 +607,9 @@ def bench(preset, seqlens, head_dims, batch, heads, dtypes, causal, pass_, impls
                 heads=heads,
             )
         cases = B.with_variants(cases, variants)
+        if varlen:
+            seed = B.VARLEN_SEED if seed is None else seed
+            cases = B.varlen_cases(cases, seed)
     except ValueError as exc:
         raise click.UsageError(str(exc))
     try:
@@ -588,20 +617,21 @@ def bench(preset, seqlens, head_dims, batch, heads, dtypes, causal, pass_, impls
     except B.NoDeviceError as exc:
         _fail(f"bench: {exc}. Run it on a machine with an NVIDIA GPU (CuPy installed).")
     passes = ("forward", "backward") if pass_ == "both" else (pass_,)
-    impl_names = list(impls) or list(B.IMPLS)
+    impl_names = list(impls) or [i for i in B.IMPLS if varlen or i != "numba-flash-padded"]
     from numba_flash.info import gather_info
 
     env = gather_info()
     dev = env["device"]
     out = _Out(to_stderr=json_path == "-")  # stdout: the JSON alone
     out.echo(f"numba-flash bench on {dev['name']} (cc {dev['compute_capability']}, {dev['sms']} SMs): "
-             f"{len(cases)} case(s) × {len(passes)} pass(es) × {len(impl_names)} implementation(s)")  # fmt: skip
+             f"{len(cases)} case(s) × {len(passes)} pass(es) × {len(impl_names)} implementation(s)"
+             + (f"; varlen lengths of seed {seed}, peers on the padded batch" if varlen else ""))  # fmt: skip
     with _progress(progress) as update:
         results = B.run_bench(cases, impls=impl_names, passes=passes, layout=layout, warmup=warmup, rep=rep,
                               min_rep=min_rep, budget_ms=budget_ms, progress=update)  # fmt: skip
     _bench_tables(results, out)
     settings = dict(warmup=warmup, rep=rep, min_rep=min_rep, budget_ms=budget_ms, l2_bytes=B.l2_bytes(),
-                    layout=layout, preset=preset)  # fmt: skip
+                    layout=layout, preset=preset, varlen_seed=seed if varlen else None)  # fmt: skip
     environment = {"device": dev, "versions": env["versions"]}
     if json_path:
         B.write_json(results, json_path, settings=settings, environment=environment)
