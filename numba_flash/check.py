@@ -234,7 +234,7 @@ SIM_CASES = (
     CaseSpec(1, 1, 17, 33, 32, True, "bhsd", "float32"),  # row-group, d = 32
     CaseSpec(1, 1, 33, 17, 16, True, "bshd", "float32"),  # row-group, rows without keys
     CaseSpec(1, 2, 24, 20, 64, True, "bshd", "float32"),  # register-blocked, two heads
-    CaseSpec(1, 1, 20, 31, 16, False, "bhsd", "float16"),  # fp16 fallback (row-group)
+    CaseSpec(1, 1, 20, 31, 16, False, "bhsd", "float16"),  # tensor-core fp16, d = 16 on the tiles of 32
     CaseSpec(1, 1, 20, 17, 64, True, "bhsd", "float16"),  # tensor-core fp16
     CaseSpec(1, 1, 17, 20, 64, False, "bshd", "bfloat16"),  # tensor-core bf16
     CaseSpec(1, 1, 9, 20, 64, True, "bshd", "float32", tf32=True),  # TF32 tensor cores

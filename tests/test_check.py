@@ -153,11 +153,12 @@ def test_sim_cases_reach_every_family():
     assert {
         ("float32", False, "simt-fp32", "simt_forward"),  # row-group fp32
         ("float32", False, "simt-fp32", "simt_blocked_forward"),  # register-blocked fp32
-        ("float16", False, "simt-fp32", "simt_forward"),  # the fp16 fallback
         ("float16", False, "tensor-core", "tc_forward"),
         ("bfloat16", False, "tensor-core", "tc_forward"),
         ("float32", True, "tensor-core-tf32", "tf32_forward"),
     } <= reached
+    assert any(c.dtype == "float16" and c.head_dim % 32 and _kernels(c, "forward")[0] == "tensor-core"
+               for c in cases)  # a head dim padded up to the tensor-core tiles'
     backward = {n for c in cases for n in _kernels(c, "backward")[2]}
     for name in ("simt_bwd_dq", "simt_blocked_dq", "tc_bwd_dq", "tf32_bwd_dq"):
         assert any(n == name or n.startswith(name) for n in backward), (name, backward)

@@ -6,8 +6,9 @@ Two checks:
   real sizes), compared as bits (the outputs viewed as unsigned ints: uint16 for
   fp16/bf16, uint32 for float32), not as values: two NaNs or +0/−0 would compare
   wrongly as values.  Every backward family: fp16 and bf16 tensor cores, TF32 tensor
-  cores, the register-blocked fp32 kernels, the row-group fp32 kernels, and bf16's
-  fallback (float32 copies).
+  cores, the register-blocked fp32 kernels, the row-group fp32 kernels, and bf16 at
+  head dims padded up to the tensor-core tiles (40; 256 on a GPU, with dK and dV from
+  two kernels).
 * static: each family's backward kernels compiled to PTX for sm_90
   (``inspection.inspect_kernels``, no GPU needed) contain no ``atom.`` or ``red.``
   instruction, so no order of arrival can change a sum.
@@ -45,7 +46,7 @@ SIM_CASES = [
     ("tf32", np.float32, 64, True, "tensor-core-tf32", 1, 1, 9, 20, True),
     ("fp32-blocked", np.float32, 64, False, "simt-fp32", 1, 2, 20, 36, True),
     ("fp32-rowgroup", np.float32, 32, False, "simt-fp32", 1, 1, 24, 20, False),
-    ("bf16-fallback", BF16, 32, False, "simt-fp32", 1, 1, 17, 23, True),
+    ("bf16-tc-d40", BF16, 40, False, "tensor-core", 1, 1, 17, 23, True),
 ]
 GPU_CASES = [
     pytest.param(name, dt, d, tf32, fam, 2, 4, 2048, 2048, causal, marks=pytest.mark.gpu, id=f"{name}-gpu")
@@ -55,7 +56,7 @@ GPU_CASES = [
         ("tf32", np.float32, 128, True, "tensor-core-tf32", True),
         ("fp32-blocked", np.float32, 128, False, "simt-fp32", False),
         ("fp32-rowgroup", np.float32, 96, False, "simt-fp32", True),
-        ("bf16-fallback", BF16, 32, False, "simt-fp32", False),
+        ("bf16-tc-d256", BF16, 256, False, "tensor-core", False),
     )
 ]
 

@@ -1,0 +1,61 @@
+"""Issue #11's head-dim bar: fp16 at d = 32, 96 and 256 (64 and 128 beside them) against
+torch SDPA's flash backend (FlashAttention-2) in the same process, N = 4096.
+
+    python3 scripts/bench_head_dims.py out.jsonl
+
+FlashAttention-2's benchmark shapes: B·N = 16384 tokens, H·d = 2048.  Times are medians
+of CUDA-event timings of single calls after warm-up (``bench_table.median_ms``); FLOPs
+4·B·H·N²·d (×0.5 causal, ×2.5 backward).  The bar: ≥ 0.6× SDPA flash.
+"""
+
+import json
+import sys
+
+import cupy as cp
+import numpy as np
+from bench_table import median_ms
+
+import numba_flash
+
+rng = np.random.default_rng(20261201)
+N, B = 4096, 4
+
+
+def main(path):
+    import torch
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    F = torch.nn.functional.scaled_dot_product_attention
+    rows = []
+    for d in (32, 64, 96, 128, 256):
+        H = 2048 // d
+        q, k, v, dout = (cp.asarray(rng.standard_normal((B, N, H, d), dtype=np.float32)).astype(cp.float16)
+                         for _ in range(4))  # fmt: skip
+        tq, tk, tv, tdo = (torch.as_tensor(x, device="cuda").transpose(1, 2).detach().requires_grad_() for x in
+                           (q, k, v, dout))  # fmt: skip
+        for causal in (False, True):
+            out, lse = numba_flash.flash_attention(q, k, v, causal=causal, return_lse=True)
+            ours = (median_ms(lambda: numba_flash.flash_attention(q, k, v, causal=causal, return_lse=True)),
+                    median_ms(lambda: numba_flash.flash_attention_backward(dout, q, k, v, out, lse, causal=causal)))
+            with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
+                o = F(tq, tk, tv, is_causal=causal)
+                peer = (median_ms(lambda: F(tq, tk, tv, is_causal=causal)),
+                        median_ms(lambda: torch.autograd.grad(o, (tq, tk, tv), tdo, retain_graph=True)))
+            fl = 4 * B * H * N * N * d * (0.5 if causal else 1.0)
+            row = dict(B=B, H=H, N=N, d=d, causal=causal, fwd_ms=ours[0], bwd_ms=ours[1], sdpa_fwd_ms=peer[0],
+                       sdpa_bwd_ms=peer[1], fwd_tflops=fl / ours[0] / 1e9, bwd_tflops=2.5 * fl / ours[1] / 1e9,
+                       fwd_ratio=peer[0] / ours[0], bwd_ratio=peer[1] / ours[1])  # fmt: skip
+            rows.append(row)
+            print(json.dumps(row), flush=True)
+        del q, k, v, dout, tq, tk, tv, tdo
+    with open(path, "w") as f:
+        for r in rows:
+            f.write(json.dumps(r) + "\n")
+    print(f"\n{'d':>4} {'H':>3} {'causal':6} {'fwd TF/s':>9} {'bwd TF/s':>9} {'fwd/FA2':>8} {'bwd/FA2':>8}  bar 0.6")
+    for r in rows:
+        print(f"{r['d']:4d} {r['H']:3d} {str(r['causal']):6} {r['fwd_tflops']:9.1f} {r['bwd_tflops']:9.1f} "
+              f"{r['fwd_ratio']:8.3f} {r['bwd_ratio']:8.3f}")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1])
