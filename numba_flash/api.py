@@ -192,9 +192,8 @@ def flash_attention(q, k, v, *, causal=False, softmax_scale=None, window_size=(-
         q: (batch, seqlen_q, heads, headdim) for ``layout="bshd"`` (the default, as
             flash-attn), or (batch, heads, seqlen_q, headdim) for ``layout="bhsd"``.
             float32 (exact fp32 kernels), float16 or bfloat16 (``ml_dtypes.bfloat16``;
-            tensor-core kernels for head dims 64 and 128 when rows are 16-byte
-            aligned, else the exact fp32 kernels as a fallback).  Any strides with the
-            last axis contiguous.
+            tensor-core kernels at every head dim 1..256 on sm_80+, else the exact
+            fp32 kernels as a fallback).  Any strides with the last axis contiguous.
         k, v: (batch, seqlen_k, heads_kv, headdim), or (batch, heads_kv, seqlen_k,
             headdim); same dtype and side (host/device) as q.  heads_kv divides heads
             (grouped-query / multi-query attention: query head h reads KV head
@@ -271,7 +270,7 @@ def flash_attention_backward(dout, q, k, v, out, lse, *, causal=False, softmax_s
         ``(dq, dk, dv)`` with the shapes and dtype of q, k, v, of the caller's kind.
         dQ is computed without atomics, and with GQA the dK, dV of a KV head sum its
         query heads in a fixed order, so the result is bitwise the same run to run.
-        fp16/bf16 at head dims 64 and 128 (16-byte aligned rows) run on tensor cores;
+        fp16/bf16 run on tensor cores (sm_80+, any head dim);
         float32 runs the exact fp32 kernels unless ``allow_tf32=True`` (whatever the
         forward was given); other cases run the exact fp32 kernels too.
     """

@@ -1,7 +1,7 @@
 """Issue #11's head-dim bar: fp16 at d = 32, 96 and 256 (64 and 128 beside them) against
 torch SDPA's flash backend (FlashAttention-2) in the same process, N = 4096.
 
-    python3 scripts/bench_head_dims.py out.jsonl
+    python3 scripts/bench_head_dims.py out.jsonl [--dims 96,256] [--forward-only]
 
 FlashAttention-2's benchmark shapes: B·N = 16384 tokens, H·d = 2048.  Times are medians
 of CUDA-event timings of single calls after warm-up (``bench_table.median_ms``); FLOPs
@@ -9,6 +9,7 @@ of CUDA-event timings of single calls after warm-up (``bench_table.median_ms``);
 """
 
 import json
+import os
 import sys
 
 import cupy as cp
@@ -21,13 +22,13 @@ rng = np.random.default_rng(20261201)
 N, B = 4096, 4
 
 
-def main(path):
+def main(path, dims=(32, 64, 96, 128, 256), backward=True):
     import torch
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
     F = torch.nn.functional.scaled_dot_product_attention
     rows = []
-    for d in (32, 64, 96, 128, 256):
+    for d in dims:
         H = 2048 // d
         q, k, v, dout = (cp.asarray(rng.standard_normal((B, N, H, d), dtype=np.float32)).astype(cp.float16)
                          for _ in range(4))  # fmt: skip
@@ -36,13 +37,15 @@ def main(path):
         for causal in (False, True):
             out, lse = numba_flash.flash_attention(q, k, v, causal=causal, return_lse=True)
             ours = (median_ms(lambda: numba_flash.flash_attention(q, k, v, causal=causal, return_lse=True)),
-                    median_ms(lambda: numba_flash.flash_attention_backward(dout, q, k, v, out, lse, causal=causal)))
+                    median_ms(lambda: numba_flash.flash_attention_backward(dout, q, k, v, out, lse, causal=causal))
+                    if backward else float("nan"))  # fmt: skip
             with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
                 o = F(tq, tk, tv, is_causal=causal)
                 peer = (median_ms(lambda: F(tq, tk, tv, is_causal=causal)),
-                        median_ms(lambda: torch.autograd.grad(o, (tq, tk, tv), tdo, retain_graph=True)))
+                        median_ms(lambda: torch.autograd.grad(o, (tq, tk, tv), tdo, retain_graph=True))
+                        if backward else float("nan"))  # fmt: skip
             fl = 4 * B * H * N * N * d * (0.5 if causal else 1.0)
-            row = dict(B=B, H=H, N=N, d=d, causal=causal, fwd_ms=ours[0], bwd_ms=ours[1], sdpa_fwd_ms=peer[0],
+            row = dict(B=B, H=H, N=N, d=d, causal=causal, tiles=os.environ.get("NUMBA_FLASH_TILES", ""), fwd_ms=ours[0], bwd_ms=ours[1], sdpa_fwd_ms=peer[0],
                        sdpa_bwd_ms=peer[1], fwd_tflops=fl / ours[0] / 1e9, bwd_tflops=2.5 * fl / ours[1] / 1e9,
                        fwd_ratio=peer[0] / ours[0], bwd_ratio=peer[1] / ours[1])  # fmt: skip
             rows.append(row)
@@ -58,4 +61,6 @@ def main(path):
 
 
 if __name__ == "__main__":
-    main(sys.argv[1])
+    args = sys.argv[1:]
+    dims = [int(x) for x in args[args.index("--dims") + 1].split(",")] if "--dims" in args else (32, 64, 96, 128, 256)
+    main(args[0], dims, "--forward-only" not in args)

@@ -181,9 +181,9 @@ def test_softmax_scale_and_inputs_unchanged(rng):
         np.testing.assert_array_equal(x, c)
 
 
-def test_float16_fallback(rng):
-    """fp16 runs through the SIMT kernel (fp32 math): within 2× / 3× of a same-dtype
-    standard attention's error, FlashAttention-2's convention."""
+def test_float16_head_dim_32(rng):
+    """fp16 at d = 32 (the tensor-core tiles of 32, 64-byte rows): within 2× / 3× of a
+    same-dtype standard attention's error, FlashAttention-2's convention."""
     B, H, Nq, Nk, d = 1, 1, 17, 29, 32
     q, k, v = make_qkv(rng, B, H, Nq, Nk, d, "bshd", np.float16)
     dout = rng.standard_normal(q.shape).astype(np.float16)
@@ -280,17 +280,17 @@ def test_forward_half(rng, dtype, B, H, Nq, Nk, d, causal, layout):
 
 
 @pytest.mark.parametrize("dtype", HALF_DTYPES, ids=lambda d: _arrays.dtype_name(d))
-def test_half_fallbacks(rng, dtype):
-    """Head dim 32 and rows that are not 16-byte aligned take the fp32 kernels (the
-    documented fallback) and still meet the same criterion, forward and backward."""
+def test_half_odd_layouts(rng, dtype):
+    """Head dim 32 and rows that are not 16-byte aligned (plain loads instead of
+    cp.async) run on tensor cores and meet the same criterion, forward and backward."""
     q, k, v = make_qkv(rng, 1, 1, 19, 23, 32, "bshd", dtype)
-    assert family("forward", q.dtype, 32) == "simt-fp32"
+    assert family("forward", q.dtype, 32) == "tensor-core"
     packed = rng.standard_normal((1, 23, 2, 64 + 4)).astype(dtype)
     kk, vv = packed[:, :, :1, 4 : 4 + 64], packed[:, :, 1:, 4 : 4 + 64]  # 8-byte offset
     qq = make_qkv(rng, 1, 1, 19, 23, 64, "bshd", dtype)[0]
     assert not _arrays.aligned16(kk)
-    assert family("backward", q.dtype, 32) == "simt-fp32"
-    assert family("backward", q.dtype, 64, aligned=False) == "simt-fp32"
+    assert family("backward", q.dtype, 32) == "tensor-core"
+    assert family("backward", q.dtype, 64, aligned=False) == "tensor-core"
     for q_, k_, v_ in ((q, k, v), (qq, kk, vv)):
         dout = rng.standard_normal(q_.shape).astype(dtype)
         out, lse = numba_flash.flash_attention(q_, k_, v_, causal=True, return_lse=True)
@@ -300,8 +300,6 @@ def test_half_fallbacks(rng, dtype):
         base = reference.rel_error(low_out, ref_out)
         assert reference.rel_error(host(out), ref_out) <= half_bound(2, base), rng.seed_value
         assert reference.rel_error(host(lse), ref_lse) <= FWD_TOL, rng.seed_value
-        # the fallback backward (bf16: on float32 copies, the row-group kernels at d = 32
-        # and the register-blocked ones for the unaligned d = 64; fp16: row-group)
         grads = numba_flash.flash_attention_backward(dout, q_, k_, v_, out, lse, causal=True)
         assert all(g.dtype == dtype for g in grads)
         ref_grads = reference.attention_backward(dout, q_, k_, v_, ref_out, ref_lse, causal=True, layout="bshd")

@@ -5,8 +5,8 @@ through DLPack (and, on a GPU, PyTorch, JAX and ``__cuda_array_interface__``).
 
 The families (``numba_flash.plan``): fp16 and bf16 tensor cores, TF32 tensor cores
 (float32 with ``allow_tf32=True``), the register-blocked fp32 kernels (float32 at
-d = 64/128), the row-group fp32 kernels (other head dims), and the fp16 fallback
-(fp16 at other head dims: the row-group kernels reading fp16).
+d = 64/128), the row-group fp32 kernels (other head dims), and fp16 at a head dim
+padded up to the tensor-core tiles (40 on the tiles of 64).
 
 Tolerances: exact fp32 1e-5 (O, LSE) / 1e-4 (gradients); fp16/bf16 2× / 3× the error
 of the same-dtype standard attention + 1e-5 (``test_kernels.half_bound``), LSE 1e-5
@@ -43,7 +43,7 @@ FAMILIES = {
     "tf32": (np.float32, 64, True, "tf32_forward"),
     "fp32-blocked": (np.float32, 64, False, "simt_blocked_forward"),
     "fp32-rowgroup": (np.float32, 32, False, "simt_forward"),
-    "fp16-fallback": (np.float16, 32, False, "simt_forward"),
+    "tc-fp16-d40": (np.float16, 40, False, "tc_forward"),
 }
 
 

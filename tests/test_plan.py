@@ -28,12 +28,14 @@ def _plan(*args, **kw):
         (P("forward", "float32", 64), "simt-fp32", ["simt_blocked_forward"]),
         (P("backward", "float32", 128), "simt-fp32", ["simt_blocked_preprocess", "simt_blocked_dkdv", "simt_blocked_dq"]),
         (P("forward", "float32", 96), "simt-fp32", ["simt_forward"]),
-        (P("backward", "float16", 44), "simt-fp32", ["simt_bwd_preprocess", "simt_bwd_dkdv", "simt_bwd_dq"]),
+        (P("backward", "float16", 44), "tensor-core", ["tc_bwd_preprocess", "tc_bwd_dkdv", "tc_bwd_dq"]),
+        (P("backward", "float16", 44, arch=(7, 5)), "simt-fp32", ["simt_bwd_preprocess", "simt_bwd_dkdv", "simt_bwd_dq"]),
         (P("backward", "float16", 40), "tensor-core", ["tc_bwd_preprocess", "tc_bwd_dkdv", "tc_bwd_dq"]),
         (P("backward", "bfloat16", 256), "tensor-core", ["tc_bwd_preprocess", "tc_bwd_dv", "tc_bwd_dk", "tc_bwd_dq"]),
         (P("forward", "float32", 96, allow_tf32=True), "simt-fp32", ["simt_forward"]),
-        (P("forward", "float16", 64, aligned=False), "simt-fp32", ["simt_forward"]),
-        (P("forward", "bfloat16", 64, aligned=False), "simt-fp32", ["simt_blocked_forward"]),  # fresh fp32 copies
+        (P("forward", "float16", 64, aligned=False), "tensor-core", ["tc_forward"]),  # plain loads, not cp.async
+        (P("forward", "bfloat16", 59, aligned=False), "tensor-core", ["tc_forward"]),
+        (P("forward", "bfloat16", 64, aligned=False, arch=(7, 5)), "simt-fp32", ["simt_forward"]),  # fp32 copies
         (P("forward", "float16", 128, arch=(7, 5)), "simt-fp32", ["simt_forward"]),
         (P("forward", "float32", 64, allow_tf32=True, arch=(7, 5)), "simt-fp32", ["simt_forward"]),
     ],
@@ -47,15 +49,15 @@ def test_the_rule(problem, family, names):
 
 
 def test_work_dtype_and_notes():
-    assert _plan("forward", "bfloat16", 59).work_dtype == "float32"  # bf16 runs on fp32 copies
-    assert _plan("forward", "float16", 59).work_dtype == "float16"  # fp16 read as is
+    assert _plan("forward", "bfloat16", 59, arch=(7, 5)).work_dtype == "float32"  # bf16 runs on fp32 copies
+    assert _plan("forward", "float16", 59, arch=(7, 5)).work_dtype == "float16"  # fp16 read as is
     assert _plan("forward", "bfloat16", 64).work_dtype == "bfloat16"  # tensor cores
-    assert _plan("forward", "bfloat16", 96).work_dtype == "bfloat16"
+    assert _plan("forward", "bfloat16", 59).work_dtype == "bfloat16"
     note = _plan("forward", "float16", 64, arch=(7, 5)).note
     assert "sm_75" in note and "sm_80" in note
-    assert "head dim 59 is not a multiple of 8" in _plan("backward", "float16", 59).note
+    assert not _plan("backward", "float16", 59, aligned=False).note
     assert "head dim 96 is not one of" in _plan("backward", "float32", 96, allow_tf32=True).note
-    assert "16-byte aligned" in _plan("forward", "float16", 64, aligned=False).note
+    assert "16-byte aligned" in _plan("forward", "float32", 64, allow_tf32=True, aligned=False).note
 
 
 @pytest.mark.parametrize("B,H,Nq,Nk", [(2, 3, 1, 1), (1, 5, 1000, 77), (3, 1, 64, 4096)])
