@@ -310,13 +310,18 @@ def tc_forward_tiles(head_dim: int, causal: bool = False, dtype: str = "float16"
     double-buffered in dynamic shared memory.  The limits: registers (a lane holds
     d/16·4 Q words, BLOCK_N/2 S floats and d/2 O floats) and shared memory per SM
     (228 KiB, so at most two 80 KiB blocks at d = 128).  Causal and dtype do not change
-    the choice today.  The other tile dims follow FlashAttention-2's choices, untuned:
-    32 as 64; 96 as 128; past 128 eight warps of 16 rows with Q read from shared memory
+    the choice today.  32 runs as 64.  At d = 96 four warps of two m-tiles with Q read
+    from shared memory at every k-slice (H200, scripts/bench_head_dims.py: 0.70 / 0.68×
+    FA2 full / causal where 128 × 64 × 8 warps with Q in registers gave 0.58 / 0.59×,
+    and 128 × 128 × 8 warps 0.56×; 254 registers, no spills).  Past 128 eight warps of
+    16 rows with Q read from shared memory
     at every k-slice (a lane holds d/2 O floats and BLOCK_N/2 S floats: 160 at d = 256),
     in 64 KiB (Q) + 128 KiB (two K/V stages) of shared memory at d = 256."""
     _check_tc(head_dim, "tensor-core forward")
     if head_dim <= 64:
         return TcTiles(head_dim, block_m=128, block_n=64, warps=4, m_tiles=2)
+    if head_dim <= 96:  # Q from shared memory frees the registers for two m-tiles
+        return TcTiles(head_dim, block_m=128, block_n=64, warps=4, m_tiles=2, q_in_regs=False)
     if head_dim <= 128:
         return TcTiles(head_dim, block_m=128, block_n=64, warps=8)
     return TcTiles(head_dim, block_m=128, block_n=64, warps=8, q_in_regs=False)

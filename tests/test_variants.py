@@ -190,7 +190,8 @@ def test_variant_combinations(rng, fam, causal, left, right, softcap, alibi, dro
 
 
 @pytest.mark.usefixtures("poisoned_outputs")
-@pytest.mark.parametrize("d", [1, 5, 27] if SIMULATOR else [1, 5, 27, 59, 111, 250])
+@pytest.mark.parametrize("d", [1, 5, 27] if SIMULATOR else [pytest.param(d, marks=pytest.mark.gpu)
+                                                             for d in (1, 5, 27, 59, 111, 250)])  # fmt: skip
 def test_any_head_dim_fp32(rng, d):
     """Exact fp32 at head dims that are not a multiple of 8: the row-group kernels on
     the next multiple's tiles (columns past d zero on load, never written; no padded
@@ -204,7 +205,7 @@ def test_any_head_dim_fp32(rng, d):
 #: tiles are filled by plain loads; odd ones store O 16 bits at a time)
 TC_DIMS_SIM = [(_arrays.BFLOAT16, 40), (np.float16, 96), (np.float16, 160), (_arrays.BFLOAT16, 256),
                (np.float16, 5), (_arrays.BFLOAT16, 27)]  # fmt: skip
-TC_DIMS_GPU = [(dt, d) for dt in (np.float16, _arrays.BFLOAT16)
+TC_DIMS_GPU = [pytest.param(dt, d, marks=pytest.mark.gpu, id=f"{np.dtype(dt).name}-{d}") for dt in (np.float16, _arrays.BFLOAT16)
                for d in (1, 5, 8, 27, 32, 40, 59, 72, 96, 111, 136, 160, 192, 200, 224, 250, 256)]  # fmt: skip
 
 
@@ -221,7 +222,10 @@ def test_tensor_core_head_dims(rng, dtype, d):
 
 
 @pytest.mark.usefixtures("poisoned_outputs")
-@pytest.mark.parametrize("dtype,d", [(np.float16, 64), (_arrays.BFLOAT16, 96)], ids=["float16-64", "bfloat16-96"])
+@pytest.mark.parametrize("dtype,d", [pytest.param(np.float16, 64, id="float16-64"),
+                                     pytest.param(_arrays.BFLOAT16, 96, id="bfloat16-96")] if SIMULATOR else
+                         [pytest.param(np.float16, 64, marks=pytest.mark.gpu, id="float16-64"),
+                          pytest.param(_arrays.BFLOAT16, 96, marks=pytest.mark.gpu, id="bfloat16-96")])  # fmt: skip
 def test_tensor_core_unaligned_rows(rng, dtype, d):
     """Strided q, k, v whose rows do not start on 16-byte boundaries (every other head
     of a wider array, offset by one element) run on tensor cores through plain loads
