@@ -1,7 +1,7 @@
 """Issue #11's head-dim bar: fp16 at d = 32, 96 and 256 (64 and 128 beside them) against
 torch SDPA's flash backend (FlashAttention-2) in the same process, N = 4096.
 
-    python3 scripts/bench_head_dims.py out.jsonl [--dims 96,256] [--forward-only]
+    python3 scripts/bench_head_dims.py out.jsonl [--dims 96,256] [--forward-only | --backward-only] [--full-only]
 
 FlashAttention-2's benchmark shapes: B·N = 16384 tokens, H·d = 2048.  Times are medians
 of CUDA-event timings of single calls after warm-up (``bench_table.median_ms``); FLOPs
@@ -22,7 +22,7 @@ rng = np.random.default_rng(20261201)
 N, B = 4096, 4
 
 
-def main(path, dims=(32, 64, 96, 128, 256), backward=True):
+def main(path, dims=(32, 64, 96, 128, 256), backward=True, forward=True, causals=(False, True)):
     import torch
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
@@ -34,14 +34,15 @@ def main(path, dims=(32, 64, 96, 128, 256), backward=True):
                          for _ in range(4))  # fmt: skip
         tq, tk, tv, tdo = (torch.as_tensor(x, device="cuda").transpose(1, 2).detach().requires_grad_() for x in
                            (q, k, v, dout))  # fmt: skip
-        for causal in (False, True):
+        for causal in causals:
             out, lse = numba_flash.flash_attention(q, k, v, causal=causal, return_lse=True)
-            ours = (median_ms(lambda: numba_flash.flash_attention(q, k, v, causal=causal, return_lse=True)),
+            ours = (median_ms(lambda: numba_flash.flash_attention(q, k, v, causal=causal, return_lse=True))
+                    if forward else float("nan"),
                     median_ms(lambda: numba_flash.flash_attention_backward(dout, q, k, v, out, lse, causal=causal))
                     if backward else float("nan"))  # fmt: skip
             with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
                 o = F(tq, tk, tv, is_causal=causal)
-                peer = (median_ms(lambda: F(tq, tk, tv, is_causal=causal)),
+                peer = (median_ms(lambda: F(tq, tk, tv, is_causal=causal)) if forward else float("nan"),
                         median_ms(lambda: torch.autograd.grad(o, (tq, tk, tv), tdo, retain_graph=True))
                         if backward else float("nan"))  # fmt: skip
             fl = 4 * B * H * N * N * d * (0.5 if causal else 1.0)
@@ -63,4 +64,5 @@ def main(path, dims=(32, 64, 96, 128, 256), backward=True):
 if __name__ == "__main__":
     args = sys.argv[1:]
     dims = [int(x) for x in args[args.index("--dims") + 1].split(",")] if "--dims" in args else (32, 64, 96, 128, 256)
-    main(args[0], dims, "--forward-only" not in args)
+    main(args[0], dims, "--forward-only" not in args, "--backward-only" not in args,
+         (False,) if "--full-only" in args else (False, True))
