@@ -22,7 +22,7 @@ from numba_flash._numba_cuda import cuda, device_function, float32, int32, uint1
 from numba_flash.kernels import dropout, score, softmax
 from numba_flash.kernels.block_info import tile_needs_mask
 from numba_flash.kernels.copy import SW_16BIT, chunk_addr
-from numba_flash.kernels.mask import NEG_INF, masked_score, row_span
+from numba_flash.kernels.mask import masked_score
 from numba_flash.variant import DROPOUT, SOFTCAP
 
 
@@ -52,22 +52,17 @@ def scale_and_mask(acc, S0, NT, MT, row0, col0, si, needs_mask, mi, KEYS_ARE_ROW
         if KEYS_ARE_ROWS:
             d0 = float32(col0 + c0 + mi[2] - row0 - r0)
         for mt in range(MT):
-            for rh in range(2):  # rows g and g + 8: their visible columns, less this lane's 2t
-                lo, hi = int32(0), int32(0)
-                if needs_mask:
-                    lo, hi = row_span(row0 + 16 * mt + r0 + 8 * rh, col0, 8 * NT, mi, KEYS_ARE_ROWS)
-                    lo, hi = lo - int32(c0), hi - int32(c0)
-                for nt in range(NT):
-                    for e in range(2 * rh, 2 * rh + 2):
-                        i = S0 + 4 * NT * mt + nt * 4 + e
-                        dist = d0 + float32(16 * mt + 8 * (e >> 1) - nt * 8 - (e & 1))
-                        if KEYS_ARE_ROWS:
-                            dist = d0 + float32(nt * 8 + (e & 1) - 16 * mt - 8 * (e >> 1))
-                        x = score.alibi(acc[i], dist, si, F)
-                        if needs_mask:
-                            cc = int32(nt * 8 + (e & 1))  # the column less c0: a constant
-                            x = x if lo <= cc and cc < hi else NEG_INF
-                        acc[i] = x
+            for nt in range(NT):
+                for e in range(4):
+                    r, c = acc_row_col(nt, e, lane)
+                    i = S0 + 4 * NT * mt + nt * 4 + e
+                    q_idx, k_idx = row0 + 16 * mt + r, col0 + c
+                    dist = d0 + float32(16 * mt + 8 * (e >> 1) - nt * 8 - (e & 1))
+                    if KEYS_ARE_ROWS:
+                        q_idx, k_idx = col0 + c, row0 + 16 * mt + r
+                        dist = d0 + float32(nt * 8 + (e & 1) - 16 * mt - 8 * (e >> 1))
+                    x = score.alibi(acc[i], dist, si, F)
+                    acc[i] = masked_score(x, q_idx, k_idx, mi) if needs_mask else x
 
 
 @device_function

@@ -4,17 +4,14 @@
 counterparts, which tiles to visit and which need masking, are in ``block_info``).
 :func:`masked_score` is the step every kernel applies to a score that may be
 invisible: the score, or −inf (``exp`` of it is exactly 0, in the forward's online
-softmax and in the backward's recomputation of P alike).  :func:`row_span` is the same
-mask for a whole row of a tile at once, for the tensor-core score step: the columns
-of the row that :func:`visible` accepts, as two int32 bounds (per element, two
-compares with constants instead of the 64-bit index arithmetic).
+softmax and in the backward's recomputation of P alike).
 """
 
 from __future__ import annotations
 
 import math
 
-from numba_flash._numba_cuda import device_function, float32, int32
+from numba_flash._numba_cuda import device_function, float32
 
 NEG_INF = float32(-math.inf)
 
@@ -40,30 +37,3 @@ def visible(q_idx, k_idx, mi):
 def masked_score(x, q_idx, k_idx, mi):
     """``x`` where query ``q_idx`` sees key ``k_idx``, else −inf."""
     return x if visible(q_idx, k_idx, mi) else NEG_INF
-
-
-@device_function
-def row_span(idx, col0, NCOLS, mi, KEYS_ARE_ROWS):
-    """``(lo, hi)``, int32: column ``col0 + c`` (0 <= c < NCOLS) of the tile row of
-    index ``idx`` is visible (:func:`visible`) iff ``lo <= c < hi``.  The row is query
-    ``idx`` and the columns keys, or (``KEYS_ARE_ROWS``) key ``idx`` and the columns
-    queries; either way the bounds are clamped to [−1, NCOLS + 1], so they fit an
-    int32 whatever the window.  Query rows past the end are not checked (as
-    :func:`visible`)."""
-    seqlen_q, seqlen_k, diag, has_left, left, has_right, right = mi
-    lo = -1
-    hi = NCOLS + 1
-    if KEYS_ARE_ROWS:  # key idx: queries q with idx − diag − right <= q <= idx − diag + left
-        if has_right:
-            lo = max(lo, idx - diag - right - col0)
-        if has_left:
-            hi = min(hi, idx - diag + left + 1 - col0)
-        if idx >= seqlen_k:
-            hi = -1
-    else:  # query idx: keys k with idx + diag − left <= k <= idx + diag + right, k < seqlen_k
-        hi = min(hi, seqlen_k - col0)
-        if has_right:
-            hi = min(hi, idx + diag + right + 1 - col0)
-        if has_left:
-            lo = max(lo, idx + diag - left - col0)
-    return int32(max(-1, min(lo, NCOLS + 1))), int32(max(-1, min(hi, NCOLS + 1)))

@@ -2,10 +2,7 @@
 
 A kernel that walks tiles ``lo .. hi − 1`` keeps two stages in shared memory: tile
 ``j + 1`` is copied into one while tile ``j`` is used from the other.  The walk starts
-one step early, at ``j = lo − 1``, which only starts the copy of tile ``lo`` (the dK/dV
-kernels count steps ``s`` from 0 instead, over every query head of a GQA group:
-``block_info.group_walk`` names the head and tile of a step, the step's parity the
-stage)::
+one step early, at ``j = lo − 1``, which only starts the copy of tile ``lo``::
 
     for j in range(lo - 1, hi):
         wait_for_tile(j, lo)                 # tile j is in shared memory for all
@@ -27,7 +24,7 @@ from __future__ import annotations
 
 from numba_flash import ptx
 from numba_flash._numba_cuda import cuda, device_function
-from numba_flash.kernels import block_info, copy, softmax
+from numba_flash.kernels import copy, softmax
 
 
 @device_function
@@ -68,11 +65,11 @@ def key_stage(j, k_base, v_base, BLOCK_N, STAGE_BYTES, STAGES):
 
 
 @device_function
-def query_stage(i, s, q_base, do_base, BLOCK_M, STAGE_BYTES):
-    """``(start_m, q_tile, do_tile, rows_at)`` of query tile ``i``, step ``s`` of the
-    dK/dV walk: its first query, the shared addresses of its stage (``s & 1``) of Q and
-    dO, and where its lse and delta start in the staged rows (``prefetch_queries``)."""
-    stage = s & 1
+def query_stage(i, q_base, do_base, BLOCK_M, STAGE_BYTES):
+    """``(start_m, q_tile, do_tile, rows_at)`` of query tile ``i`` in the dK/dV walk: its
+    first query, the shared addresses of its stage of Q and dO, and where its lse and
+    delta start in the staged rows (``prefetch_queries``)."""
+    stage = i & 1
     return i * BLOCK_M, q_base + stage * STAGE_BYTES, do_base + stage * STAGE_BYTES, stage * 2 * BLOCK_M
 
 
@@ -97,17 +94,14 @@ def prefetch_keys(j, hi, k_base, k, v_base, v, b, h, k0, seqlen_k, tid, BLOCK_N,
 
 
 @device_function
-def prefetch_queries(s, steps, m_lo, m_hi, h0, q_base, q, do_base, dout, s_rows, lse, delta, b, q0, seqlen_q, tid,
-                     BLOCK_M, CHUNKS, ELEMS, ROW_BYTES, SWIZZLE, THREADS, STAGE_BYTES, F, DCOLS=0, SYNC=False):
-    """The dK/dV kernels' walk (``steps`` steps, ``block_info.group_walk`` over query
-    tiles ``[m_lo, m_hi)`` of the group's heads from ``h0``): start copying the tile of
-    step ``s + 1`` (Q and dO of its head; the sequence starts at row ``q0``) into its
+def prefetch_queries(i, hi, q_base, q, do_base, dout, s_rows, lse, delta, b, h, q0, seqlen_q, tid, BLOCK_M, CHUNKS,
+                     ELEMS, ROW_BYTES, SWIZZLE, THREADS, STAGE_BYTES, DCOLS=0, SYNC=False):
+    """The dK/dV kernels' walk: start copying query tile ``i + 1`` (Q and dO; the
+    sequence starts at row ``q0``) into its
     stage (of two) and stage its rows' lse and delta in ``s_rows`` ([stage][lse | delta],
-    BLOCK_M each, ``softmax.stage_row_stats``), then close the cp.async group.  Across
-    a change of head the copy overlaps the last tile of the previous one, as any other."""
-    if s + 1 < steps:
-        h, i = block_info.group_walk(s + 1, m_lo, m_hi, h0, F)
-        row0, q_tile, do_tile, rows_at = query_stage(i, s + 1, q_base, do_base, BLOCK_M, STAGE_BYTES)
+    BLOCK_M each, ``softmax.stage_row_stats``), then close the cp.async group."""
+    if i + 1 < hi:
+        row0, q_tile, do_tile, rows_at = query_stage(i + 1, q_base, do_base, BLOCK_M, STAGE_BYTES)
         copy.copy_tile_pair(q_tile, q, do_tile, dout, b, h, q0 + row0, q0 + seqlen_q, tid, BLOCK_M, CHUNKS, ELEMS, ROW_BYTES,
                             SWIZZLE, THREADS, False, DCOLS, SYNC)  # fmt: skip
         softmax.stage_row_stats(s_rows, rows_at, rows_at + BLOCK_M, lse, delta, b, h, q0 + row0, q0 + seqlen_q, tid,

@@ -56,8 +56,8 @@ from numba_flash import ptx
 from numba_flash._numba_cuda import cuda, float32, uint16, uint32
 from numba_flash.config import TcBwdTiles
 from numba_flash.kernels import copy, fragments, pipeline, score, softmax, spec
-from numba_flash.kernels.block_info import group_size, group_walk, key_tiles, query_tiles, this_block
-from numba_flash.variant import GQA, VARLEN, Variant
+from numba_flash.kernels.block_info import group_size, key_tiles, query_tiles, this_block
+from numba_flash.variant import VARLEN, Variant
 
 _ALIGN = ptx.SMEM_ALIGN
 
@@ -148,55 +148,55 @@ def tc_bwd_dkdv_kernel(t: TcBwdTiles, variant: Variant, dtype: str, part: str = 
                             SW, THREADS, False, DCOLS, SYNC)  # fmt: skip
         m_lo, m_hi = query_tiles(start_n, BLOCK_M, BLOCK_N, mi)
 
-        # the double-buffered walk (pipeline's docstring) over the query tiles of every query head
-        # of the GQA group, heads in order (a deterministic sum); s = -1 only starts step 0
-        steps = group_size(params, F) * (m_hi - m_lo)
-        si, di = score.head_info(params, alibi, seq, h0, softmax_scale, mi, True, F)
-        for s in range(-1, steps):
-            pipeline.wait_for_tile(s, 0)  # step s's query tile, its lse and delta (and K, V) are in shared memory
-            if s == 0 and KV_IN_REGS:  # K and V fragments of this warp's 16 keys: A operands
+        # GQA: the walk below once per query head of the group, in order (a deterministic sum)
+        for hq in range(group_size(params, F)):
+            h = h0 + hq
+            si, di = score.head_info(params, alibi, seq, h, softmax_scale, mi, True, F)
+            if hq > 0:
+                cuda.syncthreads()  # every warp is done with the last tile's stage, which the next prefetch reuses
+            # the double-buffered walk (pipeline's docstring): i = m_lo - 1 only starts tile m_lo
+            for i in range(m_lo - 1, m_hi):
+                pipeline.wait_for_tile(i, m_lo)  # query tile i, its lse and delta (and K, V) are in shared memory
+                if i == m_lo and KV_IN_REGS:  # K and V fragments of this warp's 16 keys: A operands
+                    for kk in range(KSTEPS):
+                        fragments.load_a(k_frag, kk * 4, k_base, warp * 16, kk, lane, ROW_BYTES)
+                        fragments.load_a(v_frag, kk * 4, v_base, warp * 16, kk, lane, ROW_BYTES)
+                pipeline.prefetch_queries(i, m_hi, q_base, q, do_base, dout, s_rows, lse, delta, b, h, q0, seqlen_q,
+                                          tid, BLOCK_M, CHUNKS, 8, ROW_BYTES, SW, THREADS, QT_BYTES,
+                                          DCOLS, SYNC)  # fmt: skip
+                if i < m_lo:
+                    continue
+                start_m, q_tile, do_tile, rows_off = pipeline.query_stage(i, q_base, do_base, BLOCK_M, QT_BYTES)
+
+                # Sᵀ = K·Qᵀ and dPᵀ = V·dOᵀ (not for dV alone): Q and dO rows are the n dimension
+                pipeline.zero(acc_s, S_REGS)
+                pipeline.zero(acc_dp, S_REGS)
                 for kk in range(KSTEPS):
-                    fragments.load_a(k_frag, kk * 4, k_base, warp * 16, kk, lane, ROW_BYTES)
-                    fragments.load_a(v_frag, kk * 4, v_base, warp * 16, kk, lane, ROW_BYTES)
-            pipeline.prefetch_queries(s, steps, m_lo, m_hi, h0, q_base, q, do_base, dout, s_rows, lse, delta, b, q0,
-                                      seqlen_q, tid, BLOCK_M, CHUNKS, 8, ROW_BYTES, SW, THREADS, QT_BYTES, F, DCOLS,
-                                      SYNC)  # fmt: skip
-            if s < 0:
-                continue
-            h, i = group_walk(s, m_lo, m_hi, h0, F)
-            if F[GQA]:  # this step's query head
-                si, di = score.head_info(params, alibi, seq, h, softmax_scale, mi, True, F)
-            start_m, q_tile, do_tile, rows_off = pipeline.query_stage(i, s, q_base, do_base, BLOCK_M, QT_BYTES)
-
-            # Sᵀ = K·Qᵀ and dPᵀ = V·dOᵀ (not for dV alone): Q and dO rows are the n dimension
-            pipeline.zero(acc_s, S_REGS)
-            pipeline.zero(acc_dp, S_REGS)
-            for kk in range(KSTEPS):
-                if KV_IN_REGS:
-                    for e in range(4):
-                        ka[e] = k_frag[kk * 4 + e]
-                        va[e] = v_frag[kk * 4 + e]
-                else:
-                    fragments.load_a(ka, 0, k_base, warp * 16, kk, lane, ROW_BYTES)
+                    if KV_IN_REGS:
+                        for e in range(4):
+                            ka[e] = k_frag[kk * 4 + e]
+                            va[e] = v_frag[kk * 4 + e]
+                    else:
+                        fragments.load_a(ka, 0, k_base, warp * 16, kk, lane, ROW_BYTES)
+                        if WANT_DK:
+                            fragments.load_a(va, 0, v_base, warp * 16, kk, lane, ROW_BYTES)
+                    fragments.mma_rows(acc_s, ka, 0, q_tile, kk, lane, NT_S, ROW_BYTES, BF16)
                     if WANT_DK:
-                        fragments.load_a(va, 0, v_base, warp * 16, kk, lane, ROW_BYTES)
-                fragments.mma_rows(acc_s, ka, 0, q_tile, kk, lane, NT_S, ROW_BYTES, BF16)
-                if WANT_DK:
-                    fragments.mma_rows(acc_dp, va, 0, do_tile, kk, lane, NT_S, ROW_BYTES, BF16)
+                        fragments.mma_rows(acc_dp, va, 0, do_tile, kk, lane, NT_S, ROW_BYTES, BF16)
 
-            # Pᵀ and dSᵀ: element e of n-tile nt is (key g + 8·(e >> 1), query nt·8 + 2·tq + (e & 1))
-            fragments.p_and_ds(acc_s, acc_dp, NT_S, start_m, BLOCK_M, start_n, BLOCK_N, start_n + warp * 16,
-                               start_m, si, mi, s_rows, rows_off, rows_off + BLOCK_M, True, di,
-                               F)  # fmt: skip
+                # Pᵀ and dSᵀ: element e of n-tile nt is (key g + 8·(e >> 1), query nt·8 + 2·tq + (e & 1))
+                fragments.p_and_ds(acc_s, acc_dp, NT_S, start_m, BLOCK_M, start_n, BLOCK_N, start_n + warp * 16,
+                                   start_m, si, mi, s_rows, rows_off, rows_off + BLOCK_M, True, di,
+                                   F)  # fmt: skip
 
-            # dV += Pᵀ·dO and dK += dSᵀ·Q: queries are the k dimension (ldmatrix.trans)
-            for ps in range(PSTEPS):
-                if WANT_DV:
-                    fragments.pack_a(p_frag, 0, acc_s, ps * 8, BF16)
-                    fragments.mma_rows_trans(acc_dv, p_frag, do_tile, ps * 16, lane, NT_O, ROW_BYTES, BF16)
-                if WANT_DK:
-                    fragments.pack_a(ds_frag, 0, acc_dp, ps * 8, BF16)
-                    fragments.mma_rows_trans(acc_dk, ds_frag, q_tile, ps * 16, lane, NT_O, ROW_BYTES, BF16)
+                # dV += Pᵀ·dO and dK += dSᵀ·Q: queries are the k dimension (ldmatrix.trans)
+                for ps in range(PSTEPS):
+                    if WANT_DV:
+                        fragments.pack_a(p_frag, 0, acc_s, ps * 8, BF16)
+                        fragments.mma_rows_trans(acc_dv, p_frag, do_tile, ps * 16, lane, NT_O, ROW_BYTES, BF16)
+                    if WANT_DK:
+                        fragments.pack_a(ds_frag, 0, acc_dp, ps * 8, BF16)
+                        fragments.mma_rows_trans(acc_dk, ds_frag, q_tile, ps * 16, lane, NT_O, ROW_BYTES, BF16)
 
         ptx.cp_async_wait_all()  # no copy may land after the block exits (no query tile)
         # epilogue: dK (times the softmax scale) and dV as 16-bit pairs, written once

@@ -72,8 +72,8 @@ from numba_flash import ptx
 from numba_flash._numba_cuda import cuda, float32, uint32
 from numba_flash.config import Tf32BwdTiles
 from numba_flash.kernels import copy, fragments, pipeline, score, softmax, spec
-from numba_flash.kernels.block_info import group_size, group_walk, key_tiles, query_tiles, this_block
-from numba_flash.variant import GQA, VARLEN, Variant
+from numba_flash.kernels.block_info import group_size, key_tiles, query_tiles, this_block
+from numba_flash.variant import VARLEN, Variant
 
 _ALIGN = ptx.SMEM_ALIGN  # a module global, so numba sees a literal (see ptx.SMEM_ALIGN)
 
@@ -129,37 +129,36 @@ def tf32_bwd_dkdv_kernel(t: Tf32BwdTiles, variant: Variant):
 
         row_k = k_base + (warp * 16 + g) * ROW_BYTES  # A rows: keys g, g + 8 of this warp
         row_v = v_base + (warp * 16 + g) * ROW_BYTES
-        # the double-buffered walk (pipeline's docstring) over the query tiles of every query head
-        # of the GQA group, heads in order (a deterministic sum); s = -1 only starts step 0
-        steps = group_size(params, F) * (m_hi - m_lo)
-        si, di = score.head_info(params, alibi, seq, h0, softmax_scale, mi, True, F)
-        for s in range(-1, steps):
-            pipeline.wait_for_tile(s, 0)  # step s's query tile, its lse and delta (and K, V) are in shared memory
-            pipeline.prefetch_queries(s, steps, m_lo, m_hi, h0, q_base, q, do_base, dout, s_rows, lse, delta, b, q0,
-                                      seqlen_q, tid, BLOCK_M, CHUNKS, 4, ROW_BYTES, SW, THREADS, QT_BYTES,
-                                      F)  # fmt: skip
-            if s < 0:
-                continue
-            h, i = group_walk(s, m_lo, m_hi, h0, F)
-            if F[GQA]:  # this step's query head
-                si, di = score.head_info(params, alibi, seq, h, softmax_scale, mi, True, F)
-            start_m, q_tile, do_tile, rows_off = pipeline.query_stage(i, s, q_base, do_base, BLOCK_M, QT_BYTES)
+        # GQA: the walk below once per query head of the group, in order (a deterministic sum)
+        for hq in range(group_size(params, F)):
+            h = h0 + hq
+            si, di = score.head_info(params, alibi, seq, h, softmax_scale, mi, True, F)
+            if hq > 0:
+                cuda.syncthreads()  # every warp is done with the last tile's stage, which the next prefetch reuses
+            # the double-buffered walk (pipeline's docstring): i = m_lo - 1 only starts tile m_lo
+            for i in range(m_lo - 1, m_hi):
+                pipeline.wait_for_tile(i, m_lo)  # query tile i, its lse and delta (and K, V) are in shared memory
+                pipeline.prefetch_queries(i, m_hi, q_base, q, do_base, dout, s_rows, lse, delta, b, h, q0, seqlen_q,
+                                          tid, BLOCK_M, CHUNKS, 4, ROW_BYTES, SW, THREADS, QT_BYTES)  # fmt: skip
+                if i < m_lo:
+                    continue
+                start_m, q_tile, do_tile, rows_off = pipeline.query_stage(i, q_base, do_base, BLOCK_M, QT_BYTES)
 
-            # Sᵀ = K·Qᵀ and dPᵀ = V·dOᵀ: K, V rows are m (A), Q, dO rows are n (B); then
-            # Pᵀ and dSᵀ (element e of n-tile nt: key g + 8·(e >> 1), query 8nt + 2t + (e & 1))
-            fragments.mma_tf32_two(acc_s, acc_dp, ka, va, row_k, row_v, q_tile, do_tile, g, tq, sw_g, KPAIRS, NT_S,
-                                   ROW_BYTES)  # fmt: skip
-            fragments.p_and_ds(acc_s, acc_dp, NT_S, start_m, BLOCK_M, start_n, BLOCK_N, start_n + warp * 16,
-                               start_m, si, mi, s_rows, rows_off, rows_off + BLOCK_M, True, di,
-                               F)  # fmt: skip
+                # Sᵀ = K·Qᵀ and dPᵀ = V·dOᵀ: K, V rows are m (A), Q, dO rows are n (B); then
+                # Pᵀ and dSᵀ (element e of n-tile nt: key g + 8·(e >> 1), query 8nt + 2t + (e & 1))
+                fragments.mma_tf32_two(acc_s, acc_dp, ka, va, row_k, row_v, q_tile, do_tile, g, tq, sw_g, KPAIRS, NT_S,
+                                       ROW_BYTES)  # fmt: skip
+                fragments.p_and_ds(acc_s, acc_dp, NT_S, start_m, BLOCK_M, start_n, BLOCK_N, start_n + warp * 16,
+                                   start_m, si, mi, s_rows, rows_off, rows_off + BLOCK_M, True, di,
+                                   F)  # fmt: skip
 
-            # dV += Pᵀ·dO and dK += dSᵀ·Q: queries are k (fragments.mma_tf32_rows)
-            for nt in range(NT_S):
-                fragments.tf32_a_from_acc(pa, acc_s, nt * 4)
-                fragments.tf32_a_from_acc(da, acc_dp, nt * 4)
-                rows = (nt * 8 + 2 * tq) * ROW_BYTES
-                fragments.mma_tf32_rows(acc_dv, pa, do_tile + rows, g, tq, OGROUPS, ROW_BYTES)
-                fragments.mma_tf32_rows(acc_dk, da, q_tile + rows, g, tq, OGROUPS, ROW_BYTES)
+                # dV += Pᵀ·dO and dK += dSᵀ·Q: queries are k (fragments.mma_tf32_rows)
+                for nt in range(NT_S):
+                    fragments.tf32_a_from_acc(pa, acc_s, nt * 4)
+                    fragments.tf32_a_from_acc(da, acc_dp, nt * 4)
+                    rows = (nt * 8 + 2 * tq) * ROW_BYTES
+                    fragments.mma_tf32_rows(acc_dv, pa, do_tile + rows, g, tq, OGROUPS, ROW_BYTES)
+                    fragments.mma_tf32_rows(acc_dk, da, q_tile + rows, g, tq, OGROUPS, ROW_BYTES)
 
         ptx.cp_async_wait_all()  # no copy may land after the block exits (no query tile)
         scale = float32(softmax_scale)
