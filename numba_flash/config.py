@@ -376,16 +376,21 @@ def tc_backward_tiles(head_dim: int, causal: bool = False, dtype: str = "float16
     (kv_block_m / 2 floats) plus, at d = 64, the K and V fragments (d / 4 words); a dQ
     lane holds Q and dO fragments (d / 4), S and dP (q_block_n / 2) and dQ (d / 2).  At
     d = 128 the K/V fragments stay in shared memory and the tiles are 32 wide, keeping
-    both kernels near 160 registers a lane.  32 runs as 64 and 96 as 128 (untuned).
-    Past 128, dK and dV come from two kernels (``split_dkdv``: 9 products instead of
-    7) and dQ reads its Q and dO fragments from shared memory: a lane then holds d/2
-    accumulator floats and 32 of S and dP."""
+    both kernels near 160 registers a lane.  32 runs as 64.  At 96 the tiles are 64 wide
+    (H200, scripts/sweep_tc_bwd.sh, non-causal N = 4096: 0.591× FA2 where 32 × 32 gave
+    0.566× and eight warps 0.575×; 252 / 255 registers, no spills).  Past 128, dK and
+    dV come from two kernels (``split_dkdv``: 9 products instead of 7) and dQ reads its
+    Q and dO fragments from shared memory: a lane then holds d/2 accumulator floats
+    and the S and dP of its tile; dK/dV walks query tiles of 64 (d = 256: 0.436× FA2
+    where 32 gave 0.382×)."""
     _check_tc(head_dim, "tensor-core backward")
     if head_dim <= 64:
         return TcBwdTiles(head_dim, warps=4, kv_block_m=64, q_block_n=64, kv_frags_in_regs=True)
+    if head_dim <= 96:
+        return TcBwdTiles(head_dim, warps=4, kv_block_m=64, q_block_n=64, kv_frags_in_regs=False)
     if head_dim <= 128:
         return TcBwdTiles(head_dim, warps=4, kv_block_m=32, q_block_n=32, kv_frags_in_regs=False)
-    return TcBwdTiles(head_dim, warps=4, kv_block_m=32, q_block_n=32, kv_frags_in_regs=False, q_frags_in_regs=False,
+    return TcBwdTiles(head_dim, warps=4, kv_block_m=64, q_block_n=32, kv_frags_in_regs=False, q_frags_in_regs=False,
                       split_dkdv=True)
 
 
