@@ -239,7 +239,7 @@ def _check_kv_heads(heads_kv, heads):
 
 
 def _prepare(q, k, v, softmax_scale, layout, causal, window_size, softcap,
-             alibi_slopes, dropout_p, seed):
+             alibi_slopes, dropout_p, seed, mods=None):
     """Validate the common arguments; return bhsd float64 q, k, v, the scale and
     the variants.  k and v keep their own (KV) heads."""
     _check_layout(layout)
@@ -256,12 +256,20 @@ def _prepare(q, k, v, softmax_scale, layout, causal, window_size, softcap,
             f"v: {_dims(v)}: expected the batch, heads and seqlen of k ({_dims(k)})")
     scale = _resolve_scale(softmax_scale, q.shape[3])
     var = _variants(causal, window_size, softcap, alibi_slopes, dropout_p, seed,
-                    batch=q.shape[0], heads=q.shape[1])
+                    batch=q.shape[0], heads=q.shape[1], **(mods or {}))
+    if var.block_mask is not None:
+        bm = var.block_mask
+        if (bm.seqlen_q, bm.seqlen_k) != (q.shape[2], k.shape[2]):
+            raise ValueError(f"block_mask: made for seqlen_q={bm.seqlen_q}, seqlen_k={bm.seqlen_k}; "
+                             f"expected {q.shape[2]}, {k.shape[2]} (q's and k's)")
+        if bm.kinds.shape[0] not in (1, q.shape[0]) or bm.kinds.shape[1] not in (1, q.shape[1]):
+            raise ValueError(f"block_mask: kinds of shape {bm.kinds.shape}: expected batch 1 or "
+                             f"{q.shape[0]} and heads 1 or {q.shape[1]}")
     return q, k, v, scale, var
 
 
-def _prepare_backward(dout, q, k, v, out, lse, softmax_scale, layout, *variants):
-    q, k, v, scale, var = _prepare(q, k, v, softmax_scale, layout, *variants)
+def _prepare_backward(dout, q, k, v, out, lse, softmax_scale, layout, *variants, mods=None):
+    q, k, v, scale, var = _prepare(q, k, v, softmax_scale, layout, *variants, mods=mods)
     b, h, nq, _ = q.shape
     dv_dim = v.shape[3]
     out = _to_bhsd(out, "out", layout)
@@ -299,10 +307,14 @@ class _Variants:
     dropout_p: float
     key: object
     batch_ids: object
+    score_mod: object = None
+    score_mod_grad: object = None
+    block_mask: object = None
+    mod_args: tuple = ()
 
     @property
     def masked(self):
-        return self.window != (-1, -1)
+        return self.window != (-1, -1) or self.block_mask is not None
 
     def sequence(self, b):
         """The variants of batch row ``b`` alone (a varlen sequence)."""
@@ -353,12 +365,22 @@ def _check_dropout(dropout_p, seed):
 
 
 def _variants(causal, window_size, softcap, alibi_slopes, dropout_p, seed, *,
-              batch, heads):
+              batch, heads, score_mod=None, score_mod_grad=None, block_mask=None,
+              mod_args=()):
     window = _check_window(window_size, causal)
     softcap = _check_softcap(softcap)
     slopes = _check_alibi(alibi_slopes, batch, heads)
     p, key = _check_dropout(dropout_p, seed)
-    return _Variants(window, softcap, slopes, p, key, np.arange(batch))
+    for name, fn in (("score_mod", score_mod), ("score_mod_grad", score_mod_grad)):
+        if fn is not None and not callable(fn):
+            raise TypeError(f"{name}: expected a function or None, got {type(fn).__name__}")
+    if not isinstance(mod_args, (tuple, list)):
+        raise TypeError(f"mod_args: expected a tuple, got {type(mod_args).__name__}")
+    if block_mask is not None and not hasattr(block_mask, "dense"):
+        raise TypeError(f"block_mask: expected a numba_flash BlockMask or None, got "
+                        f"{type(block_mask).__name__}")
+    return _Variants(window, softcap, slopes, p, key, np.arange(batch), score_mod,
+                     score_mod_grad, block_mask, tuple(mod_args))
 
 
 def _visible(rows, cols, offset, window):
@@ -402,20 +424,54 @@ def _tile_needs_mask(start_m, end_m, start_n, end_n, offset, window):
 
 
 def _score_mods(s, rows, cols, offset, var, mask=True):
-    """Softcap, ALiBi and the window mask applied to the scaled scores ``s``
-    (batch, heads, len(rows), len(cols)), in ``s``'s dtype.  Returns ``(s, t)``
-    with ``t = tanh(s_raw / softcap)`` for the backward (None without softcap)."""
+    """Softcap, ALiBi, ``score_mod`` and the masks (window, block mask) applied to
+    the scaled scores ``s`` (batch, heads, len(rows), len(cols)), in ``s``'s
+    dtype.  Returns ``(s, t)``, ``t`` what the backward needs for dS with respect
+    to the raw score (:func:`_softcap_grad`): ``(tanh(s_raw / softcap) or None,
+    score_mod_grad at the scores score_mod was given or None)``, or None when
+    neither applies."""
     ft = s.dtype.type
-    t = None
+    tanh = grad = None
     if var.softcap > 0:
-        t = np.tanh(s / ft(var.softcap))
-        s = ft(var.softcap) * t
+        tanh = np.tanh(s / ft(var.softcap))
+        s = ft(var.softcap) * tanh
     if var.slopes is not None:
         dist = np.abs(rows[:, None] + offset - cols[None, :]).astype(s.dtype)
         s = s - var.slopes[:, :, None, None].astype(s.dtype) * dist
-    if mask and var.masked:
+    if var.score_mod is not None:
+        if var.score_mod_grad is not None:
+            grad = _elementwise(var.score_mod_grad, s, rows, cols, var)
+        s = _elementwise(var.score_mod, s, rows, cols, var)
+    if mask and var.window != (-1, -1):
         s = np.where(_visible(rows, cols, offset, var.window), s, ft(-np.inf))
-    return s, t
+    if mask and var.block_mask is not None:
+        s = np.where(_block_visible(var, s.shape[1], rows, cols), s, ft(-np.inf))
+    return s, (None if tanh is None and grad is None else (tanh, grad))
+
+
+def _elementwise(fn, s, rows, cols, var):
+    """``fn(s, b, h, q_idx, kv_idx, *mod_args)`` of every score, in ``s``'s dtype
+    (a scalar Python function, called element by element: small shapes)."""
+    args = tuple(_host_array(a) for a in var.mod_args)
+    call = np.frompyfunc(lambda x, b, h, i, j: fn(x, int(b), int(h), int(i), int(j), *args), 5, 1)
+    b = var.batch_ids[:, None, None, None]
+    h = np.arange(s.shape[1])[None, :, None, None]
+    with np.errstate(all="ignore"):
+        return call(s, b, h, rows[None, None, :, None], cols[None, None, None, :]).astype(s.dtype)
+
+
+def _block_visible(var, heads, rows, cols):
+    """The block mask's visible pairs (batch, heads, len(rows), len(cols)), bool."""
+    bm = var.block_mask
+    return np.stack([np.stack([bm.dense(int(b), h)[np.ix_(rows, cols)] for h in range(heads)])
+                     for b in var.batch_ids])
+
+
+def _host_array(a):
+    """A mod_args entry on the host (CuPy arrays copied; scalars as they are)."""
+    if hasattr(a, "get") and not isinstance(a, np.ndarray):
+        return a.get()
+    return a
 
 
 def _scores(q, k, rows, cols, offset, scale, var, mask=True):
@@ -428,8 +484,15 @@ def _scores(q, k, rows, cols, offset, scale, var, mask=True):
 
 
 def _softcap_grad(ds, t):
-    """dS with respect to the uncapped score: ``dS * (1 - tanh^2)``."""
-    return ds if t is None else ds * (1 - t * t)
+    """dS with respect to the raw score ``scale·q·k``: times ``score_mod_grad`` at
+    the modded score, then the softcap's ``1 - tanh^2`` (``t`` from
+    :func:`_score_mods`)."""
+    if t is None:
+        return ds
+    tanh, grad = t
+    if grad is not None:
+        ds = ds * grad
+    return ds if tanh is None else ds * (1 - tanh * tanh)
 
 
 def _keep_scale(var, heads, rows, cols, dtype=np.float64):
@@ -622,7 +685,7 @@ def window_mask(seqlen_q, seqlen_k, window_size=(-1, -1), *, causal=False):
 
 def attention(q, k, v, *, causal=False, softmax_scale=None, layout="bshd",
               window_size=(-1, -1), softcap=0.0, alibi_slopes=None, dropout_p=0.0,
-              seed=None):
+              seed=None, score_mod=None, block_mask=None, mod_args=()):
     """Standard (materialised) attention in float64.
 
     Parameters
@@ -636,6 +699,11 @@ def attention(q, k, v, *, causal=False, softmax_scale=None, layout="bshd",
         FlashAttention-2's variants (module docstring); ``alibi_slopes`` is
         (heads,) or (batch, heads), ``seed`` an int in [0, 2**64) required when
         ``dropout_p > 0`` (:func:`dropout_mask`).
+    score_mod, block_mask, mod_args :
+        FlexAttention's user functions (module docstring): ``score_mod(score, b,
+        h, q_idx, kv_idx, *mod_args)`` on every scaled score, after softcap and
+        ALiBi; ``block_mask`` a ``numba_flash.BlockMask`` whose own ``mask_mod``
+        and ``mod_args`` decide its partial blocks.
 
     Returns
     -------
@@ -648,7 +716,9 @@ def attention(q, k, v, *, causal=False, softmax_scale=None, layout="bshd",
     NaN; ``-inf`` scores count as masked (see the module docstring).
     """
     q, k, v, scale, var = _prepare(q, k, v, softmax_scale, layout, causal, window_size,
-                                   softcap, alibi_slopes, dropout_p, seed)
+                                   softcap, alibi_slopes, dropout_p, seed,
+                                   mods=dict(score_mod=score_mod, block_mask=block_mask,
+                                             mod_args=mod_args))
     out, lse = _attention(q, k, v, scale, var)
     return _from_bhsd(out, layout), lse
 
@@ -863,7 +933,8 @@ def _probs_from_lse(s, lse):
 
 def attention_backward(dout, q, k, v, out, lse, *, causal=False,
                        softmax_scale=None, layout="bshd", window_size=(-1, -1),
-                       softcap=0.0, alibi_slopes=None, dropout_p=0.0, seed=None):
+                       softcap=0.0, alibi_slopes=None, dropout_p=0.0, seed=None,
+                       score_mod=None, score_mod_grad=None, block_mask=None, mod_args=()):
     """Materialised float64 backward pass from the saved ``lse``.
 
     Parameters
@@ -874,6 +945,8 @@ def attention_backward(dout, q, k, v, out, lse, *, causal=False,
     lse : (batch, heads, seqlen_q)              forward log-sum-exp (any layout)
         ``dout``, ``out`` in ``layout`` as ``q`` (bshd shown; bhsd swaps axes 1, 2).
     The variants' keywords must be those of the forward (the same ``seed``).
+    With ``score_mod``, ``score_mod_grad(score, b, h, q_idx, kv_idx, *mod_args)``
+    is its derivative with respect to ``score`` (required).
 
     Returns
     -------
@@ -881,9 +954,14 @@ def attention_backward(dout, q, k, v, out, lse, *, causal=False,
     with grouped-query attention dk, dv sum the contributions of each KV head's
     query heads.
     """
+    if score_mod is not None and score_mod_grad is None:
+        raise ValueError("score_mod_grad: expected the derivative of score_mod with respect "
+                         "to its score (the backward needs it), got None")
     dout, q, k, v, out, lse, scale, var = _prepare_backward(
         dout, q, k, v, out, lse, softmax_scale, layout, causal, window_size, softcap,
-        alibi_slopes, dropout_p, seed)
+        alibi_slopes, dropout_p, seed,
+        mods=dict(score_mod=score_mod, score_mod_grad=score_mod_grad,
+                  block_mask=block_mask, mod_args=mod_args))
     grads = _attention_backward(dout, q, k, v, out, lse, scale, var)
     return tuple(_from_bhsd(g, layout) for g in grads)
 

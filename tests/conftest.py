@@ -65,6 +65,9 @@ class SeededRng:
     def integers(self, *args, **kw):
         return self._gen.integers(*args, **kw)
 
+    def choice(self, *args, **kw):
+        return self._gen.choice(*args, **kw)
+
 
 @pytest.fixture
 def rng():

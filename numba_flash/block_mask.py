@@ -1,0 +1,241 @@
+"""Block masks: which (query block, key block) tiles of an attention take part.
+
+FlexAttention's ``BlockMask`` and the FlashAttention paper's block-sparse attention in
+one structure.  Over (B, H, seqlen_q, seqlen_k), cut into square blocks of
+``block_size`` queries × ``block_size`` keys, ``kinds[b, h, i, j]`` says of block
+(i, j)::
+
+    EMPTY    no (query, key) pair of the block is visible: a kernel skips the block
+    FULL     every pair is visible: no mask is evaluated
+    PARTIAL  ``mask_mod(b, h, q_idx, kv_idx, *mod_args)`` decides, pair by pair
+
+B or H may be 1 in ``kinds`` (the mask does not depend on it: broadcast).  A pair is
+visible when its block is FULL, or PARTIAL and ``mask_mod`` says True; the built-in
+masks (causal, window) apply on top.  Blocks past the end of a sequence hold only the
+pairs inside it (the last block may be short).
+
+* :func:`create_block_mask` classifies every block by evaluating ``mask_mod``, a plain
+  Python function of scalars compiled by numba as a device function, on the GPU (one
+  CUDA block per mask block; ``syncthreads_or`` / ``syncthreads_and`` of the per-thread
+  results), so the N × N mask never exists in memory.
+* :meth:`BlockMask.from_dense` takes a fixed pattern (the paper's block-sparse
+  FlashAttention): True blocks FULL, False EMPTY, no ``mask_mod``.
+* :meth:`BlockMask.dense` expands a (b, h) slice to the N × N boolean mask, in NumPy,
+  for tests and the float64 reference (small shapes).
+"""
+
+from __future__ import annotations
+
+import inspect
+from dataclasses import dataclass
+
+import numpy as np
+
+from numba_flash._numba_cuda import SIMULATOR, cuda, device_function  # module level: the simulator swaps it
+
+EMPTY, PARTIAL, FULL = 0, 1, 2
+THREADS = 128  # create_block_mask: threads per mask block
+
+
+@dataclass(frozen=True, eq=False)
+class BlockMask:
+    """The kinds of every (query block, key block) and how to decide the PARTIAL ones.
+
+    Attributes:
+        kinds: int8 NumPy array (B or 1, H or 1, ceil(seqlen_q / block_size),
+            ceil(seqlen_k / block_size)) of EMPTY, PARTIAL, FULL.
+        block_size: queries and keys per block.
+        seqlen_q, seqlen_k: the lengths the mask was made for.
+        mask_mod: ``mask_mod(b, h, q_idx, kv_idx, *mod_args) -> bool`` for the PARTIAL
+            blocks (None when there are none: ``from_dense``).
+        mod_args: the arrays and scalars ``mask_mod`` reads.
+    """
+
+    kinds: np.ndarray
+    block_size: int
+    seqlen_q: int
+    seqlen_k: int
+    mask_mod: object = None
+    mod_args: tuple = ()
+
+    @property
+    def density(self) -> float:
+        """The fraction of blocks that are not EMPTY (1.0 for an empty grid)."""
+        return float(np.mean(self.kinds != EMPTY)) if self.kinds.size else 1.0
+
+    @classmethod
+    def from_dense(cls, block_pattern, block_size: int = 128, seqlen_q: int | None = None,
+                   seqlen_k: int | None = None) -> BlockMask:
+        """The paper's fixed block-sparse pattern: ``block_pattern`` a boolean
+        (Nq_blocks, Nk_blocks) array, or (B, H, Nq_blocks, Nk_blocks) (B or H may be
+        1); True blocks are FULL, False EMPTY.  ``seqlen_q`` / ``seqlen_k`` default to
+        ``block_size`` times the block counts."""
+        _check_block_size(block_size)
+        pattern = np.asarray(block_pattern)
+        if pattern.dtype != np.bool_ or pattern.ndim not in (2, 4):
+            raise ValueError(f"block_pattern: dtype {pattern.dtype}, shape {pattern.shape}: expected a boolean array "
+                             "(Nq_blocks, Nk_blocks) or (B, H, Nq_blocks, Nk_blocks)")  # fmt: skip
+        if pattern.ndim == 2:
+            pattern = pattern[None, None]
+        nqb, nkb = pattern.shape[2:]
+        seqlen_q = nqb * block_size if seqlen_q is None else seqlen_q
+        seqlen_k = nkb * block_size if seqlen_k is None else seqlen_k
+        for name, n, nb in (("seqlen_q", seqlen_q, nqb), ("seqlen_k", seqlen_k, nkb)):
+            if not _is_count(n) or -(-n // block_size) != nb:
+                raise ValueError(f"{name}={n!r}: expected a length of {nb} blocks of {block_size} "
+                                 f"({(nb - 1) * block_size + 1} to {nb * block_size})")  # fmt: skip
+        kinds = np.where(pattern, FULL, EMPTY).astype(np.int8)
+        return cls(kinds, int(block_size), int(seqlen_q), int(seqlen_k))
+
+    def dense(self, b: int = 0, h: int = 0) -> np.ndarray:
+        """The (seqlen_q, seqlen_k) boolean mask of batch ``b``, head ``h``: FULL
+        blocks True, EMPTY False, PARTIAL ones ``mask_mod`` of each pair (evaluated in
+        Python: small shapes only)."""
+        kinds = self.kinds[b % self.kinds.shape[0], h % self.kinds.shape[1]]
+        bs = self.block_size
+        block = np.repeat(np.repeat(kinds, bs, axis=0), bs, axis=1)[: self.seqlen_q, : self.seqlen_k]
+        out = block == FULL
+        partial = np.argwhere(block == PARTIAL)
+        args = tuple(_host(a) for a in self.mod_args)
+        for i, j in partial:
+            out[i, j] = bool(self.mask_mod(b, h, int(i), int(j), *args))
+        return out
+
+
+def create_block_mask(mask_mod, B, H, seqlen_q: int, seqlen_k: int, *, block_size: int = 128,
+                      mod_args=()) -> BlockMask:
+    """Classify every (query block, key block) of a (B, H, seqlen_q, seqlen_k)
+    attention as EMPTY, FULL or PARTIAL by evaluating ``mask_mod(b, h, q_idx, kv_idx,
+    *mod_args) -> bool`` on the GPU (the simulator runs it on the CPU).  ``B`` or ``H``
+    None: the mask does not depend on it (evaluated at index 0, broadcast).
+    ``mod_args``: device arrays (CuPy, CUDA array interface, DLPack) or scalars."""
+    check_mod("mask_mod", mask_mod, 4, mod_args)
+    nb = 1 if B is None else B
+    nh = 1 if H is None else H
+    for name, n, ok in (("B", B, B is None or (_is_count(B) and B >= 1)),
+                        ("H", H, H is None or (_is_count(H) and H >= 1)),
+                        ("seqlen_q", seqlen_q, _is_count(seqlen_q)), ("seqlen_k", seqlen_k, _is_count(seqlen_k))):
+        if not ok:
+            raise ValueError(f"{name}={n!r}: expected {'None or ' if name in 'BH' else ''}an int >= "
+                             f"{1 if name in 'BH' else 0}")  # fmt: skip
+    _check_block_size(block_size)
+    nqb, nkb = -(-seqlen_q // block_size), -(-seqlen_k // block_size)
+    kinds = np.zeros((nb, nh, nqb, nkb), dtype=np.int8)
+    if kinds.size:
+        kinds = _classify(mask_mod, nb, nh, seqlen_q, seqlen_k, block_size, tuple(mod_args), nqb, nkb)
+    return BlockMask(kinds, int(block_size), int(seqlen_q), int(seqlen_k), mask_mod, tuple(mod_args))
+
+
+def check_mod(name: str, fn, nfixed: int, mod_args) -> None:
+    """A ``score_mod`` / ``mask_mod``: callable, taking ``nfixed`` + len(mod_args)
+    positional arguments (TypeError naming the function otherwise)."""
+    if not callable(fn):
+        raise TypeError(f"{name}: expected a Python function, got {type(fn).__name__}")
+    if not isinstance(mod_args, (tuple, list)):
+        raise TypeError(f"mod_args: expected a tuple of arrays and scalars, got {type(mod_args).__name__}")
+    want = nfixed + len(mod_args)
+    try:
+        sig = inspect.signature(fn)
+        sig.bind(*range(want))
+    except TypeError:
+        fixed = "score, b, h, q_idx, kv_idx" if nfixed == 5 else "b, h, q_idx, kv_idx"
+        raise TypeError(f"{name} {getattr(fn, '__name__', fn)!r}: takes {_arity(fn)} arguments, expected {want} "
+                        f"({fixed} and {len(mod_args)} mod_args)") from None
+    except ValueError:  # no signature (a builtin): numba reports at compile time
+        pass
+
+
+def _arity(fn) -> str:
+    try:
+        return str(len(inspect.signature(fn).parameters))
+    except (TypeError, ValueError):
+        return "an unknown number of"
+
+
+def _classify(mask_mod, nb, nh, seqlen_q, seqlen_k, block_size, mod_args, nqb, nkb) -> np.ndarray:
+    kernel = _classify_kernel(_device_mod(mask_mod))
+    if SIMULATOR:
+        out = np.zeros((nb, nh, nqb, nkb), dtype=np.int8)
+        args = tuple(_host(a) for a in mod_args)
+    else:
+        import cupy
+
+        out = cupy.zeros((nb, nh, nqb, nkb), dtype=cupy.int8)
+        args = tuple(_device(a) for a in mod_args)
+    try:
+        kernel[(nkb, nqb, nb * nh), THREADS](out, nh, seqlen_q, seqlen_k, block_size, args)
+    except Exception as exc:  # a typing error inside the user's function
+        if type(exc).__name__ in ("TypingError", "UnsupportedError", "NumbaError", "LoweringError"):
+            raise TypeError(f"mask_mod {getattr(mask_mod, '__name__', mask_mod)!r} does not compile for the GPU with "
+                            f"mod_args of types {[type(a).__name__ for a in mod_args]}: "
+                            f"{str(exc).splitlines()[0]}") from exc  # fmt: skip
+        raise
+    return out if SIMULATOR else out.get()
+
+
+_DEVICE_MODS: dict = {}
+_KERNELS: dict = {}
+
+
+def _device_mod(fn):
+    """``fn`` as an (inlined) numba device function, compiled once per function."""
+    if fn not in _DEVICE_MODS:
+        _DEVICE_MODS[fn] = device_function(fn)
+    return _DEVICE_MODS[fn]
+
+
+def _classify_kernel(mod):
+    """``kernel[(nkb, nqb, B·H), THREADS](kinds, H, seqlen_q, seqlen_k, block_size,
+    mod_args)``: thread t of the CUDA block of mask block (i, j) of (b, h) evaluates
+    the rows ``i·bs + t, + THREADS, ...`` of the block against all its keys; the block
+    is FULL when every evaluation is True, EMPTY when none is."""
+    if mod in _KERNELS:
+        return _KERNELS[mod]
+
+    @cuda.jit
+    def classify_blocks(kinds, nh, seqlen_q, seqlen_k, block_size, mod_args):
+        j, i, bh = cuda.blockIdx.x, cuda.blockIdx.y, cuda.blockIdx.z
+        b, h = bh // nh, bh % nh
+        q_end = min(seqlen_q, (i + 1) * block_size)
+        k_end = min(seqlen_k, (j + 1) * block_size)
+        any_ = 0  # int32 flags: syncthreads_or / _and take integers
+        all_ = 1
+        for q_idx in range(i * block_size + cuda.threadIdx.x, q_end, cuda.blockDim.x):
+            for kv_idx in range(j * block_size, k_end):
+                if mod(b, h, q_idx, kv_idx, *mod_args):
+                    any_ = 1
+                else:
+                    all_ = 0
+        any_ = cuda.syncthreads_or(any_)
+        all_ = cuda.syncthreads_and(all_)
+        if cuda.threadIdx.x == 0:
+            kinds[b, h, i, j] = FULL if all_ != 0 else (PARTIAL if any_ != 0 else EMPTY)
+
+    _KERNELS[mod] = classify_blocks
+    return classify_blocks
+
+
+def _host(a):
+    if hasattr(a, "get") and not isinstance(a, np.ndarray):  # CuPy
+        return a.get()
+    return a
+
+
+def _device(a):
+    if isinstance(a, (int, float, bool, np.number)):
+        return a
+    import cupy
+
+    return cupy.asarray(a)
+
+
+def _is_count(n) -> bool:
+    return isinstance(n, (int, np.integer)) and not isinstance(n, bool) and n >= 0
+
+
+def _check_block_size(block_size) -> None:
+    if not _is_count(block_size) or block_size < 16 or block_size % 16:
+        raise ValueError(f"block_size={block_size!r}: expected a multiple of 16 (>= 16)")
+
+
+__all__ = ["BlockMask", "create_block_mask", "EMPTY", "PARTIAL", "FULL", "check_mod"]

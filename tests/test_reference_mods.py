@@ -1,0 +1,115 @@
+"""The float64 reference's FlexAttention-style user functions (issue #12): ``score_mod``
+(with ``score_mod_grad`` for the backward) and block masks (``create_block_mask`` from a
+``mask_mod``, ``BlockMask.from_dense``), checked against what they stand for: the
+built-in softcap, ALiBi and causal, per-document attention, and a dense mask."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from numba_flash import block_mask as M
+from numba_flash import reference as R
+
+
+def _qkv(rng, B=2, H=2, Nq=23, Nk=31, d=8):
+    q = rng.standard_normal((B, Nq, H, d))
+    k = rng.standard_normal((B, Nk, H, d))
+    v = rng.standard_normal((B, Nk, H, d))
+    dout = rng.standard_normal((B, Nq, H, d))
+    return q, k, v, dout
+
+
+def _both(q, k, v, dout, **kw):
+    """(out, lse, dq, dk, dv) of the reference with keywords ``kw`` (the backward gets
+    the forward's own out and lse)."""
+    grad_kw = {x: kw.pop(x) for x in ("score_mod_grad",) if x in kw}
+    out, lse = R.attention(q, k, v, **kw)
+    return (out, lse, *R.attention_backward(dout, q, k, v, out, lse, **kw, **grad_kw))
+
+
+def _close(a, b):
+    for x, y in zip(a, b):
+        np.testing.assert_allclose(x, y, rtol=1e-10, atol=1e-12)
+
+
+def test_identity_score_mod_is_plain(rng):
+    q, k, v, dout = _qkv(rng)
+    _close(_both(q, k, v, dout, causal=True),
+           _both(q, k, v, dout, causal=True, score_mod=lambda s, b, h, i, j: s,
+                 score_mod_grad=lambda s, b, h, i, j: 1.0))  # fmt: skip
+
+
+def test_softcap_and_alibi_as_score_mods(rng):
+    q, k, v, dout = _qkv(rng)
+    cap = 2.5
+    slopes = np.abs(rng.standard_normal((2, 2)))
+
+    def mod(s, b, h, i, j, slopes):
+        return cap * math.tanh(s / cap) - slopes[b, h] * abs(i + 31 - 23 - j)
+
+    def grad(s, b, h, i, j, slopes):
+        return 1.0 - math.tanh(s / cap) ** 2
+
+    _close(_both(q, k, v, dout, softcap=cap, alibi_slopes=slopes),
+           _both(q, k, v, dout, score_mod=mod, score_mod_grad=grad, mod_args=(slopes,)))  # fmt: skip
+
+
+def test_causal_as_a_block_mask(rng):
+    q, k, v, dout = _qkv(rng, Nq=40, Nk=52)
+    bm = M.create_block_mask(lambda b, h, i, j: j <= i + 12, None, None, 40, 52, block_size=16)
+    assert set(np.unique(bm.kinds)) == {M.EMPTY, M.PARTIAL, M.FULL}
+    _close(_both(q, k, v, dout, causal=True), _both(q, k, v, dout, block_mask=bm))
+
+
+def test_document_mask_is_per_document_attention(rng):
+    lens = [7, 0, 12, 1, 20]
+    ids = np.repeat(np.arange(len(lens)), lens).astype(np.int32)
+    n = int(ids.size)
+    q, k, v, dout = _qkv(rng, B=1, H=2, Nq=n, Nk=n)
+    bm = M.create_block_mask(lambda b, h, i, j, ids: ids[i] == ids[j], None, None, n, n, block_size=16,
+                             mod_args=(ids,))  # fmt: skip
+    got = _both(q, k, v, dout, block_mask=bm, causal=True)
+    cu = np.concatenate([[0], np.cumsum(lens)]).astype(np.int32)
+    out, lse = R.attention_varlen(q[0], k[0], v[0], cu, cu, max(lens), max(lens), causal=True)
+    grads = R.attention_varlen_backward(dout[0], q[0], k[0], v[0], out, lse, cu, cu, max(lens), max(lens), causal=True)
+    np.testing.assert_allclose(got[0][0], out, rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(got[1][0], lse.T.T, rtol=1e-10, atol=1e-12)
+    for g, r in zip(got[2:], grads):
+        np.testing.assert_allclose(g[0], r, rtol=1e-10, atol=1e-12)
+
+
+def test_dense_block_pattern(rng):
+    q, k, v, dout = _qkv(rng, B=1, H=2, Nq=48, Nk=64)
+    pattern = rng.integers(0, 2, (3, 4)).astype(bool)
+    pattern[:, 0] = True  # every query row sees a block
+    pattern[1] = False  # ... except the middle block's rows: out 0, lse -inf
+    bm = M.BlockMask.from_dense(pattern, block_size=16)
+    got = _both(q, k, v, dout, block_mask=bm)
+    dense = np.repeat(np.repeat(pattern, 16, 0), 16, 1)
+    s = np.einsum("bqhd,bkhd->bhqk", q, k) / math.sqrt(8)
+    s = np.where(dense, s, -np.inf)
+    lse = np.log(np.exp(s).sum(-1))
+    np.testing.assert_allclose(got[1][:, :, dense.any(1)], lse[:, :, dense.any(1)], rtol=1e-10)
+    assert np.isneginf(got[1][:, :, 16:32]).all() and (got[0][:, 16:32] == 0).all()
+
+
+def test_errors(rng):
+    q, k, v, dout = _qkv(rng)
+    out, lse = R.attention(q, k, v, score_mod=lambda s, b, h, i, j: 2 * s)
+    with pytest.raises(ValueError, match="score_mod_grad"):
+        R.attention_backward(dout, q, k, v, out, lse, score_mod=lambda s, b, h, i, j: 2 * s)
+    bm = M.BlockMask.from_dense(np.ones((1, 1), bool), block_size=16)
+    with pytest.raises(ValueError, match="block_mask: made for seqlen_q=16"):
+        R.attention(q, k, v, block_mask=bm)
+    with pytest.raises(TypeError, match="score_mod"):
+        R.attention(q, k, v, score_mod=3)
+    with pytest.raises(TypeError, match="mask_mod 'two': takes 2 arguments, expected 4"):
+        def two(b, h):
+            return True
+
+        M.create_block_mask(two, 1, 1, 8, 8, block_size=16)
+    with pytest.raises(ValueError, match="block_size=12"):
+        M.BlockMask.from_dense(np.ones((1, 1), bool), block_size=12)
