@@ -19,6 +19,8 @@ __all__ = [
     "flash_attention_backward",
     "flash_attention_varlen",
     "flash_attention_varlen_backward",
+    "BlockMask",
+    "create_block_mask",
     "__version__",
 ]
 
@@ -28,4 +30,8 @@ def __getattr__(name):
         from numba_flash import api
 
         return getattr(api, name)
+    if name in ("BlockMask", "create_block_mask"):
+        from numba_flash import block_mask
+
+        return getattr(block_mask, name)
     raise AttributeError(f"module 'numba_flash' has no attribute {name!r}")
