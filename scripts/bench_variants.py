@@ -51,21 +51,9 @@ def visible_pairs(Nq, Nk, causal=False, window=(-1, -1)):
 QUEUED = "--queued" in sys.argv  # time 10 back-to-back calls between two events (host time hidden)
 
 
-def queued_ms(fn, calls=10, rep=7):
-    """Milliseconds a call, from events around ``calls`` back-to-back calls: the GPU's
-    time when the host runs ahead (as torch.utils.benchmark times FlashAttention-2)."""
-    fn()
-    cp.cuda.runtime.deviceSynchronize()
-    times = []
-    for _ in range(rep):
-        s, e = cp.cuda.Event(), cp.cuda.Event()
-        s.record()
-        for _ in range(calls):
-            fn()
-        e.record()
-        e.synchronize()
-        times.append(cp.cuda.get_elapsed_time(s, e) / calls)
-    return float(np.median(times))
+def queued_ms(fn):
+    """Milliseconds a call from 10 back-to-back calls between two events."""
+    return median_ms(fn, warmup=1, rep=7, calls=10)
 
 
 def time_pair(fwd, bwd):
