@@ -126,6 +126,18 @@ def create_block_mask(mask_mod, B, H, seqlen_q: int, seqlen_k: int, *, block_siz
     return BlockMask(kinds, int(block_size), int(seqlen_q), int(seqlen_k), mask_mod, tuple(mod_args))
 
 
+def butterfly(n_blocks: int) -> np.ndarray:
+    """The flat butterfly block pattern (Dao et al., "Pixelated Butterfly", used by the
+    FlashAttention paper's block-sparse runs): block (i, j) is kept iff ``i == j`` or
+    ``i XOR j`` is a power of two; an (n_blocks, n_blocks) boolean array for
+    :meth:`BlockMask.from_dense`, ``1 + log2(n_blocks)`` blocks a row for a power of
+    two."""
+    if not _is_count(n_blocks) or n_blocks < 1:
+        raise ValueError(f"n_blocks={n_blocks!r}: expected an int >= 1")
+    x = np.arange(n_blocks)[:, None] ^ np.arange(n_blocks)[None, :]
+    return (x & (x - 1)) == 0
+
+
 def check_mod(name: str, fn, nfixed: int, mod_args) -> None:
     """A ``score_mod`` / ``mask_mod``: callable, taking ``nfixed`` + len(mod_args)
     positional arguments (TypeError naming the function otherwise)."""
@@ -238,4 +250,4 @@ def _check_block_size(block_size) -> None:
         raise ValueError(f"block_size={block_size!r}: expected a multiple of 16 (>= 16)")
 
 
-__all__ = ["BlockMask", "create_block_mask", "EMPTY", "PARTIAL", "FULL", "check_mod"]
+__all__ = ["BlockMask", "create_block_mask", "butterfly", "EMPTY", "PARTIAL", "FULL", "check_mod"]
