@@ -87,6 +87,40 @@ class BlockMask:
         kinds = np.where(pattern, FULL, EMPTY).astype(np.int8)
         return cls(kinds, int(block_size), int(seqlen_q), int(seqlen_k))
 
+    def tile_kinds(self, block_m: int, block_n: int, keys_are_rows: bool = False) -> np.ndarray:
+        """The kinds of a kernel's tiles (``block_m`` queries × ``block_n`` keys), int8
+        (B or 1, H or 1, query tiles, key tiles), or with ``keys_are_rows`` (key
+        tiles, query tiles), the dK/dV kernels' walk: a tile is EMPTY when every block
+        it touches is, FULL when every one is, else PARTIAL."""
+        def ranges(n, tile):  # first block of each tile, for reduceat
+            return (np.arange(-(-n // tile)) * tile) // self.block_size
+
+        rows, cols = ranges(self.seqlen_q, block_m), ranges(self.seqlen_k, block_n)
+        kinds = self.kinds
+        lo = np.minimum.reduceat(np.minimum.reduceat(kinds, rows, axis=2), cols, axis=3) if kinds.size else kinds
+        hi = np.maximum.reduceat(np.maximum.reduceat(kinds, rows, axis=2), cols, axis=3) if kinds.size else kinds
+        # reduceat over [start_t, start_{t+1}) misses blocks a tile reaches past the next start
+        # only when tiles are not whole blocks apart: add the tile's last block
+        last_r = (np.minimum((np.arange(rows.size) + 1) * block_m, self.seqlen_q) - 1) // self.block_size
+        last_c = (np.minimum((np.arange(cols.size) + 1) * block_n, self.seqlen_k) - 1) // self.block_size
+        if kinds.size:
+            tail = kinds[:, :, last_r][:, :, :, last_c]
+            lo, hi = np.minimum(lo, tail), np.maximum(hi, tail)
+        out = np.where(hi == EMPTY, EMPTY, np.where(lo == FULL, FULL, PARTIAL)).astype(np.int8)
+        return out.swapaxes(2, 3) if keys_are_rows else out
+
+    def visit_lists(self, block_m: int, block_n: int, keys_are_rows: bool = False) -> tuple:
+        """What a kernel walks, FlexAttention's ``kv_num_blocks`` / ``kv_indices``:
+        ``(count, index, partial)`` with ``count[b, h, t]`` the non-EMPTY tiles of row
+        tile ``t`` (:meth:`tile_kinds`), ``index[b, h, t, :count]`` them in increasing
+        order (int32) and ``partial[b, h, t, :count]`` whether each needs the mask."""
+        kinds = self.tile_kinds(block_m, block_n, keys_are_rows)
+        keep = kinds != EMPTY
+        count = keep.sum(axis=3).astype(np.int32)
+        order = np.argsort(~keep, axis=3, kind="stable").astype(np.int32)  # kept tiles first, in order
+        partial = np.take_along_axis(kinds, order, axis=3) == PARTIAL
+        return count, order, partial.astype(np.int8)
+
     def dense(self, b: int = 0, h: int = 0) -> np.ndarray:
         """The (seqlen_q, seqlen_k) boolean mask of batch ``b``, head ``h``: FULL
         blocks True, EMPTY False, PARTIAL ones ``mask_mod`` of each pair (evaluated in

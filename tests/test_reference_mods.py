@@ -113,3 +113,39 @@ def test_errors(rng):
         M.create_block_mask(two, 1, 1, 8, 8, block_size=16)
     with pytest.raises(ValueError, match="block_size=12"):
         M.BlockMask.from_dense(np.ones((1, 1), bool), block_size=12)
+
+
+@pytest.mark.parametrize("bs,bm,bn", [(16, 16, 16), (32, 16, 16), (16, 32, 16), (32, 48, 16), (48, 32, 64)])
+def test_tile_kinds_and_visit_lists(rng, bs, bm, bn):
+    """A kernel's tiles from the blocks: EMPTY exactly when no pair of the tile is
+    visible, FULL exactly when every one is (against the dense mask), and the visit
+    lists name the non-EMPTY tiles in order, with their PARTIAL flags."""
+    Nq, Nk = 70, 101
+    ids = np.repeat(np.arange(4), [20, 31, 9, 41]).astype(np.int32)
+    bm_ = M.create_block_mask(lambda b, h, i, j, ids: ids[i % 101] == ids[j] and j <= i + 31, None, 2, Nq, Nk,
+                              block_size=bs, mod_args=(ids,))  # fmt: skip
+    for keys_are_rows in (False, True):
+        kinds = bm_.tile_kinds(bm, bn, keys_are_rows)
+        count, index, partial = bm_.visit_lists(bm, bn, keys_are_rows)
+        for h in range(2):
+            dense = bm_.dense(0, h)
+            if keys_are_rows:
+                dense = dense.T
+            rows, cols = dense.shape
+            tr, tc = (bn, bm) if keys_are_rows else (bm, bn)  # block_m is queries, block_n keys
+            for t in range(-(-rows // tr)):
+                want = []
+                for u in range(-(-cols // tc)):
+                    tile = dense[t * tr:(t + 1) * tr, u * tc:(u + 1) * tc]
+                    k = kinds[0, h, t, u]
+                    if k == M.EMPTY:
+                        assert not tile.any()
+                    elif k == M.FULL:
+                        assert tile.all()
+                    if tile.any():
+                        assert k != M.EMPTY
+                        want.append(u)
+                n = count[0, h, t]
+                assert list(index[0, h, t, :n]) == [u for u in range(kinds.shape[3]) if kinds[0, h, t, u] != M.EMPTY]
+                assert set(want) <= set(index[0, h, t, :n])
+                assert list(partial[0, h, t, :n]) == [int(kinds[0, h, t, u] == M.PARTIAL) for u in index[0, h, t, :n]]
