@@ -32,6 +32,10 @@ FAMILIES = {
     "tf32": (np.float32, 64, True, "tensor-core-tf32"),
     "fp16": (np.float16, 64, False, "tensor-core"),
     "bf16": (_arrays.BFLOAT16, 64, False, "tensor-core"),
+    # tensor cores at head dims off the 64/128 tiles: 27 (unaligned rows, plain loads, odd
+    # stores) and 200 (Q from shared memory, dK and dV from two kernels)
+    "fp16-d27": (np.float16, 27, False, "tensor-core"),
+    "bf16-d200": (_arrays.BFLOAT16, 200, False, "tensor-core"),
 }
 
 #: name: keywords (H, H_kv: heads of q and of k/v; alibi: slopes are drawn)
@@ -52,7 +56,7 @@ VARIANTS = {
 #: combined case covers every variant there); ``pytest -m gpu`` runs the full matrix
 SIM_MATRIX = [(f, v) for f in ("fp32-blocked", "fp32-rowgroup") for v in VARIANTS] + [
     ("fp16", v) for v in VARIANTS if v != "dropout"] + [  # fp16's dropout: in "all"
-    ("tf32", "all"), ("bf16", "all"), ("tf32", "gqa-causal"), ("bf16", "window")]  # fmt: skip
+    ("tf32", "all"), ("bf16", "all"), ("tf32", "gqa-causal"), ("bf16", "window"), ("fp16-d27", "all")]  # fmt: skip
 GPU_MATRIX = [(f, v) for f in FAMILIES for v in VARIANTS if (f, v) not in SIM_MATRIX]
 
 
@@ -345,7 +349,7 @@ def _seq(cu_q, cu_k, b, *arrays):
 
 
 @pytest.mark.usefixtures("poisoned_outputs")
-@pytest.mark.parametrize("fam", ["fp32-blocked", "fp32-rowgroup", "fp16", "tf32"])
+@pytest.mark.parametrize("fam", ["fp32-blocked", "fp32-rowgroup", "fp16", "tf32", "fp16-d27"])
 @pytest.mark.parametrize("kw", [dict(causal=True), dict(window_size=(3, 1), softcap=1.0), dict(dropout_p=0.2, seed=2**40 + 9)],
                          ids=["causal", "window", "dropout"])
 def test_varlen(rng, fam, kw):
