@@ -314,9 +314,9 @@ def tc_forward_tiles(head_dim: int, causal: bool = False, dtype: str = "float16"
     from shared memory at every k-slice (H200, scripts/bench_head_dims.py: 0.70 / 0.68×
     FA2 full / causal where 128 × 64 × 8 warps with Q in registers gave 0.58 / 0.59×,
     and 128 × 128 × 8 warps 0.56×; 254 registers, no spills).  Past 128 eight warps of
-    16 rows with Q read from shared memory
-    at every k-slice (a lane holds d/2 O floats and BLOCK_N/2 S floats: 160 at d = 256),
-    in 64 KiB (Q) + 128 KiB (two K/V stages) of shared memory at d = 256."""
+    16 rows with Q read from shared memory at every k-slice (a lane holds d/2 O floats
+    and BLOCK_N/2 S floats: 160 at d = 256), in 64 KiB (Q) + 128 KiB (two K/V stages) of
+    shared memory at d = 256."""
     _check_tc(head_dim, "tensor-core forward")
     if head_dim <= 64:
         return TcTiles(head_dim, block_m=128, block_n=64, warps=4, m_tiles=2)
@@ -325,6 +325,23 @@ def tc_forward_tiles(head_dim: int, causal: bool = False, dtype: str = "float16"
     if head_dim <= 128:
         return TcTiles(head_dim, block_m=128, block_n=64, warps=8)
     return TcTiles(head_dim, block_m=128, block_n=64, warps=8, q_in_regs=False)
+
+
+def tc_array_layout(t) -> tuple:
+    """``(DCOLS, NT_W, SYNC, HALVES)``: how the tensor-core kernels of tiles ``t``
+    (``TcTiles`` or ``TcBwdTiles``) meet arrays of head dim ``t.data_dim``: the arrays'
+    row length when shorter than the tile's (0: as long; ``copy.copy_rows`` zero-fills
+    past it), the 8-column n-tiles an output row spans, whether rows are copied by plain
+    loads (not 16-byte aligned) and whether outputs are stored 16 bits at a time (an odd
+    head dim: a uint16 view, ``tc_out_view``)."""
+    data_dim = t.data_dim or t.head_dim
+    return (0 if data_dim == t.head_dim else data_dim), -(-data_dim // 8), not t.aligned, data_dim % 2 == 1
+
+
+def tc_out_view(t) -> str:
+    """How the tensor-core kernels of tiles ``t`` see their outputs: pairs of 16-bit
+    values as "u32", or "u16" for an odd head dim."""
+    return "u16" if tc_array_layout(t)[3] else "u32"
 
 
 @dataclass(frozen=True)

@@ -54,7 +54,7 @@ import functools
 
 from numba_flash import ptx
 from numba_flash._numba_cuda import cuda, float32, uint16, uint32
-from numba_flash.config import TcBwdTiles
+from numba_flash.config import TcBwdTiles, tc_array_layout, tc_out_view
 from numba_flash.kernels import copy, fragments, pipeline, score, softmax, spec
 from numba_flash.kernels.block_info import group_size, key_tiles, query_tiles, this_block
 from numba_flash.variant import VARLEN, Variant
@@ -66,7 +66,7 @@ _ALIGN = ptx.SMEM_ALIGN
 def tc_bwd_preprocess_kernel(head_dim: int, dtype: str):
     """``kernel[grid, 128, stream](out16, dout16, delta)``: delta = rowsum(dO∘O), from
     uint16 views of O and dO (any strides with the last axis contiguous); ``head_dim``
-    is the arrays' (even)."""
+    is the arrays' (an odd one's last element is read alone)."""
     WORDS = head_dim // 2
     ODD = head_dim % 2 == 1  # the last element alone
     unpack = ptx.unpack_f16x2 if dtype == "float16" else ptx.unpack_bf16x2
@@ -104,9 +104,7 @@ def tc_bwd_dkdv_kernel(t: TcBwdTiles, variant: Variant, dtype: str, part: str = 
     NT_O = HEAD_DIM // 8  # n-tiles of dK, dV
     PSTEPS = BLOCK_M // 16  # k-slices over queries (dV, dK)
     CHUNKS = HEAD_DIM // 8
-    DATA_DIM = t.data_dim or HEAD_DIM  # the arrays' head dim (tc_forward's names)
-    DCOLS, NT_W = (0 if DATA_DIM == HEAD_DIM else DATA_DIM), -(-DATA_DIM // 8)
-    SYNC, HALVES = not t.aligned, DATA_DIM % 2 == 1
+    DCOLS, NT_W, SYNC, HALVES = tc_array_layout(t)  # the arrays' head dim against the tile's
     ROW_BYTES = HEAD_DIM * 2
     KV_BYTES = BLOCK_N * ROW_BYTES
     QT_BYTES = BLOCK_M * ROW_BYTES  # one stage of Q (or dO)
@@ -225,9 +223,7 @@ def tc_bwd_dq_kernel(t: TcBwdTiles, variant: Variant, dtype: str):
     NT_O = HEAD_DIM // 8
     PSTEPS = BLOCK_N // 16
     CHUNKS = HEAD_DIM // 8
-    DATA_DIM = t.data_dim or HEAD_DIM  # the arrays' head dim (tc_forward's names)
-    DCOLS, NT_W = (0 if DATA_DIM == HEAD_DIM else DATA_DIM), -(-DATA_DIM // 8)
-    SYNC, HALVES = not t.aligned, DATA_DIM % 2 == 1
+    DCOLS, NT_W, SYNC, HALVES = tc_array_layout(t)  # the arrays' head dim against the tile's
     ROW_BYTES = HEAD_DIM * 2
     Q_BYTES = BLOCK_M * ROW_BYTES
     KV_BYTES = BLOCK_N * ROW_BYTES  # one stage of K (or V)
@@ -324,7 +320,7 @@ def launches(t: TcBwdTiles, variant: Variant, dtype: str, sz: spec.Sizes) -> lis
     ``split_dkdv``: dV, then dK), dQ (a block per 16·warps queries)."""
     smem_kv, smem_q = smem_bytes(t)
     parts = ("dv", "dk") if t.split_dkdv else ("dkdv",)
-    out = "u16" if (t.data_dim or t.head_dim) % 2 else "u32"  # an odd head dim: no 32-bit pairs
+    out = tc_out_view(t)
     return [
         spec.KernelLaunch("tc_bwd_preprocess", tc_bwd_preprocess_kernel(t.data_dim or t.head_dim, dtype), t,
                           spec.preprocess_grid(sz, PRE_THREADS), PRE_THREADS, 0, spec.preprocess_args("u16")),

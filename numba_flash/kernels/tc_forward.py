@@ -41,11 +41,13 @@ Head dims: the tile's d is one of ``config.TC_TILE_DIMS``; an array head dim bel
 is zero-filled past its end on load (the zero columns add nothing to Q·Kᵀ, and the
 output's are not written).  Rows that are not 16-byte aligned (a head dim that is not
 a multiple of 8, or odd strides) are copied by plain loads instead of cp.async
-(``aligned``), and an odd head dim's output is stored 16 bits at a time.  Past d = 128 the Q fragments are read from
-the shared Q tile at every k-slice instead of being kept in registers (``q_in_regs``).
+(``aligned``), and an odd head dim's output is stored 16 bits at a time
+(``config.tc_array_layout``).  Past d = 128 the Q fragments are read from the shared Q
+tile at every k-slice instead of being kept in registers (``q_in_regs``).
 
 Inputs are passed as uint16 views (cp.async moves bytes; the dtype matters only to
-mma and to the pack of P and O), the output as a uint32 view (two 16-bit values a word).
+mma and to the pack of P and O), the output as a uint32 view (two 16-bit values a word;
+uint16 for an odd head dim: ``config.tc_out_view``).
 """
 
 from __future__ import annotations
@@ -54,7 +56,7 @@ import functools
 
 from numba_flash import ptx
 from numba_flash._numba_cuda import cuda, float32, uint16, uint32
-from numba_flash.config import TcTiles
+from numba_flash.config import TcTiles, tc_array_layout, tc_out_view
 from numba_flash.kernels import copy, fragments, pipeline, score, softmax, spec
 from numba_flash.kernels.block_info import key_tiles, this_block, tile_needs_mask
 from numba_flash.variant import DROPOUT, VARLEN, Variant
@@ -79,10 +81,7 @@ def tc_forward_kernel(t: TcTiles, variant: Variant, dtype: str):
     NT_O = HEAD_DIM // 8  # n-tiles of O (8 columns each)
     PSTEPS = BLOCK_N // 16  # k-slices of P·V
     CHUNKS = HEAD_DIM // 8  # 16-byte chunks in a row
-    DATA_DIM = t.data_dim or HEAD_DIM  # the arrays' head dim
-    DCOLS = 0 if DATA_DIM == HEAD_DIM else DATA_DIM  # columns of an array row (0: the tile's)
-    NT_W = -(-DATA_DIM // 8)  # n-tiles of O written
-    SYNC, HALVES = not t.aligned, DATA_DIM % 2 == 1  # copies by plain loads; O stored 16 bits at a time
+    DCOLS, NT_W, SYNC, HALVES = tc_array_layout(t)  # the arrays' head dim against the tile's
     Q_IN_REGS = t.q_in_regs
     MT = t.m_tiles  # 16-row m-tiles per warp: each K/V fragment feeds MT mma
     WARP_ROWS = 16 * MT
@@ -204,5 +203,5 @@ def launches(t: TcTiles, variant: Variant, dtype: str, sz: spec.Sizes) -> list:
     (varlen: of a sequence; the grid covers the longest)."""
     grid = spec.query_grid(sz, t.block_m)
     kernel = tc_forward_kernel(t, variant, dtype)
-    out = "u16" if (t.data_dim or t.head_dim) % 2 else "u32"  # an odd head dim: no 32-bit pairs
-    return [spec.KernelLaunch("tc_forward", kernel, t, grid, t.threads, smem_bytes(t), spec.forward_args("u16", out))]
+    return [spec.KernelLaunch("tc_forward", kernel, t, grid, t.threads, smem_bytes(t),
+                              spec.forward_args("u16", tc_out_view(t)))]  # fmt: skip
