@@ -32,6 +32,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from numba_flash._numba_cuda import SIMULATOR, cuda, device_function  # module level: the simulator swaps it
+from numba_flash.reference import _host_array as _host  # CuPy mod_args on the host (the reference's reads)
 
 EMPTY, PARTIAL, FULL = 0, 1, 2
 THREADS = 128  # create_block_mask: threads per mask block
@@ -259,12 +260,6 @@ def _classify_kernel(mod):
 
     _KERNELS[mod] = classify_blocks
     return classify_blocks
-
-
-def _host(a):
-    if hasattr(a, "get") and not isinstance(a, np.ndarray):  # CuPy
-        return a.get()
-    return a
 
 
 def _device(a):

@@ -312,10 +312,6 @@ class _Variants:
     block_mask: object = None
     mod_args: tuple = ()
 
-    @property
-    def masked(self):
-        return self.window != (-1, -1) or self.block_mask is not None
-
     def sequence(self, b):
         """The variants of batch row ``b`` alone (a varlen sequence)."""
         slopes = None if self.slopes is None else self.slopes[b:b + 1]
