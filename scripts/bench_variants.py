@@ -28,6 +28,7 @@ import cupy as cp
 import numpy as np
 
 import numba_flash
+from numba_flash.bench.cases import visible_pairs  # (query, key) pairs a (batch, head) computes
 from bench_table import median_ms  # the same timer as the shape table (scripts/ is on sys.path)
 
 rng = np.random.default_rng(20261201)
@@ -35,17 +36,6 @@ rng = np.random.default_rng(20261201)
 
 def randn(*shape):
     return cp.asarray(rng.standard_normal(shape, dtype=np.float32)).astype(cp.float16)
-
-
-def visible_pairs(Nq, Nk, causal=False, window=(-1, -1)):
-    i = np.arange(Nq)[:, None]
-    diag = Nk - Nq
-    left, right = window
-    if causal:
-        right = 0
-    lo = np.zeros_like(i) if left < 0 else np.clip(i + diag - left, 0, Nk)
-    hi = np.full_like(i, Nk) if right < 0 else np.clip(i + diag + right + 1, 0, Nk)
-    return int(np.maximum(hi - lo, 0).sum())
 
 
 QUEUED = "--queued" in sys.argv  # time 10 back-to-back calls between two events (host time hidden)
