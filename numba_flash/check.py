@@ -133,10 +133,7 @@ class CaseSpec(Shape):
         object.__setattr__(self, "window", V.check_window(tuple(self.window)))
         V.check_softcap(self.softcap)
         V.check_dropout(self.dropout, 0)
-        kv = self.kv_heads or self.heads
-        if kv < 1 or self.heads % kv:
-            raise ValueError(f"kv_heads: expected a divisor of heads={self.heads}, got {self.kv_heads}")
-        object.__setattr__(self, "kv_heads", kv)
+        object.__setattr__(self, "kv_heads", V.check_kv_heads(self.kv_heads, self.heads))
         if self.layout not in LAYOUTS:
             raise ValueError(f"layout: expected one of {LAYOUTS}, got {self.layout!r}")
         if self.dtype not in DTYPES:
@@ -155,20 +152,10 @@ class CaseSpec(Shape):
     @property
     def variants(self) -> str:
         """The variants besides causal, as in the label ("" for none)."""
-        parts = []
-        if self.kv_heads != self.heads:
-            parts.append(f"kv_heads={self.kv_heads}")
-        if self.window != (-1, -1):
-            parts.append(f"window={self.window[0]},{self.window[1]}")
-        if self.softcap:
-            parts.append(f"softcap={self.softcap:g}")
-        if self.alibi:
-            parts.append("alibi")
-        if self.dropout:
-            parts.append(f"dropout={self.dropout:g}")
-        if self.varlen:
-            parts.append("varlen")
-        return " ".join(parts)
+        from numba_flash.variant import describe
+
+        parts = describe(self.heads, self.kv_heads, self.window, self.softcap, self.alibi, self.dropout)
+        return " ".join(parts + (["varlen"] if self.varlen else []))
 
     @property
     def label(self) -> str:

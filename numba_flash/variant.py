@@ -102,6 +102,25 @@ def call_keywords(window=(-1, -1), softcap=0.0, alibi_slopes=None, dropout_p=0.0
     return kw
 
 
+def check_kv_heads(kv_heads: int, heads: int) -> int:
+    """A case's KV heads (0: as many as ``heads``), which must divide ``heads``."""
+    kv = kv_heads or heads
+    if kv < 1 or heads % kv:
+        raise ValueError(f"kv_heads: expected a divisor of heads={heads}, got {kv_heads}")
+    return kv
+
+
+def describe(heads, kv_heads, window, softcap, alibi, dropout) -> list:
+    """A case's variants besides causal, as label words (``check`` and ``bench``)."""
+    parts = [f"kv_heads={kv_heads}"] if kv_heads != heads else []
+    if tuple(window) != (-1, -1):
+        parts.append(f"window={window[0]},{window[1]}")
+    parts += [f"softcap={softcap:g}"] if softcap else []
+    parts += ["alibi"] if alibi else []
+    parts += [f"dropout={dropout:g}"] if dropout else []
+    return parts
+
+
 def variant_of(causal=False, window=(-1, -1), softcap=0.0, alibi=False, dropout_p=0.0, varlen=False,
                group=1) -> Variant:
     """The :class:`Variant` of a call's (checked) arguments."""

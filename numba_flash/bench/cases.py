@@ -73,10 +73,9 @@ class BenchCase(Shape):
         super().__post_init__()
         if self.dtype not in DTYPES:
             raise ValueError(f"dtype: expected one of {DTYPES}, got {self.dtype!r}")
-        kv = self.kv_heads or self.heads
-        if kv < 1 or self.heads % kv:
-            raise ValueError(f"kv_heads: expected a divisor of heads={self.heads}, got {self.kv_heads}")
-        object.__setattr__(self, "kv_heads", kv)
+        from numba_flash.variant import check_kv_heads
+
+        object.__setattr__(self, "kv_heads", check_kv_heads(self.kv_heads, self.heads))
         object.__setattr__(self, "window", tuple(self.window))
         lens = tuple(self.seqlens)
         if any(isinstance(n, bool) or not isinstance(n, numbers.Integral) or n < 1 for n in lens):
@@ -114,13 +113,9 @@ class BenchCase(Shape):
 
     @property
     def variants(self) -> str:
-        parts = [f"kv_heads={self.kv_heads}"] if self.kv_heads != self.heads else []
-        if self.window != (-1, -1):
-            parts.append(f"window={self.window[0]},{self.window[1]}")
-        parts += [f"softcap={self.softcap:g}"] if self.softcap else []
-        parts += ["alibi"] if self.alibi else []
-        parts += [f"dropout={self.dropout:g}"] if self.dropout else []
-        return " ".join(parts)
+        from numba_flash.variant import describe
+
+        return " ".join(describe(self.heads, self.kv_heads, self.window, self.softcap, self.alibi, self.dropout))
 
     @property
     def label(self) -> str:
