@@ -42,8 +42,8 @@ is zero-filled past its end on load (the zero columns add nothing to Q·Kᵀ, an
 output's are not written).  Rows that are not 16-byte aligned (a head dim that is not
 a multiple of 8, or odd strides) are copied by plain loads instead of cp.async
 (``aligned``), and an odd head dim's output is stored 16 bits at a time
-(``config.tc_array_layout``).  Past d = 128 the Q fragments are read from the shared Q
-tile at every k-slice instead of being kept in registers (``q_in_regs``).
+(``config.tc_array_layout``).  At d = 96 and past 128 the Q fragments are read from the
+shared Q tile at every k-slice instead of being kept in registers (``q_in_regs``).
 
 Inputs are passed as uint16 views (cp.async moves bytes; the dtype matters only to
 mma and to the pack of P and O), the output as a uint32 view (two 16-bit values a word;
