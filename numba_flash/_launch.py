@@ -51,7 +51,7 @@ def _arg_key(a):
         flags = a.flags
         return (a.dtype.str, a.ndim, flags.c_contiguous, flags.f_contiguous)
     if isinstance(a, tuple):
-        return tuple(type(x) for x in a)
+        return tuple(_arg_key(x) for x in a)
     return type(a)
 
 
@@ -59,13 +59,14 @@ def _slots(a) -> int:
     """8-byte parameter slots of argument ``a`` in numba's ABI."""
     if _is_array(a):
         return 2 * a.ndim + 5
-    return len(a) if isinstance(a, tuple) else 1
+    return sum(_slots(x) for x in a) if isinstance(a, tuple) else 1
 
 
 def _numba_args(args):
+    """``args`` as numba takes them (arrays wrapped, nested tuples alike)."""
     from numba_flash._arrays import kernel_arg
 
-    return [kernel_arg(a) if _is_array(a) else a for a in args]
+    return [kernel_arg(a) if _is_array(a) else _numba_args(a) if isinstance(a, tuple) else a for a in args]
 
 
 def _stream_ptr() -> int:
@@ -104,26 +105,37 @@ def _prepare(kernel, shared_bytes: int, args):
 
 def _pack(args, count: int) -> np.ndarray:
     vals = []
-    for a in args:
-        if _is_array(a):
-            # meminfo, parent, nitems, itemsize, data, shape..., strides... (numba's order)
-            vals += (0, 0, a.size, a.itemsize, a.data.ptr, *a.shape, *a.strides)
-        elif isinstance(a, tuple):
-            vals += [_scalar_slot(x) for x in a]
-        elif isinstance(a, float):
-            vals.append(_scalar_slot(a))
-        else:
-            raise TypeError(f"kernel argument of type {type(a).__name__} is not supported by launch()")
+    _flatten(args, vals)
     buf = np.array(vals, dtype=np.int64)
     assert buf.size == count
     return buf
 
 
+def _flatten(args, vals: list) -> None:
+    """numba's flattened parameters of ``args`` (tuples member by member, nested
+    alike), one int64 slot each."""
+    for a in args:
+        if _is_array(a):
+            # meminfo, parent, nitems, itemsize, data, shape..., strides... (numba's order)
+            vals += (0, 0, a.size, a.itemsize, a.data.ptr, *a.shape, *a.strides)
+        elif isinstance(a, tuple):
+            _flatten(a, vals)
+        else:
+            vals.append(_scalar_slot(a))
+
+
 def _scalar_slot(x) -> int:
+    """A scalar's slot: float64 and int64 fill it; a 4-, 2- or 1-byte NumPy scalar
+    (FlexAttention's mod_args: float32, int32, bool) sits in its low bytes, which is
+    where the driver reads a parameter of that size (little-endian)."""
     if isinstance(x, float):
         return struct.unpack("<q", struct.pack("<d", x))[0]
     if isinstance(x, int) and not isinstance(x, bool):
         return x
+    if isinstance(x, (np.number, np.bool_)):
+        raw = np.zeros(8, np.uint8)
+        raw[: x.itemsize] = np.frombuffer(np.array(x).tobytes(), np.uint8)
+        return int(raw.view(np.int64)[0])
     raise TypeError(f"kernel argument of type {type(x).__name__} is not supported by launch()")
 
 

@@ -44,10 +44,16 @@ def _cached_plan(problem: P.Problem, override) -> P.Plan:
 
 @functools.lru_cache(maxsize=8)
 def _dummies(device: int):
-    """Stand-ins for the ALiBi slopes and varlen offsets when a call has none (the
-    kernels read them only with the feature on)."""
+    """Stand-ins for the ALiBi slopes, varlen offsets and FlexAttention's ``fx`` when a
+    call has none (the kernels read them only with the feature on)."""
     xp = np if SIMULATOR else A._cupy()
-    return xp.zeros((1, 1), np.float32), xp.zeros((1,), np.int32)
+    return xp.zeros((1, 1), np.float32), xp.zeros((1,), np.int32), plain_fx(xp)
+
+
+def plain_fx(xp) -> tuple:
+    """``fx`` of a call without mods (``kernels.flex``): no mod_args, one-entry lists."""
+    count, visit = xp.zeros((1, 1, 1), np.int32), xp.zeros((1, 1, 1, 1), np.int32)
+    return ((), (), count, visit, count, visit)
 
 
 def _device_id() -> int:
@@ -56,15 +62,48 @@ def _device_id() -> int:
 
 def _run(plan: P.Plan, buffers: dict, layout: str) -> None:
     """Launch every kernel of ``plan`` with its arguments bound to ``buffers`` (role →
-    array in the caller's layout, or the float scale), 4-D arrays seen as (B, N, H, d)."""
+    array in the caller's layout, or the float scale), 4-D arrays seen as (B, N, H, d).
+    A callable buffer is asked for the launch's (its tile walk: ``flex``'s visit lists)."""
     for k in plan.launches:
         args = []
         for a in k.args:
             x = buffers[a.role]
+            if callable(x):
+                x = x(k.walk)
             if a.view:
                 x = x.view(_VIEW_DTYPES[a.view])
             args.append(_bshd(x, layout) if getattr(x, "ndim", 0) == 4 else x)
         launch(k.kernel, k.grid, k.threads, k.smem, *args)
+
+
+def _run_checked(plan: P.Plan, buffers: dict, layout: str, var) -> None:
+    """:func:`_run`; with a user's score_mod / mask_mod inlined, a numba compile error
+    becomes a TypeError (``flex.compile_error``)."""
+    if var.flex is None:
+        _run(plan, buffers, layout)
+        return
+    try:
+        _run(plan, buffers, layout)
+    except Exception as exc:
+        from numba_flash.flex import compile_error
+
+        err = compile_error(exc, var.flex)
+        if err is None:
+            raise
+        raise err from exc
+
+
+def _flex(score_mod, score_mod_grad, block_mask, mod_args, B, H, Nq, Nk, backward):
+    """A FlexCall maker for ``_Variants`` (it knows the window), or None without mods."""
+    if score_mod is None and block_mask is None and score_mod_grad is None:
+        if not isinstance(mod_args, (tuple, list)) or mod_args:
+            raise ValueError(f"mod_args: given ({type(mod_args).__name__}) without a score_mod to read them "
+                             "(a block mask's mask_mod has its own, BlockMask.mod_args)")  # fmt: skip
+        return None
+    from numba_flash.flex import FlexCall
+
+    return lambda window: FlexCall(score_mod, score_mod_grad, block_mask, mod_args, batch=B, heads=H, seqlen_q=Nq,
+                                   seqlen_k=Nk, window=window, backward=backward)  # fmt: skip
 
 
 def _check_qkv(q, k, v, causal, softmax_scale, layout):
@@ -99,7 +138,8 @@ def _check_offsets(q_op, total_q, total_k, cu_seqlens_q, cu_seqlens_k, max_seqle
 class _Variants:
     """A call's checked variant arguments: the kernels' flags and run-time values."""
 
-    def __init__(self, q_op, k_op, B, H, causal, window_size, softcap, alibi_slopes, dropout_p, seed, varlen=False):
+    def __init__(self, q_op, k_op, B, H, causal, window_size, softcap, alibi_slopes, dropout_p, seed, varlen=False,
+                 flex=None):  # fmt: skip
         self.window = V.check_window(window_size)
         self.softcap = V.check_softcap(softcap)
         self.dropout_p, self.seed = V.check_dropout(dropout_p, seed)
@@ -107,16 +147,19 @@ class _Variants:
         H_kv = k_op.view.shape[2]
         self.group = H // H_kv if H_kv else 1
         self.heads_k = H_kv
+        self.flex = flex(self.window if not causal else (self.window[0], 0)) if flex else None
         self.features = V.variant_of(False, self.window, self.softcap, self.alibi is not None, self.dropout_p,
-                                     varlen, self.group)  # fmt: skip
+                                     varlen, self.group, self.flex.mods if self.flex else None)  # fmt: skip
         keep = dict(keep_threshold=keep_threshold(self.dropout_p), seed_key=seed_key(self.seed),
                     keep_scale=1.0 / (1.0 - self.dropout_p)) if self.dropout_p > 0 else {}  # fmt: skip
         self.params = V.params(self.group, self.window, causal, self.softcap, **keep)
 
     def buffers(self, cu_q=None, cu_k=None) -> dict:
-        alibi0, cu0 = _dummies(_device_id())
+        alibi0, cu0, fx0 = _dummies(_device_id())
+        fx = self.flex.fx if self.flex else None  # per launch: its tiles' visit lists
         return {"params": self.params, "alibi": alibi0 if self.alibi is None else self.alibi,
-                "cu_seqlens_q": cu0 if cu_q is None else cu_q, "cu_seqlens_k": cu0 if cu_k is None else cu_k}
+                "cu_seqlens_q": cu0 if cu_q is None else cu_q, "cu_seqlens_k": cu0 if cu_k is None else cu_k,
+                "flex": fx0 if fx is None else fx}
 
 
 def _problem(pass_, op, dims, causal, allow_tf32, arrays, var: _Variants, rows_q=0) -> P.Problem:
@@ -147,7 +190,7 @@ def _forward(q_op, k_op, v_op, dims, causal, scale, var, allow_tf32, layout, out
     buffers = {"q": qc, "k": kc, "v": vc, "out": o, "lse": lse, "scale": scale, **var.buffers(*cu)}
     if var.features.varlen:  # (total, H, d) seen as (1, total, H, d); lse (H, total) as (1, H, total)
         buffers.update({r: buffers[r][None] for r in ("q", "k", "v", "out", "lse")})
-    _run(plan, buffers, layout)
+    _run_checked(plan, buffers, layout, var)
     if o is not out:
         out[...] = o.astype(out.dtype)
     return out, lse
@@ -176,7 +219,7 @@ def _backward(ops, lse_arr, dims, causal, scale, var, allow_tf32, layout, shapes
     buffers.update(lse=lse_c, delta=A.empty(kind, lse_c.shape, np.float32), scale=scale, **var.buffers(*cu))
     if var.features.varlen:
         buffers.update({r: buffers[r][None] for r in ("q", "k", "v", "dout", "out", "dq", "dk", "dv", "lse", "delta")})
-    _run(plan, buffers, layout)
+    _run_checked(plan, buffers, layout, var)
     if work_grads is not grads:
         for g, w in zip(grads, work_grads):
             g[...] = w.astype(g.dtype)
@@ -185,7 +228,7 @@ def _backward(ops, lse_arr, dims, causal, scale, var, allow_tf32, layout, shapes
 
 def flash_attention(q, k, v, *, causal=False, softmax_scale=None, window_size=(-1, -1), softcap=0.0,
                     alibi_slopes=None, dropout_p=0.0, seed=None, return_lse=False, layout="bshd",
-                    allow_tf32=False):  # fmt: skip
+                    allow_tf32=False, score_mod=None, block_mask=None, mod_args=()):  # fmt: skip
     """Exact attention ``softmax(scale · Q·Kᵀ) · V`` without the N×N matrix.
 
     Args:
@@ -227,6 +270,17 @@ def flash_attention(q, k, v, *, causal=False, softmax_scale=None, window_size=(-
             like cuBLAS TF32) instead of exact fp32; other head dims keep the exact
             kernels.  Default False: exact fp32.  ``flash_attention_backward`` takes its
             own ``allow_tf32`` (default False: the exact fp32 backward).
+        score_mod: FlexAttention's ``score_mod(score, b, h, q_idx, kv_idx, *mod_args)
+            -> score``, a plain Python function of scalars compiled into the kernels
+            (numba, inlined): applied to every scaled score after softcap and ALiBi,
+            before the masks.  ``h`` is the query head, indices are positions in the
+            sequences.  docs/flex.md.
+        block_mask: a ``numba_flash.BlockMask`` (``create_block_mask(mask_mod, ...)``
+            or ``BlockMask.from_dense(pattern)``, the paper's block-sparse attention):
+            key tiles of EMPTY blocks are not visited, its ``mask_mod`` is evaluated
+            on PARTIAL ones only; combined with causal and window (both apply).
+        mod_args: the arrays (CuPy, NumPy, CUDA array interface, DLPack) and scalars
+            ``score_mod`` reads (a block mask's ``mask_mod`` has its own).
 
     Returns:
         ``out`` with q's shape and dtype, or ``(out, lse)`` with lse of shape
@@ -240,7 +294,8 @@ def flash_attention(q, k, v, *, causal=False, softmax_scale=None, window_size=(-
     return_lse = A.check_flag("return_lse", return_lse)
     allow_tf32 = A.check_flag("allow_tf32", allow_tf32)
     B, Nq, Nk, H, d = dims
-    var = _Variants(q_op, k_op, B, H, causal, window_size, softcap, alibi_slopes, dropout_p, seed)
+    flex = _flex(score_mod, None, block_mask, mod_args, B, H, Nq, Nk, False)
+    var = _Variants(q_op, k_op, B, H, causal, window_size, softcap, alibi_slopes, dropout_p, seed, flex=flex)
     out, lse = _forward(q_op, k_op, v_op, dims, causal, scale, var, allow_tf32, layout,
                         _out_shape(layout, B, Nq, H, d), (B, H, Nq))  # fmt: skip
     out = A.to_caller(out, q_op.kind)
@@ -251,7 +306,8 @@ def flash_attention(q, k, v, *, causal=False, softmax_scale=None, window_size=(-
 
 def flash_attention_backward(dout, q, k, v, out, lse, *, causal=False, softmax_scale=None, window_size=(-1, -1),
                              softcap=0.0, alibi_slopes=None, dropout_p=0.0, seed=None, layout="bshd",
-                             allow_tf32=False):  # fmt: skip
+                             allow_tf32=False, score_mod=None, score_mod_grad=None, block_mask=None,
+                             mod_args=()):  # fmt: skip
     """Gradients of ``flash_attention`` by recomputation from the saved log-sum-exp.
 
     Args:
@@ -265,6 +321,10 @@ def flash_attention_backward(dout, q, k, v, out, lse, *, causal=False, softmax_s
             rounded to TF32, fp32 accumulation, fp32 outputs) for head dims 64 and 128
             with 16-byte aligned rows, as PyTorch's ``allow_tf32``.  Precision about
             1e-3 relative instead of exact fp32; still deterministic.  Default False.
+        score_mod, block_mask, mod_args: as given to the forward.
+        score_mod_grad: with a score_mod, ``score_mod_grad(score, b, h, q_idx, kv_idx,
+            *mod_args) -> float``, the derivative of score_mod with respect to the
+            score at that score (1.0 for a bias; required: docs/flex.md).
 
     Returns:
         ``(dq, dk, dv)`` with the shapes and dtype of q, k, v, of the caller's kind.
@@ -282,7 +342,8 @@ def flash_attention_backward(dout, q, k, v, out, lse, *, causal=False, softmax_s
     B, Nq, Nk, H, d = dims
     lse_arr = A.check_lse(lse, q_op, B, H, Nq)
     allow_tf32 = A.check_flag("allow_tf32", allow_tf32)
-    var = _Variants(q_op, k_op, B, H, causal, window_size, softcap, alibi_slopes, dropout_p, seed)
+    flex = _flex(score_mod, score_mod_grad, block_mask, mod_args, B, H, Nq, Nk, True)
+    var = _Variants(q_op, k_op, B, H, causal, window_size, softcap, alibi_slopes, dropout_p, seed, flex=flex)
     H_kv = var.heads_k
     shapes = (_out_shape(layout, B, Nq, H, d), _out_shape(layout, B, Nk, H_kv, d), _out_shape(layout, B, Nk, H_kv, d))
     grads = _backward((q_op, k_op, v_op, do_op, o_op), lse_arr, dims, causal, scale, var, allow_tf32, layout, shapes)

@@ -290,7 +290,7 @@ def _simulator_on() -> bool:
 def argtypes(launch, work_dtype: str) -> tuple:
     """The numba types a launch's arguments have at run time (4-D arrays of any
     layout, lse/delta C-contiguous float32, the scale a float64, the variants' params
-    tuple, ALiBi slopes and varlen offsets)."""
+    tuple, ALiBi slopes, varlen offsets and a plain call's flex tuple)."""
     import numpy as np
 
     from numba_flash.variant import PARAM_KINDS
@@ -308,6 +308,9 @@ def argtypes(launch, work_dtype: str) -> tuple:
             out.append(types.Array(types.float32, 2, "C"))
         elif a.role in ("cu_seqlens_q", "cu_seqlens_k"):
             out.append(types.Array(types.int32, 1, "C"))
+        elif a.role == "flex":  # a plain call's: no mod_args, dummy visit lists
+            lists = (types.Array(types.int32, 3, "C"), types.Array(types.int32, 4, "C"))
+            out.append(types.Tuple((types.Tuple(()), types.Tuple(())) + lists + lists))
         elif a.role in ("lse", "delta"):
             out.append(types.Array(types.float32, 3, "C"))
         else:

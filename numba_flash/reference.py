@@ -1225,7 +1225,8 @@ def _lowp_scores(q, k, scale, var, dtype):
 
 def attention_lowp(q, k, v, *, dtype, causal=False, softmax_scale=None, layout="bshd",
                    window_size=(-1, -1), softcap=0.0, alibi_slopes=None, dropout_p=0.0,
-                   seed=None):
+                   seed=None, score_mod=None,
+                   block_mask=None, mod_args=()):
     """Standard attention computed in ``dtype``: the FlashAttention-2 style
     "same precision" baseline that kernel errors are measured against.
 
@@ -1240,7 +1241,9 @@ def attention_lowp(q, k, v, *, dtype, causal=False, softmax_scale=None, layout="
     """
     dt = _resolve_lowp_dtype(dtype)
     q, k, v, scale, var = _prepare(q, k, v, softmax_scale, layout, causal, window_size,
-                                   softcap, alibi_slopes, dropout_p, seed)
+                                   softcap, alibi_slopes, dropout_p, seed,
+                                   mods=dict(score_mod=score_mod, block_mask=block_mask,
+                                             mod_args=mod_args))
     h = q.shape[1]
     q, k, v = q.astype(dt), _expand(k, h).astype(dt), _expand(v, h).astype(dt)
     s, _ = _lowp_scores(q, k, scale, var, dt)
@@ -1261,7 +1264,9 @@ def attention_lowp(q, k, v, *, dtype, causal=False, softmax_scale=None, layout="
 
 def attention_backward_lowp(dout, q, k, v, out, lse, *, dtype, causal=False,
                             softmax_scale=None, layout="bshd", window_size=(-1, -1),
-                            softcap=0.0, alibi_slopes=None, dropout_p=0.0, seed=None):
+                            softcap=0.0, alibi_slopes=None, dropout_p=0.0, seed=None,
+                            score_mod=None, score_mod_grad=None, block_mask=None,
+                            mod_args=()):
     """Standard attention backward computed in ``dtype`` (see :func:`attention_lowp`).
 
     Inputs rounded to ``dtype`` (``lse`` to float32); ``P`` rebuilt from
@@ -1276,7 +1281,9 @@ def attention_backward_lowp(dout, q, k, v, out, lse, *, dtype, causal=False,
     dt = _resolve_lowp_dtype(dtype)
     dout, q, k, v, out, lse, scale, var = _prepare_backward(
         dout, q, k, v, out, lse, softmax_scale, layout, causal, window_size, softcap,
-        alibi_slopes, dropout_p, seed)
+        alibi_slopes, dropout_p, seed,
+        mods=dict(score_mod=score_mod, score_mod_grad=score_mod_grad, block_mask=block_mask,
+                  mod_args=mod_args))
     h, h_kv = q.shape[1], k.shape[1]
     k, v = _expand(k, h), _expand(v, h)
     dout, q, k, v, out = (x.astype(dt) for x in (dout, q, k, v, out))
@@ -1318,7 +1325,8 @@ def _tf32(x):
 
 def attention_tf32(q, k, v, *, causal=False, softmax_scale=None, layout="bshd",
                    window_size=(-1, -1), softcap=0.0, alibi_slopes=None, dropout_p=0.0,
-                   seed=None):
+                   seed=None, score_mod=None,
+                   block_mask=None, mod_args=()):
     """Standard attention with TF32 tensor-core inputs: the "same precision" baseline
     of the ``allow_tf32=True`` forward.
 
@@ -1330,7 +1338,9 @@ def attention_tf32(q, k, v, *, causal=False, softmax_scale=None, layout="bshd",
     ``out`` in ``layout``, ``lse`` (batch, heads, seqlen_q).
     """
     q, k, v, scale, var = _prepare(q, k, v, softmax_scale, layout, causal, window_size,
-                                   softcap, alibi_slopes, dropout_p, seed)
+                                   softcap, alibi_slopes, dropout_p, seed,
+                                   mods=dict(score_mod=score_mod, block_mask=block_mask,
+                                             mod_args=mod_args))
     h, nq, nk = q.shape[1], q.shape[2], k.shape[2]
     q, k, v = _tf32(q), _tf32(_expand(k, h)), _tf32(_expand(v, h))
     rows, cols = np.arange(nq), np.arange(nk)
@@ -1346,7 +1356,9 @@ def attention_tf32(q, k, v, *, causal=False, softmax_scale=None, layout="bshd",
 
 def attention_backward_tf32(dout, q, k, v, out, lse, *, causal=False, softmax_scale=None,
                             layout="bshd", window_size=(-1, -1), softcap=0.0,
-                            alibi_slopes=None, dropout_p=0.0, seed=None):
+                            alibi_slopes=None, dropout_p=0.0, seed=None,
+                            score_mod=None, score_mod_grad=None, block_mask=None,
+                            mod_args=()):
     """Standard attention backward with TF32 tensor-core inputs: the "same precision"
     baseline of the ``allow_tf32=True`` backward.
 
@@ -1360,7 +1372,9 @@ def attention_backward_tf32(dout, q, k, v, out, lse, *, causal=False, softmax_sc
     """
     dout, q, k, v, out, lse, scale, var = _prepare_backward(
         dout, q, k, v, out, lse, softmax_scale, layout, causal, window_size, softcap,
-        alibi_slopes, dropout_p, seed)
+        alibi_slopes, dropout_p, seed,
+        mods=dict(score_mod=score_mod, score_mod_grad=score_mod_grad, block_mask=block_mask,
+                  mod_args=mod_args))
     h, h_kv, nq, nk = q.shape[1], k.shape[1], q.shape[2], k.shape[2]
     rows, cols = np.arange(nq), np.arange(nk)
     delta = np.sum(dout * out, axis=-1)

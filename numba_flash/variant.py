@@ -27,12 +27,15 @@ from __future__ import annotations
 
 import math
 import numbers
-from dataclasses import astuple, dataclass
+from dataclasses import dataclass
 
 import numpy as np
 
-#: Positions in the ``flags`` tuple a kernel closes over (``Variant.flags``).
+#: Positions in the ``flags`` tuple a kernel closes over (``Variant.flags``): the
+#: built-in variants' flags, FlexAttention's (``score_mod``, a block mask's ``mask_mod``,
+#: a block-sparse walk) and its compiled functions (``numba_flash.kernels.flex``).
 CAUSAL, HAS_LEFT, HAS_RIGHT, SOFTCAP, ALIBI, DROPOUT, VARLEN, GQA = range(8)
+SCORE_MOD, MASK_MOD, BLOCK_SPARSE, SCORE_FN, GRAD_FN, MASK_FN = range(8, 14)
 
 #: Positions in the ``params`` tuple (:func:`params`); every entry is 8 bytes wide
 #: (int64 or float64), as every other kernel parameter.
@@ -50,6 +53,7 @@ class Variant:
             is not set with ``causal``, whose bound is 0).
         softcap, alibi, dropout, varlen: the feature is on.
         gqa: KV heads are fewer than query heads (the dK/dV kernels then sum a group).
+        mods: FlexAttention's compiled user functions (:class:`Mods`), or None.
     """
 
     causal: bool = False
@@ -60,12 +64,45 @@ class Variant:
     dropout: bool = False
     varlen: bool = False
     gqa: bool = False
+    mods: object = None
+
+    @property
+    def score_grad(self) -> bool:
+        """The backward multiplies dS by a derivative of the score step (softcap, a
+        user's score_mod)."""
+        return self.softcap or (self.mods is not None and self.mods.score_fn is not None)
 
     @property
     def flags(self) -> tuple:
-        """The tuple the kernels close over, indexed by ``CAUSAL`` … ``GQA``."""
-        c, wl, wr, sc, al, dr, vl, g = astuple(self)
-        return (c, wl, wr or c, sc, al, dr, vl, g)
+        """The tuple the kernels close over, indexed by ``CAUSAL`` … ``MASK_FN``: the
+        flags, then the user's device functions (``kernels.flex.NO_MOD``, never called,
+        where a function is absent: a call with no mods compiles to the plain kernel)."""
+        c, wl, wr, sc, al, dr, vl, g = (self.causal, self.window_left, self.window_right, self.softcap, self.alibi,
+                                        self.dropout, self.varlen, self.gqa)  # fmt: skip
+        from numba_flash.kernels.flex import NO_MOD  # numba only here, when a kernel is made
+
+        m = self.mods or Mods()
+        fns = tuple(NO_MOD if fn is None else fn for fn in (m.score_fn, m.grad_fn, m.mask_fn))
+        return (c, wl, wr or c, sc, al, dr, vl, g, m.score_fn is not None, m.mask_fn is not None,
+                m.block_sparse) + fns  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Mods:
+    """FlexAttention's part of a :class:`Variant`: the user's functions compiled as
+    numba device functions (``numba_flash.flex``), hashed by identity.
+
+    Attributes:
+        score_fn: ``score_mod(score, b, h, q_idx, kv_idx, *mod_args)``, or None.
+        grad_fn: ``score_mod_grad`` (same arguments: ∂score_mod/∂score), the backward's.
+        mask_fn: ``mask_mod(b, h, q_idx, kv_idx, *mask_args)`` for the partial tiles.
+        block_sparse: the kernels walk visit lists (a block mask) instead of ranges.
+    """
+
+    score_fn: object = None
+    grad_fn: object = None
+    mask_fn: object = None
+    block_sparse: bool = False
 
 
 def params(group=1, window=(-1, -1), causal=False, softcap=0.0, keep_threshold=1 << 16, seed_key=(0, 0),
@@ -79,12 +116,12 @@ def params(group=1, window=(-1, -1), causal=False, softcap=0.0, keep_threshold=1
 
 
 def variant_args(device: int = 0) -> list:
-    """The four variant arguments of a plain call (``params`` and the dummy ALiBi and
-    varlen arrays), for scripts that launch a kernel themselves."""
+    """The five variant arguments of a plain call (``params`` and the dummy ALiBi,
+    varlen and flex arguments), for scripts that launch a kernel themselves."""
     from numba_flash.api import _dummies
 
-    alibi, cu = _dummies(device)
-    return [params(), alibi, cu, cu]
+    alibi, cu, fx = _dummies(device)
+    return [params(), alibi, cu, cu, fx]
 
 
 def call_keywords(window=(-1, -1), softcap=0.0, alibi_slopes=None, dropout_p=0.0, seed=None) -> dict:
@@ -122,11 +159,11 @@ def describe(heads, kv_heads, window, softcap, alibi, dropout) -> list:
 
 
 def variant_of(causal=False, window=(-1, -1), softcap=0.0, alibi=False, dropout_p=0.0, varlen=False,
-               group=1) -> Variant:
+               group=1, mods=None) -> Variant:
     """The :class:`Variant` of a call's (checked) arguments."""
     left, right = window
     return Variant(bool(causal), left >= 0, right >= 0 and not causal, softcap > 0, bool(alibi), dropout_p > 0,
-                   bool(varlen), group > 1)  # fmt: skip
+                   bool(varlen), group > 1, mods)  # fmt: skip
 
 
 PLAIN = Variant()

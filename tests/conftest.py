@@ -68,6 +68,9 @@ class SeededRng:
     def choice(self, *args, **kw):
         return self._gen.choice(*args, **kw)
 
+    def random(self, *args, **kw):
+        return self._gen.random(*args, **kw)
+
 
 @pytest.fixture
 def rng():

@@ -25,7 +25,8 @@ hold an invisible (query, key) pair from those that can skip the masking step.
 from __future__ import annotations
 
 from numba_flash._numba_cuda import cuda, device_function
-from numba_flash.variant import CAUSAL, GQA, GROUP, HAS_LEFT, HAS_RIGHT, LEFT, RIGHT, VARLEN
+from numba_flash.kernels.flex import COUNT, COUNT_T, VISIT, VISIT_T
+from numba_flash.variant import BLOCK_SPARSE, CAUSAL, GQA, GROUP, HAS_LEFT, HAS_RIGHT, LEFT, RIGHT, VARLEN
 
 
 @device_function
@@ -138,3 +139,77 @@ def tile_needs_mask(start_m, BLOCK_M, start_n, BLOCK_N, mi):
     if has_left:
         needs = needs or start_n < start_m + BLOCK_M - 1 + diag - left
     return needs
+
+
+@device_function
+def visit_row(fx, seq, h, t, KEYS_ARE_ROWS, F):
+    """``(count, entries)``: the block-sparse list of row tile ``t`` (query tile, or
+    key tile when ``KEYS_ARE_ROWS``) of sequence ``seq`` and query head ``h`` (the
+    lists broadcast over a batch or head axis of size 1); ``(0, a row)`` without
+    block sparsity (never read)."""
+    count, visit = fx[COUNT], fx[VISIT]
+    if KEYS_ARE_ROWS:
+        count, visit = fx[COUNT_T], fx[VISIT_T]
+    if F[BLOCK_SPARSE]:
+        bb = seq if count.shape[0] > 1 else 0
+        hh = h if count.shape[1] > 1 else 0
+        return count[bb, hh, t], visit[bb, hh, t]
+    return 0, visit[0, 0, 0]
+
+
+@device_function
+def walk_range(lo, hi, vr, F):
+    """Positions ``[lo, hi)`` of a walk over the tile range ``[lo, hi)``, or over the
+    visit list ``vr`` (:func:`visit_row`, already clipped to that range)."""
+    if F[BLOCK_SPARSE]:
+        return 0, vr[0]
+    return lo, hi
+
+
+@device_function
+def tile_at(p, vr, F):
+    """The tile index at position ``p`` of the walk (:func:`walk_range`)."""
+    if F[BLOCK_SPARSE]:
+        return vr[1][p] >> 1
+    return p
+
+
+@device_function
+def tile_partial(p, vr, F):
+    """True when the tile at position ``p`` is a block mask's PARTIAL one (its
+    ``mask_mod`` is evaluated); the literal False without a block mask."""
+    if F[BLOCK_SPARSE]:
+        return (vr[1][p] & 1) != 0
+    return False
+
+
+@device_function
+def group_steps(m_lo, m_hi, h0, t, fx, seq, params, F):
+    """Steps of a dK/dV walk over query tiles done once per query head of the group
+    (:func:`group_walk`): ``group_size · (m_hi − m_lo)``, or with a block mask the
+    sum of the heads' list lengths (key tile ``t``)."""
+    if F[BLOCK_SPARSE]:
+        n = 0
+        for hq in range(group_size(params, F)):
+            n += visit_row(fx, seq, h0 + hq, t, True, F)[0]
+        return n
+    return group_size(params, F) * (m_hi - m_lo)
+
+
+@device_function
+def group_tile(it, m_lo, m_hi, h0, t, fx, seq, F):
+    """``(h, i, partial)`` of step ``it`` of that walk: the query head, the query tile
+    and whether it is a block mask's PARTIAL one (heads in order, each head's tiles in
+    increasing order)."""
+    if F[BLOCK_SPARSE]:
+        h = h0
+        p = it
+        n = visit_row(fx, seq, h, t, True, F)[0]
+        while p >= n:
+            p -= n
+            h += 1
+            n = visit_row(fx, seq, h, t, True, F)[0]
+        vr = visit_row(fx, seq, h, t, True, F)
+        return h, tile_at(p, vr, F), tile_partial(p, vr, F)
+    h, i = group_walk(it, m_lo, m_hi, h0, F)
+    return h, i, False

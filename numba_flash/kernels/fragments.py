@@ -19,11 +19,10 @@ from __future__ import annotations
 
 from numba_flash import ptx
 from numba_flash._numba_cuda import cuda, device_function, float32, int32, uint16, uint32
-from numba_flash.kernels import dropout, score, softmax
+from numba_flash.kernels import dropout, flex, mask, score, softmax
 from numba_flash.kernels.block_info import tile_needs_mask
 from numba_flash.kernels.copy import SW_16BIT, chunk_addr
-from numba_flash.kernels.mask import masked_score
-from numba_flash.variant import DROPOUT, SOFTCAP
+from numba_flash.variant import DROPOUT, SCORE_MOD, SOFTCAP
 
 
 @device_function
@@ -34,16 +33,17 @@ def acc_row_col(nt, e, lane):
 
 
 @device_function
-def scale_and_mask(acc, S0, NT, MT, row0, col0, si, needs_mask, mi, KEYS_ARE_ROWS, LOG2, F):
+def scale_and_mask(acc, S0, NT, MT, row0, col0, si, needs_mask, partial, mi, KEYS_ARE_ROWS, LOG2, F):
     """The score step on MT m-tiles of NT n-tiles each (m-tile ``mt`` at
     ``acc[S0 + 4·NT·mt]``, rows ``row0 + 16·mt + ...``): ``score.scaled`` (scale, softcap);
-    then, where the step needs indices (ALiBi) or the tile ``needs_mask``, the bias and
-    −inf where the (query, key) is not visible.  Rows are queries and columns
-    (``col0 + ...``) keys, or keys and queries when ``KEYS_ARE_ROWS`` (the dK/dV
-    kernels' Sᵀ)."""
+    then, where the step needs indices (ALiBi, score_mod) or the tile ``needs_mask``
+    (or is a block mask's ``partial`` one), the bias, the user's score_mod and −inf
+    where the (query, key) is not visible (``score.index_step``).  Rows are queries
+    and columns (``col0 + ...``) keys, or keys and queries when ``KEYS_ARE_ROWS`` (the
+    dK/dV kernels' Sᵀ)."""
     for j in range(MT * NT * 4):
         acc[S0 + j] = score.scaled(acc[S0 + j], si, LOG2, F)
-    if needs_mask or score.needs_indices(F):
+    if needs_mask or partial or score.needs_indices(F):
         lane = cuda.threadIdx.x & 31
         # ALiBi's distance q + diag − k of element (mt, nt, e) is this lane's d0 plus a
         # compile-time offset: one int → float conversion a call, not one an element
@@ -61,8 +61,9 @@ def scale_and_mask(acc, S0, NT, MT, row0, col0, si, needs_mask, mi, KEYS_ARE_ROW
                     if KEYS_ARE_ROWS:
                         q_idx, k_idx = col0 + c, row0 + 16 * mt + r
                         dist = d0 + float32(nt * 8 + (e & 1) - 16 * mt - 8 * (e >> 1))
-                    x = score.alibi(acc[i], dist, si, F)
-                    acc[i] = masked_score(x, q_idx, k_idx, mi) if needs_mask else x
+                    x = score.alibi(acc[i], dist, si, F)  # index_step's, from the precomputed distance
+                    x, _ = flex.modded(x, q_idx, k_idx, si, mi, LOG2, False, F)
+                    acc[i] = mask.masked(x, q_idx, k_idx, needs_mask, partial, si, mi, F)
 
 
 @device_function
@@ -114,27 +115,28 @@ def _stat_at(nt, e, lane, q_end, KEYS_ARE_ROWS):
 
 @device_function
 def p_and_ds(acc_s, acc_dp, NT, start_m, BLOCK_M, start_n, BLOCK_N, row0, col0, si, mi, stats, LSE_AT, DELTA_AT,
-             KEYS_ARE_ROWS, di, F):
+             KEYS_ARE_ROWS, di, partial, F):
     """The backward's step on one warp's 16 rows of a (BLOCK_M queries × BLOCK_N keys)
     tile: S through the score step and masked where the tile needs it
     (:func:`scale_and_mask`, rows from ``row0``, columns from ``col0``), then P and dS
-    in place (:func:`softmax_grad_tile`).  With softcap or dropout, one pass per
-    element instead, which multiplies dS by the cap's derivative
-    (``score.softcap_grad``) and, with dropout, gives dV's P ∘ Z/(1−p) and
+    in place (:func:`softmax_grad_tile`).  With softcap, dropout or a score_mod, one
+    pass per element instead, which multiplies dS by the cap's and the score_mod's
+    derivatives (``score.softcap_grad``, ``score.index_step``) and, with dropout, gives dV's P ∘ Z/(1−p) and
     dS = P ∘ (dP ∘ Z/(1−p) − delta), drawing the keep bits one Philox call per 8
     elements in dQ (rows are queries, as the forward's :func:`apply_dropout`) and per 4
     in dK/dV (:func:`_pair_words`); ``col0`` is a multiple of 32 in dQ (di:
-    ``dropout.dropout_info``)."""
+    ``dropout.dropout_info``).  ``partial``: the tile is a block mask's PARTIAL one
+    (``block_info.tile_partial``)."""
     needs_mask = tile_needs_mask(start_m, BLOCK_M, start_n, BLOCK_N, mi)
-    if F[SOFTCAP] or F[DROPOUT]:
+    if F[SOFTCAP] or F[DROPOUT] or F[SCORE_MOD]:
         lane = cuda.threadIdx.x & 31
         if KEYS_ARE_ROWS:  # dK/dV: one Philox call an n-tile, shared by a lane pair
             for nt in range(NT):
                 wa, wb, pa, pb = _pair_words(nt, row0, col0, lane, di, F)
                 for e in range(4):
                     zf = _pair_scale(wa, wb, pa, pb, e, lane, di, F)
-                    _p_and_ds_at(acc_s, acc_dp, nt, e, lane, zf, row0, col0, si, needs_mask, mi, stats, LSE_AT,
-                                 DELTA_AT, start_m, KEYS_ARE_ROWS, F)  # fmt: skip
+                    _p_and_ds_at(acc_s, acc_dp, nt, e, lane, zf, row0, col0, si, needs_mask, partial, mi, stats,
+                                 LSE_AT, DELTA_AT, start_m, KEYS_ARE_ROWS, F)  # fmt: skip
         else:  # dQ: one Philox call per 32-key stretch and row, as the forward's apply_dropout
             for a in range((NT + 3) // 4):
                 x0, x1, x2, x3, y0, y1, y2, y3 = _stretch_words(a, row0, col0, lane, di, F)
@@ -148,16 +150,16 @@ def p_and_ds(acc_s, acc_dp, NT, start_m, BLOCK_M, start_n, BLOCK_N, row0, col0, 
                                     zf = dropout.scale_of(x0, x1, x2, x3, 2 * c + (e & 1), di)
                                 else:
                                     zf = dropout.scale_of(y0, y1, y2, y3, 2 * c + (e & 1), di)
-                            _p_and_ds_at(acc_s, acc_dp, nt, e, lane, zf, row0, col0, si, needs_mask, mi, stats,
-                                         LSE_AT, DELTA_AT, start_m, KEYS_ARE_ROWS, F)  # fmt: skip
+                            _p_and_ds_at(acc_s, acc_dp, nt, e, lane, zf, row0, col0, si, needs_mask, partial, mi,
+                                         stats, LSE_AT, DELTA_AT, start_m, KEYS_ARE_ROWS, F)  # fmt: skip
     else:
-        scale_and_mask(acc_s, 0, NT, 1, row0, col0, si, needs_mask, mi, KEYS_ARE_ROWS, True, F)
+        scale_and_mask(acc_s, 0, NT, 1, row0, col0, si, needs_mask, partial, mi, KEYS_ARE_ROWS, True, F)
         softmax_grad_tile(acc_s, acc_dp, NT, stats, LSE_AT, DELTA_AT, mi[0] - start_m, KEYS_ARE_ROWS)
 
 
 @device_function
-def _p_and_ds_at(acc_s, acc_dp, nt, e, lane, zf, row0, col0, si, needs_mask, mi, stats, LSE_AT, DELTA_AT, start_m,
-                 KEYS_ARE_ROWS, F):
+def _p_and_ds_at(acc_s, acc_dp, nt, e, lane, zf, row0, col0, si, needs_mask, partial, mi, stats, LSE_AT, DELTA_AT,
+                 start_m, KEYS_ARE_ROWS, F):
     """:func:`p_and_ds`'s per-element step on element ``e`` of n-tile ``nt``, with the
     dropout factor ``zf`` (1 / (1 − p), 0, or 1 without dropout)."""
     r, c = acc_row_col(nt, e, lane)
@@ -166,9 +168,8 @@ def _p_and_ds_at(acc_s, acc_dp, nt, e, lane, zf, row0, col0, si, needs_mask, mi,
         q_idx, k_idx = col0 + c, row0 + r
     i = nt * 4 + e
     x, dx = score.softcap_grad(acc_s[i], si, True, F)
-    x = score.biased(x, q_idx, k_idx, mi[2], si, F)
-    if needs_mask:
-        x = masked_score(x, q_idx, k_idx, mi)
+    x, dm = score.index_step(x, q_idx, k_idx, mi[2], needs_mask, partial, si, mi, True, True, F)
+    dx *= dm
     at, keep = _stat_at(nt, e, lane, mi[0] - start_m, KEYS_ARE_ROWS)
     p, ds = softmax.softmax_grad(x, acc_dp[i] * zf, stats[LSE_AT + at], stats[DELTA_AT + at], keep, True)
     acc_s[i], acc_dp[i] = p * zf, ds * dx

@@ -2,8 +2,8 @@
 
 :func:`visible` is the only definition of the mask in the kernels (its tile-level
 counterparts, which tiles to visit and which need masking, are in ``block_info``).
-:func:`masked_score` is the step every kernel applies to a score that may be
-invisible: the score, or −inf (``exp`` of it is exactly 0, in the forward's online
+:func:`masked_score` (:func:`masked`, with the block mask's ``mask_mod``) is the
+step every kernel applies to a score that may be invisible: the score, or −inf (``exp`` of it is exactly 0, in the forward's online
 softmax and in the backward's recomputation of P alike).
 """
 
@@ -12,6 +12,8 @@ from __future__ import annotations
 import math
 
 from numba_flash._numba_cuda import device_function, float32
+from numba_flash.kernels import flex
+from numba_flash.variant import MASK_MOD
 
 NEG_INF = float32(-math.inf)
 
@@ -37,3 +39,16 @@ def visible(q_idx, k_idx, mi):
 def masked_score(x, q_idx, k_idx, mi):
     """``x`` where query ``q_idx`` sees key ``k_idx``, else −inf."""
     return x if visible(q_idx, k_idx, mi) else NEG_INF
+
+
+@device_function
+def masked(x, q_idx, k_idx, needs_mask, partial, si, mi, F):
+    """``x``, or −inf where the built-in masks hide the element (checked on tiles
+    that ``needs_mask``, ``block_info.tile_needs_mask``) or the block mask's
+    ``mask_mod`` does (on its ``partial`` tiles, ``flex.mod_visible``)."""
+    ok = True
+    if needs_mask:
+        ok = visible(q_idx, k_idx, mi)
+    if F[MASK_MOD] and partial:
+        ok = ok and flex.mod_visible(q_idx, k_idx, partial, si, mi, F)
+    return x if ok else NEG_INF

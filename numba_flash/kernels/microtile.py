@@ -23,8 +23,7 @@ from numba_flash import ptx
 from numba_flash._numba_cuda import device_function
 from numba_flash.kernels import dropout, score
 from numba_flash.kernels.block_info import tile_needs_mask
-from numba_flash.kernels.mask import masked_score
-from numba_flash.variant import SOFTCAP
+from numba_flash.variant import SCORE_MOD, SOFTCAP
 
 
 @device_function
@@ -49,42 +48,45 @@ def dot_tile(s, a_addr, A_STEP, b_addr, B_STEP, D, TM, TN, scratch):
 
 @device_function
 def scores_and_dp(s, a_s, b_s, dp, a_dp, b_dp, A_STEP, B_STEP, D, TM, TN, scratch, start_m, BLOCK_M, start_n, BLOCK_N,
-                  row0, ROW_STEP, col0, COL_STEP, si, mi, KEYS_ARE_ROWS, dx, F):
+                  row0, ROW_STEP, col0, COL_STEP, si, mi, KEYS_ARE_ROWS, dx, partial, F):
     """The backward's two products on one micro-tile, from zero, each by :func:`dot_tile`
     (rows ``A_STEP``, columns ``B_STEP`` bytes apart): the scores ``s = a·b`` through
     the score step and masked where the (BLOCK_M queries × BLOCK_N keys) tile needs it
-    (:func:`scale_and_mask`, which leaves the softcap's derivative in ``dx``), and
-    ``dp = a'·b'``."""
+    (:func:`scale_and_mask`, which leaves the softcap's and score_mod's derivative in
+    ``dx``; ``partial``: a block mask's PARTIAL tile), and ``dp = a'·b'``."""
     for i in range(TM * TN):
         s[i] = 0
         dp[i] = 0
     dot_tile(s, a_s, A_STEP, b_s, B_STEP, D, TM, TN, scratch)
     dot_tile(dp, a_dp, A_STEP, b_dp, B_STEP, D, TM, TN, scratch)
     needs_mask = tile_needs_mask(start_m, BLOCK_M, start_n, BLOCK_N, mi)
-    scale_and_mask(s, TM, TN, row0, ROW_STEP, col0, COL_STEP, si, needs_mask, mi, KEYS_ARE_ROWS, dx, F)
+    scale_and_mask(s, TM, TN, row0, ROW_STEP, col0, COL_STEP, si, needs_mask, partial, mi, KEYS_ARE_ROWS, dx, F)
 
 
 @device_function
-def scale_and_mask(s, TM, TN, row0, ROW_STEP, col0, COL_STEP, si, needs_mask, mi, KEYS_ARE_ROWS, dx, F):
+def scale_and_mask(s, TM, TN, row0, ROW_STEP, col0, COL_STEP, si, needs_mask, partial, mi, KEYS_ARE_ROWS, dx, F):
     """The score step on the micro-tile (natural domain): ``score.scaled`` (scale,
     softcap; with softcap its derivative goes to ``dx[i]`` unless ``dx`` is None: the
-    backward's); then,
-    where the step needs indices (ALiBi) or the tile ``needs_mask``, the bias and −inf
-    where the (query, key) of element (r, c) — row ``row0 + r·ROW_STEP``, column
-    ``col0 + c·COL_STEP``; keys are the rows when ``KEYS_ARE_ROWS`` — is invisible."""
+    backward's); then, where the step needs indices (ALiBi, score_mod) or the tile
+    ``needs_mask`` or is ``partial`` (a block mask's), ``score.index_step`` (bias,
+    score_mod, whose derivative multiplies ``dx[i]``, and −inf where the element is
+    masked) on element (r, c) — row ``row0 + r·ROW_STEP``, column ``col0 +
+    c·COL_STEP``; keys are the rows when ``KEYS_ARE_ROWS``."""
     for i in range(TM * TN):
         if F[SOFTCAP] and dx is not None:
             s[i], dx[i] = score.softcap_grad(s[i], si, False, F)
         else:
             s[i] = score.scaled(s[i], si, False, F)
-    if needs_mask or score.needs_indices(F):
+    if needs_mask or partial or score.needs_indices(F):
         for r in range(TM):
             for c in range(TN):
                 q_idx, k_idx = row0 + r * ROW_STEP, col0 + c * COL_STEP
                 if KEYS_ARE_ROWS:
                     q_idx, k_idx = col0 + c * COL_STEP, row0 + r * ROW_STEP
-                x = score.biased(s[r * TN + c], q_idx, k_idx, mi[2], si, F)
-                s[r * TN + c] = masked_score(x, q_idx, k_idx, mi) if needs_mask else x
+                s[r * TN + c], dm = score.index_step(s[r * TN + c], q_idx, k_idx, mi[2], needs_mask, partial, si, mi,
+                                                     False, dx is not None, F)  # fmt: skip
+                if F[SCORE_MOD] and dx is not None:
+                    dx[r * TN + c] = dx[r * TN + c] * dm if F[SOFTCAP] else dm
 
 
 @device_function

@@ -25,6 +25,7 @@ from __future__ import annotations
 from numba_flash import ptx
 from numba_flash._numba_cuda import cuda, device_function
 from numba_flash.kernels import copy, softmax
+from numba_flash.kernels.block_info import tile_at
 
 
 @device_function
@@ -57,20 +58,21 @@ def carve(smem, S0, S1, S2):
 
 
 @device_function
-def key_stage(j, k_base, v_base, BLOCK_N, STAGE_BYTES, STAGES):
-    """``(start_n, k_tile, v_tile)`` of key tile ``j``: its first key and the shared
-    addresses of its stage of K and V."""
+def key_stage(j, vr, F, k_base, v_base, BLOCK_N, STAGE_BYTES, STAGES):
+    """``(start_n, k_tile, v_tile)`` of the key tile at walk position ``j`` (its tile:
+    ``block_info.tile_at``, ``vr`` the block-sparse list): its first key and the
+    shared addresses of its stage of K and V (by position)."""
     at = (j % STAGES) * STAGE_BYTES
-    return j * BLOCK_N, k_base + at, v_base + at
+    return tile_at(j, vr, F) * BLOCK_N, k_base + at, v_base + at
 
 
 @device_function
-def query_stage(i, q_base, do_base, BLOCK_M, STAGE_BYTES):
-    """``(start_m, q_tile, do_tile, rows_at)`` of query tile ``i`` in the dK/dV walk: its
-    first query, the shared addresses of its stage of Q and dO, and where its lse and
+def query_stage(i, vr, F, q_base, do_base, BLOCK_M, STAGE_BYTES):
+    """``(start_m, q_tile, do_tile, rows_at)`` of the query tile at position ``i`` of the
+    dK/dV walk (``block_info.tile_at``): its first query, the shared addresses of its stage of Q and dO, and where its lse and
     delta start in the staged rows (``prefetch_queries``)."""
     stage = i & 1
-    return i * BLOCK_M, q_base + stage * STAGE_BYTES, do_base + stage * STAGE_BYTES, stage * 2 * BLOCK_M
+    return tile_at(i, vr, F) * BLOCK_M, q_base + stage * STAGE_BYTES, do_base + stage * STAGE_BYTES, stage * 2 * BLOCK_M
 
 
 @device_function
@@ -81,27 +83,27 @@ def zero(acc, N):
 
 
 @device_function
-def prefetch_keys(j, hi, k_base, k, v_base, v, b, h, k0, seqlen_k, tid, BLOCK_N, CHUNKS, ELEMS, ROW_BYTES, SWIZZLE,
+def prefetch_keys(j, hi, vr, F, k_base, k, v_base, v, b, h, k0, seqlen_k, tid, BLOCK_N, CHUNKS, ELEMS, ROW_BYTES, SWIZZLE,
                   THREADS, STAGE_BYTES, STAGES, DCOLS=0, SYNC=False):
-    """Start copying key tile ``j + 1`` (K and V; the sequence starts at row ``k0``)
+    """Start copying the key tile at walk position ``j + 1`` (K and V; the sequence starts at row ``k0``)
     into its stage, when there is one, and close the cp.async group (an empty group
     when there is not); ``DCOLS``, ``SYNC``: ``copy.copy_rows``."""
     if j + 1 < hi:
-        start_n, k_tile, v_tile = key_stage(j + 1, k_base, v_base, BLOCK_N, STAGE_BYTES, STAGES)
+        start_n, k_tile, v_tile = key_stage(j + 1, vr, F, k_base, v_base, BLOCK_N, STAGE_BYTES, STAGES)
         copy.copy_tile_pair(k_tile, k, v_tile, v, b, h, k0 + start_n, k0 + seqlen_k, tid, BLOCK_N, CHUNKS, ELEMS, ROW_BYTES,
                             SWIZZLE, THREADS, False, DCOLS, SYNC)  # fmt: skip
     ptx.cp_async_commit()
 
 
 @device_function
-def prefetch_queries(i, hi, q_base, q, do_base, dout, s_rows, lse, delta, b, h, q0, seqlen_q, tid, BLOCK_M, CHUNKS,
+def prefetch_queries(i, hi, vr, F, q_base, q, do_base, dout, s_rows, lse, delta, b, h, q0, seqlen_q, tid, BLOCK_M, CHUNKS,
                      ELEMS, ROW_BYTES, SWIZZLE, THREADS, STAGE_BYTES, DCOLS=0, SYNC=False):
-    """The dK/dV kernels' walk: start copying query tile ``i + 1`` (Q and dO; the
+    """The dK/dV kernels' walk: start copying the query tile at position ``i + 1`` (Q and dO; the
     sequence starts at row ``q0``) into its
     stage (of two) and stage its rows' lse and delta in ``s_rows`` ([stage][lse | delta],
     BLOCK_M each, ``softmax.stage_row_stats``), then close the cp.async group."""
     if i + 1 < hi:
-        row0, q_tile, do_tile, rows_at = query_stage(i + 1, q_base, do_base, BLOCK_M, STAGE_BYTES)
+        row0, q_tile, do_tile, rows_at = query_stage(i + 1, vr, F, q_base, do_base, BLOCK_M, STAGE_BYTES)
         copy.copy_tile_pair(q_tile, q, do_tile, dout, b, h, q0 + row0, q0 + seqlen_q, tid, BLOCK_M, CHUNKS, ELEMS, ROW_BYTES,
                             SWIZZLE, THREADS, False, DCOLS, SYNC)  # fmt: skip
         softmax.stage_row_stats(s_rows, rows_at, rows_at + BLOCK_M, lse, delta, b, h, q0 + row0, q0 + seqlen_q, tid,

@@ -27,15 +27,17 @@ import math
 
 from numba_flash import ptx
 from numba_flash._numba_cuda import device_function, float32
-from numba_flash.kernels import dropout
+from numba_flash.kernels import dropout, flex, mask
 from numba_flash.kernels.softmax import LOG2E
-from numba_flash.variant import ALIBI, SOFTCAP, SOFTCAP_VALUE
+from numba_flash.variant import ALIBI, SCORE_MOD, SOFTCAP, SOFTCAP_VALUE
 
 
 @device_function
-def score_info(params, alibi, seq, h, scale, LOG2, F):
-    """``(mul, cap, slope, inv_cap)`` of query head ``h`` of sequence ``seq`` (``alibi``
-    is (B, H) float32 slopes; read only with ALiBi) for the softmax scale ``scale``."""
+def score_info(params, alibi, fx, seq, h, scale, LOG2, F):
+    """``(mul, cap, slope, inv_cap, seq, h, fx)`` of query head ``h`` of sequence
+    ``seq`` (``alibi`` is (B, H) float32 slopes; read only with ALiBi) for the softmax
+    scale ``scale``; the last three are FlexAttention's (``kernels.flex``: the user's
+    functions take (b, h) and read ``fx``)."""
     log2e = float32(LOG2E) if LOG2 else float32(1.0)
     if F[SOFTCAP]:
         mul = float32(scale / params[SOFTCAP_VALUE])
@@ -48,14 +50,14 @@ def score_info(params, alibi, seq, h, scale, LOG2, F):
     slope = float32(0.0)
     if F[ALIBI]:
         slope = alibi[seq, h] * log2e
-    return mul, cap, slope, inv_cap
+    return mul, cap, slope, inv_cap, seq, h, fx
 
 
 @device_function
-def head_info(params, alibi, seq, h, scale, mi, LOG2, F):
+def head_info(params, alibi, fx, seq, h, scale, mi, LOG2, F):
     """``(si, di)``: the score step's constants (:func:`score_info`) and dropout's
     (``dropout.dropout_info``) for query head ``h`` of sequence ``seq``."""
-    return score_info(params, alibi, seq, h, scale, LOG2, F), dropout.dropout_info(params, seq, h, mi)
+    return score_info(params, alibi, fx, seq, h, scale, LOG2, F), dropout.dropout_info(params, seq, h, mi)
 
 
 @device_function
@@ -114,6 +116,19 @@ def biased(x, q_idx, k_idx, diag, si, F):
 
 @device_function
 def needs_indices(F):
-    """True when the step reads the (query, key) of every element (ALiBi), so the
-    kernels walk the indices of every tile, not only of those that need a mask."""
-    return F[ALIBI]
+    """True when the step reads the (query, key) of every element (ALiBi, a user's
+    ``score_mod``), so the kernels walk the indices of every tile, not only of those
+    that need a mask."""
+    return F[ALIBI] or F[SCORE_MOD]
+
+
+@device_function
+def index_step(x, q_idx, k_idx, diag, needs_mask, partial, si, mi, LOG2, GRAD, F):
+    """``(x, dx)``: the step's part that reads the element's (query, key): ALiBi
+    (:func:`biased`), the user's ``score_mod`` (``flex.modded``, dx its derivative,
+    only when ``GRAD``), then −inf where the element is masked: by the built-in
+    masks on tiles that ``needs_mask``, by the block mask's ``mask_mod`` on
+    ``partial`` ones (``mask.masked``)."""
+    x = biased(x, q_idx, k_idx, diag, si, F)
+    x, dx = flex.modded(x, q_idx, k_idx, si, mi, LOG2, GRAD, F)
+    return mask.masked(x, q_idx, k_idx, needs_mask, partial, si, mi, F), dx

@@ -43,8 +43,8 @@ import functools
 from numba_flash._numba_cuda import cuda, float32
 from numba_flash.config import SimtTiles
 from numba_flash.kernels import copy, dropout, pipeline, score, softmax, spec
-from numba_flash.kernels.block_info import group_size, group_walk, key_tiles, query_tiles, this_block
-from numba_flash.kernels.mask import masked_score
+from numba_flash.kernels.block_info import (group_steps, group_tile, key_tiles, query_tiles, this_block, tile_at,
+                                            tile_partial, visit_row, walk_range)
 from numba_flash.variant import DROPOUT, VARLEN, Variant
 
 
@@ -83,7 +83,7 @@ def simt_bwd_dkdv_kernel(t: SimtTiles, variant: Variant):
     DD = t.data_dim or t.head_dim  # the arrays' head dim (columns past it: zero, never written)
 
     @cuda.jit
-    def simt_bwd_dkdv(q, k, v, dout, lse, delta, dk, dv, softmax_scale, params, alibi, cu_q, cu_k):
+    def simt_bwd_dkdv(q, k, v, dout, lse, delta, dk, dv, softmax_scale, params, alibi, cu_q, cu_k, fx):
         start_n, b, h0, hk, q0, k0, mi, seq = this_block(q, k, params, cu_q, cu_k, BLOCK_N, F, True)
         seqlen_q, seqlen_k = mi[0], mi[1]
         if F[VARLEN] and start_n >= seqlen_k:  # the grid covers the longest sequence
@@ -109,9 +109,9 @@ def simt_bwd_dkdv_kernel(t: SimtTiles, variant: Variant):
         m_lo, m_hi = query_tiles(start_n, BLOCK_M, BLOCK_N, mi)
         # GQA: the walk over query tiles once per query head of the group, in order (a
         # deterministic sum); load_rows_now's first barrier orders each tile after the last
-        for it in range(group_size(params, F) * (m_hi - m_lo)):
-            h, i = group_walk(it, m_lo, m_hi, h0, F)
-            si, di = score.head_info(params, alibi, seq, h, softmax_scale, mi, False, F)
+        for it in range(group_steps(m_lo, m_hi, h0, cuda.blockIdx.x, fx, seq, params, F)):
+            h, i, partial = group_tile(it, m_lo, m_hi, h0, cuda.blockIdx.x, fx, seq, F)
+            si, di = score.head_info(params, alibi, fx, seq, h, softmax_scale, mi, False, F)
             start_m = i * BLOCK_M
             # scale·Q, dO, lse and delta of the tile, between barriers
             pipeline.load_rows_now(s_q, q, s_do, dout, b, h, q0 + start_m, q0 + seqlen_q, tid, BLOCK_M, HEAD_DIM,
@@ -124,7 +124,8 @@ def simt_bwd_dkdv_kernel(t: SimtTiles, variant: Variant):
                     s += s_q[ii, c * G + g] * k_reg[c]
                     dp += s_do[ii, c * G + g] * v_reg[c]
                 x, dx = score.prescaled(softmax.allreduce_sum(s, G), si, F)
-                x = masked_score(score.biased(x, start_m + ii, kj, mi[2], si, F), start_m + ii, kj, mi)
+                x, dm = score.index_step(x, start_m + ii, kj, mi[2], True, partial, si, mi, False, True, F)
+                dx *= dm
                 zf = dropout.kept_scale(start_m + ii, kj, di) if F[DROPOUT] else float32(1.0)
                 p, ds = softmax.softmax_grad(x, softmax.allreduce_sum(dp, G) * zf, s_rows[ii], s_rows[BLOCK_M + ii],
                                              start_m + ii < seqlen_q, False)  # fmt: skip
@@ -152,7 +153,7 @@ def simt_bwd_dq_kernel(t: SimtTiles, variant: Variant):
     DD = t.data_dim or t.head_dim  # the arrays' head dim (columns past it: zero, never written)
 
     @cuda.jit
-    def simt_bwd_dq(q, k, v, dout, lse, delta, dq, softmax_scale, params, alibi, cu_q, cu_k):
+    def simt_bwd_dq(q, k, v, dout, lse, delta, dq, softmax_scale, params, alibi, cu_q, cu_k, fx):
         start_m, b, h, hk, q0, k0, mi, seq = this_block(q, k, params, cu_q, cu_k, BLOCK_M, F, False)
         seqlen_q, seqlen_k = mi[0], mi[1]
         if F[VARLEN] and start_m >= seqlen_q:  # the grid covers the longest sequence
@@ -161,7 +162,7 @@ def simt_bwd_dq_kernel(t: SimtTiles, variant: Variant):
         g = tid % G
         qi = start_m + tid // G  # this group's query row
         scale = float32(softmax_scale)
-        si, di = score.head_info(params, alibi, seq, h, softmax_scale, mi, False, F)
+        si, di = score.head_info(params, alibi, fx, seq, h, softmax_scale, mi, False, F)
 
         s_k = cuda.shared.array((BLOCK_N, HEAD_DIM), float32)
         s_v = cuda.shared.array((BLOCK_N, HEAD_DIM), float32)
@@ -174,9 +175,11 @@ def simt_bwd_dq_kernel(t: SimtTiles, variant: Variant):
         copy.load_lane_row(do_reg, 0, dout, b, q0 + qi, h, q0 + seqlen_q, g, G, COLS, float32(1.0), DD)
         lse_i, delta_i = softmax.row_stats(lse, delta, b, h, q0 + qi, q0 + seqlen_q, False)
 
-        n_lo, n_hi = key_tiles(start_m, BLOCK_M, BLOCK_N, mi)
+        vr = visit_row(fx, seq, h, cuda.blockIdx.x, False, F)  # a block mask's list, or the range
+        n_lo, n_hi = walk_range(*key_tiles(start_m, BLOCK_M, BLOCK_N, mi), vr, F)
         for j in range(n_lo, n_hi):
-            start_n = j * BLOCK_N
+            start_n = tile_at(j, vr, F) * BLOCK_N
+            partial = tile_partial(j, vr, F)
             # K and V of the tile, between barriers
             pipeline.load_rows_now(s_k, k, s_v, v, b, hk, k0 + start_n, k0 + seqlen_k, tid, BLOCK_N, HEAD_DIM, THREADS,
                                    float32(1.0), dq_acc, lse, delta, False, DD)  # fmt: skip
@@ -188,7 +191,8 @@ def simt_bwd_dq_kernel(t: SimtTiles, variant: Variant):
                     s += q_reg[c] * s_k[jj, c * G + g]
                     dp += do_reg[c] * s_v[jj, c * G + g]
                 x, dx = score.prescaled(softmax.allreduce_sum(s, G), si, F)
-                x = masked_score(score.biased(x, qi, start_n + jj, mi[2], si, F), qi, start_n + jj, mi)
+                x, dm = score.index_step(x, qi, start_n + jj, mi[2], True, partial, si, mi, False, True, F)
+                dx *= dm
                 zf = dropout.kept_scale(qi, start_n + jj, di) if F[DROPOUT] else float32(1.0)
                 _, ds = softmax.softmax_grad(x, softmax.allreduce_sum(dp, G) * zf, lse_i, delta_i, True, False)
                 ds *= dx
@@ -211,7 +215,7 @@ def launches(tiles: tuple, variant: Variant, sz: spec.Sizes) -> list:
         spec.KernelLaunch("simt_bwd_preprocess", simt_bwd_preprocess_kernel(tq), tq,
                           spec.preprocess_grid(sz, tq.block_m), tq.threads, 0, spec.preprocess_args()),
         spec.KernelLaunch("simt_bwd_dkdv", simt_bwd_dkdv_kernel(tkv, variant), tkv, spec.key_grid(sz, tkv.block_n),
-                          tkv.threads, 0, spec.dkdv_args()),
+                          tkv.threads, 0, spec.dkdv_args(), (tkv.block_m, tkv.block_n, True)),
         spec.KernelLaunch("simt_bwd_dq", simt_bwd_dq_kernel(tq, variant), tq, spec.query_grid(sz, tq.block_m),
-                          tq.threads, 0, spec.dq_args()),
+                          tq.threads, 0, spec.dq_args(), (tq.block_m, tq.block_n, False)),
     ]  # fmt: skip

@@ -55,8 +55,9 @@ from numba_flash import ptx
 from numba_flash._numba_cuda import cuda, float32
 from numba_flash.config import BlockedTiles
 from numba_flash.kernels import copy, dropout, microtile, pipeline, score, softmax, spec
-from numba_flash.kernels.block_info import group_size, group_walk, key_tiles, query_tiles, this_block
-from numba_flash.variant import DROPOUT, SOFTCAP, VARLEN, Variant
+from numba_flash.kernels.block_info import (group_steps, group_tile, key_tiles, query_tiles, this_block, tile_at,
+                                            tile_partial, visit_row, walk_range)
+from numba_flash.variant import DROPOUT, SCORE_MOD, SOFTCAP, VARLEN, Variant
 
 PRE_THREADS = 128  # preprocess: one query row a thread
 
@@ -135,10 +136,10 @@ def simt_blocked_dkdv_kernel(t: BlockedTiles, variant: Variant):
     K_OFF, V_OFF, Q_OFF, DO_OFF, P_OFF, DS_OFF, LSE_OFF, DELTA_OFF, _ = _dkdv_layout(t)
     S_N, ACC_N, SCRATCH = TM * TN, TM * OC, TN * 4
     F = variant.flags
-    DX_N = S_N if variant.softcap else 1
+    DX_N = S_N if variant.score_grad else 1
 
     @cuda.jit
-    def simt_blocked_dkdv(q, k, v, dout, lse, delta, dk, dv, softmax_scale, params, alibi, cu_q, cu_k):
+    def simt_blocked_dkdv(q, k, v, dout, lse, delta, dk, dv, softmax_scale, params, alibi, cu_q, cu_k, fx):
         smem = cuda.shared.array(0, float32)
         base = ptx.smem_addr(smem, 0)
         tid = cuda.threadIdx.x
@@ -151,7 +152,7 @@ def simt_blocked_dkdv_kernel(t: BlockedTiles, variant: Variant):
         scale = float32(softmax_scale)
 
         s = cuda.local.array(S_N, float32)  # Sᵀ, then Pᵀ
-        dx = cuda.local.array(DX_N, float32)  # softcap: ∂score/∂(scale·s) of the micro-tile
+        dx = cuda.local.array(DX_N, float32)  # softcap, score_mod: ∂score/∂(scale·s) of the micro-tile
         dp = cuda.local.array(S_N, float32)  # dPᵀ, then dSᵀ
         acc_dk = cuda.local.array(ACC_N, float32)
         acc_dv = cuda.local.array(ACC_N, float32)
@@ -169,9 +170,9 @@ def simt_blocked_dkdv_kernel(t: BlockedTiles, variant: Variant):
         m_lo, m_hi = query_tiles(start_n, BLOCK_M, BLOCK_N, mi)
         # GQA: the walk over query tiles once per query head of the group, in order (a
         # deterministic sum); load_tiles_now's first barrier orders each tile after the last
-        for it in range(group_size(params, F) * (m_hi - m_lo)):
-            h, i = group_walk(it, m_lo, m_hi, h0, F)
-            si, di = score.head_info(params, alibi, seq, h, softmax_scale, mi, False, F)
+        for it in range(group_steps(m_lo, m_hi, h0, cuda.blockIdx.x, fx, seq, params, F)):
+            h, i, partial = group_tile(it, m_lo, m_hi, h0, cuda.blockIdx.x, fx, seq, F)
+            si, di = score.head_info(params, alibi, fx, seq, h, softmax_scale, mi, False, F)
             start_m = i * BLOCK_M
             # Q, dO, lse and delta of the tile (after every thread is done with the last one's)
             pipeline.load_tiles_now(base + 4 * Q_OFF, q, base + 4 * DO_OFF, dout, b, h, q0 + start_m, q0 + seqlen_q, tid,
@@ -181,7 +182,8 @@ def simt_blocked_dkdv_kernel(t: BlockedTiles, variant: Variant):
             rows_k, rows_q = base + 4 * (ty * RS), base + 4 * (tx * RS)
             microtile.scores_and_dp(s, rows_k + 4 * K_OFF, rows_q + 4 * Q_OFF, dp, rows_k + 4 * V_OFF,
                                     rows_q + 4 * DO_OFF, 4 * TY * RS, 4 * TX * RS, D, TM, TN, qf, start_m, BLOCK_M,
-                                    start_n, BLOCK_N, start_n + ty, TY, start_m + tx, TX, si, mi, True, dx, F)  # fmt: skip
+                                    start_n, BLOCK_N, start_n + ty, TY, start_m + tx, TX, si, mi, True, dx, partial,
+                                    F)  # fmt: skip
 
             # 2. Pᵀ and dSᵀ, stored [query][thread-ordered keys]
             for c in range(TN):
@@ -193,7 +195,7 @@ def simt_blocked_dkdv_kernel(t: BlockedTiles, variant: Variant):
                         start_m + col < seqlen_q, False,
                     )  # fmt: skip
                     s[r * TN + c], dp[r * TN + c] = p * zf, ds  # dV takes P ∘ Z / (1 − p)
-                    if F[SOFTCAP]:
+                    if F[SOFTCAP] or F[SCORE_MOD]:
                         dp[r * TN + c] *= dx[r * TN + c]
             microtile.store_transposed(base + 4 * (P_OFF + tx * PS + ty * TM), 4 * TX * PS, s, TM, TN)
             microtile.store_transposed(base + 4 * (DS_OFF + tx * PS + ty * TM), 4 * TX * PS, dp, TM, TN)
@@ -225,10 +227,10 @@ def simt_blocked_dq_kernel(t: BlockedTiles, variant: Variant):
     Q_OFF, DO_OFF, K_OFF, V_OFF, DS_OFF, _ = _dq_layout(t)
     S_N, ACC_N, SCRATCH = TM * TN, TM * OC, TN * 4
     F = variant.flags
-    DX_N = S_N if variant.softcap else 1
+    DX_N = S_N if variant.score_grad else 1
 
     @cuda.jit
-    def simt_blocked_dq(q, k, v, dout, lse, delta, dq, softmax_scale, params, alibi, cu_q, cu_k):
+    def simt_blocked_dq(q, k, v, dout, lse, delta, dq, softmax_scale, params, alibi, cu_q, cu_k, fx):
         smem = cuda.shared.array(0, float32)
         base = ptx.smem_addr(smem, 0)
         tid = cuda.threadIdx.x
@@ -239,10 +241,10 @@ def simt_blocked_dq_kernel(t: BlockedTiles, variant: Variant):
         if F[VARLEN] and start_m >= seqlen_q:  # the grid covers the longest sequence
             return
         scale = float32(softmax_scale)
-        si, di = score.head_info(params, alibi, seq, h, softmax_scale, mi, False, F)
+        si, di = score.head_info(params, alibi, fx, seq, h, softmax_scale, mi, False, F)
 
         s = cuda.local.array(S_N, float32)  # S, then P
-        dx = cuda.local.array(DX_N, float32)  # softcap: ∂score/∂(scale·s) of the micro-tile
+        dx = cuda.local.array(DX_N, float32)  # softcap, score_mod: ∂score/∂(scale·s) of the micro-tile
         dp = cuda.local.array(S_N, float32)  # dP, then dS
         acc = cuda.local.array(ACC_N, float32)
         lse_r = cuda.local.array(TM, float32)
@@ -259,9 +261,10 @@ def simt_blocked_dq_kernel(t: BlockedTiles, variant: Variant):
                             BLOCK_M, DC, 4, 4 * RS, copy.SW_NONE, THREADS, True)  # fmt: skip
         ptx.cp_async_commit()
 
-        n_lo, n_hi = key_tiles(start_m, BLOCK_M, BLOCK_N, mi)
+        vr = visit_row(fx, seq, h, cuda.blockIdx.x, False, F)  # a block mask's list, or the range
+        n_lo, n_hi = walk_range(*key_tiles(start_m, BLOCK_M, BLOCK_N, mi), vr, F)
         for j in range(n_lo, n_hi):
-            start_n = j * BLOCK_N
+            start_n = tile_at(j, vr, F) * BLOCK_N
             # K and V of the tile (after every thread is done with the last one's K, V, dSᵀ)
             pipeline.load_tiles_now(base + 4 * K_OFF, k, base + 4 * V_OFF, v, b, hk, k0 + start_n, k0 + seqlen_k, tid,
                                     BLOCK_N, DC, 4 * RS, THREADS, smem, 0, 0, lse, delta, False)  # fmt: skip
@@ -270,7 +273,8 @@ def simt_blocked_dq_kernel(t: BlockedTiles, variant: Variant):
             rows_q, rows_k = base + 4 * (ty * RS), base + 4 * (tx * RS)
             microtile.scores_and_dp(s, rows_q + 4 * Q_OFF, rows_k + 4 * K_OFF, dp, rows_q + 4 * DO_OFF,
                                     rows_k + 4 * V_OFF, 4 * TY * RS, 4 * TX * RS, D, TM, TN, kf, start_m, BLOCK_M,
-                                    start_n, BLOCK_N, start_m + ty, TY, start_n + tx, TX, si, mi, False, dx, F)  # fmt: skip
+                                    start_n, BLOCK_N, start_m + ty, TY, start_n + tx, TX, si, mi, False, dx,
+                                    tile_partial(j, vr, F), F)  # fmt: skip
 
             # dS = P∘(dP − delta), stored as dSᵀ[key][thread-ordered queries]
             for r in range(TM):
@@ -279,7 +283,7 @@ def simt_blocked_dq_kernel(t: BlockedTiles, variant: Variant):
                         float32(1.0)
                     _, dp[r * TN + c] = softmax.softmax_grad(s[r * TN + c], dp[r * TN + c] * zf, lse_r[r], delta_r[r],
                                                              True, False)  # fmt: skip
-                    if F[SOFTCAP]:
+                    if F[SOFTCAP] or F[SCORE_MOD]:
                         dp[r * TN + c] *= dx[r * TN + c]
             microtile.store_transposed(base + 4 * (DS_OFF + tx * PS + ty * TM), 4 * TX * PS, dp, TM, TN)
             # dSᵀ is visible to every thread
@@ -312,7 +316,7 @@ def launches(tiles: tuple, variant: Variant, sz: spec.Sizes) -> list:
     return [
         preprocess_launch(tkv, tkv.head_dim, sz),
         spec.KernelLaunch("simt_blocked_dkdv", simt_blocked_dkdv_kernel(tkv, variant), tkv, spec.key_grid(sz, tkv.rows),
-                          tkv.threads, dkdv_smem_bytes(tkv), spec.dkdv_args()),
+                          tkv.threads, dkdv_smem_bytes(tkv), spec.dkdv_args(), (tkv.cols, tkv.rows, True)),
         spec.KernelLaunch("simt_blocked_dq", simt_blocked_dq_kernel(tq, variant), tq, spec.query_grid(sz, tq.rows),
-                          tq.threads, dq_smem_bytes(tq), spec.dq_args()),
+                          tq.threads, dq_smem_bytes(tq), spec.dq_args(), (tq.rows, tq.cols, False)),
     ]  # fmt: skip

@@ -54,7 +54,7 @@ from numba_flash import ptx
 from numba_flash._numba_cuda import cuda, float32
 from numba_flash.config import BlockedTiles
 from numba_flash.kernels import copy, microtile, pipeline, score, softmax, spec
-from numba_flash.kernels.block_info import key_tiles, this_block, tile_needs_mask
+from numba_flash.kernels.block_info import key_tiles, this_block, tile_at, tile_needs_mask, tile_partial, visit_row, walk_range
 from numba_flash.variant import DROPOUT, VARLEN, Variant
 
 
@@ -90,7 +90,7 @@ def simt_blocked_forward_kernel(t: BlockedTiles, variant: Variant):
     F = variant.flags
 
     @cuda.jit
-    def simt_blocked_forward(q, k, v, out, lse, softmax_scale, params, alibi, cu_q, cu_k):
+    def simt_blocked_forward(q, k, v, out, lse, softmax_scale, params, alibi, cu_q, cu_k, fx):
         smem = cuda.shared.array(0, float32)
         base = ptx.smem_addr(smem, 0)  # byte address of smem[0]
         tid = cuda.threadIdx.x
@@ -100,7 +100,7 @@ def simt_blocked_forward_kernel(t: BlockedTiles, variant: Variant):
         seqlen_q, seqlen_k = mi[0], mi[1]
         if F[VARLEN] and start_m >= seqlen_q:  # the grid covers the longest sequence
             return
-        si, di = score.head_info(params, alibi, seq, h, softmax_scale, mi, False, F)
+        si, di = score.head_info(params, alibi, fx, seq, h, softmax_scale, mi, False, F)
         # this thread's shared-memory byte addresses, computed once: the inner loops add
         # only compile-time strides and the loop offset
         q_addr = base + 4 * (ty * QS)
@@ -120,22 +120,24 @@ def simt_blocked_forward_kernel(t: BlockedTiles, variant: Variant):
             l_i[r] = float32(0.0)
         pipeline.zero(acc, ACC_N)
 
-        n_lo, n_hi = key_tiles(start_m, BLOCK_M, BLOCK_N, mi)
+        vr = visit_row(fx, seq, h, cuda.blockIdx.x, False, F)  # a block mask's list, or the range
+        n_lo, n_hi = walk_range(*key_tiles(start_m, BLOCK_M, BLOCK_N, mi), vr, F)
         # prologue: Q with K_0 in one cp.async group, V_0 in the next; rows past the
         # end of q / k / v are zero-filled (their scores are masked or never written)
         copy.copy_tile(base, q, b, h, q0 + start_m, q0 + seqlen_q, tid, BLOCK_M, DC, 4, 4 * QS, copy.SW_NONE, THREADS, True)
         if n_hi > n_lo:
-            copy.copy_tile(base + 4 * K_OFF, k, b, hk, k0 + n_lo * BLOCK_N, k0 + seqlen_k, tid, BLOCK_N, DC, 4,
+            copy.copy_tile(base + 4 * K_OFF, k, b, hk, k0 + tile_at(n_lo, vr, F) * BLOCK_N, k0 + seqlen_k, tid, BLOCK_N, DC, 4,
                            4 * KS, copy.SW_NONE, THREADS, True)  # fmt: skip
         ptx.cp_async_commit()
         if n_hi > n_lo:
-            copy.copy_tile(base + 4 * V_OFF, v, b, hk, k0 + n_lo * BLOCK_N, k0 + seqlen_k, tid, BLOCK_N, DC, 4,
+            copy.copy_tile(base + 4 * V_OFF, v, b, hk, k0 + tile_at(n_lo, vr, F) * BLOCK_N, k0 + seqlen_k, tid, BLOCK_N, DC, 4,
                            4 * D, copy.SW_NONE, THREADS, True)  # fmt: skip
         ptx.cp_async_commit()
 
         for j in range(n_lo, n_hi):
-            start_n = j * BLOCK_N
+            start_n = tile_at(j, vr, F) * BLOCK_N
             has_next = j + 1 < n_hi
+            next_n = tile_at(j + 1, vr, F) * BLOCK_N if has_next else start_n
             ptx.cp_async_wait_group(1)  # Q and K_j have landed (V_j may be in flight)
             # K_j (and Q) written by every thread's copies are visible to all
             cuda.syncthreads()
@@ -144,7 +146,8 @@ def simt_blocked_forward_kernel(t: BlockedTiles, variant: Variant):
             pipeline.zero(s, S_N)
             microtile.dot_tile(s, q_addr, 4 * TY * QS, k_addr, 4 * TX * KS, D, TM, TN, kf)
             needs_mask = tile_needs_mask(start_m, BLOCK_M, start_n, BLOCK_N, mi)
-            microtile.scale_and_mask(s, TM, TN, start_m + ty, TY, start_n + tx, TX, si, needs_mask, mi, False, None, F)
+            microtile.scale_and_mask(s, TM, TN, start_m + ty, TY, start_n + tx, TX, si, needs_mask,
+                                     tile_partial(j, vr, F), mi, False, None, F)
 
             # 2. online softmax on the micro-tile: row max over the TX lanes of a row
             for r in range(TM):
@@ -157,7 +160,7 @@ def simt_blocked_forward_kernel(t: BlockedTiles, variant: Variant):
             # every thread is done reading K_j, and Pᵀ is visible to all
             cuda.syncthreads()
             if has_next:  # K_{j+1} streams in during P·V
-                copy.copy_tile(base + 4 * K_OFF, k, b, hk, k0 + start_n + BLOCK_N, k0 + seqlen_k, tid, BLOCK_N, DC,
+                copy.copy_tile(base + 4 * K_OFF, k, b, hk, k0 + next_n, k0 + seqlen_k, tid, BLOCK_N, DC,
                                4, 4 * KS, copy.SW_NONE, THREADS, True)  # fmt: skip
                 ptx.cp_async_commit()
                 ptx.cp_async_wait_group(1)  # V_j has landed (K_{j+1} may be in flight)
@@ -171,7 +174,7 @@ def simt_blocked_forward_kernel(t: BlockedTiles, variant: Variant):
             # every thread is done reading V_j and Pᵀ
             cuda.syncthreads()
             if has_next:  # V_{j+1} streams in during S of the next tile
-                copy.copy_tile(base + 4 * V_OFF, v, b, hk, k0 + start_n + BLOCK_N, k0 + seqlen_k, tid, BLOCK_N, DC,
+                copy.copy_tile(base + 4 * V_OFF, v, b, hk, k0 + next_n, k0 + seqlen_k, tid, BLOCK_N, DC,
                                4, 4 * D, copy.SW_NONE, THREADS, True)  # fmt: skip
                 ptx.cp_async_commit()
         ptx.cp_async_wait_all()  # no copy outlives the block (no key tile: Q's)
@@ -192,4 +195,5 @@ def launches(t: BlockedTiles, variant: Variant, sz: spec.Sizes) -> list:
     """The forward: one kernel, a block per ``t.rows`` queries of a (batch, head)."""
     grid = spec.query_grid(sz, t.rows)
     kernel = simt_blocked_forward_kernel(t, variant)
-    return [spec.KernelLaunch("simt_blocked_forward", kernel, t, grid, t.threads, smem_bytes(t), spec.forward_args())]
+    return [spec.KernelLaunch("simt_blocked_forward", kernel, t, grid, t.threads, smem_bytes(t), spec.forward_args(),
+                              (t.rows, t.cols, False))]

@@ -47,8 +47,7 @@ import functools
 from numba_flash._numba_cuda import cuda, float32
 from numba_flash.config import SimtTiles
 from numba_flash.kernels import copy, dropout, pipeline, score, softmax, spec
-from numba_flash.kernels.block_info import key_tiles, this_block
-from numba_flash.kernels.mask import masked_score
+from numba_flash.kernels.block_info import key_tiles, this_block, tile_at, tile_partial, visit_row, walk_range
 from numba_flash.variant import DROPOUT, VARLEN, Variant
 
 
@@ -68,7 +67,7 @@ def simt_forward_kernel(t: SimtTiles, variant: Variant):
     DD = t.data_dim or t.head_dim  # the arrays' head dim (columns past it: zero, never written)
 
     @cuda.jit
-    def simt_forward(q, k, v, out, lse, softmax_scale, params, alibi, cu_q, cu_k):
+    def simt_forward(q, k, v, out, lse, softmax_scale, params, alibi, cu_q, cu_k, fx):
         start_m, b, h, hk, q0, k0, mi, seq = this_block(q, k, params, cu_q, cu_k, BLOCK_M, F, False)
         seqlen_q, seqlen_k = mi[0], mi[1]
         if F[VARLEN] and start_m >= seqlen_q:  # the grid covers the longest sequence
@@ -77,7 +76,7 @@ def simt_forward_kernel(t: SimtTiles, variant: Variant):
         g = tid % G
         grp = tid // G
         scale = float32(softmax_scale)
-        si, di = score.head_info(params, alibi, seq, h, softmax_scale, mi, False, F)
+        si, di = score.head_info(params, alibi, fx, seq, h, softmax_scale, mi, False, F)
 
         s_k = cuda.shared.array((BLOCK_N, HEAD_DIM), float32)
         s_v = cuda.shared.array((BLOCK_N, HEAD_DIM), float32)
@@ -97,9 +96,11 @@ def simt_forward_kernel(t: SimtTiles, variant: Variant):
             m_i[r] = softmax.NEG_INF
             l_i[r] = float32(0.0)
 
-        n_lo, n_hi = key_tiles(start_m, BLOCK_M, BLOCK_N, mi)
+        vr = visit_row(fx, seq, h, cuda.blockIdx.x, False, F)  # a block mask's list, or the range
+        n_lo, n_hi = walk_range(*key_tiles(start_m, BLOCK_M, BLOCK_N, mi), vr, F)
         for j in range(n_lo, n_hi):
-            start_n = j * BLOCK_N
+            start_n = tile_at(j, vr, F) * BLOCK_N
+            partial = tile_partial(j, vr, F)
             # K and V of the tile, between barriers (the last tile's readers of s_k, s_v, s_p are done)
             pipeline.load_rows_now(s_k, k, s_v, v, b, hk, k0 + start_n, k0 + seqlen_k, tid, BLOCK_N, HEAD_DIM, THREADS,
                                    float32(1.0), s_p, lse, lse, False, DD)  # fmt: skip
@@ -118,8 +119,8 @@ def simt_forward_kernel(t: SimtTiles, variant: Variant):
                     for r in range(ROWS):  # the score step on scale·s (score.prescaled), masked
                         qi = start_m + grp + r * GROUPS
                         x, _ = score.prescaled(s[r], si, F)
-                        x = score.biased(x, qi, start_n + jj, mi[2], si, F)
-                        s_p[(grp + r * GROUPS) * S_STRIDE + jj] = masked_score(x, qi, start_n + jj, mi)
+                        x, _ = score.index_step(x, qi, start_n + jj, mi[2], True, partial, si, mi, False, False, F)
+                        s_p[(grp + r * GROUPS) * S_STRIDE + jj] = x
 
             # 2. online softmax on this lane's keys (j ≡ g mod G), max over the group
             for r in range(ROWS):
@@ -159,4 +160,4 @@ def launches(t: SimtTiles, variant: Variant, sz: spec.Sizes) -> list:
     """The forward: one kernel, a block per ``block_m`` queries; static shared memory."""
     kernel = simt_forward_kernel(t, variant)
     return [spec.KernelLaunch("simt_forward", kernel, t, spec.query_grid(sz, t.block_m), t.threads, 0,
-                              spec.forward_args())]  # fmt: skip
+                              spec.forward_args(), (t.block_m, t.block_n, False))]  # fmt: skip

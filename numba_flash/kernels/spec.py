@@ -15,7 +15,7 @@ from typing import Any
 
 #: The buffers a kernel parameter can be (``scale`` is the float softmax scale).
 ROLES = ("q", "k", "v", "out", "lse", "dout", "delta", "dq", "dk", "dv", "scale", "params", "alibi", "cu_seqlens_q",
-         "cu_seqlens_k")
+         "cu_seqlens_k", "flex")
 #: How a 4-D buffer is viewed: as it is, 16-bit elements as uint16 (cp.async moves
 #: bytes; the dtype matters only to mma), or pairs of 16-bit elements as uint32.
 VIEWS = ("", "u16", "u32")
@@ -85,6 +85,10 @@ class KernelLaunch:
     threads: int
     smem: int  # dynamic shared memory, bytes (0: static only)
     args: tuple  # Arg, in the kernel's parameter order
+    #: (BLOCK_M, BLOCK_N, KEYS_ARE_ROWS) of the tile walk: query tiles of BLOCK_M rows against
+    #: key tiles of BLOCK_N, the blocks own query tiles (forward, dQ) or key tiles (dK/dV);
+    #: a block mask's visit lists are made for it (``numba_flash.flex``).  () for no walk.
+    walk: tuple = ()
 
 
 def cdiv(a: int, b: int) -> int:
@@ -92,13 +96,14 @@ def cdiv(a: int, b: int) -> int:
 
 
 #: What every attention kernel takes after the softmax scale: the run-time values of the
-#: variants (``numba_flash.variant.params``), the ALiBi slopes (B, H) and the varlen
-#: offsets (dummies when a feature is off).
-VARIANT_ARGS = (Arg("params"), Arg("alibi"), Arg("cu_seqlens_q"), Arg("cu_seqlens_k"))
+#: variants (``numba_flash.variant.params``), the ALiBi slopes (B, H), the varlen
+#: offsets and FlexAttention's ``fx`` tuple (``kernels.flex``; dummies when a feature
+#: is off).
+VARIANT_ARGS = (Arg("params"), Arg("alibi"), Arg("cu_seqlens_q"), Arg("cu_seqlens_k"), Arg("flex"))
 
 
 def forward_args(inputs: str = "", output: str = "") -> tuple:
-    """``(q, k, v, out, lse, softmax_scale, params, alibi, cu_seqlens_q, cu_seqlens_k)``."""
+    """``(q, k, v, out, lse, softmax_scale, params, alibi, cu_seqlens_q, cu_seqlens_k, fx)``."""
     return (Arg("q", inputs), Arg("k", inputs), Arg("v", inputs), Arg("out", output), Arg("lse"),
             Arg("scale")) + VARIANT_ARGS  # fmt: skip
 

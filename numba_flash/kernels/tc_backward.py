@@ -56,7 +56,8 @@ from numba_flash import ptx
 from numba_flash._numba_cuda import cuda, float32, uint16, uint32
 from numba_flash.config import TcBwdTiles, tc_array_layout, tc_out_view
 from numba_flash.kernels import copy, fragments, pipeline, score, softmax, spec
-from numba_flash.kernels.block_info import group_size, key_tiles, query_tiles, this_block
+from numba_flash.kernels.block_info import (group_size, key_tiles, query_tiles, this_block, tile_partial, visit_row,
+                                            walk_range)
 from numba_flash.variant import VARLEN, Variant
 
 _ALIGN = ptx.SMEM_ALIGN
@@ -116,7 +117,7 @@ def tc_bwd_dkdv_kernel(t: TcBwdTiles, variant: Variant, dtype: str, part: str = 
     BF16 = dtype == "bfloat16"
 
     @cuda.jit
-    def tc_bwd_dkdv(q, k, v, dout, lse, delta, dk32, dv32, softmax_scale, params, alibi, cu_q, cu_k):
+    def tc_bwd_dkdv(q, k, v, dout, lse, delta, dk32, dv32, softmax_scale, params, alibi, cu_q, cu_k, fx):
         start_n, b, h0, hk, q0, k0, mi, seq = this_block(q, k, params, cu_q, cu_k, BLOCK_N, F, True)
         seqlen_q, seqlen_k = mi[0], mi[1]
         if F[VARLEN] and start_n >= seqlen_k:  # the grid covers the longest sequence
@@ -149,22 +150,24 @@ def tc_bwd_dkdv_kernel(t: TcBwdTiles, variant: Variant, dtype: str, part: str = 
         # GQA: the walk below once per query head of the group, in order (a deterministic sum)
         for hq in range(group_size(params, F)):
             h = h0 + hq
-            si, di = score.head_info(params, alibi, seq, h, softmax_scale, mi, True, F)
+            vr = visit_row(fx, seq, h, cuda.blockIdx.x, True, F)  # a block mask's list of this head
+            p_lo, p_hi = walk_range(m_lo, m_hi, vr, F)
+            si, di = score.head_info(params, alibi, fx, seq, h, softmax_scale, mi, True, F)
             if hq > 0:
                 cuda.syncthreads()  # every warp is done with the last tile's stage, which the next prefetch reuses
-            # the double-buffered walk (pipeline's docstring): i = m_lo - 1 only starts tile m_lo
-            for i in range(m_lo - 1, m_hi):
-                pipeline.wait_for_tile(i, m_lo)  # query tile i, its lse and delta (and K, V) are in shared memory
-                if i == m_lo and KV_IN_REGS:  # K and V fragments of this warp's 16 keys: A operands
+            # the double-buffered walk (pipeline's docstring): i = p_lo - 1 only starts the first tile
+            for i in range(p_lo - 1, p_hi):
+                pipeline.wait_for_tile(i, p_lo)  # query tile i, its lse and delta (and K, V) are in shared memory
+                if i == p_lo and KV_IN_REGS:  # K and V fragments of this warp's 16 keys: A operands
                     for kk in range(KSTEPS):
                         fragments.load_a(k_frag, kk * 4, k_base, warp * 16, kk, lane, ROW_BYTES)
                         fragments.load_a(v_frag, kk * 4, v_base, warp * 16, kk, lane, ROW_BYTES)
-                pipeline.prefetch_queries(i, m_hi, q_base, q, do_base, dout, s_rows, lse, delta, b, h, q0, seqlen_q,
+                pipeline.prefetch_queries(i, p_hi, vr, F, q_base, q, do_base, dout, s_rows, lse, delta, b, h, q0, seqlen_q,
                                           tid, BLOCK_M, CHUNKS, 8, ROW_BYTES, SW, THREADS, QT_BYTES,
                                           DCOLS, SYNC)  # fmt: skip
-                if i < m_lo:
+                if i < p_lo:
                     continue
-                start_m, q_tile, do_tile, rows_off = pipeline.query_stage(i, q_base, do_base, BLOCK_M, QT_BYTES)
+                start_m, q_tile, do_tile, rows_off = pipeline.query_stage(i, vr, F, q_base, do_base, BLOCK_M, QT_BYTES)
 
                 # Sᵀ = K·Qᵀ and dPᵀ = V·dOᵀ (not for dV alone): Q and dO rows are the n dimension
                 pipeline.zero(acc_s, S_REGS)
@@ -185,7 +188,7 @@ def tc_bwd_dkdv_kernel(t: TcBwdTiles, variant: Variant, dtype: str, part: str = 
                 # Pᵀ and dSᵀ: element e of n-tile nt is (key g + 8·(e >> 1), query nt·8 + 2·tq + (e & 1))
                 fragments.p_and_ds(acc_s, acc_dp, NT_S, start_m, BLOCK_M, start_n, BLOCK_N, start_n + warp * 16,
                                    start_m, si, mi, s_rows, rows_off, rows_off + BLOCK_M, True, di,
-                                   F)  # fmt: skip
+                                   tile_partial(i, vr, F), F)  # fmt: skip
 
                 # dV += Pᵀ·dO and dK += dSᵀ·Q: queries are the k dimension (ldmatrix.trans)
                 for ps in range(PSTEPS):
@@ -233,13 +236,13 @@ def tc_bwd_dq_kernel(t: TcBwdTiles, variant: Variant, dtype: str):
     BF16 = dtype == "bfloat16"
 
     @cuda.jit
-    def tc_bwd_dq(q, k, v, dout, lse, delta, dq32, softmax_scale, params, alibi, cu_q, cu_k):
+    def tc_bwd_dq(q, k, v, dout, lse, delta, dq32, softmax_scale, params, alibi, cu_q, cu_k, fx):
         start_m, b, h, hk, q0, k0, mi, seq = this_block(q, k, params, cu_q, cu_k, BLOCK_M, F, False)
         seqlen_q, seqlen_k = mi[0], mi[1]
         if F[VARLEN] and start_m >= seqlen_q:  # the grid covers the longest sequence
             return
         tid, warp, lane, g, tq = pipeline.lane_coords()
-        si, di = score.head_info(params, alibi, seq, h, softmax_scale, mi, True, F)
+        si, di = score.head_info(params, alibi, fx, seq, h, softmax_scale, mi, True, F)
 
         # dynamic: Q | dO | K stages | V stages (16-bit, swizzled)
         smem = cuda.shared.array(0, uint16, alignment=_ALIGN)
@@ -259,7 +262,9 @@ def tc_bwd_dq_kernel(t: TcBwdTiles, variant: Variant, dtype: str):
 
         copy.copy_tile_pair(q_base, q, do_base, dout, b, h, q0 + start_m, q0 + seqlen_q, tid, BLOCK_M, CHUNKS, 8,
                             ROW_BYTES, SW, THREADS, False, DCOLS, SYNC)  # fmt: skip
-        n_lo, n_hi = key_tiles(start_m, BLOCK_M, BLOCK_N, mi)
+        # the key tiles to visit: a range, or a block mask's list clipped to it (block_info)
+        vr = visit_row(fx, seq, h, cuda.blockIdx.x, False, F)
+        n_lo, n_hi = walk_range(*key_tiles(start_m, BLOCK_M, BLOCK_N, mi), vr, F)
 
         # the double-buffered walk (pipeline's docstring): j = n_lo - 1 only starts tile n_lo
         for j in range(n_lo - 1, n_hi):
@@ -268,11 +273,11 @@ def tc_bwd_dq_kernel(t: TcBwdTiles, variant: Variant, dtype: str):
                 for kk in range(KSTEPS):
                     fragments.load_a(q_frag, kk * 4, q_base, warp * 16, kk, lane, ROW_BYTES)
                     fragments.load_a(do_frag, kk * 4, do_base, warp * 16, kk, lane, ROW_BYTES)
-            pipeline.prefetch_keys(j, n_hi, k_base, k, v_base, v, b, hk, k0, seqlen_k, tid, BLOCK_N, CHUNKS, 8,
+            pipeline.prefetch_keys(j, n_hi, vr, F, k_base, k, v_base, v, b, hk, k0, seqlen_k, tid, BLOCK_N, CHUNKS, 8,
                                    ROW_BYTES, SW, THREADS, KV_BYTES, 2, DCOLS, SYNC)  # fmt: skip
             if j < n_lo:
                 continue
-            start_n, k_tile, v_tile = pipeline.key_stage(j, k_base, v_base, BLOCK_N, KV_BYTES, 2)
+            start_n, k_tile, v_tile = pipeline.key_stage(j, vr, F, k_base, v_base, BLOCK_N, KV_BYTES, 2)
 
             # S = Q·K_jᵀ and dP = dO·V_jᵀ: K and V rows are the n dimension
             pipeline.zero(acc_s, S_REGS)
@@ -288,7 +293,7 @@ def tc_bwd_dq_kernel(t: TcBwdTiles, variant: Variant, dtype: str):
 
             # P and dS: element e of n-tile nt is (query g + 8·(e >> 1), key nt·8 + 2·tq + (e & 1))
             fragments.p_and_ds(acc_s, acc_dp, NT_S, start_m, BLOCK_M, start_n, BLOCK_N, start_m + warp * 16, start_n,
-                               si, mi, stats, 0, 2, False, di, F)  # fmt: skip
+                               si, mi, stats, 0, 2, False, di, tile_partial(j, vr, F), F)  # fmt: skip
 
             # dQ += dS·K_j: keys are the k dimension (ldmatrix.trans of K rows)
             for ps in range(PSTEPS):
@@ -326,8 +331,8 @@ def launches(t: TcBwdTiles, variant: Variant, dtype: str, sz: spec.Sizes) -> lis
                           spec.preprocess_grid(sz, PRE_THREADS), PRE_THREADS, 0, spec.preprocess_args("u16")),
         *(spec.KernelLaunch(f"tc_bwd_{part}", tc_bwd_dkdv_kernel(t, variant, dtype, part), t,
                             spec.key_grid(sz, t.kv_block_n), t.threads, smem_kv,
-                            spec.dkdv_args("u16", out)) for part in parts),
+                            spec.dkdv_args("u16", out), (t.kv_block_m, t.kv_block_n, True)) for part in parts),
         spec.KernelLaunch("tc_bwd_dq", tc_bwd_dq_kernel(t, variant, dtype), t,
                           spec.query_grid(sz, t.q_block_m), t.threads, smem_q,
-                          spec.dq_args("u16", out)),
+                          spec.dq_args("u16", out), (t.q_block_m, t.q_block_n, False)),
     ]  # fmt: skip

@@ -58,7 +58,7 @@ from numba_flash import ptx
 from numba_flash._numba_cuda import cuda, float32, uint16, uint32
 from numba_flash.config import TcTiles, tc_array_layout, tc_out_view
 from numba_flash.kernels import copy, fragments, pipeline, score, softmax, spec
-from numba_flash.kernels.block_info import key_tiles, this_block, tile_needs_mask
+from numba_flash.kernels.block_info import key_tiles, this_block, tile_needs_mask, tile_partial, visit_row, walk_range
 from numba_flash.variant import DROPOUT, VARLEN, Variant
 
 _ALIGN = ptx.SMEM_ALIGN  # a module global, so numba sees a literal (see ptx.SMEM_ALIGN)
@@ -95,13 +95,13 @@ def tc_forward_kernel(t: TcTiles, variant: Variant, dtype: str):
     BF16 = dtype == "bfloat16"
 
     @cuda.jit
-    def tc_forward(q, k, v, out32, lse, softmax_scale, params, alibi, cu_q, cu_k):
+    def tc_forward(q, k, v, out32, lse, softmax_scale, params, alibi, cu_q, cu_k, fx):
         start_m, b, h, hk, q0, k0, mi, seq = this_block(q, k, params, cu_q, cu_k, BLOCK_M, F, False)
         seqlen_q, seqlen_k = mi[0], mi[1]
         if F[VARLEN] and start_m >= seqlen_q:  # the grid covers the longest sequence
             return
         tid, warp, lane, _, tq = pipeline.lane_coords()
-        si, di = score.head_info(params, alibi, seq, h, softmax_scale, mi, True, F)
+        si, di = score.head_info(params, alibi, fx, seq, h, softmax_scale, mi, True, F)
 
         # one dynamic shared array (sized at launch: smem_bytes), carved into
         # Q | K stages | V stages; addresses are byte offsets in the shared window
@@ -119,7 +119,9 @@ def tc_forward_kernel(t: TcTiles, variant: Variant, dtype: str):
             m_i[r] = softmax.NEG_INF
             l_i[r] = float32(0.0)
 
-        n_lo, n_hi = key_tiles(start_m, BLOCK_M, BLOCK_N, mi)
+        # the key tiles to visit: a range, or a block mask's list clipped to it (block_info)
+        vr = visit_row(fx, seq, h, cuda.blockIdx.x, False, F)
+        n_lo, n_hi = walk_range(*key_tiles(start_m, BLOCK_M, BLOCK_N, mi), vr, F)
         copy.copy_tile(q_base, q, b, h, q0 + start_m, q0 + seqlen_q, tid, BLOCK_M, CHUNKS, 8, ROW_BYTES, SW, THREADS, False,
                        DCOLS, SYNC)  # fmt: skip
 
@@ -131,11 +133,11 @@ def tc_forward_kernel(t: TcTiles, variant: Variant, dtype: str):
                     for kk in range(KSTEPS):
                         fragments.load_a(q_frag, mt * Q_TILE + kk * 4, q_base, warp * WARP_ROWS + mt * 16, kk, lane,
                                          ROW_BYTES)  # fmt: skip
-            pipeline.prefetch_keys(j, n_hi, k_base, k, v_base, v, b, hk, k0, seqlen_k, tid, BLOCK_N, CHUNKS, 8, ROW_BYTES,
+            pipeline.prefetch_keys(j, n_hi, vr, F, k_base, k, v_base, v, b, hk, k0, seqlen_k, tid, BLOCK_N, CHUNKS, 8, ROW_BYTES,
                                    SW, THREADS, KV_BYTES, STAGES, DCOLS, SYNC)  # fmt: skip
             if j < n_lo:
                 continue
-            start_n, k_tile, v_tile = pipeline.key_stage(j, k_base, v_base, BLOCK_N, KV_BYTES, STAGES)
+            start_n, k_tile, v_tile = pipeline.key_stage(j, vr, F, k_base, v_base, BLOCK_N, KV_BYTES, STAGES)
 
             # S = Q·K_jᵀ: one ldmatrix.x4 gives the B fragments of two n-tiles, used by
             # 2·MT mma
@@ -155,7 +157,8 @@ def tc_forward_kernel(t: TcTiles, variant: Variant, dtype: str):
             # scores into the log2 domain, masked where the tile needs it; online softmax
             # for rows g (r = 0) and g + 8 (r = 1) of each m-tile
             needs_mask = tile_needs_mask(start_m, BLOCK_M, start_n, BLOCK_N, mi)
-            fragments.scale_and_mask(acc_s, 0, NT_S, MT, start_m + warp * WARP_ROWS, start_n, si, needs_mask, mi,
+            fragments.scale_and_mask(acc_s, 0, NT_S, MT, start_m + warp * WARP_ROWS, start_n, si, needs_mask,
+                                     tile_partial(j, vr, F), mi,
                                      False, True, F)  # fmt: skip
             for mt in range(MT):
                 for r in range(2):
@@ -204,4 +207,4 @@ def launches(t: TcTiles, variant: Variant, dtype: str, sz: spec.Sizes) -> list:
     grid = spec.query_grid(sz, t.block_m)
     kernel = tc_forward_kernel(t, variant, dtype)
     return [spec.KernelLaunch("tc_forward", kernel, t, grid, t.threads, smem_bytes(t),
-                              spec.forward_args("u16", tc_out_view(t)))]  # fmt: skip
+                              spec.forward_args("u16", tc_out_view(t)), (t.block_m, t.block_n, False))]  # fmt: skip

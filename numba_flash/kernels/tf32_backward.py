@@ -72,7 +72,8 @@ from numba_flash import ptx
 from numba_flash._numba_cuda import cuda, float32, uint32
 from numba_flash.config import Tf32BwdTiles
 from numba_flash.kernels import copy, fragments, pipeline, score, softmax, spec
-from numba_flash.kernels.block_info import group_size, key_tiles, query_tiles, this_block
+from numba_flash.kernels.block_info import (group_size, key_tiles, query_tiles, this_block, tile_partial, visit_row,
+                                            walk_range)
 from numba_flash.variant import VARLEN, Variant
 
 _ALIGN = ptx.SMEM_ALIGN  # a module global, so numba sees a literal (see ptx.SMEM_ALIGN)
@@ -98,7 +99,7 @@ def tf32_bwd_dkdv_kernel(t: Tf32BwdTiles, variant: Variant):
     SW = copy.SW_TF32
 
     @cuda.jit
-    def tf32_bwd_dkdv(q, k, v, dout, lse, delta, dk, dv, softmax_scale, params, alibi, cu_q, cu_k):
+    def tf32_bwd_dkdv(q, k, v, dout, lse, delta, dk, dv, softmax_scale, params, alibi, cu_q, cu_k, fx):
         start_n, b, h0, hk, q0, k0, mi, seq = this_block(q, k, params, cu_q, cu_k, BLOCK_N, F, True)
         seqlen_q, seqlen_k = mi[0], mi[1]
         if F[VARLEN] and start_n >= seqlen_k:  # the grid covers the longest sequence
@@ -132,17 +133,19 @@ def tf32_bwd_dkdv_kernel(t: Tf32BwdTiles, variant: Variant):
         # GQA: the walk below once per query head of the group, in order (a deterministic sum)
         for hq in range(group_size(params, F)):
             h = h0 + hq
-            si, di = score.head_info(params, alibi, seq, h, softmax_scale, mi, True, F)
+            vr = visit_row(fx, seq, h, cuda.blockIdx.x, True, F)  # a block mask's list of this head
+            p_lo, p_hi = walk_range(m_lo, m_hi, vr, F)
+            si, di = score.head_info(params, alibi, fx, seq, h, softmax_scale, mi, True, F)
             if hq > 0:
                 cuda.syncthreads()  # every warp is done with the last tile's stage, which the next prefetch reuses
-            # the double-buffered walk (pipeline's docstring): i = m_lo - 1 only starts tile m_lo
-            for i in range(m_lo - 1, m_hi):
-                pipeline.wait_for_tile(i, m_lo)  # query tile i, its lse and delta (and K, V) are in shared memory
-                pipeline.prefetch_queries(i, m_hi, q_base, q, do_base, dout, s_rows, lse, delta, b, h, q0, seqlen_q,
+            # the double-buffered walk (pipeline's docstring): i = p_lo - 1 only starts the first tile
+            for i in range(p_lo - 1, p_hi):
+                pipeline.wait_for_tile(i, p_lo)  # query tile i, its lse and delta (and K, V) are in shared memory
+                pipeline.prefetch_queries(i, p_hi, vr, F, q_base, q, do_base, dout, s_rows, lse, delta, b, h, q0, seqlen_q,
                                           tid, BLOCK_M, CHUNKS, 4, ROW_BYTES, SW, THREADS, QT_BYTES)  # fmt: skip
-                if i < m_lo:
+                if i < p_lo:
                     continue
-                start_m, q_tile, do_tile, rows_off = pipeline.query_stage(i, q_base, do_base, BLOCK_M, QT_BYTES)
+                start_m, q_tile, do_tile, rows_off = pipeline.query_stage(i, vr, F, q_base, do_base, BLOCK_M, QT_BYTES)
 
                 # Sᵀ = K·Qᵀ and dPᵀ = V·dOᵀ: K, V rows are m (A), Q, dO rows are n (B); then
                 # Pᵀ and dSᵀ (element e of n-tile nt: key g + 8·(e >> 1), query 8nt + 2t + (e & 1))
@@ -150,7 +153,7 @@ def tf32_bwd_dkdv_kernel(t: Tf32BwdTiles, variant: Variant):
                                        ROW_BYTES)  # fmt: skip
                 fragments.p_and_ds(acc_s, acc_dp, NT_S, start_m, BLOCK_M, start_n, BLOCK_N, start_n + warp * 16,
                                    start_m, si, mi, s_rows, rows_off, rows_off + BLOCK_M, True, di,
-                                   F)  # fmt: skip
+                                   tile_partial(i, vr, F), F)  # fmt: skip
 
                 # dV += Pᵀ·dO and dK += dSᵀ·Q: queries are k (fragments.mma_tf32_rows)
                 for nt in range(NT_S):
@@ -189,14 +192,14 @@ def tf32_bwd_dq_kernel(t: Tf32BwdTiles, variant: Variant):
     SW = copy.SW_TF32
 
     @cuda.jit
-    def tf32_bwd_dq(q, k, v, dout, lse, delta, dq, softmax_scale, params, alibi, cu_q, cu_k):
+    def tf32_bwd_dq(q, k, v, dout, lse, delta, dq, softmax_scale, params, alibi, cu_q, cu_k, fx):
         start_m, b, h, hk, q0, k0, mi, seq = this_block(q, k, params, cu_q, cu_k, BLOCK_M, F, False)
         seqlen_q, seqlen_k = mi[0], mi[1]
         if F[VARLEN] and start_m >= seqlen_q:  # the grid covers the longest sequence
             return
         tid, warp, lane, g, tq = pipeline.lane_coords()
         sw_g = copy.swizzle(g, 0, SW)
-        si, di = score.head_info(params, alibi, seq, h, softmax_scale, mi, True, F)
+        si, di = score.head_info(params, alibi, fx, seq, h, softmax_scale, mi, True, F)
 
         # dynamic: Q | dO | K stages | V stages (byte offsets)
         smem = cuda.shared.array(0, float32, alignment=_ALIGN)
@@ -216,25 +219,27 @@ def tf32_bwd_dq_kernel(t: Tf32BwdTiles, variant: Variant):
 
         copy.copy_tile_pair(q_base, q, do_base, dout, b, h, q0 + start_m, q0 + seqlen_q, tid, BLOCK_M, CHUNKS, 4,
                             ROW_BYTES, SW, THREADS)  # fmt: skip
-        n_lo, n_hi = key_tiles(start_m, BLOCK_M, BLOCK_N, mi)
+        # the key tiles to visit: a range, or a block mask's list clipped to it (block_info)
+        vr = visit_row(fx, seq, h, cuda.blockIdx.x, False, F)
+        n_lo, n_hi = walk_range(*key_tiles(start_m, BLOCK_M, BLOCK_N, mi), vr, F)
 
         row_q = q_base + (warp * 16 + g) * ROW_BYTES  # A rows: queries g, g + 8 of this warp
         row_do = do_base + (warp * 16 + g) * ROW_BYTES
         # the double-buffered walk (pipeline's docstring): j = n_lo - 1 only starts tile n_lo
         for j in range(n_lo - 1, n_hi):
             pipeline.wait_for_tile(j, n_lo)  # key tile j (and Q, dO) is in shared memory for all
-            pipeline.prefetch_keys(j, n_hi, k_base, k, v_base, v, b, hk, k0, seqlen_k, tid, BLOCK_N, CHUNKS, 4,
+            pipeline.prefetch_keys(j, n_hi, vr, F, k_base, k, v_base, v, b, hk, k0, seqlen_k, tid, BLOCK_N, CHUNKS, 4,
                                    ROW_BYTES, SW, THREADS, KV_BYTES, 2)  # fmt: skip
             if j < n_lo:
                 continue
-            start_n, k_tile, v_tile = pipeline.key_stage(j, k_base, v_base, BLOCK_N, KV_BYTES, 2)
+            start_n, k_tile, v_tile = pipeline.key_stage(j, vr, F, k_base, v_base, BLOCK_N, KV_BYTES, 2)
 
             # S = Q·K_jᵀ and dP = dO·V_jᵀ: Q, dO rows are m (A), K, V rows are n (B); then
             # P and dS (element e of n-tile nt: query g + 8·(e >> 1), key 8nt + 2t + (e & 1))
             fragments.mma_tf32_two(acc_s, acc_dp, qa, da, row_q, row_do, k_tile, v_tile, g, tq, sw_g, KPAIRS, NT_S,
                                    ROW_BYTES)  # fmt: skip
             fragments.p_and_ds(acc_s, acc_dp, NT_S, start_m, BLOCK_M, start_n, BLOCK_N, start_m + warp * 16, start_n,
-                               si, mi, stats, 0, 2, False, di, F)  # fmt: skip
+                               si, mi, stats, 0, 2, False, di, tile_partial(j, vr, F), F)  # fmt: skip
 
             # dQ += dS·K_j: keys are k (fragments.mma_tf32_rows)
             for nt in range(NT_S):
@@ -267,7 +272,7 @@ def launches(t: Tf32BwdTiles, variant: Variant, sz: spec.Sizes) -> list:
     return [
         simt_blocked_backward.preprocess_launch(t, t.head_dim, sz),
         spec.KernelLaunch("tf32_bwd_dkdv", tf32_bwd_dkdv_kernel(t, variant), t, spec.key_grid(sz, t.kv_block_n),
-                          t.threads, smem_kv, spec.dkdv_args()),
+                          t.threads, smem_kv, spec.dkdv_args(), (t.kv_block_m, t.kv_block_n, True)),
         spec.KernelLaunch("tf32_bwd_dq", tf32_bwd_dq_kernel(t, variant), t, spec.query_grid(sz, t.q_block_m),
-                          t.threads, smem_q, spec.dq_args()),
+                          t.threads, smem_q, spec.dq_args(), (t.q_block_m, t.q_block_n, False)),
     ]  # fmt: skip

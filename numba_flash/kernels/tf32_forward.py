@@ -68,7 +68,7 @@ from numba_flash import ptx
 from numba_flash._numba_cuda import cuda, float32, uint32
 from numba_flash.config import TcTiles
 from numba_flash.kernels import copy, fragments, pipeline, score, softmax, spec
-from numba_flash.kernels.block_info import key_tiles, this_block, tile_needs_mask
+from numba_flash.kernels.block_info import key_tiles, this_block, tile_needs_mask, tile_partial, visit_row, walk_range
 from numba_flash.variant import DROPOUT, VARLEN, Variant
 
 _ALIGN = ptx.SMEM_ALIGN  # a module global, so numba sees a literal (see ptx.SMEM_ALIGN)
@@ -99,14 +99,14 @@ def tf32_forward_kernel(t: TcTiles, variant: Variant):
     SW = copy.SW_TF32
 
     @cuda.jit
-    def tf32_forward(q, k, v, out, lse, softmax_scale, params, alibi, cu_q, cu_k):
+    def tf32_forward(q, k, v, out, lse, softmax_scale, params, alibi, cu_q, cu_k, fx):
         start_m, b, h, hk, q0, k0, mi, seq = this_block(q, k, params, cu_q, cu_k, BLOCK_M, F, False)
         seqlen_q, seqlen_k = mi[0], mi[1]
         if F[VARLEN] and start_m >= seqlen_q:  # the grid covers the longest sequence
             return
         tid, warp, lane, g, tq = pipeline.lane_coords()
         sw_g = copy.swizzle(g, 0, SW)  # the swizzle of rows ≡ g (mod 8), which this lane reads in Q, K
-        si, di = score.head_info(params, alibi, seq, h, softmax_scale, mi, True, F)
+        si, di = score.head_info(params, alibi, fx, seq, h, softmax_scale, mi, True, F)
 
         # one dynamic shared array (sized at launch: smem_bytes), carved into
         # Q | K stages | V stages; addresses are byte offsets in the shared window
@@ -124,7 +124,9 @@ def tf32_forward_kernel(t: TcTiles, variant: Variant):
             m_i[r] = softmax.NEG_INF
             l_i[r] = float32(0.0)
 
-        n_lo, n_hi = key_tiles(start_m, BLOCK_M, BLOCK_N, mi)
+        # the key tiles to visit: a range, or a block mask's list clipped to it (block_info)
+        vr = visit_row(fx, seq, h, cuda.blockIdx.x, False, F)
+        n_lo, n_hi = walk_range(*key_tiles(start_m, BLOCK_M, BLOCK_N, mi), vr, F)
         copy.copy_tile(q_base, q, b, h, q0 + start_m, q0 + seqlen_q, tid, BLOCK_M, CHUNKS, 4, ROW_BYTES, SW, THREADS)
 
         # the double-buffered walk (pipeline's docstring): j = n_lo - 1 only starts tile n_lo
@@ -134,11 +136,11 @@ def tf32_forward_kernel(t: TcTiles, variant: Variant):
                 for p in range(KPAIRS):
                     fragments.load_tf32_a(q_frag, 8 * p, q_base + (warp * 16 + g) * ROW_BYTES,
                                           ((4 * p + tq) ^ sw_g) << 4, ROW_BYTES)  # fmt: skip
-            pipeline.prefetch_keys(j, n_hi, k_base, k, v_base, v, b, hk, k0, seqlen_k, tid, BLOCK_N, CHUNKS, 4,
+            pipeline.prefetch_keys(j, n_hi, vr, F, k_base, k, v_base, v, b, hk, k0, seqlen_k, tid, BLOCK_N, CHUNKS, 4,
                                    ROW_BYTES, SW, THREADS, KV_BYTES, STAGES)  # fmt: skip
             if j < n_lo:
                 continue
-            start_n, k_tile, v_tile = pipeline.key_stage(j, k_base, v_base, BLOCK_N, KV_BYTES, STAGES)
+            start_n, k_tile, v_tile = pipeline.key_stage(j, vr, F, k_base, v_base, BLOCK_N, KV_BYTES, STAGES)
 
             # S = Q·K_jᵀ: one v4 load of K row (8·nt + g) feeds the two k-steps of a pair
             pipeline.zero(acc_s, S_REGS)
@@ -150,7 +152,8 @@ def tf32_forward_kernel(t: TcTiles, variant: Variant):
             # scores into the log2 domain, masked where the tile needs it; online softmax
             # for rows g (r = 0) and g + 8 (r = 1)
             needs_mask = tile_needs_mask(start_m, BLOCK_M, start_n, BLOCK_N, mi)
-            fragments.scale_and_mask(acc_s, 0, NT_S, 1, start_m + warp * 16, start_n, si, needs_mask, mi, False, True,
+            fragments.scale_and_mask(acc_s, 0, NT_S, 1, start_m + warp * 16, start_n, si, needs_mask,
+                                     tile_partial(j, vr, F), mi, False, True,
                                      F)  # fmt: skip
             for r in range(2):
                 softmax.online_softmax_row(acc_s, 2 * r, 4, NT_S, 2, acc_o, 2 * r, 4, NT_O, 2, m_i, l_i, r, 4, True)
@@ -187,4 +190,5 @@ def launches(t: TcTiles, variant: Variant, sz: spec.Sizes) -> list:
     """The TF32 forward: one kernel, a block per ``block_m`` queries of a (batch, head)."""
     grid = spec.query_grid(sz, t.block_m)
     kernel = tf32_forward_kernel(t, variant)
-    return [spec.KernelLaunch("tf32_forward", kernel, t, grid, t.threads, smem_bytes(t), spec.forward_args())]
+    return [spec.KernelLaunch("tf32_forward", kernel, t, grid, t.threads, smem_bytes(t), spec.forward_args(),
+                              (t.block_m, t.block_n, False))]

@@ -1,0 +1,269 @@
+"""FlexAttention on the host: a call's ``score_mod``, ``score_mod_grad``, ``block_mask`` and ``mod_args``.
+
+``flash_attention(..., score_mod=, block_mask=, mod_args=)`` and its backward hand
+them to :class:`FlexCall`, which
+
+* checks them (a function's arity against its ``mod_args``, the block mask's sizes
+  against the call's; ``score_mod_grad`` is required in the backward), and compiles
+  each function alone in a probe kernel first, so that one that does not compile
+  for the GPU, or returns the wrong type, gets a ``TypeError`` naming it;
+* makes the kernels' compile-time part, :class:`numba_flash.variant.Mods` (the user's
+  functions as inlined numba device functions, one per Python function: kernels are
+  cached per function);
+* and their run-time part, ``fx`` (``kernels.flex``): the ``mod_args`` on the
+  device, and per launch the block mask's visit lists for that kernel's tiles
+  (:func:`visit_lists`, kept on the block mask for the next call).
+
+A block mask without ``mask_mod`` (``BlockMask.from_dense``) has its PARTIAL tiles —
+kernel tiles that straddle a kept and a dropped block — decided by its own block
+kinds (:func:`_kept_block`).  Visit lists are the block mask's non-EMPTY tiles
+inside the range the built-in masks (causal, window) leave, in increasing order, each
+``tile << 1 | partial``.
+"""
+
+from __future__ import annotations
+
+import numbers
+import weakref
+
+import numpy as np
+
+from numba_flash._numba_cuda import SIMULATOR, cuda
+from numba_flash.block_mask import EMPTY, PARTIAL, BlockMask, _device_mod, check_mod
+from numba_flash.variant import Mods
+
+
+def _kept_block(b, h, q_idx, kv_idx, kinds, block_size):
+    """A dense block mask's ``mask_mod``: the pair's block is not EMPTY."""
+    return kinds[b % kinds.shape[0], h % kinds.shape[1], q_idx // block_size, kv_idx // block_size] != 0
+
+
+_LISTS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # BlockMask -> {key: (count, visit)}
+
+
+def visit_lists(bm: BlockMask, block_m: int, block_n: int, keys_are_rows: bool, seqlen_q: int, seqlen_k: int,
+                window=(-1, -1)) -> tuple:
+    """``(count, visit)`` int32 NumPy arrays (B', H', R) and (B', H', R, L): row tile
+    r's tiles to visit (query tiles of ``block_m`` rows against key tiles of
+    ``block_n``; rows are key tiles when ``keys_are_rows``), ``visit[..., :count]``
+    each ``tile << 1 | partial``, increasing: the block mask's non-EMPTY tiles inside
+    the range the built-in masks leave (``window`` with causal folded in, as
+    ``block_info.key_tiles`` / ``query_tiles``)."""
+    kinds = bm.tile_kinds(block_m, block_n, keys_are_rows)
+    rows, cols = kinds.shape[2], kinds.shape[3]
+    diag = seqlen_k - seqlen_q
+    left, right = window
+    if not keys_are_rows:  # row tile = query tile: block_info.key_tiles
+        start = np.arange(rows) * block_m
+        end = np.full(rows, seqlen_k) if right < 0 else np.clip(start + block_m + diag + right, 0, seqlen_k)
+        lo = np.zeros(rows, int) if left < 0 else np.clip(start + diag - left, 0, seqlen_k) // block_n
+        hi = np.maximum(lo, -(-end // block_n))
+    else:  # row tile = key tile: block_info.query_tiles
+        start = np.arange(rows) * block_n
+        lo = np.zeros(rows, int) if right < 0 else np.clip(start - diag - right, 0, seqlen_q) // block_m
+        end = np.full(rows, seqlen_q) if left < 0 else np.clip(start + block_n - diag + left, 0, seqlen_q)
+        hi = np.maximum(lo, -(-end // block_m))
+    col = np.arange(cols)
+    inside = (col[None, :] >= lo[:, None]) & (col[None, :] < hi[:, None])
+    kinds = np.where(inside[None, None], kinds, EMPTY)
+    keep = kinds != EMPTY
+    count = keep.sum(axis=3).astype(np.int32)
+    width = max(int(count.max()) if count.size else 0, 1)
+    order = np.argsort(~keep, axis=3, kind="stable")[..., :width]  # kept tiles first, in order
+    partial = np.take_along_axis(kinds, order, axis=3) == PARTIAL
+    visit = (order * 2 + partial).astype(np.int32)
+    if visit.shape[3] < width:  # no columns at all
+        visit = np.zeros(kinds.shape[:3] + (width,), np.int32)
+    return count, np.ascontiguousarray(visit)
+
+
+def _on_device(a, xp):
+    """A ``mod_args`` entry as the kernels take it: arrays on the compute side (CuPy,
+    NumPy under the simulator), Python floats as float32 (the user's math stays
+    fp32), other scalars as they are."""
+    if isinstance(a, (bool, np.bool_)):
+        return np.bool_(a)
+    if isinstance(a, float):
+        return np.float32(a)
+    if isinstance(a, (numbers.Integral, np.number)):
+        return a if isinstance(a, np.number) else int(a)
+    if xp is np:
+        return np.ascontiguousarray(a.get() if hasattr(a, "get") and not isinstance(a, np.ndarray) else a)
+    if hasattr(a, "__cuda_array_interface__"):
+        return xp.asarray(a)
+    if hasattr(a, "__dlpack__") and not isinstance(a, np.ndarray):
+        return xp.from_dlpack(a)
+    return xp.asarray(a)
+
+
+def _check_args(mod_args, name="mod_args") -> tuple:
+    if not isinstance(mod_args, (tuple, list)):
+        raise TypeError(f"{name}: expected a tuple of arrays and scalars, got {type(mod_args).__name__}")
+    for i, a in enumerate(mod_args):
+        scalar = isinstance(a, (numbers.Number, np.number, np.bool_))
+        array = hasattr(a, "__cuda_array_interface__") or hasattr(a, "__dlpack__") or isinstance(a, np.ndarray)
+        if not (scalar or array) or isinstance(a, complex):
+            raise TypeError(f"{name}[{i}]: expected an array (CuPy, NumPy, CUDA array interface, DLPack) or a real "
+                            f"scalar, got {type(a).__name__}")  # fmt: skip
+    return tuple(mod_args)
+
+
+_PROBES: dict = {}
+
+
+def _probe(name: str, fn, device_fn, fixed: int, args: tuple) -> None:
+    """Compile (and run once) ``fn`` alone: a TypeError naming it when it does not
+    compile for the GPU with these ``mod_args``, fails, or returns no number/bool."""
+    key = (device_fn, tuple(_type_key(a) for a in args))
+    if key in _PROBES:
+        return
+    fname = getattr(fn, "__name__", repr(fn))
+    want = "a number (the new score)" if fixed == 5 else "a bool (True: the pair takes part)"
+    lead = "score, b, h, q_idx, kv_idx" if fixed == 5 else "b, h, q_idx, kv_idx"
+    if SIMULATOR:  # the kernels run the Python function itself
+        try:
+            value = fn(*((np.float32(0.5),) if fixed == 5 else ()), 0, 0, 0, 0, *args)
+        except Exception as exc:
+            raise TypeError(f"{name} {fname!r} failed on sample arguments ({lead}, *mod_args): "
+                            f"{type(exc).__name__}: {exc}") from exc  # fmt: skip
+        if not isinstance(value, (numbers.Real, np.number, np.bool_)):
+            raise TypeError(f"{name} {fname!r} returned {type(value).__name__}: expected {want}")
+        _PROBES[key] = True
+        return
+    import cupy
+
+    out = cupy.zeros(1, cupy.float32 if fixed == 5 else cupy.bool_)
+    kernel = _probe_kernel(device_fn, fixed == 5)
+    try:
+        kernel[1, 1](out, args)
+    except Exception as exc:
+        if "numba" not in type(exc).__module__:
+            raise
+        first = str(exc).strip().splitlines()
+        raise TypeError(f"{name} {fname!r} does not compile for the GPU with mod_args of types "
+                        f"{[type(a).__name__ for a in args]} (it takes ({lead}, *mod_args) and must return {want}): "
+                        f"{first[0] if first else type(exc).__name__}") from exc  # fmt: skip
+    _PROBES[key] = True
+
+
+def _type_key(a):
+    if hasattr(a, "dtype") and getattr(a, "ndim", 0) > 0:
+        return (str(a.dtype), a.ndim)
+    return type(a)
+
+
+_PROBE_KERNELS: dict = {}
+
+
+def _probe_kernel(device_fn, is_score: bool):
+    key = (device_fn, is_score)
+    if key not in _PROBE_KERNELS:
+        from numba import float32
+
+        if is_score:
+
+            @cuda.jit
+            def probe(out, args):
+                out[0] = device_fn(float32(0.5), 0, 0, 0, 0, *args)
+
+        else:
+
+            @cuda.jit
+            def probe(out, args):
+                out[0] = bool(device_fn(0, 0, 0, 0, *args))
+
+        _PROBE_KERNELS[key] = probe
+    return _PROBE_KERNELS[key]
+
+
+class FlexCall:
+    """A call's FlexAttention arguments, checked, with the kernels' ``mods`` and a
+    provider of ``fx`` per launch (:meth:`fx`)."""
+
+    def __init__(self, score_mod, score_mod_grad, block_mask, mod_args, *, batch: int, heads: int, seqlen_q: int,
+                 seqlen_k: int, window=(-1, -1), backward: bool = False):  # fmt: skip
+        mod_args = _check_args(mod_args)
+        if score_mod is None and score_mod_grad is not None:
+            raise ValueError("score_mod_grad: given without a score_mod")
+        if score_mod is None and mod_args:
+            raise ValueError(f"mod_args: {len(mod_args)} given without a score_mod to read them (a block mask's "
+                             "mask_mod has its own, BlockMask.mod_args)")  # fmt: skip
+        if score_mod is not None:
+            check_mod("score_mod", score_mod, 5, mod_args)
+            if backward:
+                if score_mod_grad is None:
+                    raise ValueError("score_mod_grad: the backward needs the derivative of score_mod with respect to "
+                                     "the score, score_mod_grad(score, b, h, q_idx, kv_idx, *mod_args) -> float "
+                                     "(1.0 for a bias that does not depend on the score); got None")  # fmt: skip
+                check_mod("score_mod_grad", score_mod_grad, 5, mod_args)
+        if block_mask is not None:
+            if not isinstance(block_mask, BlockMask):
+                raise TypeError(f"block_mask: expected a numba_flash.BlockMask (create_block_mask, "
+                                f"BlockMask.from_dense) or None, got {type(block_mask).__name__}")  # fmt: skip
+            if (block_mask.seqlen_q, block_mask.seqlen_k) != (seqlen_q, seqlen_k):
+                raise ValueError(f"block_mask: made for seqlen_q={block_mask.seqlen_q}, seqlen_k={block_mask.seqlen_k}; "
+                                 f"expected {seqlen_q}, {seqlen_k} (q's and k's)")  # fmt: skip
+            kb, kh = block_mask.kinds.shape[:2]
+            if kb not in (1, batch) or kh not in (1, heads):
+                raise ValueError(f"block_mask: kinds of shape {block_mask.kinds.shape}: expected batch 1 or {batch} "
+                                 f"and heads 1 or {heads}")  # fmt: skip
+        self.block_mask = block_mask
+        self.window = tuple(window)
+        self.sizes = (seqlen_q, seqlen_k)
+        xp = np if SIMULATOR else __import__("cupy")
+        self.xp = xp
+        self.score_args = tuple(_on_device(a, xp) for a in mod_args)
+        score_fn = grad_fn = mask_fn = None
+        if score_mod is not None:
+            score_fn = _device_mod(score_mod)
+            _probe("score_mod", score_mod, score_fn, 5, self.score_args)
+            if backward:
+                grad_fn = _device_mod(score_mod_grad)
+                _probe("score_mod_grad", score_mod_grad, grad_fn, 5, self.score_args)
+        self.mask_args = ()
+        if block_mask is not None:
+            if block_mask.mask_mod is not None:
+                mask_fn = _device_mod(block_mask.mask_mod)
+                self.mask_args = tuple(_on_device(a, xp) for a in block_mask.mod_args)
+                _probe("mask_mod", block_mask.mask_mod, mask_fn, 4, self.mask_args)
+            else:
+                mask_fn = _device_mod(_kept_block)
+                self.mask_args = (_on_device(block_mask.kinds, xp), int(block_mask.block_size))
+        self.mods = Mods(score_fn, grad_fn, mask_fn, block_mask is not None)
+        self._dummy = None
+
+    def fx(self, walk: tuple) -> tuple:
+        """``fx`` for a launch whose tile walk is ``walk`` (``KernelLaunch.walk``):
+        ``(score_args, mask_args, count, visit, count_t, visit_t)``."""
+        if self._dummy is None:
+            from numba_flash.api import plain_fx
+
+            self._dummy = plain_fx(self.xp)[2:4]
+        lists = self._dummy + self._dummy
+        if self.block_mask is not None and walk:
+            block_m, block_n, keys_are_rows = walk
+            pair = self._lists(block_m, block_n, keys_are_rows)
+            lists = (self._dummy + pair) if keys_are_rows else (pair + self._dummy)
+        return (self.score_args, self.mask_args) + lists
+
+    def _lists(self, block_m, block_n, keys_are_rows):
+        cache = _LISTS.setdefault(self.block_mask, {})
+        key = (block_m, block_n, keys_are_rows, self.sizes, self.window, self.xp.__name__, _device_id(self.xp))
+        if key not in cache:
+            count, visit = visit_lists(self.block_mask, block_m, block_n, keys_are_rows, *self.sizes, self.window)
+            cache[key] = (self.xp.asarray(count), self.xp.asarray(visit))
+        return cache[key]
+
+
+def _device_id(xp) -> int:
+    return -1 if xp is np else xp.cuda.Device().id
+
+
+def compile_error(exc: Exception, flex: FlexCall) -> TypeError | None:
+    """A TypeError for a numba error raised while compiling a kernel with the user's
+    functions inlined (each compiled alone first: rare), or None for other errors."""
+    if "numba" not in type(exc).__module__:
+        return None
+    first = str(exc).strip().splitlines()
+    return TypeError(f"the kernels with score_mod / mask_mod inlined do not compile: "
+                     f"{first[0] if first else type(exc).__name__}")  # fmt: skip

@@ -1,0 +1,76 @@
+"""FlexAttention's step: the user's ``score_mod`` and ``mask_mod``, inlined into every kernel.
+
+A call with ``score_mod`` or a ``block_mask`` (``numba_flash.flex``) compiles each
+kernel with the user's plain Python functions as numba device functions, inlined
+(``Variant.mods``; the kernels' ``F`` holds them at ``SCORE_FN``, ``GRAD_FN``,
+``MASK_FN``, and :data:`NO_MOD`, never called, where one is absent).  Per element,
+after the built-in score step (scale, softcap, ALiBi: ``kernels.score``)::
+
+    x = score_mod(x, b, h, q_idx, kv_idx, *score_args)          every visited tile
+    visible = mask_mod(b, h, q_idx, kv_idx, *mask_args)          PARTIAL tiles only
+
+in natural units (the tensor-core kernels, in the log2 domain, convert ``x`` to and
+from it around the call: ``LOG2``).  The backward multiplies dS by
+``score_mod_grad(x, b, h, q_idx, kv_idx, *score_args)`` (∂score_mod/∂score at the
+same x).  ``b`` is the batch index, ``h`` the query head; indices are the positions
+in the sequences.
+
+The run-time side is one kernel parameter, ``fx`` (``numba_flash.flex.flex_buffers``):
+``(score_args, mask_args, count, visit, count_t, visit_t)``, the user's ``mod_args``
+of ``score_mod`` and of the block mask's ``mask_mod``, and the block-sparse visit
+lists that ``block_info.visit_row`` reads (query-major for the forward and dQ,
+key-major ``_t`` for dK/dV).  Head info (``score.score_info``) carries ``(b, h, fx)``
+as its last three entries, so every step that has ``si`` can call the user's
+functions.
+"""
+
+from __future__ import annotations
+
+import math
+
+from numba_flash._numba_cuda import device_function, float32
+from numba_flash.variant import GRAD_FN, MASK_FN, MASK_MOD, SCORE_FN, SCORE_MOD
+
+LN2 = math.log(2.0)
+LOG2E = 1.0 / LN2
+SEQ, HEAD, FX = 4, 5, 6  # where score_info keeps (b, h, fx)
+SCORE_ARGS, MASK_ARGS, COUNT, VISIT, COUNT_T, VISIT_T = range(6)  # positions in fx
+
+
+def _no_mod(*args):
+    return args[0]
+
+
+#: The stand-in for an absent user function (a call without mods: never called).
+NO_MOD = device_function(_no_mod)
+
+
+@device_function
+def modded(x, q_idx, k_idx, si, mi, LOG2, GRAD, F):
+    """``(score_mod(x), score_mod_grad(x))`` of the element (query ``q_idx``, key
+    ``k_idx``) with ``x`` the built-in step's score (log2 units when ``LOG2``); the
+    derivative only when ``GRAD`` (the backward), else 1.  ``(x, 1)`` without
+    score_mod, and for the padding past the sequences (``mi``'s lengths: masked or
+    never written), where the user's function is not called: its indices are always
+    in range, as FlexAttention's."""
+    if F[SCORE_MOD] and q_idx < mi[0] and k_idx < mi[1]:
+        y = x * float32(LN2) if LOG2 else x
+        args = si[FX][SCORE_ARGS]
+        dy = float32(1.0)
+        if GRAD:
+            dy = float32(F[GRAD_FN](y, si[SEQ], si[HEAD], q_idx, k_idx, *args))
+        y = float32(F[SCORE_FN](y, si[SEQ], si[HEAD], q_idx, k_idx, *args))
+        return (y * float32(LOG2E) if LOG2 else y), dy
+    return x, float32(1.0)
+
+
+@device_function
+def mod_visible(q_idx, k_idx, partial, si, mi, F):
+    """The block mask's verdict on (``q_idx``, ``k_idx``): ``mask_mod`` on a PARTIAL
+    tile (False past the sequences' ends, ``mi``, without calling it), True on a FULL
+    one (and without a mask_mod)."""
+    if F[MASK_MOD] and partial:
+        if q_idx >= mi[0] or k_idx >= mi[1]:
+            return False
+        return bool(F[MASK_FN](si[SEQ], si[HEAD], q_idx, k_idx, *si[FX][MASK_ARGS]))
+    return True

@@ -1,0 +1,254 @@
+"""FlexAttention in the kernels: ``score_mod``, ``mask_mod`` block masks and block-sparse
+walks on every kernel family, forward and backward, against the float64 reference
+(which evaluates the same Python functions in NumPy).
+
+Tolerances as for the built-in variants (``test_variants``): exact fp32 ≤ 1e-5 / 1e-4,
+fp16/bf16 and TF32 ≤ 2× / 3× the same-precision standard attention given the same
+mods.  Outputs start as NaN.  The simulator runs tiny shapes on a sample of the
+family × case matrix; ``pytest -m gpu`` runs all of it and sizes spanning many tiles.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from conftest import BWD_TOL, FWD_TOL, SIMULATOR, grad_errors, host
+from test_variants import FAMILIES, FLOOR, _baselines, _inputs, _xp
+
+import numba_flash
+from numba_flash import BlockMask, create_block_mask, plan, reference
+from numba_flash import _arrays
+
+# --- the user's functions (plain Python, scalar math) ---------------------------------------
+
+
+def rel_bias(score, b, h, q_idx, kv_idx, table):
+    """A learned relative-position bias, one table row per head."""
+    return score + table[h, (q_idx - kv_idx) % table.shape[1]]
+
+
+def rel_bias_grad(score, b, h, q_idx, kv_idx, table):
+    return 1.0
+
+
+def tanh_cap(score, b, h, q_idx, kv_idx, cap):
+    """softcap written as a score_mod."""
+    return cap * math.tanh(score / cap)
+
+
+def tanh_cap_grad(score, b, h, q_idx, kv_idx, cap):
+    t = math.tanh(score / cap)
+    return 1.0 - t * t
+
+
+def same_doc(b, h, q_idx, kv_idx, doc):
+    """Packed documents: a query sees keys of its own document."""
+    return doc[q_idx] == doc[kv_idx]
+
+
+def causal_mod(b, h, q_idx, kv_idx, diag):
+    return kv_idx <= q_idx + diag
+
+
+def _doc_ids(rng, n, docs=3):
+    cuts = np.sort(rng.choice(np.arange(1, n), size=docs - 1, replace=False))
+    return np.searchsorted(cuts, np.arange(n), side="right").astype(np.int32)
+
+
+def case(rng, name, B, H, Nq, Nk, xp):
+    """(flash_attention keywords, backward-only keywords, reference keywords) of a case."""
+    fwd, ref = {}, {}
+    if name in ("bias", "all"):
+        table = (0.5 * rng.standard_normal((H, 7))).astype(np.float32)
+        fwd.update(score_mod=rel_bias, mod_args=(xp.asarray(table),))
+        ref.update(score_mod=rel_bias, mod_args=(table,))
+    if name == "cap":
+        fwd.update(score_mod=tanh_cap, mod_args=(1.5,))
+        ref.update(score_mod=tanh_cap, mod_args=(1.5,))
+    if name in ("document", "all"):
+        doc = _doc_ids(rng, max(Nq, Nk))
+        bm = create_block_mask(same_doc, None, None, Nq, Nk, block_size=16, mod_args=(xp.asarray(doc),))
+        fwd["block_mask"] = ref["block_mask"] = bm
+    if name == "sparse":  # the paper's fixed pattern, blocks smaller than the kernels' tiles
+        pattern = rng.random((B, H, -(-Nq // 16), -(-Nk // 16))) < 0.5
+        fwd["block_mask"] = ref["block_mask"] = BlockMask.from_dense(pattern, 16, Nq, Nk)
+    if name == "causal-mod":
+        bm = create_block_mask(causal_mod, None, None, Nq, Nk, block_size=16, mod_args=(Nk - Nq,))
+        fwd["block_mask"] = ref["block_mask"] = bm
+    grad = {rel_bias: rel_bias_grad, tanh_cap: tanh_cap_grad}.get(fwd.get("score_mod"))
+    bwd = {"score_mod_grad": grad} if grad else {}
+    return fwd, bwd, ref
+
+
+#: name: (case, extra built-in keywords, H, H_kv)
+CASES = {
+    "bias": ("bias", {}, 2, 2),
+    "cap": ("cap", {"causal": True}, 2, 2),
+    "document": ("document", {}, 2, 2),
+    "sparse": ("sparse", {}, 2, 2),
+    "causal-mod": ("causal-mod", {}, 2, 2),
+    "all": ("all", {"causal": True, "window_size": (9, -1), "softcap": 4.0, "dropout_p": 0.2}, 4, 2),
+}
+
+SIM_MATRIX = [(f, c) for f in ("fp32-blocked", "fp32-rowgroup") for c in CASES] + [
+    ("fp16", "all"), ("bf16", "bias"), ("tf32", "all"), ("fp16", "sparse")]  # fmt: skip
+GPU_MATRIX = [(f, c) for f in FAMILIES for c in CASES if (f, c) not in SIM_MATRIX]
+
+
+def check_flex(rng, fam, name, B=1, Nq=37, Nk=45):
+    dtype, d, tf32, family = FAMILIES[fam]
+    kind, builtin, H, H_kv = CASES[name]
+    assert plan.family(plan.Problem("forward", _arrays.dtype_name(np.dtype(dtype)), d, allow_tf32=tf32))[0] == family
+    q, k, v, dout = _inputs(rng, dtype, B, H, H_kv, Nq, Nk, d)
+    builtin = dict(builtin)
+    if "dropout_p" in builtin:
+        builtin["seed"] = int(rng.integers(0, 2**63))
+    xp = _xp()
+    dev = [xp.asarray(x) for x in (q, k, v, dout)]
+    fwd, bwd, ref = case(rng, kind, B, H, Nq, Nk, xp)
+    out, lse = numba_flash.flash_attention(*dev[:3], return_lse=True, allow_tf32=tf32, **builtin, **fwd)
+    ref_out, ref_lse = reference.attention(q, k, v, **builtin, **ref)
+    fwd_base, bwd_base, low = _baselines(fam, dtype)
+    err = reference.rel_error(host(out), ref_out)
+    tol = FWD_TOL if fwd_base is None else 2 * reference.rel_error(
+        fwd_base(q, k, v, **low, **builtin, **ref)[0], ref_out) + FLOOR  # fmt: skip
+    assert err <= tol, f"{fam} {name}: O rel error {err:.3g} > {tol:.3g}, seed {rng.seed_value}"
+    blind = np.isneginf(ref_lse)
+    assert np.array_equal(np.isneginf(host(lse)), blind), f"rows that see no key: lse -inf, seed {rng.seed_value}"
+    lse_err = reference.rel_error(np.where(blind, 0, host(lse)), np.where(blind, 0, ref_lse))
+    assert lse_err <= (FWD_TOL if fam != "tf32" else 1e-3), f"LSE {lse_err:.3g}, seed {rng.seed_value}"
+
+    o_in, lse_in = ref_out.astype(dtype), ref_lse.astype(np.float32)
+    grads = numba_flash.flash_attention_backward(dev[3], *dev[:3], xp.asarray(o_in), xp.asarray(lse_in),
+                                                 allow_tf32=tf32, **builtin, **fwd, **bwd)  # fmt: skip
+    refs = reference.attention_backward(dout, q, k, v, o_in, lse_in, **builtin, **ref, **bwd)
+    errs = grad_errors(grads, refs)
+    if bwd_base is None:
+        tols = [BWD_TOL] * 3
+    else:
+        base = bwd_base(dout, q, k, v, o_in, lse_in, **low, **builtin, **ref, **bwd)
+        tols = [3 * b + FLOOR for b in grad_errors(base, refs)]
+    for gname, e, t in zip(("dq", "dk", "dv"), errs, tols):
+        assert e <= t, f"{fam} {name}: {gname} rel error {e:.3g} > {t:.3g}, seed {rng.seed_value}"
+
+
+@pytest.mark.usefixtures("poisoned_outputs")
+@pytest.mark.parametrize("fam,name", SIM_MATRIX, ids=[f"{f}-{c}" for f, c in SIM_MATRIX])
+def test_flex(rng, fam, name):
+    check_flex(rng, fam, name)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(SIMULATOR, reason="the rest of the family x case matrix: GPU only (simulator time)")
+@pytest.mark.usefixtures("poisoned_outputs")
+@pytest.mark.parametrize("fam,name", GPU_MATRIX, ids=[f"{f}-{c}" for f, c in GPU_MATRIX])
+def test_flex_gpu_matrix(rng, fam, name):
+    check_flex(rng, fam, name)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(SIMULATOR, reason="real-size GPU case: needs a CUDA device (the CUDA simulator is on here)")
+@pytest.mark.usefixtures("poisoned_outputs")
+@pytest.mark.parametrize("fam", list(FAMILIES))
+@pytest.mark.parametrize("name", ["all", "sparse"])
+def test_flex_large(rng, fam, name):
+    check_flex(rng, fam, name, B=2, Nq=700, Nk=1000)
+
+
+def test_flex_deterministic(rng):
+    """The backward with a block mask and GQA is bitwise the same run to run."""
+    q, k, v, dout = _inputs(rng, np.float32, 1, 4, 2, 20, 33, 24)
+    xp = _xp()
+    q, k, v, dout = (xp.asarray(x) for x in (q, k, v, dout))
+    bm = BlockMask.from_dense(rng.random((2, 3)) < 0.7, 16, 20, 33)
+    out, lse = numba_flash.flash_attention(q, k, v, block_mask=bm, return_lse=True)
+    first = [host(g) for g in numba_flash.flash_attention_backward(dout, q, k, v, out, lse, block_mask=bm)]
+    again = [host(g) for g in numba_flash.flash_attention_backward(dout, q, k, v, out, lse, block_mask=bm)]
+    assert all(np.array_equal(a, b, equal_nan=True) for a, b in zip(first, again))
+
+
+def test_visit_lists_clip_to_the_builtin_masks():
+    """The lists hold the block mask's non-EMPTY tiles inside the causal range, in
+    increasing order, with the PARTIAL flag in bit 0."""
+    from numba_flash.flex import visit_lists
+
+    bm = BlockMask.from_dense(np.ones((4, 4), bool), 32, 128, 128)
+    count, visit = visit_lists(bm, 64, 32, False, 128, 128, window=(-1, 0))
+    assert count.tolist() == [[[2, 4]]]
+    assert (visit[0, 0, 1, :4] >> 1).tolist() == [0, 1, 2, 3] and not np.any(visit[0, 0, 1, :4] & 1)
+    count_t, visit_t = visit_lists(bm, 64, 32, True, 128, 128, window=(-1, 0))
+    assert count_t.tolist() == [[[2, 2, 1, 1]]]  # key tile n is seen by query tiles from n·32 // 64
+    assert (visit_t[0, 0, 2, :1] >> 1).tolist() == [1]
+    half = BlockMask.from_dense(np.array([[True, False], [True, True]]), 32, 64, 64)
+    c, vis = visit_lists(half, 64, 64, False, 64, 64)
+    assert c.tolist() == [[[1]]] and vis[0, 0, 0, 0] == 1  # tile 0, PARTIAL: one of its blocks is EMPTY
+
+
+# --- errors ---------------------------------------------------------------------------------
+
+
+def _small(xp, dtype=np.float32):
+    rng = np.random.default_rng(0)
+    return [xp.asarray(rng.standard_normal((1, 8, 2, 16)).astype(dtype)) for _ in range(3)]
+
+
+def test_bad_functions_are_named():
+    xp = _xp()
+    q, k, v = _small(xp)
+
+    def wrong_arity(score, b, h):
+        return score
+
+    with pytest.raises(TypeError, match="score_mod 'wrong_arity'.*takes 3 arguments, expected 5"):
+        numba_flash.flash_attention(q, k, v, score_mod=wrong_arity)
+
+    def returns_tuple(score, b, h, q_idx, kv_idx):
+        return (score, score)
+
+    with pytest.raises(TypeError, match="score_mod 'returns_tuple'"):
+        numba_flash.flash_attention(q, k, v, score_mod=returns_tuple)
+
+    def undefined_name(score, b, h, q_idx, kv_idx):
+        return score + not_defined_anywhere  # noqa: F821
+
+    with pytest.raises(TypeError, match="score_mod 'undefined_name'"):
+        numba_flash.flash_attention(q, k, v, score_mod=undefined_name)
+
+    out, lse = numba_flash.flash_attention(q, k, v, return_lse=True, score_mod=rel_bias,
+                                           mod_args=(xp.zeros((2, 3), np.float32),))  # fmt: skip
+    with pytest.raises(ValueError, match="score_mod_grad: the backward needs the derivative"):
+        numba_flash.flash_attention_backward(q, q, k, v, out, lse, score_mod=rel_bias,
+                                             mod_args=(xp.zeros((2, 3), np.float32),))  # fmt: skip
+
+
+def test_bad_block_masks_and_args():
+    xp = _xp()
+    q, k, v = _small(xp)
+    with pytest.raises(ValueError, match="block_mask: made for seqlen_q=16"):
+        numba_flash.flash_attention(q, k, v, block_mask=BlockMask.from_dense(np.ones((1, 1), bool), 16))
+    with pytest.raises(TypeError, match="block_mask: expected a numba_flash.BlockMask"):
+        numba_flash.flash_attention(q, k, v, block_mask=np.ones((1, 1), bool))
+    with pytest.raises(ValueError, match="mod_args: given"):
+        numba_flash.flash_attention(q, k, v, mod_args=(1.0,))
+    with pytest.raises(TypeError, match=r"mod_args\[0\]: expected an array"):
+        numba_flash.flash_attention(q, k, v, score_mod=tanh_cap, mod_args=("x",))
+    bm = BlockMask.from_dense(np.ones((3, 1, 1, 1), bool), 16, 8, 8)
+    with pytest.raises(ValueError, match="block_mask: kinds of shape"):
+        numba_flash.flash_attention(q, k, v, block_mask=bm)
+
+
+def test_inputs_unchanged_and_empty_rows(rng):
+    """A block mask that hides every key of some rows: those rows are 0 with lse −inf;
+    the inputs and mod_args are not modified."""
+    xp = _xp()
+    q, k, v = (xp.asarray(x) for x in _inputs(rng, np.float32, 1, 2, 2, 32, 32, 16)[:3])
+    keep = [host(x).copy() for x in (q, k, v)]
+    pattern = np.array([[True, False], [False, False]])
+    bm = BlockMask.from_dense(pattern, 16, 32, 32)
+    out, lse = numba_flash.flash_attention(q, k, v, block_mask=bm, return_lse=True)
+    assert np.all(host(out)[:, 16:] == 0) and np.all(np.isneginf(host(lse)[:, :, 16:]))
+    ref, _ = reference.attention(*keep, block_mask=bm)
+    assert reference.rel_error(host(out), ref) <= FWD_TOL
+    assert all(np.array_equal(host(x), y) for x, y in zip((q, k, v), keep))
