@@ -3,6 +3,7 @@
     compute-sanitizer --tool memcheck python3 scripts/sanitize_small.py
     compute-sanitizer --tool racecheck python3 scripts/sanitize_small.py
     compute-sanitizer --tool memcheck python3 scripts/sanitize_small.py float32   # fp32 modes only
+    compute-sanitizer --tool memcheck python3 scripts/sanitize_small.py flex      # FlexAttention only
 
 Shapes are small and not multiples of any tile; causal on and off, Nq != Nk, both layouts.
 """
@@ -18,7 +19,10 @@ rng = np.random.default_rng(0)
 import ml_dtypes
 
 MODES = [(np.float32, False), (np.float32, True), (np.float16, False), (ml_dtypes.bfloat16, False)]
-if len(sys.argv) > 1:  # e.g. `float32`: only the modes of those dtypes (a shorter sanitizer run)
+FLEX_ONLY = sys.argv[1:] == ["flex"]
+if FLEX_ONLY:
+    MODES = []
+elif len(sys.argv) > 1:  # e.g. `float32`: only the modes of those dtypes (a shorter sanitizer run)
     MODES = [(dt, tf32) for dt, tf32 in MODES if np.dtype(dt).name in sys.argv[1:]]
 for dtype, tf32 in MODES:  # tf32: float32 with allow_tf32=True (the TF32 tensor-core kernels)
     for (Nq, Nk, d, causal, layout) in ((77, 77, 64, True, "bshd"), (50, 93, 128, False, "bhsd"), (93, 50, 32, True, "bshd")):
@@ -66,4 +70,36 @@ for dtype in [dt for dt, tf32 in MODES if np.dtype(dt).itemsize == 2]:
                                                      out, lse, **opts)
         cp.cuda.runtime.deviceSynchronize()
         print(np.dtype(dtype).name, d, "head dims finite:", all(bool(cp.isfinite(x).all()) for x in (out, *grads)))
+# FlexAttention (issue #12): a score_mod reading a table, a mask_mod block mask reading
+# document ids (blocks smaller than the tiles: PARTIAL tiles), and a dense pattern, with
+# GQA and causal, on every mode
+from numba_flash import BlockMask, create_block_mask
+
+
+def rel_bias(score, b, h, q_idx, kv_idx, table):
+    return score + table[h, (q_idx - kv_idx) % table.shape[1]]
+
+
+def one(score, b, h, q_idx, kv_idx, table):
+    return 1.0
+
+
+def same_doc(b, h, q_idx, kv_idx, doc):
+    return doc[q_idx] == doc[kv_idx]
+
+
+for dtype, tf32 in [(np.float32, False), (np.float32, True), (np.float16, False), (ml_dtypes.bfloat16, False)]:
+    B, Nq, Nk, H, Hk, d = 2, 77, 93, 4, 2, 64
+    q = cp.asarray(rng.standard_normal((B, Nq, H, d)).astype(dtype))
+    k, v = (cp.asarray(rng.standard_normal((B, Nk, Hk, d)).astype(dtype)) for _ in range(2))
+    table = cp.asarray(rng.standard_normal((H, 5)).astype(np.float32))
+    doc = cp.asarray((np.arange(max(Nq, Nk)) // 30).astype(np.int32))
+    for bm in (create_block_mask(same_doc, None, H, Nq, Nk, block_size=16, mod_args=(doc,)),
+               BlockMask.from_dense(rng.random((B, 1, 5, 6)) < 0.6, 16, Nq, Nk)):
+        opts = dict(causal=True, allow_tf32=tf32, block_mask=bm, score_mod=rel_bias, mod_args=(table,))
+        out, lse = numba_flash.flash_attention(q, k, v, return_lse=True, **opts)
+        grads = numba_flash.flash_attention_backward(cp.asarray(rng.standard_normal(out.shape).astype(dtype)), q, k, v,
+                                                     out, lse, score_mod_grad=one, **opts)
+        cp.cuda.runtime.deviceSynchronize()
+        print(np.dtype(dtype).name, "tf32" if tf32 else "", "flex ran")
 print("sanitize_small: done")
