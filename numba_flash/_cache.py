@@ -48,6 +48,10 @@ def source_hash() -> str:
     return h.hexdigest()
 
 
+class UserFunction(TypeError):
+    """A kernel closes over a user's function (FlexAttention): compiled per process."""
+
+
 def stable_text(value) -> str:
     """A text for a closure value that is the same in every process (TypeError for a
     value with none: that kernel is then not cached)."""
@@ -63,6 +67,9 @@ def stable_text(value) -> str:
     if isinstance(value, _Intrinsic):
         return f"intrinsic:{value._defn.__module__}.{value._name}"
     if isinstance(value, CUDADispatcher):
+        if not value.py_func.__module__.startswith("numba_flash"):  # a user's score_mod / mask_mod: its
+            # name says nothing of its body (two scripts' functions may share one), so not cached
+            raise UserFunction(value.py_func.__qualname__)
         return f"device:{value.py_func.__module__}.{value.py_func.__qualname__}"
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         return repr(value)
@@ -115,5 +122,7 @@ def enable(kernel) -> None:
     kernel._numba_flash_cached = True
     try:
         kernel._cache = _cache_class()(kernel.py_func)
+    except UserFunction:
+        return
     except Exception as exc:  # an unkeyable closure value, no writable cache directory
         warnings.warn(f"{kernel.py_func.__qualname__}: not cached on disk ({exc})", stacklevel=2)
