@@ -66,7 +66,7 @@ def _numba_args(args):
     """``args`` as numba takes them (arrays wrapped, nested tuples alike)."""
     from numba_flash._arrays import kernel_arg
 
-    return [kernel_arg(a) if _is_array(a) else _numba_args(a) if isinstance(a, tuple) else a for a in args]
+    return [kernel_arg(a) if _is_array(a) else tuple(_numba_args(a)) if isinstance(a, tuple) else a for a in args]
 
 
 def _stream_ptr() -> int:
