@@ -552,9 +552,17 @@ def _bench_tables(results, out):
                    "(B, max length, H, d); all count only the real pairs.")
 @click.option("--seed", type=click.IntRange(0, 2**31 - 1), default=None,
               help="Seed of the --varlen lengths (default 0: the same lengths every run).")
+@click.option("--block-sparse", "block_sparse", type=click.FloatRange(0, 1, min_open=True), default=None,
+              metavar="DENSITY", help="Block-sparse attention (FlexAttention's BlockMask, the FlashAttention paper's "
+              "variant): a random pattern of 128-blocks kept with probability DENSITY (the diagonal always); "
+              "TFLOP/s count the kept blocks.")
+@click.option("--mask", "mask_kind", type=click.Choice(["document", "prefix", "sink"]), default=None,
+              help="A mask_mod with its BlockMask: document (8 packed documents of random lengths), prefix "
+              "(prefix-LM, N/4 bidirectional), sink (causal window of 1024 plus 4 sink tokens); TFLOP/s count "
+              "the kept pairs. --causal defaults to off.")
 def bench(preset, seqlens, head_dims, batch, heads, dtypes, causal, pass_, impls, layout, warmup, rep, min_rep,
           budget_ms, json_path, csv_path, plot_path, progress, kv_heads, window, softcap, alibi, dropout, varlen,
-          seed):  # fmt: skip
+          seed, block_sparse, mask_kind):  # fmt: skip
     """Time forward / backward against CuPy and torch SDPA, with CUDA events.
 
     Median of many calls after warm-up, inputs rotated through more than 3x the L2
@@ -571,7 +579,17 @@ def bench(preset, seqlens, head_dims, batch, heads, dtypes, causal, pass_, impls
       numba-flash bench --seqlen 4096 --head-dim 128 --causal on --pass forward
       numba-flash bench --seqlen 1024 --dtype float32 --impl numba-flash --impl cupy-standard --csv out.csv
       numba-flash bench --varlen --seqlen 1024 --head-dim 128 --causal on --seed 7
+      numba-flash bench --seqlen 65536 --block-sparse 0.1 --batch 1 --heads 8
+      numba-flash bench --seqlen 16384 --head-dim 128 --mask document
     """
+    if block_sparse is not None and mask_kind is not None:
+        raise click.UsageError("--block-sparse and --mask are two kinds of block mask: give one")
+    flex = f"block-sparse:{block_sparse:g}" if block_sparse is not None else f"mask:{mask_kind}" if mask_kind else ""
+    if flex and varlen:
+        raise click.UsageError(f"--{flex.split(':')[0]} and --varlen: a block mask is for a dense batch (a "
+                               "document mask is the packed-sequence form: --mask document)")  # fmt: skip
+    if mask_kind is not None and click.get_current_context().get_parameter_source("causal").name == "DEFAULT":
+        causal = "off"  # the mask decides what a query sees
     if preset is not None and any(x is not None for x in (seqlens, head_dims, batch, heads)):
         raise click.UsageError("--preset fixes the shapes: drop --seqlen / --head-dim / --batch / --heads")
     if min_rep > rep:
@@ -606,7 +624,7 @@ def bench(preset, seqlens, head_dims, batch, heads, dtypes, causal, pass_, impls
                 batch=batch,
                 heads=heads,
             )
-        cases = B.with_variants(cases, variants)
+        cases = B.with_variants(cases, {**variants, **({"flex": flex} if flex else {})})
         if varlen:
             seed = B.VARLEN_SEED if seed is None else seed
             cases = B.varlen_cases(cases, seed)

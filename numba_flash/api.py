@@ -8,6 +8,7 @@ hand back arrays of the caller's kind.  The math is in the kernels
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import os
 
@@ -162,6 +163,17 @@ class _Variants:
                 "flex": fx0 if fx is None else fx}
 
 
+def _plan_for(pass_, op, dims, causal, allow_tf32, arrays, var: _Variants, rows_q=0) -> P.Plan:
+    """The plan of a call; with a dense block mask whose blocks straddle the kernels'
+    tiles, planned again with the mask function that decides those tiles
+    (``flex.FlexCall.adapt``)."""
+    plan = _plan(_problem(pass_, op, dims, causal, allow_tf32, arrays, var, rows_q))
+    if var.flex is not None and var.flex.adapt([k.walk for k in plan.launches if k.walk]):
+        var.features = dataclasses.replace(var.features, mods=var.flex.mods)
+        plan = _plan(_problem(pass_, op, dims, causal, allow_tf32, arrays, var, rows_q))
+    return plan
+
+
 def _problem(pass_, op, dims, causal, allow_tf32, arrays, var: _Variants, rows_q=0) -> P.Problem:
     B, Nq, Nk, H, d = dims
     aligned = all(A.aligned16(x) for x in arrays)
@@ -182,7 +194,7 @@ def _forward(q_op, k_op, v_op, dims, causal, scale, var, allow_tf32, layout, out
         lse.fill(-np.inf)
         return out, lse
     qc, kc, vc = (A.to_compute(op.array, kind) for op in (q_op, k_op, v_op))
-    plan = _plan(_problem("forward", q_op, dims, causal, allow_tf32, (qc, kc, vc), var, rows_q))
+    plan = _plan_for("forward", q_op, dims, causal, allow_tf32, (qc, kc, vc), var, rows_q)
     work = A.SUPPORTED_BY_NAME[plan.work_dtype]
     if work != q_op.dtype:  # bf16 on fp32 copies
         qc, kc, vc = (x.astype(work) for x in (qc, kc, vc))
@@ -208,7 +220,7 @@ def _backward(ops, lse_arr, dims, causal, scale, var, allow_tf32, layout, shapes
             g.fill(0)
         return grads
     computed = [A.to_compute(op.array, kind) for op in ops]
-    plan = _plan(_problem("backward", q_op, dims, causal, allow_tf32, computed, var, rows_q))
+    plan = _plan_for("backward", q_op, dims, causal, allow_tf32, computed, var, rows_q)
     work = A.SUPPORTED_BY_NAME[plan.work_dtype]
     if work != q_op.dtype:  # bf16 on fp32 copies
         computed = [x.astype(work) for x in computed]

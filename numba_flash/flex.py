@@ -33,9 +33,16 @@ from numba_flash.block_mask import EMPTY, PARTIAL, BlockMask, _device_mod, check
 from numba_flash.variant import Mods
 
 
-def _kept_block(b, h, q_idx, kv_idx, kinds, block_size):
-    """A dense block mask's ``mask_mod``: the pair's block is not EMPTY."""
-    return kinds[b % kinds.shape[0], h % kinds.shape[1], q_idx // block_size, kv_idx // block_size] != 0
+def _kept_block(b, h, q_idx, kv_idx, kinds, shift):
+    """A dense block mask's ``mask_mod``: the pair's block (``2**shift`` a side) is not
+    EMPTY (``kinds`` broadcast over a batch or head axis of size 1)."""
+    return kinds[min(b, kinds.shape[0] - 1), min(h, kinds.shape[1] - 1), q_idx >> shift, kv_idx >> shift] != 0
+
+
+def _kept_block_div(b, h, q_idx, kv_idx, kinds, block_size):
+    """:func:`_kept_block` for a block size that is not a power of two."""
+    return kinds[min(b, kinds.shape[0] - 1), min(h, kinds.shape[1] - 1), q_idx // block_size,
+                 kv_idx // block_size] != 0
 
 
 _LISTS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # BlockMask -> {key: (count, visit)}
@@ -226,11 +233,33 @@ class FlexCall:
                 mask_fn = _device_mod(block_mask.mask_mod)
                 self.mask_args = tuple(_on_device(a, xp) for a in block_mask.mod_args)
                 _probe("mask_mod", block_mask.mask_mod, mask_fn, 4, self.mask_args)
-            else:
-                mask_fn = _device_mod(_kept_block)
-                self.mask_args = (_on_device(block_mask.kinds, xp), int(block_mask.block_size))
         self.mods = Mods(score_fn, grad_fn, mask_fn, block_mask is not None)
         self._dummy = None
+
+    def adapt(self, walks) -> bool:
+        """Give a dense block mask (no ``mask_mod``) its own (:func:`_kept_block`) when
+        one of the kernels' tile ``walks`` has a PARTIAL tile (a tile that straddles kept
+        and dropped blocks; not when the blocks are whole tiles, the common case, whose
+        kernels then carry no mask function); True when ``mods`` changed (the caller
+        plans again)."""
+        bm = self.block_mask
+        if bm is None or bm.mask_mod is not None or self.mods.mask_fn is not None:
+            return False
+        cache = _LISTS.setdefault(bm, {})
+        partial = False
+        for walk in walks:
+            key = ("partial",) + tuple(walk)
+            if key not in cache:
+                cache[key] = bool(np.any(bm.tile_kinds(*walk) == PARTIAL))
+            partial = partial or cache[key]
+        if not partial:
+            return False
+        bs = int(bm.block_size)
+        pow2 = bs & (bs - 1) == 0
+        self.mask_args = (_on_device(bm.kinds, self.xp), bs.bit_length() - 1 if pow2 else bs)
+        self.mods = Mods(self.mods.score_fn, self.mods.grad_fn, _device_mod(_kept_block if pow2 else _kept_block_div),
+                         True)  # fmt: skip
+        return True
 
     def fx(self, walk: tuple) -> tuple:
         """``fx`` for a launch whose tile walk is ``walk`` (``KernelLaunch.walk``):

@@ -68,6 +68,9 @@ class BenchCase(Shape):
     # varlen: the lengths of the packed sequences, q and k alike (batch of them, mean
     # seqlen_q = seqlen_k, so they sum to batch·seqlen_q); () for a dense batch
     seqlens: tuple = ()
+    # FlexAttention (issue #12): "" (none), "block-sparse:DENSITY" (a random block pattern)
+    # or "mask:document" / "mask:prefix" / "mask:sink" (numba_flash.bench.flexcases)
+    flex: str = ""
 
     def __post_init__(self):
         super().__post_init__()
@@ -88,6 +91,10 @@ class BenchCase(Shape):
             raise ValueError(f"seqlens: expected batch={self.batch} lengths summing to batch·seqlen_q="
                              f"{self.batch * self.seqlen_q}, got {len(lens)} summing to {sum(lens)}")  # fmt: skip
         object.__setattr__(self, "seqlens", lens)
+        if self.flex:
+            from numba_flash.bench.flexcases import check_flex
+
+            check_flex(self)
 
     @property
     def varlen(self) -> bool:
@@ -115,7 +122,8 @@ class BenchCase(Shape):
     def variants(self) -> str:
         from numba_flash.variant import describe
 
-        return " ".join(describe(self.heads, self.kv_heads, self.window, self.softcap, self.alibi, self.dropout))
+        words = describe(self.heads, self.kv_heads, self.window, self.softcap, self.alibi, self.dropout)
+        return " ".join(words + ([self.flex] if self.flex else []))
 
     @property
     def label(self) -> str:
@@ -140,10 +148,11 @@ def visible_pairs(seqlen_q: int, seqlen_k: int, causal: bool = False, window=(-1
 
 
 def attention_flops(batch, heads, seqlen_q, seqlen_k, head_dim, causal, pass_="forward", window=(-1, -1),
-                    seqlens=()) -> float:  # fmt: skip
+                    seqlens=(), flex="") -> float:  # fmt: skip
     """FLOPs of one attention call: 4·B·H·Nq·Nk·d, ×0.5 causal, ×2.5 backward,
     ×3.5 forward+backward (FlashAttention-2's convention); with a window, 4·d a
-    visible pair (:func:`visible_pairs`).  With ``seqlens`` (a varlen batch: sequence
+    visible pair (:func:`visible_pairs`); with a FlexAttention case (``flex``), 4·d a
+    pair its mask keeps (``flexcases.flex_pairs``).  With ``seqlens`` (a varlen batch: sequence
     lengths, q and k alike; batch, seqlen_q and seqlen_k then unused), 4·H·d a visible
     pair of each sequence."""
     f = 4.0 * batch * heads * seqlen_q * seqlen_k * head_dim
@@ -154,6 +163,10 @@ def attention_flops(batch, heads, seqlen_q, seqlen_k, head_dim, causal, pass_="f
     if len(seqlens):
         pairs = sum(count * visible_pairs(n, n, causal, window) for n, count in Counter(seqlens).items())
         f = 4.0 * heads * head_dim * pairs
+    if flex:  # FlexAttention's convention: the pairs its mask keeps (block-sparse: the kept blocks')
+        from numba_flash.bench.flexcases import flex_pairs
+
+        f = 4.0 * batch * heads * head_dim * flex_pairs(flex, seqlen_q, seqlen_k, causal, window)
     mult = {"forward": 1.0, "backward": 2.5, "forward+backward": 3.5}
     if pass_ not in mult:
         raise ValueError(f"pass_: expected one of {tuple(mult)}, got {pass_!r}")

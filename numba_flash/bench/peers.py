@@ -109,7 +109,8 @@ def variant_kwargs(case: BenchCase) -> dict:
 
 
 def _plain(case: BenchCase) -> bool:
-    return case.kv_heads == case.heads and case.window == (-1, -1) and not (case.softcap or case.alibi or case.dropout)
+    return case.kv_heads == case.heads and case.window == (-1, -1) and not (case.softcap or case.alibi or case.dropout
+                                                                           or case.flex)  # fmt: skip
 
 
 class NumbaFlash(Impl):
@@ -150,6 +151,10 @@ class NumbaFlash(Impl):
         kw = dict(causal=case.causal, layout=self.layout, **variant_kwargs(case))
         if self.allow_tf32:
             kw["allow_tf32"] = True
+        if case.flex:  # a FlexAttention case: its block mask (made once per case)
+            from numba_flash.bench.flexcases import flex_kwargs
+
+            kw.update(flex_kwargs(case.flex, case.seqlen_q))
         fns = []
         for s in sets:
             q, k, v, do = (s.get(n, self.layout) for n in ("q", "k", "v", "dout"))
@@ -316,7 +321,7 @@ class TorchSDPA(Impl):
         if self.name in ("torch-sdpa-flash", "torch-sdpa-cudnn") and case.dtype == "float32":
             return f"{self.backend_name} supports float16 and bfloat16 only"
         missing = [name for name, on in (("sliding window", case.window != (-1, -1)), ("softcap", case.softcap),
-                                         ("ALiBi", case.alibi)) if on]  # fmt: skip
+                                         ("ALiBi", case.alibi), ("block mask", case.flex)) if on]  # fmt: skip
         if missing:
             return f"torch SDPA has no {' / '.join(missing)} (FlexAttention has; not compared here)"
         return None

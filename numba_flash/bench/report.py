@@ -88,7 +88,7 @@ class BenchResult:
     def flops(self) -> float:
         c = self.case
         return attention_flops(c.batch, c.heads, c.seqlen_q, c.seqlen_k, c.head_dim, c.causal, self.pass_, c.window,
-                               c.seqlens)  # fmt: skip
+                               c.seqlens, c.flex)  # fmt: skip
 
     @property
     def ms(self) -> float | None:

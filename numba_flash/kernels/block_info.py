@@ -24,7 +24,7 @@ hold an invisible (query, key) pair from those that can skip the masking step.
 
 from __future__ import annotations
 
-from numba_flash._numba_cuda import cuda, device_function
+from numba_flash._numba_cuda import cuda, device_function, int32
 from numba_flash.kernels.flex import COUNT, COUNT_T, VISIT, VISIT_T
 from numba_flash.variant import BLOCK_SPARSE, CAUSAL, GQA, GROUP, HAS_LEFT, HAS_RIGHT, LEFT, RIGHT, VARLEN
 
@@ -141,20 +141,41 @@ def tile_needs_mask(start_m, BLOCK_M, start_n, BLOCK_N, mi):
     return needs
 
 
+#: Entries of a visit list a block stages in shared memory (:func:`walk_list`); a longer
+#: list's tail is read from global memory.
+STAGED = 1024
+
+
 @device_function
 def visit_row(fx, seq, h, t, KEYS_ARE_ROWS, F):
-    """``(count, entries)``: the block-sparse list of row tile ``t`` (query tile, or
-    key tile when ``KEYS_ARE_ROWS``) of sequence ``seq`` and query head ``h`` (the
-    lists broadcast over a batch or head axis of size 1); ``(0, a row)`` without
-    block sparsity (never read)."""
+    """``(count, entries, entries)``: the block-sparse list of row tile ``t`` (query
+    tile, or key tile when ``KEYS_ARE_ROWS``) of sequence ``seq`` and query head ``h``
+    (the lists broadcast over a batch or head axis of size 1), in global memory;
+    ``(0, a row, a row)`` without block sparsity (never read)."""
     count, visit = fx[COUNT], fx[VISIT]
     if KEYS_ARE_ROWS:
         count, visit = fx[COUNT_T], fx[VISIT_T]
     if F[BLOCK_SPARSE]:
         bb = seq if count.shape[0] > 1 else 0
         hh = h if count.shape[1] > 1 else 0
-        return count[bb, hh, t], visit[bb, hh, t]
-    return 0, visit[0, 0, 0]
+        return count[bb, hh, t], visit[bb, hh, t], visit[bb, hh, t]
+    return 0, visit[0, 0, 0], visit[0, 0, 0]
+
+
+@device_function
+def walk_list(fx, seq, h, t, KEYS_ARE_ROWS, F):
+    """:func:`visit_row` with its first ``STAGED`` entries copied to shared memory by
+    the whole block (the third entry), so that the walk's next tile index is a shared
+    load, not a global one on the critical path of every step.  Every thread of the
+    block calls it (two barriers, with a block mask only)."""
+    n, row, _ = visit_row(fx, seq, h, t, KEYS_ARE_ROWS, F)
+    staged = cuda.shared.array(STAGED, int32)
+    if F[BLOCK_SPARSE]:
+        cuda.syncthreads()  # every thread is done with the last list staged here (dK/dV: the last head's)
+        for i in range(cuda.threadIdx.x, min(n, STAGED), cuda.blockDim.x):
+            staged[i] = row[i]
+        cuda.syncthreads()  # the staged entries are visible to all
+    return n, row, staged
 
 
 @device_function
@@ -167,10 +188,15 @@ def walk_range(lo, hi, vr, F):
 
 
 @device_function
+def _entry(p, vr):
+    return vr[2][p] if p < STAGED else vr[1][p]
+
+
+@device_function
 def tile_at(p, vr, F):
     """The tile index at position ``p`` of the walk (:func:`walk_range`)."""
     if F[BLOCK_SPARSE]:
-        return vr[1][p] >> 1
+        return _entry(p, vr) >> 1
     return p
 
 
@@ -179,7 +205,7 @@ def tile_partial(p, vr, F):
     """True when the tile at position ``p`` is a block mask's PARTIAL one (its
     ``mask_mod`` is evaluated); the literal False without a block mask."""
     if F[BLOCK_SPARSE]:
-        return (vr[1][p] & 1) != 0
+        return (_entry(p, vr) & 1) != 0
     return False
 
 

@@ -9,8 +9,8 @@ after the built-in score step (scale, softcap, ALiBi: ``kernels.score``)::
     x = score_mod(x, b, h, q_idx, kv_idx, *score_args)          every visited tile
     visible = mask_mod(b, h, q_idx, kv_idx, *mask_args)          PARTIAL tiles only
 
-in natural units (the tensor-core kernels, in the log2 domain, convert ``x`` to and
-from it around the call: ``LOG2``).  The backward multiplies dS by
+in natural units (the tensor-core kernels, whose softmax is in the log2 domain, keep
+the built-in step natural when there is a score_mod and convert its result: ``LOG2``).  The backward multiplies dS by
 ``score_mod_grad(x, b, h, q_idx, kv_idx, *score_args)`` (∂score_mod/∂score at the
 same x).  ``b`` is the batch index, ``h`` the query head; indices are the positions
 in the sequences.
@@ -18,7 +18,7 @@ in the sequences.
 The run-time side is one kernel parameter, ``fx`` (``numba_flash.flex.flex_buffers``):
 ``(score_args, mask_args, count, visit, count_t, visit_t)``, the user's ``mod_args``
 of ``score_mod`` and of the block mask's ``mask_mod``, and the block-sparse visit
-lists that ``block_info.visit_row`` reads (query-major for the forward and dQ,
+lists that ``block_info.walk_list`` reads (query-major for the forward and dQ,
 key-major ``_t`` for dK/dV).  Head info (``score.score_info``) carries ``(b, h, fx)``
 as its last three entries, so every step that has ``si`` can call the user's
 functions.
@@ -48,13 +48,15 @@ NO_MOD = device_function(_no_mod)
 @device_function
 def modded(x, q_idx, k_idx, si, mi, LOG2, GRAD, F):
     """``(score_mod(x), score_mod_grad(x))`` of the element (query ``q_idx``, key
-    ``k_idx``) with ``x`` the built-in step's score (log2 units when ``LOG2``); the
+    ``k_idx``) with ``x`` the built-in step's score, in natural units (with a
+    score_mod, ``score.score_info`` keeps them natural), the result in log2 units when
+    ``LOG2`` (the tensor-core kernels' softmax); the
     derivative only when ``GRAD`` (the backward), else 1.  ``(x, 1)`` without
     score_mod, and for the padding past the sequences (``mi``'s lengths: masked or
     never written), where the user's function is not called: its indices are always
     in range, as FlexAttention's."""
     if F[SCORE_MOD] and q_idx < mi[0] and k_idx < mi[1]:
-        y = x * float32(LN2) if LOG2 else x
+        y = x
         args = si[FX][SCORE_ARGS]
         dy = float32(1.0)
         if GRAD:

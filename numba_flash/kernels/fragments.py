@@ -22,7 +22,7 @@ from numba_flash._numba_cuda import cuda, device_function, float32, int32, uint1
 from numba_flash.kernels import dropout, flex, mask, score, softmax
 from numba_flash.kernels.block_info import tile_needs_mask
 from numba_flash.kernels.copy import SW_16BIT, chunk_addr
-from numba_flash.variant import DROPOUT, SCORE_MOD, SOFTCAP
+from numba_flash.variant import DROPOUT, MASK_MOD, SCORE_MOD, SOFTCAP
 
 
 @device_function
@@ -40,10 +40,12 @@ def scale_and_mask(acc, S0, NT, MT, row0, col0, si, needs_mask, partial, mi, KEY
     (or is a block mask's ``partial`` one), the bias, the user's score_mod and −inf
     where the (query, key) is not visible (``score.index_step``).  Rows are queries
     and columns (``col0 + ...``) keys, or keys and queries when ``KEYS_ARE_ROWS`` (the
-    dK/dV kernels' Sᵀ)."""
+    dK/dV kernels' Sᵀ).  The block mask's ``mask_mod`` is a pass of its own
+    (:func:`mod_mask`): one loop with both would be too large for the compiler to
+    unroll, and the accumulators, indexed at run time, would go to local memory."""
     for j in range(MT * NT * 4):
         acc[S0 + j] = score.scaled(acc[S0 + j], si, LOG2, F)
-    if needs_mask or partial or score.needs_indices(F):
+    if needs_mask or score.needs_indices(F):
         lane = cuda.threadIdx.x & 31
         # ALiBi's distance q + diag − k of element (mt, nt, e) is this lane's d0 plus a
         # compile-time offset: one int → float conversion a call, not one an element
@@ -63,7 +65,27 @@ def scale_and_mask(acc, S0, NT, MT, row0, col0, si, needs_mask, partial, mi, KEY
                         dist = d0 + float32(nt * 8 + (e & 1) - 16 * mt - 8 * (e >> 1))
                     x = score.alibi(acc[i], dist, si, F)  # index_step's, from the precomputed distance
                     x, _ = flex.modded(x, q_idx, k_idx, si, mi, LOG2, False, F)
-                    acc[i] = mask.masked(x, q_idx, k_idx, needs_mask, partial, si, mi, F)
+                    acc[i] = mask.masked(x, q_idx, k_idx, needs_mask, False, si, mi, F)
+    mod_mask(acc, S0, NT, MT, row0, col0, si, partial, mi, KEYS_ARE_ROWS, F)
+
+
+@device_function
+def mod_mask(acc, S0, NT, MT, row0, col0, si, partial, mi, KEYS_ARE_ROWS, F):
+    """−inf where the block mask's ``mask_mod`` says False, on its ``partial`` tiles
+    (``flex.mod_visible``; nothing without a mask_mod), in the layout of
+    :func:`scale_and_mask`."""
+    if F[MASK_MOD] and partial:
+        lane = cuda.threadIdx.x & 31
+        for mt in range(MT):
+            for nt in range(NT):
+                for e in range(4):
+                    r, c = acc_row_col(nt, e, lane)
+                    q_idx, k_idx = row0 + 16 * mt + r, col0 + c
+                    if KEYS_ARE_ROWS:
+                        q_idx, k_idx = col0 + c, row0 + 16 * mt + r
+                    i = S0 + 4 * NT * mt + nt * 4 + e
+                    if not flex.mod_visible(q_idx, k_idx, True, si, mi, F):
+                        acc[i] = mask.NEG_INF
 
 
 @device_function

@@ -38,13 +38,16 @@ def score_info(params, alibi, fx, seq, h, scale, LOG2, F):
     ``seq`` (``alibi`` is (B, H) float32 slopes; read only with ALiBi) for the softmax
     scale ``scale``; the last three are FlexAttention's (``kernels.flex``: the user's
     functions take (b, h) and read ``fx``)."""
-    log2e = float32(LOG2E) if LOG2 else float32(1.0)
+    # a user's score_mod takes natural units: then the step stays natural up to it,
+    # and flex.modded converts its result (one multiply, not two)
+    LOG2_HERE = LOG2 and not F[SCORE_MOD]
+    log2e = float32(LOG2E) if LOG2_HERE else float32(1.0)
     if F[SOFTCAP]:
         mul = float32(scale / params[SOFTCAP_VALUE])
         cap = float32(params[SOFTCAP_VALUE]) * log2e
         inv_cap = float32(1.0 / params[SOFTCAP_VALUE])
     else:
-        mul = float32(scale * LOG2E) if LOG2 else float32(scale)
+        mul = float32(scale * LOG2E) if LOG2_HERE else float32(scale)
         cap = float32(1.0)
         inv_cap = float32(1.0)
     slope = float32(0.0)

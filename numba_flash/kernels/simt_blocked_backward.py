@@ -56,7 +56,7 @@ from numba_flash._numba_cuda import cuda, float32
 from numba_flash.config import BlockedTiles
 from numba_flash.kernels import copy, dropout, microtile, pipeline, score, softmax, spec
 from numba_flash.kernels.block_info import (group_steps, group_tile, key_tiles, query_tiles, this_block, tile_at,
-                                            tile_partial, visit_row, walk_range)
+                                            tile_partial, walk_list, walk_range)
 from numba_flash.variant import DROPOUT, SCORE_MOD, SOFTCAP, VARLEN, Variant
 
 PRE_THREADS = 128  # preprocess: one query row a thread
@@ -261,7 +261,7 @@ def simt_blocked_dq_kernel(t: BlockedTiles, variant: Variant):
                             BLOCK_M, DC, 4, 4 * RS, copy.SW_NONE, THREADS, True)  # fmt: skip
         ptx.cp_async_commit()
 
-        vr = visit_row(fx, seq, h, cuda.blockIdx.x, False, F)  # a block mask's list, or the range
+        vr = walk_list(fx, seq, h, cuda.blockIdx.x, False, F)  # a block mask's list, or the range
         n_lo, n_hi = walk_range(*key_tiles(start_m, BLOCK_M, BLOCK_N, mi), vr, F)
         for j in range(n_lo, n_hi):
             start_n = tile_at(j, vr, F) * BLOCK_N

@@ -54,7 +54,7 @@ from numba_flash import ptx
 from numba_flash._numba_cuda import cuda, float32
 from numba_flash.config import BlockedTiles
 from numba_flash.kernels import copy, microtile, pipeline, score, softmax, spec
-from numba_flash.kernels.block_info import key_tiles, this_block, tile_at, tile_needs_mask, tile_partial, visit_row, walk_range
+from numba_flash.kernels.block_info import key_tiles, this_block, tile_at, tile_needs_mask, tile_partial, walk_list, walk_range
 from numba_flash.variant import DROPOUT, VARLEN, Variant
 
 
@@ -120,7 +120,7 @@ def simt_blocked_forward_kernel(t: BlockedTiles, variant: Variant):
             l_i[r] = float32(0.0)
         pipeline.zero(acc, ACC_N)
 
-        vr = visit_row(fx, seq, h, cuda.blockIdx.x, False, F)  # a block mask's list, or the range
+        vr = walk_list(fx, seq, h, cuda.blockIdx.x, False, F)  # a block mask's list, or the range
         n_lo, n_hi = walk_range(*key_tiles(start_m, BLOCK_M, BLOCK_N, mi), vr, F)
         # prologue: Q with K_0 in one cp.async group, V_0 in the next; rows past the
         # end of q / k / v are zero-filled (their scores are masked or never written)

@@ -47,7 +47,7 @@ import functools
 from numba_flash._numba_cuda import cuda, float32
 from numba_flash.config import SimtTiles
 from numba_flash.kernels import copy, dropout, pipeline, score, softmax, spec
-from numba_flash.kernels.block_info import key_tiles, this_block, tile_at, tile_partial, visit_row, walk_range
+from numba_flash.kernels.block_info import key_tiles, this_block, tile_at, tile_partial, walk_list, walk_range
 from numba_flash.variant import DROPOUT, VARLEN, Variant
 
 
@@ -96,7 +96,7 @@ def simt_forward_kernel(t: SimtTiles, variant: Variant):
             m_i[r] = softmax.NEG_INF
             l_i[r] = float32(0.0)
 
-        vr = visit_row(fx, seq, h, cuda.blockIdx.x, False, F)  # a block mask's list, or the range
+        vr = walk_list(fx, seq, h, cuda.blockIdx.x, False, F)  # a block mask's list, or the range
         n_lo, n_hi = walk_range(*key_tiles(start_m, BLOCK_M, BLOCK_N, mi), vr, F)
         for j in range(n_lo, n_hi):
             start_n = tile_at(j, vr, F) * BLOCK_N

@@ -56,7 +56,7 @@ from numba_flash import ptx
 from numba_flash._numba_cuda import cuda, float32, uint16, uint32
 from numba_flash.config import TcBwdTiles, tc_array_layout, tc_out_view
 from numba_flash.kernels import copy, fragments, pipeline, score, softmax, spec
-from numba_flash.kernels.block_info import (group_size, key_tiles, query_tiles, this_block, tile_partial, visit_row,
+from numba_flash.kernels.block_info import (group_size, key_tiles, query_tiles, this_block, tile_partial, walk_list,
                                             walk_range)
 from numba_flash.variant import VARLEN, Variant
 
@@ -150,7 +150,7 @@ def tc_bwd_dkdv_kernel(t: TcBwdTiles, variant: Variant, dtype: str, part: str = 
         # GQA: the walk below once per query head of the group, in order (a deterministic sum)
         for hq in range(group_size(params, F)):
             h = h0 + hq
-            vr = visit_row(fx, seq, h, cuda.blockIdx.x, True, F)  # a block mask's list of this head
+            vr = walk_list(fx, seq, h, cuda.blockIdx.x, True, F)  # a block mask's list of this head
             p_lo, p_hi = walk_range(m_lo, m_hi, vr, F)
             si, di = score.head_info(params, alibi, fx, seq, h, softmax_scale, mi, True, F)
             if hq > 0:
@@ -263,7 +263,7 @@ def tc_bwd_dq_kernel(t: TcBwdTiles, variant: Variant, dtype: str):
         copy.copy_tile_pair(q_base, q, do_base, dout, b, h, q0 + start_m, q0 + seqlen_q, tid, BLOCK_M, CHUNKS, 8,
                             ROW_BYTES, SW, THREADS, False, DCOLS, SYNC)  # fmt: skip
         # the key tiles to visit: a range, or a block mask's list clipped to it (block_info)
-        vr = visit_row(fx, seq, h, cuda.blockIdx.x, False, F)
+        vr = walk_list(fx, seq, h, cuda.blockIdx.x, False, F)
         n_lo, n_hi = walk_range(*key_tiles(start_m, BLOCK_M, BLOCK_N, mi), vr, F)
 
         # the double-buffered walk (pipeline's docstring): j = n_lo - 1 only starts tile n_lo

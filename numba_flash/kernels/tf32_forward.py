@@ -68,7 +68,7 @@ from numba_flash import ptx
 from numba_flash._numba_cuda import cuda, float32, uint32
 from numba_flash.config import TcTiles
 from numba_flash.kernels import copy, fragments, pipeline, score, softmax, spec
-from numba_flash.kernels.block_info import key_tiles, this_block, tile_needs_mask, tile_partial, visit_row, walk_range
+from numba_flash.kernels.block_info import key_tiles, this_block, tile_needs_mask, tile_partial, walk_list, walk_range
 from numba_flash.variant import DROPOUT, VARLEN, Variant
 
 _ALIGN = ptx.SMEM_ALIGN  # a module global, so numba sees a literal (see ptx.SMEM_ALIGN)
@@ -125,7 +125,7 @@ def tf32_forward_kernel(t: TcTiles, variant: Variant):
             l_i[r] = float32(0.0)
 
         # the key tiles to visit: a range, or a block mask's list clipped to it (block_info)
-        vr = visit_row(fx, seq, h, cuda.blockIdx.x, False, F)
+        vr = walk_list(fx, seq, h, cuda.blockIdx.x, False, F)
         n_lo, n_hi = walk_range(*key_tiles(start_m, BLOCK_M, BLOCK_N, mi), vr, F)
         copy.copy_tile(q_base, q, b, h, q0 + start_m, q0 + seqlen_q, tid, BLOCK_M, CHUNKS, 4, ROW_BYTES, SW, THREADS)
 
