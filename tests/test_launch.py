@@ -34,7 +34,19 @@ def test_pack_rejects_arguments_it_cannot_pass():
     import pytest
 
     with pytest.raises(TypeError, match="not supported"):
-        _launch._pack([np.int32(3)], 1)
+        _launch._pack(["3"], 1)
+    with pytest.raises(TypeError, match="not supported"):
+        _launch._pack([None], 1)
+
+
+def test_pack_flattens_nested_tuples_and_small_scalars():
+    """FlexAttention's ``fx``: nested tuples of arrays and scalars, numba's order; a
+    float32 / int32 / bool scalar sits in the low bytes of its 8-byte slot."""
+    buf = _launch._pack([((np.float32(1.5), np.int32(-2), np.bool_(True)), (), (7, 2.0))], 5)
+    assert buf[0] & 0xFFFFFFFF == np.float32(1.5).view(np.uint32)
+    assert buf[1] & 0xFFFFFFFF == np.int32(-2).view(np.uint32) and buf[2] & 0xFF == 1
+    assert buf[3] == 7 and buf[4] == np.float64(2.0).view(np.int64)
+    assert _launch._slots(((np.float32(1), ()), np.zeros((2, 3), np.int32))) == 1 + 2 * 2 + 5
 
 
 def test_arg_key_tells_layouts_apart():

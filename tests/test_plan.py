@@ -87,7 +87,7 @@ def test_every_kernel_states_its_shared_memory_and_arguments():
             assert 0 <= k.smem <= 227 * 1024, (k.name, k.smem)
             assert all(isinstance(a, spec.Arg) for a in k.args)
             if not k.name.endswith("preprocess"):  # the scale, then the variants' arguments
-                assert k.args[-5].role == "scale" and k.args[-4:] == spec.VARIANT_ARGS, k.name
+                assert k.args[-6].role == "scale" and k.args[-5:] == spec.VARIANT_ARGS, k.name
     blocked = {"simt_blocked_forward", "simt_blocked_dkdv", "simt_blocked_dq"}
     assert blocked <= seen
     for problem in (P("forward", "float32", 128), P("backward", "float32", 64)):

@@ -10,7 +10,8 @@ after the built-in score step (scale, softcap, ALiBi: ``kernels.score``)::
     visible = mask_mod(b, h, q_idx, kv_idx, *mask_args)          PARTIAL tiles only
 
 in natural units (the tensor-core kernels, whose softmax is in the log2 domain, keep
-the built-in step natural when there is a score_mod and convert its result: ``LOG2``).  The backward multiplies dS by
+the built-in step natural when there is a score_mod, and fold log2(e) into the
+exponent's FFMA: ``softmax.FOLD``).  The backward multiplies dS by
 ``score_mod_grad(x, b, h, q_idx, kv_idx, *score_args)`` (∂score_mod/∂score at the
 same x).  ``b`` is the batch index, ``h`` the query head; indices are the positions
 in the sequences.
@@ -26,13 +27,10 @@ functions.
 
 from __future__ import annotations
 
-import math
 
 from numba_flash._numba_cuda import device_function, float32
 from numba_flash.variant import GRAD_FN, MASK_FN, MASK_MOD, SCORE_FN, SCORE_MOD
 
-LN2 = math.log(2.0)
-LOG2E = 1.0 / LN2
 SEQ, HEAD, FX = 4, 5, 6  # where score_info keeps (b, h, fx)
 SCORE_ARGS, MASK_ARGS, COUNT, VISIT, COUNT_T, VISIT_T = range(6)  # positions in fx
 
@@ -46,11 +44,11 @@ NO_MOD = device_function(_no_mod)
 
 
 @device_function
-def modded(x, q_idx, k_idx, si, mi, LOG2, GRAD, F):
+def modded(x, q_idx, k_idx, si, mi, GRAD, F):
     """``(score_mod(x), score_mod_grad(x))`` of the element (query ``q_idx``, key
     ``k_idx``) with ``x`` the built-in step's score, in natural units (with a
-    score_mod, ``score.score_info`` keeps them natural), the result in log2 units when
-    ``LOG2`` (the tensor-core kernels' softmax); the
+    score_mod, ``score.score_info`` keeps them natural, and the log2-domain kernels'
+    softmax takes them so: ``softmax.FOLD``); the
     derivative only when ``GRAD`` (the backward), else 1.  ``(x, 1)`` without
     score_mod, and for the padding past the sequences (``mi``'s lengths: masked or
     never written), where the user's function is not called: its indices are always
@@ -62,7 +60,7 @@ def modded(x, q_idx, k_idx, si, mi, LOG2, GRAD, F):
         if GRAD:
             dy = float32(F[GRAD_FN](y, si[SEQ], si[HEAD], q_idx, k_idx, *args))
         y = float32(F[SCORE_FN](y, si[SEQ], si[HEAD], q_idx, k_idx, *args))
-        return (y * float32(LOG2E) if LOG2 else y), dy
+        return y, dy
     return x, float32(1.0)
 
 

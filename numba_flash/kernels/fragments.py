@@ -64,7 +64,7 @@ def scale_and_mask(acc, S0, NT, MT, row0, col0, si, needs_mask, partial, mi, KEY
                         q_idx, k_idx = col0 + c, row0 + 16 * mt + r
                         dist = d0 + float32(nt * 8 + (e & 1) - 16 * mt - 8 * (e >> 1))
                     x = score.alibi(acc[i], dist, si, F)  # index_step's, from the precomputed distance
-                    x, _ = flex.modded(x, q_idx, k_idx, si, mi, LOG2, False, F)
+                    x, _ = flex.modded(x, q_idx, k_idx, si, mi, False, F)
                     acc[i] = mask.masked(x, q_idx, k_idx, needs_mask, False, si, mi, F)
     mod_mask(acc, S0, NT, MT, row0, col0, si, partial, mi, KEYS_ARE_ROWS, F)
 
@@ -193,7 +193,8 @@ def _p_and_ds_at(acc_s, acc_dp, nt, e, lane, zf, row0, col0, si, needs_mask, par
     x, dm = score.index_step(x, q_idx, k_idx, mi[2], needs_mask, partial, si, mi, True, True, F)
     dx *= dm
     at, keep = _stat_at(nt, e, lane, mi[0] - start_m, KEYS_ARE_ROWS)
-    p, ds = softmax.softmax_grad(x, acc_dp[i] * zf, stats[LSE_AT + at], stats[DELTA_AT + at], keep, True)
+    p, ds = softmax.softmax_grad(x, acc_dp[i] * zf, stats[LSE_AT + at], stats[DELTA_AT + at], keep,
+                                 softmax.FOLD if F[SCORE_MOD] else 1)  # natural units with a score_mod
     acc_s[i], acc_dp[i] = p * zf, ds * dx
 
 

@@ -133,5 +133,5 @@ def index_step(x, q_idx, k_idx, diag, needs_mask, partial, si, mi, LOG2, GRAD, F
     masks on tiles that ``needs_mask``, by the block mask's ``mask_mod`` on
     ``partial`` ones (``mask.masked``)."""
     x = biased(x, q_idx, k_idx, diag, si, F)
-    x, dx = flex.modded(x, q_idx, k_idx, si, mi, LOG2, GRAD, F)
+    x, dx = flex.modded(x, q_idx, k_idx, si, mi, GRAD, F)
     return mask.masked(x, q_idx, k_idx, needs_mask, partial, si, mi, F), dx

@@ -11,9 +11,12 @@ and in the backward, with the forward's lse (``lse_for_recompute``)::
 
     P  = exp(S − lse),  dS = P ∘ (dP − delta)        softmax_grad
 
-``LOG2`` (a compile-time bool) selects the domain: the tensor-core kernels fold
+``LOG2`` (a compile-time value) selects the domain: the tensor-core kernels fold
 log2(e) into the softmax scale and use ``ex2.approx`` (``lse = m·ln 2 + ln l``); the
-exact fp32 kernels use IEEE ``expf`` in the natural domain.  A row's values may be
+exact fp32 kernels use IEEE ``expf`` in the natural domain (False).  ``LOG2 == FOLD``:
+scores in natural units (a user's score_mod takes and returns them) and ``ex2.approx``
+with log2(e) folded into the exponent, ``2^(x·log2e − m·log2e)``, one FFMA as the plain
+kernels' subtraction (FlashAttention-2's form); m_i natural, ``lse = m + ln l``.  A row's values may be
 spread over ``LANES`` consecutive lanes of a warp (a power of two ≤ 32: 4 for an mma
 accumulator's quad, TX for a register-blocked micro-tile, G for a row group); its max
 and sum are finished with butterfly shuffles (:func:`allreduce_max`, :func:`allreduce_sum`).
@@ -40,6 +43,7 @@ NEG_ZERO = float32(-0.0)
 LOG2E = 1.4426950408889634
 LN2 = 0.6931471805599453
 FULL_MASK = 0xFFFFFFFF
+FOLD = 2  # the LOG2 value of natural-unit scores exponentiated with ex2 (module docstring)
 
 
 @device_function
@@ -77,6 +81,8 @@ def online_rescale(m_old, row_max, LOG2):
     ``exp(m_old − m_use)`` that rescales l_i and acc."""
     m_new = max(m_old, row_max)
     m_use = m_new if m_new != NEG_INF else float32(0.0)
+    if LOG2 == FOLD:
+        return m_new, m_use, ptx.ex2_approx((m_old - m_use) * float32(LOG2E))
     return m_new, m_use, softmax_exp(m_old - m_use, LOG2)
 
 
@@ -95,11 +101,15 @@ def online_softmax_row(s, S0, S_STEP, S_N, S_PAIR, acc, O0, O_STEP, O_N, O_PAIR,
             mx = max(mx, s[S0 + n * S_STEP + e])
     m_new, m_use, alpha = online_rescale(m_i[r], allreduce_max(mx, LANES), LOG2)
     m_i[r] = m_new
+    m_scaled = m_use * float32(LOG2E)  # FOLD's
     row_sum = NEG_ZERO  # −0 + x is x: the first add folds away
     for n in range(S_N):
         part = NEG_ZERO  # a pair's sum first: shorter dependency chains
         for e in range(S_PAIR):
-            p = softmax_exp(s[S0 + n * S_STEP + e] - m_use, LOG2)
+            if LOG2 == FOLD:
+                p = ptx.ex2_approx(s[S0 + n * S_STEP + e] * float32(LOG2E) - m_scaled)
+            else:
+                p = softmax_exp(s[S0 + n * S_STEP + e] - m_use, LOG2)
             s[S0 + n * S_STEP + e] = p
             part += p
         row_sum += part
@@ -117,7 +127,7 @@ def finalize(m, l_part, LANES, LOG2):
     l_row = allreduce_sum(l_part, LANES)
     if l_row == float32(0.0):
         return float32(0.0), NEG_INF
-    if LOG2:
+    if LOG2 and LOG2 != FOLD:
         return float32(1.0) / l_row, m * float32(LN2) + math.log(l_row)
     return float32(1.0) / l_row, m + math.log(l_row)
 
@@ -141,7 +151,10 @@ def softmax_grad(s, dp, lse_r, delta, keep, LOG2):
     exactly (0, 0) where not ``keep``: the padding rows past the end of the queries in
     the dK/dV kernels, whose zero-filled Q and dO make NaN of an infinite K or V (0·inf)
     and must add nothing to dK and dV."""
-    p = softmax_exp(s - lse_r, LOG2)
+    if LOG2 == FOLD:
+        p = ptx.ex2_approx(s * float32(LOG2E) - lse_r)
+    else:
+        p = softmax_exp(s - lse_r, LOG2)
     ds = p * (dp - delta)
     if keep:
         return p, ds
@@ -164,3 +177,10 @@ def stage_row_stats(dst, LSE_AT, DELTA_AT, lse, delta, b, h, row0, seqlen_q, tid
     query tiles (dK/dV); the caller's barrier makes them visible."""
     for r in range(tid, ROWS, THREADS):
         dst[LSE_AT + r], dst[DELTA_AT + r] = row_stats(lse, delta, b, h, row0 + r, seqlen_q, LOG2)
+
+
+def domain(variant):
+    """The ``LOG2`` of a log2-domain kernel compiled for ``variant`` (host side):
+    ``FOLD`` with a user's score_mod (natural-unit scores), else True."""
+    mods = variant.mods
+    return FOLD if mods is not None and mods.score_fn is not None else True

@@ -75,6 +75,7 @@ def tc_forward_kernel(t: TcTiles, variant: Variant, dtype: str):
     """
     BLOCK_M, BLOCK_N, HEAD_DIM, THREADS = t.block_m, t.block_n, t.head_dim, t.threads
     F = variant.flags
+    SOFTMAX = softmax.domain(variant)  # log2 units, or FOLD with a score_mod
     STAGES = t.stages
     KSTEPS = HEAD_DIM // 16  # k-slices of Q·Kᵀ
     NT_S = BLOCK_N // 8  # n-tiles of S (8 keys each)
@@ -163,7 +164,7 @@ def tc_forward_kernel(t: TcTiles, variant: Variant, dtype: str):
             for mt in range(MT):
                 for r in range(2):
                     softmax.online_softmax_row(acc_s, mt * S_TILE + 2 * r, 4, NT_S, 2, acc_o, mt * O_TILE + 2 * r, 4,
-                                               NT_O, 2, m_i, l_i, mt * 2 + r, 4, True)  # fmt: skip
+                                               NT_O, 2, m_i, l_i, mt * 2 + r, 4, SOFTMAX)  # fmt: skip
 
             if F[DROPOUT]:  # P·V takes P ∘ Z / (1 − p); l_i kept the undropped P
                 fragments.apply_dropout(acc_s, 0, NT_S, MT, start_m + warp * WARP_ROWS, start_n, di)
@@ -184,7 +185,7 @@ def tc_forward_kernel(t: TcTiles, variant: Variant, dtype: str):
         # epilogue: o = acc / l as 16-bit pairs; lse = m·ln2 + ln l
         for mt in range(MT):
             for r in range(2):
-                inv_l, lse_row = softmax.finalize(m_i[mt * 2 + r], l_i[mt * 2 + r], 4, True)
+                inv_l, lse_row = softmax.finalize(m_i[mt * 2 + r], l_i[mt * 2 + r], 4, SOFTMAX)
                 row = start_m + warp * WARP_ROWS + mt * 16 + (lane >> 2) + 8 * r  # lane >> 2, not g: g kept
                 # live through the loop costs the register that tips d = 64 into spilling
                 if row < seqlen_q:

@@ -84,6 +84,7 @@ def tf32_forward_kernel(t: TcTiles, variant: Variant):
     """
     BLOCK_M, BLOCK_N, HEAD_DIM, THREADS = t.block_m, t.block_n, t.head_dim, t.threads
     F = variant.flags
+    SOFTMAX = softmax.domain(variant)  # log2 units, or FOLD with a score_mod
     STAGES = t.stages
     KPAIRS = HEAD_DIM // 16  # pairs of k-steps of Q·Kᵀ: one v4 load of K a pair
     NT_S = BLOCK_N // 8  # n-tiles of S (8 keys each) = k-steps of P·V
@@ -156,7 +157,7 @@ def tf32_forward_kernel(t: TcTiles, variant: Variant):
                                      tile_partial(j, vr, F), mi, False, True,
                                      F)  # fmt: skip
             for r in range(2):
-                softmax.online_softmax_row(acc_s, 2 * r, 4, NT_S, 2, acc_o, 2 * r, 4, NT_O, 2, m_i, l_i, r, 4, True)
+                softmax.online_softmax_row(acc_s, 2 * r, 4, NT_S, 2, acc_o, 2 * r, 4, NT_O, 2, m_i, l_i, r, 4, SOFTMAX)
             if F[DROPOUT]:  # P·V takes P ∘ Z / (1 − p); l_i kept the undropped P
                 fragments.apply_dropout(acc_s, 0, NT_S, 1, start_m + warp * 16, start_n, di)
 
@@ -171,7 +172,7 @@ def tf32_forward_kernel(t: TcTiles, variant: Variant):
         ptx.cp_async_wait_all()  # no copy may land after the block exits (no key tile)
         # epilogue: o = acc / l (fragments.store_tf32_row); lse = m·ln2 + ln l
         for r in range(2):
-            inv_l, lse_row = softmax.finalize(m_i[r], l_i[r], 4, True)
+            inv_l, lse_row = softmax.finalize(m_i[r], l_i[r], 4, SOFTMAX)
             row = start_m + warp * 16 + g + 8 * r
             if row < seqlen_q:
                 fragments.store_tf32_row(out, b, q0 + row, h, acc_o, r, tq, OGROUPS, inv_l)
