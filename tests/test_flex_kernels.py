@@ -14,12 +14,11 @@ import math
 
 import numpy as np
 import pytest
-from conftest import BWD_TOL, FWD_TOL, SIMULATOR, grad_errors, host
-from test_variants import FAMILIES, FLOOR, _baselines, _inputs, _xp
+from conftest import FWD_TOL, SIMULATOR, host
+from test_variants import FAMILIES, _inputs, _xp, check_variant
 
 import numba_flash
-from numba_flash import BlockMask, create_block_mask, plan, reference
-from numba_flash import _arrays
+from numba_flash import BlockMask, create_block_mask, reference
 
 # --- the user's functions (plain Python, scalar math) ---------------------------------------
 
@@ -82,14 +81,14 @@ def case(rng, name, B, H, Nq, Nk, xp):
     return fwd, bwd, ref
 
 
-#: name: (case, extra built-in keywords, H, H_kv)
+#: name: (case, the built-in variants as test_variants.VARIANTS writes them)
 CASES = {
-    "bias": ("bias", {}, 2, 2),
-    "cap": ("cap", {"causal": True}, 2, 2),
-    "document": ("document", {}, 2, 2),
-    "sparse": ("sparse", {}, 2, 2),
-    "causal-mod": ("causal-mod", {}, 2, 2),
-    "all": ("all", {"causal": True, "window_size": (9, -1), "softcap": 4.0, "dropout_p": 0.2}, 4, 2),
+    "bias": ("bias", {}),
+    "cap": ("cap", {"causal": True}),
+    "document": ("document", {}),
+    "sparse": ("sparse", {}),
+    "causal-mod": ("causal-mod", {}),
+    "all": ("all", {"H": 4, "H_kv": 2, "causal": True, "window_size": (9, -1), "softcap": 4.0, "dropout": 0.2}),
 }
 
 SIM_MATRIX = [(f, c) for f in ("fp32-blocked", "fp32-rowgroup") for c in CASES] + [
@@ -98,40 +97,8 @@ GPU_MATRIX = [(f, c) for f in FAMILIES for c in CASES if (f, c) not in SIM_MATRI
 
 
 def check_flex(rng, fam, name, B=1, Nq=37, Nk=45):
-    dtype, d, tf32, family = FAMILIES[fam]
-    kind, builtin, H, H_kv = CASES[name]
-    assert plan.family(plan.Problem("forward", _arrays.dtype_name(np.dtype(dtype)), d, allow_tf32=tf32))[0] == family
-    q, k, v, dout = _inputs(rng, dtype, B, H, H_kv, Nq, Nk, d)
-    builtin = dict(builtin)
-    if "dropout_p" in builtin:
-        builtin["seed"] = int(rng.integers(0, 2**63))
-    xp = _xp()
-    dev = [xp.asarray(x) for x in (q, k, v, dout)]
-    fwd, bwd, ref = case(rng, kind, B, H, Nq, Nk, xp)
-    out, lse = numba_flash.flash_attention(*dev[:3], return_lse=True, allow_tf32=tf32, **builtin, **fwd)
-    ref_out, ref_lse = reference.attention(q, k, v, **builtin, **ref)
-    fwd_base, bwd_base, low = _baselines(fam, dtype)
-    err = reference.rel_error(host(out), ref_out)
-    tol = FWD_TOL if fwd_base is None else 2 * reference.rel_error(
-        fwd_base(q, k, v, **low, **builtin, **ref)[0], ref_out) + FLOOR  # fmt: skip
-    assert err <= tol, f"{fam} {name}: O rel error {err:.3g} > {tol:.3g}, seed {rng.seed_value}"
-    blind = np.isneginf(ref_lse)
-    assert np.array_equal(np.isneginf(host(lse)), blind), f"rows that see no key: lse -inf, seed {rng.seed_value}"
-    lse_err = reference.rel_error(np.where(blind, 0, host(lse)), np.where(blind, 0, ref_lse))
-    assert lse_err <= (FWD_TOL if fam != "tf32" else 1e-3), f"LSE {lse_err:.3g}, seed {rng.seed_value}"
-
-    o_in, lse_in = ref_out.astype(dtype), ref_lse.astype(np.float32)
-    grads = numba_flash.flash_attention_backward(dev[3], *dev[:3], xp.asarray(o_in), xp.asarray(lse_in),
-                                                 allow_tf32=tf32, **builtin, **fwd, **bwd)  # fmt: skip
-    refs = reference.attention_backward(dout, q, k, v, o_in, lse_in, **builtin, **ref, **bwd)
-    errs = grad_errors(grads, refs)
-    if bwd_base is None:
-        tols = [BWD_TOL] * 3
-    else:
-        base = bwd_base(dout, q, k, v, o_in, lse_in, **low, **builtin, **ref, **bwd)
-        tols = [3 * b + FLOOR for b in grad_errors(base, refs)]
-    for gname, e, t in zip(("dq", "dk", "dv"), errs, tols):
-        assert e <= t, f"{fam} {name}: {gname} rel error {e:.3g} > {t:.3g}, seed {rng.seed_value}"
+    kind, builtin = CASES[name]
+    check_variant(rng, fam, builtin, B, Nq, Nk, mods=lambda rng, B, H, Nq, Nk, xp: case(rng, kind, B, H, Nq, Nk, xp))
 
 
 @pytest.mark.usefixtures("poisoned_outputs")

@@ -95,8 +95,10 @@ def _baselines(fam: str, dtype):
     return reference.attention_lowp, reference.attention_backward_lowp, {"dtype": dtype}
 
 
-def check_variant(rng, fam: str, variant: dict, B=1, Nq=17, Nk=23):
-    """Forward and backward of one (family, variant) against the reference."""
+def check_variant(rng, fam: str, variant: dict, B=1, Nq=17, Nk=23, mods=None):
+    """Forward and backward of one (family, variant) against the reference.  ``mods``:
+    FlexAttention's keywords, ``mods(rng, B, H, Nq, Nk, xp) -> (forward's, the
+    backward's own, the reference's)`` (``test_flex_kernels``)."""
     dtype, d, tf32, family = FAMILIES[fam]
     H, H_kv, kw = _kwargs(rng, variant, B)
     q, k, v, dout = _inputs(rng, dtype, B, H, H_kv, Nq, Nk, d)
@@ -106,6 +108,10 @@ def check_variant(rng, fam: str, variant: dict, B=1, Nq=17, Nk=23):
     kwd = dict(kw)
     if "alibi_slopes" in kwd:
         kwd["alibi_slopes"] = xp.asarray(kwd["alibi_slopes"])
+    fwd_mods, bwd_mods, ref_mods = mods(rng, B, H, Nq, Nk, xp) if mods else ({}, {}, {})
+    kwd.update(fwd_mods)
+    kw_bwd = {**kw, **ref_mods, **bwd_mods}  # the reference's backward
+    kw = {**kw, **ref_mods}
     out, lse = numba_flash.flash_attention(*dev[:3], return_lse=True, allow_tf32=tf32, **kwd)
     ref_out, ref_lse = reference.attention(q, k, v, **kw)
     fwd_base, bwd_base, low = _baselines(fam, dtype)
@@ -120,10 +126,10 @@ def check_variant(rng, fam: str, variant: dict, B=1, Nq=17, Nk=23):
     # the backward, from the reference's out and lse (as the kernels would get them)
     o_in, lse_in = ref_out.astype(dtype), ref_lse.astype(np.float32)
     grads = numba_flash.flash_attention_backward(dev[3], *dev[:3], xp.asarray(o_in), xp.asarray(lse_in),
-                                                 allow_tf32=tf32, **kwd)  # fmt: skip
+                                                 allow_tf32=tf32, **kwd, **bwd_mods)  # fmt: skip
     for g, like in zip(grads, (q, k, v)):
         assert g.shape == like.shape and g.dtype == like.dtype
-    refs = reference.attention_backward(dout, q, k, v, o_in, lse_in, **kw)
+    refs = reference.attention_backward(dout, q, k, v, o_in, lse_in, **kw_bwd)
     errs = grad_errors(grads, refs)
     if bwd_base is None:
         tols = [BWD_TOL] * 3
@@ -139,7 +145,7 @@ def check_variant(rng, fam: str, variant: dict, B=1, Nq=17, Nk=23):
                 assert noise <= 1e-6, f"{fam} {variant}: gradient {i} is 0 exactly, got {noise:.3g} of the largest"
                 tols[i] = np.inf
     else:
-        tols = [3 * b + FLOOR for b in grad_errors(bwd_base(dout, q, k, v, o_in, lse_in, **low, **kw), refs)]
+        tols = [3 * b + FLOOR for b in grad_errors(bwd_base(dout, q, k, v, o_in, lse_in, **low, **kw_bwd), refs)]
     for name, e, t in zip(("dq", "dk", "dv"), errs, tols):
         assert e <= t, f"{fam} {variant}: {name} rel error {e:.3g} > {t:.3g}, seed {rng.seed_value}"
 
