@@ -88,7 +88,7 @@ def _run_checked(plan: P.Plan, buffers: dict, layout: str, var) -> None:
     except Exception as exc:
         from numba_flash.flex import compile_error
 
-        err = compile_error(exc, var.flex)
+        err = compile_error(exc)
         if err is None:
             raise
         raise err from exc

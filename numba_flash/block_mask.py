@@ -110,12 +110,18 @@ class BlockMask:
         out = np.where(hi == EMPTY, EMPTY, np.where(lo == FULL, FULL, PARTIAL)).astype(np.int8)
         return out.swapaxes(2, 3) if keys_are_rows else out
 
-    def visit_lists(self, block_m: int, block_n: int, keys_are_rows: bool = False) -> tuple:
+    def visit_lists(self, block_m: int, block_n: int, keys_are_rows: bool = False, ranges=None) -> tuple:
         """What a kernel walks, FlexAttention's ``kv_num_blocks`` / ``kv_indices``:
         ``(count, index, partial)`` with ``count[b, h, t]`` the non-EMPTY tiles of row
         tile ``t`` (:meth:`tile_kinds`), ``index[b, h, t, :count]`` them in increasing
-        order (int32) and ``partial[b, h, t, :count]`` whether each needs the mask."""
+        order (int32) and ``partial[b, h, t, :count]`` whether each needs the mask.
+        ``ranges``: ``(lo, hi)`` int arrays, row tile t keeps only the tiles in
+        ``[lo[t], hi[t])`` (the range the built-in masks leave)."""
         kinds = self.tile_kinds(block_m, block_n, keys_are_rows)
+        if ranges is not None:
+            col = np.arange(kinds.shape[3])
+            lo, hi = (np.asarray(x)[:, None] for x in ranges)
+            kinds = np.where(((col >= lo) & (col < hi))[None, None], kinds, EMPTY)
         keep = kinds != EMPTY
         count = keep.sum(axis=3).astype(np.int32)
         order = np.argsort(~keep, axis=3, kind="stable").astype(np.int32)  # kept tiles first, in order

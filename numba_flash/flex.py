@@ -53,35 +53,22 @@ def visit_lists(bm: BlockMask, block_m: int, block_n: int, keys_are_rows: bool, 
     """``(count, visit)`` int32 NumPy arrays (B', H', R) and (B', H', R, L): row tile
     r's tiles to visit (query tiles of ``block_m`` rows against key tiles of
     ``block_n``; rows are key tiles when ``keys_are_rows``), ``visit[..., :count]``
-    each ``tile << 1 | partial``, increasing: the block mask's non-EMPTY tiles inside
-    the range the built-in masks leave (``window`` with causal folded in, as
-    ``block_info.key_tiles`` / ``query_tiles``)."""
-    kinds = bm.tile_kinds(block_m, block_n, keys_are_rows)
-    rows, cols = kinds.shape[2], kinds.shape[3]
-    diag = seqlen_k - seqlen_q
-    left, right = window
-    if not keys_are_rows:  # row tile = query tile: block_info.key_tiles
-        start = np.arange(rows) * block_m
-        end = np.full(rows, seqlen_k) if right < 0 else np.clip(start + block_m + diag + right, 0, seqlen_k)
-        lo = np.zeros(rows, int) if left < 0 else np.clip(start + diag - left, 0, seqlen_k) // block_n
-        hi = np.maximum(lo, -(-end // block_n))
-    else:  # row tile = key tile: block_info.query_tiles
-        start = np.arange(rows) * block_n
-        lo = np.zeros(rows, int) if right < 0 else np.clip(start - diag - right, 0, seqlen_q) // block_m
-        end = np.full(rows, seqlen_q) if left < 0 else np.clip(start + block_n - diag + left, 0, seqlen_q)
-        hi = np.maximum(lo, -(-end // block_m))
-    col = np.arange(cols)
-    inside = (col[None, :] >= lo[:, None]) & (col[None, :] < hi[:, None])
-    kinds = np.where(inside[None, None], kinds, EMPTY)
-    keep = kinds != EMPTY
-    count = keep.sum(axis=3).astype(np.int32)
+    each ``tile << 1 | partial``, increasing: ``BlockMask.visit_lists`` clipped to the
+    range the built-in masks leave (``window`` with causal folded in, as
+    ``block_info.key_tiles`` / ``query_tiles``; the reference's ranges, in tiles)."""
+    from numba_flash.reference import _key_range, _query_range
+
+    rows = -(-(seqlen_k if keys_are_rows else seqlen_q) // (block_n if keys_are_rows else block_m))
+    step, tile = (block_n, block_m) if keys_are_rows else (block_m, block_n)
+    span = _query_range if keys_are_rows else _key_range
+    ranges = [span(r * step, r * step + step, seqlen_q, seqlen_k, window) for r in range(rows)]
+    lo = np.array([a // tile for a, _ in ranges], int)
+    hi = np.maximum(lo, np.array([-(-b // tile) for _, b in ranges], int))
+    count, index, partial = bm.visit_lists(block_m, block_n, keys_are_rows, (lo, hi))
     width = max(int(count.max()) if count.size else 0, 1)
-    order = np.argsort(~keep, axis=3, kind="stable")[..., :width]  # kept tiles first, in order
-    partial = np.take_along_axis(kinds, order, axis=3) == PARTIAL
-    visit = (order * 2 + partial).astype(np.int32)
-    if visit.shape[3] < width:  # no columns at all
-        visit = np.zeros(kinds.shape[:3] + (width,), np.int32)
-    return count, np.ascontiguousarray(visit)
+    visit = np.zeros(count.shape + (width,), np.int32)
+    visit[..., : index.shape[3]] = (index * 2 + partial)[..., :width]
+    return count, visit
 
 
 def _on_device(a, xp):
@@ -234,7 +221,6 @@ class FlexCall:
                 self.mask_args = tuple(_on_device(a, xp) for a in block_mask.mod_args)
                 _probe("mask_mod", block_mask.mask_mod, mask_fn, 4, self.mask_args)
         self.mods = Mods(score_fn, grad_fn, mask_fn, block_mask is not None)
-        self._dummy = None
 
     def adapt(self, walks) -> bool:
         """Give a dense block mask (no ``mask_mod``) its own (:func:`_kept_block`) when
@@ -264,31 +250,28 @@ class FlexCall:
     def fx(self, walk: tuple) -> tuple:
         """``fx`` for a launch whose tile walk is ``walk`` (``KernelLaunch.walk``):
         ``(score_args, mask_args, count, visit, count_t, visit_t)``."""
-        if self._dummy is None:
-            from numba_flash.api import plain_fx
+        from numba_flash.api import _device_id, _dummies
 
-            self._dummy = plain_fx(self.xp)[2:4]
-        lists = self._dummy + self._dummy
+        dummy = _dummies(_device_id())[2][2:4]  # a plain call's lists, made once per device
+        lists = dummy + dummy
         if self.block_mask is not None and walk:
             block_m, block_n, keys_are_rows = walk
             pair = self._lists(block_m, block_n, keys_are_rows)
-            lists = (self._dummy + pair) if keys_are_rows else (pair + self._dummy)
+            lists = (dummy + pair) if keys_are_rows else (pair + dummy)
         return (self.score_args, self.mask_args) + lists
 
     def _lists(self, block_m, block_n, keys_are_rows):
+        from numba_flash.api import _device_id
+
         cache = _LISTS.setdefault(self.block_mask, {})
-        key = (block_m, block_n, keys_are_rows, self.sizes, self.window, self.xp.__name__, _device_id(self.xp))
+        key = (block_m, block_n, keys_are_rows, self.sizes, self.window, _device_id())
         if key not in cache:
             count, visit = visit_lists(self.block_mask, block_m, block_n, keys_are_rows, *self.sizes, self.window)
             cache[key] = (self.xp.asarray(count), self.xp.asarray(visit))
         return cache[key]
 
 
-def _device_id(xp) -> int:
-    return -1 if xp is np else xp.cuda.Device().id
-
-
-def compile_error(exc: Exception, flex: FlexCall) -> TypeError | None:
+def compile_error(exc: Exception) -> TypeError | None:
     """A TypeError for a numba error raised while compiling a kernel with the user's
     functions inlined (each compiled alone first: rare), or None for other errors."""
     if "numba" not in type(exc).__module__:

@@ -230,12 +230,11 @@ def group_tile(it, m_lo, m_hi, h0, t, fx, seq, F):
     if F[BLOCK_SPARSE]:
         h = h0
         p = it
-        n = visit_row(fx, seq, h, t, True, F)[0]
-        while p >= n:
-            p -= n
-            h += 1
-            n = visit_row(fx, seq, h, t, True, F)[0]
         vr = visit_row(fx, seq, h, t, True, F)
+        while p >= vr[0]:
+            p -= vr[0]
+            h += 1
+            vr = visit_row(fx, seq, h, t, True, F)
         return h, tile_at(p, vr, F), tile_partial(p, vr, F)
     h, i = group_walk(it, m_lo, m_hi, h0, F)
     return h, i, False

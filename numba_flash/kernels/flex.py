@@ -29,7 +29,7 @@ from __future__ import annotations
 
 
 from numba_flash._numba_cuda import device_function, float32
-from numba_flash.variant import GRAD_FN, MASK_FN, MASK_MOD, SCORE_FN, SCORE_MOD
+from numba_flash.variant import GRAD_FN, MASK_FN, SCORE_FN, SCORE_MOD
 
 SEQ, HEAD, FX = 4, 5, 6  # where score_info keeps (b, h, fx)
 SCORE_ARGS, MASK_ARGS, COUNT, VISIT, COUNT_T, VISIT_T = range(6)  # positions in fx
@@ -65,12 +65,10 @@ def modded(x, q_idx, k_idx, si, mi, GRAD, F):
 
 
 @device_function
-def mod_visible(q_idx, k_idx, partial, si, mi, F):
-    """The block mask's verdict on (``q_idx``, ``k_idx``): ``mask_mod`` on a PARTIAL
-    tile (False past the sequences' ends, ``mi``, without calling it), True on a FULL
-    one (and without a mask_mod)."""
-    if F[MASK_MOD] and partial:
-        if q_idx >= mi[0] or k_idx >= mi[1]:
-            return False
-        return bool(F[MASK_FN](si[SEQ], si[HEAD], q_idx, k_idx, *si[FX][MASK_ARGS]))
-    return True
+def mod_visible(q_idx, k_idx, si, mi, F):
+    """The block mask's ``mask_mod`` on (``q_idx``, ``k_idx``), for the elements of its
+    PARTIAL tiles (the callers check the tile); False past the sequences' ends
+    (``mi``), without calling it."""
+    if q_idx >= mi[0] or k_idx >= mi[1]:
+        return False
+    return bool(F[MASK_FN](si[SEQ], si[HEAD], q_idx, k_idx, *si[FX][MASK_ARGS]))

@@ -84,7 +84,7 @@ def mod_mask(acc, S0, NT, MT, row0, col0, si, partial, mi, KEYS_ARE_ROWS, F):
                     if KEYS_ARE_ROWS:
                         q_idx, k_idx = col0 + c, row0 + 16 * mt + r
                     i = S0 + 4 * NT * mt + nt * 4 + e
-                    if not flex.mod_visible(q_idx, k_idx, True, si, mi, F):
+                    if not flex.mod_visible(q_idx, k_idx, si, mi, F):
                         acc[i] = mask.NEG_INF
 
 
@@ -190,7 +190,7 @@ def _p_and_ds_at(acc_s, acc_dp, nt, e, lane, zf, row0, col0, si, needs_mask, par
         q_idx, k_idx = col0 + c, row0 + r
     i = nt * 4 + e
     x, dx = score.softcap_grad(acc_s[i], si, True, F)
-    x, dm = score.index_step(x, q_idx, k_idx, mi[2], needs_mask, partial, si, mi, True, True, F)
+    x, dm = score.index_step(x, q_idx, k_idx, mi[2], needs_mask, partial, si, mi, True, F)
     dx *= dm
     at, keep = _stat_at(nt, e, lane, mi[0] - start_m, KEYS_ARE_ROWS)
     p, ds = softmax.softmax_grad(x, acc_dp[i] * zf, stats[LSE_AT + at], stats[DELTA_AT + at], keep,

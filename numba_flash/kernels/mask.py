@@ -50,5 +50,5 @@ def masked(x, q_idx, k_idx, needs_mask, partial, si, mi, F):
     if needs_mask:
         ok = visible(q_idx, k_idx, mi)
     if F[MASK_MOD] and partial:
-        ok = ok and flex.mod_visible(q_idx, k_idx, partial, si, mi, F)
+        ok = ok and flex.mod_visible(q_idx, k_idx, si, mi, F)
     return x if ok else NEG_INF

@@ -84,7 +84,7 @@ def scale_and_mask(s, TM, TN, row0, ROW_STEP, col0, COL_STEP, si, needs_mask, pa
                 if KEYS_ARE_ROWS:
                     q_idx, k_idx = col0 + c * COL_STEP, row0 + r * ROW_STEP
                 s[r * TN + c], dm = score.index_step(s[r * TN + c], q_idx, k_idx, mi[2], needs_mask, partial, si, mi,
-                                                     False, dx is not None, F)  # fmt: skip
+                                                     dx is not None, F)  # fmt: skip
                 if F[SCORE_MOD] and dx is not None:
                     dx[r * TN + c] = dx[r * TN + c] * dm if F[SOFTCAP] else dm
 

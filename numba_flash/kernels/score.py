@@ -38,8 +38,8 @@ def score_info(params, alibi, fx, seq, h, scale, LOG2, F):
     ``seq`` (``alibi`` is (B, H) float32 slopes; read only with ALiBi) for the softmax
     scale ``scale``; the last three are FlexAttention's (``kernels.flex``: the user's
     functions take (b, h) and read ``fx``)."""
-    # a user's score_mod takes natural units: then the step stays natural up to it,
-    # and flex.modded converts its result (one multiply, not two)
+    # a user's score_mod takes natural units: then the step stays natural, and the
+    # log2-domain softmax folds log2(e) into its exponent (softmax.FOLD)
     LOG2_HERE = LOG2 and not F[SCORE_MOD]
     log2e = float32(LOG2E) if LOG2_HERE else float32(1.0)
     if F[SOFTCAP]:
@@ -126,7 +126,7 @@ def needs_indices(F):
 
 
 @device_function
-def index_step(x, q_idx, k_idx, diag, needs_mask, partial, si, mi, LOG2, GRAD, F):
+def index_step(x, q_idx, k_idx, diag, needs_mask, partial, si, mi, GRAD, F):
     """``(x, dx)``: the step's part that reads the element's (query, key): ALiBi
     (:func:`biased`), the user's ``score_mod`` (``flex.modded``, dx its derivative,
     only when ``GRAD``), then −inf where the element is masked: by the built-in

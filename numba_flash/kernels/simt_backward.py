@@ -124,7 +124,7 @@ def simt_bwd_dkdv_kernel(t: SimtTiles, variant: Variant):
                     s += s_q[ii, c * G + g] * k_reg[c]
                     dp += s_do[ii, c * G + g] * v_reg[c]
                 x, dx = score.prescaled(softmax.allreduce_sum(s, G), si, F)
-                x, dm = score.index_step(x, start_m + ii, kj, mi[2], True, partial, si, mi, False, True, F)
+                x, dm = score.index_step(x, start_m + ii, kj, mi[2], True, partial, si, mi, True, F)
                 dx *= dm
                 zf = dropout.kept_scale(start_m + ii, kj, di) if F[DROPOUT] else float32(1.0)
                 p, ds = softmax.softmax_grad(x, softmax.allreduce_sum(dp, G) * zf, s_rows[ii], s_rows[BLOCK_M + ii],
@@ -191,7 +191,7 @@ def simt_bwd_dq_kernel(t: SimtTiles, variant: Variant):
                     s += q_reg[c] * s_k[jj, c * G + g]
                     dp += do_reg[c] * s_v[jj, c * G + g]
                 x, dx = score.prescaled(softmax.allreduce_sum(s, G), si, F)
-                x, dm = score.index_step(x, qi, start_n + jj, mi[2], True, partial, si, mi, False, True, F)
+                x, dm = score.index_step(x, qi, start_n + jj, mi[2], True, partial, si, mi, True, F)
                 dx *= dm
                 zf = dropout.kept_scale(qi, start_n + jj, di) if F[DROPOUT] else float32(1.0)
                 _, ds = softmax.softmax_grad(x, softmax.allreduce_sum(dp, G) * zf, lse_i, delta_i, True, False)

@@ -119,7 +119,7 @@ def simt_forward_kernel(t: SimtTiles, variant: Variant):
                     for r in range(ROWS):  # the score step on scale·s (score.prescaled), masked
                         qi = start_m + grp + r * GROUPS
                         x, _ = score.prescaled(s[r], si, F)
-                        x, _ = score.index_step(x, qi, start_n + jj, mi[2], True, partial, si, mi, False, False, F)
+                        x, _ = score.index_step(x, qi, start_n + jj, mi[2], True, partial, si, mi, False, F)
                         s_p[(grp + r * GROUPS) * S_STRIDE + jj] = x
 
             # 2. online softmax on this lane's keys (j ≡ g mod G), max over the group
