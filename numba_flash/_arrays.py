@@ -315,7 +315,8 @@ def check_alibi(alibi_slopes, q: Operand, B: int, H: int):
 def check_cu_seqlens(name: str, cu, q: Operand, total: int, max_name: str, max_seqlen) -> tuple:
     """Varlen offsets: int32 (B + 1,), from 0, non-decreasing, ending at ``total``;
     ``max_seqlen`` an int at least every length.  Returns (offsets on the compute side,
-    B, max_seqlen).  Checked on the host (the offsets are copied there once)."""
+    the B lengths as int64 on the host, max_seqlen).  Checked on the host (the offsets
+    are copied there once)."""
     kind, arr = _as_array(name, cu)
     if kind != q.kind:
         raise TypeError(f"{name}: must be on the same side (host/device) as q")
@@ -342,7 +343,7 @@ def check_cu_seqlens(name: str, cu, q: Operand, total: int, max_name: str, max_s
         raise ValueError(f"{name}: at most {MAX_GRID_YZ} sequences, got {lengths.size}")
     dev = to_compute(arr, kind)
     xp = np if isinstance(dev, np.ndarray) else _cupy()
-    return xp.ascontiguousarray(dev), lengths.size, int(max_seqlen)
+    return xp.ascontiguousarray(dev), lengths, int(max_seqlen)
 
 
 def check_layout(layout) -> str:

@@ -52,9 +52,10 @@ def _dummies(device: int):
 
 
 def plain_fx(xp) -> tuple:
-    """``fx`` of a call without mods (``kernels.flex``): no mod_args, one-entry lists."""
-    count, visit = xp.zeros((1, 1, 1), np.int32), xp.zeros((1, 1, 1, 1), np.int32)
-    return ((), (), count, visit, count, visit)
+    """``fx`` of a call without mods (``kernels.flex``): no mod_args, one-entry lists
+    and order (never read)."""
+    count, visit, order = xp.zeros((1, 1, 1), np.int32), xp.zeros((1, 1, 1, 1), np.int32), xp.zeros((1,), np.int32)
+    return ((), (), count, visit, count, visit, order)
 
 
 def _device_id() -> int:
@@ -94,8 +95,9 @@ def _run_checked(plan: P.Plan, buffers: dict, layout: str, var) -> None:
         raise err from exc
 
 
-def _flex(score_mod, score_mod_grad, block_mask, mod_args, B, H, Nq, Nk, backward):
-    """A FlexCall maker for ``_Variants`` (it knows the window), or None without mods."""
+def _flex(score_mod, score_mod_grad, block_mask, mod_args, B, H, Nq, Nk, backward, lengths=None):
+    """A FlexCall maker for ``_Variants`` (it knows the window), or None without mods;
+    ``lengths``: varlen's (B, 2) sequence lengths (queries, keys), Nq, Nk the longest."""
     if score_mod is None and block_mask is None and score_mod_grad is None:
         if not isinstance(mod_args, (tuple, list)) or mod_args:
             raise ValueError(f"mod_args: given ({type(mod_args).__name__}) without a score_mod to read them "
@@ -104,7 +106,7 @@ def _flex(score_mod, score_mod_grad, block_mask, mod_args, B, H, Nq, Nk, backwar
     from numba_flash.flex import FlexCall
 
     return lambda window: FlexCall(score_mod, score_mod_grad, block_mask, mod_args, batch=B, heads=H, seqlen_q=Nq,
-                                   seqlen_k=Nk, window=window, backward=backward)  # fmt: skip
+                                   seqlen_k=Nk, window=window, backward=backward, lengths=lengths)  # fmt: skip
 
 
 def _check_qkv(q, k, v, causal, softmax_scale, layout):
@@ -128,12 +130,13 @@ def _check_packed(q, k, v, causal, softmax_scale):
 
 
 def _check_offsets(q_op, total_q, total_k, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k):
-    """varlen's offsets and longest lengths, checked: (cu_q, cu_k, batch, max_q, max_k)."""
-    cu_q, B, max_q = A.check_cu_seqlens("cu_seqlens_q", cu_seqlens_q, q_op, total_q, "max_seqlen_q", max_seqlen_q)
-    cu_k, Bk, max_k = A.check_cu_seqlens("cu_seqlens_k", cu_seqlens_k, q_op, total_k, "max_seqlen_k", max_seqlen_k)
-    if Bk != B:
-        raise ValueError(f"cu_seqlens_k: expected {B + 1} offsets (as cu_seqlens_q), got {Bk + 1}")
-    return cu_q, cu_k, B, max_q, max_k
+    """varlen's offsets and longest lengths, checked: (cu_q, cu_k, lengths, max_q, max_k),
+    ``lengths`` the (batch, 2) int64 lengths of the sequences (queries, keys) on the host."""
+    cu_q, len_q, max_q = A.check_cu_seqlens("cu_seqlens_q", cu_seqlens_q, q_op, total_q, "max_seqlen_q", max_seqlen_q)
+    cu_k, len_k, max_k = A.check_cu_seqlens("cu_seqlens_k", cu_seqlens_k, q_op, total_k, "max_seqlen_k", max_seqlen_k)
+    if len_k.size != len_q.size:
+        raise ValueError(f"cu_seqlens_k: expected {len_q.size + 1} offsets (as cu_seqlens_q), got {len_k.size + 1}")
+    return cu_q, cu_k, np.stack([len_q, len_k], axis=1), max_q, max_k
 
 
 class _Variants:
@@ -364,7 +367,8 @@ def flash_attention_backward(dout, q, k, v, out, lse, *, causal=False, softmax_s
 
 def flash_attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, *, causal=False,
                            softmax_scale=None, window_size=(-1, -1), softcap=0.0, alibi_slopes=None, dropout_p=0.0,
-                           seed=None, return_lse=False, allow_tf32=False):  # fmt: skip
+                           seed=None, return_lse=False, allow_tf32=False, score_mod=None, block_mask=None,
+                           mod_args=()):  # fmt: skip
     """:func:`flash_attention` over a batch of sequences of different lengths, packed
     (FlashAttention-2's ``flash_attn_varlen_func``).
 
@@ -378,6 +382,10 @@ def flash_attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
         The keywords as :func:`flash_attention`; each sequence is its own attention
         (causal and window aligned per sequence, ALiBi slopes (batch, heads) per
         sequence).  Checked before any launch.
+        score_mod, block_mask, mod_args: as :func:`flash_attention`'s, with ``b`` the
+            sequence's index and ``q_idx``, ``kv_idx`` positions within the sequence;
+            the block mask is made for (batch or None, heads or None, max_seqlen_q,
+            max_seqlen_k), and its tiles past a sequence's end are not visited.
 
     Returns:
         ``out`` (total_q, heads, headdim), or ``(out, lse)`` with lse (heads, total_q)
@@ -387,9 +395,12 @@ def flash_attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
     return_lse = A.check_flag("return_lse", return_lse)
     allow_tf32 = A.check_flag("allow_tf32", allow_tf32)
     _, total_q, total_k, H, d = dims
-    cu_q, cu_k, B, max_q, max_k = _check_offsets(q_op, total_q, total_k, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
-                                                 max_seqlen_k)  # fmt: skip
-    var = _Variants(q_op, k_op, B, H, causal, window_size, softcap, alibi_slopes, dropout_p, seed, varlen=True)
+    cu_q, cu_k, lens, max_q, max_k = _check_offsets(q_op, total_q, total_k, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
+                                                    max_seqlen_k)  # fmt: skip
+    B = len(lens)
+    flex = _flex(score_mod, None, block_mask, mod_args, B, H, max_q, max_k, False, lens)
+    var = _Variants(q_op, k_op, B, H, causal, window_size, softcap, alibi_slopes, dropout_p, seed, varlen=True,
+                    flex=flex)  # fmt: skip
     vdims = (B, max_q, max_k, H, d)
     out, lse = _forward(q_op, k_op, v_op, vdims, causal, scale, var, allow_tf32, "bshd", (total_q, H, d),
                         (H, total_q), (cu_q, cu_k), total_q)  # fmt: skip
@@ -401,20 +412,25 @@ def flash_attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
 
 def flash_attention_varlen_backward(dout, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
                                     *, causal=False, softmax_scale=None, window_size=(-1, -1), softcap=0.0,
-                                    alibi_slopes=None, dropout_p=0.0, seed=None, allow_tf32=False):  # fmt: skip
+                                    alibi_slopes=None, dropout_p=0.0, seed=None, allow_tf32=False, score_mod=None,
+                                    score_mod_grad=None, block_mask=None, mod_args=()):  # fmt: skip
     """Gradients of :func:`flash_attention_varlen` (lse (heads, total_q) as it returned);
-    ``(dq, dk, dv)`` shaped like q, k, v."""
+    ``(dq, dk, dv)`` shaped like q, k, v.  ``score_mod_grad`` as
+    :func:`flash_attention_backward`'s."""
     causal, (q_op, k_op, v_op), dims, scale = _check_packed(q, k, v, causal, softmax_scale)
     do_op = A.check_packed("dout", dout)
     o_op = A.check_packed("out", out)
     A.check_like("dout", do_op, q_op)
     A.check_like("out", o_op, q_op)
     _, total_q, total_k, H, d = dims
-    cu_q, cu_k, B, max_q, max_k = _check_offsets(q_op, total_q, total_k, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
-                                                 max_seqlen_k)  # fmt: skip
+    cu_q, cu_k, lens, max_q, max_k = _check_offsets(q_op, total_q, total_k, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
+                                                    max_seqlen_k)  # fmt: skip
+    B = len(lens)
     lse_arr = A.check_lse_packed(lse, q_op, H, total_q)
     allow_tf32 = A.check_flag("allow_tf32", allow_tf32)
-    var = _Variants(q_op, k_op, B, H, causal, window_size, softcap, alibi_slopes, dropout_p, seed, varlen=True)
+    flex = _flex(score_mod, score_mod_grad, block_mask, mod_args, B, H, max_q, max_k, True, lens)
+    var = _Variants(q_op, k_op, B, H, causal, window_size, softcap, alibi_slopes, dropout_p, seed, varlen=True,
+                    flex=flex)  # fmt: skip
     shapes = ((total_q, H, d), (total_k, var.heads_k, d), (total_k, var.heads_k, d))
     grads = _backward((q_op, k_op, v_op, do_op, o_op), lse_arr, (B, max_q, max_k, H, d), causal, scale, var,
                       allow_tf32, "bshd", shapes, (cu_q, cu_k), total_q)  # fmt: skip

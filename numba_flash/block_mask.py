@@ -27,6 +27,7 @@ pairs inside it (the last block may be short).
 from __future__ import annotations
 
 import inspect
+import weakref
 from dataclasses import dataclass
 
 import numpy as np
@@ -92,7 +93,15 @@ class BlockMask:
         """The kinds of a kernel's tiles (``block_m`` queries × ``block_n`` keys), int8
         (B or 1, H or 1, query tiles, key tiles), or with ``keys_are_rows`` (key
         tiles, query tiles), the dK/dV kernels' walk: a tile is EMPTY when every block
-        it touches is, FULL when every one is, else PARTIAL."""
+        it touches is, FULL when every one is, else PARTIAL.  With a ``mask_mod`` and
+        tiles that cut the blocks (``block_size`` a multiple of both sides), the tiles of
+        the PARTIAL blocks are classified again by ``mask_mod`` (:meth:`refined`), so a
+        tile that falls wholly inside or outside the mask is FULL or EMPTY, not
+        PARTIAL because its block is."""
+        if self._refinable(block_m, block_n):
+            out = self.refined(block_m, block_n)
+            return out.swapaxes(2, 3) if keys_are_rows else out
+
         def ranges(n, tile):  # first block of each tile, for reduceat
             return (np.arange(-(-n // tile)) * tile) // self.block_size
 
@@ -110,18 +119,41 @@ class BlockMask:
         out = np.where(hi == EMPTY, EMPTY, np.where(lo == FULL, FULL, PARTIAL)).astype(np.int8)
         return out.swapaxes(2, 3) if keys_are_rows else out
 
+    def _refinable(self, block_m: int, block_n: int) -> bool:
+        bs = self.block_size
+        return (self.mask_mod is not None and bs % block_m == 0 and bs % block_n == 0
+                and (block_m < bs or block_n < bs) and self.kinds.size > 0)  # fmt: skip
+
+    def refined(self, block_m: int, block_n: int) -> np.ndarray:
+        """The kinds of tiles of ``block_m`` queries × ``block_n`` keys (each side
+        dividing ``block_size``), int8 (B or 1, H or 1, query tiles, key tiles): those
+        of an EMPTY or FULL block inherit its kind, those of a PARTIAL block are
+        classified by ``mask_mod`` on the GPU (:func:`create_block_mask`'s kernel,
+        pairs of the PARTIAL block only).  Made once per tile shape."""
+        key = (block_m, block_n)
+        cache = _REFINED.setdefault(self, {})
+        if key not in cache:
+            nb, nh = self.kinds.shape[:2]
+            nqt, nkt = -(-self.seqlen_q // block_m), -(-self.seqlen_k // block_n)
+            cache[key] = _classify(self.mask_mod, nb, nh, self.seqlen_q, self.seqlen_k, (block_m, block_n),
+                                   self.mod_args, nqt, nkt, self.kinds, self.block_size)  # fmt: skip
+        return cache[key]
+
     def visit_lists(self, block_m: int, block_n: int, keys_are_rows: bool = False, ranges=None) -> tuple:
         """What a kernel walks, FlexAttention's ``kv_num_blocks`` / ``kv_indices``:
         ``(count, index, partial)`` with ``count[b, h, t]`` the non-EMPTY tiles of row
         tile ``t`` (:meth:`tile_kinds`), ``index[b, h, t, :count]`` them in increasing
         order (int32) and ``partial[b, h, t, :count]`` whether each needs the mask.
-        ``ranges``: ``(lo, hi)`` int arrays, row tile t keeps only the tiles in
-        ``[lo[t], hi[t])`` (the range the built-in masks leave)."""
+        ``ranges``: ``(lo, hi)`` int arrays (row tiles,) or (batch, row tiles), row
+        tile t (of batch b) keeps only the tiles in ``[lo[t], hi[t])`` (the range the
+        built-in masks leave; per batch: varlen's sequences, ``count`` then has a
+        batch axis of that size)."""
         kinds = self.tile_kinds(block_m, block_n, keys_are_rows)
         if ranges is not None:
             col = np.arange(kinds.shape[3])
-            lo, hi = (np.asarray(x)[:, None] for x in ranges)
-            kinds = np.where(((col >= lo) & (col < hi))[None, None], kinds, EMPTY)
+            lo, hi = (np.asarray(x)[..., None] for x in ranges)
+            inside = (col >= lo) & (col < hi)
+            kinds = np.where(inside[None, None] if inside.ndim == 2 else inside[:, None], kinds, EMPTY)
         keep = kinds != EMPTY
         count = keep.sum(axis=3).astype(np.int32)
         order = np.argsort(~keep, axis=3, kind="stable").astype(np.int32)  # kept tiles first, in order
@@ -163,7 +195,9 @@ def create_block_mask(mask_mod, B, H, seqlen_q: int, seqlen_k: int, *, block_siz
     nqb, nkb = -(-seqlen_q // block_size), -(-seqlen_k // block_size)
     kinds = np.zeros((nb, nh, nqb, nkb), dtype=np.int8)
     if kinds.size:
-        kinds = _classify(mask_mod, nb, nh, seqlen_q, seqlen_k, block_size, tuple(mod_args), nqb, nkb)
+        whole = np.full((1, 1, 1, 1), PARTIAL, np.int8)  # every pair asks mask_mod
+        kinds = _classify(mask_mod, nb, nh, seqlen_q, seqlen_k, (block_size, block_size), tuple(mod_args), nqb, nkb,
+                          whole, max(seqlen_q, seqlen_k, 1))  # fmt: skip
     return BlockMask(kinds, int(block_size), int(seqlen_q), int(seqlen_k), mask_mod, tuple(mod_args))
 
 
@@ -205,18 +239,23 @@ def _arity(fn) -> str:
         return "an unknown number of"
 
 
-def _classify(mask_mod, nb, nh, seqlen_q, seqlen_k, block_size, mod_args, nqb, nkb) -> np.ndarray:
+def _classify(mask_mod, nb, nh, seqlen_q, seqlen_k, tile, mod_args, nqt, nkt, coarse, coarse_size) -> np.ndarray:
+    """Kinds (nb, nh, nqt, nkt) of the tiles of ``tile = (rows, cols)``; a tile lying in
+    a block of ``coarse`` (kinds of ``coarse_size`` blocks, broadcast over batch and
+    heads of size 1) that is not PARTIAL takes its kind."""
     kernel = _classify_kernel(_device_mod(mask_mod))
+    threads = min(THREADS, tile[0])
     if SIMULATOR:
-        out = np.zeros((nb, nh, nqb, nkb), dtype=np.int8)
+        out = np.zeros((nb, nh, nqt, nkt), dtype=np.int8)
         args = tuple(_host(a) for a in mod_args)
     else:
         import cupy
 
-        out = cupy.zeros((nb, nh, nqb, nkb), dtype=cupy.int8)
+        out = cupy.zeros((nb, nh, nqt, nkt), dtype=cupy.int8)
         args = tuple(_device(a) for a in mod_args)
+        coarse = cupy.asarray(coarse)
     try:
-        kernel[(nkb, nqb, nb * nh), THREADS](out, nh, seqlen_q, seqlen_k, block_size, args)
+        kernel[(nkt, nqt, nb * nh), threads](out, nh, seqlen_q, seqlen_k, tile[0], tile[1], coarse, coarse_size, args)
     except Exception as exc:  # a typing error inside the user's function
         if type(exc).__name__ in ("TypingError", "UnsupportedError", "NumbaError", "LoweringError"):
             raise TypeError(f"mask_mod {getattr(mask_mod, '__name__', mask_mod)!r} does not compile for the GPU with "
@@ -228,6 +267,7 @@ def _classify(mask_mod, nb, nh, seqlen_q, seqlen_k, block_size, mod_args, nqb, n
 
 _DEVICE_MODS: dict = {}
 _KERNELS: dict = {}
+_REFINED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # BlockMask -> {(rows, cols): kinds}
 
 
 def _device_mod(fn):
@@ -238,23 +278,31 @@ def _device_mod(fn):
 
 
 def _classify_kernel(mod):
-    """``kernel[(nkb, nqb, B·H), THREADS](kinds, H, seqlen_q, seqlen_k, block_size,
-    mod_args)``: thread t of the CUDA block of mask block (i, j) of (b, h) evaluates
-    the rows ``i·bs + t, + THREADS, ...`` of the block against all its keys; the block
-    is FULL when every evaluation is True, EMPTY when none is."""
+    """``kernel[(nkt, nqt, B·H), threads](kinds, H, seqlen_q, seqlen_k, rows, cols, coarse,
+    coarse_size, mod_args)``: the CUDA block of tile (i, j) of (b, h), ``rows`` queries ×
+    ``cols`` keys, takes the kind of its ``coarse`` block when that is not PARTIAL;
+    else thread t evaluates the rows ``i·rows + t, + threads, ...`` of the tile against
+    all its keys, and the tile is FULL when every evaluation is True, EMPTY when none
+    is."""
     if mod in _KERNELS:
         return _KERNELS[mod]
 
     @cuda.jit
-    def classify_blocks(kinds, nh, seqlen_q, seqlen_k, block_size, mod_args):
+    def classify_blocks(kinds, nh, seqlen_q, seqlen_k, rows, cols, coarse, coarse_size, mod_args):
         j, i, bh = cuda.blockIdx.x, cuda.blockIdx.y, cuda.blockIdx.z
         b, h = bh // nh, bh % nh
-        q_end = min(seqlen_q, (i + 1) * block_size)
-        k_end = min(seqlen_k, (j + 1) * block_size)
+        c = coarse[min(b, coarse.shape[0] - 1), min(h, coarse.shape[1] - 1), (i * rows) // coarse_size,
+                   (j * cols) // coarse_size]  # fmt: skip
+        if c != PARTIAL:  # the same for every thread of the block: all return
+            if cuda.threadIdx.x == 0:
+                kinds[b, h, i, j] = c
+            return
+        q_end = min(seqlen_q, (i + 1) * rows)
+        k_end = min(seqlen_k, (j + 1) * cols)
         any_ = 0  # int32 flags: syncthreads_or / _and take integers
         all_ = 1
-        for q_idx in range(i * block_size + cuda.threadIdx.x, q_end, cuda.blockDim.x):
-            for kv_idx in range(j * block_size, k_end):
+        for q_idx in range(i * rows + cuda.threadIdx.x, q_end, cuda.blockDim.x):
+            for kv_idx in range(j * cols, k_end):
                 if mod(b, h, q_idx, kv_idx, *mod_args):
                     any_ = 1
                 else:

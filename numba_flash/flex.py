@@ -30,6 +30,7 @@ import numpy as np
 
 from numba_flash._numba_cuda import SIMULATOR, cuda
 from numba_flash.block_mask import EMPTY, PARTIAL, BlockMask, _device_mod, check_mod
+from numba_flash.reference import _check_block_mask
 from numba_flash.variant import Mods
 
 
@@ -49,26 +50,45 @@ _LISTS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # BlockMask -> 
 
 
 def visit_lists(bm: BlockMask, block_m: int, block_n: int, keys_are_rows: bool, seqlen_q: int, seqlen_k: int,
-                window=(-1, -1)) -> tuple:
+                window=(-1, -1), lengths=None) -> tuple:
     """``(count, visit)`` int32 NumPy arrays (B', H', R) and (B', H', R, L): row tile
     r's tiles to visit (query tiles of ``block_m`` rows against key tiles of
     ``block_n``; rows are key tiles when ``keys_are_rows``), ``visit[..., :count]``
     each ``tile << 1 | partial``, increasing: ``BlockMask.visit_lists`` clipped to the
     range the built-in masks leave (``window`` with causal folded in, as
-    ``block_info.key_tiles`` / ``query_tiles``; the reference's ranges, in tiles)."""
+    ``block_info.key_tiles`` / ``query_tiles``; the reference's ranges, in tiles).
+    ``lengths``: varlen's (B, 2) sequence lengths (queries, keys), ``seqlen_q`` /
+    ``seqlen_k`` the longest: each sequence's lists are clipped to its own ranges
+    (B' = B), and its row tiles past its end are empty."""
     from numba_flash.reference import _key_range, _query_range
 
     rows = -(-(seqlen_k if keys_are_rows else seqlen_q) // (block_n if keys_are_rows else block_m))
     step, tile = (block_n, block_m) if keys_are_rows else (block_m, block_n)
     span = _query_range if keys_are_rows else _key_range
-    ranges = [span(r * step, r * step + step, seqlen_q, seqlen_k, window) for r in range(rows)]
-    lo = np.array([a // tile for a, _ in ranges], int)
-    hi = np.maximum(lo, np.array([-(-b // tile) for _, b in ranges], int))
+
+    def clipped(nq, nk):  # (lo, hi) tiles of each row tile of a sequence of nq queries, nk keys
+        n_rows = nk if keys_are_rows else nq
+        ranges = [span(r * step, r * step + step, nq, nk, window) if r * step < n_rows else (0, 0)
+                  for r in range(rows)]  # fmt: skip
+        lo = np.array([a // tile for a, _ in ranges], int)
+        return lo, np.maximum(lo, np.array([-(-b // tile) for _, b in ranges], int))
+
+    if lengths is None:
+        lo, hi = clipped(seqlen_q, seqlen_k)
+    else:
+        lo, hi = (np.stack(x).reshape(len(lengths), rows) for x in zip(*(clipped(nq, nk) for nq, nk in lengths)))
     count, index, partial = bm.visit_lists(block_m, block_n, keys_are_rows, (lo, hi))
     width = max(int(count.max()) if count.size else 0, 1)
     visit = np.zeros(count.shape + (width,), np.int32)
     visit[..., : index.shape[3]] = (index * 2 + partial)[..., :width]
     return count, visit
+
+
+def heaviest_first(count: np.ndarray) -> np.ndarray:
+    """The row tiles in the order the launch's blocks take them (``block_info.row_tile``):
+    by list length summed over batch and heads, longest first (ties in tile order), so
+    that the grid does not end on a long block started last."""
+    return np.argsort(-count.sum(axis=(0, 1)), kind="stable").astype(np.int32)
 
 
 def _on_device(a, xp):
@@ -175,7 +195,7 @@ class FlexCall:
     provider of ``fx`` per launch (:meth:`fx`)."""
 
     def __init__(self, score_mod, score_mod_grad, block_mask, mod_args, *, batch: int, heads: int, seqlen_q: int,
-                 seqlen_k: int, window=(-1, -1), backward: bool = False):  # fmt: skip
+                 seqlen_k: int, window=(-1, -1), backward: bool = False, lengths=None):  # fmt: skip
         mod_args = _check_args(mod_args)
         if score_mod is None and score_mod_grad is not None:
             raise ValueError("score_mod_grad: given without a score_mod")
@@ -194,16 +214,12 @@ class FlexCall:
             if not isinstance(block_mask, BlockMask):
                 raise TypeError(f"block_mask: expected a numba_flash.BlockMask (create_block_mask, "
                                 f"BlockMask.from_dense) or None, got {type(block_mask).__name__}")  # fmt: skip
-            if (block_mask.seqlen_q, block_mask.seqlen_k) != (seqlen_q, seqlen_k):
-                raise ValueError(f"block_mask: made for seqlen_q={block_mask.seqlen_q}, seqlen_k={block_mask.seqlen_k}; "
-                                 f"expected {seqlen_q}, {seqlen_k} (q's and k's)")  # fmt: skip
-            kb, kh = block_mask.kinds.shape[:2]
-            if kb not in (1, batch) or kh not in (1, heads):
-                raise ValueError(f"block_mask: kinds of shape {block_mask.kinds.shape}: expected batch 1 or {batch} "
-                                 f"and heads 1 or {heads}")  # fmt: skip
+            _check_block_mask(block_mask, batch, heads, seqlen_q, seqlen_k,
+                              "q's and k's" if lengths is None else "max_seqlen_q and max_seqlen_k")  # fmt: skip
         self.block_mask = block_mask
         self.window = tuple(window)
         self.sizes = (seqlen_q, seqlen_k)
+        self.lengths = lengths  # varlen: (B, 2) lengths of the sequences, seqlen_q / seqlen_k the longest
         xp = np if SIMULATOR else __import__("cupy")
         self.xp = xp
         self.score_args = tuple(_on_device(a, xp) for a in mod_args)
@@ -249,15 +265,16 @@ class FlexCall:
 
     def fx(self, walk: tuple) -> tuple:
         """``fx`` for a launch whose tile walk is ``walk`` (``KernelLaunch.walk``):
-        ``(score_args, mask_args, count, visit, count_t, visit_t)``."""
+        ``(score_args, mask_args, count, visit, count_t, visit_t, order)``."""
         from numba_flash.api import _device_id, _dummies
 
-        dummy = _dummies(_device_id())[2][2:4]  # a plain call's lists, made once per device
-        lists = dummy + dummy
+        plain = _dummies(_device_id())[2]  # a plain call's lists, made once per device
+        dummy = plain[2:4]
+        lists = plain[2:]
         if self.block_mask is not None and walk:
             block_m, block_n, keys_are_rows = walk
-            pair = self._lists(block_m, block_n, keys_are_rows)
-            lists = (dummy + pair) if keys_are_rows else (pair + dummy)
+            count, visit, order = self._lists(block_m, block_n, keys_are_rows)
+            lists = (dummy + (count, visit) if keys_are_rows else (count, visit) + dummy) + (order,)
         return (self.score_args, self.mask_args) + lists
 
     def _lists(self, block_m, block_n, keys_are_rows):
@@ -265,10 +282,13 @@ class FlexCall:
 
         cache = _LISTS.setdefault(self.block_mask, {})
         key = (block_m, block_n, keys_are_rows, self.sizes, self.window, _device_id())
-        if key not in cache:
-            count, visit = visit_lists(self.block_mask, block_m, block_n, keys_are_rows, *self.sizes, self.window)
-            cache[key] = (self.xp.asarray(count), self.xp.asarray(visit))
-        return cache[key]
+        lengths = None if self.lengths is None else self.lengths.tobytes()  # varlen: one batch's lengths kept
+        if key not in cache or cache[key][0] != lengths:
+            count, visit = visit_lists(self.block_mask, block_m, block_n, keys_are_rows, *self.sizes, self.window,
+                                       self.lengths)  # fmt: skip
+            cache[key] = (lengths, (self.xp.asarray(count), self.xp.asarray(visit),
+                                    self.xp.asarray(heaviest_first(count))))  # fmt: skip
+        return cache[key][1]
 
 
 def compile_error(exc: Exception) -> TypeError | None:

@@ -310,7 +310,7 @@ def argtypes(launch, work_dtype: str) -> tuple:
             out.append(types.Array(types.int32, 1, "C"))
         elif a.role == "flex":  # a plain call's: no mod_args, dummy visit lists
             lists = (types.Array(types.int32, 3, "C"), types.Array(types.int32, 4, "C"))
-            out.append(types.Tuple((types.Tuple(()), types.Tuple(())) + lists + lists))
+            out.append(types.Tuple((types.Tuple(()), types.Tuple(())) + lists + lists + (types.Array(types.int32, 1, "C"),)))
         elif a.role in ("lse", "delta"):
             out.append(types.Array(types.float32, 3, "C"))
         else:

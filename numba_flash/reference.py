@@ -257,15 +257,20 @@ def _prepare(q, k, v, softmax_scale, layout, causal, window_size, softcap,
     scale = _resolve_scale(softmax_scale, q.shape[3])
     var = _variants(causal, window_size, softcap, alibi_slopes, dropout_p, seed,
                     batch=q.shape[0], heads=q.shape[1], **(mods or {}))
-    if var.block_mask is not None:
-        bm = var.block_mask
-        if (bm.seqlen_q, bm.seqlen_k) != (q.shape[2], k.shape[2]):
-            raise ValueError(f"block_mask: made for seqlen_q={bm.seqlen_q}, seqlen_k={bm.seqlen_k}; "
-                             f"expected {q.shape[2]}, {k.shape[2]} (q's and k's)")
-        if bm.kinds.shape[0] not in (1, q.shape[0]) or bm.kinds.shape[1] not in (1, q.shape[1]):
-            raise ValueError(f"block_mask: kinds of shape {bm.kinds.shape}: expected batch 1 or "
-                             f"{q.shape[0]} and heads 1 or {q.shape[1]}")
+    _check_block_mask(var.block_mask, q.shape[0], q.shape[1], q.shape[2], k.shape[2])
     return q, k, v, scale, var
+
+
+def _check_block_mask(bm, batch, heads, seqlen_q, seqlen_k, what="q's and k's"):
+    """A block mask made for (batch or 1, heads or 1, seqlen_q, seqlen_k)."""
+    if bm is None:
+        return
+    if (bm.seqlen_q, bm.seqlen_k) != (seqlen_q, seqlen_k):
+        raise ValueError(f"block_mask: made for seqlen_q={bm.seqlen_q}, seqlen_k={bm.seqlen_k}; "
+                         f"expected {seqlen_q}, {seqlen_k} ({what})")
+    if bm.kinds.shape[0] not in (1, batch) or bm.kinds.shape[1] not in (1, heads):
+        raise ValueError(f"block_mask: kinds of shape {bm.kinds.shape}: expected batch 1 or "
+                         f"{batch} and heads 1 or {heads}")
 
 
 def _prepare_backward(dout, q, k, v, out, lse, softmax_scale, layout, *variants, mods=None):
@@ -1084,7 +1089,7 @@ def _check_max_seqlen(name, max_seqlen, bounds, cu_name):
 
 def _prepare_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
                     causal, softmax_scale, window_size, softcap, alibi_slopes,
-                    dropout_p, seed):
+                    dropout_p, seed, mods=None):
     """Validate varlen arguments; q, k, v as float64 and the bounds of each
     sequence ``[(q_start, q_end, k_start, k_end), ...]``."""
     causal = _check_causal(causal)
@@ -1105,7 +1110,9 @@ def _prepare_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqle
     _check_max_seqlen("max_seqlen_k", max_seqlen_k, bk, "cu_seqlens_k")
     scale = _resolve_scale(softmax_scale, q.shape[2])
     var = _variants(causal, window_size, softcap, alibi_slopes, dropout_p, seed,
-                    batch=len(bq), heads=q.shape[1])
+                    batch=len(bq), heads=q.shape[1], **(mods or {}))
+    _check_block_mask(var.block_mask, len(bq), q.shape[1], max_seqlen_q, max_seqlen_k,
+                      "max_seqlen_q and max_seqlen_k")
     bounds = [(a, e, c, f) for (a, e), (c, f) in zip(bq, bk)]
     return q, k, v, bounds, scale, var
 
@@ -1117,7 +1124,8 @@ def _sequence(x, start, end):
 
 def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, *,
                      causal=False, softmax_scale=None, window_size=(-1, -1), softcap=0.0,
-                     alibi_slopes=None, dropout_p=0.0, seed=None):
+                     alibi_slopes=None, dropout_p=0.0, seed=None, score_mod=None,
+                     block_mask=None, mod_args=()):
     """Standard attention of variable-length sequences packed along one axis
     (FlashAttention-2's ``flash_attn_varlen_func``), in float64.
 
@@ -1132,6 +1140,9 @@ def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seql
     The keywords are :func:`attention`'s; each sequence is its own attention
     (causal and window aligned to its own lengths), ``alibi_slopes`` may be
     (batch, heads) indexed by sequence, and dropout's ``b`` is the sequence.
+    ``score_mod``, ``block_mask`` and ``mod_args`` as :func:`attention`'s, with
+    ``b`` the sequence and ``q_idx``, ``kv_idx`` positions within it: the block
+    mask is made for (batch or 1, heads or 1, max_seqlen_q, max_seqlen_k).
 
     Returns
     -------
@@ -1140,7 +1151,8 @@ def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seql
     """
     q, k, v, bounds, scale, var = _prepare_varlen(
         q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, causal,
-        softmax_scale, window_size, softcap, alibi_slopes, dropout_p, seed)
+        softmax_scale, window_size, softcap, alibi_slopes, dropout_p, seed,
+        dict(score_mod=score_mod, block_mask=block_mask, mod_args=mod_args))
     out = np.zeros(q.shape[:2] + v.shape[2:])
     lse = np.empty((q.shape[1], q.shape[0]))
     for b, (q0, q1, k0, k1) in enumerate(bounds):
@@ -1154,13 +1166,16 @@ def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seql
 def attention_varlen_backward(dout, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k,
                               max_seqlen_q, max_seqlen_k, *, causal=False,
                               softmax_scale=None, window_size=(-1, -1), softcap=0.0,
-                              alibi_slopes=None, dropout_p=0.0, seed=None):
+                              alibi_slopes=None, dropout_p=0.0, seed=None, score_mod=None,
+                              score_mod_grad=None, block_mask=None, mod_args=()):
     """Backward of :func:`attention_varlen` from its ``out`` (total_q, heads,
     headdim_v) and ``lse`` (heads, total_q); ``dout`` is shaped like ``out``.
     Returns float64 ``(dq, dk, dv)`` shaped like ``q``, ``k``, ``v``."""
     q, k, v, bounds, scale, var = _prepare_varlen(
         q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, causal,
-        softmax_scale, window_size, softcap, alibi_slopes, dropout_p, seed)
+        softmax_scale, window_size, softcap, alibi_slopes, dropout_p, seed,
+        dict(score_mod=score_mod, score_mod_grad=score_mod_grad, block_mask=block_mask,
+             mod_args=mod_args))
     out = np.asarray(out, dtype=np.float64)
     want = q.shape[:2] + v.shape[2:]
     if out.shape != want:

@@ -14,8 +14,8 @@ import math
 
 import numpy as np
 import pytest
-from conftest import FWD_TOL, SIMULATOR, host
-from test_variants import FAMILIES, _inputs, _xp, check_variant
+from conftest import BWD_TOL, FWD_TOL, SIMULATOR, grad_errors, host
+from test_variants import FAMILIES, FLOOR, _baselines, _inputs, _seq, _varlen_case, _xp, check_variant
 
 import numba_flash
 from numba_flash import BlockMask, create_block_mask, reference
@@ -122,6 +122,99 @@ def test_flex_gpu_matrix(rng, fam, name):
 @pytest.mark.parametrize("name", ["all", "sparse"])
 def test_flex_large(rng, fam, name):
     check_flex(rng, fam, name, B=2, Nq=700, Nk=1000)
+
+
+# --- varlen -------------------------------------------------------------------------------
+
+
+def seq_doc(b, h, q_idx, kv_idx, doc):
+    """Documents inside each varlen sequence: ``doc[b, i]`` is token i's document."""
+    return doc[b, q_idx] == doc[b, kv_idx]
+
+
+def _varlen_mods(rng, name, lens_q, lens_k, H, xp):
+    """(forward, backward's own, reference) keywords of a varlen case: the block mask is
+    per sequence (batch = sequences, max lengths), indices within each sequence."""
+    B, mq, mk = len(lens_q), max(lens_q), max(lens_k)
+    table = (0.5 * rng.standard_normal((H, 7))).astype(np.float32)
+    fwd = dict(score_mod=rel_bias, mod_args=(xp.asarray(table),))
+    ref = dict(score_mod=rel_bias, mod_args=(table,))
+    if name == "document":
+        doc = np.stack([_doc_ids(rng, max(mq, mk, 3)) for _ in range(B)])
+        bm = create_block_mask(seq_doc, B, None, mq, mk, block_size=16, mod_args=(xp.asarray(doc),))
+    else:  # a fixed pattern per sequence
+        bm = BlockMask.from_dense(rng.random((B, 1, -(-mq // 16), -(-mk // 16))) < 0.6, 16, mq, mk)
+    fwd["block_mask"] = ref["block_mask"] = bm
+    return fwd, {"score_mod_grad": rel_bias_grad}, ref
+
+
+def _one_sequence(b, nq, nk, ref):
+    """The reference keywords of sequence ``b`` alone, as a batch of one: the user's
+    functions called with ``b`` for batch 0, the block mask cut to its lengths."""
+
+    def score_at_b(fn):  # fn(score, b, h, q_idx, kv_idx, *mod_args)
+        return lambda score, _, *rest: fn(score, b, *rest)
+
+    bm = ref["block_mask"]
+    mask_mod = None if bm.mask_mod is None else (lambda _, *rest: bm.mask_mod(b, *rest))
+    kinds = bm.kinds[min(b, bm.kinds.shape[0] - 1)][None, :, : -(-nq // bm.block_size), : -(-nk // bm.block_size)]
+    out = dict(ref, block_mask=BlockMask(kinds, bm.block_size, nq, nk, mask_mod, bm.mod_args))
+    out.update({x: score_at_b(ref[x]) for x in ("score_mod", "score_mod_grad") if x in ref})
+    return out
+
+
+VARLEN_SIM = [("fp32-blocked", "document"), ("fp32-rowgroup", "sparse"), ("fp16", "document")]
+VARLEN_GPU = [(f, c) for f in FAMILIES for c in ("document", "sparse") if (f, c) not in VARLEN_SIM]
+
+
+def check_flex_varlen(rng, fam, name, lens_q, lens_k, H=2, H_kv=1, **kw):
+    dtype, tf32, (q, k, v, dout), cu_q, cu_k, mq, mk = _varlen_case(rng, fam, lens_q, lens_k, H=H, H_kv=H_kv)
+    xp = _xp()
+    fwd, bwd, ref = _varlen_mods(rng, name, lens_q, lens_k, H, xp)
+    dev = [xp.asarray(x) for x in (q, k, v, dout, cu_q, cu_k)]
+    out, lse = numba_flash.flash_attention_varlen(*dev[:3], *dev[4:], mq, mk, return_lse=True, allow_tf32=tf32,
+                                                  **kw, **fwd)  # fmt: skip
+    ref_out, ref_lse = reference.attention_varlen(q, k, v, cu_q, cu_k, mq, mk, **kw, **ref)
+    fwd_base, bwd_base, low = _baselines(fam, dtype)
+    seqs = range(len(lens_q))
+    one = [_one_sequence(b, lens_q[b], lens_k[b], {**ref, **bwd}) for b in seqs]
+    tol = FWD_TOL
+    if fwd_base is not None:  # the same-precision standard attention, sequence by sequence
+        base = np.concatenate([fwd_base(*_seq(cu_q, cu_k, b, q, k, v), **low, **kw,
+                                        **{x: y for x, y in one[b].items() if x != "score_mod_grad"})[0][0]
+                               for b in seqs])  # fmt: skip
+        tol = 2 * reference.rel_error(base, ref_out) + FLOOR
+    err = reference.rel_error(host(out), ref_out)
+    assert err <= tol, f"{fam} {name}: O rel error {err:.3g} > {tol:.3g}, seed {rng.seed_value}"
+    assert np.array_equal(np.isneginf(host(lse)), np.isneginf(ref_lse)), f"lse -inf rows, seed {rng.seed_value}"
+    o_in, lse_in = ref_out.astype(dtype), ref_lse.astype(np.float32)
+    grads = numba_flash.flash_attention_varlen_backward(dev[3], *dev[:3], xp.asarray(o_in), xp.asarray(lse_in),
+                                                        *dev[4:], mq, mk, allow_tf32=tf32, **kw, **fwd, **bwd)  # fmt: skip
+    refs = reference.attention_varlen_backward(dout, q, k, v, o_in, lse_in, cu_q, cu_k, mq, mk, **kw, **ref, **bwd)
+    tols = [BWD_TOL] * 3
+    if bwd_base is not None:
+        parts = [bwd_base(*_seq(cu_q, cu_k, b, dout, q, k, v, o_in, lse_in), **low, **kw, **one[b]) for b in seqs]
+        tols = [3 * e + FLOOR for e in grad_errors([np.concatenate([p[i][0] for p in parts]) for i in range(3)], refs)]
+    for g, e, t in zip(("dq", "dk", "dv"), grad_errors(grads, refs), tols):
+        assert e <= t, f"{fam} {name}: {g} rel error {e:.3g} > {t:.3g}, seed {rng.seed_value}"
+
+
+@pytest.mark.usefixtures("poisoned_outputs")
+@pytest.mark.parametrize("fam,name", VARLEN_SIM, ids=[f"{f}-{c}" for f, c in VARLEN_SIM])
+def test_flex_varlen(rng, fam, name):
+    """score_mod + a per-sequence block mask over packed sequences (empty, length-1 and
+    longer ones, Nq ≠ Nk, GQA, causal): each sequence is its own attention, as the
+    reference's."""
+    check_flex_varlen(rng, fam, name, [21, 0, 1, 40], [33, 5, 1, 17], causal=True)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(SIMULATOR, reason="the rest of the family x case matrix and real sizes: GPU only")
+@pytest.mark.usefixtures("poisoned_outputs")
+@pytest.mark.parametrize("fam,name", VARLEN_GPU + VARLEN_SIM, ids=[f"{f}-{c}" for f, c in VARLEN_GPU + VARLEN_SIM])
+def test_flex_varlen_gpu(rng, fam, name):
+    check_flex_varlen(rng, fam, name, [700, 0, 1, 333, 1000], [517, 9, 1, 1000, 64], H=4, H_kv=2, causal=True,
+                      window_size=(300, -1))  # fmt: skip
 
 
 def test_flex_deterministic(rng):

@@ -115,11 +115,15 @@ def test_errors(rng):
         M.BlockMask.from_dense(np.ones((1, 1), bool), block_size=12)
 
 
-@pytest.mark.parametrize("bs,bm,bn", [(16, 16, 16), (32, 16, 16), (16, 32, 16), (32, 48, 16), (48, 32, 64)])
+@pytest.mark.parametrize("bs,bm,bn", [(16, 16, 16), (32, 16, 16), (64, 32, 16), (16, 32, 16), (32, 48, 16),
+                                     (48, 32, 64)])  # fmt: skip
 def test_tile_kinds_and_visit_lists(rng, bs, bm, bn):
-    """A kernel's tiles from the blocks: EMPTY exactly when no pair of the tile is
-    visible, FULL exactly when every one is (against the dense mask), and the visit
-    lists name the non-EMPTY tiles in order, with their PARTIAL flags."""
+    """A kernel's tiles from the blocks: never EMPTY with a visible pair, never FULL
+    with a hidden one (against the dense mask); when the tiles cut the blocks (both
+    sides divide the block size) they are classified again by mask_mod, so PARTIAL
+    exactly when the tile holds both; the visit lists name the non-EMPTY tiles in
+    order, with their PARTIAL flags."""
+    exact = bs % bm == 0 and bs % bn == 0
     Nq, Nk = 70, 101
     ids = np.repeat(np.arange(4), [20, 31, 9, 41]).astype(np.int32)
     bm_ = M.create_block_mask(lambda b, h, i, j, ids: ids[i % 101] == ids[j] and j <= i + 31, None, 2, Nq, Nk,
@@ -145,6 +149,8 @@ def test_tile_kinds_and_visit_lists(rng, bs, bm, bn):
                     if tile.any():
                         assert k != M.EMPTY
                         want.append(u)
+                    if exact:
+                        assert (k == M.EMPTY) == (not tile.any()) and (k == M.FULL) == tile.all()
                 n = count[0, h, t]
                 assert list(index[0, h, t, :n]) == [u for u in range(kinds.shape[3]) if kinds[0, h, t, u] != M.EMPTY]
                 assert set(want) <= set(index[0, h, t, :n])

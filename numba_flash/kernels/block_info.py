@@ -25,14 +25,14 @@ hold an invisible (query, key) pair from those that can skip the masking step.
 from __future__ import annotations
 
 from numba_flash._numba_cuda import cuda, device_function, int32
-from numba_flash.kernels.flex import COUNT, COUNT_T, VISIT, VISIT_T
+from numba_flash.kernels.flex import COUNT, COUNT_T, ORDER, VISIT, VISIT_T
 from numba_flash.variant import BLOCK_SPARSE, CAUSAL, GQA, GROUP, HAS_LEFT, HAS_RIGHT, LEFT, RIGHT, VARLEN
 
 
 @device_function
-def this_block(q, k, params, cu_q, cu_k, BLOCK, F, KV_MAJOR):
+def this_block(q, k, params, cu_q, cu_k, fx, BLOCK, F, KV_MAJOR):
     """``(start, b, h, hk, q0, k0, mi, seq)`` of the block: the first of the BLOCK rows
-    it owns (blockIdx.x), the batch index of the arrays ``b``, its query head ``h`` and
+    it owns (row tile :func:`row_tile`), the batch index of the arrays ``b``, its query head ``h`` and
     KV head ``hk`` (``h // group``, grouped-query attention), the first row of its
     sequence in q and in k (0 unless varlen), the mask info and the sequence's index
     (blockIdx.z: the batch, or the varlen sequence; ALiBi and dropout use it).
@@ -61,7 +61,24 @@ def this_block(q, k, params, cu_q, cu_k, BLOCK, F, KV_MAJOR):
             h = hk * params[GROUP]
         else:
             hk = h // params[GROUP]
-    return cuda.blockIdx.x * BLOCK, b, h, hk, q0, k0, mask_info(seqlen_q, seqlen_k, params, F), seq
+    return row_tile(fx, KV_MAJOR, F) * BLOCK, b, h, hk, q0, k0, mask_info(seqlen_q, seqlen_k, params, F), seq
+
+
+@device_function
+def row_tile(fx, KEYS_ARE_ROWS, F):
+    """The row tile (query tile; key tile when ``KEYS_ARE_ROWS``) of this block, the
+    heaviest first: the hardware starts blocks in blockIdx order, so the last ones
+    started should be short, or one long block finishes alone after the rest (the tail
+    of the grid).  A block mask's launch brings the order of its row tiles by list
+    length (``ORDER`` in ``fx``, longest first); under a right bound (causal) the last
+    query tiles see the most keys, so they go first, and under a left bound alone the
+    last key tiles are seen by the most queries; otherwise blockIdx.x."""
+    if F[BLOCK_SPARSE]:
+        return fx[ORDER][cuda.blockIdx.x]
+    right = F[CAUSAL] or F[HAS_RIGHT]
+    if (right and not KEYS_ARE_ROWS) or (KEYS_ARE_ROWS and F[HAS_LEFT] and not right):
+        return cuda.gridDim.x - 1 - cuda.blockIdx.x
+    return cuda.blockIdx.x
 
 
 @device_function

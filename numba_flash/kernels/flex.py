@@ -17,10 +17,11 @@ same x).  ``b`` is the batch index, ``h`` the query head; indices are the positi
 in the sequences.
 
 The run-time side is one kernel parameter, ``fx`` (``numba_flash.flex.flex_buffers``):
-``(score_args, mask_args, count, visit, count_t, visit_t)``, the user's ``mod_args``
-of ``score_mod`` and of the block mask's ``mask_mod``, and the block-sparse visit
-lists that ``block_info.walk_list`` reads (query-major for the forward and dQ,
-key-major ``_t`` for dK/dV).  Head info (``score.score_info``) carries ``(b, h, fx)``
+``(score_args, mask_args, count, visit, count_t, visit_t, order)``, the user's
+``mod_args`` of ``score_mod`` and of the block mask's ``mask_mod``, the block-sparse
+visit lists that ``block_info.walk_list`` reads (query-major for the forward and dQ,
+key-major ``_t`` for dK/dV), and the order in which the launch's blocks take the row
+tiles, longest list first (``block_info.row_tile``).  Head info (``score.score_info``) carries ``(b, h, fx)``
 as its last three entries, so every step that has ``si`` can call the user's
 functions.
 """
@@ -32,7 +33,7 @@ from numba_flash._numba_cuda import device_function, float32
 from numba_flash.variant import GRAD_FN, MASK_FN, SCORE_FN, SCORE_MOD
 
 SEQ, HEAD, FX = 4, 5, 6  # where score_info keeps (b, h, fx)
-SCORE_ARGS, MASK_ARGS, COUNT, VISIT, COUNT_T, VISIT_T = range(6)  # positions in fx
+SCORE_ARGS, MASK_ARGS, COUNT, VISIT, COUNT_T, VISIT_T, ORDER = range(7)  # positions in fx
 
 
 def _no_mod(*args):
@@ -44,23 +45,34 @@ NO_MOD = device_function(_no_mod)
 
 
 @device_function
+def in_sequences(q_idx, k_idx, mi):
+    """``(q, k, inside)``: the indices clamped into the sequences (``mi``'s lengths) and
+    whether they were there.  The user's functions are called with the clamped ones
+    on every element and their result kept only ``inside``: no branch per element, so
+    the loads a function makes (a document id, a bias table) are issued together
+    rather than one after another, and its indices are always in range, as
+    FlexAttention's."""
+    inside = (q_idx < mi[0]) & (k_idx < mi[1])
+    return max(0, min(q_idx, mi[0] - 1)), max(0, min(k_idx, mi[1] - 1)), inside
+
+
+@device_function
 def modded(x, q_idx, k_idx, si, mi, GRAD, F):
     """``(score_mod(x), score_mod_grad(x))`` of the element (query ``q_idx``, key
     ``k_idx``) with ``x`` the built-in step's score, in natural units (with a
     score_mod, ``score.score_info`` keeps them natural, and the log2-domain kernels'
-    softmax takes them so: ``softmax.FOLD``); the
-    derivative only when ``GRAD`` (the backward), else 1.  ``(x, 1)`` without
-    score_mod, and for the padding past the sequences (``mi``'s lengths: masked or
-    never written), where the user's function is not called: its indices are always
-    in range, as FlexAttention's."""
-    if F[SCORE_MOD] and q_idx < mi[0] and k_idx < mi[1]:
-        y = x
+    softmax takes them so: ``softmax.FOLD``); the derivative only when ``GRAD`` (the
+    backward), else 1.  ``(x, 1)`` without score_mod, and for the padding past the
+    sequences (masked or never written: :func:`in_sequences`)."""
+    if F[SCORE_MOD]:
+        q, k, inside = in_sequences(q_idx, k_idx, mi)
         args = si[FX][SCORE_ARGS]
         dy = float32(1.0)
         if GRAD:
-            dy = float32(F[GRAD_FN](y, si[SEQ], si[HEAD], q_idx, k_idx, *args))
-        y = float32(F[SCORE_FN](y, si[SEQ], si[HEAD], q_idx, k_idx, *args))
-        return y, dy
+            dy = float32(F[GRAD_FN](x, si[SEQ], si[HEAD], q, k, *args))
+        y = float32(F[SCORE_FN](x, si[SEQ], si[HEAD], q, k, *args))
+        if inside:
+            return y, dy
     return x, float32(1.0)
 
 
@@ -68,7 +80,6 @@ def modded(x, q_idx, k_idx, si, mi, GRAD, F):
 def mod_visible(q_idx, k_idx, si, mi, F):
     """The block mask's ``mask_mod`` on (``q_idx``, ``k_idx``), for the elements of its
     PARTIAL tiles (the callers check the tile); False past the sequences' ends
-    (``mi``), without calling it."""
-    if q_idx >= mi[0] or k_idx >= mi[1]:
-        return False
-    return bool(F[MASK_FN](si[SEQ], si[HEAD], q_idx, k_idx, *si[FX][MASK_ARGS]))
+    (``mi``; :func:`in_sequences`)."""
+    q, k, inside = in_sequences(q_idx, k_idx, mi)
+    return inside & bool(F[MASK_FN](si[SEQ], si[HEAD], q, k, *si[FX][MASK_ARGS]))

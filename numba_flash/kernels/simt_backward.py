@@ -84,7 +84,7 @@ def simt_bwd_dkdv_kernel(t: SimtTiles, variant: Variant):
 
     @cuda.jit
     def simt_bwd_dkdv(q, k, v, dout, lse, delta, dk, dv, softmax_scale, params, alibi, cu_q, cu_k, fx):
-        start_n, b, h0, hk, q0, k0, mi, seq = this_block(q, k, params, cu_q, cu_k, BLOCK_N, F, True)
+        start_n, b, h0, hk, q0, k0, mi, seq = this_block(q, k, params, cu_q, cu_k, fx, BLOCK_N, F, True)
         seqlen_q, seqlen_k = mi[0], mi[1]
         if F[VARLEN] and start_n >= seqlen_k:  # the grid covers the longest sequence
             return
@@ -109,8 +109,8 @@ def simt_bwd_dkdv_kernel(t: SimtTiles, variant: Variant):
         m_lo, m_hi = query_tiles(start_n, BLOCK_M, BLOCK_N, mi)
         # GQA: the walk over query tiles once per query head of the group, in order (a
         # deterministic sum); load_rows_now's first barrier orders each tile after the last
-        for it in range(group_steps(m_lo, m_hi, h0, cuda.blockIdx.x, fx, seq, params, F)):
-            h, i, partial = group_tile(it, m_lo, m_hi, h0, cuda.blockIdx.x, fx, seq, F)
+        for it in range(group_steps(m_lo, m_hi, h0, start_n // BLOCK_N, fx, seq, params, F)):
+            h, i, partial = group_tile(it, m_lo, m_hi, h0, start_n // BLOCK_N, fx, seq, F)
             si, di = score.head_info(params, alibi, fx, seq, h, softmax_scale, mi, False, F)
             start_m = i * BLOCK_M
             # scale·Q, dO, lse and delta of the tile, between barriers
@@ -154,7 +154,7 @@ def simt_bwd_dq_kernel(t: SimtTiles, variant: Variant):
 
     @cuda.jit
     def simt_bwd_dq(q, k, v, dout, lse, delta, dq, softmax_scale, params, alibi, cu_q, cu_k, fx):
-        start_m, b, h, hk, q0, k0, mi, seq = this_block(q, k, params, cu_q, cu_k, BLOCK_M, F, False)
+        start_m, b, h, hk, q0, k0, mi, seq = this_block(q, k, params, cu_q, cu_k, fx, BLOCK_M, F, False)
         seqlen_q, seqlen_k = mi[0], mi[1]
         if F[VARLEN] and start_m >= seqlen_q:  # the grid covers the longest sequence
             return
@@ -175,7 +175,7 @@ def simt_bwd_dq_kernel(t: SimtTiles, variant: Variant):
         copy.load_lane_row(do_reg, 0, dout, b, q0 + qi, h, q0 + seqlen_q, g, G, COLS, float32(1.0), DD)
         lse_i, delta_i = softmax.row_stats(lse, delta, b, h, q0 + qi, q0 + seqlen_q, False)
 
-        vr = walk_list(fx, seq, h, cuda.blockIdx.x, False, F)  # a block mask's list, or the range
+        vr = walk_list(fx, seq, h, start_m // BLOCK_M, False, F)  # a block mask's list, or the range
         n_lo, n_hi = walk_range(*key_tiles(start_m, BLOCK_M, BLOCK_N, mi), vr, F)
         for j in range(n_lo, n_hi):
             start_n = tile_at(j, vr, F) * BLOCK_N

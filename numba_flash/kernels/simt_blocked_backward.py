@@ -145,7 +145,7 @@ def simt_blocked_dkdv_kernel(t: BlockedTiles, variant: Variant):
         tid = cuda.threadIdx.x
         tx = tid % TX
         ty = tid // TX
-        start_n, b, h0, hk, q0, k0, mi, seq = this_block(q, k, params, cu_q, cu_k, BLOCK_N, F, True)  # this block's keys
+        start_n, b, h0, hk, q0, k0, mi, seq = this_block(q, k, params, cu_q, cu_k, fx, BLOCK_N, F, True)  # this block's keys
         seqlen_q, seqlen_k = mi[0], mi[1]
         if F[VARLEN] and start_n >= seqlen_k:  # the grid covers the longest sequence
             return
@@ -170,8 +170,8 @@ def simt_blocked_dkdv_kernel(t: BlockedTiles, variant: Variant):
         m_lo, m_hi = query_tiles(start_n, BLOCK_M, BLOCK_N, mi)
         # GQA: the walk over query tiles once per query head of the group, in order (a
         # deterministic sum); load_tiles_now's first barrier orders each tile after the last
-        for it in range(group_steps(m_lo, m_hi, h0, cuda.blockIdx.x, fx, seq, params, F)):
-            h, i, partial = group_tile(it, m_lo, m_hi, h0, cuda.blockIdx.x, fx, seq, F)
+        for it in range(group_steps(m_lo, m_hi, h0, start_n // BLOCK_N, fx, seq, params, F)):
+            h, i, partial = group_tile(it, m_lo, m_hi, h0, start_n // BLOCK_N, fx, seq, F)
             si, di = score.head_info(params, alibi, fx, seq, h, softmax_scale, mi, False, F)
             start_m = i * BLOCK_M
             # Q, dO, lse and delta of the tile (after every thread is done with the last one's)
@@ -236,7 +236,7 @@ def simt_blocked_dq_kernel(t: BlockedTiles, variant: Variant):
         tid = cuda.threadIdx.x
         tx = tid % TX
         ty = tid // TX
-        start_m, b, h, hk, q0, k0, mi, seq = this_block(q, k, params, cu_q, cu_k, BLOCK_M, F, False)  # this block's queries
+        start_m, b, h, hk, q0, k0, mi, seq = this_block(q, k, params, cu_q, cu_k, fx, BLOCK_M, F, False)  # this block's queries
         seqlen_q, seqlen_k = mi[0], mi[1]
         if F[VARLEN] and start_m >= seqlen_q:  # the grid covers the longest sequence
             return
@@ -261,7 +261,7 @@ def simt_blocked_dq_kernel(t: BlockedTiles, variant: Variant):
                             BLOCK_M, DC, 4, 4 * RS, copy.SW_NONE, THREADS, True)  # fmt: skip
         ptx.cp_async_commit()
 
-        vr = walk_list(fx, seq, h, cuda.blockIdx.x, False, F)  # a block mask's list, or the range
+        vr = walk_list(fx, seq, h, start_m // BLOCK_M, False, F)  # a block mask's list, or the range
         n_lo, n_hi = walk_range(*key_tiles(start_m, BLOCK_M, BLOCK_N, mi), vr, F)
         for j in range(n_lo, n_hi):
             start_n = tile_at(j, vr, F) * BLOCK_N

@@ -96,7 +96,7 @@ def simt_blocked_forward_kernel(t: BlockedTiles, variant: Variant):
         tid = cuda.threadIdx.x
         tx = tid % TX
         ty = tid // TX
-        start_m, b, h, hk, q0, k0, mi, seq = this_block(q, k, params, cu_q, cu_k, BLOCK_M, F, False)
+        start_m, b, h, hk, q0, k0, mi, seq = this_block(q, k, params, cu_q, cu_k, fx, BLOCK_M, F, False)
         seqlen_q, seqlen_k = mi[0], mi[1]
         if F[VARLEN] and start_m >= seqlen_q:  # the grid covers the longest sequence
             return
@@ -120,7 +120,7 @@ def simt_blocked_forward_kernel(t: BlockedTiles, variant: Variant):
             l_i[r] = float32(0.0)
         pipeline.zero(acc, ACC_N)
 
-        vr = walk_list(fx, seq, h, cuda.blockIdx.x, False, F)  # a block mask's list, or the range
+        vr = walk_list(fx, seq, h, start_m // BLOCK_M, False, F)  # a block mask's list, or the range
         n_lo, n_hi = walk_range(*key_tiles(start_m, BLOCK_M, BLOCK_N, mi), vr, F)
         # prologue: Q with K_0 in one cp.async group, V_0 in the next; rows past the
         # end of q / k / v are zero-filled (their scores are masked or never written)

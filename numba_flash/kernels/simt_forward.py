@@ -68,7 +68,7 @@ def simt_forward_kernel(t: SimtTiles, variant: Variant):
 
     @cuda.jit
     def simt_forward(q, k, v, out, lse, softmax_scale, params, alibi, cu_q, cu_k, fx):
-        start_m, b, h, hk, q0, k0, mi, seq = this_block(q, k, params, cu_q, cu_k, BLOCK_M, F, False)
+        start_m, b, h, hk, q0, k0, mi, seq = this_block(q, k, params, cu_q, cu_k, fx, BLOCK_M, F, False)
         seqlen_q, seqlen_k = mi[0], mi[1]
         if F[VARLEN] and start_m >= seqlen_q:  # the grid covers the longest sequence
             return
@@ -96,7 +96,7 @@ def simt_forward_kernel(t: SimtTiles, variant: Variant):
             m_i[r] = softmax.NEG_INF
             l_i[r] = float32(0.0)
 
-        vr = walk_list(fx, seq, h, cuda.blockIdx.x, False, F)  # a block mask's list, or the range
+        vr = walk_list(fx, seq, h, start_m // BLOCK_M, False, F)  # a block mask's list, or the range
         n_lo, n_hi = walk_range(*key_tiles(start_m, BLOCK_M, BLOCK_N, mi), vr, F)
         for j in range(n_lo, n_hi):
             start_n = tile_at(j, vr, F) * BLOCK_N

@@ -118,7 +118,7 @@ def tc_bwd_dkdv_kernel(t: TcBwdTiles, variant: Variant, dtype: str, part: str = 
 
     @cuda.jit
     def tc_bwd_dkdv(q, k, v, dout, lse, delta, dk32, dv32, softmax_scale, params, alibi, cu_q, cu_k, fx):
-        start_n, b, h0, hk, q0, k0, mi, seq = this_block(q, k, params, cu_q, cu_k, BLOCK_N, F, True)
+        start_n, b, h0, hk, q0, k0, mi, seq = this_block(q, k, params, cu_q, cu_k, fx, BLOCK_N, F, True)
         seqlen_q, seqlen_k = mi[0], mi[1]
         if F[VARLEN] and start_n >= seqlen_k:  # the grid covers the longest sequence
             return
@@ -150,7 +150,7 @@ def tc_bwd_dkdv_kernel(t: TcBwdTiles, variant: Variant, dtype: str, part: str = 
         # GQA: the walk below once per query head of the group, in order (a deterministic sum)
         for hq in range(group_size(params, F)):
             h = h0 + hq
-            vr = walk_list(fx, seq, h, cuda.blockIdx.x, True, F)  # a block mask's list of this head
+            vr = walk_list(fx, seq, h, start_n // BLOCK_N, True, F)  # a block mask's list of this head
             p_lo, p_hi = walk_range(m_lo, m_hi, vr, F)
             si, di = score.head_info(params, alibi, fx, seq, h, softmax_scale, mi, True, F)
             if hq > 0:
@@ -237,7 +237,7 @@ def tc_bwd_dq_kernel(t: TcBwdTiles, variant: Variant, dtype: str):
 
     @cuda.jit
     def tc_bwd_dq(q, k, v, dout, lse, delta, dq32, softmax_scale, params, alibi, cu_q, cu_k, fx):
-        start_m, b, h, hk, q0, k0, mi, seq = this_block(q, k, params, cu_q, cu_k, BLOCK_M, F, False)
+        start_m, b, h, hk, q0, k0, mi, seq = this_block(q, k, params, cu_q, cu_k, fx, BLOCK_M, F, False)
         seqlen_q, seqlen_k = mi[0], mi[1]
         if F[VARLEN] and start_m >= seqlen_q:  # the grid covers the longest sequence
             return
@@ -263,7 +263,7 @@ def tc_bwd_dq_kernel(t: TcBwdTiles, variant: Variant, dtype: str):
         copy.copy_tile_pair(q_base, q, do_base, dout, b, h, q0 + start_m, q0 + seqlen_q, tid, BLOCK_M, CHUNKS, 8,
                             ROW_BYTES, SW, THREADS, False, DCOLS, SYNC)  # fmt: skip
         # the key tiles to visit: a range, or a block mask's list clipped to it (block_info)
-        vr = walk_list(fx, seq, h, cuda.blockIdx.x, False, F)
+        vr = walk_list(fx, seq, h, start_m // BLOCK_M, False, F)
         n_lo, n_hi = walk_range(*key_tiles(start_m, BLOCK_M, BLOCK_N, mi), vr, F)
 
         # the double-buffered walk (pipeline's docstring): j = n_lo - 1 only starts tile n_lo

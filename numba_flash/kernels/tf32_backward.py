@@ -100,7 +100,7 @@ def tf32_bwd_dkdv_kernel(t: Tf32BwdTiles, variant: Variant):
 
     @cuda.jit
     def tf32_bwd_dkdv(q, k, v, dout, lse, delta, dk, dv, softmax_scale, params, alibi, cu_q, cu_k, fx):
-        start_n, b, h0, hk, q0, k0, mi, seq = this_block(q, k, params, cu_q, cu_k, BLOCK_N, F, True)
+        start_n, b, h0, hk, q0, k0, mi, seq = this_block(q, k, params, cu_q, cu_k, fx, BLOCK_N, F, True)
         seqlen_q, seqlen_k = mi[0], mi[1]
         if F[VARLEN] and start_n >= seqlen_k:  # the grid covers the longest sequence
             return
@@ -133,7 +133,7 @@ def tf32_bwd_dkdv_kernel(t: Tf32BwdTiles, variant: Variant):
         # GQA: the walk below once per query head of the group, in order (a deterministic sum)
         for hq in range(group_size(params, F)):
             h = h0 + hq
-            vr = walk_list(fx, seq, h, cuda.blockIdx.x, True, F)  # a block mask's list of this head
+            vr = walk_list(fx, seq, h, start_n // BLOCK_N, True, F)  # a block mask's list of this head
             p_lo, p_hi = walk_range(m_lo, m_hi, vr, F)
             si, di = score.head_info(params, alibi, fx, seq, h, softmax_scale, mi, True, F)
             if hq > 0:
@@ -193,7 +193,7 @@ def tf32_bwd_dq_kernel(t: Tf32BwdTiles, variant: Variant):
 
     @cuda.jit
     def tf32_bwd_dq(q, k, v, dout, lse, delta, dq, softmax_scale, params, alibi, cu_q, cu_k, fx):
-        start_m, b, h, hk, q0, k0, mi, seq = this_block(q, k, params, cu_q, cu_k, BLOCK_M, F, False)
+        start_m, b, h, hk, q0, k0, mi, seq = this_block(q, k, params, cu_q, cu_k, fx, BLOCK_M, F, False)
         seqlen_q, seqlen_k = mi[0], mi[1]
         if F[VARLEN] and start_m >= seqlen_q:  # the grid covers the longest sequence
             return
@@ -220,7 +220,7 @@ def tf32_bwd_dq_kernel(t: Tf32BwdTiles, variant: Variant):
         copy.copy_tile_pair(q_base, q, do_base, dout, b, h, q0 + start_m, q0 + seqlen_q, tid, BLOCK_M, CHUNKS, 4,
                             ROW_BYTES, SW, THREADS)  # fmt: skip
         # the key tiles to visit: a range, or a block mask's list clipped to it (block_info)
-        vr = walk_list(fx, seq, h, cuda.blockIdx.x, False, F)
+        vr = walk_list(fx, seq, h, start_m // BLOCK_M, False, F)
         n_lo, n_hi = walk_range(*key_tiles(start_m, BLOCK_M, BLOCK_N, mi), vr, F)
 
         row_q = q_base + (warp * 16 + g) * ROW_BYTES  # A rows: queries g, g + 8 of this warp

@@ -101,7 +101,7 @@ def tf32_forward_kernel(t: TcTiles, variant: Variant):
 
     @cuda.jit
     def tf32_forward(q, k, v, out, lse, softmax_scale, params, alibi, cu_q, cu_k, fx):
-        start_m, b, h, hk, q0, k0, mi, seq = this_block(q, k, params, cu_q, cu_k, BLOCK_M, F, False)
+        start_m, b, h, hk, q0, k0, mi, seq = this_block(q, k, params, cu_q, cu_k, fx, BLOCK_M, F, False)
         seqlen_q, seqlen_k = mi[0], mi[1]
         if F[VARLEN] and start_m >= seqlen_q:  # the grid covers the longest sequence
             return
@@ -126,7 +126,7 @@ def tf32_forward_kernel(t: TcTiles, variant: Variant):
             l_i[r] = float32(0.0)
 
         # the key tiles to visit: a range, or a block mask's list clipped to it (block_info)
-        vr = walk_list(fx, seq, h, cuda.blockIdx.x, False, F)
+        vr = walk_list(fx, seq, h, start_m // BLOCK_M, False, F)
         n_lo, n_hi = walk_range(*key_tiles(start_m, BLOCK_M, BLOCK_N, mi), vr, F)
         copy.copy_tile(q_base, q, b, h, q0 + start_m, q0 + seqlen_q, tid, BLOCK_M, CHUNKS, 4, ROW_BYTES, SW, THREADS)
 
