@@ -34,6 +34,7 @@ import numpy as np
 
 from numba_flash._numba_cuda import SIMULATOR, cuda, device_function  # module level: the simulator swaps it
 from numba_flash.reference import _host_array as _host  # CuPy mod_args on the host (the reference's reads)
+from numba_flash.reference import apply_mod
 
 EMPTY, PARTIAL, FULL = 0, 1, 2
 THREADS = 128  # create_block_mask: threads per mask block
@@ -168,10 +169,13 @@ class BlockMask:
         bs = self.block_size
         block = np.repeat(np.repeat(kinds, bs, axis=0), bs, axis=1)[: self.seqlen_q, : self.seqlen_k]
         out = block == FULL
-        partial = np.argwhere(block == PARTIAL)
-        args = tuple(_host(a) for a in self.mod_args)
-        for i, j in partial:
-            out[i, j] = bool(self.mask_mod(b, h, int(i), int(j), *args))
+        part = block == PARTIAL
+        if part.any():
+            args = tuple(_host(a) for a in self.mod_args)
+            rows, cols = np.nonzero(part.any(axis=1))[0], np.nonzero(part.any(axis=0))[0]  # the PARTIAL span
+            sub = np.ix_(rows, cols)
+            mm = apply_mod(self.mask_mod, (np.array(b), np.array(h), rows[:, None], cols[None, :]), args)
+            out[sub] = np.where(part[sub], mm.astype(bool), out[sub])
         return out
 
 

@@ -452,13 +452,34 @@ def _score_mods(s, rows, cols, offset, var, mask=True):
 
 def _elementwise(fn, s, rows, cols, var):
     """``fn(s, b, h, q_idx, kv_idx, *mod_args)`` of every score, in ``s``'s dtype
-    (a scalar Python function, called element by element: small shapes)."""
+    (:func:`apply_mod`)."""
     args = tuple(_host_array(a) for a in var.mod_args)
-    call = np.frompyfunc(lambda x, b, h, i, j: fn(x, int(b), int(h), int(i), int(j), *args), 5, 1)
     b = var.batch_ids[:, None, None, None]
     h = np.arange(s.shape[1])[None, :, None, None]
+    return apply_mod(fn, (s, b, h, rows[None, None, :, None], cols[None, None, None, :]), args).astype(s.dtype)
+
+
+def apply_mod(fn, grids, args):
+    """A user's scalar function (``score_mod``, ``mask_mod``) of every element of the
+    broadcast ``grids`` (arrays: (score,) b, h, q_idx, kv_idx) with ``mod_args``
+    ``args``, as an array of the broadcast shape.  Called once on the whole arrays
+    when that works (plain arithmetic, comparisons and table lookups broadcast as
+    they do on scalars: large shapes in seconds), else element by element on Python
+    scalars (a branch, ``math.*`` or ``and`` raise on arrays)."""
+    shape = np.broadcast_shapes(*(np.shape(g) for g in grids))
     with np.errstate(all="ignore"):
-        return call(s, b, h, rows[None, None, :, None], cols[None, None, None, :]).astype(s.dtype)
+        try:
+            out = np.asarray(fn(*grids, *args))
+            if out.dtype.kind in "biuf" and np.broadcast_shapes(out.shape, shape) == shape:
+                return np.broadcast_to(out, shape)
+        except Exception:  # not array code: element by element below
+            pass
+        ints = len(grids) - 4  # the index arguments as Python ints
+
+        def one(*xs):
+            return fn(*xs[:ints], *(int(x) for x in xs[ints:]), *args)
+
+        return np.frompyfunc(one, len(grids), 1)(*grids)  # objects: the caller casts
 
 
 def _block_visible(var, heads, rows, cols):

@@ -59,7 +59,7 @@ def _doc_ids(rng, n, docs=3):
 def case(rng, name, B, H, Nq, Nk, xp):
     """(flash_attention keywords, backward-only keywords, reference keywords) of a case."""
     fwd, ref = {}, {}
-    if name in ("bias", "all"):
+    if name in ("bias", "all") or name == "document" and max(Nq, Nk) >= 4096:
         table = (0.5 * rng.standard_normal((H, 7))).astype(np.float32)
         fwd.update(score_mod=rel_bias, mod_args=(xp.asarray(table),))
         ref.update(score_mod=rel_bias, mod_args=(table,))
@@ -67,8 +67,10 @@ def case(rng, name, B, H, Nq, Nk, xp):
         fwd.update(score_mod=tanh_cap, mod_args=(1.5,))
         ref.update(score_mod=tanh_cap, mod_args=(1.5,))
     if name in ("document", "all"):
-        doc = _doc_ids(rng, max(Nq, Nk))
-        bm = create_block_mask(same_doc, None, None, Nq, Nk, block_size=16, mod_args=(xp.asarray(doc),))
+        big = max(Nq, Nk) >= 4096  # real sizes: 8 documents in 128-blocks
+        doc = _doc_ids(rng, max(Nq, Nk), docs=8 if big else 3)
+        bm = create_block_mask(same_doc, None, None, Nq, Nk, block_size=128 if big else 16,
+                               mod_args=(xp.asarray(doc),))  # fmt: skip
         fwd["block_mask"] = ref["block_mask"] = bm
     if name == "sparse":  # the paper's fixed pattern, blocks smaller than the kernels' tiles
         pattern = rng.random((B, H, -(-Nq // 16), -(-Nk // 16))) < 0.5
@@ -215,6 +217,18 @@ def test_flex_varlen(rng, fam, name):
 def test_flex_varlen_gpu(rng, fam, name):
     check_flex_varlen(rng, fam, name, [700, 0, 1, 333, 1000], [517, 9, 1, 1000, 64], H=4, H_kv=2, causal=True,
                       window_size=(300, -1))  # fmt: skip
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(SIMULATOR, reason="real-size GPU case: needs a CUDA device (the CUDA simulator is on here)")
+@pytest.mark.usefixtures("poisoned_outputs")
+@pytest.mark.parametrize("fam", ["fp32-blocked", "tf32", "fp16", "bf16"])
+def test_flex_16k(rng, fam):
+    """N = 16384 on every dtype path: 8 packed documents (create_block_mask, 128-blocks)
+    with a relative-bias score_mod and causal, forward and backward, against the float64
+    reference (which evaluates the same functions on whole NumPy arrays)."""
+    check_variant(rng, fam, {"H": 1, "causal": True}, 1, 16384, 16384,
+                  mods=lambda rng, B, H, Nq, Nk, xp: case(rng, "document", B, H, Nq, Nk, xp))  # fmt: skip
 
 
 def test_flex_deterministic(rng):
