@@ -85,7 +85,7 @@ def visit_lists(bm: BlockMask, block_m: int, block_n: int, keys_are_rows: bool, 
 
 
 def heaviest_first(count: np.ndarray) -> np.ndarray:
-    """The row tiles in the order the launch's blocks take them (``block_info.row_tile``):
+    """The row tiles in the order the launch's blocks take them (``block_info.block_coords``):
     by list length summed over batch and heads, longest first (ties in tile order), so
     that the grid does not end on a long block started last."""
     return np.argsort(-count.sum(axis=(0, 1)), kind="stable").astype(np.int32)

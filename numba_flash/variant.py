@@ -67,6 +67,14 @@ class Variant:
     mods: object = None
 
     @property
+    def heaviest_first(self) -> bool:
+        """The row tiles of a launch differ in work (a bound or a block mask leaves them
+        different key ranges), so the grid runs them heaviest first, row-tile position
+        slowest: grid (heads, batch, row tiles) (``kernels.spec.query_grid``,
+        ``block_info.block_coords``)."""
+        return self.causal or self.window_left or self.window_right or (self.mods is not None and self.mods.block_sparse)
+
+    @property
     def score_grad(self) -> bool:
         """The backward multiplies dS by a derivative of the score step (softcap, a
         user's score_mod)."""

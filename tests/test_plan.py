@@ -3,6 +3,7 @@ threads, shared memory and arguments.  Pure Python: nothing is compiled or launc
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
@@ -60,18 +61,32 @@ def test_work_dtype_and_notes():
     assert "16-byte aligned" in _plan("forward", "float32", 64, allow_tf32=True, aligned=False).note
 
 
+@pytest.mark.parametrize("causal", [False, True])
 @pytest.mark.parametrize("B,H,Nq,Nk", [(2, 3, 1, 1), (1, 5, 1000, 77), (3, 1, 64, 4096)])
-def test_grids_cover_every_row(B, H, Nq, Nk):
-    """x tiles the rows a block owns (queries, or keys for dK/dV), y heads, z batch."""
+def test_grids_cover_every_row(B, H, Nq, Nk, causal):
+    """x tiles the rows a block owns (queries, or keys for dK/dV), y heads, z batch;
+    with causal (row tiles of different work: heaviest first, block_info.block_coords)
+    the tiles are z, the heads x and the batch y."""
     for problem in (P("forward", "float16", 64), P("backward", "float16", 128), P("backward", "float32", 64),
                     P("forward", "float32", 40), P("backward", "float32", 128, allow_tf32=True),
                     P("backward", "float16", 200)):  # fmt: skip
+        problem = dataclasses.replace(problem, causal=causal)
         for k in plan.plan(plan.with_sizes(problem, B, H, Nq, Nk)).launches:
             x, y, z = k.grid
+            if causal and not k.name.endswith("preprocess"):
+                x, y, z = z, x, y
             assert (y, z) == (H, B), k.name
             rows = Nk if k.name.endswith(("dkdv", "_dk", "_dv")) else Nq
             assert x >= 1 and (x - 1) * 1 < rows, k.name  # no block entirely past the end
             assert k.threads % 32 == 0 and 32 <= k.threads <= 1024, k.name
+
+
+def test_heaviest_first_grids_are_within_cuda_limits():
+    """Row tiles on grid z (at most 65535): a longer sequence gets a clear error."""
+    ok = plan.plan(plan.with_sizes(P("forward", "float16", 64, causal=True), 1, 2, 65535 * 128, 64))
+    assert ok.launches[0].grid[2] == 65535
+    with pytest.raises(ValueError, match="seqlen_q: 65536 tiles of 128 rows.*at most 65535"):
+        plan.plan(plan.with_sizes(P("forward", "float16", 64, causal=True), 1, 2, 65536 * 128, 64))
 
 
 def test_every_kernel_states_its_shared_memory_and_arguments():

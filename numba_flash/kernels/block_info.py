@@ -32,16 +32,17 @@ from numba_flash.variant import BLOCK_SPARSE, CAUSAL, GQA, GROUP, HAS_LEFT, HAS_
 @device_function
 def this_block(q, k, params, cu_q, cu_k, fx, BLOCK, F, KV_MAJOR):
     """``(start, b, h, hk, q0, k0, mi, seq)`` of the block: the first of the BLOCK rows
-    it owns (row tile :func:`row_tile`), the batch index of the arrays ``b``, its query head ``h`` and
-    KV head ``hk`` (``h // group``, grouped-query attention), the first row of its
-    sequence in q and in k (0 unless varlen), the mask info and the sequence's index
-    (blockIdx.z: the batch, or the varlen sequence; ALiBi and dropout use it).
+    it owns, the batch index of the arrays ``b``, its query head ``h`` and KV head
+    ``hk`` (``h // group``, grouped-query attention), the first row of its sequence in
+    q and in k (0 unless varlen), the mask info and the sequence's index (the batch, or
+    the varlen sequence; ALiBi and dropout use it).  Row tile, y and z come from
+    :func:`block_coords` (blockIdx, reordered heaviest first).
 
-    blockIdx.y is the query head, or when ``KV_MAJOR`` (the dK/dV kernels, which sum
-    the group's query heads) the KV head, and ``h`` the group's first query head.
+    y is the query head, or when ``KV_MAJOR`` (the dK/dV kernels, which sum the
+    group's query heads) the KV head, and ``h`` the group's first query head.
     q, k are (B, N, H, d) arrays of any element type; for varlen B = 1 and sequence b
     is rows ``cu_q[b] .. cu_q[b + 1] − 1`` (``cu_k`` for k)."""
-    seq = cuda.blockIdx.z
+    t, h, seq = block_coords(fx, KV_MAJOR, F)
     if F[VARLEN]:
         b = 0
         q0 = cu_q[seq]
@@ -54,31 +55,40 @@ def this_block(q, k, params, cu_q, cu_k, fx, BLOCK, F, KV_MAJOR):
         k0 = 0
         seqlen_q = q.shape[1]
         seqlen_k = k.shape[1]
-    h = cuda.blockIdx.y
     hk = h
     if F[GQA]:
         if KV_MAJOR:
             h = hk * params[GROUP]
         else:
             hk = h // params[GROUP]
-    return row_tile(fx, KV_MAJOR, F) * BLOCK, b, h, hk, q0, k0, mask_info(seqlen_q, seqlen_k, params, F), seq
+    return t * BLOCK, b, h, hk, q0, k0, mask_info(seqlen_q, seqlen_k, params, F), seq
 
 
 @device_function
-def row_tile(fx, KEYS_ARE_ROWS, F):
-    """The row tile (query tile; key tile when ``KEYS_ARE_ROWS``) of this block, the
-    heaviest first: the hardware starts blocks in blockIdx order, so the last ones
-    started should be short, or one long block finishes alone after the rest (the tail
-    of the grid).  A block mask's launch brings the order of its row tiles by list
-    length (``ORDER`` in ``fx``, longest first); under a right bound (causal) the last
-    query tiles see the most keys, so they go first, and under a left bound alone the
-    last key tiles are seen by the most queries; otherwise blockIdx.x."""
-    if F[BLOCK_SPARSE]:
-        return fx[ORDER][cuda.blockIdx.x]
+def block_coords(fx, KEYS_ARE_ROWS, F):
+    """``(row tile, head, batch)`` of this block (query tile, or key tile when
+    ``KEYS_ARE_ROWS``; the KV head for the dK/dV kernels; the batch or varlen
+    sequence).  The hardware starts blocks in linear blockIdx order (x fastest), so
+    the last ones started should be short, or a long block finishes alone after the
+    rest (the tail of the grid).  When row tiles differ in work (a bound, a block
+    mask: ``Variant.heaviest_first``) the grid is (heads, batch, row tiles) and
+    position ``blockIdx.z`` runs for every head and sequence before the next, its row
+    tile the heaviest first: a block mask's ``ORDER`` (``fx``: its row tiles by list
+    length, longest first); under a right bound (causal) the last query tiles, which
+    see the most keys, and the first key tiles; under a left bound alone the reverse.
+    Otherwise the grid is (row tiles, heads, batch) and concurrent blocks share a
+    head's K and V in L2.  blockIdx only (no extra live registers)."""
     right = F[CAUSAL] or F[HAS_RIGHT]
-    if (right and not KEYS_ARE_ROWS) or (KEYS_ARE_ROWS and F[HAS_LEFT] and not right):
-        return cuda.gridDim.x - 1 - cuda.blockIdx.x
-    return cuda.blockIdx.x
+    if not (F[BLOCK_SPARSE] or right or F[HAS_LEFT]):
+        return cuda.blockIdx.x, cuda.blockIdx.y, cuda.blockIdx.z
+    pos = cuda.blockIdx.z
+    if F[BLOCK_SPARSE]:
+        t = fx[ORDER][pos]
+    elif right != KEYS_ARE_ROWS:  # causal queries, or a left bound's keys: the last tiles first
+        t = cuda.gridDim.z - 1 - pos
+    else:
+        t = pos
+    return t, cuda.blockIdx.x, cuda.blockIdx.y
 
 
 @device_function

@@ -21,7 +21,7 @@ The run-time side is one kernel parameter, ``fx`` (``numba_flash.flex.flex_buffe
 ``mod_args`` of ``score_mod`` and of the block mask's ``mask_mod``, the block-sparse
 visit lists that ``block_info.walk_list`` reads (query-major for the forward and dQ,
 key-major ``_t`` for dK/dV), and the order in which the launch's blocks take the row
-tiles, longest list first (``block_info.row_tile``).  Head info (``score.score_info``) carries ``(b, h, fx)``
+tiles, longest list first (``block_info.block_coords``).  Head info (``score.score_info``) carries ``(b, h, fx)``
 as its last three entries, so every step that has ``si`` can call the user's
 functions.
 """

@@ -210,12 +210,13 @@ def simt_bwd_dq_kernel(t: SimtTiles, variant: Variant):
 def launches(tiles: tuple, variant: Variant, sz: spec.Sizes) -> list:
     """The backward for (dK/dV tiles, dQ tiles): preprocess and dQ a block per
     ``block_m`` queries, dK/dV a block per ``block_n`` keys; static shared memory."""
+    hf = variant.heaviest_first  # grid order (spec.query_grid)
     tkv, tq = tiles
     return [
         spec.KernelLaunch("simt_bwd_preprocess", simt_bwd_preprocess_kernel(tq), tq,
                           spec.preprocess_grid(sz, tq.block_m), tq.threads, 0, spec.preprocess_args()),
-        spec.KernelLaunch("simt_bwd_dkdv", simt_bwd_dkdv_kernel(tkv, variant), tkv, spec.key_grid(sz, tkv.block_n),
+        spec.KernelLaunch("simt_bwd_dkdv", simt_bwd_dkdv_kernel(tkv, variant), tkv, spec.key_grid(sz, tkv.block_n, hf),
                           tkv.threads, 0, spec.dkdv_args(), (tkv.block_m, tkv.block_n, True)),
-        spec.KernelLaunch("simt_bwd_dq", simt_bwd_dq_kernel(tq, variant), tq, spec.query_grid(sz, tq.block_m),
+        spec.KernelLaunch("simt_bwd_dq", simt_bwd_dq_kernel(tq, variant), tq, spec.query_grid(sz, tq.block_m, hf),
                           tq.threads, 0, spec.dq_args(), (tq.block_m, tq.block_n, False)),
     ]  # fmt: skip

@@ -312,11 +312,12 @@ def preprocess_launch(t, head_dim: int, sz: spec.Sizes) -> spec.KernelLaunch:
 def launches(tiles: tuple, variant: Variant, sz: spec.Sizes) -> list:
     """The backward for (dK/dV tiles, dQ tiles): preprocess, dK/dV (a block per
     ``rows`` keys), dQ (a block per ``rows`` queries)."""
+    hf = variant.heaviest_first  # grid order (spec.query_grid)
     tkv, tq = tiles
     return [
         preprocess_launch(tkv, tkv.head_dim, sz),
-        spec.KernelLaunch("simt_blocked_dkdv", simt_blocked_dkdv_kernel(tkv, variant), tkv, spec.key_grid(sz, tkv.rows),
+        spec.KernelLaunch("simt_blocked_dkdv", simt_blocked_dkdv_kernel(tkv, variant), tkv, spec.key_grid(sz, tkv.rows, hf),
                           tkv.threads, dkdv_smem_bytes(tkv), spec.dkdv_args(), (tkv.cols, tkv.rows, True)),
-        spec.KernelLaunch("simt_blocked_dq", simt_blocked_dq_kernel(tq, variant), tq, spec.query_grid(sz, tq.rows),
+        spec.KernelLaunch("simt_blocked_dq", simt_blocked_dq_kernel(tq, variant), tq, spec.query_grid(sz, tq.rows, hf),
                           tq.threads, dq_smem_bytes(tq), spec.dq_args(), (tq.rows, tq.cols, False)),
     ]  # fmt: skip

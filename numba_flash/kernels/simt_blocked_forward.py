@@ -193,7 +193,7 @@ def simt_blocked_forward_kernel(t: BlockedTiles, variant: Variant):
 
 def launches(t: BlockedTiles, variant: Variant, sz: spec.Sizes) -> list:
     """The forward: one kernel, a block per ``t.rows`` queries of a (batch, head)."""
-    grid = spec.query_grid(sz, t.rows)
+    grid = spec.query_grid(sz, t.rows, variant.heaviest_first)
     kernel = simt_blocked_forward_kernel(t, variant)
     return [spec.KernelLaunch("simt_blocked_forward", kernel, t, grid, t.threads, smem_bytes(t), spec.forward_args(),
                               (t.rows, t.cols, False))]

@@ -158,6 +158,7 @@ def simt_forward_kernel(t: SimtTiles, variant: Variant):
 
 def launches(t: SimtTiles, variant: Variant, sz: spec.Sizes) -> list:
     """The forward: one kernel, a block per ``block_m`` queries; static shared memory."""
+    hf = variant.heaviest_first  # grid order (spec.query_grid)
     kernel = simt_forward_kernel(t, variant)
-    return [spec.KernelLaunch("simt_forward", kernel, t, spec.query_grid(sz, t.block_m), t.threads, 0,
+    return [spec.KernelLaunch("simt_forward", kernel, t, spec.query_grid(sz, t.block_m, hf), t.threads, 0,
                               spec.forward_args(), (t.block_m, t.block_n, False))]  # fmt: skip

@@ -59,14 +59,30 @@ class Sizes:
         object.__setattr__(self, "batch_arrays", self.batch_arrays or self.batch)
 
 
-def query_grid(sz: Sizes, block_m: int) -> tuple:
-    """A block per ``block_m`` queries of a (sequence, query head)."""
-    return (cdiv(sz.seqlen_q, block_m), sz.heads, sz.batch)
+#: CUDA's limit on grid y and z.
+MAX_GRID_YZ = 65535
 
 
-def key_grid(sz: Sizes, block_n: int) -> tuple:
-    """A block per ``block_n`` keys of a (sequence, KV head): the dK/dV kernels."""
-    return (cdiv(sz.seqlen_k, block_n), sz.heads_k, sz.batch)
+def query_grid(sz: Sizes, block_m: int, heaviest_first: bool = False) -> tuple:
+    """A block per ``block_m`` queries of a (sequence, query head): (row tiles, heads,
+    batch), or with ``heaviest_first`` (``Variant.heaviest_first``) (heads, batch, row
+    tiles), the order the kernels take row tiles in (``block_info.block_coords``)."""
+    return _grid(cdiv(sz.seqlen_q, block_m), sz.heads, sz.batch, heaviest_first, "seqlen_q", block_m)
+
+
+def key_grid(sz: Sizes, block_n: int, heaviest_first: bool = False) -> tuple:
+    """A block per ``block_n`` keys of a (sequence, KV head): the dK/dV kernels
+    (:func:`query_grid`'s orders, KV heads)."""
+    return _grid(cdiv(sz.seqlen_k, block_n), sz.heads_k, sz.batch, heaviest_first, "seqlen_k", block_n)
+
+
+def _grid(tiles: int, heads: int, batch: int, heaviest_first: bool, name: str, block: int) -> tuple:
+    if not heaviest_first:
+        return (tiles, heads, batch)
+    if tiles > MAX_GRID_YZ:
+        raise ValueError(f"{name}: {tiles} tiles of {block} rows; with causal, a window or a block mask at most "
+                         f"{MAX_GRID_YZ} (CUDA's grid z), i.e. {name} <= {MAX_GRID_YZ * block}")  # fmt: skip
+    return (heads, batch, tiles)
 
 
 def preprocess_grid(sz: Sizes, threads: int) -> tuple:
@@ -81,7 +97,7 @@ class KernelLaunch:
     name: str
     kernel: Any  # the numba dispatcher
     tiles: Any
-    grid: tuple  # (x, y, z): x tiles the rows a block owns, y heads, z batch
+    grid: tuple  # (x, y, z): x tiles the rows a block owns, y heads, z batch; or (heads, batch, tiles)
     threads: int
     smem: int  # dynamic shared memory, bytes (0: static only)
     args: tuple  # Arg, in the kernel's parameter order

@@ -330,9 +330,9 @@ def launches(t: TcBwdTiles, variant: Variant, dtype: str, sz: spec.Sizes) -> lis
         spec.KernelLaunch("tc_bwd_preprocess", tc_bwd_preprocess_kernel(t.data_dim or t.head_dim, dtype), t,
                           spec.preprocess_grid(sz, PRE_THREADS), PRE_THREADS, 0, spec.preprocess_args("u16")),
         *(spec.KernelLaunch(f"tc_bwd_{part}", tc_bwd_dkdv_kernel(t, variant, dtype, part), t,
-                            spec.key_grid(sz, t.kv_block_n), t.threads, smem_kv,
+                            spec.key_grid(sz, t.kv_block_n, variant.heaviest_first), t.threads, smem_kv,
                             spec.dkdv_args("u16", out), (t.kv_block_m, t.kv_block_n, True)) for part in parts),
         spec.KernelLaunch("tc_bwd_dq", tc_bwd_dq_kernel(t, variant, dtype), t,
-                          spec.query_grid(sz, t.q_block_m), t.threads, smem_q,
+                          spec.query_grid(sz, t.q_block_m, variant.heaviest_first), t.threads, smem_q,
                           spec.dq_args("u16", out), (t.q_block_m, t.q_block_n, False)),
     ]  # fmt: skip

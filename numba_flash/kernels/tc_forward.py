@@ -205,7 +205,7 @@ def smem_bytes(t: TcTiles) -> int:
 def launches(t: TcTiles, variant: Variant, dtype: str, sz: spec.Sizes) -> list:
     """The forward: one kernel, a block per ``block_m`` queries of a (batch, head)
     (varlen: of a sequence; the grid covers the longest)."""
-    grid = spec.query_grid(sz, t.block_m)
+    grid = spec.query_grid(sz, t.block_m, variant.heaviest_first)
     kernel = tc_forward_kernel(t, variant, dtype)
     return [spec.KernelLaunch("tc_forward", kernel, t, grid, t.threads, smem_bytes(t),
                               spec.forward_args("u16", tc_out_view(t)), (t.block_m, t.block_n, False))]  # fmt: skip

@@ -266,13 +266,14 @@ def smem_bytes(t: Tf32BwdTiles) -> tuple[int, int]:
 def launches(t: Tf32BwdTiles, variant: Variant, sz: spec.Sizes) -> list:
     """The TF32 backward: the exact fp32 preprocess (``simt_blocked_backward``), then dK/dV
     and dQ on TF32 tensor cores."""
+    hf = variant.heaviest_first  # grid order (spec.query_grid)
     from numba_flash.kernels import simt_blocked_backward
 
     smem_kv, smem_q = smem_bytes(t)
     return [
         simt_blocked_backward.preprocess_launch(t, t.head_dim, sz),
-        spec.KernelLaunch("tf32_bwd_dkdv", tf32_bwd_dkdv_kernel(t, variant), t, spec.key_grid(sz, t.kv_block_n),
+        spec.KernelLaunch("tf32_bwd_dkdv", tf32_bwd_dkdv_kernel(t, variant), t, spec.key_grid(sz, t.kv_block_n, hf),
                           t.threads, smem_kv, spec.dkdv_args(), (t.kv_block_m, t.kv_block_n, True)),
-        spec.KernelLaunch("tf32_bwd_dq", tf32_bwd_dq_kernel(t, variant), t, spec.query_grid(sz, t.q_block_m),
+        spec.KernelLaunch("tf32_bwd_dq", tf32_bwd_dq_kernel(t, variant), t, spec.query_grid(sz, t.q_block_m, hf),
                           t.threads, smem_q, spec.dq_args(), (t.q_block_m, t.q_block_n, False)),
     ]  # fmt: skip

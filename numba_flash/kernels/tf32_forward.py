@@ -189,7 +189,7 @@ def smem_bytes(t: TcTiles) -> int:
 
 def launches(t: TcTiles, variant: Variant, sz: spec.Sizes) -> list:
     """The TF32 forward: one kernel, a block per ``block_m`` queries of a (batch, head)."""
-    grid = spec.query_grid(sz, t.block_m)
+    grid = spec.query_grid(sz, t.block_m, variant.heaviest_first)
     kernel = tf32_forward_kernel(t, variant)
     return [spec.KernelLaunch("tf32_forward", kernel, t, grid, t.threads, smem_bytes(t), spec.forward_args(),
                               (t.block_m, t.block_n, False))]
