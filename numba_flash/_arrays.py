@@ -315,11 +315,13 @@ def check_alibi(alibi_slopes, q: Operand, B: int, H: int):
 def check_cu_seqlens(name: str, cu, q: Operand, total: int, max_name: str, max_seqlen) -> tuple:
     """Varlen offsets: int32 (B + 1,), from 0, non-decreasing, ending at ``total``;
     ``max_seqlen`` an int at least every length.  Returns (offsets on the compute side,
-    the B lengths as int64 on the host, max_seqlen).  Checked on the host (the offsets
-    are copied there once)."""
+    the B lengths as int64 on the host, max_seqlen).  Checked on the host: device
+    offsets are copied there (the host waits for the stream's work so far); NumPy ones,
+    also with q on the device, are checked without reading the device, then copied to
+    it."""
     kind, arr = _as_array(name, cu)
-    if kind != q.kind:
-        raise TypeError(f"{name}: must be on the same side (host/device) as q")
+    if kind != q.kind and kind != "numpy":  # NumPy offsets go with device q too (no wait for the GPU)
+        raise TypeError(f"{name}: a device array with NumPy q: expected NumPy offsets (or q on the device)")
     if arr.dtype != np.int32:
         raise TypeError(f"{name}: expected dtype int32 (as flash-attn), got {dtype_name(arr.dtype)}")
     if arr.ndim != 1 or arr.shape[0] < 1:

@@ -376,8 +376,11 @@ def flash_attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
         q: (total_q, heads, headdim): sequence b is rows ``cu_seqlens_q[b] ..
             cu_seqlens_q[b + 1] − 1``.
         k, v: (total_k, heads_kv, headdim), sequence b at ``cu_seqlens_k[b] ..``.
-        cu_seqlens_q, cu_seqlens_k: int32 (batch + 1,) offsets on q's side, starting at
-            0, non-decreasing, ending at total_q / total_k.  Sequences may be empty.
+        cu_seqlens_q, cu_seqlens_k: int32 (batch + 1,) offsets, starting at 0,
+            non-decreasing, ending at total_q / total_k.  Sequences may be empty.  On
+            q's side, or NumPy with q on the device: they are checked on the host, and
+            device offsets are copied there first (the host waits for the GPU's work
+            so far; NumPy offsets spare that wait).
         max_seqlen_q, max_seqlen_k: ints at least the longest sequence (the grid).
         The keywords as :func:`flash_attention`; each sequence is its own attention
         (causal and window aligned per sequence, ALiBi slopes (batch, heads) per

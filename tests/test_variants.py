@@ -397,6 +397,22 @@ def test_varlen(rng, fam, kw):
         assert np.all(host(g)[cu_k[1] : cu_k[2]] == 0)
 
 
+@pytest.mark.gpu
+@pytest.mark.skipif(SIMULATOR, reason="host and device offsets differ only on a GPU (the simulator's are NumPy)")
+def test_varlen_offsets_on_the_host(rng):
+    """NumPy cu_seqlens with device q (checked on the host without reading the device)
+    give the same numbers as device ones; device offsets with NumPy q are refused."""
+    import cupy
+
+    dtype, tf32, (q, k, v, dout), cu_q, cu_k, mq, mk = _varlen_case(rng, "fp16", [5, 0, 300, 17], [9, 4, 300, 0])
+    dev = [cupy.asarray(x) for x in (q, k, v)]
+    host = numba_flash.flash_attention_varlen(*dev, cu_q, cu_k, mq, mk, causal=True)
+    device = numba_flash.flash_attention_varlen(*dev, cupy.asarray(cu_q), cupy.asarray(cu_k), mq, mk, causal=True)
+    assert np.array_equal(host.get(), device.get(), equal_nan=True)
+    with pytest.raises(TypeError, match="cu_seqlens_q: a device array with NumPy q"):
+        numba_flash.flash_attention_varlen(q, k, v, cupy.asarray(cu_q), cu_k, mq, mk)
+
+
 @pytest.mark.usefixtures("poisoned_outputs")
 def test_varlen_equals_padded_batch(rng):
     """Equal lengths: varlen gives the padded batch's numbers bit for bit (same kernels,
