@@ -1221,6 +1221,225 @@ def attention_varlen_backward(dout, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_
 
 
 # ---------------------------------------------------------------------------
+# Inference: a KV cache (flash_attn_with_kvcache), and merging partial attentions
+# ---------------------------------------------------------------------------
+
+def merge_attention(out_parts, lse_parts):
+    """Combine attentions over disjoint key sets into the attention over their union.
+
+    ``out_parts`` (S, batch, seqlen_q, heads, headdim) and ``lse_parts`` (S, batch,
+    heads, seqlen_q): part ``s`` is ``softmax(S_s) V_s`` with its log-sum-exp.  With
+    ``m = max_s lse_s`` and ``w_s = exp(lse_s - m)``::
+
+        lse = m + log(sum_s w_s),   out = sum_s w_s * out_s / sum_s w_s
+
+    A part whose lse is -inf (it saw no key) contributes nothing; a row no part saw
+    gets out = 0 and lse = -inf.  Returns float64 ``(out, lse)`` of shapes
+    (batch, seqlen_q, heads, headdim) and (batch, heads, seqlen_q)."""
+    out = np.asarray(out_parts, dtype=np.float64)
+    lse = np.asarray(lse_parts, dtype=np.float64)
+    if out.ndim != 5 or lse.shape != (out.shape[0], out.shape[1], out.shape[3], out.shape[2]):
+        raise ValueError(f"out_parts, lse_parts: shapes {out.shape}, {lse.shape}: expected (S, batch, seqlen_q, "
+                         "heads, headdim) and (S, batch, heads, seqlen_q)")
+    m = lse.max(axis=0, initial=-np.inf)
+    m_safe = np.where(np.isneginf(m), 0.0, m)
+    w = np.exp(lse - m_safe)  # 0 for a part that saw nothing
+    total = w.sum(axis=0)
+    seen = total > 0
+    merged_lse = np.where(seen, m_safe + np.log(np.where(seen, total, 1.0)), np.where(np.isnan(m), m, -np.inf))
+    frac = w / np.where(seen, total, 1.0)  # (S, B, H, Nq)
+    merged = np.einsum("sbhq,sbqhd->bqhd", frac, out)
+    return merged, merged_lse
+
+
+def apply_rotary(x, cos, sin, positions, interleaved=True):
+    """Rotary embeddings (RoPE) of ``x`` (..., n, heads, d) at ``positions`` (n,):
+    the first ``rotary_dim = 2 * cos.shape[1]`` features of each row are rotated by
+    the angles of row ``positions[i]`` of ``cos``/``sin`` (seqlen_ro, rotary_dim / 2),
+    the rest left as they are.  ``interleaved``: pairs (0, 1), (2, 3), ... (GPT-J);
+    else the halves (i, i + rotary_dim / 2) (GPT-NeoX), as FlashAttention-2."""
+    x = np.asarray(x, dtype=np.float64)
+    half = cos.shape[1]
+    c = np.asarray(cos, dtype=np.float64)[positions][:, None, :]  # (n, 1, half)
+    s = np.asarray(sin, dtype=np.float64)[positions][:, None, :]
+    out = x.copy()
+    if interleaved:
+        a, b = x[..., 0:2 * half:2], x[..., 1:2 * half:2]
+        out[..., 0:2 * half:2] = a * c - b * s
+        out[..., 1:2 * half:2] = a * s + b * c
+    else:
+        a, b = x[..., :half], x[..., half:2 * half]
+        out[..., :half] = a * c - b * s
+        out[..., half:2 * half] = a * s + b * c
+    return out
+
+
+def _cache_rows(cache, b, cb, n, block_table):
+    """Rows 0 .. n - 1 of sequence b's cache: (n, heads_kv, d) views' copies (paged:
+    through ``block_table``; else batch ``cb`` of the cache)."""
+    if block_table is None:
+        return cache[cb, :n]
+    page = cache.shape[1]
+    pos = np.arange(n)
+    return cache[block_table[b, pos // page], pos % page]
+
+
+def _check_kvcache(q, k_cache, v_cache, k, v, cache_seqlens, cache_batch_idx, block_table,
+                   rotary_cos, rotary_sin):
+    """The KV-cache call's shapes and bounds (ValueError naming the argument)."""
+    if q.ndim != 4:
+        raise ValueError(f"q: shape {q.shape}: expected (batch, seqlen_q, heads, headdim)")
+    B, nq, heads, d = q.shape
+    if k_cache.ndim != 4 or v_cache.shape[:3] != k_cache.shape[:3] or k_cache.shape[3] != d:
+        raise ValueError(f"k_cache, v_cache: shapes {k_cache.shape}, {v_cache.shape}: expected (batch_cache or "
+                         f"num_blocks, seqlen_cache or page_size, heads_kv, {d})")
+    _check_kv_heads(k_cache.shape[2], heads)
+    if (k is None) != (v is None):
+        raise ValueError("k, v: give both new keys and values, or neither")
+    n_new = 0
+    if k is not None:
+        want = (B, k.shape[1], k_cache.shape[2], d)
+        if k.shape != want or v.shape[:3] != want[:3] or v.shape[3] != v_cache.shape[3]:
+            raise ValueError(f"k, v: shapes {k.shape}, {v.shape}: expected (batch, seqlen_new, heads_kv, headdim) "
+                             f"= {want}")
+        n_new = k.shape[1]
+    if cache_seqlens is None:
+        lens = np.zeros(B, np.int64)
+    elif _is_int(cache_seqlens):
+        lens = np.full(B, int(cache_seqlens), np.int64)
+    else:
+        lens = np.asarray(cache_seqlens)
+        if lens.shape != (B,) or lens.dtype.kind not in "iu":
+            raise ValueError(f"cache_seqlens: shape {lens.shape}, dtype {lens.dtype}: expected an int or an int32 "
+                             f"array ({B},)")
+        lens = lens.astype(np.int64)
+    if np.any(lens < 0):
+        raise ValueError(f"cache_seqlens: {lens.tolist()}: expected lengths >= 0")
+    if block_table is not None:
+        if cache_batch_idx is not None:
+            raise ValueError("cache_batch_idx: not with a paged cache (block_table gives each sequence's pages)")
+        block_table = np.asarray(block_table)
+        if block_table.ndim != 2 or block_table.shape[0] != B or block_table.dtype.kind not in "iu":
+            raise ValueError(f"block_table: shape {block_table.shape}: expected int32 (batch, max_blocks) = ({B}, ...)")
+        capacity = block_table.shape[1] * k_cache.shape[1]
+        used = -(-(lens + n_new) // k_cache.shape[1])
+        for b in range(B):
+            pages = block_table[b, :used[b]]
+            if np.any(pages < 0) or np.any(pages >= k_cache.shape[0]):
+                raise ValueError(f"block_table[{b}]: pages {pages.tolist()}: expected indices in [0, "
+                                 f"{k_cache.shape[0]}) (num_blocks)")
+        batch_idx = None
+    else:
+        capacity = k_cache.shape[1]
+        batch_idx = np.arange(B) if cache_batch_idx is None else np.asarray(cache_batch_idx).astype(np.int64)
+        if batch_idx.shape != (B,) or np.any(batch_idx < 0) or np.any(batch_idx >= k_cache.shape[0]):
+            raise ValueError(f"cache_batch_idx: {batch_idx.tolist()}: expected ({B},) indices in [0, "
+                             f"{k_cache.shape[0]})")
+    over = np.nonzero(lens + n_new > capacity)[0]
+    if over.size:
+        b = int(over[0])
+        raise ValueError(f"cache_seqlens[{b}] + seqlen_new = {int(lens[b])} + {n_new} > {capacity}: past the end "
+                         "of the cache" + (" (its pages)" if block_table is not None else ""))
+    if (rotary_cos is None) != (rotary_sin is None):
+        raise ValueError("rotary_cos, rotary_sin: give both or neither")
+    if rotary_cos is not None:
+        cos, sin = np.asarray(rotary_cos), np.asarray(rotary_sin)
+        if cos.ndim != 2 or cos.shape != sin.shape or 2 * cos.shape[1] > d or cos.shape[1] == 0:
+            raise ValueError(f"rotary_cos, rotary_sin: shapes {cos.shape}, {sin.shape}: expected (seqlen_ro, "
+                             f"rotary_dim / 2) each, rotary_dim <= headdim {d}")
+        if int((lens + max(n_new, nq)).max(initial=0)) > cos.shape[0]:
+            raise ValueError(f"rotary_cos: {cos.shape[0]} positions: expected at least cache_seqlens + "
+                             f"max(seqlen_new, seqlen_q) = {int((lens + max(n_new, nq)).max(initial=0))}")
+    return lens, n_new, batch_idx, block_table
+
+
+def attention_with_kvcache(q, k_cache, v_cache, k=None, v=None, *, cache_seqlens=None,
+                           cache_batch_idx=None, block_table=None, rotary_cos=None,
+                           rotary_sin=None, rotary_interleaved=True, softmax_scale=None,
+                           causal=False, window_size=(-1, -1), softcap=0.0, alibi_slopes=None,
+                           num_splits=1, return_lse=False):
+    """Attention of new queries over a KV cache (FlashAttention-2's
+    ``flash_attn_with_kvcache``), in float64, bshd.
+
+    Parameters
+    ----------
+    q : (batch, seqlen_q, heads, headdim)
+    k_cache, v_cache : (batch_cache, seqlen_cache, heads_kv, headdim) NumPy arrays, or
+        paged: (num_blocks, page_size, heads_kv, headdim) with ``block_table``
+        (batch, max_blocks) int32, logical page j of sequence b being physical page
+        ``block_table[b, j]``.
+    k, v : optional (batch, seqlen_new, heads_kv, headdim): written into the caches
+        **in place** at positions ``cache_seqlens[b] ..`` (k after rotary), nothing
+        else of the caches touched; attention then runs over ``cache_seqlens +
+        seqlen_new`` keys.
+    cache_seqlens : int or (batch,) ints: the cache's lengths before the append (None: 0).
+    cache_batch_idx : (batch,) ints: the cache's batch row of each sequence
+        (contiguous caches only; default 0 .. batch - 1).
+    rotary_cos, rotary_sin : (seqlen_ro, rotary_dim / 2): k rotated at its positions;
+        q at ``cache_seqlens + i`` when causal or windowed, else all at
+        ``cache_seqlens`` (FlashAttention-2's rule).  :func:`apply_rotary`.
+    causal, window_size, softcap, alibi_slopes, softmax_scale : as :func:`attention`,
+        aligned bottom-right to each sequence's ``cache_seqlens + seqlen_new`` keys.
+    num_splits : the keys cut into this many contiguous parts, each attended alone and
+        the parts merged (:func:`merge_attention`): the same result to rounding.
+
+    Returns
+    -------
+    out : float64 (batch, seqlen_q, heads, headdim_v); with ``return_lse`` also
+    lse : float64 (batch, heads, seqlen_q).
+    """
+    q = np.asarray(q, dtype=np.float64)
+    lens, n_new, batch_idx, block_table = _check_kvcache(
+        q, k_cache, v_cache, k, v, cache_seqlens, cache_batch_idx, block_table, rotary_cos, rotary_sin)
+    if not _is_int(num_splits) or num_splits < 1:
+        raise ValueError(f"num_splits={_shown(num_splits)}: expected an int >= 1")
+    B, nq, heads, d = q.shape
+    scale = _resolve_scale(softmax_scale, d)
+    var = _variants(causal, window_size, softcap, alibi_slopes, 0.0, None, batch=B, heads=heads)
+    rotate_q_by_row = causal or var.window != (-1, -1)
+    out = np.zeros(q.shape[:3] + (v_cache.shape[3],))
+    lse = np.empty((B, heads, nq))
+    for b in range(B):
+        start = int(lens[b])
+        cb = None if batch_idx is None else int(batch_idx[b])
+        if n_new:  # the append, in place: rows start .. start + n_new - 1
+            k_b = np.asarray(k[b], dtype=np.float64)
+            if rotary_cos is not None:
+                k_b = apply_rotary(k_b, rotary_cos, rotary_sin, start + np.arange(n_new), rotary_interleaved)
+            pos = start + np.arange(n_new)
+            for cache, new in ((k_cache, k_b), (v_cache, np.asarray(v[b]))):
+                if block_table is None:
+                    cache[cb, pos] = new
+                else:
+                    page = cache.shape[1]
+                    cache[block_table[b, pos // page], pos % page] = new
+        nk = start + n_new
+        q_b = q[b]
+        if rotary_cos is not None:
+            where = start + (np.arange(nq) if rotate_q_by_row else np.zeros(nq, int))
+            q_b = apply_rotary(q_b, rotary_cos, rotary_sin, where, rotary_interleaved)
+        kk = np.asarray(_cache_rows(k_cache, b, cb, nk, block_table), dtype=np.float64)
+        vv = np.asarray(_cache_rows(v_cache, b, cb, nk, block_table), dtype=np.float64)
+        qh, kh, vh = (x.transpose(1, 0, 2)[None] for x in (q_b, kk, vv))
+        rows, one = np.arange(nq), var.sequence(b)
+        parts = []
+        for a, e in _splits(nk, num_splits):
+            s, _ = _scores(qh, _expand(kh[:, :, a:e], heads), rows, np.arange(a, e), nk - nq, scale, one)
+            p, l_safe, part_lse = _unnormalised_softmax(s)
+            parts.append(((p / l_safe) @ _expand(vh[:, :, a:e], heads), part_lse))
+        o_parts = np.stack([o.transpose(0, 2, 1, 3) for o, _ in parts])  # (S, 1, nq, heads, dv)
+        o_b, l_b = merge_attention(o_parts, np.stack([l for _, l in parts]))
+        out[b], lse[b] = o_b[0], l_b[0]
+    return (out, lse) if return_lse else out
+
+
+def _splits(n, parts):
+    """``parts`` contiguous ranges covering 0 .. n - 1 (some empty when n < parts)."""
+    edges = [n * i // parts for i in range(parts + 1)]
+    return list(zip(edges[:-1], edges[1:]))
+
+
+# ---------------------------------------------------------------------------
 # "Standard attention in the same precision" baseline
 # ---------------------------------------------------------------------------
 

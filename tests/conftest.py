@@ -71,6 +71,9 @@ class SeededRng:
     def random(self, *args, **kw):
         return self._gen.random(*args, **kw)
 
+    def permutation(self, *args, **kw):
+        return self._gen.permutation(*args, **kw)
+
 
 @pytest.fixture
 def rng():
