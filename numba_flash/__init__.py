@@ -21,6 +21,7 @@ __all__ = [
     "flash_attention_varlen_backward",
     "BlockMask",
     "create_block_mask",
+    "merge_attention",
     "__version__",
 ]
 
@@ -34,4 +35,8 @@ def __getattr__(name):
         from numba_flash import block_mask
 
         return getattr(block_mask, name)
+    if name == "merge_attention":
+        from numba_flash.merge import merge_attention
+
+        return merge_attention
     raise AttributeError(f"module 'numba_flash' has no attribute {name!r}")

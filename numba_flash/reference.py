@@ -1233,23 +1233,28 @@ def merge_attention(out_parts, lse_parts):
 
         lse = m + log(sum_s w_s),   out = sum_s w_s * out_s / sum_s w_s
 
-    A part whose lse is -inf (it saw no key) contributes nothing; a row no part saw
-    gets out = 0 and lse = -inf.  Returns float64 ``(out, lse)`` of shapes
-    (batch, seqlen_q, heads, headdim) and (batch, heads, seqlen_q)."""
+    A part whose lse is -inf (it saw no key) contributes nothing, whatever its out; a
+    row no part saw gets out = 0 and lse = -inf; a NaN or +inf lse makes the row NaN.
+    Returns float64 ``(out, lse)`` of shapes (batch, seqlen_q, heads, headdim) and
+    (batch, heads, seqlen_q)."""
     out = np.asarray(out_parts, dtype=np.float64)
     lse = np.asarray(lse_parts, dtype=np.float64)
     if out.ndim != 5 or lse.shape != (out.shape[0], out.shape[1], out.shape[3], out.shape[2]):
         raise ValueError(f"out_parts, lse_parts: shapes {out.shape}, {lse.shape}: expected (S, batch, seqlen_q, "
                          "heads, headdim) and (S, batch, heads, seqlen_q)")
+    bad = np.any(np.isnan(lse) | np.isposinf(lse), axis=0)  # (B, H, Nq)
+    lse = np.where(bad, -np.inf, lse)
     m = lse.max(axis=0, initial=-np.inf)
     m_safe = np.where(np.isneginf(m), 0.0, m)
     w = np.exp(lse - m_safe)  # 0 for a part that saw nothing
     total = w.sum(axis=0)
     seen = total > 0
-    merged_lse = np.where(seen, m_safe + np.log(np.where(seen, total, 1.0)), np.where(np.isnan(m), m, -np.inf))
+    merged_lse = np.where(seen, m_safe + np.log(np.where(seen, total, 1.0)), -np.inf)
     frac = w / np.where(seen, total, 1.0)  # (S, B, H, Nq)
-    merged = np.einsum("sbhq,sbqhd->bqhd", frac, out)
-    return merged, merged_lse
+    used = np.where((w > 0)[..., None].transpose(0, 1, 3, 2, 4), out, 0.0)  # a weight-0 part is not read
+    merged = np.einsum("sbhq,sbqhd->bqhd", frac, used)
+    nan_rows = bad.transpose(0, 2, 1)[..., None]  # (B, Nq, H, 1)
+    return np.where(nan_rows, np.nan, merged), np.where(bad, np.nan, merged_lse)
 
 
 def apply_rotary(x, cos, sin, positions, interleaved=True):
