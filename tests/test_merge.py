@@ -15,7 +15,7 @@ from numba_flash import _arrays, reference
 pytestmark = pytest.mark.usefixtures("poisoned_outputs")
 
 
-def _parts(rng, xp, cuts, B=2, Nq=5, H=3, d=24, dtype=np.float32):
+def _parts(rng, xp, cuts, B=1, Nq=4, H=2, d=16, dtype=np.float32):
     """flash_attention over each key range of ``cuts``: (q, k, v, outs, lses)."""
     q = rng.standard_normal((B, Nq, H, d)).astype(dtype)
     k = rng.standard_normal((B, cuts[-1], H, d)).astype(dtype)
@@ -33,10 +33,10 @@ def test_parts_merge_to_the_whole(rng):
     """Three key ranges (one of a single key) merged: flash_attention over all the keys,
     to fp32 rounding; the merge of the parts equals the reference's merge."""
     xp = _xp()
-    q, k, v, outs, lses = _parts(rng, xp, [0, 16, 17, 40])
+    q, k, v, outs, lses = _parts(rng, xp, [0, 9, 10, 24])
     keep = host(outs).copy(), host(lses).copy()
     out, lse = numba_flash.merge_attention(outs, lses)
-    assert out.shape == (2, 5, 3, 24) and out.dtype == np.float32 and lse.shape == (2, 3, 5)
+    assert out.shape == (1, 4, 2, 16) and out.dtype == np.float32 and lse.shape == (1, 2, 4)
     ref_out, ref_lse = reference.attention(q, k, v)
     assert reference.rel_error(host(out), ref_out) <= FWD_TOL
     assert reference.rel_error(host(lse), ref_lse) <= FWD_TOL
