@@ -766,6 +766,104 @@ def memory(max_seqlen, min_seqlen, batch, heads, head_dim, dtype, causal, pass_,
 
 
 # --------------------------------------------------------------------------------------
+# io
+# --------------------------------------------------------------------------------------
+
+
+@main.command("io", context_settings=CONTEXT)
+@click.option("--seqlen", "seqlens", multiple=True, callback=_parse_seqlens, metavar="N",
+              help="Sequence length(s) N (queries = keys); repeatable or comma-separated "
+                   "[default: 1024 … 65536, doubling].")
+@click.option("--head-dim", type=int, default=64, show_default=True, callback=_head_dim_one, metavar="D",
+              help="Head dim (1 to 256).")
+@click.option("--batch", type=click.IntRange(1, 65535), default=1, show_default=True, help="Batch size.")
+@click.option("--heads", type=click.IntRange(1, 65535), default=16, show_default=True, help="Number of heads.")
+@click.option("--dtype", type=click.Choice(["float16", "bfloat16", "float32"]), default="float16", show_default=True,
+              help="Input dtype.")
+@click.option("--causal/--no-causal", default=False, show_default=True, help="Causal masking.")
+@click.option("--pass", "pass_", type=click.Choice(["forward", "backward", "both"]), default="both",
+              show_default=True, help="The pass modelled (and measured).")
+@click.option("--measure/--no-measure", default=None,
+              help="Measure DRAM bytes with Nsight Compute (default: when ncu and a GPU are there).")
+@_json_option("the rows (schema numba-flash-io/1)")
+@click.option("--plot", "plot_path", type=OutputFile(), default=None,
+              help="Draw predicted (and measured) bytes against N into FILE (.png; needs matplotlib).")
+def io_traffic(seqlens, head_dim, batch, heads, dtype, causal, pass_, measure, json_path, plot_path):
+    """HBM traffic: numba-flash's kernels against a standard attention (the paper's IO claim).
+
+    Predicted from the launch plan the kernels run with (numba_flash.traffic: each
+    block's tile loads and stores) and, for the CuPy standard attention, from its
+    operations (fp32 scores written and read pass by pass).  With Nsight Compute (ncu)
+    on PATH and a GPU, also measured: dram__bytes_read.sum + dram__bytes_write.sum of one
+    call each, in a child process under ncu --clock-control none.
+
+    \b
+    Examples:
+      numba-flash io --seqlen 1024,4096,16384 --pass forward
+      numba-flash io --head-dim 128 --causal --json io.json --plot io.png
+    """
+    _distinct_outputs(**{"--json": json_path, "--plot": plot_path})
+    if plot_path:
+        _need_matplotlib(plot_path)
+    from numba_flash import traffic as T
+
+    out = _Out(to_stderr=json_path == "-")
+    ns = []
+    for nq, nk in seqlens or [(1024 * 2**i, 1024 * 2**i) for i in range(7)]:
+        if nq != nk:
+            raise click.BadParameter(f"{nq}:{nk}: io models square attention; give N", param_hint="--seqlen")
+        ns.append(nq)
+    why = T.ncu_unavailable() if measure is not False else "--no-measure"
+    if measure and why:
+        _fail(f"io: cannot measure: {why}")
+    passes = ("forward", "backward") if pass_ == "both" else (pass_,)
+    out.echo(f"numba-flash io: B={batch} H={heads} d={head_dim} {dtype}{' causal' if causal else ''}; "
+             + ("measured with ncu beside the model" if not why else f"model only (not measured: {why})"))  # fmt: skip
+    rows = T.sweep(passes, dtype, batch, heads, ns, head_dim, causal, measure_bytes=not why)
+    from rich.table import Table
+
+    from numba_flash.memory import human_bytes
+
+    t = Table(title="HBM bytes read + written by one call (predicted; measured by ncu where given)",
+              title_justify="left")  # fmt: skip
+    cols = ["N", "pass", "flash predicted", "standard predicted", "standard / flash"]
+    if not why:
+        cols += ["flash measured", "measured / predicted", "standard measured", "measured / predicted"]
+    for col in cols:
+        t.add_column(col, justify="left" if col == "pass" else "right", no_wrap=True)
+    for r in rows:
+        cells = [str(r["seqlen"]), r["pass"], human_bytes(r["flash_bytes"]), human_bytes(r["standard_bytes"]),
+                 f"{r['ratio']:.1f}"]  # fmt: skip
+        if not why:
+            if "measure_error" in r:
+                cells += ["—", r["measure_error"][:40], "—", ""]
+            else:
+                mf = r["measured_flash"]["read"] + r["measured_flash"]["write"]
+                ms = r["measured_standard"]["read"] + r["measured_standard"]["write"]
+                cells += [human_bytes(mf), f"{mf / r['flash_bytes']:.2f}", human_bytes(ms),
+                          f"{ms / r['standard_bytes']:.2f}"]  # fmt: skip
+        t.add_row(*cells)
+    out.print(t)
+    for p in passes:
+        a = next(r["asymptotic"] for r in rows if r["pass"] == p)
+        out.echo(f"leading terms, {p}: standard {a['standard_formula']}, flash {a['flash_formula']}")
+    if json_path:
+        from numba_flash import _report
+
+        settings = dict(seqlens=ns, batch=batch, heads=heads, head_dim=head_dim, dtype=dtype, causal=causal,
+                        passes=list(passes), measured=not why, not_measured_because=why)  # fmt: skip
+        _report.write_json(_report.json_document(T.SCHEMA, rows, settings=settings), json_path)
+        out.wrote(json_path)
+    if plot_path:
+        try:
+            T.plot(rows, plot_path)
+            out.wrote(plot_path)
+        except Exception as exc:
+            click.echo(f"numba-flash: warning: plotting failed: {type(exc).__name__}: {exc}", err=True)
+            sys.exit(1)
+
+
+# --------------------------------------------------------------------------------------
 # info
 # --------------------------------------------------------------------------------------
 

@@ -105,6 +105,10 @@ class KernelLaunch:
     #: key tiles of BLOCK_N, the blocks own query tiles (forward, dQ) or key tiles (dK/dV);
     #: a block mask's visit lists are made for it (``numba_flash.flex``).  () for no walk.
     walk: tuple = ()
+    #: What the kernel reads ("r") and writes ("w") in HBM, as ``(role, direction)``
+    #: pairs, when not the rule of ``numba_flash.traffic.kernel_io`` (every input role
+    #: read, every output role written); the split dK/dV kernels write one each.
+    io: tuple = ()
 
 
 def cdiv(a: int, b: int) -> int:

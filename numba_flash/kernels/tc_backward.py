@@ -320,6 +320,12 @@ def smem_bytes(t: TcBwdTiles) -> tuple[int, int]:
     return row * (2 * t.kv_block_n + 4 * t.kv_block_m), row * (2 * t.q_block_m + 4 * t.q_block_n)
 
 
+#: What each dK/dV kernel reads and writes (``KernelLaunch.io``): both parts stage K, V
+#: and walk Q, dO, lse, delta; each writes its own gradient.
+_PART_IO = {part: tuple((r, "r") for r in ("q", "k", "v", "dout", "lse", "delta")) + tuple((g, "w") for g in grads)
+            for part, grads in (("dkdv", ("dk", "dv")), ("dk", ("dk",)), ("dv", ("dv",)))}  # fmt: skip
+
+
 def launches(t: TcBwdTiles, variant: Variant, dtype: str, sz: spec.Sizes) -> list:
     """The backward: preprocess (delta), dK/dV (a block per 16·warps keys of a KV head;
     ``split_dkdv``: dV, then dK), dQ (a block per 16·warps queries)."""
@@ -331,7 +337,8 @@ def launches(t: TcBwdTiles, variant: Variant, dtype: str, sz: spec.Sizes) -> lis
                           spec.preprocess_grid(sz, PRE_THREADS), PRE_THREADS, 0, spec.preprocess_args("u16")),
         *(spec.KernelLaunch(f"tc_bwd_{part}", tc_bwd_dkdv_kernel(t, variant, dtype, part), t,
                             spec.key_grid(sz, t.kv_block_n, variant.heaviest_first), t.threads, smem_kv,
-                            spec.dkdv_args("u16", out), (t.kv_block_m, t.kv_block_n, True)) for part in parts),
+                            spec.dkdv_args("u16", out), (t.kv_block_m, t.kv_block_n, True),
+                            _PART_IO[part]) for part in parts),
         spec.KernelLaunch("tc_bwd_dq", tc_bwd_dq_kernel(t, variant, dtype), t,
                           spec.query_grid(sz, t.q_block_m, variant.heaviest_first), t.threads, smem_q,
                           spec.dq_args("u16", out), (t.q_block_m, t.q_block_n, False)),
