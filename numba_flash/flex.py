@@ -29,7 +29,7 @@ import weakref
 import numpy as np
 
 from numba_flash._numba_cuda import SIMULATOR, cuda
-from numba_flash.block_mask import EMPTY, PARTIAL, BlockMask, _device_mod, check_mod
+from numba_flash.block_mask import PARTIAL, BlockMask, _device_mod, check_mod
 from numba_flash.reference import _check_block_mask
 from numba_flash.variant import Mods
 
