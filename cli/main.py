@@ -244,6 +244,16 @@ def _need_matplotlib(plot_path: str):
 # --------------------------------------------------------------------------------------
 
 
+def _plot(draw, path: str, out) -> None:
+    """Run ``draw()`` (it writes ``path``) and say so; a failure is a warning and exit 1."""
+    try:
+        draw()
+        out.wrote(path)
+    except Exception as exc:
+        click.echo(f"numba-flash: warning: plotting failed: {type(exc).__name__}: {exc}", err=True)
+        sys.exit(1)
+
+
 def _print_version(ctx, param, value):
     if not value or ctx.resilient_parsing:
         return
@@ -657,13 +667,8 @@ def bench(preset, seqlens, head_dims, batch, heads, dtypes, causal, pass_, impls
     if csv_path:
         B.write_csv(results, csv_path)
         out.wrote(csv_path)
-    if plot_path:
-        try:
-            B.plot(results, plot_path, title=f"numba-flash vs peers on {dev['name']}")
-            out.wrote(plot_path)
-        except Exception as exc:  # a plot must not lose the measurements
-            click.echo(f"numba-flash: warning: plotting failed: {type(exc).__name__}: {exc}", err=True)
-            sys.exit(1)
+    if plot_path:  # after the JSON and CSV: a plot must not lose the measurements
+        _plot(lambda: B.plot(results, plot_path, title=f"numba-flash vs peers on {dev['name']}"), plot_path, out)
 
 
 # --------------------------------------------------------------------------------------
@@ -757,12 +762,7 @@ def memory(max_seqlen, min_seqlen, batch, heads, head_dim, dtype, causal, pass_,
                                                                        "versions": env["versions"]})  # fmt: skip
         out.wrote(json_path)
     if plot_path:
-        try:
-            M.plot(results, plot_path)
-            out.wrote(plot_path)
-        except Exception as exc:
-            click.echo(f"numba-flash: warning: plotting failed: {type(exc).__name__}: {exc}", err=True)
-            sys.exit(1)
+        _plot(lambda: M.plot(results, plot_path), plot_path, out)
 
 
 # --------------------------------------------------------------------------------------
@@ -855,12 +855,7 @@ def io_traffic(seqlens, head_dim, batch, heads, dtype, causal, pass_, measure, j
         _report.write_json(_report.json_document(T.SCHEMA, rows, settings=settings), json_path)
         out.wrote(json_path)
     if plot_path:
-        try:
-            T.plot(rows, plot_path)
-            out.wrote(plot_path)
-        except Exception as exc:
-            click.echo(f"numba-flash: warning: plotting failed: {type(exc).__name__}: {exc}", err=True)
-            sys.exit(1)
+        _plot(lambda: T.plot(rows, plot_path), plot_path, out)
 
 
 # --------------------------------------------------------------------------------------

@@ -291,21 +291,20 @@ def _child(pass_, dtype, batch, heads, seqlen, head_dim, causal):
     bias = causal_bias(seqlen, seqlen) if causal else None
     out, lse = numba_flash.flash_attention(q, k, v, causal=causal, return_lse=True)
     s_out, p = cupy_attention_forward(qh, kh, vh, causal=causal, bias=bias)
-    for _ in range(2):  # warm-up: compiles, fills caches of plans and launches
+
+    def both():  # one call of each implementation
         if pass_ == "forward":
             numba_flash.flash_attention(q, k, v, causal=causal)
             cupy_attention_forward(qh, kh, vh, causal=causal, bias=bias)
         else:
             numba_flash.flash_attention_backward(do, q, k, v, out, lse, causal=causal)
             cupy_attention_backward(doh, qh, kh, vh, s_out, p)
+
+    for _ in range(2):  # warm-up: compiles, fills caches of plans and launches
+        both()
     cp.cuda.runtime.deviceSynchronize()
     cp.cuda.profiler.start()
-    if pass_ == "forward":
-        numba_flash.flash_attention(q, k, v, causal=causal)
-        cupy_attention_forward(qh, kh, vh, causal=causal, bias=bias)
-    else:
-        numba_flash.flash_attention_backward(do, q, k, v, out, lse, causal=causal)
-        cupy_attention_backward(doh, qh, kh, vh, s_out, p)
+    both()
     cp.cuda.runtime.deviceSynchronize()
     cp.cuda.profiler.stop()
 
