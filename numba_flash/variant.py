@@ -36,6 +36,7 @@ import numpy as np
 #: a block-sparse walk) and its compiled functions (``numba_flash.kernels.flex``).
 CAUSAL, HAS_LEFT, HAS_RIGHT, SOFTCAP, ALIBI, DROPOUT, VARLEN, GQA = range(8)
 SCORE_MOD, MASK_MOD, BLOCK_SPARSE, SCORE_FN, GRAD_FN, MASK_FN = range(8, 14)
+HEAVIEST_FIRST = 14  # the grid order of :attr:`Variant.heaviest_first`
 
 #: Positions in the ``params`` tuple (:func:`params`); every entry is 8 bytes wide
 #: (int64 or float64), as every other kernel parameter.
@@ -84,7 +85,8 @@ class Variant:
     def flags(self) -> tuple:
         """The tuple the kernels close over, indexed by ``CAUSAL`` … ``MASK_FN``: the
         flags, then the user's device functions (``kernels.flex.NO_MOD``, never called,
-        where a function is absent: a call with no mods compiles to the plain kernel)."""
+        where a function is absent: a call with no mods compiles to the plain kernel),
+        then ``HEAVIEST_FIRST`` (the grid order the plan launches with)."""
         c, wl, wr, sc, al, dr, vl, g = (self.causal, self.window_left, self.window_right, self.softcap, self.alibi,
                                         self.dropout, self.varlen, self.gqa)  # fmt: skip
         from numba_flash.kernels.flex import NO_MOD  # numba only here, when a kernel is made
@@ -92,7 +94,7 @@ class Variant:
         m = self.mods or Mods()
         fns = tuple(NO_MOD if fn is None else fn for fn in (m.score_fn, m.grad_fn, m.mask_fn))
         return (c, wl, wr or c, sc, al, dr, vl, g, m.score_fn is not None, m.mask_fn is not None,
-                m.block_sparse) + fns  # fmt: skip
+                m.block_sparse) + fns + (self.heaviest_first,)  # fmt: skip
 
 
 @dataclass(frozen=True)

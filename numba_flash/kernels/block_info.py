@@ -26,7 +26,8 @@ from __future__ import annotations
 
 from numba_flash._numba_cuda import cuda, device_function, int32
 from numba_flash.kernels.flex import COUNT, COUNT_T, ORDER, VISIT, VISIT_T
-from numba_flash.variant import BLOCK_SPARSE, CAUSAL, GQA, GROUP, HAS_LEFT, HAS_RIGHT, LEFT, RIGHT, VARLEN
+from numba_flash.variant import (BLOCK_SPARSE, CAUSAL, GQA, GROUP, HAS_LEFT, HAS_RIGHT, HEAVIEST_FIRST, LEFT, RIGHT,
+                                  VARLEN)
 
 
 @device_function
@@ -78,13 +79,12 @@ def block_coords(fx, KEYS_ARE_ROWS, F):
     see the most keys, and the first key tiles; under a left bound alone the reverse.
     Otherwise the grid is (row tiles, heads, batch) and concurrent blocks share a
     head's K and V in L2.  blockIdx only (no extra live registers)."""
-    right = F[CAUSAL] or F[HAS_RIGHT]
-    if not (F[BLOCK_SPARSE] or right or F[HAS_LEFT]):
+    if not F[HEAVIEST_FIRST]:
         return cuda.blockIdx.x, cuda.blockIdx.y, cuda.blockIdx.z
     pos = cuda.blockIdx.z
     if F[BLOCK_SPARSE]:
         t = fx[ORDER][pos]
-    elif right != KEYS_ARE_ROWS:  # causal queries, or a left bound's keys: the last tiles first
+    elif (F[CAUSAL] or F[HAS_RIGHT]) != KEYS_ARE_ROWS:  # causal queries, or a left bound's keys: the last tiles first
         t = cuda.gridDim.z - 1 - pos
     else:
         t = pos
