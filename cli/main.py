@@ -791,11 +791,13 @@ def memory(max_seqlen, min_seqlen, batch, heads, head_dim, dtype, causal, pass_,
 def io_traffic(seqlens, head_dim, batch, heads, dtype, causal, pass_, measure, json_path, plot_path):
     """HBM traffic: numba-flash's kernels against a standard attention (the paper's IO claim).
 
-    Predicted from the launch plan the kernels run with (numba_flash.traffic: each
-    block's tile loads and stores) and, for the CuPy standard attention, from its
-    operations (fp32 scores written and read pass by pass).  With Nsight Compute (ncu)
-    on PATH and a GPU, also measured: dram__bytes_read.sum + dram__bytes_write.sum of one
-    call each, in a child process under ncu --clock-control none.
+    Predicted from the launch plan the kernels run with (numba_flash.traffic): each
+    block's tile loads and stores (what the SMs ask of L2, the paper's count), and the
+    DRAM traffic behind L2 (blocks running at once share their tiles; L2 keeps 30 MB
+    of them) and, for the CuPy standard attention, from its operations (fp32 scores
+    written and read pass by pass).  With Nsight Compute (ncu) on PATH and a GPU, also
+    measured: dram__bytes_read.sum + dram__bytes_write.sum and the L2 sectors the SMs
+    asked for, of one call each, in a child process under ncu --clock-control none.
 
     \b
     Examples:
@@ -826,22 +828,27 @@ def io_traffic(seqlens, head_dim, batch, heads, dtype, causal, pass_, measure, j
 
     t = Table(title="HBM bytes read + written by one call (predicted; measured by ncu where given)",
               title_justify="left")  # fmt: skip
-    cols = ["N", "pass", "flash predicted", "standard predicted", "standard / flash"]
+    cols = ["N", "pass", "flash tile loads", "flash DRAM predicted", "standard predicted", "standard / flash"]
     if not why:
-        cols += ["flash measured", "measured / predicted", "standard measured", "measured / predicted"]
+        cols += ["flash L2 measured", "/ tile loads", "flash DRAM measured", "/ predicted", "standard measured",
+                 "/ predicted"]  # fmt: skip
     for col in cols:
         t.add_column(col, justify="left" if col == "pass" else "right", no_wrap=True)
     for r in rows:
-        cells = [str(r["seqlen"]), r["pass"], human_bytes(r["flash_bytes"]), human_bytes(r["standard_bytes"]),
-                 f"{r['ratio']:.1f}"]  # fmt: skip
+        cells = [str(r["seqlen"]), r["pass"], human_bytes(r["flash_bytes"]), human_bytes(r["flash_dram_bytes"]),
+                 human_bytes(r["standard_bytes"]), f"{r['ratio']:.1f}"]  # fmt: skip
         if not why:
             if "measure_error" in r:
-                cells += ["—", r["measure_error"][:40], "—", ""]
+                cells += ["—", "", "—", r["measure_error"][:40], "—", ""]
             else:
                 mf = r["measured_flash"]["read"] + r["measured_flash"]["write"]
-                ms = r["measured_standard"]["read"] + r["measured_standard"]["write"]
-                cells += [human_bytes(mf), f"{mf / r['flash_bytes']:.2f}", human_bytes(ms),
-                          f"{ms / r['standard_bytes']:.2f}"]  # fmt: skip
+                cells += [human_bytes(r["measured_flash_l2"]), f"{r['measured_flash_l2'] / r['flash_bytes']:.2f}",
+                          human_bytes(mf), f"{mf / r['flash_dram_bytes']:.2f}"]  # fmt: skip
+                if "measured_standard" in r:
+                    ms = r["measured_standard"]["read"] + r["measured_standard"]["write"]
+                    cells += [human_bytes(ms), f"{ms / r['standard_bytes']:.2f}"]
+                else:
+                    cells += ["did not fit", ""]
         t.add_row(*cells)
     out.print(t)
     for p in passes:

@@ -42,6 +42,7 @@ every (batch, head).
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from dataclasses import dataclass
 
 from numba_flash import plan as P
@@ -144,6 +145,125 @@ def flash(pass_: str, dtype: str, batch: int, heads: int, seqlen_q: int, seqlen_
     return out
 
 
+# --- DRAM: what L2 shares between blocks that run at the same time ------------------------
+
+#: H200 (sm_90): SMs; the L2 bytes that serve re-reads by every SM (the 60 MB L2 is two
+#: partitions, each caching for the SMs wired to it, so a tile read from both halves is
+#: held twice: 30 MB; it also fitted the H200's counts best, docs/io.md); the shared
+#: memory an SM has for blocks (and reserves per block); and the 32-bit registers a
+#: thread of numba-flash's tensor-core kernels holds (250-255 by ``compile_ptx``,
+#: allocated in steps of 8, so 256).
+SMS, L2_BYTES, SMEM_PER_SM, SMEM_RESERVED, REGS = 132, 24 * 2**20, 228 * 1024, 1024, 256
+
+
+def blocks_per_sm(launch, regs: int = REGS) -> int:
+    """Blocks of ``launch`` one SM holds at once: the least of its shared memory
+    (``SMEM_PER_SM`` with ``SMEM_RESERVED`` a block), its 64K registers (``regs`` a
+    thread), 2048 threads and 32 blocks."""
+    by_smem = SMEM_PER_SM // (launch.smem + SMEM_RESERVED) if launch.smem else 32
+    return max(1, min(by_smem, 65536 // (launch.threads * regs), 2048 // launch.threads, 32))
+
+
+def _issue_order(launch, variant, heads_grid: int, batch: int, tiles: int) -> list:
+    """``(batch, head, row tile)`` of the blocks in the order the hardware starts them
+    (linear blockIdx, x fastest), with ``block_info.block_coords``' mapping."""
+    keys_are_rows = launch.walk[2]
+    if not variant.heaviest_first:
+        return [(b, h, t) for b in range(batch) for h in range(heads_grid) for t in range(tiles)]
+    reverse = (variant.causal or variant.window[1] >= 0) != keys_are_rows
+    return [(b, h, tiles - 1 - p if reverse else p) for p in range(tiles) for b in range(batch)
+            for h in range(heads_grid)]  # fmt: skip
+
+
+def _union(ranges) -> int:
+    """Length of the union of half-open ranges."""
+    total, end = 0, None
+    for lo, hi in sorted(r for r in ranges if r[1] > r[0]):
+        if end is None or lo > end:
+            total, end = total + hi - lo, hi
+        elif hi > end:
+            total, end = total + hi - end, hi
+    return total
+
+
+def dram(pass_: str, dtype: str, batch: int, heads: int, seqlen_q: int, seqlen_k: int, head_dim: int,
+         causal: bool = False, window=(-1, -1), heads_k: int = 0, allow_tf32: bool = False, arch=(9, 0),
+         sms: int = SMS, l2_bytes: int = L2_BYTES, regs: int = REGS) -> list[Bytes]:  # fmt: skip
+    """HBM (DRAM) bytes of each kernel when L2 serves the re-reads of the blocks that
+    run at the same time: :func:`flash` counts every tile load, which is what the SMs
+    ask of L2; this counts what L2 asks of DRAM.
+
+    The blocks start in grid order (``_issue_order``), ``sms · blocks_per_sm`` at a
+    time: a *wave*.  The blocks of a wave walk their tiles at about the same pace, so
+    a tile that several of them load (the K/V tiles of one KV head, or the Q/dO tiles
+    of one query head in dK/dV) is asked of L2 by the wave once: per wave and head,
+    the union of the tiles its blocks visit, walked in step.  L2 is a least-recently-
+    used cache of ``l2_bytes`` over those tiles, across waves: a tile comes from DRAM
+    when it is not in it.  So when a head's tiles fit, the next wave on that head
+    reads nothing again; when they do not, the walk from tile 0 evicts what the next
+    wave needs first, and every wave reads them all.  A block's own rows are read once
+    and outputs written once, as in :func:`flash`.  Not modelled: write-back that L2
+    defers past the kernel's end (a kernel's writes may be counted by the next), and
+    the order of a block mask's row tiles (the plain grid order is used)."""
+    problem = _problem(pass_, dtype, batch, heads, seqlen_q, seqlen_k, head_dim, causal, window, heads_k,
+                       allow_tf32, arch)  # fmt: skip
+    plan = P.plan(problem)
+    modelled = flash(pass_, dtype, batch, heads, seqlen_q, seqlen_k, head_dim, causal, window, heads_k,
+                     allow_tf32, arch)  # fmt: skip
+    item = _ITEM[plan.work_dtype]
+    d, h_kv = head_dim, heads_k or heads
+    group = heads // h_kv
+    win = V.check_window(window)
+    win = (win[0], 0) if causal else win
+    out = []
+    for k, tiles_model in zip(plan.launches, modelled):
+        if not k.walk:
+            out.append(tiles_model)
+            continue
+        block_m, block_n, keys_are_rows = k.walk
+        rows_tile, other_tile = (block_n, block_m) if keys_are_rows else (block_m, block_n)
+        n_rows, n_other = (seqlen_k, seqlen_q) if keys_are_rows else (seqlen_q, seqlen_k)
+        own = KEY_ROLES if keys_are_rows else QUERY_ROLES
+        io = kernel_io(k)
+        other_row = sum(_row_bytes(r, d, item) for r, rw in io if r not in own and rw == "r")
+        heads_grid = h_kv if keys_are_rows else heads
+        tiles = -(-n_rows // rows_tile)
+        spans = []  # per row tile: the other axis's rows [lo, hi) it visits (tile-aligned)
+        from numba_flash.reference import _key_range, _query_range
+
+        span = _query_range if keys_are_rows else _key_range
+        for t in range(tiles):
+            lo, hi = span(t * rows_tile, t * rows_tile + rows_tile, seqlen_q, seqlen_k, win)
+            t_lo, t_hi = lo // other_tile, max(lo // other_tile, -(-hi // other_tile))
+            spans.append((t_lo * other_tile, min(n_other, t_hi * other_tile)))
+        slots = sms * blocks_per_sm(k, regs)
+        order = _issue_order(k, problem.variant, heads_grid, batch, tiles)
+        tile_bytes = other_tile * other_row
+        cache = OrderedDict()  # (batch, head, tile) in L2, least recently used first
+        misses = 0
+        for w in range(0, len(order), slots):
+            per_head = {}  # this wave's tiles per (batch, head of the other axis)
+            for b, h, t in order[w:w + slots]:
+                for ho in (range(h * group, h * group + group) if keys_are_rows else (h // group,)):
+                    per_head.setdefault((b, ho), set()).update(range(spans[t][0] // other_tile,
+                                                                     -(-spans[t][1] // other_tile)))
+            walks = [[(key, t) for t in sorted(ts)] for key, ts in per_head.items()]
+            for step in range(max((len(x) for x in walks), default=0)):  # the wave's heads in lockstep
+                for x in walks:
+                    if step < len(x):
+                        if x[step] in cache:
+                            cache.move_to_end(x[step])
+                        else:
+                            misses += min(other_tile, n_other - x[step][1] * other_tile)  # rows of the tile
+                            cache[x[step]] = None
+                            if len(cache) * tile_bytes > l2_bytes:
+                                cache.popitem(last=False)
+        other = misses
+        read = batch * heads_grid * n_rows * sum(_row_bytes(r, d, item) for r, rw in io if r in own and rw == "r")
+        out.append(Bytes(k.name, read + other * other_row, tiles_model.write))
+    return out
+
+
 def standard(pass_: str, dtype: str, batch: int, heads: int, seqlen_q: int, seqlen_k: int, head_dim: int,
              causal: bool = False) -> list[Bytes]:  # fmt: skip
     """HBM bytes of each operation of the CuPy standard attention (the module
@@ -194,9 +314,12 @@ def asymptotic(pass_: str, dtype: str, batch: int, heads: int, seqlen_q: int, se
 
 
 def summary(pass_: str, dtype: str, batch: int, heads: int, seqlen: int, head_dim: int, causal: bool = False) -> dict:
-    """One row of ``numba-flash io``: predicted bytes of both, their ratio, and the
-    asymptotic terms (square attention, ``seqlen`` queries and keys)."""
+    """One row of ``numba-flash io``: predicted bytes of both (numba-flash's as tile
+    loads, :func:`flash`, and as DRAM traffic behind L2, :func:`dram`), the ratio
+    standard / flash (tile loads: the paper's count), and the asymptotic terms (square
+    attention, ``seqlen`` queries and keys)."""
     fl = flash(pass_, dtype, batch, heads, seqlen, seqlen, head_dim, causal)
+    dr = dram(pass_, dtype, batch, heads, seqlen, seqlen, head_dim, causal)
     st = standard(pass_, dtype, batch, heads, seqlen, seqlen, head_dim, causal)
     plan = P.plan(_problem(pass_, dtype, batch, heads, seqlen, seqlen, head_dim, causal, (-1, -1), 0, False, (9, 0)))
     walks = [k.walk for k in plan.launches if k.walk and not k.walk[2]]  # the query-tile walk
@@ -204,16 +327,20 @@ def summary(pass_: str, dtype: str, batch: int, heads: int, seqlen: int, head_di
     flash_total, standard_total = sum(b.total for b in fl), sum(b.total for b in st)
     return {
         "pass": pass_, "dtype": dtype, "batch": batch, "heads": heads, "seqlen": seqlen, "head_dim": head_dim,
-        "causal": causal, "flash_bytes": flash_total, "standard_bytes": standard_total,
+        "causal": causal, "flash_bytes": flash_total, "flash_dram_bytes": sum(b.total for b in dr),
+        "standard_bytes": standard_total,
         "ratio": standard_total / flash_total if flash_total else float("nan"),
-        "flash_kernels": [b.__dict__ for b in fl], "standard_ops": [b.__dict__ for b in st],
+        "flash_kernels": [b.__dict__ for b in fl], "flash_dram_kernels": [b.__dict__ for b in dr],
+        "standard_ops": [b.__dict__ for b in st],
         "asymptotic": asymptotic(pass_, dtype, batch, heads, seqlen, seqlen, head_dim, block_m),
     }  # fmt: skip
 
 
 # --- measuring (Nsight Compute in a child process) ------------------------------------------
 
-NCU_METRICS = ("dram__bytes_read.sum", "dram__bytes_write.sum")
+#: DRAM bytes, and the 32-byte sectors the SMs ask of L2 (what :func:`flash` counts).
+NCU_METRICS = ("dram__bytes_read.sum", "dram__bytes_write.sum", "lts__t_sectors_srcunit_tex_op_read.sum",
+               "lts__t_sectors_srcunit_tex_op_write.sum")
 
 
 def ncu_unavailable() -> str | None:
@@ -237,8 +364,9 @@ def measure(pass_: str, dtype: str, batch: int, heads: int, seqlen: int, head_di
     attention for one call each, from Nsight Compute's ``dram__bytes_read.sum`` /
     ``dram__bytes_write.sum`` in a child process (``ncu --clock-control none``, only
     the calls between ``cudaProfilerStart`` / ``Stop``: after a warm-up that compiles).
-    Returns ``{"flash": Bytes, "standard": Bytes, "kernels": [Bytes, ...]}``; raises
-    RuntimeError with ncu's output when the run fails."""
+    Returns ``{"flash": Bytes, "flash_l2": bytes the SMs asked of L2, "standard": Bytes
+    or None (it did not fit in memory), "kernels": [Bytes, ...]}``; raises RuntimeError
+    with ncu's output when the run fails."""
     import csv
     import io
     import json
@@ -263,13 +391,16 @@ def measure(pass_: str, dtype: str, batch: int, heads: int, seqlen: int, head_di
     for row in csv.DictReader(io.StringIO(text[start:])):
         key = (row["ID"], row["Kernel Name"])
         value = int(float(row["Metric Value"].replace(",", "")))
-        entry = per.setdefault(key, [0, 0])
-        entry[0 if row["Metric Name"] == NCU_METRICS[0] else 1] += value
-    kernels = [Bytes(name, r, w) for (_, name), (r, w) in per.items()]
+        entry = per.setdefault(key, [0, 0, 0, 0])
+        entry[NCU_METRICS.index(row["Metric Name"])] += value
+    kernels = [Bytes(name, r, w) for (_, name), (r, w, _, _) in per.items()]
+    l2 = {name: 32 * (r + w) for (_, name), (_, _, r, w) in per.items()}
     ours = [b for b in kernels if any(n in b.name for n in names)]
     theirs = [b for b in kernels if b not in ours]
     return {"flash": Bytes("numba-flash", sum(b.read for b in ours), sum(b.write for b in ours)),
-            "standard": Bytes("cupy-standard", sum(b.read for b in theirs), sum(b.write for b in theirs)),
+            "flash_l2": sum(l2[b.name] for b in ours),
+            "standard": (Bytes("cupy-standard", sum(b.read for b in theirs), sum(b.write for b in theirs))
+                         if theirs else None),
             "kernels": kernels}  # fmt: skip
 
 
@@ -288,17 +419,26 @@ def _child(pass_, dtype, batch, heads, seqlen, head_dim, causal):
     q, k, v, do = (cp.asarray(rng.standard_normal((batch, seqlen, heads, head_dim), np.float32)).astype(dt)
                    for _ in range(4))  # fmt: skip
     qh, kh, vh, doh = (x.transpose(0, 2, 1, 3) for x in (q, k, v, do))  # the standard attention's bhsd views
-    bias = causal_bias(seqlen, seqlen) if causal else None
     out, lse = numba_flash.flash_attention(q, k, v, causal=causal, return_lse=True)
-    s_out, p = cupy_attention_forward(qh, kh, vh, causal=causal, bias=bias)
+    try:  # the standard attention's N×N arrays may not fit: then numba-flash alone
+        bias = causal_bias(seqlen, seqlen) if causal else None
+        s_out, p = cupy_attention_forward(qh, kh, vh, causal=causal, bias=bias)
+        both_fit = True
+        if pass_ == "backward":
+            cupy_attention_backward(doh, qh, kh, vh, s_out, p)
+    except cp.cuda.memory.OutOfMemoryError:
+        both_fit, bias, s_out, p = False, None, None, None
+        cp.get_default_memory_pool().free_all_blocks()
 
     def both():  # one call of each implementation
         if pass_ == "forward":
             numba_flash.flash_attention(q, k, v, causal=causal)
-            cupy_attention_forward(qh, kh, vh, causal=causal, bias=bias)
+            if both_fit:
+                cupy_attention_forward(qh, kh, vh, causal=causal, bias=bias)
         else:
             numba_flash.flash_attention_backward(do, q, k, v, out, lse, causal=causal)
-            cupy_attention_backward(doh, qh, kh, vh, s_out, p)
+            if both_fit:
+                cupy_attention_backward(doh, qh, kh, vh, s_out, p)
 
     for _ in range(2):  # warm-up: compiles, fills caches of plans and launches
         both()
@@ -317,8 +457,9 @@ SCHEMA = "numba-flash-io/1"
 def sweep(passes, dtype: str, batch: int, heads: int, seqlens, head_dim: int, causal: bool = False,
           measure_bytes: bool = False, progress=None) -> list[dict]:  # fmt: skip
     """:func:`summary` rows for every (pass, N); with ``measure_bytes`` each also gets
-    ``measured_flash`` / ``measured_standard`` ({"read", "write"}) from :func:`measure`,
-    or ``measure_error``."""
+    ``measured_flash`` ({"read", "write"} DRAM bytes), ``measured_flash_l2`` (bytes
+    asked of L2) and, where the standard attention fitted, ``measured_standard`` from
+    :func:`measure`, or ``measure_error``."""
     rows = []
     todo = [(p, n) for p in passes for n in seqlens]
     for i, (pass_, n) in enumerate(todo):
@@ -327,7 +468,9 @@ def sweep(passes, dtype: str, batch: int, heads: int, seqlens, head_dim: int, ca
             try:
                 got = measure(pass_, dtype, batch, heads, n, head_dim, causal)
                 row["measured_flash"] = {"read": got["flash"].read, "write": got["flash"].write}
-                row["measured_standard"] = {"read": got["standard"].read, "write": got["standard"].write}
+                row["measured_flash_l2"] = got["flash_l2"]
+                if got["standard"] is not None:
+                    row["measured_standard"] = {"read": got["standard"].read, "write": got["standard"].write}
             except Exception as exc:  # one failed size (the standard attention out of memory) leaves the rest
                 row["measure_error"] = f"{type(exc).__name__}: {str(exc)[-300:]}"
         rows.append(row)
@@ -337,8 +480,9 @@ def sweep(passes, dtype: str, batch: int, heads: int, seqlens, head_dim: int, ca
 
 
 def plot(rows, path: str) -> str:
-    """Predicted (lines) and measured (markers) HBM bytes against N, log axes, one
-    colour per implementation and a line style per pass."""
+    """Predicted (lines) and measured (markers) bytes against N, log axes: numba-flash's
+    tile loads (against what ncu saw the SMs ask of L2) and its DRAM traffic, and the
+    standard attention's; a line style per pass."""
     from numba_flash.bench import _pyplot
 
     plt = _pyplot()
@@ -350,17 +494,19 @@ def plot(rows, path: str) -> str:
         if not sel:
             continue
         n = [r["seqlen"] for r in sel]
-        for key, meas, color, label in (("flash_bytes", "measured_flash", "#d62728", "numba-flash"),
+        for key, meas, color, label in (("flash_bytes", "measured_flash_l2", "#ff7f0e", "numba-flash tile loads (L2)"),
+                                        ("flash_dram_bytes", "measured_flash", "#d62728", "numba-flash DRAM"),
                                         ("standard_bytes", "measured_standard", "#7f7f7f", "standard (CuPy)")):
             ax.plot(n, [r[key] for r in sel], ls, color=color, label=f"{label} {pass_}, predicted")
-            got = [(r["seqlen"], r[meas]["read"] + r[meas]["write"]) for r in sel if meas in r]
+            got = [(r["seqlen"], r[meas] if isinstance(r[meas], int) else r[meas]["read"] + r[meas]["write"])
+                   for r in sel if meas in r]  # fmt: skip
             if got:
                 ax.plot(*zip(*got), "o" if pass_ == "forward" else "s", color=color, fillstyle="none",
                         label=f"{label} {pass_}, measured (ncu)")  # fmt: skip
     ax.set_xscale("log", base=2)
     ax.set_yscale("log")
     ax.set_xlabel("sequence length N")
-    ax.set_ylabel("HBM bytes read + written")
+    ax.set_ylabel("bytes read + written")
     r0 = rows[0]
     ax.set_title(f"HBM traffic, B={r0['batch']} H={r0['heads']} d={r0['head_dim']} {r0['dtype']}"
                  f"{' causal' if r0['causal'] else ''}", fontsize=10)  # fmt: skip

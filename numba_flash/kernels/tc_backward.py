@@ -16,8 +16,9 @@ element is written once by the warp that owns it: no atomics, bitwise determinis
 
 Kernels (4 warps, 16 rows a warp; fragment layouts as in ``numba_flash.ptx``):
 
-- ``preprocess``: grid (ceil(Nq / 128), H, B); one thread a query row reads dO and O
-  (16-bit values, two at a time) and writes delta (B, H, Nq) float32.
+- ``preprocess``: grid (ceil(Nq / 128), H, B); a warp reads 32 query rows of dO and O
+  one row at a time, its lanes on consecutive 16-bit pairs, and writes delta (B, H, Nq)
+  float32.
 - ``dkdv``: grid (ceil(Nk / BLOCK_N), H, B); warp w owns keys start_n + 16w .. +15.  K
   and V of the block are staged once; Q, dO (and lse, delta) tiles of BLOCK_M queries
   are double-buffered with cp.async.  Per query tile a warp forms Sᵀ = K·Qᵀ and
@@ -67,27 +68,43 @@ _ALIGN = ptx.SMEM_ALIGN
 def tc_bwd_preprocess_kernel(head_dim: int, dtype: str):
     """``kernel[grid, 128, stream](out16, dout16, delta)``: delta = rowsum(dO∘O), from
     uint16 views of O and dO (any strides with the last axis contiguous); ``head_dim``
-    is the arrays' (an odd one's last element is read alone)."""
+    is the arrays' (an odd one's last element is read alone).
+
+    A block owns 128 rows, a warp 32 of them, one row at a time: lane ``l`` reads the
+    32-bit pairs ``l, l + 32, ...`` of the row (a warp's loads are consecutive words,
+    whole 32-byte sectors) and the warp sums its lanes with ``shfl_xor``.  One thread a
+    row, reading its row pair by pair, made every load touch 32 rows' sectors: at
+    (1, 16, 65536, 128) it read 3.8 GB from DRAM for O and dO's 0.54 GB (ncu,
+    docs/benchmarks/2026-12-01-s8)."""
     WORDS = head_dim // 2
+    STEPS = -(-WORDS // 32)  # pairs a lane reads per row
     ODD = head_dim % 2 == 1  # the last element alone
     unpack = ptx.unpack_f16x2 if dtype == "float16" else ptx.unpack_bf16x2
 
     @cuda.jit
     def tc_bwd_preprocess(out16, dout16, delta):
-        row = cuda.blockIdx.x * cuda.blockDim.x + cuda.threadIdx.x
+        lane = cuda.threadIdx.x & 31
+        first = cuda.blockIdx.x * cuda.blockDim.x + (cuda.threadIdx.x - lane)  # the warp's 32 rows
         h = cuda.blockIdx.y
         b = cuda.blockIdx.z
-        if row < out16.shape[1]:
-            acc = float32(0.0)
-            for w in range(WORDS):  # two 16-bit values a step, as one 32-bit pair
-                o0, o1 = unpack(uint32(out16[b, row, h, 2 * w]) | (uint32(out16[b, row, h, 2 * w + 1]) << 16))
-                d0, d1 = unpack(uint32(dout16[b, row, h, 2 * w]) | (uint32(dout16[b, row, h, 2 * w + 1]) << 16))
-                acc += o0 * d0 + o1 * d1
-            if ODD:
-                o0, _ = unpack(uint32(out16[b, row, h, 2 * WORDS]))
-                d0, _ = unpack(uint32(dout16[b, row, h, 2 * WORDS]))
-                acc += o0 * d0
-            delta[b, h, row] = acc
+        for r in range(32):
+            row = first + r
+            if row < out16.shape[1]:  # the same for the whole warp: the shuffles below see every lane
+                acc = float32(0.0)
+                for i in range(STEPS):
+                    w = lane + 32 * i
+                    if w < WORDS:
+                        o0, o1 = unpack(uint32(out16[b, row, h, 2 * w]) | (uint32(out16[b, row, h, 2 * w + 1]) << 16))
+                        d0, d1 = unpack(uint32(dout16[b, row, h, 2 * w]) |
+                                        (uint32(dout16[b, row, h, 2 * w + 1]) << 16))  # fmt: skip
+                        acc += o0 * d0 + o1 * d1
+                if ODD and lane == 0:
+                    o0, _ = unpack(uint32(out16[b, row, h, 2 * WORDS]))
+                    d0, _ = unpack(uint32(dout16[b, row, h, 2 * WORDS]))
+                    acc += o0 * d0
+                acc = softmax.allreduce_sum(acc, 32)
+                if lane == 0:
+                    delta[b, h, row] = acc
 
     return tc_bwd_preprocess
 
