@@ -22,6 +22,7 @@ __all__ = [
     "BlockMask",
     "create_block_mask",
     "merge_attention",
+    "flash_attention_with_kvcache",
     "__version__",
 ]
 
@@ -39,4 +40,8 @@ def __getattr__(name):
         from numba_flash.merge import merge_attention
 
         return merge_attention
+    if name == "flash_attention_with_kvcache":
+        from numba_flash.kvcache import flash_attention_with_kvcache
+
+        return flash_attention_with_kvcache
     raise AttributeError(f"module 'numba_flash' has no attribute {name!r}")

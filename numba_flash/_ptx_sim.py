@@ -253,6 +253,8 @@ def _root(ary):
         b = a.base
         if isinstance(b, memoryview) and isinstance(b.obj, np.ndarray):
             b = b.obj
+        if not isinstance(b, np.ndarray) and isinstance(getattr(b, "base", None), np.ndarray):
+            b = b.base  # np.lib.stride_tricks.as_strided's holder (a stride-0 view)
         if isinstance(b, np.ndarray):
             a = b
         else:

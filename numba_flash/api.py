@@ -53,9 +53,9 @@ def _dummies(device: int):
 
 def plain_fx(xp) -> tuple:
     """``fx`` of a call without mods (``kernels.flex``): no mod_args, one-entry lists
-    and order (never read)."""
+    and order, a one-entry block table and split (never read)."""
     count, visit, order = xp.zeros((1, 1, 1), np.int32), xp.zeros((1, 1, 1, 1), np.int32), xp.zeros((1,), np.int32)
-    return ((), (), count, visit, count, visit, order)
+    return ((), (), count, visit, count, visit, order, xp.zeros((1, 1), np.int32), xp.zeros((2,), np.int32))
 
 
 def _device_id() -> int:

@@ -265,7 +265,8 @@ class FlexCall:
 
     def fx(self, walk: tuple) -> tuple:
         """``fx`` for a launch whose tile walk is ``walk`` (``KernelLaunch.walk``):
-        ``(score_args, mask_args, count, visit, count_t, visit_t, order)``."""
+        ``(score_args, mask_args, count, visit, count_t, visit_t, order, pages, split)``
+        (the last two a plain call's dummies)."""
         from numba_flash.api import _device_id, _dummies
 
         plain = _dummies(_device_id())[2]  # a plain call's lists, made once per device
@@ -274,7 +275,7 @@ class FlexCall:
         if self.block_mask is not None and walk:
             block_m, block_n, keys_are_rows = walk
             count, visit, order = self._lists(block_m, block_n, keys_are_rows)
-            lists = (dummy + (count, visit) if keys_are_rows else (count, visit) + dummy) + (order,)
+            lists = (dummy + (count, visit) if keys_are_rows else (count, visit) + dummy) + (order,) + plain[7:]
         return (self.score_args, self.mask_args) + lists
 
     def _lists(self, block_m, block_n, keys_are_rows):

@@ -308,9 +308,11 @@ def argtypes(launch, work_dtype: str) -> tuple:
             out.append(types.Array(types.float32, 2, "C"))
         elif a.role in ("cu_seqlens_q", "cu_seqlens_k"):
             out.append(types.Array(types.int32, 1, "C"))
-        elif a.role == "flex":  # a plain call's: no mod_args, dummy visit lists
+        elif a.role == "flex":  # a plain call's (``api.plain_fx``): no mod_args, dummy lists, table and split
             lists = (types.Array(types.int32, 3, "C"), types.Array(types.int32, 4, "C"))
-            out.append(types.Tuple((types.Tuple(()), types.Tuple(())) + lists + lists + (types.Array(types.int32, 1, "C"),)))
+            out.append(types.Tuple((types.Tuple(()), types.Tuple(())) + lists + lists +
+                                   (types.Array(types.int32, 1, "C"), types.Array(types.int32, 2, "C"),
+                                    types.Array(types.int32, 1, "C"))))  # fmt: skip
         elif a.role in ("lse", "delta"):
             out.append(types.Array(types.float32, 3, "C"))
         else:

@@ -1348,12 +1348,12 @@ def _check_kvcache(q, k_cache, v_cache, k, v, cache_seqlens, cache_batch_idx, bl
     if (rotary_cos is None) != (rotary_sin is None):
         raise ValueError("rotary_cos, rotary_sin: give both or neither")
     if rotary_cos is not None:
-        cos, sin = np.asarray(rotary_cos), np.asarray(rotary_sin)
-        if cos.ndim != 2 or cos.shape != sin.shape or 2 * cos.shape[1] > d or cos.shape[1] == 0:
-            raise ValueError(f"rotary_cos, rotary_sin: shapes {cos.shape}, {sin.shape}: expected (seqlen_ro, "
+        cos, sin = np.shape(rotary_cos), np.shape(rotary_sin)  # (shapes only: device arrays too)
+        if len(cos) != 2 or cos != sin or 2 * cos[1] > d or cos[1] == 0:
+            raise ValueError(f"rotary_cos, rotary_sin: shapes {cos}, {sin}: expected (seqlen_ro, "
                              f"rotary_dim / 2) each, rotary_dim <= headdim {d}")
-        if int((lens + max(n_new, nq)).max(initial=0)) > cos.shape[0]:
-            raise ValueError(f"rotary_cos: {cos.shape[0]} positions: expected at least cache_seqlens + "
+        if int((lens + max(n_new, nq)).max(initial=0)) > cos[0]:
+            raise ValueError(f"rotary_cos: {cos[0]} positions: expected at least cache_seqlens + "
                              f"max(seqlen_new, seqlen_q) = {int((lens + max(n_new, nq)).max(initial=0))}")
     return lens, n_new, batch_idx, block_table
 

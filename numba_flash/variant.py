@@ -37,6 +37,7 @@ import numpy as np
 CAUSAL, HAS_LEFT, HAS_RIGHT, SOFTCAP, ALIBI, DROPOUT, VARLEN, GQA = range(8)
 SCORE_MOD, MASK_MOD, BLOCK_SPARSE, SCORE_FN, GRAD_FN, MASK_FN = range(8, 14)
 HEAVIEST_FIRST = 14  # the grid order of :attr:`Variant.heaviest_first`
+PAGED, SPLIT = 15, 16  # a KV cache's keys through its block table; one split of the keys (kvcache)
 
 #: Positions in the ``params`` tuple (:func:`params`); every entry is 8 bytes wide
 #: (int64 or float64), as every other kernel parameter.
@@ -55,6 +56,14 @@ class Variant:
         softcap, alibi, dropout, varlen: the feature is on.
         gqa: KV heads are fewer than query heads (the dK/dV kernels then sum a group).
         mods: FlexAttention's compiled user functions (:class:`Mods`), or None.
+        paged: K and V are a KV cache (num_blocks, page_size, H_kv, d): key j of
+            sequence b is row ``j % page_size`` of page ``block_table[b, j // page_size]``
+            (``fx[PAGES]``), with varlen queries and key lengths from ``cu_seqlens_k``
+            (``numba_flash.kvcache``).
+        split: split-KV: the grid's batch axis runs over (split, sequence), and split p
+            visits key tiles ``[p·n, p·n + n)`` only (``fx[SPLIT_AT] = (n, sequences)``),
+            writing its partial O and lse to slot p of out and lse, which
+            ``merge_attention`` combines (``block_info.this_block``).
     """
 
     causal: bool = False
@@ -66,6 +75,8 @@ class Variant:
     varlen: bool = False
     gqa: bool = False
     mods: object = None
+    paged: bool = False
+    split: bool = False
 
     @property
     def heaviest_first(self) -> bool:
@@ -86,7 +97,8 @@ class Variant:
         """The tuple the kernels close over, indexed by ``CAUSAL`` … ``MASK_FN``: the
         flags, then the user's device functions (``kernels.flex.NO_MOD``, never called,
         where a function is absent: a call with no mods compiles to the plain kernel),
-        then ``HEAVIEST_FIRST`` (the grid order the plan launches with)."""
+        then ``HEAVIEST_FIRST`` (the grid order the plan launches with), ``PAGED`` and
+        ``SPLIT``."""
         c, wl, wr, sc, al, dr, vl, g = (self.causal, self.window_left, self.window_right, self.softcap, self.alibi,
                                         self.dropout, self.varlen, self.gqa)  # fmt: skip
         from numba_flash.kernels.flex import NO_MOD  # numba only here, when a kernel is made
@@ -94,7 +106,7 @@ class Variant:
         m = self.mods or Mods()
         fns = tuple(NO_MOD if fn is None else fn for fn in (m.score_fn, m.grad_fn, m.mask_fn))
         return (c, wl, wr or c, sc, al, dr, vl, g, m.score_fn is not None, m.mask_fn is not None,
-                m.block_sparse) + fns + (self.heaviest_first,)  # fmt: skip
+                m.block_sparse) + fns + (self.heaviest_first, self.paged, self.split)  # fmt: skip
 
 
 @dataclass(frozen=True)

@@ -25,9 +25,9 @@ hold an invisible (query, key) pair from those that can skip the masking step.
 from __future__ import annotations
 
 from numba_flash._numba_cuda import cuda, device_function, int32
-from numba_flash.kernels.flex import COUNT, COUNT_T, ORDER, VISIT, VISIT_T
-from numba_flash.variant import (BLOCK_SPARSE, CAUSAL, GQA, GROUP, HAS_LEFT, HAS_RIGHT, HEAVIEST_FIRST, LEFT, RIGHT,
-                                  VARLEN)
+from numba_flash.kernels.flex import COUNT, COUNT_T, ORDER, PAGES, SPLIT_AT, VISIT, VISIT_T
+from numba_flash.variant import (BLOCK_SPARSE, CAUSAL, GQA, GROUP, HAS_LEFT, HAS_RIGHT, HEAVIEST_FIRST, LEFT, PAGED,
+                                  RIGHT, SPLIT, VARLEN)
 
 
 @device_function
@@ -42,14 +42,23 @@ def this_block(q, k, params, cu_q, cu_k, fx, BLOCK, F, KV_MAJOR):
     y is the query head, or when ``KV_MAJOR`` (the dK/dV kernels, which sum the
     group's query heads) the KV head, and ``h`` the group's first query head.
     q, k are (B, N, H, d) arrays of any element type; for varlen B = 1 and sequence b
-    is rows ``cu_q[b] .. cu_q[b + 1] − 1`` (``cu_k`` for k)."""
+    is rows ``cu_q[b] .. cu_q[b + 1] − 1`` (``cu_k`` for k).  With a paged KV cache
+    (``F[PAGED]``, always varlen queries) ``cu_k`` gives the key lengths only: keys are
+    addressed by their position in the sequence through the block table
+    (:func:`kv_pages`), so ``k0`` is 0.  With split-KV (``F[SPLIT]``) the grid's batch
+    axis is split-major over (split, sequence), and ``b`` is the split: the slot of
+    out and lse it writes (:func:`walk_list` clips its key tiles)."""
     t, h, seq = block_coords(fx, KV_MAJOR, F)
+    part = 0
+    if F[SPLIT]:  # the grid's batch axis runs over (split, sequence): fx[SPLIT_AT] = (tiles a split, sequences)
+        part = seq // fx[SPLIT_AT][1]
+        seq -= part * fx[SPLIT_AT][1]
     if F[VARLEN]:
-        b = 0
+        b = part  # the arrays' batch: 0, or a split's slot of out and lse (q seen with a stride-0 split axis)
         q0 = cu_q[seq]
-        k0 = cu_k[seq]
         seqlen_q = cu_q[seq + 1] - q0
-        seqlen_k = cu_k[seq + 1] - k0
+        seqlen_k = cu_k[seq + 1] - cu_k[seq]
+        k0 = 0 if F[PAGED] else cu_k[seq]
     else:
         b = seq
         q0 = 0
@@ -190,11 +199,28 @@ def visit_row(fx, seq, h, t, KEYS_ARE_ROWS, F):
 
 
 @device_function
+def kv_pages(fx, seq):
+    """``(block_table, seq)``: what ``copy.copy_rows`` needs to find the keys of
+    sequence ``seq`` in a paged KV cache (``Variant.paged``)."""
+    return fx[PAGES], seq
+
+
+@device_function
+def no_pages(fx, seq):
+    """None: keys are rows of K and V (the kernels pick this or :func:`kv_pages` when
+    they are made, so that ``copy``'s ``pg is None`` is decided at compile time)."""
+    return None
+
+
+@device_function
 def walk_list(fx, seq, h, t, KEYS_ARE_ROWS, F):
     """:func:`visit_row` with its first ``STAGED`` entries copied to shared memory by
     the whole block (the third entry), so that the walk's next tile index is a shared
     load, not a global one on the critical path of every step.  Every thread of the
-    block calls it (two barriers, with a block mask only)."""
+    block calls it (two barriers, with a block mask only).  The last two entries are a
+    split's key tiles ``[lo, hi)`` (``F[SPLIT]``: split p of the grid's batch axis,
+    :func:`this_block`, owns tiles ``[p·n, p·n + n)`` with ``n = fx[SPLIT_AT][0]``; 0, 0
+    otherwise), which :func:`walk_range` clips the walk to."""
     n, row, _ = visit_row(fx, seq, h, t, KEYS_ARE_ROWS, F)
     staged = cuda.shared.array(STAGED, int32)
     if F[BLOCK_SPARSE]:
@@ -202,15 +228,24 @@ def walk_list(fx, seq, h, t, KEYS_ARE_ROWS, F):
         for i in range(cuda.threadIdx.x, min(n, STAGED), cuda.blockDim.x):
             staged[i] = row[i]
         cuda.syncthreads()  # the staged entries are visible to all
-    return n, row, staged
+    split_lo = 0
+    split_hi = 0
+    if F[SPLIT]:
+        split_lo = block_coords(fx, KEYS_ARE_ROWS, F)[2] // fx[SPLIT_AT][1] * fx[SPLIT_AT][0]
+        split_hi = split_lo + fx[SPLIT_AT][0]
+    return n, row, staged, split_lo, split_hi
 
 
 @device_function
 def walk_range(lo, hi, vr, F):
     """Positions ``[lo, hi)`` of a walk over the tile range ``[lo, hi)``, or over the
-    visit list ``vr`` (:func:`visit_row`, already clipped to that range)."""
+    visit list ``vr`` (:func:`visit_row`, already clipped to that range); with a split
+    (``F[SPLIT]``, no block mask), the part of the range inside its key tiles."""
     if F[BLOCK_SPARSE]:
         return 0, vr[0]
+    if F[SPLIT]:
+        lo2 = max(lo, vr[3])
+        return lo2, max(lo2, min(hi, vr[4]))
     return lo, hi
 
 

@@ -15,6 +15,12 @@ padding), and its 16-byte chunk c is stored at chunk ``swizzle(r, c, SWIZZLE)``:
 * ``SW_TF32``: ``c ^ ((r & 6) ^ ((r & 1) << 2))`` — fp32 tiles read with
   ``ld.shared.v4`` in the TF32 kernels' fragment order (``tf32_forward``'s docstring).
 
+Paged KV caches: with ``pg = (block_table, seq)`` (``block_info.kv_pages``) instead of
+None, row ``r`` of the sequence is row ``r % page_size`` of page ``block_table[seq, r //
+page_size]`` of a (num_blocks, page_size, H, d) array (:func:`source_at`); ``b`` is not
+used.  ``pg is None`` is decided when numba compiles the function, so the unpaged copies
+carry no trace of it.
+
 The copies belong to the thread's open cp.async group: the caller commits
 (``ptx.cp_async_commit``), waits, and then needs a ``syncthreads`` before other threads
 read the tile.  All ``THREADS`` threads of the block share the work, chunk
@@ -51,8 +57,18 @@ def chunk_addr(tile, r, c, ROW_BYTES, SWIZZLE):
 
 
 @device_function
+def source_at(src, b, row, h, col, pg):
+    """The index of element ``col`` of row ``row`` (of head ``h``, batch ``b``) in
+    ``src``: ``(b, row, h, col)``, or through a block table (module docstring)."""
+    if pg is None:
+        return b, row, h, col
+    page = src.shape[1]
+    return pg[0][pg[1], row // page], row % page, h, col
+
+
+@device_function
 def copy_rows(tile_a, src_a, tile_b, src_b, TWO, b, h, row0, nrows, tid, ROWS, CHUNKS, ELEMS, ROW_BYTES, SWIZZLE,
-              THREADS, UNROLL, DCOLS, SYNC):
+              THREADS, UNROLL, DCOLS, SYNC, pg=None):
     """Start copying rows ``row0 .. row0 + ROWS − 1`` of ``src_a[b, :, h, :]`` (CHUNKS
     16-byte chunks of ELEMS elements a row) into the shared tile at ``tile_a``, and when
     ``TWO`` the same rows of ``src_b`` into ``tile_b`` (same layout, same index
@@ -62,97 +78,99 @@ def copy_rows(tile_a, src_a, tile_b, src_b, TWO, b, h, row0, nrows, tid, ROWS, C
     hold ``DCOLS`` < CHUNKS·ELEMS elements (a head dim padded up to the tile's; 0: all),
     the columns past them are zero-filled.  ``SYNC``: the source rows are not 16-byte
     aligned, so a chunk is read by plain loads (16-bit elements, ELEMS = 8) and stored
-    with one 16-byte shared store, at once (:func:`_load_chunk`)."""
+    with one 16-byte shared store, at once (:func:`_load_chunk`).  ``pg``: a paged
+    source (module docstring)."""
     if UNROLL:
         for i in range(ROWS * CHUNKS // THREADS):
             _copy_chunk(tile_a, src_a, tile_b, src_b, TWO, b, h, row0, nrows, tid + i * THREADS, CHUNKS, ELEMS,
-                        ROW_BYTES, SWIZZLE, DCOLS, SYNC)  # fmt: skip
+                        ROW_BYTES, SWIZZLE, DCOLS, SYNC, pg)  # fmt: skip
     else:
         for idx in range(tid, ROWS * CHUNKS, THREADS):
             _copy_chunk(tile_a, src_a, tile_b, src_b, TWO, b, h, row0, nrows, idx, CHUNKS, ELEMS, ROW_BYTES, SWIZZLE,
-                        DCOLS, SYNC)  # fmt: skip
+                        DCOLS, SYNC, pg)  # fmt: skip
 
 
 @device_function
 def _copy_chunk(tile_a, src_a, tile_b, src_b, TWO, b, h, row0, nrows, idx, CHUNKS, ELEMS, ROW_BYTES, SWIZZLE, DCOLS,
-                SYNC):
+                SYNC, pg):
     r = idx // CHUNKS
     c = idx - r * CHUNKS
     row = row0 + r
     at = chunk_addr(0, r, c, ROW_BYTES, SWIZZLE)
     if SYNC:
-        _load_chunk(tile_a + at, src_a, b, row, h, c * ELEMS, nrows, DCOLS)
+        _load_chunk(tile_a + at, src_a, b, row, h, c * ELEMS, nrows, DCOLS, pg)
         if TWO:
-            _load_chunk(tile_b + at, src_b, b, row, h, c * ELEMS, nrows, DCOLS)
+            _load_chunk(tile_b + at, src_b, b, row, h, c * ELEMS, nrows, DCOLS, pg)
         return
     if DCOLS == 0 or DCOLS >= CHUNKS * ELEMS:
         ok = row < nrows
-        src_at = (b, min(row, nrows - 1), h, c * ELEMS)
+        src_at = source_at(src_a, b, min(row, nrows - 1), h, c * ELEMS, pg)
     else:  # columns past the data: zeros (the source clamped in bounds, not read)
         ok = row < nrows and c * ELEMS < DCOLS
-        src_at = (b, min(row, nrows - 1), h, min(c * ELEMS, DCOLS - ELEMS))
+        src_at = source_at(src_a, b, min(row, nrows - 1), h, min(c * ELEMS, DCOLS - ELEMS), pg)
     ptx.cp_async_16_zfill(tile_a + at, src_a, src_at, ok)
     if TWO:
         ptx.cp_async_16_zfill(tile_b + at, src_b, src_at, ok)
 
 
 @device_function
-def _load_chunk(dst, src, b, row, h, col0, nrows, DCOLS):
+def _load_chunk(dst, src, b, row, h, col0, nrows, DCOLS, pg):
     """The 8 16-bit elements ``src[b, row, h, col0 .. col0 + 7]`` (0 past ``nrows`` and
     past ``DCOLS`` columns) by plain loads, as one 16-byte store to ``dst``."""
-    w0 = _pair(src, b, row, h, col0, nrows, DCOLS)
-    w1 = _pair(src, b, row, h, col0 + 2, nrows, DCOLS)
-    w2 = _pair(src, b, row, h, col0 + 4, nrows, DCOLS)
-    w3 = _pair(src, b, row, h, col0 + 6, nrows, DCOLS)
+    w0 = _pair(src, b, row, h, col0, nrows, DCOLS, pg)
+    w1 = _pair(src, b, row, h, col0 + 2, nrows, DCOLS, pg)
+    w2 = _pair(src, b, row, h, col0 + 4, nrows, DCOLS, pg)
+    w3 = _pair(src, b, row, h, col0 + 6, nrows, DCOLS, pg)
     ptx.st_shared_v4_b32(dst, w0, w1, w2, w3)
 
 
 @device_function
-def _pair(src, b, row, h, col, nrows, DCOLS):
+def _pair(src, b, row, h, col, nrows, DCOLS, pg):
     """Elements ``col`` (low half) and ``col + 1`` of ``src[b, row, h]`` as one word."""
     lo = uint32(0)
     hi = uint32(0)
     if row < nrows:
         if DCOLS == 0 or col < DCOLS:
-            lo = uint32(src[b, row, h, col])
+            lo = uint32(src[source_at(src, b, row, h, col, pg)])
         if DCOLS == 0 or col + 1 < DCOLS:
-            hi = uint32(src[b, row, h, col + 1])
+            hi = uint32(src[source_at(src, b, row, h, col + 1, pg)])
     return lo | (hi << uint32(16))
 
 
 @device_function
 def copy_tile(tile, src, b, h, row0, nrows, tid, ROWS, CHUNKS, ELEMS, ROW_BYTES, SWIZZLE, THREADS, UNROLL=False,
-              DCOLS=0, SYNC=False):
+              DCOLS=0, SYNC=False, pg=None):
     """:func:`copy_rows` of one array."""
     copy_rows(tile, src, tile, src, False, b, h, row0, nrows, tid, ROWS, CHUNKS, ELEMS, ROW_BYTES, SWIZZLE, THREADS,
-              UNROLL, DCOLS, SYNC)  # fmt: skip
+              UNROLL, DCOLS, SYNC, pg)  # fmt: skip
 
 
 @device_function
 def copy_tile_pair(tile_a, src_a, tile_b, src_b, b, h, row0, nrows, tid, ROWS, CHUNKS, ELEMS, ROW_BYTES, SWIZZLE,
-                   THREADS, UNROLL=False, DCOLS=0, SYNC=False):
+                   THREADS, UNROLL=False, DCOLS=0, SYNC=False, pg=None):
     """:func:`copy_rows` of the same rows of two arrays (K and V, or Q and dO)."""
     copy_rows(tile_a, src_a, tile_b, src_b, True, b, h, row0, nrows, tid, ROWS, CHUNKS, ELEMS, ROW_BYTES, SWIZZLE,
-              THREADS, UNROLL, DCOLS, SYNC)  # fmt: skip
+              THREADS, UNROLL, DCOLS, SYNC, pg)  # fmt: skip
 
 
 @device_function
-def load_rows_f32(dst_a, src_a, dst_b, src_b, TWO, b, h, row0, nrows, tid, ROWS, D, THREADS, scale_a, DCOLS):
+def load_rows_f32(dst_a, src_a, dst_b, src_b, TWO, b, h, row0, nrows, tid, ROWS, D, THREADS, scale_a, DCOLS, pg=None):
     """Element-wise synchronous copy, for inputs that cp.async cannot take (rows not
     16-byte aligned, or fp16 read as is by the row-group kernels): rows ``row0 ..
     row0 + ROWS − 1`` of ``src_a[b, :, h, :]``, converted to float32 and multiplied by
     ``scale_a``, into the 2-D shared array ``dst_a`` (ROWS × D), and when ``TWO`` those
     of ``src_b`` (unscaled) into ``dst_b``; zeros past ``nrows`` and, when the arrays'
     rows are ``DCOLS < D`` long, in columns past ``DCOLS``.  Consecutive threads take
-    consecutive elements of a row (coalesced reads)."""
+    consecutive elements of a row (coalesced reads).  ``pg``: a paged source."""
     for idx in range(tid, ROWS * D, THREADS):
         r = idx // D
         col = idx - r * D
         row = row0 + r
         if row < nrows and (DCOLS >= D or col < DCOLS):
-            dst_a[r, col] = float32(src_a[b, row, h, col]) * scale_a
+            at = source_at(src_a, b, row, h, col, pg)
+            dst_a[r, col] = float32(src_a[at]) * scale_a
             if TWO:
-                dst_b[r, col] = float32(src_b[b, row, h, col])
+                dst_b[r, col] = float32(src_b[at])
         else:
             dst_a[r, col] = float32(0.0)
             if TWO:

@@ -17,11 +17,13 @@ same x).  ``b`` is the batch index, ``h`` the query head; indices are the positi
 in the sequences.
 
 The run-time side is one kernel parameter, ``fx`` (``numba_flash.flex.flex_buffers``):
-``(score_args, mask_args, count, visit, count_t, visit_t, order)``, the user's
+``(score_args, mask_args, count, visit, count_t, visit_t, order, pages, split)``, the user's
 ``mod_args`` of ``score_mod`` and of the block mask's ``mask_mod``, the block-sparse
 visit lists that ``block_info.walk_list`` reads (query-major for the forward and dQ,
 key-major ``_t`` for dK/dV), and the order in which the launch's blocks take the row
-tiles, longest list first (``block_info.block_coords``).  Head info (``score.score_info``) carries ``(b, h, fx)``
+tiles, longest list first (``block_info.block_coords``); then two entries of
+``numba_flash.kvcache``'s calls: the cache's block table and a split's key tiles
+(``Variant.paged``, ``Variant.split``; dummies otherwise).  Head info (``score.score_info``) carries ``(b, h, fx)``
 as its last three entries, so every step that has ``si`` can call the user's
 functions.
 """
@@ -34,6 +36,7 @@ from numba_flash.variant import GRAD_FN, MASK_FN, SCORE_FN, SCORE_MOD
 
 SEQ, HEAD, FX = 4, 5, 6  # where score_info keeps (b, h, fx)
 SCORE_ARGS, MASK_ARGS, COUNT, VISIT, COUNT_T, VISIT_T, ORDER = range(7)  # positions in fx
+PAGES, SPLIT_AT = 7, 8  # a KV cache's block table (B, pages); split-KV's (key tiles a split, sequences) (kvcache)
 
 
 def _no_mod(*args):

@@ -84,14 +84,14 @@ def zero(acc, N):
 
 @device_function
 def prefetch_keys(j, hi, vr, F, k_base, k, v_base, v, b, h, k0, seqlen_k, tid, BLOCK_N, CHUNKS, ELEMS, ROW_BYTES, SWIZZLE,
-                  THREADS, STAGE_BYTES, STAGES, DCOLS=0, SYNC=False):
+                  THREADS, STAGE_BYTES, STAGES, DCOLS=0, SYNC=False, pg=None):
     """Start copying the key tile at walk position ``j + 1`` (K and V; the sequence starts at row ``k0``)
     into its stage, when there is one, and close the cp.async group (an empty group
-    when there is not); ``DCOLS``, ``SYNC``: ``copy.copy_rows``."""
+    when there is not); ``DCOLS``, ``SYNC``, ``pg`` (a paged KV cache): ``copy.copy_rows``."""
     if j + 1 < hi:
         start_n, k_tile, v_tile = key_stage(j + 1, vr, F, k_base, v_base, BLOCK_N, STAGE_BYTES, STAGES)
         copy.copy_tile_pair(k_tile, k, v_tile, v, b, h, k0 + start_n, k0 + seqlen_k, tid, BLOCK_N, CHUNKS, ELEMS, ROW_BYTES,
-                            SWIZZLE, THREADS, False, DCOLS, SYNC)  # fmt: skip
+                            SWIZZLE, THREADS, False, DCOLS, SYNC, pg)  # fmt: skip
     ptx.cp_async_commit()
 
 
@@ -131,14 +131,14 @@ def load_tiles_now(tile_a, src_a, tile_b, src_b, b, h, row0, nrows, tid, ROWS, C
 
 @device_function
 def load_rows_now(dst_a, src_a, dst_b, src_b, b, h, row0, nrows, tid, ROWS, D, THREADS, scale_a,
-                  stats, lse, delta, STATS, DCOLS):
+                  stats, lse, delta, STATS, DCOLS, pg=None):
     """The row-group kernels' step: a barrier (every thread is done with the previous
     tile), ROWS rows of two arrays as fp32 into 2-D shared tiles (``copy.load_rows_f32``,
     the first times ``scale_a``) and, when ``STATS``, their lse and delta into
     ``stats`` ([lse | delta], ROWS each); then a barrier: all of it visible to every
     thread."""
     cuda.syncthreads()
-    copy.load_rows_f32(dst_a, src_a, dst_b, src_b, True, b, h, row0, nrows, tid, ROWS, D, THREADS, scale_a, DCOLS)
+    copy.load_rows_f32(dst_a, src_a, dst_b, src_b, True, b, h, row0, nrows, tid, ROWS, D, THREADS, scale_a, DCOLS, pg)
     if STATS:
         softmax.stage_row_stats(stats, 0, ROWS, lse, delta, b, h, row0, nrows, tid, ROWS, THREADS, False)
     cuda.syncthreads()

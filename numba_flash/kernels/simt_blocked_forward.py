@@ -54,7 +54,8 @@ from numba_flash import ptx
 from numba_flash._numba_cuda import cuda, float32
 from numba_flash.config import BlockedTiles
 from numba_flash.kernels import copy, microtile, pipeline, score, softmax, spec
-from numba_flash.kernels.block_info import key_tiles, this_block, tile_at, tile_needs_mask, tile_partial, walk_list, walk_range
+from numba_flash.kernels.block_info import (key_tiles, kv_pages, no_pages, this_block, tile_at, tile_needs_mask,
+                                           tile_partial, walk_list, walk_range)
 from numba_flash.variant import DROPOUT, VARLEN, Variant
 
 
@@ -89,6 +90,8 @@ def simt_blocked_forward_kernel(t: BlockedTiles, variant: Variant):
     S_N, ACC_N, SCRATCH = TM * TN, TM * OC, TN * 4  # register array sizes
     F = variant.flags
 
+    pages = kv_pages if variant.paged else no_pages  # a KV cache's keys through its block table
+
     @cuda.jit
     def simt_blocked_forward(q, k, v, out, lse, softmax_scale, params, alibi, cu_q, cu_k, fx):
         smem = cuda.shared.array(0, float32)
@@ -101,6 +104,7 @@ def simt_blocked_forward_kernel(t: BlockedTiles, variant: Variant):
         if F[VARLEN] and start_m >= seqlen_q:  # the grid covers the longest sequence
             return
         si, di = score.head_info(params, alibi, fx, seq, h, softmax_scale, mi, False, F)
+        pg = pages(fx, seq)
         # this thread's shared-memory byte addresses, computed once: the inner loops add
         # only compile-time strides and the loop offset
         q_addr = base + 4 * (ty * QS)
@@ -127,11 +131,11 @@ def simt_blocked_forward_kernel(t: BlockedTiles, variant: Variant):
         copy.copy_tile(base, q, b, h, q0 + start_m, q0 + seqlen_q, tid, BLOCK_M, DC, 4, 4 * QS, copy.SW_NONE, THREADS, True)
         if n_hi > n_lo:
             copy.copy_tile(base + 4 * K_OFF, k, b, hk, k0 + tile_at(n_lo, vr, F) * BLOCK_N, k0 + seqlen_k, tid, BLOCK_N, DC, 4,
-                           4 * KS, copy.SW_NONE, THREADS, True)  # fmt: skip
+                           4 * KS, copy.SW_NONE, THREADS, True, 0, False, pg)  # fmt: skip
         ptx.cp_async_commit()
         if n_hi > n_lo:
             copy.copy_tile(base + 4 * V_OFF, v, b, hk, k0 + tile_at(n_lo, vr, F) * BLOCK_N, k0 + seqlen_k, tid, BLOCK_N, DC, 4,
-                           4 * D, copy.SW_NONE, THREADS, True)  # fmt: skip
+                           4 * D, copy.SW_NONE, THREADS, True, 0, False, pg)  # fmt: skip
         ptx.cp_async_commit()
 
         for j in range(n_lo, n_hi):
@@ -161,7 +165,7 @@ def simt_blocked_forward_kernel(t: BlockedTiles, variant: Variant):
             cuda.syncthreads()
             if has_next:  # K_{j+1} streams in during P·V
                 copy.copy_tile(base + 4 * K_OFF, k, b, hk, k0 + next_n, k0 + seqlen_k, tid, BLOCK_N, DC,
-                               4, 4 * KS, copy.SW_NONE, THREADS, True)  # fmt: skip
+                               4, 4 * KS, copy.SW_NONE, THREADS, True, 0, False, pg)  # fmt: skip
                 ptx.cp_async_commit()
                 ptx.cp_async_wait_group(1)  # V_j has landed (K_{j+1} may be in flight)
             else:
@@ -175,7 +179,7 @@ def simt_blocked_forward_kernel(t: BlockedTiles, variant: Variant):
             cuda.syncthreads()
             if has_next:  # V_{j+1} streams in during S of the next tile
                 copy.copy_tile(base + 4 * V_OFF, v, b, hk, k0 + next_n, k0 + seqlen_k, tid, BLOCK_N, DC,
-                               4, 4 * D, copy.SW_NONE, THREADS, True)  # fmt: skip
+                               4, 4 * D, copy.SW_NONE, THREADS, True, 0, False, pg)  # fmt: skip
                 ptx.cp_async_commit()
         ptx.cp_async_wait_all()  # no copy outlives the block (no key tile: Q's)
 

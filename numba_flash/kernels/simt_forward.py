@@ -47,7 +47,8 @@ import functools
 from numba_flash._numba_cuda import cuda, float32
 from numba_flash.config import SimtTiles
 from numba_flash.kernels import copy, dropout, pipeline, score, softmax, spec
-from numba_flash.kernels.block_info import key_tiles, this_block, tile_at, tile_partial, walk_list, walk_range
+from numba_flash.kernels.block_info import (key_tiles, kv_pages, no_pages, this_block, tile_at, tile_partial, walk_list,
+                                           walk_range)
 from numba_flash.variant import DROPOUT, VARLEN, Variant
 
 
@@ -66,6 +67,8 @@ def simt_forward_kernel(t: SimtTiles, variant: Variant):
     F = variant.flags
     DD = t.data_dim or t.head_dim  # the arrays' head dim (columns past it: zero, never written)
 
+    pages = kv_pages if variant.paged else no_pages  # a KV cache's keys through its block table
+
     @cuda.jit
     def simt_forward(q, k, v, out, lse, softmax_scale, params, alibi, cu_q, cu_k, fx):
         start_m, b, h, hk, q0, k0, mi, seq = this_block(q, k, params, cu_q, cu_k, fx, BLOCK_M, F, False)
@@ -77,6 +80,7 @@ def simt_forward_kernel(t: SimtTiles, variant: Variant):
         grp = tid // G
         scale = float32(softmax_scale)
         si, di = score.head_info(params, alibi, fx, seq, h, softmax_scale, mi, False, F)
+        pg = pages(fx, seq)
 
         s_k = cuda.shared.array((BLOCK_N, HEAD_DIM), float32)
         s_v = cuda.shared.array((BLOCK_N, HEAD_DIM), float32)
@@ -103,7 +107,7 @@ def simt_forward_kernel(t: SimtTiles, variant: Variant):
             partial = tile_partial(j, vr, F)
             # K and V of the tile, between barriers (the last tile's readers of s_k, s_v, s_p are done)
             pipeline.load_rows_now(s_k, k, s_v, v, b, hk, k0 + start_n, k0 + seqlen_k, tid, BLOCK_N, HEAD_DIM, THREADS,
-                                   float32(1.0), s_p, lse, lse, False, DD)  # fmt: skip
+                                   float32(1.0), s_p, lse, lse, False, DD, pg)  # fmt: skip
 
             # 1. scores s_ij for the tile: lane j % G of a group keeps key j's
             for jj in range(BLOCK_N):

@@ -58,7 +58,8 @@ from numba_flash import ptx
 from numba_flash._numba_cuda import cuda, float32, uint16, uint32
 from numba_flash.config import TcTiles, tc_array_layout, tc_out_view
 from numba_flash.kernels import copy, fragments, pipeline, score, softmax, spec
-from numba_flash.kernels.block_info import key_tiles, this_block, tile_needs_mask, tile_partial, walk_list, walk_range
+from numba_flash.kernels.block_info import (key_tiles, kv_pages, no_pages, this_block, tile_needs_mask, tile_partial,
+                                           walk_list, walk_range)
 from numba_flash.variant import DROPOUT, VARLEN, Variant
 
 _ALIGN = ptx.SMEM_ALIGN  # a module global, so numba sees a literal (see ptx.SMEM_ALIGN)
@@ -94,6 +95,7 @@ def tc_forward_kernel(t: TcTiles, variant: Variant, dtype: str):
     SW = copy.SW_16BIT
     mma = ptx.mma_m16n8k16_f16_acc if dtype == "float16" else ptx.mma_m16n8k16_bf16_acc
     BF16 = dtype == "bfloat16"
+    pages = kv_pages if variant.paged else no_pages  # a KV cache's keys through its block table
 
     @cuda.jit
     def tc_forward(q, k, v, out32, lse, softmax_scale, params, alibi, cu_q, cu_k, fx):
@@ -103,6 +105,7 @@ def tc_forward_kernel(t: TcTiles, variant: Variant, dtype: str):
             return
         tid, warp, lane, _, tq = pipeline.lane_coords()
         si, di = score.head_info(params, alibi, fx, seq, h, softmax_scale, mi, True, F)
+        pg = pages(fx, seq)
 
         # one dynamic shared array (sized at launch: smem_bytes), carved into
         # Q | K stages | V stages; addresses are byte offsets in the shared window
@@ -135,7 +138,7 @@ def tc_forward_kernel(t: TcTiles, variant: Variant, dtype: str):
                         fragments.load_a(q_frag, mt * Q_TILE + kk * 4, q_base, warp * WARP_ROWS + mt * 16, kk, lane,
                                          ROW_BYTES)  # fmt: skip
             pipeline.prefetch_keys(j, n_hi, vr, F, k_base, k, v_base, v, b, hk, k0, seqlen_k, tid, BLOCK_N, CHUNKS, 8, ROW_BYTES,
-                                   SW, THREADS, KV_BYTES, STAGES, DCOLS, SYNC)  # fmt: skip
+                                   SW, THREADS, KV_BYTES, STAGES, DCOLS, SYNC, pg)  # fmt: skip
             if j < n_lo:
                 continue
             start_n, k_tile, v_tile = pipeline.key_stage(j, vr, F, k_base, v_base, BLOCK_N, KV_BYTES, STAGES)

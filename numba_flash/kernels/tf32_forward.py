@@ -68,7 +68,8 @@ from numba_flash import ptx
 from numba_flash._numba_cuda import cuda, float32, uint32
 from numba_flash.config import TcTiles
 from numba_flash.kernels import copy, fragments, pipeline, score, softmax, spec
-from numba_flash.kernels.block_info import key_tiles, this_block, tile_needs_mask, tile_partial, walk_list, walk_range
+from numba_flash.kernels.block_info import (key_tiles, kv_pages, no_pages, this_block, tile_needs_mask, tile_partial,
+                                           walk_list, walk_range)
 from numba_flash.variant import DROPOUT, VARLEN, Variant
 
 _ALIGN = ptx.SMEM_ALIGN  # a module global, so numba sees a literal (see ptx.SMEM_ALIGN)
@@ -99,6 +100,8 @@ def tf32_forward_kernel(t: TcTiles, variant: Variant):
     KV_BYTES = BLOCK_N * ROW_BYTES  # one stage of K (or V)
     SW = copy.SW_TF32
 
+    pages = kv_pages if variant.paged else no_pages  # a KV cache's keys through its block table
+
     @cuda.jit
     def tf32_forward(q, k, v, out, lse, softmax_scale, params, alibi, cu_q, cu_k, fx):
         start_m, b, h, hk, q0, k0, mi, seq = this_block(q, k, params, cu_q, cu_k, fx, BLOCK_M, F, False)
@@ -108,6 +111,7 @@ def tf32_forward_kernel(t: TcTiles, variant: Variant):
         tid, warp, lane, g, tq = pipeline.lane_coords()
         sw_g = copy.swizzle(g, 0, SW)  # the swizzle of rows ≡ g (mod 8), which this lane reads in Q, K
         si, di = score.head_info(params, alibi, fx, seq, h, softmax_scale, mi, True, F)
+        pg = pages(fx, seq)
 
         # one dynamic shared array (sized at launch: smem_bytes), carved into
         # Q | K stages | V stages; addresses are byte offsets in the shared window
@@ -138,7 +142,7 @@ def tf32_forward_kernel(t: TcTiles, variant: Variant):
                     fragments.load_tf32_a(q_frag, 8 * p, q_base + (warp * 16 + g) * ROW_BYTES,
                                           ((4 * p + tq) ^ sw_g) << 4, ROW_BYTES)  # fmt: skip
             pipeline.prefetch_keys(j, n_hi, vr, F, k_base, k, v_base, v, b, hk, k0, seqlen_k, tid, BLOCK_N, CHUNKS, 4,
-                                   ROW_BYTES, SW, THREADS, KV_BYTES, STAGES)  # fmt: skip
+                                   ROW_BYTES, SW, THREADS, KV_BYTES, STAGES, 0, False, pg)  # fmt: skip
             if j < n_lo:
                 continue
             start_n, k_tile, v_tile = pipeline.key_stage(j, vr, F, k_base, v_base, BLOCK_N, KV_BYTES, STAGES)

@@ -1,0 +1,252 @@
+"""``flash_attention_with_kvcache``: new queries against a KV cache, paged or contiguous,
+with new keys and values appended in place, rotary embeddings and split-KV
+(FlashAttention-2's ``flash_attn_with_kvcache``).  Host side: checks, the append, the
+launch plan and the merge of the splits.
+
+How it runs:
+
+1. **Checks, before any launch** (``reference._check_kvcache``, the reference's own):
+   shapes, dtypes, ``cache_seqlens`` + ``seqlen_new`` within the cache (its pages),
+   page indices within the cache.  Device ``cache_seqlens`` / ``block_table`` /
+   ``cache_batch_idx`` are copied to the host for it (a wait for the GPU's work so far).
+2. **Append** (``kernels.kvcache``): k (rotated, when cos/sin are given) and v written
+   at positions ``cache_seqlens[b] ..``; q rotated into a copy (the caller's q is not
+   touched).
+3. **Attention**: the forward kernels of every family with ``Variant.paged``: queries
+   packed as varlen (``seqlen_q`` rows a sequence), keys read through the block table
+   (a contiguous cache is a paged one with one page of ``seqlen_cache`` rows a
+   sequence), ``cache_seqlens + seqlen_new`` keys a sequence, causal and window aligned
+   to that length.
+4. **Split-KV** (``num_splits`` > 1, or chosen by :func:`split_count`): one launch whose
+   grid's batch axis runs over (split, sequence) (``Variant.split``); split p walks key
+   tiles ``[p·n, p·n + n)`` and writes its partial O and lse, and ``merge_attention``
+   combines them.  The partial O is kept in the output dtype (fp16/bf16: one more
+   rounding than FlashAttention-2's fp32 partials).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import numbers
+
+import numpy as np
+
+from numba_flash import _arrays as A
+from numba_flash import plan as P
+from numba_flash import reference as R
+from numba_flash._launch import launch
+from numba_flash._numba_cuda import SIMULATOR, compute_capability
+
+#: SMs assumed by :func:`split_count` where the device cannot be asked (the simulator).
+DEFAULT_SMS = 132
+MAX_SPLITS = 128
+
+
+def split_count(blocks: int, key_tiles: int, sms: int) -> int:
+    """The number of splits ``num_splits=0`` takes (FlashAttention-2's heuristic): 1 when
+    the ``blocks`` of one split (batch · heads · query tiles) already fill 80% of the
+    ``sms``; else, of the counts up to ``min(MAX_SPLITS, sms, key_tiles)``, the smallest
+    whose efficiency (waves of blocks ÷ waves rounded up) is within 85% of the best."""
+    if blocks <= 0 or key_tiles <= 1 or blocks >= 0.8 * sms:
+        return 1
+    top = max(1, min(MAX_SPLITS, sms, key_tiles))
+
+    def efficiency(s):
+        waves = blocks * s / sms
+        return waves / np.ceil(waves)
+
+    best = max(efficiency(s) for s in range(1, top + 1))
+    return next(s for s in range(1, top + 1) if efficiency(s) >= 0.85 * best)
+
+
+class _Shape:
+    """Shape stand-in for the reference's checks (they read ``shape`` and ``ndim``)."""
+
+    def __init__(self, shape):
+        self.shape = tuple(shape)
+        self.ndim = len(self.shape)
+
+
+def _host_ints(name, x, want_ndim):
+    """An int array argument (NumPy, or a device array copied to the host), or None."""
+    if x is None or isinstance(x, numbers.Integral):
+        return x
+    kind, arr = A._as_array(name, x) if not isinstance(x, np.ndarray) else ("numpy", x)
+    if kind == "device":
+        arr = A._cupy().asnumpy(arr)
+    arr = np.asarray(arr)
+    if arr.dtype.kind not in "iu" or arr.ndim != want_ndim:
+        raise TypeError(f"{name}: expected a {want_ndim}-D int32 array, got dtype {arr.dtype} shape {arr.shape}")
+    return arr
+
+
+def _sms() -> int:
+    if SIMULATOR:
+        return DEFAULT_SMS
+    return A._cupy().cuda.Device().attributes["MultiProcessorCount"]
+
+
+def _to_device(arr):
+    """An array on the side where the kernels run (the GPU, or the host under the
+    simulator), copied there when it is not."""
+    return np.asarray(arr) if SIMULATOR else A._cupy().asarray(arr)
+
+
+def flash_attention_with_kvcache(q, k_cache, v_cache, k=None, v=None, *, cache_seqlens=None, cache_batch_idx=None,
+                                 block_table=None, rotary_cos=None, rotary_sin=None, rotary_interleaved=True,
+                                 softmax_scale=None, causal=False, window_size=(-1, -1), softcap=0.0,
+                                 alibi_slopes=None, num_splits=0, return_lse=False):  # fmt: skip
+    """Attention of new queries over a KV cache (FlashAttention-2's
+    ``flash_attn_with_kvcache``).
+
+    Args:
+        q: (batch, seqlen_q, heads, headdim), float32, float16 or bfloat16.
+        k_cache, v_cache: (batch_cache, seqlen_cache, heads_kv, headdim), or paged:
+            (num_blocks, page_size, heads_kv, headdim) with ``block_table``; q's dtype
+            and side (host/device).  heads_kv divides heads (GQA/MQA).
+        k, v: optional (batch, seqlen_new, heads_kv, headdim): written into the caches
+            **in place** at positions ``cache_seqlens[b] ..`` (k after rotary); nothing
+            else of the caches is touched.  Attention then runs over
+            ``cache_seqlens + seqlen_new`` keys.
+        cache_seqlens: an int or an int32 (batch,) array: the lengths before the append
+            (None: 0).
+        cache_batch_idx: int32 (batch,): the cache row of each sequence (contiguous
+            caches only; default 0 .. batch − 1).
+        block_table: int32 (batch, max_blocks): logical page j of sequence b is page
+            ``block_table[b, j]`` of the cache.  Any page size.
+        rotary_cos, rotary_sin: (seqlen_ro, rotary_dim / 2): k rotated at its positions,
+            q at ``cache_seqlens + i`` when causal or windowed, else at
+            ``cache_seqlens``; ``rotary_interleaved``: pairs (2j, 2j + 1), else halves.
+        softmax_scale, causal, window_size, softcap, alibi_slopes: as
+            :func:`numba_flash.flash_attention`, aligned bottom-right to each
+            sequence's ``cache_seqlens + seqlen_new`` keys.
+        num_splits: split-KV parts (0: :func:`split_count` picks; 1: none).
+        return_lse: also return the (batch, heads, seqlen_q) float32 log-sum-exp.
+
+    Every check runs before any launch (a ValueError or TypeError naming the argument).
+    """
+    from numba_flash.api import _Variants, _dummies, _device_id, _run_checked
+    from numba_flash.kernels import kvcache as K
+    from numba_flash.merge import merge_attention
+
+    A.require_runtime()
+    causal = A.check_flag("causal", causal)
+    return_lse = A.check_flag("return_lse", return_lse)
+    rotary_interleaved = A.check_flag("rotary_interleaved", rotary_interleaved)
+    q_op = A.check_operand("q", q, "bshd")
+    kc_op, vc_op = (A.check_operand(n, x, "bshd") for n, x in (("k_cache", k_cache), ("v_cache", v_cache)))
+    new = [A.check_operand(n, x, "bshd") for n, x in (("k", k), ("v", v)) if x is not None]
+    for op in [kc_op, vc_op] + new:
+        if op.kind != q_op.kind:
+            raise TypeError(f"{op.name}: must be on the same side (host/device) as q ({q_op.kind}), got {op.kind}")
+        if op.array.dtype != q_op.array.dtype:
+            raise TypeError(f"{op.name}: dtype {A.dtype_name(op.array.dtype)}: expected q's, "
+                            f"{A.dtype_name(q_op.array.dtype)}")  # fmt: skip
+    if not isinstance(num_splits, numbers.Integral) or isinstance(num_splits, bool) or num_splits < 0:
+        raise ValueError(f"num_splits={num_splits!r}: expected an int >= 0 (0: chosen for the device)")
+    lens_in = _host_ints("cache_seqlens", cache_seqlens, 1)
+    table_in = _host_ints("block_table", block_table, 2)
+    idx_in = _host_ints("cache_batch_idx", cache_batch_idx, 1)
+    shapes = [_Shape(x.shape) if x is not None else None for x in (rotary_cos, rotary_sin)]
+    lens, n_new, batch_idx, table = R._check_kvcache(
+        _Shape(q_op.array.shape), kc_op.array, vc_op.array, new[0].array if new else None,
+        new[1].array if len(new) > 1 else None, lens_in, idx_in, table_in, *shapes)  # fmt: skip
+    if kc_op.array.shape[3] != vc_op.array.shape[3]:
+        raise ValueError(f"v_cache: head dim {vc_op.array.shape[3]}: expected k_cache's {kc_op.array.shape[3]}")
+    B, Nq, H, d = q_op.array.shape
+    scale = A.check_scale(softmax_scale, d)
+    var = _Variants(q_op, kc_op, B, H, causal, window_size, softcap, alibi_slopes, 0.0, None, varlen=True)
+    kind = q_op.kind
+    if B == 0 or Nq == 0 or H == 0:
+        out = np.zeros((B, Nq, H, d), q_op.array.dtype)
+        lse = np.full((B, H, Nq), -np.inf, np.float32)
+        return (out, lse) if return_lse else out
+
+    # --- 2. the append (in place) and rotary q -----------------------------------------
+    start = _to_device(lens.astype(np.int32))
+    paged = table is not None
+    table_h = table.astype(np.int32) if paged else np.asarray(batch_idx, np.int32)[:, None]
+    table_d = _to_device(np.ascontiguousarray(table_h))
+    kc, vc = A.to_compute(kc_op.array, kind), A.to_compute(vc_op.array, kind)
+    cos = sin = None
+    if rotary_cos is not None:
+        cos, sin = (_to_device(A._as_array(n, x)[1]).astype(np.float32) for n, x in
+                    (("rotary_cos", rotary_cos), ("rotary_sin", rotary_sin)))  # fmt: skip
+    if n_new:
+        kn, vn = (A.to_compute(op.array, kind) for op in new)
+        if cos is not None:
+            k32 = kn.astype(np.float32)  # a copy: the caller's k is not touched
+            launch(K.rotary, (B * n_new, kn.shape[2]), K.THREADS, 0, k32, cos, sin, start, True, rotary_interleaved)
+            kn = k32.astype(kn.dtype)
+        for cache, rows in ((kc, kn), (vc, vn)):
+            words = np.uint16 if cache.dtype.itemsize == 2 else np.uint32
+            launch(K.append, (B * n_new, rows.shape[2]), K.THREADS, 0, cache.view(words), rows.view(words), start,
+                   table_d)  # fmt: skip
+        if kind == "numpy" and not SIMULATOR:  # the caller's host caches get the appended rows
+            pos = lens[:, None] + np.arange(n_new)[None]
+            page_rows = kc.shape[1]
+            pages, at = table_h[np.arange(B)[:, None], pos // page_rows], pos % page_rows
+            for host, dev in ((kc_op.array, kc), (vc_op.array, vc)):
+                host[pages, at] = A._cupy().asnumpy(dev[A._cupy().asarray(pages), A._cupy().asarray(at)])
+    qc = A.to_compute(q_op.array, kind)
+    if cos is not None:
+        q32 = qc.astype(np.float32)
+        by_row = causal or var.window != (-1, -1)
+        launch(K.rotary, (B * Nq, H), K.THREADS, 0, q32, cos, sin, start, by_row, rotary_interleaved)
+        qc = q32.astype(qc.dtype)
+
+    # --- 3. the plan: varlen queries, paged keys ----------------------------------------
+    nk = (lens + n_new).astype(np.int64)
+    max_k = int(nk.max())
+    total = B * Nq
+    q_packed = qc.reshape(total, H, d) if qc.flags.c_contiguous else qc.copy().reshape(total, H, d)
+    features = dataclasses.replace(var.features, paged=True)
+
+    def make_plan(splits):
+        feats = dataclasses.replace(features, split=splits > 1)
+        aligned = all(A.aligned16(x) for x in (q_packed, kc, vc))
+        prob = P.Problem("forward", A.dtype_name(q_op.array.dtype), d, causal, False, aligned, B * splits, H, Nq,
+                         max(max_k, 1), compute_capability(), SIMULATOR, feats, var.heads_k, total)  # fmt: skip
+        from numba_flash.api import _plan
+
+        return _plan(prob)
+
+    plan = make_plan(1)
+    (walk,) = [ln.walk for ln in plan.launches if ln.walk]
+    block_m, block_n = walk[0], walk[1]
+    key_tiles = -(-max_k // block_n)
+    splits = int(num_splits) or split_count(B * H * -(-Nq // block_m), key_tiles, _sms())
+    splits = max(1, min(splits, max(key_tiles, 1)))
+    if splits > 1:
+        plan = make_plan(splits)
+    per_split = -(-key_tiles // splits)
+
+    # --- 4. the launch and the merge -------------------------------------------------------
+    work = A.SUPPORTED_BY_NAME[plan.work_dtype]
+    xp = np if SIMULATOR else A._cupy()
+    if work != q_op.array.dtype:  # bf16 on fp32 copies (the exact kernels' fallback)
+        q_packed, kc_w, vc_w = (x.astype(work) for x in (q_packed, kc, vc))
+    else:
+        kc_w, vc_w = kc, vc
+    out_parts = A.empty(kind, (splits, total, H, d), work)
+    lse_parts = A.empty(kind, (splits, H, total), np.float32)
+    q_view = xp.lib.stride_tricks.as_strided(q_packed, (splits,) + q_packed.shape, (0,) + q_packed.strides)
+    alibi0, cu0, fx0 = _dummies(_device_id())
+    split_at = _to_device(np.array([per_split, B], np.int32))
+    fx = fx0[:7] + (table_d, split_at)
+    cu_q = _to_device((np.arange(B + 1) * Nq).astype(np.int32))
+    cu_k = _to_device(np.concatenate([[0], np.cumsum(nk)]).astype(np.int32))
+    buffers = {"q": q_view, "k": kc_w, "v": vc_w, "out": out_parts, "lse": lse_parts, "scale": scale,
+               **var.buffers(cu_q, cu_k)}  # fmt: skip
+    buffers["flex"] = fx
+    _run_checked(plan, buffers, "bshd", var)
+    if work != q_op.array.dtype:
+        out_parts = out_parts.astype(q_op.array.dtype)
+    out_parts = out_parts.reshape(splits, B, Nq, H, d)
+    lse_parts = lse_parts.reshape(splits, H, B, Nq).transpose(0, 2, 1, 3)
+    if splits > 1:
+        out, lse = merge_attention(out_parts, xp.ascontiguousarray(lse_parts))
+    else:
+        out, lse = out_parts[0], xp.ascontiguousarray(lse_parts[0])
+    out, lse = A.to_caller(out, kind), A.to_caller(lse, kind)
+    return (out, lse) if return_lse else out

@@ -1,0 +1,202 @@
+"""``numba_flash.flash_attention_with_kvcache`` against the float64 reference
+(``reference.attention_with_kvcache``, which appends to its own copy of the caches):
+contiguous and paged caches, ragged ``cache_seqlens``, ``cache_batch_idx``, appends with
+rotary (interleaved and halves), GQA/MQA, causal, window, softcap, ALiBi and split-KV.
+The caches' untouched entries stay bit-identical, the appended ones equal the
+reference's to rounding, and a bad call is refused before anything is written.
+
+The simulator runs a few tiny cases (each a launch of up to 8 blocks); the matrix of
+issue #14 runs with ``pytest -m gpu``."""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+from conftest import FWD_TOL, host
+from test_variants import FLOOR, _xp
+
+import numba_flash
+from numba_flash import _arrays, reference
+
+pytestmark = pytest.mark.usefixtures("poisoned_outputs")
+
+BF16 = _arrays.BFLOAT16
+
+
+def _case(rng, dtype, *, B=2, Nq=2, H=2, H_kv=1, d=64, lens=(5, 17), n_new=0, page=0, capacity=40, rotary=None,
+          alibi=False):  # fmt: skip
+    """Inputs of one call: q, caches (paged when ``page``), new k/v, keywords."""
+    lens = np.asarray(lens, np.int32)
+    kw = {"cache_seqlens": lens}
+    if page:
+        per_seq = -(-capacity // page)
+        blocks = B * per_seq + 2
+        kw["block_table"] = rng.permutation(blocks)[:B * per_seq].reshape(B, per_seq).astype(np.int32)
+        shape = (blocks, page, H_kv, d)
+    else:
+        kw["cache_batch_idx"] = rng.permutation(B + 1)[:B].astype(np.int32)
+        shape = (B + 1, capacity, H_kv, d)
+    k_cache, v_cache = (rng.standard_normal(shape).astype(dtype) for _ in range(2))
+    q = rng.standard_normal((B, Nq, H, d)).astype(dtype)
+    new = [rng.standard_normal((B, n_new, H_kv, d)).astype(dtype) for _ in range(2)] if n_new else [None, None]
+    if rotary is not None:
+        angles = rng.standard_normal((capacity + Nq, d // 4))
+        kw.update(rotary_cos=np.cos(angles).astype(np.float32), rotary_sin=np.sin(angles).astype(np.float32),
+                  rotary_interleaved=rotary)  # fmt: skip
+    if alibi:
+        kw["alibi_slopes"] = (rng.random((B, H)) * 0.3).astype(np.float32)
+    return q, k_cache, v_cache, new, kw
+
+
+def _baseline_errors(q, k_cache, v_cache, kw, ref_out, ref_lse, dtype, variant):
+    """The errors (O, lse) of a standard attention in ``dtype``
+    (``reference.attention_lowp``) over the reference's appended caches and rotated
+    queries, per sequence."""
+    lens = kw["cache_seqlens"]
+    n_all = lens + variant["n_new"]
+    out = np.empty(ref_out.shape)
+    lse = np.empty(ref_lse.shape)
+    for b in range(q.shape[0]):
+        table = kw.get("block_table")
+        cb = None if table is not None else int(kw["cache_batch_idx"][b])
+        kk, vv = (reference._cache_rows(c, b, cb, int(n_all[b]), table) for c in (k_cache, v_cache))
+        qb = q[b]
+        if "rotary_cos" in kw:
+            rows = variant["causal"] or variant["window"] != (-1, -1)
+            where = lens[b] + (np.arange(q.shape[1]) if rows else np.zeros(q.shape[1], int))
+            qb = reference.apply_rotary(qb, kw["rotary_cos"], kw["rotary_sin"], where, kw["rotary_interleaved"])
+        slopes = None if "alibi_slopes" not in kw else kw["alibi_slopes"][b:b + 1]
+        o, m = reference.attention_lowp(qb[None], kk[None], vv[None], dtype=dtype, causal=variant["causal"],
+                                        window_size=variant["window"], softcap=variant["softcap"],
+                                        alibi_slopes=slopes)  # fmt: skip
+        out[b], lse[b] = o[0], m[0]
+    blind = np.isneginf(ref_lse)
+    return reference.rel_error(out, ref_out), reference.rel_error(np.where(blind, 0, lse), np.where(blind, 0, ref_lse))
+
+
+def check_kvcache(rng, dtype, *, causal=False, window=(-1, -1), softcap=0.0, num_splits=1, **shape):
+    """One call against the reference; the caches afterwards against the reference's."""
+    xp = _xp()
+    q, k_cache, v_cache, (k, v), kw = _case(rng, dtype, **shape)
+    variant = dict(causal=causal, window=window, softcap=softcap, n_new=shape.get("n_new", 0))
+    ref_k, ref_v = k_cache.astype(np.float64), v_cache.astype(np.float64)
+    kw_call = dict(kw, causal=causal, window_size=window, softcap=softcap)
+    ref_out, ref_lse = reference.attention_with_kvcache(q, ref_k, ref_v, k, v, return_lse=True, **kw_call)
+    dev = {n: xp.asarray(x) for n, x in (("q", q), ("k_cache", k_cache), ("v_cache", v_cache))}
+    new = {n: xp.asarray(x) for n, x in (("k", k), ("v", v)) if x is not None}
+    dev_kw = {n: (xp.asarray(x) if isinstance(x, np.ndarray) and n != "cache_seqlens" else x) for n, x in
+              kw_call.items()}  # fmt: skip
+    before = host(dev["k_cache"]).copy(), host(dev["v_cache"]).copy()
+    out, lse = numba_flash.flash_attention_with_kvcache(dev["q"], dev["k_cache"], dev["v_cache"], **new,
+                                                        num_splits=num_splits, return_lse=True, **dev_kw)  # fmt: skip
+    out, lse = host(out), host(lse)
+    assert out.shape == q.shape and out.dtype == q.dtype and lse.shape == (q.shape[0], q.shape[2], q.shape[1])
+    err = reference.rel_error(out, ref_out)
+    blind = np.isneginf(ref_lse)
+    assert np.array_equal(np.isneginf(lse), blind), "rows that see no key: lse -inf"
+    lse_err = reference.rel_error(np.where(blind, 0, lse), np.where(blind, 0, ref_lse))
+    if np.dtype(dtype) == np.float32:
+        tol = lse_tol = FWD_TOL
+    else:  # FlashAttention-2's bar: twice the error of a standard attention in the same dtype
+        base, base_lse = _baseline_errors(q, ref_k, ref_v, kw_call, ref_out, ref_lse, dtype, variant)
+        tol, lse_tol = 2 * base + FLOOR, 2 * base_lse + FLOOR
+    assert err <= tol, f"O rel error {err:.3g} > {tol:.3g} ({np.dtype(dtype).name}, seed {rng.seed_value})"
+    assert lse_err <= lse_tol, f"lse rel error {lse_err:.3g} > {lse_tol:.3g} (seed {rng.seed_value})"
+    # the caches: appended rows as the reference wrote them (to one rounding), the rest untouched
+    after = host(dev["k_cache"]), host(dev["v_cache"])
+    for name, b4, now, ref in (("k_cache", before[0], after[0], ref_k), ("v_cache", before[1], after[1], ref_v)):
+        written = ref != b4.astype(np.float64)
+        assert np.array_equal(now[~written], b4[~written]), f"{name}: entries outside the append changed"
+        if written.any():
+            step = np.finfo(np.float32).eps if np.dtype(dtype) == np.float32 else 2.0 ** -7
+            assert np.max(np.abs(now[written].astype(np.float64) - ref[written])) <= 4 * step * np.max(np.abs(ref)), \
+                f"{name}: appended rows"
+    return out
+
+
+def test_contiguous_gqa_causal_append_one(rng):
+    """fp32, a contiguous cache in a permuted ``cache_batch_idx``, one token appended,
+    causal (bottom-right to cache_seqlens + 1), 2 query heads on 1 KV head."""
+    check_kvcache(rng, np.float32, causal=True, n_new=1)
+
+
+def test_paged_rotary_window_three_splits(rng):
+    """fp32, pages of 16 rows in a shuffled block table, 7 tokens appended with
+    interleaved rotary, window (9, 0) with causal, three splits merged."""
+    check_kvcache(rng, np.float32, causal=True, window=(9, 0), n_new=7, page=16, rotary=True, num_splits=3,
+                  lens=(3, 20))  # fmt: skip
+
+
+def test_half_paged_softcap_alibi_auto_splits(rng):
+    """fp16 on tensor cores: pages of 16, rotary in halves (GPT-NeoX), softcap and
+    ALiBi, the split count chosen for the device (num_splits=0)."""
+    check_kvcache(rng, np.float16, softcap=20.0, n_new=2, page=16, rotary=False, alibi=True, num_splits=0,
+                  lens=(0, 30), H=2, H_kv=2)  # fmt: skip
+
+
+def test_bfloat16_mqa_contiguous(rng):
+    """bf16, MQA (4 query heads on 1 KV head), a contiguous cache, no append."""
+    check_kvcache(rng, BF16, H=4, H_kv=1, Nq=1, lens=(12, 33))
+
+
+def test_split_count_heuristic():
+    """1 split when the blocks fill 80% of the SMs; otherwise enough splits to fill
+    waves, never more than the key tiles."""
+    from numba_flash.kvcache import split_count
+
+    assert split_count(132, 100, 132) == 1 and split_count(106, 100, 132) == 1
+    assert split_count(8, 1000, 132) >= 8  # 8 blocks: most of the SMs would idle
+    assert split_count(8, 3, 132) <= 3 and split_count(0, 10, 132) == 1
+
+
+def test_bad_calls_raise_before_any_write(rng):
+    """Writes past the cache, a page past the cache, a dtype or side mismatch and a bad
+    split count: ValueError/TypeError naming the argument, and the cache untouched."""
+    xp = _xp()
+    q, k_cache, v_cache, (k, v), kw = _case(rng, np.float32, n_new=3, page=16, capacity=32, lens=(5, 30))
+    dq, dk, dv, nk, nv = (xp.asarray(x) for x in (q, k_cache, v_cache, k, v))
+    keep = host(dk).copy()
+    call = numba_flash.flash_attention_with_kvcache
+    with pytest.raises(ValueError, match=r"cache_seqlens\[1\] \+ seqlen_new = 30 \+ 3 > 32"):
+        call(dq, dk, dv, nk, nv, **{**kw, "block_table": xp.asarray(kw["block_table"])})
+    table = kw["block_table"].copy()
+    table[0, 0] = k_cache.shape[0]
+    with pytest.raises(ValueError, match=r"block_table\[0\]"):
+        call(dq, dk, dv, nk, nv, cache_seqlens=np.array([5, 10], np.int32), block_table=table)
+    with pytest.raises(TypeError, match="k_cache: dtype float16"):
+        call(dq, xp.asarray(k_cache.astype(np.float16)), dv, block_table=kw["block_table"])
+    with pytest.raises(ValueError, match="num_splits"):
+        call(dq, dk, dv, block_table=kw["block_table"], cache_seqlens=3, num_splits=-1)
+    with pytest.raises(ValueError, match="k, v: give both"):
+        call(dq, dk, dv, nk, block_table=kw["block_table"], cache_seqlens=3)
+    assert np.array_equal(host(dk), keep)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype,page,n_new,splits", [
+    (dt, page, n, s) for dt, page, n, s in itertools.product((np.float16, BF16, np.float32), (0, 16, 64, 256), (1, 7),
+                                                             (1, 3, 0))])  # fmt: skip
+def test_matrix_gpu(rng, dtype, page, n_new, splits):
+    """Issue #14's matrix on the GPU: contiguous and paged (16, 64, 256), appends of 1
+    and 7 with rotary, ragged lengths up to ~1000, num_splits 1, 3 and auto, with GQA,
+    causal and (by the case) window, softcap, ALiBi; deterministic."""
+    variant = [dict(causal=True), dict(window=(100, 50), softcap=30.0), dict(causal=True, window=(300, 0))][
+        (page + n_new) % 3]  # fmt: skip
+    shape = dict(B=3, Nq=4, H=8, H_kv=2, d=128, lens=(0, 517, 990), n_new=n_new, page=page, capacity=1024,
+                 rotary=bool(n_new == 1), alibi=page == 64)  # fmt: skip
+    check_kvcache(rng, dtype, num_splits=splits, **variant, **shape)
+
+
+@pytest.mark.gpu
+def test_deterministic_gpu(rng):
+    """The same call twice (split-KV, no append) gives the same bits."""
+    xp = _xp()
+    q, k_cache, v_cache, _, kw = _case(rng, np.float16, B=4, Nq=1, H=32, H_kv=8, d=128, lens=(4000, 100, 4096, 2048),
+                                       page=64, capacity=4096)  # fmt: skip
+    args = [xp.asarray(x) for x in (q, k_cache, v_cache)]
+    kw = {n: (xp.asarray(x) if n == "block_table" else x) for n, x in kw.items()}
+    a = host(numba_flash.flash_attention_with_kvcache(*args, num_splits=0, **kw))
+    b = host(numba_flash.flash_attention_with_kvcache(*args, num_splits=0, **kw))
+    assert np.array_equal(a, b)
