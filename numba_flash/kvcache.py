@@ -17,6 +17,9 @@ How it runs:
    (a contiguous cache is a paged one with one page of ``seqlen_cache`` rows a
    sequence), ``cache_seqlens + seqlen_new`` keys a sequence, causal and window aligned
    to that length.
+   Decoding with GQA (one query, no window, no ALiBi) runs a KV head's query heads as
+   the rows of one sequence, so a block reads each K/V tile once for the group
+   (FlashAttention-2's ``seqlenq_ngroups_swapped``).
 4. **Split-KV** (``num_splits`` > 1, or chosen by :func:`split_count`): one launch whose
    grid's batch axis runs over (split, sequence) (``Variant.split``); split p walks key
    tiles ``[p·n, p·n + n)`` and writes its partial O and lse, and ``merge_attention``
@@ -34,6 +37,7 @@ import numpy as np
 from numba_flash import _arrays as A
 from numba_flash import plan as P
 from numba_flash import reference as R
+from numba_flash import variant as V
 from numba_flash._launch import launch
 from numba_flash._numba_cuda import SIMULATOR, compute_capability
 
@@ -176,7 +180,7 @@ def flash_attention_with_kvcache(q, k_cache, v_cache, k=None, v=None, *, cache_s
         kn, vn = (A.to_compute(op.array, kind) for op in new)
         if cos is not None:
             k32 = kn.astype(np.float32)  # a copy: the caller's k is not touched
-            launch(K.rotary, (B * n_new, kn.shape[2]), K.THREADS, 0, k32, cos, sin, start, True, rotary_interleaved)
+            launch(K.rotary, (B * n_new, kn.shape[2]), K.THREADS, 0, k32, cos, sin, start, 1, int(rotary_interleaved))
             kn = k32.astype(kn.dtype)
         for cache, rows in ((kc, kn), (vc, vn)):
             words = np.uint16 if cache.dtype.itemsize == 2 else np.uint32
@@ -192,21 +196,31 @@ def flash_attention_with_kvcache(q, k_cache, v_cache, k=None, v=None, *, cache_s
     if cos is not None:
         q32 = qc.astype(np.float32)
         by_row = causal or var.window != (-1, -1)
-        launch(K.rotary, (B * Nq, H), K.THREADS, 0, q32, cos, sin, start, by_row, rotary_interleaved)
+        launch(K.rotary, (B * Nq, H), K.THREADS, 0, q32, cos, sin, start, int(by_row), int(rotary_interleaved))
         qc = q32.astype(qc.dtype)
 
     # --- 3. the plan: varlen queries, paged keys ----------------------------------------
     nk = (lens + n_new).astype(np.int64)
     max_k = int(nk.max())
-    total = B * Nq
-    q_packed = qc.reshape(total, H, d) if qc.flags.c_contiguous else qc.copy().reshape(total, H, d)
-    features = dataclasses.replace(var.features, paged=True)
+    group = H // var.heads_k
+    # decoding with GQA: one query of each of a KV head's `group` heads becomes a row of one
+    # sequence of `group` queries on that KV head (FlashAttention-2's swap), so that a block
+    # reads each K/V tile for the whole group; exact when nothing depends on the query's
+    # position or head: one query (causal is then no mask), no window, no ALiBi
+    swap = Nq == 1 and group > 1 and var.window == (-1, -1) and var.alibi is None
+    rows, heads, run_causal = (group, var.heads_k, False) if swap else (Nq, H, causal)
+    if swap:
+        qc = qc.reshape(B, var.heads_k, group, d).transpose(0, 2, 1, 3)  # (B, group, H_kv, d)
+    total = B * rows
+    q_packed = qc.reshape(total, heads, d) if qc.flags.c_contiguous else qc.copy().reshape(total, heads, d)
+    features = dataclasses.replace(var.features, paged=True, gqa=var.features.gqa and not swap)
+    params = V.params(1, var.window, run_causal, var.softcap) if swap else var.params
 
     def make_plan(splits):
         feats = dataclasses.replace(features, split=splits > 1)
         aligned = all(A.aligned16(x) for x in (q_packed, kc, vc))
-        prob = P.Problem("forward", A.dtype_name(q_op.array.dtype), d, causal, False, aligned, B * splits, H, Nq,
-                         max(max_k, 1), compute_capability(), SIMULATOR, feats, var.heads_k, total)  # fmt: skip
+        prob = P.Problem("forward", A.dtype_name(q_op.array.dtype), d, run_causal, False, aligned, B * splits, heads,
+                         rows, max(max_k, 1), compute_capability(), SIMULATOR, feats, var.heads_k, total)  # fmt: skip
         from numba_flash.api import _plan
 
         return _plan(prob)
@@ -215,7 +229,7 @@ def flash_attention_with_kvcache(q, k_cache, v_cache, k=None, v=None, *, cache_s
     (walk,) = [ln.walk for ln in plan.launches if ln.walk]
     block_m, block_n = walk[0], walk[1]
     key_tiles = -(-max_k // block_n)
-    splits = int(num_splits) or split_count(B * H * -(-Nq // block_m), key_tiles, _sms())
+    splits = int(num_splits) or split_count(B * heads * -(-rows // block_m), key_tiles, _sms())
     splits = max(1, min(splits, max(key_tiles, 1)))
     if splits > 1:
         plan = make_plan(splits)
@@ -228,22 +242,25 @@ def flash_attention_with_kvcache(q, k_cache, v_cache, k=None, v=None, *, cache_s
         q_packed, kc_w, vc_w = (x.astype(work) for x in (q_packed, kc, vc))
     else:
         kc_w, vc_w = kc, vc
-    out_parts = A.empty(kind, (splits, total, H, d), work)
-    lse_parts = A.empty(kind, (splits, H, total), np.float32)
+    out_parts = A.empty(kind, (splits, total, heads, d), work)
+    lse_parts = A.empty(kind, (splits, heads, total), np.float32)
     q_view = xp.lib.stride_tricks.as_strided(q_packed, (splits,) + q_packed.shape, (0,) + q_packed.strides)
     alibi0, cu0, fx0 = _dummies(_device_id())
     split_at = _to_device(np.array([per_split, B], np.int32))
     fx = fx0[:7] + (table_d, split_at)
-    cu_q = _to_device((np.arange(B + 1) * Nq).astype(np.int32))
+    cu_q = _to_device((np.arange(B + 1) * rows).astype(np.int32))
     cu_k = _to_device(np.concatenate([[0], np.cumsum(nk)]).astype(np.int32))
     buffers = {"q": q_view, "k": kc_w, "v": vc_w, "out": out_parts, "lse": lse_parts, "scale": scale,
                **var.buffers(cu_q, cu_k)}  # fmt: skip
-    buffers["flex"] = fx
+    buffers.update(flex=fx, params=params)
     _run_checked(plan, buffers, "bshd", var)
     if work != q_op.array.dtype:
         out_parts = out_parts.astype(q_op.array.dtype)
-    out_parts = out_parts.reshape(splits, B, Nq, H, d)
-    lse_parts = lse_parts.reshape(splits, H, B, Nq).transpose(0, 2, 1, 3)
+    out_parts = out_parts.reshape(splits, B, rows, heads, d)
+    lse_parts = lse_parts.reshape(splits, heads, B, rows).transpose(0, 2, 1, 3)  # (S, B, heads, rows)
+    if swap:  # back to (S, B, 1, H, d) and (S, B, H, 1): query head hk·group + r was row r of KV head hk
+        out_parts = out_parts.transpose(0, 1, 3, 2, 4).reshape(splits, B, 1, H, d)
+        lse_parts = lse_parts.reshape(splits, B, H, 1)
     if splits > 1:
         out, lse = merge_attention(out_parts, xp.ascontiguousarray(lse_parts))
     else:

@@ -94,7 +94,9 @@ def parse(csv_path, out_path):
         def tot(ks, metric):
             return sum(m.get(metric, 0.0) for _, m in ks)
 
+        dram_model = traffic.dram(pass_, "float16", B, H, n, n, d, causal)
         row = dict(d=d, N=n, pass_=pass_, causal=causal, model_bytes=sum(b.total for b in model),
+                   dram_model=sum(b.total for b in dram_model),
                    dram_flash=tot(ours, "dram__bytes_read.sum") + tot(ours, "dram__bytes_write.sum"),
                    dram_flash_read=tot(ours, "dram__bytes_read.sum"),
                    l2_flash=32 * (tot(ours, "lts__t_sectors_srcunit_tex_op_read.sum")
@@ -107,13 +109,13 @@ def parse(csv_path, out_path):
     with open(out_path, "w") as f:
         for r in rows:
             f.write(json.dumps(r) + "\n")
-    print(f"{'d':>4} {'N':>6} {'pass':8} {'c':1} {'model GB':>9} {'L2 GB':>8} {'L2/mod':>7} {'DRAM GB':>8} "
-          f"{'DRAM/mod':>8} {'std mod':>8} {'std DRAM':>8}")
+    print(f"{'d':>4} {'N':>6} {'pass':8} {'c':1} {'tiles GB':>9} {'L2 GB':>8} {'L2/tile':>7} {'DRAM mod':>8} "
+          f"{'DRAM GB':>8} {'DRAM/mod':>8} {'std mod':>8} {'std DRAM':>8}")
     for r in rows:
         print(f"{r['d']:4d} {r['N']:6d} {r['pass_']:8} {int(r['causal'])} {r['model_bytes'] / 1e9:9.3f} "
-              f"{r['l2_flash'] / 1e9:8.3f} {r['l2_flash'] / r['model_bytes']:7.3f} {r['dram_flash'] / 1e9:8.3f} "
-              f"{r['dram_flash'] / r['model_bytes']:8.3f} {r.get('standard_model', 0) / 1e9:8.3f} "
-              f"{r.get('dram_standard', 0) / 1e9:8.3f}")
+              f"{r['l2_flash'] / 1e9:8.3f} {r['l2_flash'] / r['model_bytes']:7.3f} {r['dram_model'] / 1e9:8.3f} "
+              f"{r['dram_flash'] / 1e9:8.3f} {r['dram_flash'] / r['dram_model']:8.3f} "
+              f"{r.get('standard_model', 0) / 1e9:8.3f} {r.get('dram_standard', 0) / 1e9:8.3f}")
 
 
 if __name__ == "__main__":

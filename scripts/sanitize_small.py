@@ -4,6 +4,7 @@
     compute-sanitizer --tool racecheck python3 scripts/sanitize_small.py
     compute-sanitizer --tool memcheck python3 scripts/sanitize_small.py float32   # fp32 modes only
     compute-sanitizer --tool memcheck python3 scripts/sanitize_small.py flex      # FlexAttention only
+    compute-sanitizer --tool memcheck python3 scripts/sanitize_small.py kvcache   # flash_attention_with_kvcache only
 
 Shapes are small and not multiples of any tile; causal on and off, Nq != Nk, both layouts.
 """
@@ -20,6 +21,28 @@ import ml_dtypes
 
 MODES = [(np.float32, False), (np.float32, True), (np.float16, False), (ml_dtypes.bfloat16, False)]
 FLEX_ONLY = sys.argv[1:] == ["flex"]
+if sys.argv[1:] == ["kvcache"]:  # paged (pages of 16) and contiguous caches, appends with rotary, splits, decode
+    for dtype in (np.float32, np.float16, ml_dtypes.bfloat16):
+        B, H, Hk, d = 3, 4, 2, 64
+        lens = np.array([0, 21, 40], np.int32)
+        table = rng.permutation(14)[:12].reshape(3, 4).astype(np.int32)
+        paged = [cp.asarray(rng.standard_normal((14, 16, Hk, d)).astype(dtype)) for _ in range(2)]
+        contig = [cp.asarray(rng.standard_normal((4, 50, Hk, d)).astype(dtype)) for _ in range(2)]
+        ang = rng.standard_normal((60, 16))
+        cos, sin = (cp.asarray(f(ang).astype(np.float32)) for f in (np.cos, np.sin))
+        for Nq, caches, kw in ((5, paged, dict(block_table=table, causal=True, num_splits=3)),
+                               (2, contig, dict(cache_batch_idx=np.array([3, 0, 1], np.int32), window_size=(7, 2))),
+                               (1, paged, dict(block_table=table, causal=True, num_splits=0))):
+            q = cp.asarray(rng.standard_normal((B, Nq, H, d)).astype(dtype))
+            k, v = (cp.asarray(rng.standard_normal((B, 3, Hk, d)).astype(dtype)) for _ in range(2))
+            out = numba_flash.flash_attention_with_kvcache(q, *caches, k, v, cache_seqlens=lens, rotary_cos=cos,
+                                                           rotary_sin=sin, **kw)
+            cp.cuda.runtime.deviceSynchronize()
+            print(np.dtype(dtype).name, "kvcache", Nq, "finite:", bool(cp.isfinite(out).all()))
+            lens = lens + 3
+        lens = np.array([0, 21, 40], np.int32)
+    print("sanitize_small: done")
+    sys.exit(0)
 if FLEX_ONLY:
     MODES = []
 elif len(sys.argv) > 1:  # e.g. `float32`: only the modes of those dtypes (a shorter sanitizer run)

@@ -141,6 +141,13 @@ def test_bfloat16_mqa_contiguous(rng):
     check_kvcache(rng, BF16, H=4, H_kv=1, Nq=1, lens=(12, 33))
 
 
+def test_decode_gqa_heads_as_rows(rng):
+    """fp32 decoding (one query) with 4 query heads on each of 2 KV heads, causal, one
+    token appended, two splits: the group's heads run as the rows of one sequence."""
+    check_kvcache(rng, np.float32, causal=True, Nq=1, H=8, H_kv=2, n_new=1, page=16, num_splits=2, lens=(9, 40),
+                  capacity=48)  # fmt: skip
+
+
 def test_split_count_heuristic():
     """1 split when the blocks fill 80% of the SMs; otherwise enough splits to fill
     waves, never more than the key tiles."""

@@ -62,8 +62,10 @@ def source_at(src, b, row, h, col, pg):
     ``src``: ``(b, row, h, col)``, or through a block table (module docstring)."""
     if pg is None:
         return b, row, h, col
-    page = src.shape[1]
-    return pg[0][pg[1], row // page], row % page, h, col
+    page = uint32(src.shape[1])  # 32-bit: a 64-bit division costs several times the instructions
+    at = uint32(row)
+    p = uint32(at // page)
+    return pg[0][pg[1], p], uint32(at - p * page), h, col
 
 
 @device_function

@@ -1,0 +1,132 @@
+"""Issue #14's bars: decode bandwidth and prefill against a paged cache (H200, fp16).
+
+    python3 scripts/bench_decode.py out.jsonl
+
+* **Decode**: Nq = 1, B = 8, 32 query / 8 KV heads, d = 128, caches of 4096, 32768 and
+  131072 tokens (full), contiguous and paged (pages of 256).  Bandwidth = bytes of K
+  and V read (B·H_kv·L·d·2·2) / time, against the 4.27 TB/s copy bandwidth; beside it
+  torch SDPA's flash and cuDNN backends on the same shape (``enable_gqa``, or K/V
+  repeated to 32 heads where a backend refuses it).  ``num_splits`` auto, and 1, 4 and
+  16 at 32768.
+* **Prefill**: Nq = 2048 causal against a paged cache of 16384 (B = 2, same heads),
+  TFLOP/s against ``flash_attention`` on the same keys as contiguous arrays.
+
+Times: medians of CUDA events around 10 back-to-back calls (``bench_table.median_ms``
+with ``calls=10``), and of single calls.
+"""
+
+import json
+import sys
+
+import cupy as cp
+import numpy as np
+from bench_table import median_ms
+
+import numba_flash
+from numba_flash.bench.cases import visible_pairs
+
+rng = np.random.default_rng(14)
+COPY_TBS = 4.27
+B, H, HK, D = 8, 32, 8, 128
+
+
+def randn(*shape):
+    return cp.asarray(rng.standard_normal(shape, dtype=np.float32)).astype(cp.float16)
+
+
+def timed(fn):
+    fn()
+    return median_ms(fn, warmup=2, rep=9, calls=10), median_ms(fn, warmup=1, rep=9)
+
+
+def sdpa(q, k, v):
+    """(flash ms, cudnn ms) of torch SDPA on bshd q (B, 1, H, d), k/v (B, L, HK, d)."""
+    import torch
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    F = torch.nn.functional.scaled_dot_product_attention
+    tq, tk, tv = (torch.as_tensor(x, device="cuda").transpose(1, 2) for x in (q, k, v))
+    got = {}
+    for name, backend in (("flash", SDPBackend.FLASH_ATTENTION), ("cudnn", SDPBackend.CUDNN_ATTENTION)):
+        with sdpa_kernel(backend):
+            try:
+                F(tq, tk, tv, enable_gqa=True)
+                got[name] = (timed(lambda: F(tq, tk, tv, enable_gqa=True))[0], "gqa")
+            except RuntimeError:
+                ek, ev = (x.repeat_interleave(H // HK, dim=1) for x in (tk, tv))
+                try:
+                    F(tq, ek, ev)
+                    got[name] = (timed(lambda: F(tq, ek, ev))[0], "kv repeated")
+                except RuntimeError as exc:
+                    got[name] = (float("nan"), str(exc).splitlines()[0][:60])
+                del ek, ev
+    return got
+
+
+def main(path):
+    rows = []
+    for L in (4096, 32768, 131072):
+        kc, vc = randn(B, L, HK, D), randn(B, L, HK, D)
+        q = randn(B, 1, H, D)
+        kv_bytes = 2 * B * HK * L * D * 2
+        page = 256
+        per = L // page
+        table = rng.permutation(B * per).reshape(B, per).astype(np.int32)
+        kp, vp = cp.empty((B * per, page, HK, D), cp.float16), cp.empty((B * per, page, HK, D), cp.float16)
+        tb = cp.asarray(table)
+        for b in range(B):  # the same keys, paged
+            kp[tb[b]] = kc[b].reshape(per, page, HK, D)
+            vp[tb[b]] = vc[b].reshape(per, page, HK, D)
+        peers = sdpa(q, kc, vc)
+        for layout, args, kw in (("contiguous", (q, kc, vc), {}), ("paged 256", (q, kp, vp), {"block_table": table})):
+            splits = (0, 1, 4, 16) if L == 32768 and layout == "contiguous" else (0,)
+            for s in splits:
+                fn = lambda: numba_flash.flash_attention_with_kvcache(*args, cache_seqlens=L, num_splits=s, **kw)  # noqa: E731
+                queued, single = timed(fn)
+                row = dict(case="decode", L=L, layout=layout, num_splits=s, queued_ms=queued, single_ms=single,
+                           tbs=kv_bytes / queued / 1e9, frac_copy=kv_bytes / queued / 1e9 / COPY_TBS,
+                           sdpa_flash_ms=peers["flash"][0], sdpa_flash_how=peers["flash"][1],
+                           sdpa_cudnn_ms=peers["cudnn"][0], sdpa_cudnn_how=peers["cudnn"][1])  # fmt: skip
+                rows.append(row)
+                print(json.dumps(row), flush=True)
+        del kc, vc, kp, vp
+        cp.get_default_memory_pool().free_all_blocks()
+    # prefill: Nq = 2048 causal on a paged cache of 16384 against the plain kernel
+    Bp, Nq, L, page = 2, 2048, 16384, 256
+    per = L // page
+    k, v = randn(Bp, L, HK, D), randn(Bp, L, HK, D)
+    q = randn(Bp, Nq, H, D)
+    table = rng.permutation(Bp * per).reshape(Bp, per).astype(np.int32)
+    kp, vp = cp.empty((Bp * per, page, HK, D), cp.float16), cp.empty((Bp * per, page, HK, D), cp.float16)
+    tb = cp.asarray(table)
+    for b in range(Bp):
+        kp[tb[b]] = k[b].reshape(per, page, HK, D)
+        vp[tb[b]] = v[b].reshape(per, page, HK, D)
+    fl = 4 * Bp * H * D * visible_pairs(Nq, L, True)
+    plain = timed(lambda: numba_flash.flash_attention(q, k, v, causal=True))
+    paged = timed(lambda: numba_flash.flash_attention_with_kvcache(q, kp, vp, cache_seqlens=L, block_table=table,
+                                                                   causal=True))  # fmt: skip
+    out_a = numba_flash.flash_attention(q, k, v, causal=True)
+    out_b = numba_flash.flash_attention_with_kvcache(q, kp, vp, cache_seqlens=L, block_table=table, causal=True)
+    row = dict(case="prefill", Nq=Nq, L=L, plain_ms=plain[0], paged_ms=paged[0], plain_tflops=fl / plain[0] / 1e9,
+               paged_tflops=fl / paged[0] / 1e9, ratio=plain[0] / paged[0],
+               max_abs_diff=float(cp.abs(out_a.astype(cp.float32) - out_b.astype(cp.float32)).max()))  # fmt: skip
+    rows.append(row)
+    print(json.dumps(row), flush=True)
+    with open(path, "w") as f:
+        for r in rows:
+            f.write(json.dumps(r) + "\n")
+    print(f"\n{'case':8} {'L':>7} {'layout':11} {'splits':>6} {'ms (10 queued)':>14} {'ms (1)':>8} {'TB/s':>6} "
+          f"{'of copy':>7} {'SDPA flash':>10} {'cudnn':>8}")
+    for r in rows:
+        if r["case"] == "decode":
+            print(f"{'decode':8} {r['L']:7d} {r['layout']:11} {r['num_splits']:6d} {r['queued_ms']:14.3f} "
+                  f"{r['single_ms']:8.3f} {r['tbs']:6.2f} {r['frac_copy']:7.2f} {r['sdpa_flash_ms']:10.3f} "
+                  f"{r['sdpa_cudnn_ms']:8.3f}")
+        else:
+            print(f"prefill Nq={r['Nq']} on {r['L']} paged: {r['paged_tflops']:.1f} TF/s vs plain "
+                  f"{r['plain_tflops']:.1f}: {r['ratio']:.3f} (bar 0.9); max |diff| {r['max_abs_diff']:.2e}")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1])
