@@ -166,40 +166,7 @@ def flash_attention_with_kvcache(q, k_cache, v_cache, k=None, v=None, *, cache_s
         lse = np.full((B, H, Nq), -np.inf, np.float32)
         return (out, lse) if return_lse else out
 
-    # --- 2. the append (in place) and rotary q -----------------------------------------
-    start = _to_device(lens.astype(np.int32))
-    paged = table is not None
-    table_h = table.astype(np.int32) if paged else np.asarray(batch_idx, np.int32)[:, None]
-    table_d = _to_device(np.ascontiguousarray(table_h))
-    kc, vc = A.to_compute(kc_op.array, kind), A.to_compute(vc_op.array, kind)
-    cos = sin = None
-    if rotary_cos is not None:
-        cos, sin = (_to_device(A._as_array(n, x)[1]).astype(np.float32) for n, x in
-                    (("rotary_cos", rotary_cos), ("rotary_sin", rotary_sin)))  # fmt: skip
-    if n_new:
-        kn, vn = (A.to_compute(op.array, kind) for op in new)
-        if cos is not None:
-            k32 = kn.astype(np.float32)  # a copy: the caller's k is not touched
-            launch(K.rotary, (B * n_new, kn.shape[2]), K.THREADS, 0, k32, cos, sin, start, 1, int(rotary_interleaved))
-            kn = k32.astype(kn.dtype)
-        for cache, rows in ((kc, kn), (vc, vn)):
-            words = np.uint16 if cache.dtype.itemsize == 2 else np.uint32
-            launch(K.append, (B * n_new, rows.shape[2]), K.THREADS, 0, cache.view(words), rows.view(words), start,
-                   table_d)  # fmt: skip
-        if kind == "numpy" and not SIMULATOR:  # the caller's host caches get the appended rows
-            pos = lens[:, None] + np.arange(n_new)[None]
-            page_rows = kc.shape[1]
-            pages, at = table_h[np.arange(B)[:, None], pos // page_rows], pos % page_rows
-            for host, dev in ((kc_op.array, kc), (vc_op.array, vc)):
-                host[pages, at] = A._cupy().asnumpy(dev[A._cupy().asarray(pages), A._cupy().asarray(at)])
-    qc = A.to_compute(q_op.array, kind)
-    if cos is not None:
-        q32 = qc.astype(np.float32)
-        by_row = causal or var.window != (-1, -1)
-        launch(K.rotary, (B * Nq, H), K.THREADS, 0, q32, cos, sin, start, int(by_row), int(rotary_interleaved))
-        qc = q32.astype(qc.dtype)
-
-    # --- 3. the plan: varlen queries, paged keys ----------------------------------------
+    # --- 2. the plan: varlen queries, paged keys ------------------------------------------
     nk = (lens + n_new).astype(np.int64)
     max_k = int(nk.max())
     group = H // var.heads_k
@@ -209,21 +176,19 @@ def flash_attention_with_kvcache(q, k_cache, v_cache, k=None, v=None, *, cache_s
     # position or head: one query (causal is then no mask), no window, no ALiBi
     swap = Nq == 1 and group > 1 and var.window == (-1, -1) and var.alibi is None
     rows, heads, run_causal = (group, var.heads_k, False) if swap else (Nq, H, causal)
-    if swap:
-        qc = qc.reshape(B, var.heads_k, group, d).transpose(0, 2, 1, 3)  # (B, group, H_kv, d)
     total = B * rows
-    q_packed = qc.reshape(total, heads, d) if qc.flags.c_contiguous else qc.copy().reshape(total, heads, d)
+    kc, vc = A.to_compute(kc_op.array, kind), A.to_compute(vc_op.array, kind)
     features = dataclasses.replace(var.features, paged=True, gqa=var.features.gqa and not swap)
     params = V.params(1, var.window, run_causal, var.softcap) if swap else var.params
+    aligned = all(A.aligned16(x) for x in (q_op.array, kc, vc))  # (a rotated or swapped q is a fresh copy)
 
     def make_plan(splits):
-        feats = dataclasses.replace(features, split=splits > 1)
-        aligned = all(A.aligned16(x) for x in (q_packed, kc, vc))
-        prob = P.Problem("forward", A.dtype_name(q_op.array.dtype), d, run_causal, False, aligned, B * splits, heads,
-                         rows, max(max_k, 1), compute_capability(), SIMULATOR, feats, var.heads_k, total)  # fmt: skip
         from numba_flash.api import _plan
 
-        return _plan(prob)
+        feats = dataclasses.replace(features, split=splits > 1)
+        return _plan(P.Problem("forward", A.dtype_name(q_op.array.dtype), d, run_causal, False, aligned, B * splits,
+                               heads, rows, max(max_k, 1), compute_capability(), SIMULATOR, feats, var.heads_k,
+                               total))  # fmt: skip
 
     plan = make_plan(1)
     (walk,) = [ln.walk for ln in plan.launches if ln.walk]
@@ -234,6 +199,49 @@ def flash_attention_with_kvcache(q, k_cache, v_cache, k=None, v=None, *, cache_s
     if splits > 1:
         plan = make_plan(splits)
     per_split = -(-key_tiles // splits)
+
+    # the small int arrays in one upload (one wait for the GPU, not five):
+    # start (B) | block table (B, pages) | split (2) | cu_seqlens_q (B + 1) | cu_seqlens_k (B + 1)
+    paged = table is not None
+    table_h = table.astype(np.int32) if paged else np.asarray(batch_idx, np.int32)[:, None]
+    packed = np.concatenate([lens.astype(np.int32), table_h.ravel(), np.array([per_split, B], np.int32),
+                             (np.arange(B + 1) * rows).astype(np.int32),
+                             np.concatenate([[0], np.cumsum(nk)]).astype(np.int32)])  # fmt: skip
+    ints = _to_device(packed)
+    at = np.cumsum([0, B, table_h.size, 2, B + 1, B + 1])
+    start, split_at, cu_q, cu_k = (ints[at[i]:at[i + 1]] for i in (0, 2, 3, 4))
+    table_d = ints[at[1]:at[2]].reshape(table_h.shape)
+
+    # --- 3. the append (in place) and rotary q -----------------------------------------
+    cos = sin = None
+    if rotary_cos is not None:
+        cos, sin = (_to_device(A._as_array(n, x)[1]).astype(np.float32) for n, x in
+                    (("rotary_cos", rotary_cos), ("rotary_sin", rotary_sin)))  # fmt: skip
+    if n_new:
+        kn, vn = (A.to_compute(op.array, kind) for op in new)
+        if cos is not None:
+            k32 = kn.astype(np.float32)  # a copy: the caller's k is not touched
+            launch(K.rotary, (B * n_new, kn.shape[2], 1), K.THREADS, 0, k32, cos, sin, start, 1, int(rotary_interleaved))
+            kn = k32.astype(kn.dtype)
+        for cache, new_rows in ((kc, kn), (vc, vn)):
+            words = np.uint16 if cache.dtype.itemsize == 2 else np.uint32
+            launch(K.append, (B * n_new, new_rows.shape[2], 1), K.THREADS, 0, cache.view(words), new_rows.view(words),
+                   start, table_d)  # fmt: skip
+        if kind == "numpy" and not SIMULATOR:  # the caller's host caches get the appended rows
+            pos = lens[:, None] + np.arange(n_new)[None]
+            page_rows = kc.shape[1]
+            pages, off = table_h[np.arange(B)[:, None], pos // page_rows], pos % page_rows
+            for host, dev in ((kc_op.array, kc), (vc_op.array, vc)):
+                host[pages, off] = A._cupy().asnumpy(dev[A._cupy().asarray(pages), A._cupy().asarray(off)])
+    qc = A.to_compute(q_op.array, kind)
+    if cos is not None:
+        q32 = qc.astype(np.float32)
+        by_row = causal or var.window != (-1, -1)
+        launch(K.rotary, (B * Nq, H, 1), K.THREADS, 0, q32, cos, sin, start, int(by_row), int(rotary_interleaved))
+        qc = q32.astype(qc.dtype)
+    if swap:
+        qc = qc.reshape(B, var.heads_k, group, d).transpose(0, 2, 1, 3)  # (B, group, H_kv, d)
+    q_packed = qc.reshape(total, heads, d) if qc.flags.c_contiguous else qc.copy().reshape(total, heads, d)
 
     # --- 4. the launch and the merge -------------------------------------------------------
     work = A.SUPPORTED_BY_NAME[plan.work_dtype]
@@ -246,10 +254,7 @@ def flash_attention_with_kvcache(q, k_cache, v_cache, k=None, v=None, *, cache_s
     lse_parts = A.empty(kind, (splits, heads, total), np.float32)
     q_view = xp.lib.stride_tricks.as_strided(q_packed, (splits,) + q_packed.shape, (0,) + q_packed.strides)
     alibi0, cu0, fx0 = _dummies(_device_id())
-    split_at = _to_device(np.array([per_split, B], np.int32))
     fx = fx0[:7] + (table_d, split_at)
-    cu_q = _to_device((np.arange(B + 1) * rows).astype(np.int32))
-    cu_k = _to_device(np.concatenate([[0], np.cumsum(nk)]).astype(np.int32))
     buffers = {"q": q_view, "k": kc_w, "v": vc_w, "out": out_parts, "lse": lse_parts, "scale": scale,
                **var.buffers(cu_q, cu_k)}  # fmt: skip
     buffers.update(flex=fx, params=params)

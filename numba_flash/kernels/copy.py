@@ -30,7 +30,7 @@ read the tile.  All ``THREADS`` threads of the block share the work, chunk
 from __future__ import annotations
 
 from numba_flash import ptx
-from numba_flash._numba_cuda import device_function, float32, uint32
+from numba_flash._numba_cuda import cuda, device_function, float32, uint32
 
 SW_NONE = 0
 SW_16BIT = 1
@@ -62,10 +62,15 @@ def source_at(src, b, row, h, col, pg):
     ``src``: ``(b, row, h, col)``, or through a block table (module docstring)."""
     if pg is None:
         return b, row, h, col
-    page = uint32(src.shape[1])  # 32-bit: a 64-bit division costs several times the instructions
+    page = uint32(src.shape[1])
     at = uint32(row)
-    p = uint32(at // page)
-    return pg[0][pg[1], p], uint32(at - p * page), h, col
+    if page & (page - uint32(1)) == 0:  # a power of two (the same for every thread): a shift and a mask
+        p = uint32(at >> uint32(cuda.ffs(page) - 1))
+        r = uint32(at & (page - uint32(1)))
+    else:
+        p = uint32(at // page)  # 32-bit: a 64-bit division costs several times the instructions
+        r = uint32(at - p * page)
+    return pg[0][pg[1], p], r, h, col
 
 
 @device_function
