@@ -4,6 +4,7 @@
         --metrics dram__bytes_read.sum,dram__bytes_write.sum,lts__t_sectors_srcunit_tex_op_read.sum,... \
         python3 scripts/ncu_io_probe.py [--standard-max N] > ncu.csv
     python3 scripts/ncu_io_probe.py --parse ncu.csv out.jsonl
+    python3 scripts/ncu_io_probe.py --plot out.jsonl io_d{d}.png      # one plot per head dim
 
 For every (head dim, N, pass) the profiled range holds one empty marker kernel named
 ``io_marker_<i>`` (CuPy RawKernel), then numba-flash's kernels for the case, then (up to
@@ -118,8 +119,24 @@ def parse(csv_path, out_path):
               f"{r.get('standard_model', 0) / 1e9:8.3f} {r.get('dram_standard', 0) / 1e9:8.3f}")
 
 
+def plot(jsonl, pattern):
+    """``traffic.plot`` of the parsed rows (not causal), one file per head dim."""
+    from numba_flash import traffic
+
+    rows = [json.loads(line) for line in open(jsonl)]
+    for d in sorted({r["d"] for r in rows}):
+        sel = [dict(**{k: v for k, v in traffic.summary(r["pass_"], "float16", B, H, r["N"], d).items()},
+                    measured_flash={"read": r["dram_flash_read"], "write": r["dram_flash"] - r["dram_flash_read"]},
+                    measured_flash_l2=int(r["l2_flash"]),
+                    **({"measured_standard": {"read": r["dram_standard"], "write": 0}} if "dram_standard" in r else {}))
+               for r in rows if r["d"] == d and not r["causal"]]  # fmt: skip
+        print(traffic.plot(sel, pattern.format(d=d)))
+
+
 if __name__ == "__main__":
     if sys.argv[1:2] == ["--parse"]:
         parse(sys.argv[2], sys.argv[3])
+    elif sys.argv[1:2] == ["--plot"]:
+        plot(sys.argv[2], sys.argv[3])
     else:
         run(int(sys.argv[sys.argv.index("--standard-max") + 1]) if "--standard-max" in sys.argv else 8192)
