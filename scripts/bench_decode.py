@@ -1,6 +1,6 @@
 """Issue #14's bars: decode bandwidth and prefill against a paged cache (H200, fp16).
 
-    python3 scripts/bench_decode.py out.jsonl
+    python3 scripts/bench_decode.py out.jsonl [--prefill-only]
 
 * **Decode**: Nq = 1, B = 8, 32 query / 8 KV heads, d = 128, caches of 4096, 32768 and
   131072 tokens (full), contiguous and paged (pages of 256).  Bandwidth = bytes of K
@@ -65,7 +65,7 @@ def sdpa(q, k, v):
 
 def main(path):
     rows = []
-    for L in (4096, 32768, 131072):
+    for L in (() if "--prefill-only" in sys.argv else (4096, 32768, 131072)):
         kc, vc = randn(B, L, HK, D), randn(B, L, HK, D)
         q = randn(B, 1, H, D)
         kv_bytes = 2 * B * HK * L * D * 2
