@@ -30,7 +30,7 @@ read the tile.  All ``THREADS`` threads of the block share the work, chunk
 from __future__ import annotations
 
 from numba_flash import ptx
-from numba_flash._numba_cuda import cuda, device_function, float32, int32, uint32
+from numba_flash._numba_cuda import cuda, device_function, float32, uint32
 
 SW_NONE = 0
 SW_16BIT = 1
@@ -57,33 +57,11 @@ def chunk_addr(tile, r, c, ROW_BYTES, SWIZZLE):
 
 
 @device_function
-def tile_pages(src, row0, ROWS, pg):
-    """What :func:`source_at` needs for the tile of ROWS rows from ``row0``: None for an
-    unpaged source, else ``(table, seq, one_page, page, first)``: when the tile lies in
-    one page (``one_page``: the page size a multiple of ROWS, tiles starting at
-    multiples of ROWS), that page's index and the row of the sequence it starts at,
-    looked up once for the tile instead of once a chunk."""
-    if pg is None:
-        return None
-    page = uint32(src.shape[1])
-    one = page % uint32(ROWS) == 0
-    first = uint32(0)
-    p = int32(0)
-    if one:
-        first = uint32(row0) - uint32(row0) % page
-        p = int32(pg[0][pg[1], uint32(row0) // page])
-    return pg[0], pg[1], one, p, first
-
-
-@device_function
 def source_at(src, b, row, h, col, pg):
     """The index of element ``col`` of row ``row`` (of head ``h``, batch ``b``) in
-    ``src``: ``(b, row, h, col)``, or through a block table (module docstring; ``pg``
-    from :func:`tile_pages`)."""
+    ``src``: ``(b, row, h, col)``, or through a block table (module docstring)."""
     if pg is None:
         return b, row, h, col
-    if pg[2]:  # the tile's page, found once
-        return int32(pg[3]), uint32(uint32(row) - pg[4]), h, col
     page = uint32(src.shape[1])
     at = uint32(row)
     if page & (page - uint32(1)) == 0:  # a power of two (the same for every thread): a shift and a mask
@@ -92,7 +70,7 @@ def source_at(src, b, row, h, col, pg):
     else:
         p = uint32(at // page)  # 32-bit: a 64-bit division costs several times the instructions
         r = uint32(at - p * page)
-    return int32(pg[0][pg[1], p]), r, h, col
+    return pg[0][pg[1], p], r, h, col
 
 
 @device_function
@@ -109,15 +87,14 @@ def copy_rows(tile_a, src_a, tile_b, src_b, TWO, b, h, row0, nrows, tid, ROWS, C
     aligned, so a chunk is read by plain loads (16-bit elements, ELEMS = 8) and stored
     with one 16-byte shared store, at once (:func:`_load_chunk`).  ``pg``: a paged
     source (module docstring)."""
-    pt = tile_pages(src_a, row0, ROWS, pg)
     if UNROLL:
         for i in range(ROWS * CHUNKS // THREADS):
             _copy_chunk(tile_a, src_a, tile_b, src_b, TWO, b, h, row0, nrows, tid + i * THREADS, CHUNKS, ELEMS,
-                        ROW_BYTES, SWIZZLE, DCOLS, SYNC, pt)  # fmt: skip
+                        ROW_BYTES, SWIZZLE, DCOLS, SYNC, pg)  # fmt: skip
     else:
         for idx in range(tid, ROWS * CHUNKS, THREADS):
             _copy_chunk(tile_a, src_a, tile_b, src_b, TWO, b, h, row0, nrows, idx, CHUNKS, ELEMS, ROW_BYTES, SWIZZLE,
-                        DCOLS, SYNC, pt)  # fmt: skip
+                        DCOLS, SYNC, pg)  # fmt: skip
 
 
 @device_function
@@ -192,13 +169,12 @@ def load_rows_f32(dst_a, src_a, dst_b, src_b, TWO, b, h, row0, nrows, tid, ROWS,
     of ``src_b`` (unscaled) into ``dst_b``; zeros past ``nrows`` and, when the arrays'
     rows are ``DCOLS < D`` long, in columns past ``DCOLS``.  Consecutive threads take
     consecutive elements of a row (coalesced reads).  ``pg``: a paged source."""
-    pt = tile_pages(src_a, row0, ROWS, pg)
     for idx in range(tid, ROWS * D, THREADS):
         r = idx // D
         col = idx - r * D
         row = row0 + r
         if row < nrows and (DCOLS >= D or col < DCOLS):
-            at = source_at(src_a, b, row, h, col, pt)
+            at = source_at(src_a, b, row, h, col, pg)
             dst_a[r, col] = float32(src_a[at]) * scale_a
             if TWO:
                 dst_b[r, col] = float32(src_b[at])
