@@ -34,3 +34,10 @@ def write_json(doc: dict, path) -> None:
         return
     with open(path, "w") as f:
         f.write(text)
+
+
+def write_jsonl(rows: Iterable[dict], path) -> None:
+    """Write ``rows`` to ``path``, one JSON object a line (the benchmark scripts' logs)."""
+    with open(path, "w") as f:
+        for r in rows:
+            f.write(json.dumps(r) + "\n")

@@ -23,6 +23,7 @@ import numpy as np
 from bench_table import median_ms
 
 import numba_flash
+from numba_flash._report import write_jsonl
 from numba_flash.bench.cases import visible_pairs
 
 rng = np.random.default_rng(14)
@@ -59,7 +60,6 @@ def sdpa(q, k, v):
                     got[name] = (timed(lambda: F(tq, ek, ev))[0], "kv repeated")
                 except RuntimeError as exc:
                     got[name] = (float("nan"), str(exc).splitlines()[0][:60])
-                del ek, ev
     return got
 
 
@@ -113,9 +113,7 @@ def main(path):
                max_abs_diff=float(cp.abs(out_a.astype(cp.float32) - out_b.astype(cp.float32)).max()))  # fmt: skip
     rows.append(row)
     print(json.dumps(row), flush=True)
-    with open(path, "w") as f:
-        for r in rows:
-            f.write(json.dumps(r) + "\n")
+    write_jsonl(rows, path)
     print(f"\n{'case':8} {'L':>7} {'layout':11} {'splits':>6} {'ms (10 queued)':>14} {'ms (1)':>8} {'TB/s':>6} "
           f"{'of copy':>7} {'SDPA flash':>10} {'cudnn':>8}")
     for r in rows:

@@ -64,6 +64,7 @@ def parse(csv_path, out_path):
     import io
 
     from numba_flash import traffic
+    from numba_flash._report import write_jsonl
 
     text = open(csv_path).read()
     start = text.find('"ID"')
@@ -107,9 +108,7 @@ def parse(csv_path, out_path):
             row["standard_model"] = sum(b.total for b in traffic.standard(pass_, "float16", B, H, n, n, d, causal))
             row["dram_standard"] = tot(theirs, "dram__bytes_read.sum") + tot(theirs, "dram__bytes_write.sum")
         rows.append(row)
-    with open(out_path, "w") as f:
-        for r in rows:
-            f.write(json.dumps(r) + "\n")
+    write_jsonl(rows, out_path)
     print(f"{'d':>4} {'N':>6} {'pass':8} {'c':1} {'tiles GB':>9} {'L2 GB':>8} {'L2/tile':>7} {'DRAM mod':>8} "
           f"{'DRAM GB':>8} {'DRAM/mod':>8} {'std mod':>8} {'std DRAM':>8}")
     for r in rows:
