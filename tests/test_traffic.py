@@ -136,6 +136,35 @@ def test_dram_waves_against_a_hand_count():
     assert causal.read == q + kv + kv // 2
 
 
+def test_cli_measured_columns(tmp_path, monkeypatch):
+    """The measured branch of `numba-flash io` (what a GPU with ncu prints), with the
+    measurement replaced by fixed counts: L2 against the tile loads, DRAM against the
+    DRAM model, and a standard attention that did not fit shown as such."""
+    from click.testing import CliRunner
+
+    from numba_flash_cli.main import main
+
+    def fake_measure(pass_, dtype, batch, heads, seqlen, head_dim, causal=False):
+        dram = sum(b.total for b in T.dram(pass_, dtype, batch, heads, seqlen, seqlen, head_dim, causal))
+        tiles = sum(b.total for b in T.flash(pass_, dtype, batch, heads, seqlen, seqlen, head_dim, causal))
+        std = T.Bytes("cupy-standard", 3, 1) if seqlen <= 1024 else None
+        return {"flash": T.Bytes("numba-flash", dram // 2, dram - dram // 2), "flash_l2": tiles // 2,
+                "standard": std, "kernels": []}  # fmt: skip
+
+    monkeypatch.setattr(T, "ncu_unavailable", lambda: None)
+    monkeypatch.setattr(T, "measure", fake_measure)
+    path, png = tmp_path / "io.json", tmp_path / "io.png"
+    pytest.importorskip("matplotlib", reason="--plot needs matplotlib")
+    res = CliRunner().invoke(main, ["io", "--seqlen", "1024,2048", "--pass", "forward", "--json", str(path),
+                                    "--plot", str(png)])  # fmt: skip
+    assert res.exit_code == 0, res.output
+    assert "measured with ncu" in res.output and "did not fit" in res.output
+    rows = json.loads(path.read_text())["results"]
+    assert [r["measured_flash_l2"] * 2 <= r["flash_bytes"] for r in rows] == [True, True]
+    assert "measured_standard" in rows[0] and "measured_standard" not in rows[1]
+    assert png.stat().st_size > 0
+
+
 @pytest.mark.gpu
 def test_measured_within_20_percent_of_the_model():
     """Issue #16's bar: at N >= 8192 ncu's DRAM bytes of the kernels within 20% of the
