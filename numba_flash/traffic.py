@@ -84,19 +84,23 @@ def _row_bytes(role: str, d: int, item: int) -> int:
     return 4 if role in ("lse", "delta") else d * item
 
 
-def _visited(rows_tile: int, other_tile: int, keys_are_rows: bool, nq: int, nk: int, window) -> list:
-    """Per row tile: the rows of the other axis it reads, summed over the tiles it visits
+def _tile_ranges(rows_tile: int, other_tile: int, keys_are_rows: bool, nq: int, nk: int, window) -> list:
+    """Per row tile: the tiles ``[t_lo, t_hi)`` of the other axis it visits
     (``flex.visit_lists``' ranges, without a block mask)."""
     from numba_flash.reference import _key_range, _query_range
 
-    n_rows, n_other = (nk, nq) if keys_are_rows else (nq, nk)
+    n_rows = nk if keys_are_rows else nq
     span = _query_range if keys_are_rows else _key_range
     out = []
     for r in range(-(-n_rows // rows_tile)):
         lo, hi = span(r * rows_tile, r * rows_tile + rows_tile, nq, nk, window)
-        t_lo, t_hi = lo // other_tile, max(lo // other_tile, -(-hi // other_tile))
-        out.append(sum(min(other_tile, n_other - t * other_tile) for t in range(t_lo, t_hi)))
+        out.append((lo // other_tile, max(lo // other_tile, -(-hi // other_tile))))
     return out
+
+
+def _tile_rows(t: int, other_tile: int, n_other: int) -> int:
+    """Rows of tile ``t`` of an axis of ``n_other`` rows (the last one may be short)."""
+    return min(other_tile, n_other - t * other_tile)
 
 
 def _problem(pass_, dtype, batch, heads, seqlen_q, seqlen_k, head_dim, causal, window, heads_k, allow_tf32, arch):
@@ -105,17 +109,24 @@ def _problem(pass_, dtype, batch, heads, seqlen_q, seqlen_k, head_dim, causal, w
                      features, heads_k)  # fmt: skip
 
 
+def _planned(pass_, dtype, batch, heads, seqlen_q, seqlen_k, head_dim, causal, window, heads_k, allow_tf32, arch):
+    """What both models start from: (problem, plan, bytes an element the kernels work
+    in, the window with causal's right bound 0)."""
+    problem = _problem(pass_, dtype, batch, heads, seqlen_q, seqlen_k, head_dim, causal, window, heads_k, allow_tf32,
+                       arch)  # fmt: skip
+    plan = P.plan(problem)
+    win = V.check_window(window)
+    return problem, plan, _ITEM[plan.work_dtype], ((win[0], 0) if causal else win)
+
+
 def flash(pass_: str, dtype: str, batch: int, heads: int, seqlen_q: int, seqlen_k: int, head_dim: int,
           causal: bool = False, window=(-1, -1), heads_k: int = 0, allow_tf32: bool = False,
           arch=(9, 0)) -> list[Bytes]:  # fmt: skip
     """HBM bytes of each kernel numba-flash launches for this problem (the module
     docstring's model), in launch order."""
-    plan = P.plan(_problem(pass_, dtype, batch, heads, seqlen_q, seqlen_k, head_dim, causal, window, heads_k,
-                           allow_tf32, arch))  # fmt: skip
-    item = _ITEM[plan.work_dtype]
+    _, plan, item, win = _planned(pass_, dtype, batch, heads, seqlen_q, seqlen_k, head_dim, causal, window, heads_k,
+                                  allow_tf32, arch)  # fmt: skip
     d, h_kv = head_dim, heads_k or heads
-    win = V.check_window(window)
-    win = (win[0], 0) if causal else win
     out = []
     for k in plan.launches:
         io = kernel_io(k)
@@ -129,8 +140,10 @@ def flash(pass_: str, dtype: str, batch: int, heads: int, seqlen_q: int, seqlen_
         block_m, block_n, keys_are_rows = k.walk
         rows_tile, other_tile = (block_n, block_m) if keys_are_rows else (block_m, block_n)
         own = KEY_ROLES if keys_are_rows else QUERY_ROLES
-        n_rows = seqlen_k if keys_are_rows else seqlen_q
-        steps = sum(_visited(rows_tile, other_tile, keys_are_rows, seqlen_q, seqlen_k, win))
+        n_rows, n_other = (seqlen_k, seqlen_q) if keys_are_rows else (seqlen_q, seqlen_k)
+        steps = sum(_tile_rows(t, other_tile, n_other)
+                    for lo, hi in _tile_ranges(rows_tile, other_tile, keys_are_rows, seqlen_q, seqlen_k, win)
+                    for t in range(lo, hi))  # fmt: skip
         # blocks: a row tile of every (batch, head of the grid); dK/dV blocks are per KV
         # head and walk the group's query heads, so their other-axis reads count every query head
         grid_heads = h_kv if keys_are_rows else heads
@@ -149,7 +162,8 @@ def flash(pass_: str, dtype: str, batch: int, heads: int, seqlen_q: int, seqlen_
 
 #: H200 (sm_90): SMs; the L2 bytes that serve re-reads by every SM (the 60 MB L2 is two
 #: partitions, each caching for the SMs wired to it, so a tile read from both halves is
-#: held twice: 30 MB; it also fitted the H200's counts best, docs/io.md); the shared
+#: held twice, leaving 30 MB, of which Q and O streaming through take some: 24 MB fitted
+#: the H200's forward counts, docs/io.md); the shared
 #: memory an SM has for blocks (and reserves per block); and the 32-bit registers a
 #: thread of numba-flash's tensor-core kernels holds (250-255 by ``compile_ptx``,
 #: allocated in steps of 8, so 256).
@@ -175,17 +189,6 @@ def _issue_order(launch, variant, heads_grid: int, batch: int, tiles: int) -> li
             for h in range(heads_grid)]  # fmt: skip
 
 
-def _union(ranges) -> int:
-    """Length of the union of half-open ranges."""
-    total, end = 0, None
-    for lo, hi in sorted(r for r in ranges if r[1] > r[0]):
-        if end is None or lo > end:
-            total, end = total + hi - lo, hi
-        elif hi > end:
-            total, end = total + hi - end, hi
-    return total
-
-
 def dram(pass_: str, dtype: str, batch: int, heads: int, seqlen_q: int, seqlen_k: int, head_dim: int,
          causal: bool = False, window=(-1, -1), heads_k: int = 0, allow_tf32: bool = False, arch=(9, 0),
          sms: int = SMS, l2_bytes: int = L2_BYTES, regs: int = REGS) -> list[Bytes]:  # fmt: skip
@@ -205,16 +208,12 @@ def dram(pass_: str, dtype: str, batch: int, heads: int, seqlen_q: int, seqlen_k
     and outputs written once, as in :func:`flash`.  Not modelled: write-back that L2
     defers past the kernel's end (a kernel's writes may be counted by the next), and
     the order of a block mask's row tiles (the plain grid order is used)."""
-    problem = _problem(pass_, dtype, batch, heads, seqlen_q, seqlen_k, head_dim, causal, window, heads_k,
-                       allow_tf32, arch)  # fmt: skip
-    plan = P.plan(problem)
+    problem, plan, item, win = _planned(pass_, dtype, batch, heads, seqlen_q, seqlen_k, head_dim, causal, window,
+                                        heads_k, allow_tf32, arch)  # fmt: skip
     modelled = flash(pass_, dtype, batch, heads, seqlen_q, seqlen_k, head_dim, causal, window, heads_k,
                      allow_tf32, arch)  # fmt: skip
-    item = _ITEM[plan.work_dtype]
     d, h_kv = head_dim, heads_k or heads
     group = heads // h_kv
-    win = V.check_window(window)
-    win = (win[0], 0) if causal else win
     out = []
     for k, tiles_model in zip(plan.launches, modelled):
         if not k.walk:
@@ -227,26 +226,18 @@ def dram(pass_: str, dtype: str, batch: int, heads: int, seqlen_q: int, seqlen_k
         io = kernel_io(k)
         other_row = sum(_row_bytes(r, d, item) for r, rw in io if r not in own and rw == "r")
         heads_grid = h_kv if keys_are_rows else heads
-        tiles = -(-n_rows // rows_tile)
-        spans = []  # per row tile: the other axis's rows [lo, hi) it visits (tile-aligned)
-        from numba_flash.reference import _key_range, _query_range
-
-        span = _query_range if keys_are_rows else _key_range
-        for t in range(tiles):
-            lo, hi = span(t * rows_tile, t * rows_tile + rows_tile, seqlen_q, seqlen_k, win)
-            t_lo, t_hi = lo // other_tile, max(lo // other_tile, -(-hi // other_tile))
-            spans.append((t_lo * other_tile, min(n_other, t_hi * other_tile)))
+        ranges = _tile_ranges(rows_tile, other_tile, keys_are_rows, seqlen_q, seqlen_k, win)
+        tiles = len(ranges)
         slots = sms * blocks_per_sm(k, regs)
         order = _issue_order(k, problem.variant, heads_grid, batch, tiles)
         tile_bytes = other_tile * other_row
         cache = OrderedDict()  # (batch, head, tile) in L2, least recently used first
-        misses = 0
+        misses = 0  # rows of the other axis read from DRAM
         for w in range(0, len(order), slots):
             per_head = {}  # this wave's tiles per (batch, head of the other axis)
             for b, h, t in order[w:w + slots]:
                 for ho in (range(h * group, h * group + group) if keys_are_rows else (h // group,)):
-                    per_head.setdefault((b, ho), set()).update(range(spans[t][0] // other_tile,
-                                                                     -(-spans[t][1] // other_tile)))
+                    per_head.setdefault((b, ho), set()).update(range(*ranges[t]))
             walks = [[(key, t) for t in sorted(ts)] for key, ts in per_head.items()]
             for step in range(max((len(x) for x in walks), default=0)):  # the wave's heads in lockstep
                 for x in walks:
@@ -254,13 +245,12 @@ def dram(pass_: str, dtype: str, batch: int, heads: int, seqlen_q: int, seqlen_k
                         if x[step] in cache:
                             cache.move_to_end(x[step])
                         else:
-                            misses += min(other_tile, n_other - x[step][1] * other_tile)  # rows of the tile
+                            misses += _tile_rows(x[step][1], other_tile, n_other)
                             cache[x[step]] = None
                             if len(cache) * tile_bytes > l2_bytes:
                                 cache.popitem(last=False)
-        other = misses
         read = batch * heads_grid * n_rows * sum(_row_bytes(r, d, item) for r, rw in io if r in own and rw == "r")
-        out.append(Bytes(k.name, read + other * other_row, tiles_model.write))
+        out.append(Bytes(k.name, read + misses * other_row, tiles_model.write))
     return out
 
 
@@ -367,8 +357,6 @@ def measure(pass_: str, dtype: str, batch: int, heads: int, seqlen: int, head_di
     Returns ``{"flash": Bytes, "flash_l2": bytes the SMs asked of L2, "standard": Bytes
     or None (it did not fit in memory), "kernels": [Bytes, ...]}``; raises RuntimeError
     with ncu's output when the run fails."""
-    import csv
-    import io
     import json
     import subprocess
     import sys
@@ -381,27 +369,35 @@ def measure(pass_: str, dtype: str, batch: int, heads: int, seqlen: int, head_di
     cmd = ["ncu", "--clock-control", "none", "--profile-from-start", "off", "--metrics", ",".join(NCU_METRICS),
            "--csv", "--print-units", "base", sys.executable, "-m", "numba_flash.traffic", "--child", args]  # fmt: skip
     run = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
-    text = run.stdout
-    start = text.find('"ID"')
-    if run.returncode != 0 or start < 0:
-        raise RuntimeError(f"ncu failed (exit {run.returncode}): {(run.stderr or text)[-2000:]}")
+    if run.returncode != 0 or '"ID"' not in run.stdout:
+        raise RuntimeError(f"ncu failed (exit {run.returncode}): {(run.stderr or run.stdout)[-2000:]}")
     names = {k.name for k in P.plan(_problem(pass_, dtype, batch, heads, seqlen, seqlen, head_dim, causal, (-1, -1), 0,
                                              False, (9, 0))).launches}  # fmt: skip
-    per: dict = {}
-    for row in csv.DictReader(io.StringIO(text[start:])):
-        key = (row["ID"], row["Kernel Name"])
-        value = int(float(row["Metric Value"].replace(",", "")))
-        entry = per.setdefault(key, [0, 0, 0, 0])
-        entry[NCU_METRICS.index(row["Metric Name"])] += value
-    kernels = [Bytes(name, r, w) for (_, name), (r, w, _, _) in per.items()]
-    l2 = {name: 32 * (r + w) for (_, name), (_, _, r, w) in per.items()}
-    ours = [b for b in kernels if any(n in b.name for n in names)]
-    theirs = [b for b in kernels if b not in ours]
+    profiled = ncu_kernels(run.stdout)
+    kernels = [Bytes(name, int(m.get(NCU_METRICS[0], 0)), int(m.get(NCU_METRICS[1], 0))) for name, m in profiled]
+    mine = [any(n in name for n in names) for name, _ in profiled]
+    ours = [b for b, is_ours in zip(kernels, mine) if is_ours]
+    theirs = [b for b, is_ours in zip(kernels, mine) if not is_ours]
+    l2 = sum(32 * int(m.get(NCU_METRICS[2], 0) + m.get(NCU_METRICS[3], 0)) for (_, m), is_ours in zip(profiled, mine)
+             if is_ours)  # fmt: skip
     return {"flash": Bytes("numba-flash", sum(b.read for b in ours), sum(b.write for b in ours)),
-            "flash_l2": sum(l2[b.name] for b in ours),
+            "flash_l2": l2,
             "standard": (Bytes("cupy-standard", sum(b.read for b in theirs), sum(b.write for b in theirs))
                          if theirs else None),
             "kernels": kernels}  # fmt: skip
+
+
+def ncu_kernels(text: str) -> list:
+    """``(kernel name, {metric: value})`` of every kernel in the ``--csv --print-units
+    base`` output of ncu, in the order they ran."""
+    import csv
+    import io
+
+    per: dict = {}
+    for row in csv.DictReader(io.StringIO(text[text.find('"ID"'):])):
+        entry = per.setdefault((int(row["ID"]), row["Kernel Name"]), {})
+        entry[row["Metric Name"]] = float(row["Metric Value"].replace(",", ""))
+    return [(name, metrics) for (_, name), metrics in sorted(per.items())]
 
 
 def _child(pass_, dtype, batch, heads, seqlen, head_dim, causal):

@@ -60,31 +60,16 @@ def run(standard_max):
 
 
 def parse(csv_path, out_path):
-    import csv
-    import io
-
     from numba_flash import traffic
     from numba_flash._report import write_jsonl
 
-    text = open(csv_path).read()
-    start = text.find('"ID"')
-    per = {}
-    order = []
-    for row in csv.DictReader(io.StringIO(text[start:])):
-        key = (int(row["ID"]), row["Kernel Name"])
-        if key not in per:
-            per[key] = {}
-            order.append(key)
-        per[key][row["Metric Name"]] = float(row["Metric Value"].replace(",", ""))
     cases, cur = {}, None
-    for key in order:
-        name = key[1]
+    for name, metrics in traffic.ncu_kernels(open(csv_path).read()):
         if name.startswith("io_marker_"):
             cur = int(name.split("_")[-1])
             cases[cur] = []
-            continue
-        if cur is not None:
-            cases[cur].append((name, per[key]))
+        elif cur is not None:
+            cases[cur].append((name, metrics))
     rows = []
     for i, kernels in cases.items():
         d, n, pass_, causal = CASES[i]
