@@ -184,7 +184,7 @@ def _issue_order(launch, variant, heads_grid: int, batch: int, tiles: int) -> li
     keys_are_rows = launch.walk[2]
     if not variant.heaviest_first:
         return [(b, h, t) for b in range(batch) for h in range(heads_grid) for t in range(tiles)]
-    reverse = (variant.causal or variant.window[1] >= 0) != keys_are_rows
+    reverse = (variant.causal or variant.window_right) != keys_are_rows  # as block_coords: F[CAUSAL] or F[HAS_RIGHT]
     return [(b, h, tiles - 1 - p if reverse else p) for p in range(tiles) for b in range(batch)
             for h in range(heads_grid)]  # fmt: skip
 

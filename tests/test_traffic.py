@@ -117,6 +117,14 @@ def test_dram_reads_each_tile_once_when_l2_holds_them():
     assert dr.write == fl.write and dr.read < fl.read
 
 
+def test_dram_with_a_window():
+    """A left window alone (a heaviest-first grid, reversed for key tiles): the first
+    query tile of (1, 2, 300, 300, 64) still sees every key, so with L2 holding them
+    DRAM sees Q, K and V once."""
+    (dr,) = T.dram("forward", "float16", 1, 2, 300, 300, 64, window=(70, -1))
+    assert dr.read == 2 * 300 * ROW + 2 * 2 * 300 * ROW
+
+
 def test_dram_waves_against_a_hand_count():
     """One SM holding 2 forward blocks at d = 64 (128 threads, 255 registers: 2 an SM):
     waves of 2 query tiles.  (1, 1, 512, 512, 64) has 4 query tiles, so 2 waves; with
