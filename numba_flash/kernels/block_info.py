@@ -50,9 +50,8 @@ def this_block(q, k, params, cu_q, cu_k, fx, BLOCK, F, KV_MAJOR):
     out and lse it writes (:func:`walk_list` clips its key tiles)."""
     t, h, seq = block_coords(fx, KV_MAJOR, F)
     part = 0
-    if F[SPLIT]:  # the grid's batch axis runs over (split, sequence): fx[SPLIT_AT] = (tiles a split, sequences)
-        part = seq // fx[SPLIT_AT][1]
-        seq -= part * fx[SPLIT_AT][1]
+    if F[SPLIT]:
+        part, seq = split_of(seq, fx)
     if F[VARLEN]:
         b = part  # the arrays' batch: 0, or a split's slot of out and lse (q seen with a stride-0 split axis)
         q0 = cu_q[seq]
@@ -72,6 +71,15 @@ def this_block(q, k, params, cu_q, cu_k, fx, BLOCK, F, KV_MAJOR):
         else:
             hk = h // params[GROUP]
     return t * BLOCK, b, h, hk, q0, k0, mask_info(seqlen_q, seqlen_k, params, F), seq
+
+
+@device_function
+def split_of(z, fx):
+    """``(split, sequence)`` of position ``z`` of the grid's batch axis under split-KV,
+    which runs split-major over (split, sequence): ``fx[SPLIT_AT] = (key tiles a split,
+    sequences)``."""
+    part = z // fx[SPLIT_AT][1]
+    return part, z - part * fx[SPLIT_AT][1]
 
 
 @device_function
@@ -231,7 +239,7 @@ def walk_list(fx, seq, h, t, KEYS_ARE_ROWS, F):
     split_lo = 0
     split_hi = 0
     if F[SPLIT]:
-        split_lo = block_coords(fx, KEYS_ARE_ROWS, F)[2] // fx[SPLIT_AT][1] * fx[SPLIT_AT][0]
+        split_lo = split_of(block_coords(fx, KEYS_ARE_ROWS, F)[2], fx)[0] * fx[SPLIT_AT][0]
         split_hi = split_lo + fx[SPLIT_AT][0]
     return n, row, staged, split_lo, split_hi
 
