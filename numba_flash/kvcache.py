@@ -30,6 +30,7 @@ How it runs:
 from __future__ import annotations
 
 import dataclasses
+import functools
 import numbers
 
 import numpy as np
@@ -63,14 +64,6 @@ def split_count(blocks: int, key_tiles: int, sms: int) -> int:
     return next(s for s in range(1, top + 1) if efficiency(s) >= 0.85 * best)
 
 
-class _Shape:
-    """Shape stand-in for the reference's checks (they read ``shape`` and ``ndim``)."""
-
-    def __init__(self, shape):
-        self.shape = tuple(shape)
-        self.ndim = len(self.shape)
-
-
 def _host_ints(name, x, want_ndim):
     """An int array argument (NumPy, or a device array copied to the host), or None."""
     if x is None or isinstance(x, numbers.Integral):
@@ -84,10 +77,12 @@ def _host_ints(name, x, want_ndim):
     return arr
 
 
-def _sms() -> int:
+@functools.lru_cache(maxsize=None)
+def _sms(device: int) -> int:
+    """SMs of CUDA device ``device`` (asked once: ``Device.attributes`` queries them all)."""
     if SIMULATOR:
         return DEFAULT_SMS
-    return A._cupy().cuda.Device().attributes["MultiProcessorCount"]
+    return A._cupy().cuda.Device(device).attributes["MultiProcessorCount"]
 
 
 def _to_device(arr):
@@ -146,15 +141,14 @@ def flash_attention_with_kvcache(q, k_cache, v_cache, k=None, v=None, *, cache_s
         if op.array.dtype != q_op.array.dtype:
             raise TypeError(f"{op.name}: dtype {A.dtype_name(op.array.dtype)}: expected q's, "
                             f"{A.dtype_name(q_op.array.dtype)}")  # fmt: skip
-    if not isinstance(num_splits, numbers.Integral) or isinstance(num_splits, bool) or num_splits < 0:
+    if not V._is_int(num_splits) or num_splits < 0:
         raise ValueError(f"num_splits={num_splits!r}: expected an int >= 0 (0: chosen for the device)")
     lens_in = _host_ints("cache_seqlens", cache_seqlens, 1)
     table_in = _host_ints("block_table", block_table, 2)
     idx_in = _host_ints("cache_batch_idx", cache_batch_idx, 1)
-    shapes = [_Shape(x.shape) if x is not None else None for x in (rotary_cos, rotary_sin)]
-    lens, n_new, batch_idx, table = R._check_kvcache(
-        _Shape(q_op.array.shape), kc_op.array, vc_op.array, new[0].array if new else None,
-        new[1].array if len(new) > 1 else None, lens_in, idx_in, table_in, *shapes)  # fmt: skip
+    lens, n_new, batch_idx, table = R._check_kvcache(  # (the arrays' shapes only: device arrays too)
+        q_op.array, kc_op.array, vc_op.array, new[0].array if new else None, new[1].array if len(new) > 1 else None,
+        lens_in, idx_in, table_in, rotary_cos, rotary_sin)  # fmt: skip
     if kc_op.array.shape[3] != vc_op.array.shape[3]:
         raise ValueError(f"v_cache: head dim {vc_op.array.shape[3]}: expected k_cache's {kc_op.array.shape[3]}")
     B, Nq, H, d = q_op.array.shape
@@ -194,7 +188,7 @@ def flash_attention_with_kvcache(q, k_cache, v_cache, k=None, v=None, *, cache_s
     (walk,) = [ln.walk for ln in plan.launches if ln.walk]
     block_m, block_n = walk[0], walk[1]
     key_tiles = -(-max_k // block_n)
-    splits = int(num_splits) or split_count(B * heads * -(-rows // block_m), key_tiles, _sms())
+    splits = int(num_splits) or split_count(B * heads * -(-rows // block_m), key_tiles, _sms(_device_id()))
     splits = max(1, min(splits, max(key_tiles, 1)))
     if splits > 1:
         plan = make_plan(splits)

@@ -13,7 +13,7 @@ and its first ``R = 2·cos.shape[1]`` features are turned pair by pair::
 
 Append: row (b, i) of ``new`` (B, n, H_kv, d) goes to position ``p = start[b] + i`` of
 sequence b's cache: row ``p % P`` of page ``table[b, p // P]`` of the cache (num_blocks,
-P, H_kv, d).  A contiguous cache (batch_cache, seqlen_cache, ...) is the paged one with
+P, H_kv, d), found by ``copy.source_at`` as the kernels' tile copies find it.  A contiguous cache (batch_cache, seqlen_cache, ...) is the paged one with
 P = seqlen_cache and ``table[b, 0] = cache_batch_idx[b]``.  Elements move as they are
 (16-bit data as uint16 words), so the append is exact; nothing else of the cache is
 written.  The host checks every position against the cache before the launch.
@@ -25,6 +25,7 @@ threads striding over the pairs (rotary) or the columns (append).  No shared mem
 from __future__ import annotations
 
 from numba_flash._numba_cuda import cuda
+from numba_flash.kernels.copy import source_at
 
 THREADS = 64
 
@@ -58,9 +59,6 @@ def append(cache, new, start, table):
     h = cuda.blockIdx.y
     b = row // n
     i = row - b * n
-    p = start[b] + i
-    page_rows = cache.shape[1]
-    page = table[b, p // page_rows]
-    r = p - (p // page_rows) * page_rows
+    page, r, _, _ = source_at(cache, 0, start[b] + i, h, 0, (table, b))  # the tile copies' page lookup
     for c in range(cuda.threadIdx.x, new.shape[3], cuda.blockDim.x):
         cache[page, r, h, c] = new[b, i, h, c]
