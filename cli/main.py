@@ -959,8 +959,11 @@ def _parse_arch_opt(ctx, param, value):
 @click.option("--ptx", "show_ptx", is_flag=True,
               help="Print the PTX on stdout, alone (the summary goes to stderr); with --json, the PTX is in "
                    "the JSON too.")  # fmt: skip
+@click.option("--seqlen-q", type=click.IntRange(1), default=4096, show_default=True, metavar="N",
+              help="Query rows a sequence the kernels are planned for (at most 16: the forward's one-warp "
+                   "decode tiles).")  # fmt: skip
 @_json_option("the summary (schema numba-flash-inspect/1)")
-def inspect(pass_, dtype, head_dim, causal, arch, tf32, show_ptx, json_path):
+def inspect(pass_, dtype, head_dim, causal, arch, tf32, show_ptx, seqlen_q, json_path):
     """Compile the kernels a pass would launch (no GPU needed) and summarise them.
 
     The kernels are the launch plan's for the pass, dtype, head dim and architecture;
@@ -978,6 +981,7 @@ def inspect(pass_, dtype, head_dim, causal, arch, tf32, show_ptx, json_path):
       numba-flash inspect --pass forward --dtype float16 --head-dim 64 --arch sm_75
       numba-flash inspect --pass forward --dtype float32 --head-dim 64 --ptx > fwd.ptx
       numba-flash inspect --pass forward --dtype float32 --head-dim 128 --tf32 --json -
+      numba-flash inspect --pass forward --dtype float16 --head-dim 128 --seqlen-q 1
     """
     if tf32 and dtype != "float32":
         raise click.UsageError(f"--tf32 applies to --dtype float32 (got --dtype {dtype})")
@@ -986,7 +990,7 @@ def inspect(pass_, dtype, head_dim, causal, arch, tf32, show_ptx, json_path):
     from numba_flash.inspection import COUNT_KEYS, inspect_kernels
 
     try:
-        reports = inspect_kernels(pass_, dtype, head_dim, causal, arch=arch, tf32=tf32)
+        reports = inspect_kernels(pass_, dtype, head_dim, causal, arch=arch, tf32=tf32, seqlen_q=seqlen_q)
     except (ValueError, TypeError) as exc:
         raise click.UsageError(str(exc))
     except RuntimeError as exc:

@@ -64,8 +64,8 @@ def tuning_override(kind: str, head_dim: int):
 
 def choose(kind: str, head_dim: int, causal: bool = False, dtype: str = "float32", simulator: bool = False):
     """The tiles of kernel family ``kind`` ("simt_forward", "simt_backward",
-    "blocked_forward", "blocked_backward", "tc_forward", "tc_backward", "tf32_forward",
-    "tf32_backward"): :func:`tuning_override` if set, else the tuned choice."""
+    "blocked_forward", "blocked_backward", "tc_forward", "tc_decode", "tc_backward",
+    "tf32_forward", "tf32_backward"): :func:`tuning_override` if set, else the tuned choice."""
     fields = tuning_override(kind, head_dim)
     if fields is not None:
         if kind == "blocked_backward":
@@ -327,6 +327,25 @@ def tc_forward_tiles(head_dim: int, causal: bool = False, dtype: str = "float16"
     return TcTiles(head_dim, block_m=128, block_n=64, warps=8, q_in_regs=False)
 
 
+#: Query rows (per sequence, or a GQA group's decode rows) up to which the tensor-core
+#: forward runs on :func:`tc_decode_tiles` (``numba_flash.plan``).
+DECODE_ROWS = 16
+
+
+def tc_decode_tiles(head_dim: int, causal: bool = False, dtype: str = "float16") -> TcTiles:
+    """Tiles of the tensor-core forward for at most ``DECODE_ROWS`` query rows (decoding
+    against a KV cache: one new token, or a GQA group's heads as rows).
+
+    One warp of one 16-row m-tile: the 128-row tiles of :func:`tc_forward_tiles` would
+    run eight warps of mma on rows that do not exist, and the step would be bound by
+    tensor-core work instead of by reading K and V.  A block is then 32 threads with
+    Q (16 rows) and two K/V stages of ``block_n`` keys in shared memory (d = 128,
+    block_n = 64: 68 KiB, three blocks an SM, three tiles of 32 KiB in flight); the
+    parallelism comes from split-KV (``kvcache.split_count``), not from more rows."""
+    _check_tc(head_dim, "tensor-core forward")
+    return TcTiles(head_dim, block_m=16, block_n=64, warps=1, q_in_regs=head_dim <= 128)
+
+
 def tc_array_layout(t) -> tuple:
     """``(DCOLS, NT_W, SYNC, HALVES)``: how the tensor-core kernels of tiles ``t``
     (``TcTiles`` or ``TcBwdTiles``) meet arrays of head dim ``t.data_dim``: the arrays'
@@ -479,12 +498,13 @@ def tf32_backward_tiles(head_dim: int, causal: bool = False) -> Tf32BwdTiles:
 
 
 _TILE_CLASS = {
-    "simt_forward": SimtTiles, "blocked_forward": BlockedTiles, "tc_forward": TcTiles, "tc_backward": TcBwdTiles,
+    "simt_forward": SimtTiles, "blocked_forward": BlockedTiles, "tc_forward": TcTiles, "tc_decode": TcTiles,
+    "tc_backward": TcBwdTiles,
     "tf32_forward": TcTiles, "tf32_backward": Tf32BwdTiles,
 }  # fmt: skip
 _CHOICE = {
     "simt_forward": simt_forward_tiles, "simt_backward": simt_backward_tiles,
     "blocked_forward": blocked_forward_tiles, "blocked_backward": blocked_backward_tiles,
-    "tc_forward": tc_forward_tiles, "tc_backward": tc_backward_tiles,
+    "tc_forward": tc_forward_tiles, "tc_decode": tc_decode_tiles, "tc_backward": tc_backward_tiles,
     "tf32_forward": tf32_forward_tiles, "tf32_backward": tf32_backward_tiles,
 }  # fmt: skip

@@ -37,6 +37,9 @@ import tempfile
 from dataclasses import asdict, dataclass, field
 
 NA = "n/a"
+#: Query rows a sequence the inspected kernels are planned for (the tiles depend on it
+#: only at or below ``config.DECODE_ROWS``: the forward's decode tiles).
+SEQLEN_Q = 4096
 COUNT_KEYS = (
     "mma", "ldmatrix", "cp.async", "ld.shared", "st.shared", "ld.global", "st.global",
     "ld.generic", "st.generic", "ld.local", "st.local", "ld.param", "ex2", "shfl",
@@ -322,7 +325,7 @@ def argtypes(launch, work_dtype: str) -> tuple:
 
 
 def _compile_here(pass_: str, dtype: str, head_dim: int, causal: bool, arch: str, tf32: bool = False,
-                  variants: dict | None = None) -> list[KernelReport]:
+                  variants: dict | None = None, seqlen_q: int = SEQLEN_Q) -> list[KernelReport]:
     from numba import cuda
 
     from numba_flash import plan as P
@@ -333,7 +336,8 @@ def _compile_here(pass_: str, dtype: str, head_dim: int, causal: bool, arch: str
     from numba_flash.variant import Variant
 
     features = Variant(**(variants or {}))
-    pl = P.plan(P.Problem(pass_, dtype, head_dim, causal, allow_tf32=tf32, arch=cc, features=features))
+    pl = P.plan(P.Problem(pass_, dtype, head_dim, causal, allow_tf32=tf32, arch=cc, features=features,
+                          seqlen_q=seqlen_q, seqlen_k=max(seqlen_q, SEQLEN_Q)))  # fmt: skip
     reports = []
     for launch in pl.launches:
         with compiling_for(cc):  # the kernels' device functions too, without a GPU
@@ -361,13 +365,14 @@ def _compile_here(pass_: str, dtype: str, head_dim: int, causal: bool, arch: str
     return reports
 
 
-def _compile_in_subprocess(pass_, dtype, head_dim, causal, arch, tf32=False, variants=None) -> list[KernelReport]:
+def _compile_in_subprocess(pass_, dtype, head_dim, causal, arch, tf32=False, variants=None,
+                           seqlen_q=SEQLEN_Q) -> list[KernelReport]:
     env = {k: v for k, v in os.environ.items() if k != "NUMBA_ENABLE_CUDASIM"}
     # the package must be importable from the child as it is here
     pkg_root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     env["PYTHONPATH"] = pkg_root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
     args = json.dumps(dict(pass_=pass_, dtype=dtype, head_dim=head_dim, causal=causal, arch=arch, tf32=tf32,
-                           variants=variants))  # fmt: skip
+                           variants=variants, seqlen_q=seqlen_q))  # fmt: skip
     p = subprocess.run(
         [sys.executable, "-m", "numba_flash.inspection", args],
         capture_output=True,
@@ -385,17 +390,22 @@ def _compile_in_subprocess(pass_, dtype, head_dim, causal, arch, tf32=False, var
 
 
 def inspect_kernels(pass_: str, dtype: str, head_dim: int, causal: bool, arch: str = "sm_90",
-                    tf32: bool = False, variants: dict | None = None) -> list[KernelReport]:
+                    tf32: bool = False, variants: dict | None = None, seqlen_q: int = None) -> list[KernelReport]:
     """Compile every kernel ``pass_`` would launch for (dtype, head_dim, causal) for
     ``arch`` and summarise it (``tf32``: as ``flash_attention(..., allow_tf32=True)``;
     ``variants``: ``numba_flash.variant.Variant``'s fields other than causal, e.g.
-    ``{"softcap": True, "gqa": True}``).  Works without a GPU and with the simulator on."""
+    ``{"softcap": True, "gqa": True}``; ``seqlen_q``: query rows a sequence, default
+    ``SEQLEN_Q``: at most ``config.DECODE_ROWS`` gives the forward's decode tiles).
+    Works without a GPU and with the simulator on."""
+    seqlen_q = SEQLEN_Q if seqlen_q is None else seqlen_q
+    if not isinstance(seqlen_q, int) or seqlen_q < 1:
+        raise ValueError(f"seqlen_q={seqlen_q!r}: expected an int >= 1")
     if pass_ not in ("forward", "backward"):
         raise ValueError(f"pass: expected 'forward' or 'backward', got {pass_!r}")
     parse_arch(arch)
     if _simulator_on():
-        return _compile_in_subprocess(pass_, dtype, head_dim, causal, arch, tf32, variants)
-    return _compile_here(pass_, dtype, head_dim, causal, arch, tf32, variants)
+        return _compile_in_subprocess(pass_, dtype, head_dim, causal, arch, tf32, variants, seqlen_q)
+    return _compile_here(pass_, dtype, head_dim, causal, arch, tf32, variants, seqlen_q)
 
 
 def _main(argv) -> int:  # the subprocess: JSON in argv[1], one JSON line out

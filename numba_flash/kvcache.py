@@ -41,23 +41,28 @@ from numba_flash import reference as R
 from numba_flash import variant as V
 from numba_flash._launch import launch
 from numba_flash._numba_cuda import SIMULATOR, compute_capability
+from numba_flash.traffic import blocks_per_sm
 
 #: SMs assumed by :func:`split_count` where the device cannot be asked (the simulator).
 DEFAULT_SMS = 132
 MAX_SPLITS = 128
 
 
-def split_count(blocks: int, key_tiles: int, sms: int) -> int:
-    """The number of splits ``num_splits=0`` takes (FlashAttention-2's heuristic): 1 when
-    the ``blocks`` of one split (batch · heads · query tiles) already fill 80% of the
-    ``sms``; else, of the counts up to ``min(MAX_SPLITS, sms, key_tiles)``, the smallest
-    whose efficiency (waves of blocks ÷ waves rounded up) is within 85% of the best."""
-    if blocks <= 0 or key_tiles <= 1 or blocks >= 0.8 * sms:
+def split_count(blocks: int, key_tiles: int, slots: int) -> int:
+    """The number of splits ``num_splits=0`` takes (FlashAttention-2's heuristic, over
+    the ``slots`` of the device: SMs × the blocks of the kernel an SM holds at once,
+    ``traffic.blocks_per_sm``): 1 when the ``blocks`` of one split (batch · heads ·
+    query tiles) already fill 80% of the slots; else, of the counts up to
+    ``min(MAX_SPLITS, slots, key_tiles)``, the smallest whose efficiency (waves of
+    blocks ÷ waves rounded up) is within 85% of the best.  (FlashAttention-2 counts SMs,
+    its split kernel holding about one block an SM; the decode tiles' one-warp blocks
+    fit three at d = 128, and each needs its own split to be in flight.)"""
+    if blocks <= 0 or key_tiles <= 1 or blocks >= 0.8 * slots:
         return 1
-    top = max(1, min(MAX_SPLITS, sms, key_tiles))
+    top = max(1, min(MAX_SPLITS, slots, key_tiles))
 
     def efficiency(s):
-        waves = blocks * s / sms
+        waves = blocks * s / slots
         return waves / np.ceil(waves)
 
     best = max(efficiency(s) for s in range(1, top + 1))
@@ -185,10 +190,11 @@ def flash_attention_with_kvcache(q, k_cache, v_cache, k=None, v=None, *, cache_s
                                total))  # fmt: skip
 
     plan = make_plan(1)
-    (walk,) = [ln.walk for ln in plan.launches if ln.walk]
-    block_m, block_n = walk[0], walk[1]
+    (walker,) = [ln for ln in plan.launches if ln.walk]
+    block_m, block_n = walker.walk[0], walker.walk[1]
     key_tiles = -(-max_k // block_n)
-    splits = int(num_splits) or split_count(B * heads * -(-rows // block_m), key_tiles, _sms(_device_id()))
+    slots = _sms(_device_id()) * blocks_per_sm(walker)
+    splits = int(num_splits) or split_count(B * heads * -(-rows // block_m), key_tiles, slots)
     splits = max(1, min(splits, max(key_tiles, 1)))
     if splits > 1:
         plan = make_plan(splits)

@@ -12,7 +12,8 @@ The rule, in order (FlashAttention-2's dtypes on tensor cores, everything else e
 
 1. fp16 / bf16 at any head dim (on the tiles of ``config.tc_tile_dim``), on sm_80 or
    newer: **tensor-core** (``mma.sync`` m16n8k16; rows that are not 16-byte aligned
-   are copied by plain loads instead of cp.async).
+   are copied by plain loads instead of cp.async); a forward of at most
+   ``config.DECODE_ROWS`` query rows on one-warp tiles (:func:`decode_tiles`).
 2. float32 with ``allow_tf32`` at head dims 64 and 128, rows aligned, sm_80+:
    **tensor-core-tf32**.
 3. Otherwise **simt-fp32**, exact fp32 on CUDA cores: the register-blocked kernels for
@@ -131,6 +132,13 @@ def family(p: Problem) -> tuple[str, str]:
     return "simt-fp32", ""
 
 
+def decode_tiles(p: Problem) -> bool:
+    """The tensor-core forward of ``p`` runs on ``config.tc_decode_tiles``: at most
+    ``config.DECODE_ROWS`` query rows a sequence, and no FlexAttention mods (a block
+    mask's blocks are laid over the usual 128-row tiles)."""
+    return p.pass_ == "forward" and p.seqlen_q <= config.DECODE_ROWS and p.features.mods is None
+
+
 def plan(p: Problem) -> Plan:
     """The launch plan of problem ``p``."""
     fam, note = family(p)
@@ -139,7 +147,8 @@ def plan(p: Problem) -> Plan:
         from numba_flash.kernels import tc_backward, tc_forward
 
         tile_d = config.tc_tile_dim(d)  # d on the tiles of the next tile head dim
-        t = config.choose("tc_" + p.pass_, tile_d, causal, p.dtype)
+        kind = "tc_decode" if decode_tiles(p) else "tc_" + p.pass_
+        t = config.choose(kind, tile_d, causal, p.dtype)
         t = replace(t, data_dim=d if tile_d != d else 0, aligned=p.aligned and d % 8 == 0)
         module = tc_forward if p.pass_ == "forward" else tc_backward
         launches = module.launches(t, v, p.dtype, sz)
@@ -190,7 +199,8 @@ def table(arch: tuple = (9, 0)) -> list[dict]:
         dtype = label.split(",")[0]
         row = {"dtype": label, "head_dims": dims}
         for pass_ in PASSES:
-            pl = plan(Problem(pass_, dtype, d, allow_tf32=tf32, aligned=aligned, arch=arch))
+            pl = plan(Problem(pass_, dtype, d, allow_tf32=tf32, aligned=aligned, arch=arch, seqlen_q=4096,
+                              seqlen_k=4096))  # fmt: skip
             kernels = " → ".join(k.name for k in pl.launches)
             work = f" (on {pl.work_dtype} copies)" if pl.work_dtype != dtype and dtype == "bfloat16" else ""
             row[pass_] = f"{pl.family}: {kernels}{work}"
@@ -200,7 +210,8 @@ def table(arch: tuple = (9, 0)) -> list[dict]:
 
 def with_sizes(p: Problem, batch: int, heads: int, seqlen_q: int, seqlen_k: int, heads_k: int = 0,
                rows_q: int = 0) -> Problem:
-    """``p`` for other sizes (the kernels and tiles do not depend on them)."""
+    """``p`` for other sizes (the kernels and tiles do not depend on them, but for
+    :func:`decode_tiles`, chosen by ``seqlen_q``)."""
     return replace(p, batch=batch, heads=heads, seqlen_q=seqlen_q, seqlen_k=seqlen_k, heads_k=heads_k, rows_q=rows_q)
 
 

@@ -1,6 +1,6 @@
 """Issue #14's bars: decode bandwidth and prefill against a paged cache (H200, fp16).
 
-    python3 scripts/bench_decode.py out.jsonl [--prefill-only]
+    python3 scripts/bench_decode.py out.jsonl [--prefill-only | --decode-only] [--lengths 4096,32768]
 
 * **Decode**: Nq = 1, B = 8, 32 query / 8 KV heads, d = 128, caches of 4096, 32768 and
   131072 tokens (full), contiguous and paged (pages of 256).  Bandwidth = bytes of K
@@ -65,7 +65,10 @@ def sdpa(q, k, v):
 
 def main(path):
     rows = []
-    for L in (() if "--prefill-only" in sys.argv else (4096, 32768, 131072)):
+    lengths = (4096, 32768, 131072)
+    if "--lengths" in sys.argv:
+        lengths = tuple(int(x) for x in sys.argv[sys.argv.index("--lengths") + 1].split(","))
+    for L in (() if "--prefill-only" in sys.argv else lengths):
         kc, vc = randn(B, L, HK, D), randn(B, L, HK, D)
         q = randn(B, 1, H, D)
         kv_bytes = 2 * B * HK * L * D * 2
@@ -91,6 +94,8 @@ def main(path):
                 print(json.dumps(row), flush=True)
         del kc, vc, kp, vp
         cp.get_default_memory_pool().free_all_blocks()
+    if "--decode-only" in sys.argv:
+        return report(rows, path)
     # prefill: Nq = 2048 causal on a paged cache of 16384 against the plain kernel
     Bp, Nq, L, page = 2, 2048, 16384, 256
     per = L // page
@@ -113,6 +118,10 @@ def main(path):
                max_abs_diff=float(cp.abs(out_a.astype(cp.float32) - out_b.astype(cp.float32)).max()))  # fmt: skip
     rows.append(row)
     print(json.dumps(row), flush=True)
+    report(rows, path)
+
+
+def report(rows, path):
     write_jsonl(rows, path)
     print(f"\n{'case':8} {'L':>7} {'layout':11} {'splits':>6} {'ms (10 queued)':>14} {'ms (1)':>8} {'TB/s':>6} "
           f"{'of copy':>7} {'SDPA flash':>10} {'cudnn':>8}")

@@ -224,6 +224,11 @@ HALF_GPU_CASES = [
     for Nq, Nk in ((1000, 1500), (1500, 1000))
     for d in (64, 128)
     for causal in (False, True)
+] + [  # at most config.DECODE_ROWS queries: the one-warp decode tiles, against many key tiles
+    pytest.param(2, 3, Nq, Nk, d, causal, "bshd", marks=pytest.mark.gpu)
+    for Nq, Nk in ((7, 3000), (16, 1000))
+    for d in (64, 200)
+    for causal in (False, True)
 ]
 HALF_CASES = HALF_SIM_CASES + HALF_GPU_CASES
 

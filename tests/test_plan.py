@@ -113,12 +113,30 @@ def test_every_kernel_states_its_shared_memory_and_arguments():
 
 def test_the_tuning_override_is_the_one_environment_variable(monkeypatch):
     monkeypatch.setenv("NUMBA_FLASH_TILES", json.dumps({"tc_forward": {"64": [64, 64, 4, 1]}}))
-    t = _plan("forward", "float16", 64).launches[0].tiles
+    t = _plan("forward", "float16", 64, seqlen_q=1024).launches[0].tiles
     assert (t.block_m, t.block_n, t.warps, t.m_tiles) == (64, 64, 4, 1)
-    assert _plan("forward", "float16", 128).launches[0].tiles == config.tc_forward_tiles(128)  # untouched
+    assert _plan("forward", "float16", 128, seqlen_q=1024).launches[0].tiles == config.tc_forward_tiles(128)  # untouched
     monkeypatch.setenv("NUMBA_FLASH_TILES", "{not json")
     with pytest.raises(ValueError, match="NUMBA_FLASH_TILES"):
         _plan("forward", "float16", 64)
+
+
+def test_decode_rows_run_on_one_warp_tiles():
+    """At most DECODE_ROWS query rows: the forward's tiles are one warp of 16 rows
+    (config.tc_decode_tiles), at every tile head dim; more rows, a backward or a block
+    mask keep the usual tiles."""
+    from numba_flash.variant import Mods, Variant
+
+    for d in (32, 64, 100, 128, 256):
+        t = _plan("forward", "float16", d, seqlen_q=config.DECODE_ROWS, seqlen_k=4096).launches[0].tiles
+        assert (t.block_m, t.warps, t.m_tiles) == (16, 1, 1), d
+        assert t.q_in_regs == (config.tc_tile_dim(d) <= 128)
+        assert t.data_dim == (d if config.tc_tile_dim(d) != d else 0)
+    big = _plan("forward", "float16", 128, seqlen_q=config.DECODE_ROWS + 1).launches[0].tiles
+    assert big == config.tc_forward_tiles(128)
+    mods = Variant(mods=Mods(None, None, None, block_sparse=True))
+    assert _plan("forward", "float16", 128, seqlen_q=1, features=mods).launches[0].tiles.block_m == 128
+    assert _plan("backward", "float16", 128, seqlen_q=1).launches[1].tiles == config.tc_backward_tiles(128)
 
 
 def test_tiles_are_pure_functions():
