@@ -1,6 +1,6 @@
 """Issue #14's bars: decode bandwidth and prefill against a paged cache (H200, fp16).
 
-    python3 scripts/bench_decode.py out.jsonl [--prefill-only | --decode-only] [--lengths 4096,32768]
+    python3 scripts/bench_decode.py out.jsonl [--prefill-only | --decode-only] [--lengths 4096,32768] [--sweep-at L]
 
 * **Decode**: Nq = 1, B = 8, 32 query / 8 KV heads, d = 128, caches of 4096, 32768 and
   131072 tokens (full), contiguous and paged (pages of 256).  Bandwidth = bytes of K
@@ -28,6 +28,9 @@ from numba_flash.bench.cases import visible_pairs
 
 rng = np.random.default_rng(14)
 COPY_TBS = 4.27
+SWEEP_L = 32768  # the length at which num_splits 1, 4 and 16 are timed too (--sweep-at L)
+if "--sweep-at" in sys.argv:
+    SWEEP_L = int(sys.argv[sys.argv.index("--sweep-at") + 1])
 B, H, HK, D = 8, 32, 8, 128
 
 
@@ -82,7 +85,7 @@ def main(path):
             vp[tb[b]] = vc[b].reshape(per, page, HK, D)
         peers = sdpa(q, kc, vc)
         for layout, args, kw in (("contiguous", (q, kc, vc), {}), ("paged 256", (q, kp, vp), {"block_table": table})):
-            splits = (0, 1, 4, 16) if L == 32768 and layout == "contiguous" else (0,)
+            splits = (0, 1, 4, 16) if L == SWEEP_L and layout == "contiguous" else (0,)
             for s in splits:
                 fn = lambda: numba_flash.flash_attention_with_kvcache(*args, cache_seqlens=L, num_splits=s, **kw)  # noqa: E731
                 queued, single = timed(fn)

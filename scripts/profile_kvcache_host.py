@@ -11,7 +11,7 @@ a prefill (Nq = 2048 causal on a paged 16384 cache, B = 2):
 * ``waits``: the call's host time right after ~20 ms of queued GPU work (a matmul
   loop) -- if the call waits for the GPU (a device-to-host copy, a pageable upload),
   this is the GPU work's time, not the host's;
-* a cProfile of 50 calls (top 25 by own time) into ``OUT_DIR/profile_<case>.txt``.
+* a cProfile of 50 calls (top 25 by own time) appended to ``OUT_DIR/profiles.txt``.
 """
 
 import cProfile
@@ -86,8 +86,8 @@ def measure(name, fn, out_dir):
     cp.cuda.runtime.deviceSynchronize()
     text = io.StringIO()
     pstats.Stats(prof, stream=text).sort_stats("tottime").print_stats(25)
-    with open(os.path.join(out_dir, f"profile_{name}.txt"), "w") as f:
-        f.write(text.getvalue())
+    with open(os.path.join(out_dir, "profiles.txt"), "a") as f:
+        f.write(f"===== {name}\n" + text.getvalue())
     row = dict(case=name, host_us=host, gpu_us=gpu, waits_us=float(np.median(waits)))
     print(json.dumps(row), flush=True)
     return row
