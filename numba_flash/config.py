@@ -264,7 +264,8 @@ class TcTiles:
         block_n: keys per K/V tile.
         warps: warps per block.
         m_tiles: 16-row m-tiles per warp (each K/V fragment feeds m_tiles mma).
-        stages: K/V shared-memory buffers (2: tile j+1 is copied while j is used).
+        stages: K/V shared-memory buffers, 2 to 4: the copies run ``stages − 1`` tiles
+            ahead of the tile in use (``kernels.pipeline.wait_for_stage``).
         q_in_regs: each warp keeps its Q fragments in registers (d/4 words a lane per
             m-tile); else it reads them from the shared Q tile at every k-slice (head
             dims past 128, where the registers hold the d/2 output floats instead).
@@ -288,6 +289,8 @@ class TcTiles:
     def __post_init__(self):
         if self.block_m != 16 * self.m_tiles * self.warps:
             raise ValueError(f"block_m={self.block_m} must be 16 · m_tiles · warps = {16 * self.m_tiles * self.warps}")
+        if not 2 <= self.stages <= 4:
+            raise ValueError(f"stages={self.stages}: expected 2 to 4")
 
     @property
     def threads(self) -> int:
@@ -339,11 +342,13 @@ def tc_decode_tiles(head_dim: int, causal: bool = False, dtype: str = "float16")
     One warp of one 16-row m-tile: the 128-row tiles of :func:`tc_forward_tiles` would
     run eight warps of mma on rows that do not exist, and the step would be bound by
     tensor-core work instead of by reading K and V.  A block is then 32 threads with
-    Q (16 rows) and two K/V stages of ``block_n`` keys in shared memory (d = 128,
-    block_n = 64: 68 KiB, three blocks an SM, three tiles of 32 KiB in flight); the
-    parallelism comes from split-KV (``kvcache.split_count``), not from more rows."""
+    Q (16 rows) and ``stages`` K/V buffers of ``block_n`` keys in shared memory, the
+    copies running ``stages − 1`` tiles ahead: a decode step is bound by how many bytes
+    are in flight, and each block keeps three tiles in flight (d = 128, 32 keys, four
+    stages: 68 KiB, three blocks an SM); the parallelism comes from split-KV
+    (``kvcache.split_count``), not from more rows."""
     _check_tc(head_dim, "tensor-core forward")
-    return TcTiles(head_dim, block_m=16, block_n=64, warps=1, q_in_regs=head_dim <= 128)
+    return TcTiles(head_dim, block_m=16, block_n=32, warps=1, stages=4, q_in_regs=head_dim <= 128)
 
 
 def tc_array_layout(t) -> tuple:

@@ -22,16 +22,23 @@ How it runs:
    (FlashAttention-2's ``seqlenq_ngroups_swapped``).
 4. **Split-KV** (``num_splits`` > 1, or chosen by :func:`split_count`): one launch whose
    grid's batch axis runs over (split, sequence) (``Variant.split``); split p walks key
-   tiles ``[p·n, p·n + n)`` and writes its partial O and lse, and ``merge_attention``
-   combines them.  The partial O is kept in the output dtype (fp16/bf16: one more
-   rounding than FlashAttention-2's fp32 partials).
+   tiles ``[p·n, p·n + n)`` and writes its partial O (fp32, as FlashAttention-2's) and
+   lse, and the merge kernel (``merge.merge_into``) combines them into q's dtype.  The
+   GQA decode swap goes through the same merge even with one split: it reads the
+   swapped rows in place, so nothing is copied to reorder them.
+5. **Host time per call** (a decode step is short): the plan and split count are made
+   once per shape (:func:`_launch_plan`), and the packed small ints are uploaded once
+   while their contents repeat (:func:`_upload_ints`).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import functools
+import math
 import numbers
+import os
+from collections import OrderedDict
 
 import numpy as np
 
@@ -48,6 +55,7 @@ DEFAULT_SMS = 132
 MAX_SPLITS = 128
 
 
+@functools.lru_cache(maxsize=1024)
 def split_count(blocks: int, key_tiles: int, slots: int) -> int:
     """The number of splits ``num_splits=0`` takes (FlashAttention-2's heuristic, over
     the ``slots`` of the device: SMs × the blocks of the kernel an SM holds at once,
@@ -63,10 +71,60 @@ def split_count(blocks: int, key_tiles: int, slots: int) -> int:
 
     def efficiency(s):
         waves = blocks * s / slots
-        return waves / np.ceil(waves)
+        return waves / math.ceil(waves)
 
     best = max(efficiency(s) for s in range(1, top + 1))
     return next(s for s in range(1, top + 1) if efficiency(s) >= 0.85 * best)
+
+
+@functools.lru_cache(maxsize=256)
+def _launch_plan(features, swap, dtype, d, causal, aligned, B, heads, rows, max_k, heads_k, num_splits, device,
+                 override):  # fmt: skip
+    """``(plan, splits, key tiles a split)`` of a call: the attention's launch plan on
+    ``Variant.paged`` (and ``Variant.split`` with more than one split, or with the GQA
+    decode ``swap``, whose rows the merge kernel puts back in place), the split count
+    (``num_splits``, or :func:`split_count` over the device's slots for the kernel).
+    Made once per shape (the tuning override is part of the key)."""
+    from numba_flash.api import _plan
+
+    features = dataclasses.replace(features, paged=True, gqa=features.gqa and not swap)
+
+    def make_plan(split):
+        feats = dataclasses.replace(features, split=split)
+        return _plan(P.Problem("forward", dtype, d, causal, False, aligned, B * splits, heads, rows, max_k,
+                               compute_capability(), SIMULATOR, feats, heads_k, B * rows))  # fmt: skip
+
+    splits = 1
+    plan = make_plan(swap)
+    (walker,) = [ln for ln in plan.launches if ln.walk]
+    block_m, block_n = walker.walk[0], walker.walk[1]
+    key_tiles = -(-max_k // block_n)
+    slots = _sms(device) * blocks_per_sm(walker)
+    splits = num_splits or split_count(B * heads * -(-rows // block_m), key_tiles, slots)
+    splits = max(1, min(splits, key_tiles))
+    if splits > 1 or swap:
+        plan = make_plan(True)
+    return plan, splits, -(-key_tiles // splits)
+
+
+_UPLOADS: OrderedDict = OrderedDict()  # (device, bytes) -> device array: the small int arrays of recent calls
+
+
+def _upload_ints(packed: np.ndarray, device: int):
+    """``packed`` (int32) on the device, the copy of a recent call's when the contents
+    are the same (a decode loop with an int ``cache_seqlens`` uploads once).  The
+    kernels only read it."""
+    if SIMULATOR:
+        return packed
+    key = (device, packed.tobytes())
+    hit = _UPLOADS.get(key)
+    if hit is None:
+        hit = _UPLOADS[key] = A._cupy().asarray(packed)
+        if len(_UPLOADS) > 64:
+            _UPLOADS.popitem(last=False)
+    else:
+        _UPLOADS.move_to_end(key)
+    return hit
 
 
 def _host_ints(name, x, want_ndim):
@@ -131,7 +189,7 @@ def flash_attention_with_kvcache(q, k_cache, v_cache, k=None, v=None, *, cache_s
     """
     from numba_flash.api import _Variants, _dummies, _device_id, _run_checked
     from numba_flash.kernels import kvcache as K
-    from numba_flash.merge import merge_attention
+    from numba_flash.merge import merge_into
 
     A.require_runtime()
     causal = A.check_flag("causal", causal)
@@ -177,28 +235,11 @@ def flash_attention_with_kvcache(q, k_cache, v_cache, k=None, v=None, *, cache_s
     rows, heads, run_causal = (group, var.heads_k, False) if swap else (Nq, H, causal)
     total = B * rows
     kc, vc = A.to_compute(kc_op.array, kind), A.to_compute(vc_op.array, kind)
-    features = dataclasses.replace(var.features, paged=True, gqa=var.features.gqa and not swap)
     params = V.params(1, var.window, run_causal, var.softcap) if swap else var.params
     aligned = all(A.aligned16(x) for x in (q_op.array, kc, vc))  # (a rotated or swapped q is a fresh copy)
-
-    def make_plan(splits):
-        from numba_flash.api import _plan
-
-        feats = dataclasses.replace(features, split=splits > 1)
-        return _plan(P.Problem("forward", A.dtype_name(q_op.array.dtype), d, run_causal, False, aligned, B * splits,
-                               heads, rows, max(max_k, 1), compute_capability(), SIMULATOR, feats, var.heads_k,
-                               total))  # fmt: skip
-
-    plan = make_plan(1)
-    (walker,) = [ln for ln in plan.launches if ln.walk]
-    block_m, block_n = walker.walk[0], walker.walk[1]
-    key_tiles = -(-max_k // block_n)
-    slots = _sms(_device_id()) * blocks_per_sm(walker)
-    splits = int(num_splits) or split_count(B * heads * -(-rows // block_m), key_tiles, slots)
-    splits = max(1, min(splits, max(key_tiles, 1)))
-    if splits > 1:
-        plan = make_plan(splits)
-    per_split = -(-key_tiles // splits)
+    plan, splits, per_split = _launch_plan(
+        var.features, swap, A.dtype_name(q_op.array.dtype), d, run_causal, aligned, B, heads, rows, max(max_k, 1),
+        var.heads_k, int(num_splits), _device_id(), os.environ.get("NUMBA_FLASH_TILES"))  # fmt: skip
 
     # the small int arrays in one upload (one wait for the GPU, not five):
     # start (B) | block table (B, pages) | split (2) | cu_seqlens_q (B + 1) | cu_seqlens_k (B + 1)
@@ -207,7 +248,7 @@ def flash_attention_with_kvcache(q, k_cache, v_cache, k=None, v=None, *, cache_s
     packed = np.concatenate([lens.astype(np.int32), table_h.ravel(), np.array([per_split, B], np.int32),
                              (np.arange(B + 1) * rows).astype(np.int32),
                              np.concatenate([[0], np.cumsum(nk)]).astype(np.int32)])  # fmt: skip
-    ints = _to_device(packed)
+    ints = _upload_ints(packed, _device_id())
     at = np.cumsum([0, B, table_h.size, 2, B + 1, B + 1])
     start, split_at, cu_q, cu_k = (ints[at[i]:at[i + 1]] for i in (0, 2, 3, 4))
     table_d = ints[at[1]:at[2]].reshape(table_h.shape)
@@ -244,13 +285,16 @@ def flash_attention_with_kvcache(q, k_cache, v_cache, k=None, v=None, *, cache_s
     q_packed = qc.reshape(total, heads, d) if qc.flags.c_contiguous else qc.copy().reshape(total, heads, d)
 
     # --- 4. the launch and the merge -------------------------------------------------------
+    # split-KV and the GQA decode swap write fp32 partials (Variant.split), which the merge
+    # kernel combines (one split: only puts the swapped rows back) into q's dtype
+    merged = splits > 1 or swap
     work = A.SUPPORTED_BY_NAME[plan.work_dtype]
     xp = np if SIMULATOR else A._cupy()
     if work != q_op.array.dtype:  # bf16 on fp32 copies (the exact kernels' fallback)
         q_packed, kc_w, vc_w = (x.astype(work) for x in (q_packed, kc, vc))
     else:
         kc_w, vc_w = kc, vc
-    out_parts = A.empty(kind, (splits, total, heads, d), work)
+    out_parts = A.empty(kind, (splits, total, heads, d), np.float32 if merged else work)
     lse_parts = A.empty(kind, (splits, heads, total), np.float32)
     q_view = xp.lib.stride_tricks.as_strided(q_packed, (splits,) + q_packed.shape, (0,) + q_packed.strides)
     alibi0, cu0, fx0 = _dummies(_device_id())
@@ -259,16 +303,15 @@ def flash_attention_with_kvcache(q, k_cache, v_cache, k=None, v=None, *, cache_s
                **var.buffers(cu_q, cu_k)}  # fmt: skip
     buffers.update(flex=fx, params=params)
     _run_checked(plan, buffers, "bshd", var)
-    if work != q_op.array.dtype:
-        out_parts = out_parts.astype(q_op.array.dtype)
-    out_parts = out_parts.reshape(splits, B, rows, heads, d)
-    lse_parts = lse_parts.reshape(splits, heads, B, rows).transpose(0, 2, 1, 3)  # (S, B, heads, rows)
-    if swap:  # back to (S, B, 1, H, d) and (S, B, H, 1): query head hk·group + r was row r of KV head hk
-        out_parts = out_parts.transpose(0, 1, 3, 2, 4).reshape(splits, B, 1, H, d)
-        lse_parts = lse_parts.reshape(splits, B, H, 1)
-    if splits > 1:
-        out, lse = merge_attention(out_parts, xp.ascontiguousarray(lse_parts))
+    if merged:  # parts (S, B, rows, heads, d) and (S, B, heads, rows), as views
+        out = A.empty(kind, (B, Nq, H, d), q_op.array.dtype)
+        lse = A.empty(kind, (B, H, Nq), np.float32)
+        merge_into(out_parts.reshape(splits, B, rows, heads, d),
+                   lse_parts.reshape(splits, heads, B, rows).transpose(0, 2, 1, 3), out, lse, group if swap else 1)
     else:
-        out, lse = out_parts[0], xp.ascontiguousarray(lse_parts[0])
-    out, lse = A.to_caller(out, kind), A.to_caller(lse, kind)
-    return (out, lse) if return_lse else out
+        out = out_parts[0].reshape(B, Nq, H, d)
+        if work != q_op.array.dtype:
+            out = out.astype(q_op.array.dtype)
+        lse = xp.ascontiguousarray(lse_parts[0].reshape(H, B, Nq).transpose(1, 0, 2)) if return_lse else None
+    out = A.to_caller(out, kind)
+    return (out, A.to_caller(lse, kind)) if return_lse else out

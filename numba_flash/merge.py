@@ -41,16 +41,23 @@ def merge_attention(out_parts, lse_parts):
                          f"{(S, B, H, Nq)} (out_parts {tuple(o.shape)})")  # fmt: skip
     if lse_in.dtype != np.float32:
         raise TypeError(f"lse_parts: dtype {A.dtype_name(lse_in.dtype)}: expected float32")
-    out = A.empty(kind, (B, Nq, H, D), np.float32)
+    out = A.empty(kind, (B, Nq, H, D), o.dtype)
     lse = A.empty(kind, (B, H, Nq), np.float32)
     if B * Nq * H:
-        from numba_flash._launch import launch
-        from numba_flash.kernels import merge
-
         parts = A.to_compute(o, kind)
-        if parts.dtype != np.float32:
-            parts = parts.astype(np.float32)
-        launch(merge.merge_parts, merge.grid(B, Nq, H), merge.THREADS, 0, parts, A.to_compute(lse_in, kind), out, lse)
-    if o.dtype != np.float32:
-        out = out.astype(o.dtype)
+        merge_into(parts if parts.dtype == np.float32 else parts.astype(np.float32), A.to_compute(lse_in, kind), out,
+                   lse, 1)  # fmt: skip
     return A.to_caller(out, kind), A.to_caller(lse, kind)
+
+
+def merge_into(parts, lse_parts, out, lse, group: int) -> None:
+    """Launch the merge (``kernels.merge``) of fp32 ``parts`` (S, B, rows, heads, d) and
+    ``lse_parts`` (S, B, heads, rows), any strides, into ``out`` (B, Nq, H, d) of fp32,
+    fp16 or bf16 and ``lse`` (B, H, Nq), for ``group`` query heads a part's head."""
+    from numba_flash._launch import launch
+    from numba_flash.kernels import merge
+
+    B, Nq, H, _ = out.shape
+    name = A.dtype_name(out.dtype)
+    view = out if name == "float32" else out.view(np.uint16)
+    launch(merge.merge_kernel(name), merge.grid(B, Nq, H), merge.THREADS, 0, parts, lse_parts, view, lse, group)

@@ -12,7 +12,8 @@
   TFLOP/s against ``flash_attention`` on the same keys as contiguous arrays.
 
 Times: medians of CUDA events around 10 back-to-back calls (``bench_table.median_ms``
-with ``calls=10``), and of single calls.
+with ``calls=10``), of single calls, and of 10 replays of the call captured in a CUDA
+graph (``graph_ms``: the GPU's time of the step, without the host's).
 """
 
 import json
@@ -41,6 +42,32 @@ def randn(*shape):
 def timed(fn):
     fn()
     return median_ms(fn, warmup=2, rep=9, calls=10), median_ms(fn, warmup=1, rep=9)
+
+
+def graph_ms(fn):
+    """Median ms of one call captured in a CUDA graph and replayed 10 times between two
+    events (the GPU's time of the step without the host's: how a serving loop runs its
+    decode steps), or NaN and why, if the call cannot be captured."""
+    stream = cp.cuda.Stream(non_blocking=True)
+    try:
+        with stream:
+            fn()
+            stream.synchronize()
+            stream.begin_capture()
+            fn()
+            graph = stream.end_capture()
+            times = []
+            for _ in range(9):
+                s, e = cp.cuda.Event(), cp.cuda.Event()
+                s.record(stream)
+                for _ in range(10):
+                    graph.launch(stream)
+                e.record(stream)
+                e.synchronize()
+                times.append(cp.cuda.get_elapsed_time(s, e) / 10)
+        return float(np.median(times)), ""
+    except Exception as exc:  # noqa: BLE001 (reported, not hidden)
+        return float("nan"), f"{type(exc).__name__}: {str(exc)[:80]}"
 
 
 def sdpa(q, k, v):
@@ -89,7 +116,9 @@ def main(path):
             for s in splits:
                 fn = lambda: numba_flash.flash_attention_with_kvcache(*args, cache_seqlens=L, num_splits=s, **kw)  # noqa: E731
                 queued, single = timed(fn)
+                graph, why = graph_ms(fn)
                 row = dict(case="decode", L=L, layout=layout, num_splits=s, queued_ms=queued, single_ms=single,
+                           graph_ms=graph, graph_error=why, graph_frac_copy=kv_bytes / graph / 1e9 / COPY_TBS,
                            tbs=kv_bytes / queued / 1e9, frac_copy=kv_bytes / queued / 1e9 / COPY_TBS,
                            sdpa_flash_ms=peers["flash"][0], sdpa_flash_how=peers["flash"][1],
                            sdpa_cudnn_ms=peers["cudnn"][0], sdpa_cudnn_how=peers["cudnn"][1])  # fmt: skip
@@ -127,12 +156,13 @@ def main(path):
 def report(rows, path):
     write_jsonl(rows, path)
     print(f"\n{'case':8} {'L':>7} {'layout':11} {'splits':>6} {'ms (10 queued)':>14} {'ms (1)':>8} {'TB/s':>6} "
-          f"{'of copy':>7} {'SDPA flash':>10} {'cudnn':>8}")
+          f"{'of copy':>7} {'graph ms':>8} {'of copy':>7} {'SDPA flash':>10} {'cudnn':>8}")
     for r in rows:
         if r["case"] == "decode":
             print(f"{'decode':8} {r['L']:7d} {r['layout']:11} {r['num_splits']:6d} {r['queued_ms']:14.3f} "
-                  f"{r['single_ms']:8.3f} {r['tbs']:6.2f} {r['frac_copy']:7.2f} {r['sdpa_flash_ms']:10.3f} "
-                  f"{r['sdpa_cudnn_ms']:8.3f}")
+                  f"{r['single_ms']:8.3f} {r['tbs']:6.2f} {r['frac_copy']:7.2f} {r['graph_ms']:8.3f} "
+                  f"{r['graph_frac_copy']:7.2f} {r['sdpa_flash_ms']:10.3f} {r['sdpa_cudnn_ms']:8.3f}"
+                  + (f"  graph: {r['graph_error']}" if r["graph_error"] else ""))
         else:
             print(f"prefill Nq={r['Nq']} on {r['L']} paged: {r['paged_tflops']:.1f} TF/s vs plain "
                   f"{r['plain_tflops']:.1f}: {r['ratio']:.3f} (bar 0.9); max |diff| {r['max_abs_diff']:.2e}")

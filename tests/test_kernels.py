@@ -15,6 +15,8 @@ input dtype and gets the fp32 bound 1e-5.
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 
@@ -282,6 +284,25 @@ def test_forward_half(rng, dtype, B, H, Nq, Nk, d, causal, layout):
     assert err <= half_bound(2, base), f"O: {err:.3g} vs same-dtype {base:.3g}, seed {rng.seed_value}"
     lse_err = reference.rel_error(host(lse), ref_lse)  # LSE is float32: the fp32 bound
     assert lse_err <= FWD_TOL, f"LSE: {lse_err:.3g}, seed {rng.seed_value}"
+
+
+@pytest.mark.parametrize("stages,block_n", [(3, 32), (4, 64), pytest.param(2, 32, marks=pytest.mark.gpu),
+                                            pytest.param(3, 64, marks=pytest.mark.gpu),
+                                            pytest.param(4, 32, marks=pytest.mark.gpu)])  # fmt: skip
+@pytest.mark.parametrize("causal", [False, True])
+def test_forward_half_decode_stages(rng, monkeypatch, stages, block_n, causal):
+    """The decode tiles' walk of 2 to 4 buffers (copies 1 to 3 tiles ahead,
+    ``pipeline.wait_for_stage``) over more key tiles than stages, a partial last tile:
+    FlashAttention-2's fp16 criterion."""
+    monkeypatch.setenv("NUMBA_FLASH_TILES", json.dumps({"tc_decode": {"64": [16, block_n, 1, 1, stages]}}))
+    B, H, Nq, Nk, d = 2, 2, 5, 7 * block_n + 9 if not SIMULATOR else 5 * block_n + 9, 64
+    q, k, v = make_qkv(rng, B, H, Nq, Nk, d, "bshd", np.float16)
+    xp = np if SIMULATOR else xp_for("cupy")
+    out = numba_flash.flash_attention(xp.asarray(q), xp.asarray(k), xp.asarray(v), causal=causal)
+    ref_out, _ = reference.attention(q, k, v, causal=causal)
+    low_out, _ = reference.attention_lowp(q, k, v, dtype=np.float16, causal=causal)
+    base, err = reference.rel_error(low_out, ref_out), reference.rel_error(host(out), ref_out)
+    assert err <= half_bound(2, base), f"O: {err:.3g} vs same-dtype {base:.3g}, seed {rng.seed_value}"
 
 
 @pytest.mark.parametrize("dtype", HALF_DTYPES, ids=lambda d: _arrays.dtype_name(d))

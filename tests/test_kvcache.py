@@ -148,6 +148,13 @@ def test_decode_gqa_heads_as_rows(rng):
                   capacity=48)  # fmt: skip
 
 
+def test_half_decode_gqa_three_splits(rng):
+    """fp16 decoding on the one-warp decode tiles: 4 query heads on each of 2 KV heads
+    as rows, three splits whose fp32 partials the merge kernel reads in their swapped
+    layout and rounds once to fp16."""
+    check_kvcache(rng, np.float16, Nq=1, H=8, H_kv=2, n_new=1, page=16, num_splits=3, lens=(9, 40), capacity=48)
+
+
 def test_split_count_heuristic():
     """1 split when the blocks fill 80% of the SMs; otherwise enough splits to fill
     waves, never more than the key tiles."""

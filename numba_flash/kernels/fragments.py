@@ -344,6 +344,18 @@ def store_row_pairs(dst, b, row, h, acc, A0, NT, tq, scale, BF16, DCOLS=0, HALVE
             dst[b, row, h, nt * 4 + tq] = w
 
 
+@device_function
+def store_row_floats(dst, b, row, h, acc, A0, NT, tq, scale, DCOLS=0):
+    """:func:`store_row_pairs` into a float32 ``dst[b, row, h, :]`` (split-KV's partial
+    outputs, kept in fp32 as FlashAttention-2 keeps them): columns 8·nt + 2t, + 1."""
+    for nt in range(NT):
+        col = nt * 8 + 2 * tq
+        if DCOLS == 0 or col < DCOLS:
+            dst[b, row, h, col] = acc[A0 + nt * 4] * scale
+        if DCOLS == 0 or col + 1 < DCOLS:
+            dst[b, row, h, col + 1] = acc[A0 + nt * 4 + 1] * scale
+
+
 # --- TF32 (m16n8k8) operands from fp32 tiles ---------------------------------------------
 # The TF32 kernels read fp32 tiles (swizzled as copy.SW_TF32) with ld.shared.v4 in an
 # order that gives every lane contiguous data (tf32_forward's docstring has the

@@ -11,6 +11,12 @@ one step early, at ``j = lo − 1``, which only starts the copy of tile ``lo``::
         if j < lo: continue
         <compute on tile j>
 
+With more stages (``STAGES`` buffers, the tensor-core forward's decode tiles), the copies
+run ``STAGES − 1`` tiles ahead: the walk starts at ``j = lo − (STAGES − 1)``, tile
+``j + STAGES − 1`` is copied at step j (``prefetch_keys(j + STAGES − 2, ...)``), and
+:func:`wait_for_stage` lets the ``STAGES − 2`` younger groups stay in flight; with two
+stages it is the walk above.
+
 The kernels without a second stage (the register-blocked and row-group backward, the
 row-group forward) load each tile with one call, between two barriers:
 :func:`load_tiles_now` (cp.async) and :func:`load_rows_now` (element-wise, converting
@@ -46,6 +52,24 @@ def wait_for_tile(j, lo):
     the copies of tile j + 1 overwrite next."""
     if j >= lo:
         ptx.cp_async_wait_group(0)
+        cuda.syncthreads()
+
+
+@device_function
+def wait_for_stage(j, lo, STAGES):
+    """:func:`wait_for_tile` of a walk with ``STAGES`` (2 to 4) buffers, whose copies run
+    ``STAGES − 1`` tiles ahead (``prefetch_keys(j + STAGES − 2, ...)``, the walk started
+    at ``lo − (STAGES − 1)``): wait until at most ``STAGES − 2`` of this thread's
+    groups are pending, which leaves tile j's complete, then the barrier, after which
+    tile j is visible to all and every warp is done with tile j − 1, whose stage the
+    copies of tile j + STAGES − 1 overwrite next."""
+    if j >= lo:
+        if STAGES == 2:
+            ptx.cp_async_wait_group(0)
+        elif STAGES == 3:
+            ptx.cp_async_wait_group(1)
+        else:
+            ptx.cp_async_wait_group(2)
         cuda.syncthreads()
 
 

@@ -22,20 +22,20 @@ Grid and threads:
 Per block:
     1. cp.async Q (BLOCK_M × d) and the first K, V tiles into shared memory; each warp
        then loads its Q fragments with ldmatrix into registers, where they stay;
-    2. for each K/V tile j (stage j % 2): wait for it, barrier, start copying tile j+1
-       into the other stage, then S = Q·K_jᵀ (ldmatrix.x4 of K, 2 mma per load), mask
-       (only tiles that cross the end of the keys or the causal diagonal), online
-       softmax in registers, P packed to 16-bit pairs in registers is directly the A
-       operand of O += P·V_j (ldmatrix.x4.trans of V);
+    2. for each K/V tile j (stage j % STAGES): wait for it, barrier, start copying tile
+       j + STAGES − 1 into the stage of tile j − 1, then S = Q·K_jᵀ (ldmatrix.x4 of K,
+       2 mma per load), mask (only tiles that cross the end of the keys or the causal
+       diagonal), online softmax in registers, P packed to 16-bit pairs in registers
+       is directly the A operand of O += P·V_j (ldmatrix.x4.trans of V);
     3. O = acc / l written as 16-bit pairs; LSE (float32) by the quad's lane 0.
     Causal: key tiles wholly above the diagonal (bottom-right aligned) are not visited.
 
 Shared memory (2-byte elements, one dynamic array): Q BLOCK_M·d + STAGES × (K + V)
-BLOCK_N·d (``smem_bytes``; over 48 KiB is opted in at launch).  Rows are d·2 bytes
-(a multiple of 64), so the 8 rows an ldmatrix reads would hit the same banks; the
-16-byte chunks of a row are XOR-swizzled by the row (``copy.SW_16BIT``), which spreads
-any 8 consecutive rows over all 32 banks, for the cp.async writes and the ldmatrix
-reads alike.
+BLOCK_N·d (``smem_bytes``; over 48 KiB is opted in at launch; STAGES is 2 but for the
+decode tiles, ``config.tc_decode_tiles``).  Rows are d·2 bytes (a multiple of 64), so
+the 8 rows an ldmatrix reads would hit the same banks; the 16-byte chunks of a row are
+XOR-swizzled by the row (``copy.SW_16BIT``), which spreads any 8 consecutive rows over
+all 32 banks, for the cp.async writes and the ldmatrix reads alike.
 
 Head dims: the tile's d is one of ``config.TC_TILE_DIMS``; an array head dim below it
 is zero-filled past its end on load (the zero columns add nothing to Q·Kᵀ, and the
@@ -47,7 +47,8 @@ shared Q tile at every k-slice instead of being kept in registers (``q_in_regs``
 
 Inputs are passed as uint16 views (cp.async moves bytes; the dtype matters only to
 mma and to the pack of P and O), the output as a uint32 view (two 16-bit values a word;
-uint16 for an odd head dim: ``config.tc_out_view``).
+uint16 for an odd head dim: ``config.tc_out_view``), but split-KV's partial outputs
+(``Variant.split``) as float32, merged later (``kernels.merge``).
 """
 
 from __future__ import annotations
@@ -60,7 +61,7 @@ from numba_flash.config import TcTiles, tc_array_layout, tc_out_view
 from numba_flash.kernels import copy, fragments, pipeline, score, softmax, spec
 from numba_flash.kernels.block_info import (key_tiles, kv_pages, no_pages, this_block, tile_needs_mask, tile_partial,
                                            walk_list, walk_range)
-from numba_flash.variant import DROPOUT, VARLEN, Variant
+from numba_flash.variant import DROPOUT, SPLIT, VARLEN, Variant
 
 _ALIGN = ptx.SMEM_ALIGN  # a module global, so numba sees a literal (see ptx.SMEM_ALIGN)
 
@@ -129,16 +130,17 @@ def tc_forward_kernel(t: TcTiles, variant: Variant, dtype: str):
         copy.copy_tile(q_base, q, b, h, q0 + start_m, q0 + seqlen_q, tid, BLOCK_M, CHUNKS, 8, ROW_BYTES, SW, THREADS, False,
                        DCOLS, SYNC)  # fmt: skip
 
-        # the double-buffered walk (pipeline's docstring): j = n_lo - 1 only starts tile n_lo
-        for j in range(n_lo - 1, n_hi):
-            pipeline.wait_for_tile(j, n_lo)  # tile j (and Q) is in shared memory for all
+        # the walk of STAGES buffers (pipeline's docstring): j < n_lo only starts tiles
+        # n_lo .. n_lo + STAGES - 2; step j starts tile j + STAGES - 1
+        for j in range(n_lo - (STAGES - 1), n_hi):
+            pipeline.wait_for_stage(j, n_lo, STAGES)  # tile j (and Q) is in shared memory for all
             if j == n_lo and Q_IN_REGS:  # Q fragments: A operands, WARP_ROWS rows × d, kept in registers
                 for mt in range(MT):
                     for kk in range(KSTEPS):
                         fragments.load_a(q_frag, mt * Q_TILE + kk * 4, q_base, warp * WARP_ROWS + mt * 16, kk, lane,
                                          ROW_BYTES)  # fmt: skip
-            pipeline.prefetch_keys(j, n_hi, vr, F, k_base, k, v_base, v, b, hk, k0, seqlen_k, tid, BLOCK_N, CHUNKS, 8, ROW_BYTES,
-                                   SW, THREADS, KV_BYTES, STAGES, DCOLS, SYNC, pg)  # fmt: skip
+            pipeline.prefetch_keys(j + STAGES - 2, n_hi, vr, F, k_base, k, v_base, v, b, hk, k0, seqlen_k, tid, BLOCK_N,
+                                   CHUNKS, 8, ROW_BYTES, SW, THREADS, KV_BYTES, STAGES, DCOLS, SYNC, pg)  # fmt: skip
             if j < n_lo:
                 continue
             start_n, k_tile, v_tile = pipeline.key_stage(j, vr, F, k_base, v_base, BLOCK_N, KV_BYTES, STAGES)
@@ -192,8 +194,12 @@ def tc_forward_kernel(t: TcTiles, variant: Variant, dtype: str):
                 row = start_m + warp * WARP_ROWS + mt * 16 + (lane >> 2) + 8 * r  # lane >> 2, not g: g kept
                 # live through the loop costs the register that tips d = 64 into spilling
                 if row < seqlen_q:
-                    fragments.store_row_pairs(out32, b, q0 + row, h, acc_o, mt * O_TILE + 2 * r, NT_W, tq, inv_l, BF16,
-                                              DCOLS, HALVES)  # fmt: skip
+                    if F[SPLIT]:  # a split's partial output, merged later: fp32
+                        fragments.store_row_floats(out32, b, q0 + row, h, acc_o, mt * O_TILE + 2 * r, NT_W, tq, inv_l,
+                                                   DCOLS)  # fmt: skip
+                    else:
+                        fragments.store_row_pairs(out32, b, q0 + row, h, acc_o, mt * O_TILE + 2 * r, NT_W, tq, inv_l,
+                                                  BF16, DCOLS, HALVES)  # fmt: skip
                     if tq == 0:
                         lse[b, h, q0 + row] = lse_row
 
@@ -211,4 +217,5 @@ def launches(t: TcTiles, variant: Variant, dtype: str, sz: spec.Sizes) -> list:
     grid = spec.query_grid(sz, t.block_m, variant.heaviest_first)
     kernel = tc_forward_kernel(t, variant, dtype)
     return [spec.KernelLaunch("tc_forward", kernel, t, grid, t.threads, smem_bytes(t),
-                              spec.forward_args("u16", tc_out_view(t)), (t.block_m, t.block_n, False))]  # fmt: skip
+                              spec.forward_args("u16", "" if variant.split else tc_out_view(t)),
+                              (t.block_m, t.block_n, False))]  # fmt: skip
