@@ -343,12 +343,15 @@ def tc_decode_tiles(head_dim: int, causal: bool = False, dtype: str = "float16")
     run eight warps of mma on rows that do not exist, and the step would be bound by
     tensor-core work instead of by reading K and V.  A block is then 32 threads with
     Q (16 rows) and ``stages`` K/V buffers of ``block_n`` keys in shared memory, the
-    copies running ``stages − 1`` tiles ahead: a decode step is bound by how many bytes
-    are in flight, and each block keeps three tiles in flight (d = 128, 32 keys, four
-    stages: 68 KiB, three blocks an SM); the parallelism comes from split-KV
-    (``kvcache.split_count``), not from more rows."""
+    copies running ``stages − 1`` tiles ahead.  On the H200 (B = 8, 32/8 heads,
+    d = 128, 131072 keys, docs/benchmarks/2026-12-02-s9) the step was bound by the
+    warps an SM holds, not by the bytes in flight: 0.63 of the copy bandwidth with 32
+    keys and two stages (36 KiB, six blocks an SM), 0.57-0.59 with 64 × 2 or 32 × 3
+    (three, four blocks), 0.40-0.45 with 64 × 3 or 32 × 4, 0.21 with 64 × 4 (one
+    block).  The parallelism comes from split-KV (``kvcache.split_count``), not from
+    more rows."""
     _check_tc(head_dim, "tensor-core forward")
-    return TcTiles(head_dim, block_m=16, block_n=32, warps=1, stages=4, q_in_regs=head_dim <= 128)
+    return TcTiles(head_dim, block_m=16, block_n=32, warps=1, stages=2, q_in_regs=head_dim <= 128)
 
 
 def tc_array_layout(t) -> tuple:

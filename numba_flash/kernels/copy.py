@@ -18,8 +18,9 @@ padding), and its 16-byte chunk c is stored at chunk ``swizzle(r, c, SWIZZLE)``:
 Paged KV caches: with ``pg = (block_table, seq)`` (``block_info.kv_pages``) instead of
 None, row ``r`` of the sequence is row ``r % page_size`` of page ``block_table[seq, r //
 page_size]`` of a (num_blocks, page_size, H, d) array (:func:`source_at`); ``b`` is not
-used.  ``pg is None`` is decided when numba compiles the function, so the unpaged copies
-carry no trace of it.
+used.  A tile whose rows lie in one page looks its page up once (:func:`page_of`); a
+tile across a page boundary finds each row's page.  ``pg is None`` is decided when numba
+compiles the function, so the unpaged copies carry no trace of it.
 
 The copies belong to the thread's open cp.async group: the caller commits
 (``ptx.cp_async_commit``), waits, and then needs a ``syncthreads`` before other threads
@@ -30,7 +31,7 @@ read the tile.  All ``THREADS`` threads of the block share the work, chunk
 from __future__ import annotations
 
 from numba_flash import ptx
-from numba_flash._numba_cuda import cuda, device_function, float32, uint32
+from numba_flash._numba_cuda import cuda, device_function, float32, int64, uint32
 
 SW_NONE = 0
 SW_16BIT = 1
@@ -87,6 +88,47 @@ def copy_rows(tile_a, src_a, tile_b, src_b, TWO, b, h, row0, nrows, tid, ROWS, C
     aligned, so a chunk is read by plain loads (16-bit elements, ELEMS = 8) and stored
     with one 16-byte shared store, at once (:func:`_load_chunk`).  ``pg``: a paged
     source (module docstring)."""
+    if pg is None:
+        _copy_rows(tile_a, src_a, tile_b, src_b, TWO, b, h, row0, nrows, tid, ROWS, CHUNKS, ELEMS, ROW_BYTES, SWIZZLE,
+                   THREADS, UNROLL, DCOLS, SYNC, None)  # fmt: skip
+        return
+    page, first = page_of(src_a, row0, ROWS, pg)
+    if page >= 0:  # the tile's rows are rows first .. of one page: looked up once, not a row at a time
+        _copy_rows(tile_a, src_a, tile_b, src_b, TWO, page, h, first, first + (nrows - row0), tid, ROWS, CHUNKS, ELEMS,
+                   ROW_BYTES, SWIZZLE, THREADS, UNROLL, DCOLS, SYNC, None)  # fmt: skip
+    else:
+        _copy_rows(tile_a, src_a, tile_b, src_b, TWO, b, h, row0, nrows, tid, ROWS, CHUNKS, ELEMS, ROW_BYTES, SWIZZLE,
+                   THREADS, UNROLL, DCOLS, SYNC, pg)  # fmt: skip
+
+
+@device_function
+def page_of(src, row0, ROWS, pg):
+    """``(page, row in it)`` of row ``row0`` of a paged sequence (``pg``) when rows
+    ``row0 .. row0 + ROWS − 1`` all lie in that page (a contiguous cache's single page
+    always holds them; a paged one when pages are a multiple of the tile, or the tile
+    does not cross a page's end), else ``(−1, 0)``: a tile then finds its rows one by
+    one (:func:`source_at`).  Both results are int64 pairs (numba may compile a branch
+    on ``pg is None`` for a tuple too, so nothing here may be Optional)."""
+    page = uint32(src.shape[1])
+    at = uint32(row0)
+    if page & (page - uint32(1)) == 0:
+        shift = uint32(cuda.ffs(page) - 1)
+        p = at >> shift
+        last = (at + uint32(ROWS - 1)) >> shift
+        r = at & (page - uint32(1))
+    else:
+        p = at // page
+        last = (at + uint32(ROWS - 1)) // page
+        r = at - p * page
+    if p == last:
+        return int64(pg[0][pg[1], p]), int64(r)
+    return int64(-1), int64(0)
+
+
+@device_function
+def _copy_rows(tile_a, src_a, tile_b, src_b, TWO, b, h, row0, nrows, tid, ROWS, CHUNKS, ELEMS, ROW_BYTES, SWIZZLE,
+               THREADS, UNROLL, DCOLS, SYNC, pg):
+    """The loop of :func:`copy_rows` (``pg``: rows looked up one by one, or None)."""
     if UNROLL:
         for i in range(ROWS * CHUNKS // THREADS):
             _copy_chunk(tile_a, src_a, tile_b, src_b, TWO, b, h, row0, nrows, tid + i * THREADS, CHUNKS, ELEMS,
