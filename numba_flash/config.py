@@ -344,14 +344,12 @@ def tc_decode_tiles(head_dim: int, causal: bool = False, dtype: str = "float16")
     tensor-core work instead of by reading K and V.  A block is then 32 threads with
     Q (16 rows) and ``stages`` K/V buffers of ``block_n`` keys in shared memory, the
     copies running ``stages − 1`` tiles ahead.  On the H200 (B = 8, 32/8 heads,
-    d = 128, 131072 keys, docs/benchmarks/2026-12-02-s9) the step was bound by the
-    warps an SM holds, not by the bytes in flight: 0.63 of the copy bandwidth with 32
-    keys and two stages (36 KiB, six blocks an SM), 0.57-0.59 with 64 × 2 or 32 × 3
-    (three, four blocks), 0.40-0.45 with 64 × 3 or 32 × 4, 0.21 with 64 × 4 (one
-    block).  The parallelism comes from split-KV (``kvcache.split_count``), not from
-    more rows."""
+    d = 128, 131072 keys, docs/benchmarks/2026-12-02-s9), once a tile's page is looked
+    up once (``copy.page_of``): 32 keys and three stages (52 KiB, four blocks an SM)
+    reach 0.97 of the copy bandwidth, two stages 0.82, 16 keys and four stages 0.71.
+    The parallelism comes from split-KV (``kvcache.split_count``), not from more rows."""
     _check_tc(head_dim, "tensor-core forward")
-    return TcTiles(head_dim, block_m=16, block_n=32, warps=1, stages=2, q_in_regs=head_dim <= 128)
+    return TcTiles(head_dim, block_m=16, block_n=32, warps=1, stages=3, q_in_regs=head_dim <= 128)
 
 
 def tc_array_layout(t) -> tuple:
