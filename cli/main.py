@@ -570,9 +570,17 @@ def _bench_tables(results, out):
               help="A mask_mod with its BlockMask: document (8 packed documents of random lengths), prefix "
               "(prefix-LM, N/4 bidirectional), sink (causal window of 1024 plus 4 sink tokens); TFLOP/s count "
               "the kept pairs. --causal defaults to off.")
+@click.option("--decode", is_flag=True, default=False,
+              help="Decode steps of flash_attention_with_kvcache instead: one new query a sequence against full "
+                   "caches of each --seqlen N keys (default 4096, 32768, 131072), --batch (default 8), --heads "
+                   "(default 32) on --kv-heads (default 8), --head-dim (default 128); prints K+V bytes read / time "
+                   "against the device's copy bandwidth, queued and replayed from a CUDA graph, beside torch SDPA "
+                   "flash and cuDNN.")
+@click.option("--page-size", "page_sizes", multiple=True, type=click.IntRange(0), metavar="P",
+              help="With --decode: cache layouts, 0 contiguous, P > 0 paged in pages of P rows (default 0 and 256).")
 def bench(preset, seqlens, head_dims, batch, heads, dtypes, causal, pass_, impls, layout, warmup, rep, min_rep,
           budget_ms, json_path, csv_path, plot_path, progress, kv_heads, window, softcap, alibi, dropout, varlen,
-          seed, block_sparse, mask_kind):  # fmt: skip
+          seed, block_sparse, mask_kind, decode, page_sizes):  # fmt: skip
     """Time forward / backward against CuPy and torch SDPA, with CUDA events.
 
     Median of many calls after warm-up, inputs rotated through more than 3x the L2
@@ -591,7 +599,15 @@ def bench(preset, seqlens, head_dims, batch, heads, dtypes, causal, pass_, impls
       numba-flash bench --varlen --seqlen 1024 --head-dim 128 --causal on --seed 7
       numba-flash bench --seqlen 65536 --block-sparse 0.1 --batch 1 --heads 8
       numba-flash bench --seqlen 16384 --head-dim 128 --mask document
+      numba-flash bench --decode --seqlen 4096,32768,131072 --json decode.json
     """
+    if decode:
+        _bench_decode(seqlens, head_dims, batch, heads, kv_heads, dtypes, page_sizes, json_path, progress,
+                      preset=preset, varlen=varlen, flex=block_sparse is not None or mask_kind is not None,
+                      variants=_variants(None, window, softcap, alibi, dropout), csv=csv_path, plot=plot_path)  # fmt: skip
+        return
+    if page_sizes:
+        raise click.UsageError("--page-size is a --decode option: add --decode")
     if block_sparse is not None and mask_kind is not None:
         raise click.UsageError("--block-sparse and --mask are two kinds of block mask: give one")
     flex = f"block-sparse:{block_sparse:g}" if block_sparse is not None else f"mask:{mask_kind}" if mask_kind else ""
@@ -671,6 +687,75 @@ def bench(preset, seqlens, head_dims, batch, heads, dtypes, causal, pass_, impls
         _plot(lambda: B.plot(results, plot_path, title=f"numba-flash vs peers on {dev['name']}"), plot_path, out)
 
 
+def _decode_cases(seqlens, head_dims, batch, heads, kv_heads, dtypes, page_sizes):
+    """``bench --decode`` / ``memory --decode``'s cases from the shape options."""
+    from numba_flash.bench import decode as D
+
+    unequal = [f"{nq}:{nk}" for nq, nk in seqlens or () if nq != nk]
+    if unequal:
+        raise click.UsageError(f"--decode: --seqlen N gives the cache length (one query a sequence), not NQ:NK "
+                               f"(got {', '.join(unequal)})")  # fmt: skip
+    if len(head_dims or ()) > 1 or len(dtypes or ()) > 1:
+        raise click.UsageError("--decode times one head dim and one dtype at a time")
+    try:
+        return D.decode_cases([nk for _, nk in seqlens] if seqlens else [4096, 32768, 131072],
+                              page_sizes=tuple(page_sizes) or (0, 256), batch=batch or 8, heads=heads or 32,
+                              heads_k=kv_heads or 8, head_dim=(head_dims or [128])[0],
+                              dtype=(dtypes or ["float16"])[0])  # fmt: skip
+    except ValueError as exc:
+        raise click.UsageError(f"--decode: {exc}")
+
+
+def _bench_decode(seqlens, head_dims, batch, heads, kv_heads, dtypes, page_sizes, json_path, progress, *, preset,
+                  varlen, flex, variants, csv, plot):  # fmt: skip
+    if preset or varlen or flex or variants or csv or plot:
+        raise click.UsageError("--decode times plain decode steps: it takes --seqlen, --batch, --heads, --kv-heads, "
+                               "--head-dim, --dtype, --page-size and --json only")  # fmt: skip
+    cases = _decode_cases(seqlens, head_dims, batch, heads, kv_heads, dtypes, page_sizes)
+    from numba_flash import bench as B
+    from numba_flash.bench import decode as D
+
+    try:
+        B.require_device()
+    except B.NoDeviceError as exc:
+        _fail(f"bench --decode: {exc}. Run it on a machine with an NVIDIA GPU (CuPy installed).")
+    from rich.markup import escape
+    from rich.table import Table
+
+    from numba_flash.info import gather_info
+
+    env = gather_info()
+    out = _Out(to_stderr=json_path == "-")
+    out.echo(f"numba-flash bench --decode on {env['device']['name']}: {len(cases)} case(s)")
+    with _progress(progress) as update:
+        results = D.run_decode(cases, progress=update)
+    rows = [r.to_dict() for r in results]
+    copy = rows[0]["copy_tbs"] if rows else float("nan")
+    t = Table(title=f"decode steps: K+V bytes read / time, against the copy bandwidth ({copy:.2f} TB/s)",
+              title_justify="left")  # fmt: skip
+    for col in ("keys", "layout", "B", "H/H_kv", "splits", "queued ms", "TB/s", "of copy", "graph ms", "of copy ",
+                "SDPA flash ms", "cuDNN ms", "status"):  # fmt: skip
+        t.add_column(col, justify="left" if col in ("layout", "status") else "right", no_wrap=True)
+
+    def ms(x):
+        return "—" if x != x else f"{x:.3f}"
+
+    for r in rows:
+        status = r["status"] if r["status"] != "ok" else (f"graph: {r['graph_error']}" if r["graph_error"] else "ok")
+        t.add_row(str(r["cache_len"]), r["layout"], str(r["batch"]), f"{r['heads']}/{r['heads_k']}", str(r["splits"]),
+                  ms(r["queued_ms"]), f"{r['queued_tbs']:.2f}", f"{r['queued_of_copy']:.2f}", ms(r["graph_ms"]),
+                  f"{r['graph_of_copy']:.2f}", ms(r.get("sdpa_flash_ms", float("nan"))),
+                  ms(r.get("sdpa_cudnn_ms", float("nan"))), escape(status + (f" {r['detail']}" if r["detail"] else "")))
+    out.print(t)
+    if json_path:
+        from numba_flash import _report
+
+        _report.write_json(_report.json_document(D.SCHEMA, rows, environment={"device": env["device"],
+                                                                               "versions": env["versions"]}),
+                           json_path)  # fmt: skip
+        out.wrote(json_path)
+
+
 # --------------------------------------------------------------------------------------
 # memory
 # --------------------------------------------------------------------------------------
@@ -698,8 +783,16 @@ def bench(preset, seqlens, head_dims, batch, heads, dtypes, causal, pass_, impls
               help="Draw peak memory against N into FILE (.png; needs matplotlib).")
 @click.option("--progress/--no-progress", default=True, show_default=True,
               help="Show a progress bar (on stderr).")
+@click.option("--decode", is_flag=True, default=False,
+              help="The workspace of a flash_attention_with_kvcache decode step instead (one query a sequence, "
+                   "full caches of N = --min-seqlen … --max-seqlen keys, --heads on --kv-heads): predicted and "
+                   "measured beside the split count; it grows with batch · heads · splits, not with N.")
+@click.option("--kv-heads", type=click.IntRange(1, 65535), default=None, help="With --decode: KV heads (default "
+              "--heads).")
+@click.option("--page-size", "page_sizes", multiple=True, type=click.IntRange(0), metavar="P",
+              help="With --decode: 0 contiguous, P > 0 pages of P rows (default 0 and 256).")
 def memory(max_seqlen, min_seqlen, batch, heads, head_dim, dtype, causal, pass_, impls, max_seqlen_standard,
-           json_path, plot_path, progress):  # fmt: skip
+           json_path, plot_path, progress, decode, kv_heads, page_sizes):  # fmt: skip
     """Peak device memory against N: numba-flash (linear) vs a standard attention (quadratic).
 
     Peak = high-water mark of a fresh CuPy memory pool around the call (inputs counted
@@ -710,9 +803,19 @@ def memory(max_seqlen, min_seqlen, batch, heads, head_dim, dtype, causal, pass_,
     Examples:
       numba-flash memory --json mem.json --plot mem.png
       numba-flash memory --max-seqlen 32768 --head-dim 128 --dtype float32 --pass forward
+      numba-flash memory --decode --batch 8 --heads 32 --kv-heads 8 --head-dim 128 --min-seqlen 4096
     """
     if min_seqlen > max_seqlen:
         raise click.UsageError(f"--min-seqlen {min_seqlen} is larger than --max-seqlen {max_seqlen}")
+    if decode:
+        if causal or impls or plot_path or max_seqlen_standard is not None:
+            raise click.UsageError("--decode measures numba-flash's decode step: --causal, --impl, --plot and "
+                                   "--max-seqlen-standard do not apply")  # fmt: skip
+        _memory_decode(max_seqlen, min_seqlen, batch, heads, kv_heads or heads, head_dim, dtype, page_sizes,
+                       json_path, progress)  # fmt: skip
+        return
+    if kv_heads is not None or page_sizes:
+        raise click.UsageError("--kv-heads and --page-size are --decode options: add --decode")
     _distinct_outputs(**{"--json": json_path, "--plot": plot_path})
     if plot_path:
         _need_matplotlib(plot_path)
@@ -763,6 +866,45 @@ def memory(max_seqlen, min_seqlen, batch, heads, head_dim, dtype, causal, pass_,
         out.wrote(json_path)
     if plot_path:
         _plot(lambda: M.plot(results, plot_path), plot_path, out)
+
+
+def _memory_decode(max_seqlen, min_seqlen, batch, heads, kv_heads, head_dim, dtype, page_sizes, json_path, progress):
+    from numba_flash import bench as B
+    from numba_flash import memory as M
+    from numba_flash.bench import decode as D
+
+    lens = M.seqlens_up_to(max_seqlen, min_seqlen)
+    cases = _decode_cases([(n, n) for n in lens], [head_dim], batch, heads, kv_heads, [dtype], page_sizes)
+    try:
+        B.require_device("memory measurements")
+    except B.NoDeviceError as exc:
+        _fail(f"memory --decode: {exc}. Run it on a machine with an NVIDIA GPU (CuPy installed).")
+    from rich.markup import escape
+    from rich.table import Table
+
+    from numba_flash.info import gather_info
+
+    env = gather_info()
+    out = _Out(to_stderr=json_path == "-")
+    out.echo(f"numba-flash memory --decode on {env['device']['name']}: B={batch} H={heads}/{kv_heads} d={head_dim} "
+             f"{dtype}, one query a sequence, caches of {lens[0]} … {lens[-1]} keys")  # fmt: skip
+    with _progress(progress) as update:
+        rows = D.decode_memory(cases, progress=update)
+    t = Table(title="decode workspace: what a step allocates beyond its output", title_justify="left")
+    for col in ("keys", "layout", "cache (K+V)", "splits", "predicted", "measured", "output", "status"):
+        t.add_column(col, justify="left" if col in ("layout", "status") else "right", no_wrap=True)
+    for r in rows:
+        t.add_row(str(r["cache_len"]), r["layout"], M.human_bytes(r["cache_bytes"]), str(r.get("splits", "—")),
+                  M.human_bytes(r.get("predicted_workspace_bytes")), M.human_bytes(r.get("workspace_bytes")),
+                  M.human_bytes(r.get("output_bytes")), escape(r["status"] + (f" {r['detail']}" if r["detail"] else "")))
+    out.print(t)
+    if json_path:
+        from numba_flash import _report
+
+        _report.write_json(_report.json_document(D.SCHEMA.replace("bench-decode", "memory-decode"), rows,
+                                                 environment={"device": env["device"], "versions": env["versions"]}),
+                           json_path)  # fmt: skip
+        out.wrote(json_path)
 
 
 # --------------------------------------------------------------------------------------

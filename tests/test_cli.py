@@ -1122,3 +1122,29 @@ def test_bench_varlen_on_gpu_small():
         assert r["varlen"] and r["padded"] == (r["impl"] != "numba-flash") and r["total_seqlen"] == 1024
         assert r["flops"] == B.attention_flops(4, 4, 256, 256, 64, True, r["pass"], seqlens=case.seqlens)
     assert all(r["status"] == "ok" and r["ms"] > 0 for r in rows if r["impl"] != "torch-sdpa-flash")
+
+
+@pytest.mark.parametrize("args,match", [
+    (("bench", "--decode", "--seqlen", "100:200"), "the cache length"),
+    (("bench", "--decode", "--preset", "smoke"), "plain decode steps"),
+    (("bench", "--decode", "--heads", "6", "--kv-heads", "4"), "heads=6"),
+    (("bench", "--decode", "--page-size", "300", "--seqlen", "4096"), "page_size=300"),
+    (("bench", "--page-size", "16"), "--decode option"),
+    (("memory", "--kv-heads", "2"), "--decode options"),
+    (("memory", "--decode", "--causal"), "do not apply"),
+])  # fmt: skip
+def test_decode_options_are_checked(args, match):
+    """``bench --decode`` / ``memory --decode``: options that do not fit are usage
+    errors naming them, before any device is asked for."""
+    result = invoke(*args)
+    assert_clean_exit(result, 2)
+    assert match in result.output, result.output
+
+
+@pytest.mark.parametrize("cmd", ["bench", "memory"])
+def test_decode_needs_a_device(cmd):
+    if not SIMULATOR:
+        pytest.skip("checks the simulator's refusal (a GPU runs the decode)")
+    result = invoke(cmd, "--decode", "--seqlen" if cmd == "bench" else "--min-seqlen", "4096")
+    assert_clean_exit(result, 1)
+    assert "need a CUDA device" in result.output, result.output
