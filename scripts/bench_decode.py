@@ -25,6 +25,7 @@ from bench_table import median_ms
 
 import numba_flash
 from numba_flash._report import write_jsonl
+from numba_flash.bench import decode as DEC
 from numba_flash.bench.cases import visible_pairs
 
 rng = np.random.default_rng(14)
@@ -41,56 +42,13 @@ def randn(*shape):
 
 def timed(fn):
     fn()
-    return median_ms(fn, warmup=2, rep=9, calls=10), median_ms(fn, warmup=1, rep=9)
-
-
-def graph_ms(fn):
-    """Median ms of one call captured in a CUDA graph and replayed 10 times between two
-    events (the GPU's time of the step without the host's: how a serving loop runs its
-    decode steps), or NaN and why, if the call cannot be captured."""
-    stream = cp.cuda.Stream(non_blocking=True)
-    try:
-        with stream:
-            fn()
-            stream.synchronize()
-            stream.begin_capture()
-            fn()
-            graph = stream.end_capture()
-            times = []
-            for _ in range(9):
-                s, e = cp.cuda.Event(), cp.cuda.Event()
-                s.record(stream)
-                for _ in range(10):
-                    graph.launch(stream)
-                e.record(stream)
-                e.synchronize()
-                times.append(cp.cuda.get_elapsed_time(s, e) / 10)
-        return float(np.median(times)), ""
-    except Exception as exc:  # noqa: BLE001 (reported, not hidden)
-        return float("nan"), f"{type(exc).__name__}: {str(exc)[:80]}"
+    return DEC.queued_ms(fn), median_ms(fn, warmup=1, rep=9)
 
 
 def sdpa(q, k, v):
     """(flash ms, cudnn ms) of torch SDPA on bshd q (B, 1, H, d), k/v (B, L, HK, d)."""
-    import torch
-    from torch.nn.attention import SDPBackend, sdpa_kernel
-
-    F = torch.nn.functional.scaled_dot_product_attention
-    tq, tk, tv = (torch.as_tensor(x, device="cuda").transpose(1, 2) for x in (q, k, v))
-    got = {}
-    for name, backend in (("flash", SDPBackend.FLASH_ATTENTION), ("cudnn", SDPBackend.CUDNN_ATTENTION)):
-        with sdpa_kernel(backend):
-            try:
-                F(tq, tk, tv, enable_gqa=True)
-                got[name] = (timed(lambda: F(tq, tk, tv, enable_gqa=True))[0], "gqa")
-            except RuntimeError:
-                ek, ev = (x.repeat_interleave(H // HK, dim=1) for x in (tk, tv))
-                try:
-                    F(tq, ek, ev)
-                    got[name] = (timed(lambda: F(tq, ek, ev))[0], "kv repeated")
-                except RuntimeError as exc:
-                    got[name] = (float("nan"), str(exc).splitlines()[0][:60])
-    return got
+    got = DEC.sdpa_peers(DEC.DecodeCase(k.shape[1], B, H, HK, D), q, k, v)
+    return {"flash": got["sdpa_flash"], "cudnn": got["sdpa_cudnn"]}
 
 
 def main(path):
@@ -116,7 +74,7 @@ def main(path):
             for s in splits:
                 fn = lambda: numba_flash.flash_attention_with_kvcache(*args, cache_seqlens=L, num_splits=s, **kw)  # noqa: E731
                 queued, single = timed(fn)
-                graph, why = graph_ms(fn)
+                graph, why = DEC.graph_ms(fn)
                 row = dict(case="decode", L=L, layout=layout, num_splits=s, queued_ms=queued, single_ms=single,
                            graph_ms=graph, graph_error=why, graph_frac_copy=kv_bytes / graph / 1e9 / COPY_TBS,
                            tbs=kv_bytes / queued / 1e9, frac_copy=kv_bytes / queued / 1e9 / COPY_TBS,

@@ -32,21 +32,10 @@ CASES = [(s, "float16", c) for s in SHAPES for c in (False, True)] + [
 
 def median_ms(fn, warmup=3, rep=15, calls=1):
     """Median milliseconds of a call: CUDA events around ``calls`` back-to-back calls,
-    divided by ``calls`` (more than 1: the host's time per call hides behind the GPU's,
-    as torch.utils.benchmark times FlashAttention-2)."""
-    for _ in range(warmup):
-        fn()
-    cp.cuda.runtime.deviceSynchronize()
-    times = []
-    for _ in range(rep):
-        s, e = cp.cuda.Event(), cp.cuda.Event()
-        s.record()
-        for _ in range(calls):
-            fn()
-        e.record()
-        e.synchronize()
-        times.append(cp.cuda.get_elapsed_time(s, e) / calls)
-    return float(np.median(times))
+    divided by ``calls`` (``numba_flash.bench.decode.queued_ms``)."""
+    from numba_flash.bench.decode import queued_ms
+
+    return float(queued_ms(fn, calls=calls, rep=rep, warmup=warmup))
 
 
 def compare(before_path, after_path):

@@ -150,13 +150,16 @@ def copy_bandwidth(nbytes: int = 2 << 30) -> float:
     return 2 * nbytes / t.ms / 1e9
 
 
-def queued_ms(fn, calls: int = 10, rep: int = 9) -> float:
-    """Median ms a call of 10 back to back between two events."""
+def queued_ms(fn, calls: int = 10, rep: int = 9, warmup: int = 1) -> float:
+    """Median ms a call: CUDA events around ``calls`` back-to-back calls, divided by
+    ``calls`` (more than 1: the host's time per call hides behind the GPU's when it is
+    shorter, as torch.utils.benchmark times FlashAttention-2), after ``warmup`` calls."""
     import statistics
 
     import cupy as cp
 
-    fn()
+    for _ in range(warmup):
+        fn()
     cp.cuda.runtime.deviceSynchronize()
     times = []
     for _ in range(rep):
