@@ -908,6 +908,52 @@ def _memory_decode(max_seqlen, min_seqlen, batch, heads, kv_heads, head_dim, dty
 
 
 # --------------------------------------------------------------------------------------
+# launch
+# --------------------------------------------------------------------------------------
+
+
+@main.command(context_settings=dict(CONTEXT, ignore_unknown_options=True, allow_interspersed_args=False))
+@click.option("-n", "--nproc", type=click.IntRange(1), default=None,
+              help="Processes, one per GPU of this host (default: every GPU).")
+@click.option("--print-id", is_flag=True, default=False,
+              help="Print a fresh NCCL unique id (hex) and exit: for mpirun, set NUMBA_FLASH_NCCL_ID to it on "
+                   "every rank.")  # fmt: skip
+@click.argument("script", required=False, type=click.Path(dir_okay=False))
+@click.argument("args", nargs=-1, type=click.UNPROCESSED)
+def launch(nproc, print_id, script, args):
+    """Run SCRIPT in one process per GPU, for ring attention over NCCL.
+
+    Each process gets NUMBA_FLASH_RANK, NUMBA_FLASH_WORLD_SIZE and the NCCL unique id
+    (NUMBA_FLASH_NCCL_ID) in its environment, and NCCL_NVLS_ENABLE=0 unless set;
+    numba_flash.distributed.init_ring() in the script builds the ring from them. If a
+    process fails, the others are stopped and its exit code is returned.
+
+    \b
+    Examples:
+      numba-flash launch -n 2 scripts/ring_attention_example.py --seqlen 131072 --causal
+      numba-flash launch --print-id
+    """
+    from numba_flash import launch as L
+
+    try:
+        if print_id:
+            click.echo(L.nccl_unique_id())
+            return
+        if script is None:
+            raise click.UsageError("SCRIPT: give the Python script to run in every process")
+        if nproc is None:
+            try:
+                import cupy
+
+                nproc = cupy.cuda.runtime.getDeviceCount()
+            except Exception as exc:  # noqa: BLE001 (no CUDA: say so)
+                _fail(f"launch: no GPU to count ({type(exc).__name__}); give --nproc")
+        sys.exit(L.launch(script, args, nproc=nproc))
+    except (ValueError, RuntimeError) as exc:
+        _fail(f"launch: {exc}")
+
+
+# --------------------------------------------------------------------------------------
 # io
 # --------------------------------------------------------------------------------------
 

@@ -26,6 +26,10 @@ Communicators: :func:`run_local` (in one process); :class:`NcclRing` wraps CuPy'
 ``cupy.cuda.nccl.NcclCommunicator`` (one process per GPU): a hop is a NCCL send to r + 1
 and a recv from r − 1 on a communication stream, started before the hop's attention and
 waited for after it (double buffered). NcclRing has not run on two GPUs yet.
+
+Processes: ``numba-flash launch -n 2 script.py`` (``numba_flash.launch``) starts one per
+GPU with its rank and the NCCL unique id in the environment; :func:`init_ring` turns them
+into a ring (``scripts/ring_attention_example.py``).
 """
 
 from __future__ import annotations
@@ -235,6 +239,40 @@ class NcclRing:
         return _Arrived(done, tuple(recv))
 
 
+def init_ring(device: int | None = None) -> NcclRing:
+    """This process's :class:`NcclRing`, from the environment ``numba-flash launch``
+    sets (``numba_flash.launch``): selects GPU ``device`` (default: the rank, the
+    processes being on one host) and joins the NCCL communicator of
+    ``NUMBA_FLASH_NCCL_ID``."""
+    import os
+
+    import cupy as cp
+    from cupy.cuda import nccl
+
+    from numba_flash import launch as L
+
+    rank, world = L.rank_and_world()
+    if L.NCCL_ID not in os.environ:
+        raise RuntimeError(f"{L.NCCL_ID} is not set: start the processes with `numba-flash launch`, or set it "
+                           "to the same `numba-flash launch --print-id` on every rank")  # fmt: skip
+    cp.cuda.Device(rank if device is None else device).use()
+    comm = nccl.NcclCommunicator(world, L.unique_id_tuple(os.environ[L.NCCL_ID]), rank)
+    return NcclRing(comm, rank, world)
+
+
+def _as_ring(comm):
+    """``comm`` as a ring: a :class:`NcclRing` (or any object with ``exchange``, ``rank``
+    and ``world``) as it is; CuPy's ``NcclCommunicator`` (``rank_id()``, ``size()``) or
+    ``cupyx.distributed.NCCLBackend`` (its ``_comm``) wrapped in one."""
+    if hasattr(comm, "exchange") and hasattr(comm, "rank") and hasattr(comm, "world"):
+        return comm
+    inner = getattr(comm, "_comm", comm)  # cupyx.distributed.NCCLBackend holds a NcclCommunicator
+    if hasattr(inner, "rank_id") and hasattr(inner, "size"):
+        return NcclRing(inner, inner.rank_id(), inner.size())
+    raise TypeError(f"comm: expected a NcclRing, cupy.cuda.nccl.NcclCommunicator or cupyx.distributed.NCCLBackend, "
+                    f"got {type(comm).__name__}")  # fmt: skip
+
+
 def _drive(gen, comm):
     """Run one rank's generator over ``comm`` (``exchange(arrays) -> handle``)."""
     try:
@@ -250,10 +288,12 @@ def _drive(gen, comm):
 
 def ring_attention(q, k, v, *, comm, causal=False, softmax_scale=None, return_lse=False, zigzag=False):
     """This rank's share of attention over the whole sequence, sharded over the ring
-    ``comm`` (:class:`NcclRing`): q, k, v are this rank's :func:`shard` (bshd); the
+    ``comm`` (:class:`NcclRing`, :func:`init_ring`'s, or a CuPy NCCL communicator:
+    ``_as_ring``): q, k, v are this rank's :func:`shard` (bshd); the
     result is this rank's shard of ``flash_attention`` on the full sequence (lse (B, H,
     N_shard))."""
     scale = A.check_scale(softmax_scale, q.shape[-1])
+    comm = _as_ring(comm)
     out, lse = _drive(_forward_steps(q, k, v, comm.rank, comm.world, causal, scale, zigzag), comm)
     return (out, lse) if return_lse else out
 
@@ -261,4 +301,5 @@ def ring_attention(q, k, v, *, comm, causal=False, softmax_scale=None, return_ls
 def ring_attention_backward(dout, q, k, v, out, lse, *, comm, causal=False, softmax_scale=None, zigzag=False):
     """Gradients of :func:`ring_attention` for this rank's shard: (dq, dk, dv)."""
     scale = A.check_scale(softmax_scale, q.shape[-1])
+    comm = _as_ring(comm)
     return _drive(_backward_steps(dout, q, k, v, out, lse, comm.rank, comm.world, causal, scale, zigzag), comm)
