@@ -941,14 +941,7 @@ def launch(nproc, print_id, script, args):
             return
         if script is None:
             raise click.UsageError("SCRIPT: give the Python script to run in every process")
-        if nproc is None:
-            try:
-                import cupy
-
-                nproc = cupy.cuda.runtime.getDeviceCount()
-            except Exception as exc:  # noqa: BLE001 (no CUDA: say so)
-                _fail(f"launch: no GPU to count ({type(exc).__name__}); give --nproc")
-        sys.exit(L.launch(script, args, nproc=nproc))
+        sys.exit(L.launch(script, args, nproc=L.gpu_count() if nproc is None else nproc))
     except (ValueError, RuntimeError) as exc:
         _fail(f"launch: {exc}")
 

@@ -38,11 +38,28 @@ MPI_SIZE_VARS = ("OMPI_COMM_WORLD_SIZE", "PMI_SIZE")
 
 def nccl_unique_id() -> str:
     """A fresh NCCL unique id, as hex (CuPy's ``nccl.get_unique_id()``)."""
+    import warnings
+
     try:
-        from cupy.cuda import nccl
+        with warnings.catch_warnings():  # CuPy warns when libnccl is missing; the error below says it
+            warnings.simplefilter("ignore")
+            from cupy.cuda import nccl
     except ImportError as exc:
         raise RuntimeError(f"NCCL through CuPy is not importable ({exc}): the ring needs cupy with NCCL") from None
+    if not getattr(nccl, "available", False) or not hasattr(nccl, "get_unique_id"):
+        raise RuntimeError("CuPy's NCCL library could not be loaded (libnccl.so.2): install nvidia-nccl for your "
+                           "CUDA, as CuPy's warning says")  # fmt: skip
     return bytes(b & 0xFF for b in nccl.get_unique_id()).hex()
+
+
+def gpu_count() -> int:
+    """The GPUs of this host (``launch``'s default process count)."""
+    try:
+        import cupy
+
+        return int(cupy.cuda.runtime.getDeviceCount())
+    except Exception as exc:  # noqa: BLE001 (no CUDA: said as a RuntimeError)
+        raise RuntimeError(f"no GPU to count ({type(exc).__name__}: {str(exc)[:80]}); give --nproc") from None
 
 
 def unique_id_tuple(hex_id: str) -> tuple:

@@ -115,3 +115,16 @@ def test_cli_launch_checks_its_arguments():
     result = invoke("launch")
     assert_clean_exit(result, 2)
     assert "SCRIPT" in result.output
+
+
+def test_cli_print_id_gives_an_id_or_says_why_not():
+    """``launch --print-id``: a 128-byte id in hex where CuPy loads NCCL, else a clean
+    error naming the missing library (no traceback)."""
+    from test_cli import assert_clean_exit, invoke
+
+    result = invoke("launch", "--print-id")
+    if result.exit_code == 0:
+        assert len(bytes.fromhex(result.output.strip())) == 128
+    else:
+        assert_clean_exit(result, 1)
+        assert "NCCL" in result.output
