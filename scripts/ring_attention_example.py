@@ -16,13 +16,13 @@ relative error is printed).
 """
 
 import argparse
-import statistics
 
 import cupy as cp
 import numpy as np
 
 import numba_flash
 from numba_flash import distributed as dist
+from numba_flash.bench.decode import queued_ms
 
 DTYPES = {"float16": cp.float16, "float32": cp.float32}
 
@@ -45,17 +45,8 @@ def full(world, zigzag, seqlen, heads, d, dtype, what):
 
 
 def median_ms(fn, reps):
-    fn()
-    cp.cuda.runtime.deviceSynchronize()
-    times = []
-    for _ in range(reps):
-        s, e = cp.cuda.Event(), cp.cuda.Event()
-        s.record()
-        fn()
-        e.record()
-        e.synchronize()
-        times.append(cp.cuda.get_elapsed_time(s, e))
-    return statistics.median(times)
+    """Median ms of one call, CUDA events around it, after a warm-up call."""
+    return queued_ms(fn, calls=1, rep=reps)
 
 
 def rel(a, b):
