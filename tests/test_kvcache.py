@@ -155,6 +155,13 @@ def test_half_decode_gqa_three_splits(rng):
     check_kvcache(rng, np.float16, Nq=1, H=8, H_kv=2, n_new=1, page=16, num_splits=3, lens=(9, 40), capacity=48)
 
 
+def test_half_pages_of_48_rows_some_tiles_across_two(rng):
+    """fp16 on the decode tiles (32 keys) over pages of 48 rows: tiles [0, 32) lie in page
+    0, [32, 64) cross into page 1 (found row by row), [64, 96) lie in page 1
+    (``copy.page_of``, a page that is not a power of two); a causal append of 3."""
+    check_kvcache(rng, np.float16, causal=True, n_new=3, page=48, lens=(60, 90), capacity=96, H=4, H_kv=2, Nq=3)
+
+
 def test_split_count_heuristic():
     """1 split when the blocks fill 80% of the SMs; otherwise enough splits to fill
     waves, never more than the key tiles."""
