@@ -716,3 +716,16 @@ def install_warp_twins():
     ):
         if not hasattr(FakeCUDAModule, name):
             setattr(FakeCUDAModule, name, staticmethod(fn))
+
+
+def no_twin(name):
+    """The simulator's stand-in for a Hopper intrinsic without a twin (``ptx.HOPPER``):
+    calling it raises, naming why (warpgroup-wide asynchronous state the simulator does
+    not model) and where it is tested (on a GPU)."""
+
+    def stand_in(*args):
+        raise NotImplementedError(f"ptx.{name} has no simulator twin (a warpgroup-wide or asynchronous-proxy "
+                                  "operation): run it on an sm_90 GPU (tests/test_ptx_hopper.py)")  # fmt: skip
+
+    stand_in.__name__ = name
+    return stand_in

@@ -75,7 +75,7 @@ from numba import types
 from numba.cuda import cgutils
 from numba.cuda.extending import intrinsic
 
-from numba_flash._numba_cuda import SIMULATOR
+from numba_flash._numba_cuda import SIMULATOR, device_function, uint64
 
 try:  # numba-cuda keeps its own copy of numba's errors
     from numba.cuda.core.errors import NumbaTypeError as _TypeError
@@ -805,6 +805,343 @@ def st_shared_v4_b32(typingctx, addr, w0, w1, w2, w3):
 
 
 # ---------------------------------------------------------------------------
+# Hopper (sm_90a): wgmma, mbarrier, bulk async copies, register reallocation
+# ---------------------------------------------------------------------------
+# Compile kernels that use these for ``cc=(9, 0, "a")`` (``.target sm_90a``; numba-cuda
+# compiles for sm_90a on an sm_90 device by itself).  They have no simulator twins yet
+# (``HOPPER``): wgmma is a warpgroup-wide (128-thread) asynchronous operation on the
+# async proxy, and mbarrier transaction counts complete when a bulk copy lands, state
+# the simulator's per-warp rendezvous does not model.  Under the simulator each name is
+# a function that raises with that reason; the GPU tests (tests/test_ptx_hopper.py)
+# cover them.
+
+
+def _void_asm(text, doc):
+    @intrinsic
+    def impl(typingctx):
+        def codegen(context, builder, sig, args):
+            _asm(builder, text, "~{memory}", [], [], side_effect=True, convergent=True)
+            return context.get_dummy_value()
+
+        return types.void(), codegen
+
+    impl.__doc__ = doc
+    return impl
+
+
+fence_proxy_async = _void_asm("fence.proxy.async.shared::cta;", """``fence_proxy_async() -> None``
+
+``fence.proxy.async.shared::cta;``: orders this thread's generic-proxy accesses to
+shared memory (plain stores) before later async-proxy ones (wgmma reading its operands
+through descriptors, TMA / bulk copies).  Use it after filling a tile with ``st.shared``
+and before the barrier that precedes the wgmma.""")
+
+wgmma_fence = _void_asm("wgmma.fence.sync.aligned;", """``wgmma_fence() -> None``
+
+``wgmma.fence.sync.aligned;``: before the first ``wgmma.mma_async`` of a group, and
+whenever the accumulator registers were touched by other instructions since: makes
+those register writes visible to the warpgroup's wgmma.  All threads of the warp
+execute it (aligned).""")
+
+wgmma_commit_group = _void_asm("wgmma.commit_group.sync.aligned;", """``wgmma_commit_group() -> None``
+
+``wgmma.commit_group.sync.aligned;``: closes the wgmma operations issued since the last
+commit into one wgmma-group, which ``wgmma_wait_group`` waits for.""")
+
+
+@intrinsic
+def wgmma_wait_group(typingctx, n):
+    """``wgmma_wait_group(n) -> None``  (n: compile-time integer constant, 0..7)
+
+    ``wgmma.wait_group.sync.aligned n;``: waits until at most ``n`` wgmma-groups of
+    this warp are pending; only then may the accumulators (and the shared operands) of
+    the completed groups be read or overwritten."""
+    if not isinstance(n, types.IntegerLiteral):
+        return None  # numba retries with a literal
+    count = int(n.literal_value)
+    if not 0 <= count <= 7:
+        raise _TypeError(f"wgmma_wait_group: n must be in 0..7, got {count}")
+
+    def codegen(context, builder, sig, args):
+        _asm(builder, f"wgmma.wait_group.sync.aligned {count};", "~{memory}", [], [], side_effect=True,
+             convergent=True)  # fmt: skip
+        return context.get_dummy_value()
+
+    return types.void(n), codegen
+
+
+@intrinsic
+def setmaxnreg_inc(typingctx, n):
+    """``setmaxnreg_inc(n) -> None``  (n: a constant, 24..256, a multiple of 8)
+
+    ``setmaxnreg.inc.sync.aligned.u32 n;``: raises this warp's register budget to n
+    per thread (a consumer warpgroup of a warp-specialized kernel takes the registers
+    its producer gave back); every warp of the warpgroup executes it."""
+    return _setmaxnreg(n, "inc")
+
+
+@intrinsic
+def setmaxnreg_dec(typingctx, n):
+    """``setmaxnreg_dec(n) -> None``  (n: a constant, 24..256, a multiple of 8)
+
+    ``setmaxnreg.dec.sync.aligned.u32 n;``: lowers this warp's register budget to n per
+    thread, releasing the rest to the CTA's pool (a producer warpgroup that only issues
+    copies)."""
+    return _setmaxnreg(n, "dec")
+
+
+def _setmaxnreg(n, how):
+    if not isinstance(n, types.IntegerLiteral):
+        return None
+    count = int(n.literal_value)
+    if not (24 <= count <= 256 and count % 8 == 0):
+        raise _TypeError(f"setmaxnreg_{how}: n must be a multiple of 8 in 24..256, got {count}")
+
+    def codegen(context, builder, sig, args):
+        _asm(builder, f"setmaxnreg.{how}.sync.aligned.u32 {count};", "~{memory}", [], [], side_effect=True,
+             convergent=True)  # fmt: skip
+        return context.get_dummy_value()
+
+    return types.void(n), codegen
+
+
+@intrinsic
+def mbarrier_init(typingctx, addr, count):
+    """``mbarrier_init(addr, count) -> None``
+
+    ``mbarrier.init.shared::cta.b64 [addr], count;``: an 8-byte-aligned shared mbarrier
+    at shared address ``addr`` (uint32, ``smem_addr``) expecting ``count`` arrivals per
+    phase; phase 0 starts.  One thread initialises it, then ``fence_proxy_async`` (or
+    ``fence.mbarrier_init``) and a barrier before others use it."""
+    _require_ints("mbarrier_init", addr=addr, count=count)
+
+    def codegen(context, builder, sig, args):
+        vals = _casted(context, builder, sig, args, ["u32", "u32"])
+        _asm(builder, "mbarrier.init.shared::cta.b64 [$0], $1;", "r,r,~{memory}", vals, [], side_effect=True)
+        return context.get_dummy_value()
+
+    return types.void(addr, count), codegen
+
+
+@intrinsic
+def mbarrier_arrive_expect_tx(typingctx, addr, tx_bytes):
+    """``mbarrier_arrive_expect_tx(addr, tx_bytes) -> None``
+
+    ``mbarrier.arrive.expect_tx.shared::cta.b64 _, [addr], tx_bytes;``: this thread
+    arrives on the mbarrier and adds ``tx_bytes`` to the bytes the current phase waits
+    for: the phase completes when every expected arrival came and that many bytes of
+    bulk copies (``complete_tx``) have landed."""
+    _require_ints("mbarrier_arrive_expect_tx", addr=addr, tx_bytes=tx_bytes)
+
+    def codegen(context, builder, sig, args):
+        vals = _casted(context, builder, sig, args, ["u32", "u32"])
+        _asm(builder, "mbarrier.arrive.expect_tx.shared::cta.b64 _, [$0], $1;", "r,r,~{memory}", vals, [],
+             side_effect=True)  # fmt: skip
+        return context.get_dummy_value()
+
+    return types.void(addr, tx_bytes), codegen
+
+
+@intrinsic
+def mbarrier_arrive(typingctx, addr):
+    """``mbarrier_arrive(addr) -> None``
+
+    ``mbarrier.arrive.shared::cta.b64 _, [addr];``: this thread arrives on the mbarrier
+    (a consumer telling the producer a stage is free)."""
+    _require_ints("mbarrier_arrive", addr=addr)
+
+    def codegen(context, builder, sig, args):
+        vals = _casted(context, builder, sig, args, ["u32"])
+        _asm(builder, "mbarrier.arrive.shared::cta.b64 _, [$0];", "r,~{memory}", vals, [], side_effect=True)
+        return context.get_dummy_value()
+
+    return types.void(addr), codegen
+
+
+@intrinsic
+def mbarrier_try_wait_parity(typingctx, addr, parity):
+    """``mbarrier_try_wait_parity(addr, parity) -> uint32``
+
+    ``mbarrier.try_wait.parity.shared::cta.b64 p, [addr], parity;``: 1 once the phase
+    of parity ``parity`` (0 or 1: phases alternate) has completed, else 0 after a
+    bounded wait; spin on it: ``while ptx.mbarrier_try_wait_parity(a, ph) == 0: pass``."""
+    _require_ints("mbarrier_try_wait_parity", addr=addr, parity=parity)
+
+    def codegen(context, builder, sig, args):
+        vals = _casted(context, builder, sig, args, ["u32", "u32"])
+        text = ("{ .reg .pred p; mbarrier.try_wait.parity.shared::cta.b64 p, [$1], $2; "
+                "selp.u32 $0, 1, 0, p; }")  # fmt: skip
+        return _asm(builder, text, "=r,r,r,~{memory}", vals, [_I32], side_effect=True)[0]
+
+    return types.uint32(addr, parity), codegen
+
+
+@intrinsic
+def cp_async_bulk_g2s(typingctx, dst, src, index, nbytes, mbar):
+    """``cp_async_bulk_g2s(dst, src, index, nbytes, mbar) -> None``
+
+    ``cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [dst], [src],
+    nbytes, [mbar];``: one thread copies ``nbytes`` (a multiple of 16) contiguous bytes
+    from global ``src[index]`` (16-byte aligned) to shared address ``dst`` (uint32,
+    16-byte aligned) on the async proxy; their arrival counts toward the transaction
+    bytes of the mbarrier at ``mbar`` (``mbarrier_arrive_expect_tx``).  A tensor map
+    (``cp.async.bulk.tensor``) is not needed for rows that are contiguous."""
+    _check_array_index("cp_async_bulk_g2s", src, index)
+    _require_ints("cp_async_bulk_g2s", dst=dst, nbytes=nbytes, mbar=mbar)
+
+    def codegen(context, builder, sig, args):
+        ptr = _element_pointer(context, builder, sig.args[1], sig.args[2], args[1], args[2])
+        gptr = builder.ptrtoint(ptr, _I64)
+        d, n, m = (context.cast(builder, args[i], sig.args[i], types.uint32) for i in (0, 3, 4))
+        _asm(builder, "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [$0], [$1], $2, [$3];",
+             "r,l,r,r,~{memory}", [d, gptr, n, m], [], side_effect=True)  # fmt: skip
+        return context.get_dummy_value()
+
+    return types.void(dst, src, index, nbytes, mbar), codegen
+
+
+def _bulk_tensor_intrinsic(rank):
+    coords = ", ".join(f"${2 + j}" for j in range(rank))
+    text = (f"cp.async.bulk.tensor.{rank}d.shared::cluster.global.mbarrier::complete_tx::bytes "
+            f"[$0], [$1, {{{coords}}}], [${2 + rank}];")  # fmt: skip
+    constraints = ",".join(["r", "l"] + ["r"] * rank + ["r"]) + ",~{memory}"
+    name = f"cp_async_bulk_tensor_{rank}d_g2s"
+
+    def typer(dst, tmap, rest):
+        if not (isinstance(tmap, types.Array) and tmap.dtype == types.uint8 and tmap.ndim == 1):
+            raise _TypeError(f"{name}: tmap must be the 128-byte uint8 device array of a tensor map, got {tmap}")
+        _require_ints(name, dst=dst, **{f"c{j}": t for j, t in enumerate(rest[:rank])}, mbar=rest[rank])
+
+        def codegen(context, builder, sig, args):
+            arystruct = context.make_array(sig.args[1])(context, builder, value=args[1])
+            tptr = builder.ptrtoint(arystruct.data, _I64)
+            d = context.cast(builder, args[0], sig.args[0], types.uint32)
+            cs = [context.cast(builder, args[2 + j], sig.args[2 + j], types.int32) for j in range(rank)]
+            m = context.cast(builder, args[2 + rank], sig.args[2 + rank], types.uint32)
+            _asm(builder, text, constraints, [d, tptr] + cs + [m], [], side_effect=True)
+            return context.get_dummy_value()
+
+        return types.void(dst, tmap, *rest), codegen
+
+    if rank == 2:
+        @intrinsic
+        def impl(typingctx, dst, tmap, c0, c1, mbar):
+            return typer(dst, tmap, (c0, c1, mbar))
+    else:
+        @intrinsic
+        def impl(typingctx, dst, tmap, c0, c1, c2, mbar):
+            return typer(dst, tmap, (c0, c1, c2, mbar))
+
+    impl.__doc__ = f"""``{name}(dst, tmap, {", ".join(f"c{j}" for j in range(rank))}, mbar) -> None``
+
+    ``cp.async.bulk.tensor.{rank}d.shared::cluster.global.mbarrier::complete_tx::bytes``
+    (TMA): one thread copies the box of the tensor map ``tmap`` (a 128-byte uint8 device
+    array from ``numba_flash.tma.tensor_map``: numba kernels cannot take a 128-byte
+    ``__grid_constant__`` parameter, so the map lives in global memory) whose first
+    element is at coordinates (c0 innermost, ...) into shared address ``dst`` (uint32,
+    128-byte aligned; laid out with the map's swizzle), out-of-bounds elements filled
+    with zeros; its bytes complete on the mbarrier ``mbar``.  The innermost coordinate's
+    byte offset must be a multiple of 16 (an H200 raised ILLEGAL_INSTRUCTION otherwise:
+    ``../shared/probes/tma_2d_mbarrier.py``)."""
+    impl.__name__ = name
+    return impl
+
+
+cp_async_bulk_tensor_2d_g2s = _bulk_tensor_intrinsic(2)
+cp_async_bulk_tensor_3d_g2s = _bulk_tensor_intrinsic(3)
+
+
+#: wgmma's shared-memory matrix layouts (the descriptor's bits 62-63).
+SWIZZLE_NONE, SWIZZLE_128B, SWIZZLE_64B, SWIZZLE_32B = 0, 1, 2, 3
+
+
+def wgmma_desc_host(addr: int, lbo: int, sbo: int, swizzle: int) -> int:
+    """The 64-bit shared-memory matrix descriptor of a wgmma operand (PTX ISA, "Matrix
+    Descriptor"): bits 0-13 the start address >> 4, 16-29 the leading-dimension byte
+    offset >> 4, 32-45 the stride-dimension byte offset >> 4, 62-63 the swizzle mode
+    (``SWIZZLE_NONE``, ``SWIZZLE_128B``, ...; base offset 0: tiles aligned to the
+    swizzle's repeat).  With no swizzle and K-major operands, the tile is made of 8×8
+    "core matrices" of 128 contiguous bytes: LBO is the byte step between core matrices
+    along K, SBO along M (or N) (seen on the H200: ``../shared/probes/wgmma_m64n8k16.py``).
+    In a kernel: :func:`wgmma_desc`, the same bits."""
+    return ((addr & 0x3FFFF) >> 4) | ((lbo >> 4) << 16) | ((sbo >> 4) << 32) | (swizzle << 62)
+
+
+def _wgmma_desc(addr, lbo, sbo, swizzle):
+    """:func:`wgmma_desc_host` in a kernel (uint64 arithmetic throughout: numba would
+    mix signed and unsigned 64-bit operands into floats)."""
+    return (uint64((addr & 0x3FFFF) >> 4) | (uint64(lbo >> 4) << uint64(16)) | (uint64(sbo >> 4) << uint64(32))
+            | (uint64(swizzle) << uint64(62)))  # fmt: skip
+
+
+wgmma_desc = device_function(_wgmma_desc)
+
+
+def _wgmma_intrinsic(n, ptx_type):
+    """``wgmma_m64n{n}k16_{type}_acc(acc, i, desc_a, desc_b, scale_d) -> None``."""
+    regs = n // 2
+    outs = ",".join(f"${j}" for j in range(regs))
+    text = ("{ .reg .pred p; setp.ne.b32 p, $" + str(regs + 2) + ", 0; "
+            f"wgmma.mma_async.sync.aligned.m64n{n}k16.f32.{ptx_type}.{ptx_type} "
+            "{" + outs + "}, $" + str(regs) + ", $" + str(regs + 1) + ", p, 1, 1, 0, 0; }")  # fmt: skip
+    constraints = ",".join(["=f"] * regs + ["l", "l", "r"] + [str(j) for j in range(regs)]) + ",~{memory}"
+    name = f"wgmma_m64n{n}k16_{ptx_type}_acc"
+
+    @intrinsic
+    def impl(typingctx, acc, i, desc_a, desc_b, scale_d):
+        if not (isinstance(acc, types.Array) and acc.ndim == 1 and acc.dtype == types.float32):
+            raise _TypeError(f"{name}: acc must be a 1-d float32 array, got {acc}")
+        _require_ints(name, i=i, desc_a=desc_a, desc_b=desc_b, scale_d=scale_d)
+
+        def codegen(context, builder, sig, args):
+            acc_ty, i_ty = sig.args[:2]
+            idx = context.cast(builder, args[1], i_ty, types.intp)
+            ptrs = [_element_pointer(context, builder, acc_ty, types.intp, args[0],
+                                     builder.add(idx, ir.Constant(idx.type, k))) for k in range(regs)]  # fmt: skip
+            c_vals = [builder.load(p) for p in ptrs]
+            da, db = (context.cast(builder, args[j], sig.args[j], types.uint64) for j in (2, 3))
+            sd = context.cast(builder, args[4], sig.args[4], types.uint32)
+            res = _asm(builder, text, constraints, [da, db, sd] + c_vals, [_F32] * regs, side_effect=True,
+                       convergent=True)  # fmt: skip
+            for p, v in zip(ptrs, res):
+                builder.store(v, p)
+            return context.get_dummy_value()
+
+        return types.void(acc, i, desc_a, desc_b, scale_d), codegen
+
+    impl.__doc__ = f"""``{name}(acc, i, desc_a, desc_b, scale_d) -> None``
+
+    ``wgmma.mma_async.sync.aligned.m64n{n}k16.f32.{ptx_type}.{ptx_type}``: the warpgroup
+    (4 warps, 128 threads, all calling) computes ``D = A·B + (D if scale_d else 0)``
+    for A 64×16 and B 16×{n} ({ptx_type}) read from shared memory through the
+    descriptors ``desc_a``, ``desc_b`` (:func:`wgmma_desc`), D 64×{n} fp32 in
+    ``acc[i : i + {regs}]`` of each thread.  Thread (warp w of the warpgroup, lane with
+    g = lane >> 2, t = lane & 3) holds, for j = 0 .. {n // 8 - 1}::
+
+        acc[i + 4j]     = D[16w + g,     8j + 2t]    acc[i + 4j + 1] = D[16w + g,     8j + 2t + 1]
+        acc[i + 4j + 2] = D[16w + g + 8, 8j + 2t]    acc[i + 4j + 3] = D[16w + g + 8, 8j + 2t + 1]
+
+    Asynchronous: issue between ``wgmma_fence()`` and ``wgmma_commit_group()``, and
+    read ``acc`` only after ``wgmma_wait_group``."""
+    impl.__name__ = name
+    return impl
+
+
+WGMMA_N = (8, 16, 32, 64, 128, 256)  # the N of the wgmma shapes exported below
+for _n in WGMMA_N:
+    for _t in ("f16", "bf16"):
+        globals()[f"wgmma_m64n{_n}k16_{_t}_acc"] = _wgmma_intrinsic(_n, _t)
+del _n, _t
+
+#: The Hopper intrinsics (no simulator twins yet: see the section's comment).
+HOPPER = ("fence_proxy_async", "wgmma_fence", "wgmma_commit_group", "wgmma_wait_group", "setmaxnreg_inc",
+          "setmaxnreg_dec", "mbarrier_init", "mbarrier_arrive_expect_tx", "mbarrier_arrive",
+          "mbarrier_try_wait_parity", "cp_async_bulk_g2s", "cp_async_bulk_tensor_2d_g2s",
+          "cp_async_bulk_tensor_3d_g2s") + tuple(
+    f"wgmma_m64n{n}k16_{t}_acc" for n in WGMMA_N for t in ("f16", "bf16"))  # fmt: skip
+
+
+# ---------------------------------------------------------------------------
 # simulator binding
 # ---------------------------------------------------------------------------
 
@@ -815,6 +1152,10 @@ if SIMULATOR:
         if _name == "SMEM_ALIGN":
             continue
         _twin = getattr(_ptx_sim, _name)
+        _twin.__doc__ = globals()[_name].__doc__
+        globals()[_name] = _twin
+    for _name in HOPPER:
+        _twin = _ptx_sim.no_twin(_name)
         _twin.__doc__ = globals()[_name].__doc__
         globals()[_name] = _twin
     del _name, _twin

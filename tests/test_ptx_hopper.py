@@ -1,0 +1,297 @@
+"""Hopper intrinsics of ``numba_flash.ptx`` (issue #13): wgmma, mbarrier, bulk copies,
+fences, setmaxnreg.
+
+Without a GPU: a kernel using every one compiles for sm_90a (a subprocess with the
+simulator off, as tests/test_ptx_compile.py does) to the intended instructions, with
+nothing in local memory, and nvJitLink (when present) assembles it.  Under the
+simulator each raises, naming why it has no twin.  On a GPU (``-m gpu``): wgmma
+m64n64k16 (fp16, bf16) against NumPy, and a bulk copy completing on an mbarrier.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+
+from numba_flash._numba_cuda import SIMULATOR
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+_KERNELS = '''
+from numba import cuda, float32, uint32, uint64
+from numba_flash import ptx
+
+
+def wgmma(a_words, b_words, D, flag):
+    sa = cuda.shared.array(512, uint32, alignment=128)  # 64 x 16 halves
+    sb = cuda.shared.array(512, uint32, alignment=128)  # 64 x 16 halves (B^T, K-major)
+    tid = cuda.threadIdx.x
+    for i in range(tid, 512, 128):
+        sa[i] = a_words[i]
+        sb[i] = b_words[i]
+    ptx.fence_proxy_async()
+    cuda.syncthreads()
+    acc = cuda.local.array(32, float32)
+    for j in range(32):
+        acc[j] = 0
+    da = ptx.wgmma_desc(ptx.smem_addr(sa, 0), 128, 256, ptx.SWIZZLE_NONE)
+    db = ptx.wgmma_desc(ptx.smem_addr(sb, 0), 128, 256, ptx.SWIZZLE_NONE)
+    ptx.wgmma_fence()
+    if flag[0] == 0:
+        ptx.wgmma_m64n64k16_f16_acc(acc, 0, da, db, 0)
+    else:
+        ptx.wgmma_m64n64k16_bf16_acc(acc, 0, da, db, 0)
+    ptx.wgmma_commit_group()
+    ptx.wgmma_wait_group(0)
+    w, lane = tid // 32, tid % 32
+    g, t = lane >> 2, lane & 3
+    for j in range(8):
+        D[16 * w + g, 8 * j + 2 * t] = acc[4 * j]
+        D[16 * w + g, 8 * j + 2 * t + 1] = acc[4 * j + 1]
+        D[16 * w + g + 8, 8 * j + 2 * t] = acc[4 * j + 2]
+        D[16 * w + g + 8, 8 * j + 2 * t + 1] = acc[4 * j + 3]
+
+
+def bulk(src, out, nbytes):
+    tile = cuda.shared.array(1024, uint32, alignment=128)
+    bar = cuda.shared.array(1, uint64, alignment=8)
+    tid = cuda.threadIdx.x
+    b = ptx.smem_addr(bar, 0)
+    if tid == 0:
+        ptx.mbarrier_init(b, 1)
+    ptx.fence_proxy_async()
+    cuda.syncthreads()
+    if tid == 0:
+        ptx.mbarrier_arrive_expect_tx(b, nbytes)
+        ptx.cp_async_bulk_g2s(ptx.smem_addr(tile, 0), src, 0, nbytes, b)
+    while ptx.mbarrier_try_wait_parity(b, 0) == 0:
+        pass
+    for i in range(tid, nbytes // 4, cuda.blockDim.x):
+        out[i] = tile[i]
+
+
+def tma2d(tmap, out, row0, col0):
+    tile = cuda.shared.array(4096, uint32, alignment=128)  # 64 x 64 halves
+    bar = cuda.shared.array(1, uint64, alignment=8)
+    tid = cuda.threadIdx.x
+    b = ptx.smem_addr(bar, 0)
+    if tid == 0:
+        ptx.mbarrier_init(b, 1)
+    ptx.fence_proxy_async()
+    cuda.syncthreads()
+    if tid == 0:
+        ptx.mbarrier_arrive_expect_tx(b, 64 * 64 * 2)
+        ptx.cp_async_bulk_tensor_2d_g2s(ptx.smem_addr(tile, 0), tmap, col0, row0, b)
+    while ptx.mbarrier_try_wait_parity(b, 0) == 0:
+        pass
+    for i in range(tid, 2048, cuda.blockDim.x):
+        out[i] = tile[i]
+
+
+def tma3d(tmap, out):
+    tile = cuda.shared.array(1024, uint32, alignment=128)
+    bar = cuda.shared.array(1, uint64, alignment=8)
+    b = ptx.smem_addr(bar, 0)
+    if cuda.threadIdx.x == 0:
+        ptx.mbarrier_init(b, 1)
+        ptx.mbarrier_arrive_expect_tx(b, 4096)
+        ptx.cp_async_bulk_tensor_3d_g2s(ptx.smem_addr(tile, 0), tmap, 0, 0, 1, b)
+    while ptx.mbarrier_try_wait_parity(b, 0) == 0:
+        pass
+    out[cuda.threadIdx.x] = tile[cuda.threadIdx.x]
+
+
+def regs(out):
+    if cuda.threadIdx.x < 128:
+        ptx.setmaxnreg_dec(40)
+    else:
+        ptx.setmaxnreg_inc(232)
+    bar = cuda.shared.array(1, uint64, alignment=8)
+    if cuda.threadIdx.x == 0:
+        ptx.mbarrier_init(ptx.smem_addr(bar, 0), 256)
+    cuda.syncthreads()
+    ptx.mbarrier_arrive(ptx.smem_addr(bar, 0))
+    out[cuda.threadIdx.x] = cuda.threadIdx.x
+'''
+
+_COMPILE = textwrap.dedent('''
+    import json, sys
+    sys.path.insert(0, sys.argv[1])
+    import numba
+    from numba import cuda, float32, uint32
+    from numba_flash._numba_cuda import compiling_for
+    from numba_flash.inspection import _nvjitlink_resources
+    exec(compile(open(sys.argv[2]).read(), "hopper_kernels", "exec"))
+    sigs = {
+        "wgmma": (uint32[:], uint32[:], float32[:, :], numba.int32[:]),
+        "bulk": (uint32[:], uint32[:], numba.int32),
+        "regs": (numba.int32[:],),
+        "tma2d": (numba.uint8[:], uint32[:], numba.int32, numba.int32),
+        "tma3d": (numba.uint8[:], uint32[:]),
+    }
+    out = {}
+    for name, sig in sigs.items():
+        with compiling_for((9, 0)):
+            text, _ = cuda.compile_ptx(globals()[name], sig, cc=(9, 0, "a"))
+        res, how = _nvjitlink_resources(text, "sm_90a")
+        out[name] = {"ptx": text, "assembled": res is not None, "how": how}
+    print(json.dumps(out))
+''')
+
+
+@pytest.fixture(scope="module")
+def compiled(tmp_path_factory):
+    d = tmp_path_factory.mktemp("hopper")
+    kernels, script = d / "kernels.py", d / "compile.py"
+    kernels.write_text(_KERNELS)
+    script.write_text(_COMPILE)
+    env = {k: v for k, v in os.environ.items() if k != "NUMBA_ENABLE_CUDASIM"}
+    run = subprocess.run([sys.executable, str(script), REPO, str(kernels)], capture_output=True, text=True,
+                         env=env, timeout=600)  # fmt: skip
+    assert run.returncode == 0, run.stderr[-3000:]
+    return json.loads(run.stdout.strip().splitlines()[-1])
+
+
+def test_wgmma_compiles_for_sm_90a(compiled):
+    ptx = compiled["wgmma"]["ptx"]
+    assert ".target sm_90a" in ptx
+    for text in ("wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16", "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16",
+                 "wgmma.fence.sync.aligned", "wgmma.commit_group.sync.aligned", "wgmma.wait_group.sync.aligned 0",
+                 "fence.proxy.async.shared::cta"):  # fmt: skip
+        assert text in ptx, text
+    assert "ld.local" not in ptx and "st.local" not in ptx, "the 32 accumulators spilled to local memory"
+
+
+def test_mbarrier_bulk_copy_and_setmaxnreg_compile(compiled):
+    bulk, regs = compiled["bulk"]["ptx"], compiled["regs"]["ptx"]
+    for text in ("mbarrier.init.shared::cta.b64", "mbarrier.arrive.expect_tx.shared::cta.b64",
+                 "mbarrier.try_wait.parity.shared::cta.b64",
+                 "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes"):  # fmt: skip
+        assert text in bulk, text
+    for text in ("setmaxnreg.dec.sync.aligned.u32 40", "setmaxnreg.inc.sync.aligned.u32 232",
+                 "mbarrier.arrive.shared::cta.b64"):  # fmt: skip
+        assert text in regs, text
+
+
+def test_tma_copies_compile(compiled):
+    assert "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes" in compiled["tma2d"]["ptx"]
+    assert "cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes" in compiled["tma3d"]["ptx"]
+
+
+def test_the_assembler_accepts_them(compiled):
+    for name, got in compiled.items():
+        if not got["assembled"] and "no nvJitLink" in got["how"]:
+            pytest.skip(f"no nvJitLink here ({got['how']})")
+        assert got["assembled"], f"{name}: {got['how']}"
+
+
+def test_wgmma_descriptor_bits():
+    from numba_flash import ptx
+
+    d = ptx.wgmma_desc_host(0x12340, 128, 256, ptx.SWIZZLE_128B)
+    assert d & 0x3FFF == 0x12340 >> 4
+    assert (d >> 16) & 0x3FFF == 128 >> 4 and (d >> 32) & 0x3FFF == 256 >> 4 and d >> 62 == 1
+
+
+def test_no_twins_in_the_simulator():
+    if not SIMULATOR:
+        pytest.skip("the simulator's stand-ins")
+    from numba_flash import ptx
+
+    for name in ptx.HOPPER:
+        with pytest.raises(NotImplementedError, match="no simulator twin"):
+            getattr(ptx, name)()
+
+
+def _core_layout(X):
+    """(M x 16) fp16/bf16 bits -> uint32 words of 8x8 core matrices, core (mi, ki) at
+    byte ((mi · 2) + ki) · 128 (LBO 128 along K, SBO 256 along M)."""
+    M = X.shape[0]
+    out = np.empty(M * 16, X.dtype)
+    for mi in range(M // 8):
+        for ki in range(2):
+            at = (mi * 2 + ki) * 64
+            out[at:at + 64] = X[8 * mi:8 * mi + 8, 8 * ki:8 * ki + 8].reshape(-1)
+    return out.view(np.uint32)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_wgmma_m64n64k16_on_the_gpu(rng, dtype):
+    if SIMULATOR:
+        pytest.skip("wgmma has no simulator twin: needs an sm_90 GPU")
+    import cupy as cp
+    import ml_dtypes
+    from numba import cuda
+
+    exec_ns = {}
+    exec(compile(_KERNELS, "hopper_kernels", "exec"), exec_ns)
+    dt = np.float16 if dtype == "float16" else ml_dtypes.bfloat16
+    A = rng.standard_normal((64, 16)).astype(dt)
+    B = rng.standard_normal((16, 64)).astype(dt)
+    ref = A.astype(np.float64) @ B.astype(np.float64)
+    D = cp.full((64, 64), np.nan, np.float32)
+    kernel = cuda.jit(exec_ns["wgmma"])
+    kernel[1, 128](cp.asarray(_core_layout(A)), cp.asarray(_core_layout(np.ascontiguousarray(B.T))), D,
+                   cp.asarray(np.array([0 if dtype == "float16" else 1], np.int32)))  # fmt: skip
+    err = float(np.abs(cp.asnumpy(D) - ref).max())
+    assert err < 1e-4 * max(1.0, float(np.abs(ref).max())), err
+
+
+@pytest.mark.gpu
+def test_bulk_copy_lands_on_its_mbarrier(rng):
+    if SIMULATOR:
+        pytest.skip("mbarrier transactions have no simulator twin: needs an sm_90 GPU")
+    import cupy as cp
+    from numba import cuda
+
+    exec_ns = {}
+    exec(compile(_KERNELS, "hopper_kernels", "exec"), exec_ns)
+    src = cp.asarray(rng.integers(0, 2**32, 1024, dtype=np.uint32))
+    out = cp.zeros(1024, np.uint32)
+    cuda.jit(exec_ns["bulk"])[1, 128](src, out, 4096)
+    assert bool((out == src).all())
+
+
+@pytest.mark.gpu
+def test_tma_tile_with_zero_fill_past_the_edges(rng):
+    """A 64 × 64 fp16 box of a 300 × 200 matrix through ``tma.tensor_map``: bit-exact
+    where it lies in the matrix, zeros past its edges (the probe's cases)."""
+    if SIMULATOR:
+        pytest.skip("TMA has no simulator twin: needs an sm_90 GPU")
+    import cupy as cp
+    from numba import cuda
+
+    from numba_flash import tma
+
+    exec_ns = {}
+    exec(compile(_KERNELS, "hopper_kernels", "exec"), exec_ns)
+    kernel = cuda.jit(exec_ns["tma2d"])
+    X = rng.standard_normal((300, 200)).astype(np.float16)
+    dX = cp.asarray(X)
+    tmap = tma.tensor_map(dX, (64, 64))
+    for row0, col0 in [(0, 0), (64, 128), (250, 0), (280, 160), (7, 8)]:
+        out = cp.full(2048, 0x7E007E00, np.uint32)  # NaN-poisoned
+        kernel[1, 128](tmap, out, row0, col0)
+        got = cp.asnumpy(out).view(np.float16).reshape(64, 64)
+        want = np.zeros((64, 64), np.float16)
+        src = X[row0:row0 + 64, col0:col0 + 64]
+        want[:src.shape[0], :src.shape[1]] = src
+        assert np.array_equal(got.view(np.uint16), want.view(np.uint16)), (row0, col0)
+
+
+def test_tensor_map_checks_before_the_driver():
+    from numba_flash import tma
+
+    with pytest.raises(ValueError, match="swizzle=48"):
+        tma.encode(0, "float16", (64, 64), (128,), (64, 64), swizzle=48)
+    with pytest.raises(ValueError, match="16-byte aligned"):
+        tma.encode(0, "float16", (64, 63), (126,), (64, 64))
+    with pytest.raises(TypeError, match="dtype"):
+        tma.encode(0, "int8", (64, 64), (64,), (64, 64))
