@@ -856,15 +856,20 @@ def wgmma_wait_group(typingctx, n):
     ``wgmma.wait_group.sync.aligned n;``: waits until at most ``n`` wgmma-groups of
     this warp are pending; only then may the accumulators (and the shared operands) of
     the completed groups be read or overwritten."""
+    return _literal_asm(n, "wgmma_wait_group", lambda c: 0 <= c <= 7, "in 0..7", "wgmma.wait_group.sync.aligned {};")
+
+
+def _literal_asm(n, fname, valid, expected, text):
+    """Typing and codegen of a warp-aligned asm whose one operand ``n`` is a
+    compile-time constant (``text.format(n)``); None until numba retries with a literal."""
     if not isinstance(n, types.IntegerLiteral):
-        return None  # numba retries with a literal
+        return None
     count = int(n.literal_value)
-    if not 0 <= count <= 7:
-        raise _TypeError(f"wgmma_wait_group: n must be in 0..7, got {count}")
+    if not valid(count):
+        raise _TypeError(f"{fname}: n must be {expected}, got {count}")
 
     def codegen(context, builder, sig, args):
-        _asm(builder, f"wgmma.wait_group.sync.aligned {count};", "~{memory}", [], [], side_effect=True,
-             convergent=True)  # fmt: skip
+        _asm(builder, text.format(count), "~{memory}", [], [], side_effect=True, convergent=True)
         return context.get_dummy_value()
 
     return types.void(n), codegen
@@ -891,18 +896,8 @@ def setmaxnreg_dec(typingctx, n):
 
 
 def _setmaxnreg(n, how):
-    if not isinstance(n, types.IntegerLiteral):
-        return None
-    count = int(n.literal_value)
-    if not (24 <= count <= 256 and count % 8 == 0):
-        raise _TypeError(f"setmaxnreg_{how}: n must be a multiple of 8 in 24..256, got {count}")
-
-    def codegen(context, builder, sig, args):
-        _asm(builder, f"setmaxnreg.{how}.sync.aligned.u32 {count};", "~{memory}", [], [], side_effect=True,
-             convergent=True)  # fmt: skip
-        return context.get_dummy_value()
-
-    return types.void(n), codegen
+    return _literal_asm(n, f"setmaxnreg_{how}", lambda c: 24 <= c <= 256 and c % 8 == 0, "a multiple of 8 in 24..256",
+                        f"setmaxnreg.{how}.sync.aligned.u32 {{}};")  # fmt: skip
 
 
 @intrinsic
