@@ -77,6 +77,17 @@ def split_count(blocks: int, key_tiles: int, slots: int) -> int:
     return next(s for s in range(1, top + 1) if efficiency(s) >= 0.85 * best)
 
 
+def decode_swap(seqlen_q: int, heads: int, heads_k: int, window=(-1, -1), alibi=False) -> tuple:
+    """``(swap, rows, heads)`` of a call: decoding with GQA (one query, no window, no
+    ALiBi) runs a KV head's ``heads // heads_k`` query heads as the rows of one sequence
+    (FlashAttention-2's swap), exact because nothing then depends on the query's
+    position or head; else ``seqlen_q`` rows of ``heads`` heads."""
+    group = heads // heads_k
+    if seqlen_q == 1 and group > 1 and tuple(window) == (-1, -1) and not alibi:
+        return True, group, heads_k
+    return False, seqlen_q, heads
+
+
 @functools.lru_cache(maxsize=256)
 def _launch_plan(features, swap, dtype, d, causal, aligned, B, heads, rows, max_k, heads_k, num_splits, device,
                  override):  # fmt: skip
@@ -89,13 +100,12 @@ def _launch_plan(features, swap, dtype, d, causal, aligned, B, heads, rows, max_
 
     features = dataclasses.replace(features, paged=True, gqa=features.gqa and not swap)
 
-    def make_plan(split):
+    def make_plan(split, splits):
         feats = dataclasses.replace(features, split=split)
         return _plan(P.Problem("forward", dtype, d, causal, False, aligned, B * splits, heads, rows, max_k,
                                compute_capability(), SIMULATOR, feats, heads_k, B * rows))  # fmt: skip
 
-    splits = 1
-    plan = make_plan(swap)
+    plan = make_plan(swap, 1)
     (walker,) = [ln for ln in plan.launches if ln.walk]
     block_m, block_n = walker.walk[0], walker.walk[1]
     key_tiles = -(-max_k // block_n)
@@ -103,7 +113,7 @@ def _launch_plan(features, swap, dtype, d, causal, aligned, B, heads, rows, max_
     splits = num_splits or split_count(B * heads * -(-rows // block_m), key_tiles, slots)
     splits = max(1, min(splits, key_tiles))
     if splits > 1 or swap:
-        plan = make_plan(True)
+        plan = make_plan(True, splits)
     return plan, splits, -(-key_tiles // splits)
 
 
@@ -227,12 +237,10 @@ def flash_attention_with_kvcache(q, k_cache, v_cache, k=None, v=None, *, cache_s
     nk = (lens + n_new).astype(np.int64)
     max_k = int(nk.max())
     group = H // var.heads_k
-    # decoding with GQA: one query of each of a KV head's `group` heads becomes a row of one
-    # sequence of `group` queries on that KV head (FlashAttention-2's swap), so that a block
-    # reads each K/V tile for the whole group; exact when nothing depends on the query's
-    # position or head: one query (causal is then no mask), no window, no ALiBi
-    swap = Nq == 1 and group > 1 and var.window == (-1, -1) and var.alibi is None
-    rows, heads, run_causal = (group, var.heads_k, False) if swap else (Nq, H, causal)
+    # decoding with GQA: a KV head's query heads as the rows of one sequence, so that a block
+    # reads each K/V tile once for the group (one query: causal is then no mask)
+    swap, rows, heads = decode_swap(Nq, H, var.heads_k, var.window, var.alibi is not None)
+    run_causal = causal and not swap
     total = B * rows
     kc, vc = A.to_compute(kc_op.array, kind), A.to_compute(vc_op.array, kind)
     params = V.params(1, var.window, run_causal, var.softcap) if swap else var.params

@@ -201,7 +201,7 @@ def test_wgmma_descriptor_bits():
 
 def test_no_twins_in_the_simulator():
     if not SIMULATOR:
-        pytest.skip("the simulator's stand-ins")
+        pytest.skip("checks the simulator's stand-ins; the simulator is off here (the GPU tests run the real ones)")
     from numba_flash import ptx
 
     for name in ptx.HOPPER:

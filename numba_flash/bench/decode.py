@@ -80,8 +80,7 @@ def splits_of(case: DecodeCase) -> int:
     from numba_flash import kvcache
     from numba_flash.api import _device_id
 
-    swap = case.seqlen_q == 1 and case.heads > case.heads_k
-    rows, heads = (case.heads // case.heads_k, case.heads_k) if swap else (case.seqlen_q, case.heads)
+    swap, rows, heads = kvcache.decode_swap(case.seqlen_q, case.heads, case.heads_k)
     features = _features(case)
     _, splits, _ = kvcache._launch_plan(features, swap, case.dtype, case.head_dim, False, True, case.batch, heads,
                                         rows, case.cache_len, case.heads_k, case.num_splits,
@@ -97,8 +96,10 @@ def _features(case: DecodeCase):
 
 def workspace_model(case: DecodeCase, splits: int) -> dict:
     """Bytes a step allocates beyond its output (module docstring), by part."""
+    from numba_flash.kvcache import decode_swap
+
     rows = case.batch * case.seqlen_q * case.heads
-    merged = splits > 1 or (case.seqlen_q == 1 and case.heads > case.heads_k)
+    merged = splits > 1 or decode_swap(case.seqlen_q, case.heads, case.heads_k)[0]
     pages = case.cache_len // case.page_size if case.page_size else 1
     parts = {
         "partial_out": splits * rows * case.head_dim * 4 if merged else 0,
@@ -150,33 +151,39 @@ def copy_bandwidth(nbytes: int = 2 << 30) -> float:
     return 2 * nbytes / t.ms / 1e9
 
 
-def queued_ms(fn, calls: int = 10, rep: int = 9, warmup: int = 1) -> float:
-    """Median ms a call: CUDA events around ``calls`` back-to-back calls, divided by
-    ``calls`` (more than 1: the host's time per call hides behind the GPU's when it is
-    shorter, as torch.utils.benchmark times FlashAttention-2), after ``warmup`` calls."""
+def _event_ms(run, calls: int, rep: int, stream=None) -> float:
+    """Median over ``rep`` of CUDA events around ``calls`` runs of ``run()`` on
+    ``stream`` (None: the current one), divided by ``calls``."""
     import statistics
 
     import cupy as cp
 
-    for _ in range(warmup):
-        fn()
-    cp.cuda.runtime.deviceSynchronize()
     times = []
     for _ in range(rep):
         s, e = cp.cuda.Event(), cp.cuda.Event()
-        s.record()
+        s.record(stream)
         for _ in range(calls):
-            fn()
-        e.record()
+            run()
+        e.record(stream)
         e.synchronize()
         times.append(cp.cuda.get_elapsed_time(s, e) / calls)
     return statistics.median(times)
 
 
+def queued_ms(fn, calls: int = 10, rep: int = 9, warmup: int = 1) -> float:
+    """Median ms a call: CUDA events around ``calls`` back-to-back calls, divided by
+    ``calls`` (more than 1: the host's time per call hides behind the GPU's when it is
+    shorter, as torch.utils.benchmark times FlashAttention-2), after ``warmup`` calls."""
+    import cupy as cp
+
+    for _ in range(warmup):
+        fn()
+    cp.cuda.runtime.deviceSynchronize()
+    return _event_ms(fn, calls, rep)
+
+
 def graph_ms(fn, calls: int = 10, rep: int = 9) -> tuple[float, str]:
     """Median ms of one call captured in a CUDA graph and replayed, or (NaN, why)."""
-    import statistics
-
     import cupy as cp
 
     stream = cp.cuda.Stream(non_blocking=True)
@@ -187,16 +194,7 @@ def graph_ms(fn, calls: int = 10, rep: int = 9) -> tuple[float, str]:
             stream.begin_capture()
             fn()
             graph = stream.end_capture()
-            times = []
-            for _ in range(rep):
-                s, e = cp.cuda.Event(), cp.cuda.Event()
-                s.record(stream)
-                for _ in range(calls):
-                    graph.launch(stream)
-                e.record(stream)
-                e.synchronize()
-                times.append(cp.cuda.get_elapsed_time(s, e) / calls)
-        return statistics.median(times), ""
+            return _event_ms(lambda: graph.launch(stream), calls, rep, stream), ""
     except Exception as exc:  # noqa: BLE001 (reported in the table, not hidden)
         return math.nan, f"{type(exc).__name__}: {str(exc)[:80]}"
 

@@ -49,10 +49,8 @@ def wait_for_tile(j, lo):
     """Before tile ``j`` is used (``j >= lo``): wait for this thread's copies of it, then
     a barrier, after which every thread's copies of tile j (and whatever was staged
     with them) are visible to all, and every warp is done with tile j − 1, whose stage
-    the copies of tile j + 1 overwrite next."""
-    if j >= lo:
-        ptx.cp_async_wait_group(0)
-        cuda.syncthreads()
+    the copies of tile j + 1 overwrite next (:func:`wait_for_stage` of two stages)."""
+    wait_for_stage(j, lo, 2)
 
 
 @device_function
