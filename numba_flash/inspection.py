@@ -390,14 +390,13 @@ def _compile_in_subprocess(pass_, dtype, head_dim, causal, arch, tf32=False, var
 
 
 def inspect_kernels(pass_: str, dtype: str, head_dim: int, causal: bool, arch: str = "sm_90",
-                    tf32: bool = False, variants: dict | None = None, seqlen_q: int = None) -> list[KernelReport]:
+                    tf32: bool = False, variants: dict | None = None, seqlen_q: int = SEQLEN_Q) -> list[KernelReport]:
     """Compile every kernel ``pass_`` would launch for (dtype, head_dim, causal) for
     ``arch`` and summarise it (``tf32``: as ``flash_attention(..., allow_tf32=True)``;
     ``variants``: ``numba_flash.variant.Variant``'s fields other than causal, e.g.
     ``{"softcap": True, "gqa": True}``; ``seqlen_q``: query rows a sequence, default
     ``SEQLEN_Q``: at most ``config.DECODE_ROWS`` gives the forward's decode tiles).
     Works without a GPU and with the simulator on."""
-    seqlen_q = SEQLEN_Q if seqlen_q is None else seqlen_q
     if not isinstance(seqlen_q, int) or seqlen_q < 1:
         raise ValueError(f"seqlen_q={seqlen_q!r}: expected an int >= 1")
     if pass_ not in ("forward", "backward"):
