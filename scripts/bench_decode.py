@@ -6,8 +6,8 @@
   131072 tokens (full), contiguous and paged (pages of 256).  Bandwidth = bytes of K
   and V read (B·H_kv·L·d·2·2) / time, against the 4.27 TB/s copy bandwidth; beside it
   torch SDPA's flash and cuDNN backends on the same shape (``enable_gqa``, or K/V
-  repeated to 32 heads where a backend refuses it).  ``num_splits`` auto, and 1, 4 and
-  16 at 32768.
+  repeated to 32 heads where a backend refuses it).  ``num_splits`` auto, and 1, 4, 8,
+  16 and 32 at 32768 (``--sweep-at L``: at L).
 * **Prefill**: Nq = 2048 causal against a paged cache of 16384 (B = 2, same heads),
   TFLOP/s against ``flash_attention`` on the same keys as contiguous arrays.
 
@@ -70,7 +70,7 @@ def main(path):
             vp[tb[b]] = vc[b].reshape(per, page, HK, D)
         peers = sdpa(q, kc, vc)
         for layout, args, kw in (("contiguous", (q, kc, vc), {}), ("paged 256", (q, kp, vp), {"block_table": table})):
-            splits = (0, 1, 4, 16) if L == SWEEP_L and layout == "contiguous" else (0,)
+            splits = (0, 1, 4, 8, 16, 32) if L == SWEEP_L and layout == "contiguous" else (0,)
             for s in splits:
                 fn = lambda: numba_flash.flash_attention_with_kvcache(*args, cache_seqlens=L, num_splits=s, **kw)  # noqa: E731
                 queued, single = timed(fn)
