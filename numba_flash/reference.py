@@ -599,34 +599,45 @@ def seed_key(seed):
 
 
 def keep_threshold(dropout_p):
-    """The 16-bit keep threshold of ``dropout_p``: ``min(65536, round((1 - p) * 65536))``
+    """The 8-bit keep threshold of ``dropout_p``: ``min(256, round((1 - p) * 256))``
     (Python's round, ties to even); a value ``< threshold`` is kept, so p = 0 keeps
-    everything."""
+    everything.  The drop rate is p rounded to a multiple of 1/256, as
+    FlashAttention-2's 8-bit threshold rounds it."""
     p = _real(dropout_p, lambda x: 0 <= x < 1)
     if p is None:
         raise ValueError(f"dropout_p={_shown(dropout_p)}: expected a real in [0, 1)")
-    return min(65536, round((1 - p) * 65536))
+    return min(256, round((1 - p) * 256))
 
 
 def _group_slot(j):
-    """The Philox call (``group``) and 16-bit value (``slot``, 0..7) of key ``j``."""
+    """The Philox call (``group``) and the key's part of the value's slot (0..7) of
+    key ``j``."""
     group = (j // 32) * 4 + (j % 8) // 2
     slot = ((j % 32) // 8) * 2 + j % 2
     return group, slot
 
 
+def _pair_half(i):
+    """The row pair of query ``i`` (rows ``16a + r`` and ``16a + r + 8`` share one
+    Philox call) and which of the two it is (0 or 1)."""
+    return (i // 16) * 8 + i % 8, (i // 8) % 2
+
+
 def _keep_bits(key, threshold, batch_ids, heads, rows, cols):
     """Keep mask (len(batch_ids), len(heads), len(rows), len(cols)) of the given
     batch, head, query and key indices (:func:`dropout_mask`); one Philox call
-    per distinct (b, h, i, group)."""
-    groups, slots = _group_slot(np.asarray(cols, dtype=np.int64))
-    needed, which = np.unique(groups, return_inverse=True)
+    per distinct (b, h, row pair, group)."""
+    groups, key_slots = _group_slot(np.asarray(cols, dtype=np.int64))
+    pairs, halves = _pair_half(np.asarray(rows, dtype=np.int64))
+    g_needed, g_which = np.unique(groups, return_inverse=True)
+    p_needed, p_which = np.unique(pairs, return_inverse=True)
     b = np.asarray(batch_ids)[:, None, None, None]
     h = np.asarray(heads)[None, :, None, None]
-    i = np.asarray(rows)[None, None, :, None]
-    words = np.stack(philox4x32_10(needed[None, None, None, :], i, h, b, *key), axis=-1)
-    word = words[..., which, slots // 2].astype(np.uint64)  # (b, h, i, j)
-    value = (word >> (16 * (slots % 2)).astype(np.uint64)) & np.uint64(0xFFFF)
+    words = np.stack(philox4x32_10(g_needed[None, None, None, :], p_needed[None, None, :, None], h, b, *key),
+                     axis=-1)  # (b, h, pair, group, 4)
+    slots = halves[:, None] * 8 + key_slots[None, :]  # (i, j), 0..15
+    word = words[:, :, p_which[:, None], g_which[None, :], slots // 4].astype(np.uint64)  # (b, h, i, j)
+    value = (word >> (8 * (slots % 4)).astype(np.uint64)) & np.uint64(0xFF)
     return value < np.uint64(threshold)
 
 
@@ -638,21 +649,24 @@ def dropout_mask(seed, dropout_p, batch, heads, seqlen_q, seqlen_k):
     in cu_seqlens and ``i``, ``j`` positions within the sequence)::
 
         key       (k0, k1) = (seed & 0xFFFFFFFF, seed >> 32)          seed_key
+        pair      = (i // 16) * 8 + i % 8                 rows i, i + 8 of 16 share it
         group     = (j // 32) * 4 + (j % 8) // 2
-        slot      = ((j % 32) // 8) * 2 + j % 2                        (0..7)
-        x0..x3    = philox4x32_10(c0=group, c1=i, c2=h, c3=b, k0, k1)
-        value     = (x[slot // 2] >> (16 * (slot % 2))) & 0xFFFF
-        threshold = min(65536, round((1 - dropout_p) * 65536))         keep_threshold
+        slot      = ((i // 8) % 2) * 8 + ((j % 32) // 8) * 2 + j % 2   (0..15)
+        x0..x3    = philox4x32_10(c0=group, c1=pair, c2=h, c3=b, k0, k1)
+        value     = (x[slot // 4] >> (8 * (slot % 4))) & 0xFF
+        threshold = min(256, round((1 - dropout_p) * 256))             keep_threshold
         kept      = value < threshold
 
-    One Philox call gives the 8 values of keys ``32a + 8c + 2t + {0, 1}`` for
-    ``c = 0..3`` (``group = 4a + t``): the keys 2t, 2t+1 of four 8-key n-tiles
-    that one lane of an mma.sync m16n8 accumulator holds.  The definition
-    itself depends only on (seed, b, h, i, j).
+    One Philox call gives the 16 values of rows ``16a + r`` and ``16a + r + 8``
+    (r < 8) at keys ``32b + 8c + 2t + {0, 1}`` for ``c = 0..3`` (``group = 4b + t``):
+    the two rows and the keys 2t, 2t+1 of four 8-key n-tiles that one lane of an
+    mma.sync m16n8 accumulator holds.  Values are 8-bit, as FlashAttention-2's,
+    so dropout_p is rounded to a multiple of 1/256.  The definition itself depends
+    only on (seed, b, h, i, j).
 
     >>> dropout_mask(0, 0.5, 1, 1, 2, 8).astype(int)
-    array([[[[0, 1, 0, 0, 0, 1, 0, 0],
-             [0, 1, 1, 1, 0, 1, 0, 0]]]])
+    array([[[[0, 0, 0, 0, 1, 0, 1, 0],
+             [0, 0, 1, 1, 0, 0, 1, 0]]]])
     """
     key = seed_key(seed)
     threshold = keep_threshold(dropout_p)

@@ -88,13 +88,14 @@ def _keep_kernel(out, k0, k1, threshold):
 @needs_kernels
 @pytest.mark.parametrize("p", [0.0, 0.3, 0.9])
 def test_device_keep_equals_reference_mask(rng, p):
-    """(B=2, H=3, Nq=5, Nk=70): six blocks of 70 threads; Nk spans three 32-key groups
+    """(B=2, H=3, Nq=19, Nk=70): six blocks of 70 threads; Nq spans both halves of a row
+    pair and a second block of 16 rows, Nk three 32-key groups
     and a partial one."""
     seed = int(rng.integers(0, 2**63)) * 2 + 1  # both key words in play
     k0, k1 = seed_key(seed)
-    out = device(np.full((2, 3, 5, 70), 7, dtype=np.uint8))
+    out = device(np.full((2, 3, 19, 70), 7, dtype=np.uint8))
     _keep_kernel[(2, 3), 70](out, np.uint32(k0), np.uint32(k1), keep_threshold(p))
-    want = R.dropout_mask(seed, p, 2, 3, 5, 70)
+    want = R.dropout_mask(seed, p, 2, 3, 19, 70)
     assert np.array_equal(host(out), want.astype(np.uint8)), f"seed={seed}"
 
 
@@ -102,7 +103,7 @@ def test_seed_key_and_threshold():
     assert seed_key(0) == (0, 0)
     assert seed_key(2**64 - 1) == (0xFFFFFFFF, 0xFFFFFFFF)
     assert seed_key(0x0123456789ABCDEF) == (0x89ABCDEF, 0x01234567)
-    assert keep_threshold(0.0) == 65536 and keep_threshold(0.25) == 49152
+    assert keep_threshold(0.0) == 256 and keep_threshold(0.25) == 192
     for bad in (-1, 2**64, 1.0, None, True):
         with pytest.raises(ValueError, match=r"^seed\b"):
             seed_key(bad)
@@ -111,7 +112,8 @@ def test_seed_key_and_threshold():
 @pytest.mark.parametrize("p", [0.1, 0.5, 0.9])
 def test_keep_fraction(p):
     mask = R.dropout_mask(20240601, p, 1, 1, 256, 4096)
-    assert abs(mask.mean() - (1 - p)) < 0.01
+    assert abs(mask.mean() - keep_threshold(p) / 256) < 0.005
+    assert abs(keep_threshold(p) / 256 - (1 - p)) <= 1 / 512  # p rounded to a multiple of 1/256
 
 
 def test_bits_follow_the_seed():

@@ -342,25 +342,27 @@ def python_philox(ctr, key):
 @pytest.mark.parametrize("p", [0.0, 0.1, 0.5, 0.93])
 def test_dropout_mask_equals_its_definition(rnd, p):
     seed = rnd.dropout_seed()
-    b_, h_, nq, nk = 2, 2, 3, 70
+    b_, h_, nq, nk = 2, 2, 19, 70  # rows 0..18: two row pairs' halves and a second block of 16
     mask = R.dropout_mask(seed, p, b_, h_, nq, nk)
-    threshold = min(65536, round((1 - p) * 65536))
+    threshold = min(256, round((1 - p) * 256))
     key = (seed & 0xFFFFFFFF, seed >> 32)
     assert R.seed_key(seed) == key and R.keep_threshold(p) == threshold
     for b, h, i in np.ndindex(b_, h_, nq):
         for j in range(nk):
+            pair = (i // 16) * 8 + i % 8
             group = (j // 32) * 4 + (j % 8) // 2
-            slot = ((j % 32) // 8) * 2 + j % 2
-            x = python_philox((group, i, h, b), key)
-            value = (x[slot // 2] >> (16 * (slot % 2))) & 0xFFFF
+            slot = ((i // 8) % 2) * 8 + ((j % 32) // 8) * 2 + j % 2
+            x = python_philox((group, pair, h, b), key)
+            value = (x[slot // 4] >> (8 * (slot % 4))) & 0xFF
             assert mask[b, h, i, j] == (value < threshold), (b, h, i, j, str(rnd))
 
 
 def test_keep_threshold():
-    assert R.keep_threshold(0.0) == 65536
-    assert R.keep_threshold(0.5) == 32768
-    assert R.keep_threshold(1e-9) == 65536
-    assert R.keep_threshold(0.9) == round(0.1 * 65536)
+    assert R.keep_threshold(0.0) == 256
+    assert R.keep_threshold(0.5) == 128
+    assert R.keep_threshold(1e-9) == 256
+    assert R.keep_threshold(0.1) == 230  # round(230.4): the drop rate 26/256
+    assert R.keep_threshold(0.9) == round(0.1 * 256)
     assert R.dropout_mask(123, 0.0, 2, 2, 5, 40).all()
 
 

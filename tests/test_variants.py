@@ -305,13 +305,13 @@ def _dropout_through_api(fam, B, H, Nq, Nk, p, seed, xp, **kw):
 
 
 @pytest.mark.usefixtures("poisoned_outputs")
-@pytest.mark.parametrize("fam", ["fp32-blocked", "fp32-rowgroup"] + ([] if SIMULATOR else ["tf32", "fp16", "bf16"]))
+@pytest.mark.parametrize("fam", ["fp32-blocked", "fp32-rowgroup", "fp16"] + ([] if SIMULATOR else ["tf32", "bf16"]))
 def test_dropout_mask_is_the_reference_mask(rng, fam):
     """The kernels keep exactly ``reference.dropout_mask``'s elements, with the kept
     probabilities scaled by 1/(1 − p); the same seed gives the same bits, another seed
     other bits.  On the GPU over 2·4·2048 rows, the kept fraction is within 1% of 1 − p."""
     d = FAMILIES[fam][1]
-    B, H, Nq = (1, 2, 9) if SIMULATOR else (2, 4, 2048)
+    B, H, Nq = (1, 2, 17) if SIMULATOR else (2, 4, 2048)  # 17: both halves of a row pair, a second 16
     p, seed = 0.3, int(rng.integers(0, 2**63))
     xp = _xp()
     kept, out = _dropout_through_api(fam, B, H, Nq, d, p, seed, xp)
@@ -323,7 +323,31 @@ def test_dropout_mask_is_the_reference_mask(rng, fam):
     other, _ = _dropout_through_api(fam, B, H, Nq, d, p, seed + 1, xp)
     assert np.array_equal(again, kept) and not np.array_equal(other, kept)
     if not SIMULATOR:
-        assert abs(kept.mean() - (1 - p)) < 0.01, kept.mean()
+        assert abs(kept.mean() - reference.keep_threshold(p) / 256) < 0.01, kept.mean()
+
+
+@pytest.mark.usefixtures("poisoned_outputs")
+@pytest.mark.parametrize("fam", ["fp16", "fp32-blocked"] + ([] if SIMULATOR else ["tf32", "bf16", "fp32-rowgroup"]))
+def test_dropout_backward_keeps_the_reference_mask(rng, fam):
+    """The backward regenerates exactly ``reference.dropout_mask``: with scale 0 (P =
+    1/Nk) and dO the identity (d = Nq), dV[j, i] = Z_ij / ((1 − p)·Nk), so dVᵀ > 0 is
+    the keep mask the dK/dV kernel drew.  Nq = 32 spans two 16-row pairs' blocks, Nk =
+    64 two 32-key groups and, on the tensor cores, both key halves of a 32-key group."""
+    dtype, _, tf32, _ = FAMILIES[fam]
+    B, H, Nq, Nk = 1, 2, 32, 64
+    d = Nq
+    p, seed = 0.3, int(rng.integers(0, 2**63))
+    xp = _xp()
+    q, k, v = (rng.standard_normal((B, n, H, d)).astype(dtype) for n in (Nq, Nk, Nk))
+    dout = np.ascontiguousarray(np.broadcast_to(np.eye(Nq, dtype=np.float32)[None, :, None, :], (B, Nq, H, d)), dtype)
+    kw = dict(softmax_scale=0.0, dropout_p=p, seed=seed, allow_tf32=tf32)
+    dq_, dk_, dv_ = (xp.asarray(x) for x in (q, k, v))
+    out, lse = numba_flash.flash_attention(dq_, dk_, dv_, return_lse=True, **kw)
+    _, _, dv = numba_flash.flash_attention_backward(xp.asarray(dout), dq_, dk_, dv_, out, lse, **kw)
+    dv = host(dv).astype(np.float64).transpose(0, 2, 3, 1)  # (B, H, i, j)
+    want = reference.dropout_mask(seed, p, B, H, Nq, Nk)
+    assert np.array_equal(dv > 0, want), f"seed {seed}: {np.sum((dv > 0) != want)} keep bits differ"
+    assert np.allclose(dv[want] * (1 - p) * Nk, 1.0, rtol=1e-2 if fam in ("fp16", "bf16", "tf32") else 1e-5)
 
 
 # --- varlen -------------------------------------------------------------------------------

@@ -4,15 +4,17 @@ The keep bit of element ``(b, h, i, j)`` (batch or varlen sequence, query head, 
 row and key column, both within the sequence) is, for a ``seed`` and ``dropout_p``::
 
     (k0, k1)  = (seed & 0xFFFFFFFF, seed >> 32)                  seed_key(seed)
-    group     = (j // 32) * 4 + (j % 8) // 2
-    slot      = ((j % 32) // 8) * 2 + j % 2                      0..7
-    x0..x3    = philox4x32_10(c0=group, c1=i, c2=h, c3=b, k0, k1)
-    value     = (x[slot // 2] >> (16 * (slot % 2))) & 0xFFFF
-    threshold = min(65536, round((1 − dropout_p) · 65536))       keep_threshold(p)
+    pair      = (i // 16) * 8 + i % 8                            pair_half(i)
+    group     = (j // 32) * 4 + (j % 8) // 2                     group_slot(j)
+    slot      = ((i // 8) % 2) * 8 + ((j % 32) // 8) * 2 + j % 2   0..15
+    x0..x3    = philox4x32_10(c0=group, c1=pair, c2=h, c3=b, k0, k1)
+    value     = (x[slot // 4] >> (8 * (slot % 4))) & 0xFF
+    threshold = min(256, round((1 − dropout_p) · 256))           keep_threshold(p)
     kept      = value < threshold
 
 Kept probabilities are scaled by ``1 / (1 − p)``.  ``reference.dropout_mask`` is the
-same definition in NumPy; the tests compare the two bit for bit.
+same definition in NumPy; the tests compare the two bit for bit.  The values are 8-bit,
+as FlashAttention-2's: the drop rate is p rounded to a multiple of 1/256.
 
 Philox4x32-10 (Salmon et al., SC'11; as Random123 and cuRAND) is ten rounds of::
 
@@ -21,17 +23,20 @@ Philox4x32-10 (Salmon et al., SC'11; as Random123 and cuRAND) is ten rounds of::
     c = (hi1 ^ c1 ^ k0, lo1, hi0 ^ c3 ^ k1, lo0)
     k0 += 0x9E3779B9;  k1 += 0xBB67AE85                          (mod 2**32)
 
-Why this grouping: a lane of an ``mma.sync`` m16n8 accumulator holds, per 8-key
-n-tile, the keys ``2t`` and ``2t + 1`` (t = lane % 4) of its rows.  The 8 keys with
-one ``group`` are exactly ``32a + 8c + 2t + {0, 1}`` for the four n-tiles ``c = 0..3``
-of a 32-key stretch ``a``: all the values one lane needs for four n-tiles of a row,
-from one Philox call (``keep_values``, then ``keep_value`` per slot).
+Why this grouping: a lane of an ``mma.sync`` m16n8 accumulator holds rows ``g`` and
+``g + 8`` of a 16-row m-tile (g = lane // 4) and, per 8-key n-tile, the keys ``2t``
+and ``2t + 1`` (t = lane % 4).  The 16 values of one ``(pair, group)`` are exactly
+those rows at keys ``32a + 8c + 2t + {0, 1}`` of the four n-tiles ``c = 0..3`` of a
+32-key stretch ``a``: all the values one lane needs for four n-tiles of an m-tile, from
+one Philox call (``keep_values``, then ``keep_value`` per slot).  The transposed tiles
+of dK/dV (rows keys, columns queries) share a call between two lanes
+(``fragments._pair_words``).
 
 Cost: one Philox call (20 ``mul.wide.u32``, each giving both halves, and about 60
-XORs and adds) per 8 elements when a lane holds all 8; a kernel that asks for single
-elements (``keep``) pays one call per element.  The counter names (b, h, i, group)
-and nothing about the tiling, so every kernel family and tile size draws the same
-bits.
+XORs and adds) per 16 elements when a lane holds all 16, half the calls of 16-bit
+values; a kernel that asks for single elements (``keep``) pays one call per element.
+The counter names (b, h, row pair, group) and nothing about the tiling, so every
+kernel family and tile size draws the same bits.
 
 Every intermediate is a uint32 (the products are formed in uint64, the key bumps
 added in uint64 and masked to 32 bits), so numba's CUDA simulator, which runs these
@@ -48,15 +53,15 @@ from numba_flash._numba_cuda import device_function, float32, uint32, uint64
 from numba_flash.reference import keep_threshold, seed_key
 from numba_flash.variant import KEEP_SCALE, KEEP_THRESHOLD, SEED_K0, SEED_K1
 
-__all__ = ["philox4x32_10", "group_slot", "keep_values", "keep_value", "keep", "dropout_info", "kept_scale",
-           "chunk_values", "scale_of", "half_scale", "seed_key", "keep_threshold"]
+__all__ = ["philox4x32_10", "group_slot", "pair_half", "byte_scale", "keep_values", "keep_value", "keep", "dropout_info", "kept_scale",
+           "chunk_values", "scale_of", "seed_key", "keep_threshold"]
 
 M0 = uint64(0xD2511F53)  # Philox round multipliers
 M1 = uint64(0xCD9E8D57)
 W0 = uint64(0x9E3779B9)  # key bumps: the golden ratio and sqrt(3) − 1, as 32-bit fractions
 W1 = uint64(0xBB67AE85)
 MASK32 = uint64(0xFFFFFFFF)
-MASK16 = uint64(0xFFFF)
+MASK8 = uint64(0xFF)
 SHIFT32 = uint64(32)
 
 
@@ -91,39 +96,50 @@ def philox4x32_10(c0, c1, c2, c3, k0, k1):
 
 @device_function
 def group_slot(j):
-    """``(group, slot)`` of key ``j``: its Philox call and its 16-bit value (0..7)."""
+    """``(group, key_slot)`` of key ``j``: its Philox call, and its part (0..7) of the
+    value's slot."""
     return (j // 32) * 4 + (j % 8) // 2, ((j % 32) // 8) * 2 + j % 2
 
 
 @device_function
+def pair_half(i):
+    """``(pair, half)`` of query row ``i``: rows ``16a + r`` and ``16a + r + 8`` (r < 8)
+    share the counter word ``pair``; ``half`` (0 or 1) is which of the two, the high
+    bit of the value's slot."""
+    return (i // 16) * 8 + i % 8, (i // 8) % 2
+
+
+@device_function
 def keep_values(b, h, i, group, k0, k1):
-    """The four words of Philox call ``group`` of query row ``i``, head ``h``, batch
-    (or varlen sequence) ``b``: the 8 values of keys ``32·(group // 4) + 8c + 2·(group
-    % 4) + {0, 1}``, c = 0..3."""
-    return philox4x32_10(group, i, h, b, k0, k1)
+    """The four words of Philox call ``group`` of the row pair of query ``i``, head
+    ``h``, batch (or varlen sequence) ``b``: the 16 values of rows ``i``, ``i ± 8`` at
+    keys ``32·(group // 4) + 8c + 2·(group % 4) + {0, 1}``, c = 0..3."""
+    pair, _ = pair_half(i)
+    return philox4x32_10(group, pair, h, b, k0, k1)
 
 
 @device_function
 def keep_value(x0, x1, x2, x3, slot):
-    """The 16-bit value ``slot`` (0..7) of the words: ``(x[slot // 2] >> 16·(slot % 2))
-    & 0xFFFF``, as a uint64."""
+    """The 8-bit value ``slot`` (0..15) of the words: ``(x[slot // 4] >> 8·(slot % 4))
+    & 0xFF``, as a uint64."""
     w = x0
-    if slot >= 6:
+    if slot >= 12:
         w = x3
-    elif slot >= 4:
+    elif slot >= 8:
         w = x2
-    elif slot >= 2:
+    elif slot >= 4:
         w = x1
-    return (uint64(w) >> uint64(16 * (slot % 2))) & MASK16
+    return (uint64(w) >> uint64(8 * (slot % 4))) & MASK8
 
 
 @device_function
 def keep(b, h, i, j, k0, k1, threshold):
     """True when element ``(b, h, i, j)`` is kept (``value < threshold``); one Philox
     call for this element alone."""
-    group, slot = group_slot(j)
+    group, key_slot = group_slot(j)
+    _, half = pair_half(i)
     x0, x1, x2, x3 = keep_values(b, h, i, group, k0, k1)
-    return keep_value(x0, x1, x2, x3, slot) < uint64(threshold)
+    return keep_value(x0, x1, x2, x3, half * 8 + key_slot) < uint64(threshold)
 
 
 # --- the kernels' dropout steps ------------------------------------------------------------
@@ -151,22 +167,23 @@ def kept_scale(i, j, di):
 
 @device_function
 def chunk_values(i, group, di):
-    """The four words of Philox call ``group`` of query ``i`` (:func:`keep_values`)."""
+    """The four words of Philox call ``group`` of the row pair of query ``i``
+    (:func:`keep_values`)."""
     return keep_values(di[0], di[1], i, group, di[2], di[3])
 
 
 @device_function
-def half_scale(w, s, di):
-    """``1 / (1 − p)`` when the 16-bit value in half ``s`` (0: low, 1: high) of word
-    ``w`` is kept, else 0."""
-    if ((uint64(w) >> uint64(16 * s)) & MASK16) < di[4]:
+def byte_scale(w, byte, di):
+    """``1 / (1 − p)`` when the 8-bit value ``byte`` (0..3) of word ``w`` is kept,
+    else 0."""
+    if ((uint64(w) >> uint64(8 * byte)) & MASK8) < di[4]:
         return di[5]
     return float32(0.0)
 
 
 @device_function
 def scale_of(x0, x1, x2, x3, slot, di):
-    """``1 / (1 − p)`` when value ``slot`` of the words is kept, else 0."""
+    """``1 / (1 − p)`` when value ``slot`` (0..15) of the words is kept, else 0."""
     if keep_value(x0, x1, x2, x3, slot) < di[4]:
         return di[5]
     return float32(0.0)

@@ -91,21 +91,22 @@ def mod_mask(acc, S0, NT, MT, row0, col0, si, partial, mi, KEYS_ARE_ROWS, F):
 @device_function
 def apply_dropout(acc, S0, NT, MT, row0, col0, di):
     """P ∘ Z / (1 − p) in place, for P·V, on MT m-tiles of NT n-tiles (rows are queries
-    from ``row0``, columns keys from ``col0``, a multiple of 32): the lane's 8 values of
-    a row in a 32-key stretch (4 n-tiles × keys 2t, 2t + 1) come from one Philox call
-    (``dropout``'s grouping).  The row sums l_i keep the undropped P (FlashAttention-2)."""
+    from ``row0``, a multiple of 16, columns keys from ``col0``, a multiple of 32): the
+    lane's 16 values of an m-tile in a 32-key stretch (rows g, g + 8 × 4 n-tiles × keys
+    2t, 2t + 1) come from one Philox call (``dropout``'s grouping).  The row sums l_i
+    keep the undropped P (FlashAttention-2)."""
     lane = cuda.threadIdx.x & 31
     for mt in range(MT):
-        for rh in range(2):
-            i = row0 + 16 * mt + (lane >> 2) + 8 * rh
-            for a in range((NT + 3) // 4):
-                x0, x1, x2, x3 = dropout.chunk_values(i, (col0 // 32 + a) * 4 + (lane & 3), di)
-                for c in range(4):
-                    nt = 4 * a + c
-                    if nt < NT:
+        i = row0 + 16 * mt + (lane >> 2)
+        for a in range((NT + 3) // 4):
+            x0, x1, x2, x3 = dropout.chunk_values(i, (col0 // 32 + a) * 4 + (lane & 3), di)
+            for c in range(4):
+                nt = 4 * a + c
+                if nt < NT:
+                    for rh in range(2):
                         for e in range(2):
                             at = S0 + 4 * NT * mt + nt * 4 + 2 * rh + e
-                            acc[at] *= dropout.scale_of(x0, x1, x2, x3, 2 * c + e, di)
+                            acc[at] *= dropout.scale_of(x0, x1, x2, x3, 8 * rh + 2 * c + e, di)
 
 
 @device_function
@@ -144,34 +145,35 @@ def p_and_ds(acc_s, acc_dp, NT, start_m, BLOCK_M, start_n, BLOCK_N, row0, col0, 
     in place (:func:`softmax_grad_tile`).  With softcap, dropout or a score_mod, one
     pass per element instead, which multiplies dS by the cap's and the score_mod's
     derivatives (``score.softcap_grad``, ``score.index_step``) and, with dropout, gives dV's P ∘ Z/(1−p) and
-    dS = P ∘ (dP ∘ Z/(1−p) − delta), drawing the keep bits one Philox call per 8
-    elements in dQ (rows are queries, as the forward's :func:`apply_dropout`) and per 4
-    in dK/dV (:func:`_pair_words`); ``col0`` is a multiple of 32 in dQ (di:
+    dS = P ∘ (dP ∘ Z/(1−p) − delta), drawing the keep bits one Philox call per 16
+    elements in dQ (rows are queries, as the forward's :func:`apply_dropout`) and per 8
+    in dK/dV (:func:`_pair_words`); ``col0`` is a multiple of 32 in dQ, of 16 in dK/dV (di:
     ``dropout.dropout_info``).  ``partial``: the tile is a block mask's PARTIAL one
     (``block_info.tile_partial``)."""
     needs_mask = tile_needs_mask(start_m, BLOCK_M, start_n, BLOCK_N, mi)
     if F[SOFTCAP] or F[DROPOUT] or F[SCORE_MOD]:
         lane = cuda.threadIdx.x & 31
-        if KEYS_ARE_ROWS:  # dK/dV: one Philox call an n-tile, shared by a lane pair
-            for nt in range(NT):
-                wa, wb, pa, pb = _pair_words(nt, row0, col0, lane, di, F)
+        if KEYS_ARE_ROWS:  # dK/dV: one Philox call per two n-tiles, shared by a lane pair
+            for u in range(NT // 2):  # (NT even: col0 and the query tile are multiples of 16)
+                wa, wb, pa, pb = _pair_words(u, row0, col0, lane, di, F)
                 for e in range(4):
-                    zf = _pair_scale(wa, wb, pa, pb, e, lane, di, F)
-                    _p_and_ds_at(acc_s, acc_dp, nt, e, lane, zf, row0, col0, si, needs_mask, partial, mi, stats,
+                    zf = _pair_scale(wa, wb, pa, pb, 0, e, lane, di, F)
+                    _p_and_ds_at(acc_s, acc_dp, 2 * u, e, lane, zf, row0, col0, si, needs_mask, partial, mi, stats,
                                  LSE_AT, DELTA_AT, start_m, KEYS_ARE_ROWS, F)  # fmt: skip
-        else:  # dQ: one Philox call per 32-key stretch and row, as the forward's apply_dropout
+                for e in range(4):
+                    zf = _pair_scale(wa, wb, pa, pb, 1, e, lane, di, F)
+                    _p_and_ds_at(acc_s, acc_dp, 2 * u + 1, e, lane, zf, row0, col0, si, needs_mask, partial, mi,
+                                 stats, LSE_AT, DELTA_AT, start_m, KEYS_ARE_ROWS, F)  # fmt: skip
+        else:  # dQ: one Philox call per 32-key stretch and m-tile, as the forward's apply_dropout
             for a in range((NT + 3) // 4):
-                x0, x1, x2, x3, y0, y1, y2, y3 = _stretch_words(a, row0, col0, lane, di, F)
+                x0, x1, x2, x3 = _stretch_words(a, row0, col0, lane, di, F)
                 for c in range(4):
                     nt = 4 * a + c
                     if nt < NT:
                         for e in range(4):
                             zf = float32(1.0)
                             if F[DROPOUT]:
-                                if e < 2:
-                                    zf = dropout.scale_of(x0, x1, x2, x3, 2 * c + (e & 1), di)
-                                else:
-                                    zf = dropout.scale_of(y0, y1, y2, y3, 2 * c + (e & 1), di)
+                                zf = dropout.scale_of(x0, x1, x2, x3, 8 * (e >> 1) + 2 * c + (e & 1), di)
                             _p_and_ds_at(acc_s, acc_dp, nt, e, lane, zf, row0, col0, si, needs_mask, partial, mi,
                                          stats, LSE_AT, DELTA_AT, start_m, KEYS_ARE_ROWS, F)  # fmt: skip
     else:
@@ -201,35 +203,35 @@ def _p_and_ds_at(acc_s, acc_dp, nt, e, lane, zf, row0, col0, si, needs_mask, par
 @device_function
 def _stretch_words(a, row0, col0, lane, di, F):
     """The Philox words of 32-key stretch ``a`` (from ``col0``, a multiple of 32) for
-    the lane's rows g and g + 8 (queries from ``row0``): (x0..x3 of row g, y0..y3 of
-    row g + 8), as in :func:`apply_dropout`; zeros without dropout."""
+    the lane's rows g and g + 8 (queries from ``row0``, a multiple of 16), as in
+    :func:`apply_dropout`; zeros without dropout."""
     if F[DROPOUT]:
-        group = (col0 // 32 + a) * 4 + (lane & 3)
-        x0, x1, x2, x3 = dropout.chunk_values(row0 + (lane >> 2), group, di)
-        y0, y1, y2, y3 = dropout.chunk_values(row0 + (lane >> 2) + 8, group, di)
-        return x0, x1, x2, x3, y0, y1, y2, y3
+        return dropout.chunk_values(row0 + (lane >> 2), (col0 // 32 + a) * 4 + (lane & 3), di)
     z = uint32(0)
-    return z, z, z, z, z, z, z, z
+    return z, z, z, z
 
 
 @device_function
-def _pair_words(nt, row0, col0, lane, di, F):
-    """Dropout words of n-tile ``nt`` of an Sᵀ accumulator (rows: keys ``row0 + g``,
-    ``row0 + g + 8``, ``row0`` a multiple of 16; columns: queries ``col0 + 8·nt + 2t +
-    {0, 1}``).  Both keys of a lane lie in one Philox group, whose call for a query
-    gives the values of keys g and g + 8 in words ``cb`` and ``cb + 1`` (cb = 0 or 2),
-    half ``g & 1``.  Lanes g and g ^ 1 (lane ^ 4) need the same two calls (queries
-    2t and 2t + 1), so each makes one, for query 2t + (g & 1), and they swap words:
-    ``(wa, wb)`` this lane's call, ``(pa, pb)`` the partner's.  Zeros without dropout."""
+def _pair_words(u, row0, col0, lane, di, F):
+    """Dropout words of n-tiles ``2u`` and ``2u + 1`` of an Sᵀ accumulator (rows: keys
+    ``row0 + g``, ``row0 + g + 8``, ``row0`` a multiple of 16; columns: queries ``col0 +
+    16u + 8r + 2t + {0, 1}``, r = 0, 1, ``col0`` a multiple of 16).  A query column
+    2t + s names one row pair for both n-tiles (r is its half), and both keys of a lane
+    lie in one Philox group: the call of (pair, group) holds the lane's values of
+    n-tile r in word ``2r + hb`` (hb: ``row0`` is odd in 16), bytes ``2·(key half) + (g
+    & 1)``.  Lanes g and g ^ 1 (lane ^ 4) need the same two calls (columns 2t and 2t +
+    1), so each makes one, for column 2t + (g & 1), and they swap words: ``(wa, wb)``
+    this lane's words of n-tiles 2u and 2u + 1, ``(pa, pb)`` the partner's.  Zeros
+    without dropout."""
     z = uint32(0)
     if not F[DROPOUT]:
         return z, z, z, z
     g = lane >> 2
     group = (row0 // 32) * 4 + (g >> 1)
-    x0, x1, x2, x3 = dropout.chunk_values(col0 + nt * 8 + 2 * (lane & 3) + (g & 1), group, di)
-    wa, wb = x0, x1
+    x0, x1, x2, x3 = dropout.chunk_values(col0 + 16 * u + 2 * (lane & 3) + (g & 1), group, di)
+    wa, wb = x0, x2
     if (row0 & 16) != 0:
-        wa, wb = x2, x3
+        wa, wb = x1, x3
     # (shfl_sync takes signed words)
     pa = uint32(cuda.shfl_xor_sync(softmax.FULL_MASK, int32(wa), 4))
     pb = uint32(cuda.shfl_xor_sync(softmax.FULL_MASK, int32(wb), 4))
@@ -237,17 +239,18 @@ def _pair_words(nt, row0, col0, lane, di, F):
 
 
 @device_function
-def _pair_scale(wa, wb, pa, pb, e, lane, di, F):
-    """The dropout factor of element ``e`` from :func:`_pair_words`: the query of
-    column ``2t + (e & 1)`` is this lane's call when ``e & 1 == g & 1``, else the
-    partner's; the key (row half ``e >> 1``) picks the word; 1 without dropout."""
+def _pair_scale(wa, wb, pa, pb, r, e, lane, di, F):
+    """The dropout factor of element ``e`` of n-tile ``2u + r`` from :func:`_pair_words`:
+    the query of column ``2t + (e & 1)`` is this lane's call when ``e & 1 == g & 1``,
+    else the partner's; ``r`` picks the word, the key (row half ``e >> 1``) and ``g &
+    1`` the byte; 1 without dropout."""
     if not F[DROPOUT]:
         return float32(1.0)
     s = (lane >> 2) & 1
-    w = wa if (e >> 1) == 0 else wb
+    w = wa if r == 0 else wb
     if (e & 1) != s:
-        w = pa if (e >> 1) == 0 else pb
-    return dropout.half_scale(w, s, di)
+        w = pa if r == 0 else pb
+    return dropout.byte_scale(w, 2 * (e >> 1) + s, di)
 
 
 @device_function
