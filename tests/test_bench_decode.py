@@ -86,3 +86,16 @@ def test_measured_workspace_is_the_model_and_flat_in_the_cache():
     for r in rows:
         assert r["predicted_workspace_bytes"] <= r["workspace_bytes"] <= r["predicted_workspace_bytes"] + q_copy + 8 * 512
     assert rows[0]["workspace_bytes"] == rows[1]["workspace_bytes"]
+
+
+def test_progress_is_called_as_the_cli_calls_it():
+    """``progress(done, total, description)``, the CLI's ``_progress`` protocol, once a
+    case (session 10's first GPU run of ``bench --decode`` failed on ``progress(1)``).
+    Tiny cases: in the simulator they run, or fail into their row, either way reported."""
+    seen = []
+    cases = [D.DecodeCase(16, batch=1, heads=2, heads_k=1, head_dim=8, dtype="float32"),
+             D.DecodeCase(32, batch=1, heads=2, heads_k=1, head_dim=8, dtype="float32", page_size=16)]
+    rows = D.decode_memory(cases, progress=lambda done, total, desc: seen.append((done, total, desc)))
+    assert len(rows) == 2
+    assert [(d, t) for d, t, _ in seen] == [(1, 2), (2, 2)]
+    assert seen[0][2] == "workspace 16 keys contiguous" and seen[1][2] == "workspace 32 keys paged 16"

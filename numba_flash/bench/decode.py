@@ -264,7 +264,7 @@ def run_decode(cases, *, peers: bool = True, progress=None) -> list[DecodeResult
 
     copy = copy_bandwidth()
     results = []
-    for case in cases:
+    for n, case in enumerate(cases):
         res = DecodeResult(case, copy_tbs=copy)
         try:
             step, q, kc, vc, _ = make_step(case)
@@ -279,7 +279,7 @@ def run_decode(cases, *, peers: bool = True, progress=None) -> list[DecodeResult
         release_memory()
         results.append(res)
         if progress:
-            progress(1)
+            progress(n + 1, len(cases), f"decode {case.cache_len} keys {case.layout}")
     return results
 
 
@@ -301,7 +301,7 @@ def decode_memory(cases, *, progress=None) -> list[dict]:
     from numba_flash.bench.timing import release_memory
 
     rows = []
-    for case in cases:
+    for n, case in enumerate(cases):
         row = {**asdict(case), "layout": case.layout, "cache_bytes": case.kv_bytes, "status": "ok", "detail": ""}
         try:
             splits = splits_of(case)
@@ -314,5 +314,5 @@ def decode_memory(cases, *, progress=None) -> list[dict]:
         release_memory()
         rows.append(row)
         if progress:
-            progress(1)
+            progress(n + 1, len(cases), f"workspace {case.cache_len} keys {case.layout}")
     return rows
