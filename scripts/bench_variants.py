@@ -1,7 +1,7 @@
 """Issue #11's speed bars for the variants, fp16, forward and backward, on one GPU, with
 torch SDPA's flash backend (FlashAttention-2) in the same process where it has the variant.
 
-    python3 scripts/bench_variants.py out.jsonl [--queued]
+    python3 scripts/bench_variants.py out.jsonl [--queued] [--dropout-only]
 
 Each line of ``out.jsonl`` is one case: milliseconds (median of CUDA-event timings of
 single calls after warm-up), TFLOP/s counting only the visible (query, key) pairs
@@ -95,65 +95,69 @@ def record(rows, name, pairs, d, ms, ref_name=None, ref_ms=None, bar=None, peer=
     print(json.dumps(row), flush=True)
 
 
+DROPOUT_ONLY = "--dropout-only" in sys.argv
+
+
 def main(path):
     rows = []
-    # GQA vs MHA at the same q shape
-    B, H, Hk, N, d = 4, 32, 8, 4096, 128
-    q, dout = randn(B, N, H, d), randn(B, N, H, d)
-    k, v = randn(B, N, Hk, d), randn(B, N, Hk, d)
-    km, vm = randn(B, N, H, d), randn(B, N, H, d)
-    for causal in (False, True):
-        mha = ours(q, km, vm, dout, causal=causal)
-        gqa = ours(q, k, v, dout, causal=causal)
-        pairs = B * H * visible_pairs(N, N, causal)
-        record(rows, f"gqa 32/8 {'causal' if causal else 'full'}", pairs, d, gqa, "mha", mha, "time <= 1.05x mha",
-               sdpa(q, k, v, dout, causal, gqa=True))  # fmt: skip
-    del q, dout, k, v, km, vm
-    # window (1024, 0) vs causal
-    B, H, N, d = 1, 16, 16384, 128
-    q, k, v, dout = randn(B, N, H, d), randn(B, N, H, d), randn(B, N, H, d), randn(B, N, H, d)
-    causal_ms = ours(q, k, v, dout, causal=True)
-    record(rows, "causal 16384", B * H * visible_pairs(N, N, True), d, causal_ms, peer=sdpa(q, k, v, dout, True))
-    win = ours(q, k, v, dout, causal=True, window_size=(1024, 0))
-    record(rows, "window (1024,0) 16384", B * H * visible_pairs(N, N, True, (1024, 0)), d, win, "causal", causal_ms,
-           "visible TFLOP/s >= 0.9x causal")  # fmt: skip
-    del q, k, v, dout
-    # varlen vs padded batch of the same tokens (causal)
-    lens = rng.integers(256, 1793, 16)
-    lens = np.round(lens * 16384 / lens.sum()).astype(int)
-    lens[-1] += 16384 - lens.sum()
-    H, d = 16, 128
-    total = int(lens.sum())
-    cu_host = np.concatenate([[0], np.cumsum(lens)]).astype(np.int32)
-    q, k, v, dout = (randn(total, H, d) for _ in range(4))
+    if not DROPOUT_ONLY:  # --dropout-only: the softcap, ALiBi and dropout rows alone
+        # GQA vs MHA at the same q shape
+        B, H, Hk, N, d = 4, 32, 8, 4096, 128
+        q, dout = randn(B, N, H, d), randn(B, N, H, d)
+        k, v = randn(B, N, Hk, d), randn(B, N, Hk, d)
+        km, vm = randn(B, N, H, d), randn(B, N, H, d)
+        for causal in (False, True):
+            mha = ours(q, km, vm, dout, causal=causal)
+            gqa = ours(q, k, v, dout, causal=causal)
+            pairs = B * H * visible_pairs(N, N, causal)
+            record(rows, f"gqa 32/8 {'causal' if causal else 'full'}", pairs, d, gqa, "mha", mha, "time <= 1.05x mha",
+                   sdpa(q, k, v, dout, causal, gqa=True))  # fmt: skip
+        del q, dout, k, v, km, vm
+        # window (1024, 0) vs causal
+        B, H, N, d = 1, 16, 16384, 128
+        q, k, v, dout = randn(B, N, H, d), randn(B, N, H, d), randn(B, N, H, d), randn(B, N, H, d)
+        causal_ms = ours(q, k, v, dout, causal=True)
+        record(rows, "causal 16384", B * H * visible_pairs(N, N, True), d, causal_ms, peer=sdpa(q, k, v, dout, True))
+        win = ours(q, k, v, dout, causal=True, window_size=(1024, 0))
+        record(rows, "window (1024,0) 16384", B * H * visible_pairs(N, N, True, (1024, 0)), d, win, "causal", causal_ms,
+               "visible TFLOP/s >= 0.9x causal")  # fmt: skip
+        del q, k, v, dout
+        # varlen vs padded batch of the same tokens (causal)
+        lens = rng.integers(256, 1793, 16)
+        lens = np.round(lens * 16384 / lens.sum()).astype(int)
+        lens[-1] += 16384 - lens.sum()
+        H, d = 16, 128
+        total = int(lens.sum())
+        cu_host = np.concatenate([[0], np.cumsum(lens)]).astype(np.int32)
+        q, k, v, dout = (randn(total, H, d) for _ in range(4))
 
-    def varlen_ms(cu):
-        fwd = lambda: numba_flash.flash_attention_varlen(q, k, v, cu, cu, int(lens.max()), int(lens.max()),  # noqa: E731
-                                                         causal=True, return_lse=True)  # fmt: skip
-        bwd = lambda o, l: numba_flash.flash_attention_varlen_backward(dout, q, k, v, o, l, cu, cu,  # noqa: E731
-                                                                       int(lens.max()), int(lens.max()), causal=True)
-        return time_pair(fwd, bwd)
+        def varlen_ms(cu):
+            fwd = lambda: numba_flash.flash_attention_varlen(q, k, v, cu, cu, int(lens.max()), int(lens.max()),  # noqa: E731
+                                                             causal=True, return_lse=True)  # fmt: skip
+            bwd = lambda o, l: numba_flash.flash_attention_varlen_backward(dout, q, k, v, o, l, cu, cu,  # noqa: E731
+                                                                           int(lens.max()), int(lens.max()), causal=True)
+            return time_pair(fwd, bwd)
 
-    var_ms = varlen_ms(cp.asarray(cu_host))  # device offsets: copied to the host to be checked (a sync a call)
-    host_ms = varlen_ms(cu_host)  # NumPy offsets: checked on the host, uploaded without waiting for the GPU
-    pairs = H * sum(visible_pairs(n, n, True) for n in lens)
-    Np = int(lens.max())
-    qp, kp, vp, dop = (randn(len(lens), Np, H, d) for _ in range(4))
-    pad_ms = ours(qp, kp, vp, dop, causal=True)
-    pad_pairs = len(lens) * H * visible_pairs(Np, Np, True)
-    record(rows, f"padded batch 16x{Np}", pad_pairs, d, pad_ms)
-    record(rows, f"varlen 16 seqs total {total}", pairs, d, var_ms, "padded", pad_ms, "TFLOP/s >= 0.9x padded")
-    record(rows, "varlen, NumPy cu_seqlens", pairs, d, host_ms, "padded", pad_ms, "TFLOP/s >= 0.9x padded")
-    # the same tokens as 16 sequences of the mean length: what the varlen kernels lose to
-    # their ragged lengths alone (not to shorter sequences than the padded batch's)
-    del qp, kp, vp, dop
-    Nu = total // len(lens)
-    qu, ku, vu, dou = (randn(len(lens), Nu, H, d) for _ in range(4))
-    uni_ms = ours(qu, ku, vu, dou, causal=True)
-    record(rows, f"uniform batch 16x{Nu}", len(lens) * H * visible_pairs(Nu, Nu, True), d, uni_ms)
-    record(rows, "varlen vs uniform", pairs, d, var_ms, "uniform", uni_ms, "TFLOP/s (no bar: diagnosis)")
-    del qu, ku, vu, dou
-    del q, k, v, dout
+        var_ms = varlen_ms(cp.asarray(cu_host))  # device offsets: copied to the host to be checked (a sync a call)
+        host_ms = varlen_ms(cu_host)  # NumPy offsets: checked on the host, uploaded without waiting for the GPU
+        pairs = H * sum(visible_pairs(n, n, True) for n in lens)
+        Np = int(lens.max())
+        qp, kp, vp, dop = (randn(len(lens), Np, H, d) for _ in range(4))
+        pad_ms = ours(qp, kp, vp, dop, causal=True)
+        pad_pairs = len(lens) * H * visible_pairs(Np, Np, True)
+        record(rows, f"padded batch 16x{Np}", pad_pairs, d, pad_ms)
+        record(rows, f"varlen 16 seqs total {total}", pairs, d, var_ms, "padded", pad_ms, "TFLOP/s >= 0.9x padded")
+        record(rows, "varlen, NumPy cu_seqlens", pairs, d, host_ms, "padded", pad_ms, "TFLOP/s >= 0.9x padded")
+        # the same tokens as 16 sequences of the mean length: what the varlen kernels lose to
+        # their ragged lengths alone (not to shorter sequences than the padded batch's)
+        del qp, kp, vp, dop
+        Nu = total // len(lens)
+        qu, ku, vu, dou = (randn(len(lens), Nu, H, d) for _ in range(4))
+        uni_ms = ours(qu, ku, vu, dou, causal=True)
+        record(rows, f"uniform batch 16x{Nu}", len(lens) * H * visible_pairs(Nu, Nu, True), d, uni_ms)
+        record(rows, "varlen vs uniform", pairs, d, var_ms, "uniform", uni_ms, "TFLOP/s (no bar: diagnosis)")
+        del qu, ku, vu, dou
+        del q, k, v, dout
     # softcap and ALiBi vs plain
     B, H, N, d = 4, 16, 4096, 128
     q, k, v, dout = randn(B, N, H, d), randn(B, N, H, d), randn(B, N, H, d), randn(B, N, H, d)
