@@ -76,6 +76,8 @@ class _BlockState:
         self.nthreads = int(np.prod(block_dim))
         self.lock = threading.Lock()
         self.warps = {}
+        self.groups = {}  # warpgroup id -> its 128-thread rendezvous (wgmma)
+        self.mbarriers = {}  # shared address -> _Mbarrier
         self.smem = _SharedWindow()
 
     def warp(self, wid):
@@ -85,6 +87,14 @@ class _BlockState:
                 live = min(32, self.nthreads - 32 * wid)
                 w = self.warps[wid] = _Warp((1 << live) - 1)
             return w
+
+    def warpgroup(self, gid):
+        with self.lock:
+            g = self.groups.get(gid)
+            if g is None:
+                live = max(0, min(128, self.nthreads - 128 * gid))
+                g = self.groups[gid] = _Warp((1 << live) - 1, size=128)
+            return g
 
 
 def _block(t):
@@ -107,9 +117,9 @@ def _block(t):
 class _Round:
     __slots__ = ("op", "inputs", "arrived", "have", "results", "error")
 
-    def __init__(self, op):
+    def __init__(self, op, size=32):
         self.op = op
-        self.inputs = [None] * 32
+        self.inputs = [None] * size
         self.arrived = 0
         self.have = 0  # bit mask of the lanes that deposited
         self.results = None
@@ -117,20 +127,24 @@ class _Round:
 
 
 class _Warp:
-    def __init__(self, live_mask):
+    """The rendezvous of ``size`` consecutive threads: a warp (32), or a warpgroup
+    (128, for wgmma)."""
+
+    def __init__(self, live_mask, size=32):
         self.live_mask = live_mask
+        self.size = size
         self.cond = threading.Condition()
         self.rounds = {}  # participating-lane mask -> open _Round
 
     def exchange(self, op, value, compute, mask=None):
         """Deposit ``value`` for this lane; return this lane's result.
 
-        ``compute(inputs)`` gets the list of 32 per-lane inputs (None for
-        lanes not taking part) and returns a list of 32 per-lane results; it
-        runs once, in the lane that completes the round.
+        ``compute(inputs)`` gets the list of ``size`` per-lane inputs (None for
+        lanes not taking part) and returns a list of ``size`` per-lane results;
+        it runs once, in the lane that completes the round.
         """
         t = _thread()
-        lane = t.thread_id % 32
+        lane = t.thread_id % self.size
         members = self.live_mask if mask is None else (int(mask) & self.live_mask)
         if not (members >> lane) & 1:
             raise RuntimeError(f"{op}: lane {lane} is not in mask {mask:#x}")
@@ -138,7 +152,7 @@ class _Warp:
         with self.cond:
             r = self.rounds.get(members)
             if r is None:
-                r = self.rounds[members] = _Round(op)
+                r = self.rounds[members] = _Round(op, self.size)
             if r.op != op:
                 r.error = RuntimeError(
                     f"warp-divergent collective calls: {r.op!r} and {op!r} "
@@ -168,16 +182,17 @@ class _Warp:
                         why = None
                         if time.monotonic() > deadline:
                             why = f"not all arrived within {_WAIT_TIMEOUT_S} s"
-                        elif _missing_lanes_stuck(t, r, members):
+                        elif _missing_lanes_stuck(t, r, members, self.size):
                             why = "the missing lanes exited or wait in syncthreads"
                         if why:
-                            missing = [i for i in range(32)
+                            missing = [i for i in range(self.size)
                                        if ((members & ~r.have) >> i) & 1]
+                            unit = "warp" if self.size == 32 else "warpgroup"
                             r.error = RuntimeError(
-                                f"{op}: lanes {missing} of warp "
-                                f"{t.thread_id // 32} never joined the call ({why}): "
-                                "a warp-collective call must be reached by all "
-                                "lanes of the warp together"
+                                f"{op}: lanes {missing} of {unit} "
+                                f"{t.thread_id // self.size} never joined the call ({why}): "
+                                f"a {unit}-collective call must be reached by all "
+                                f"lanes of the {unit} together"
                             )
                             self.rounds.pop(members, None)
                             self.cond.notify_all()
@@ -186,7 +201,7 @@ class _Warp:
         return r.results[lane]
 
 
-def _missing_lanes_stuck(t, r, members):
+def _missing_lanes_stuck(t, r, members, size=32):
     """True when no lane missing from round ``r`` can still arrive.
 
     A missing lane that has exited never arrives (``install_warp_twins`` has the
@@ -196,15 +211,15 @@ def _missing_lanes_stuck(t, r, members):
     (running, or not started yet: the simulator starts a block's threads one by
     one) may still arrive.
     """
-    manager, warp = t._manager, t.thread_id // 32
+    manager, warp = t._manager, t.thread_id // size
     exited = _exited_threads(manager)
     lanes = {}
     for th in threading.enumerate():
-        if getattr(th, "_manager", None) is manager and th.thread_id // 32 == warp:
-            lanes[th.thread_id % 32] = th
-    for lane in range(32):
+        if getattr(th, "_manager", None) is manager and th.thread_id // size == warp:
+            lanes[th.thread_id % size] = th
+    for lane in range(size):
         if ((members & ~r.have) >> lane) & 1:
-            if 32 * warp + lane in exited:
+            if size * warp + lane in exited:
                 continue
             th = lanes.get(lane)
             if th is None or not th.syncthreads_blocked:
@@ -718,14 +733,186 @@ def install_warp_twins():
             setattr(FakeCUDAModule, name, staticmethod(fn))
 
 
+# ---------------------------------------------------------------------------
+# Hopper: wgmma, mbarrier, bulk copies (twins that complete at issue)
+# ---------------------------------------------------------------------------
+# A twin does its work when it is called: wgmma's product lands in the accumulators
+# at once and a bulk copy's bytes at once (completing their mbarrier transaction), so
+# the fences, commit and wait groups and setmaxnreg have nothing to do.  What a twin
+# checks is what the hardware needs: all 128 threads of a warpgroup in one wgmma with
+# the same descriptors, operands inside registered shared arrays, 16-byte alignment.
+
+
+def _nothing(name):
+    """A twin with nothing to do (each its own function: ``ptx`` gives it a docstring)."""
+
+    def twin(*args):
+        _thread()  # only inside a simulated kernel, as the real one
+
+    twin.__name__ = name
+    return twin
+
+
+fence_proxy_async, wgmma_fence, wgmma_commit_group, wgmma_wait_group, setmaxnreg_inc, setmaxnreg_dec = (
+    _nothing(n) for n in ("fence_proxy_async", "wgmma_fence", "wgmma_commit_group", "wgmma_wait_group",
+                          "setmaxnreg_inc", "setmaxnreg_dec"))  # fmt: skip
+
+
+def _desc_fields(desc):
+    """(start address, LBO, SBO, swizzle) of a wgmma matrix descriptor."""
+    d = int(desc)
+    return (d & 0x3FFF) << 4, ((d >> 16) & 0x3FFF) << 4, ((d >> 32) & 0x3FFF) << 4, d >> 62
+
+
+def _wgmma_operand(window, desc, rows, dec, what):
+    """The (rows × 16) K-major operand a descriptor names: 8 × 8 core matrices of 128
+    contiguous bytes, core (mi, ki) at start + mi·SBO + ki·LBO (the layout the H200
+    confirmed, ``ptx.wgmma_desc_host``)."""
+    addr, lbo, sbo, swizzle = _desc_fields(desc)
+    if swizzle:
+        raise NotImplementedError(f"{what}: the simulator twin reads SWIZZLE_NONE layouts only, got swizzle {swizzle}")
+    M = np.empty((rows, 16), dtype=np.float64)
+    for mi in range(rows // 8):
+        for ki in range(2):
+            view, off = window.resolve(addr + mi * sbo + ki * lbo, 128, 16, what)
+            M[8 * mi:8 * mi + 8, 8 * ki:8 * ki + 8] = dec(view[off:off + 128].view(np.uint16)).reshape(8, 8)
+    return M
+
+
+def _wgmma_twin(n, kind):
+    dec = _dec_f16 if kind == "f16" else _dec_bf16
+    name = f"wgmma_m64n{n}k16_{kind}_acc"
+    regs = n // 2
+    # thread (warp w, g, t) holds D[16w + g (+8), 8j + 2t (+1)] at 4j + e
+    tid = np.arange(128)[:, None]
+    e = np.arange(regs)[None, :]
+    rows = 16 * (tid // 32) + (tid % 32) // 4 + 8 * ((e % 4) // 2)
+    cols = 8 * (e // 4) + 2 * (tid % 4) + e % 2
+
+    def twin(acc, i, desc_a, desc_b, scale_d):
+        t = _thread()
+        st = _block(t)
+        arr, i = _unwrap(acc), int(i)
+        mine = (int(desc_a), int(desc_b), int(scale_d) != 0, arr[i:i + regs].astype(np.float64))
+
+        def compute(inputs):
+            if any(x is None for x in inputs):
+                raise RuntimeError(f"{name}: needs all 128 threads of the warpgroup, "
+                                   f"{sum(x is not None for x in inputs)} of them called it")  # fmt: skip
+            first = inputs[0]
+            if any(x[:3] != first[:3] for x in inputs):
+                raise ValueError(f"{name}: the warpgroup's threads passed different descriptors or scale_d")
+            D = _wgmma_operand(st.smem, first[0], 64, dec, name) @ _wgmma_operand(st.smem, first[1], n, dec, name).T
+            out = D[rows, cols]
+            if first[2]:
+                out = out + np.stack([x[3] for x in inputs])
+            return list(out.astype(np.float32))
+
+        arr[i:i + regs] = st.warpgroup(t.thread_id // 128).exchange(name, mine, compute)
+
+    twin.__name__ = name
+    return twin
+
+
+for _n in (8, 16, 32, 64, 128, 256):
+    for _k in ("f16", "bf16"):
+        globals()[f"wgmma_m64n{_n}k16_{_k}_acc"] = _wgmma_twin(_n, _k)
+del _n, _k
+
+
+class _Mbarrier:
+    """One mbarrier: arrivals still expected in the current phase, transaction bytes
+    still to land, phases completed."""
+
+    __slots__ = ("count", "pending", "tx", "phases")
+
+    def __init__(self, count):
+        self.count, self.pending, self.tx, self.phases = count, count, 0, 0
+
+    def settle(self):
+        if self.pending == 0 and self.tx == 0:
+            self.phases += 1
+            self.pending = self.count
+
+
+def _mbarrier(st, addr, what):
+    addr = int(addr) & _FULL
+    st.smem.resolve(addr, 8, 8, what)
+    b = st.mbarriers.get(addr)
+    if b is None:
+        raise RuntimeError(f"{what}: the mbarrier at shared address {addr:#x} was not initialised (mbarrier_init)")
+    return b
+
+
+def mbarrier_init(addr, count):
+    st = _block(_thread())
+    addr = int(addr) & _FULL
+    st.smem.resolve(addr, 8, 8, "mbarrier_init")
+    if int(count) < 1:
+        raise ValueError(f"mbarrier_init: count={int(count)}: expected >= 1")
+    with st.lock:
+        st.mbarriers[addr] = _Mbarrier(int(count))
+
+
+def _arrive(addr, tx, what):
+    st = _block(_thread())
+    with st.lock:
+        b = _mbarrier(st, addr, what)
+        b.tx += int(tx)
+        b.pending -= 1
+        b.settle()
+
+
+def mbarrier_arrive_expect_tx(addr, tx_bytes):
+    _arrive(addr, tx_bytes, "mbarrier_arrive_expect_tx")
+
+
+def mbarrier_arrive(addr):
+    _arrive(addr, 0, "mbarrier_arrive")
+
+
+def mbarrier_try_wait_parity(addr, parity):
+    st = _block(_thread())
+    with st.lock:
+        done = (_mbarrier(st, addr, "mbarrier_try_wait_parity").phases & 1) != (int(parity) & 1)
+    if not done:
+        time.sleep(0.001)  # a spinning thread lets the others run
+    return np.uint32(1 if done else 0)
+
+
+def cp_async_bulk_g2s(dst, src, index, nbytes, mbar):
+    what = "cp_async_bulk_g2s"
+    st = _block(_thread())
+    nbytes = int(nbytes)
+    if nbytes <= 0 or nbytes % 16:
+        raise ValueError(f"{what}: nbytes={nbytes}: expected a positive multiple of 16")
+    root, off = _element(src, index)
+    if (root.ctypes.data + off) % 16:
+        raise ValueError(f"{what}: the global source is not 16-byte aligned")
+    data = _bytes_of(root)[off:off + nbytes]
+    if data.size != nbytes:
+        raise IndexError(f"{what}: {nbytes} bytes from the source index run past the array")
+    view, doff = st.smem.resolve(dst, nbytes, 16, what)
+    view[doff:doff + nbytes] = data
+    with st.lock:
+        b = _mbarrier(st, mbar, what)
+        b.tx -= nbytes
+        b.settle()
+
+
+#: The Hopper intrinsics that have no twin: a TMA copy reads a tensor map that the CUDA
+#: driver encodes (``cuTensorMapEncodeTiled``), opaque bytes the simulator cannot read.
+NO_TWIN = ("cp_async_bulk_tensor_2d_g2s", "cp_async_bulk_tensor_3d_g2s")
+
+
 def no_twin(name):
-    """The simulator's stand-in for a Hopper intrinsic without a twin (``ptx.HOPPER``):
-    calling it raises, naming why (warpgroup-wide asynchronous state the simulator does
-    not model) and where it is tested (on a GPU)."""
+    """The simulator's stand-in for a Hopper intrinsic without a twin (``NO_TWIN``):
+    calling it raises, naming why (a tensor map only the CUDA driver encodes) and
+    where it is tested (on a GPU)."""
 
     def stand_in(*args):
-        raise NotImplementedError(f"ptx.{name} has no simulator twin (a warpgroup-wide or asynchronous-proxy "
-                                  "operation): run it on an sm_90 GPU (tests/test_ptx_hopper.py)")  # fmt: skip
+        raise NotImplementedError(f"ptx.{name} has no simulator twin (it reads a tensor map the CUDA driver "
+                                  "encodes): run it on an sm_90 GPU (tests/test_ptx_hopper.py)")  # fmt: skip
 
     stand_in.__name__ = name
     return stand_in

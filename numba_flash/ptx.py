@@ -808,12 +808,14 @@ def st_shared_v4_b32(typingctx, addr, w0, w1, w2, w3):
 # Hopper (sm_90a): wgmma, mbarrier, bulk async copies, register reallocation
 # ---------------------------------------------------------------------------
 # Compile kernels that use these for ``cc=(9, 0, "a")`` (``.target sm_90a``; numba-cuda
-# compiles for sm_90a on an sm_90 device by itself).  They have no simulator twins yet
-# (``HOPPER``): wgmma is a warpgroup-wide (128-thread) asynchronous operation on the
-# async proxy, and mbarrier transaction counts complete when a bulk copy lands, state
-# the simulator's per-warp rendezvous does not model.  Under the simulator each name is
-# a function that raises with that reason; the GPU tests (tests/test_ptx_hopper.py)
-# cover them.
+# compiles for sm_90a on an sm_90 device by itself).  Under the simulator their twins
+# (``_ptx_sim``) complete at issue: wgmma's product lands in the accumulators when the
+# 128 threads of the warpgroup have all called it (read through the descriptors from
+# the simulated shared arrays, no-swizzle layouts), a bulk copy's bytes land at once
+# and complete their mbarrier's transaction, and the fences, commit/wait groups and
+# setmaxnreg do nothing.  The TMA copies have none (``_ptx_sim.NO_TWIN``: the tensor
+# map is encoded by the CUDA driver); the GPU tests (tests/test_ptx_hopper.py) cover
+# every one on the hardware.
 
 
 def _void_asm(text, doc):
@@ -1128,7 +1130,7 @@ for _n in WGMMA_N:
         globals()[f"wgmma_m64n{_n}k16_{_t}_acc"] = _wgmma_intrinsic(_n, _t)
 del _n, _t
 
-#: The Hopper intrinsics (no simulator twins yet: see the section's comment).
+#: The Hopper intrinsics (their simulator twins: see the section's comment).
 HOPPER = ("fence_proxy_async", "wgmma_fence", "wgmma_commit_group", "wgmma_wait_group", "setmaxnreg_inc",
           "setmaxnreg_dec", "mbarrier_init", "mbarrier_arrive_expect_tx", "mbarrier_arrive",
           "mbarrier_try_wait_parity", "cp_async_bulk_g2s", "cp_async_bulk_tensor_2d_g2s",
@@ -1150,7 +1152,7 @@ if SIMULATOR:
         _twin.__doc__ = globals()[_name].__doc__
         globals()[_name] = _twin
     for _name in HOPPER:
-        _twin = _ptx_sim.no_twin(_name)
+        _twin = _ptx_sim.no_twin(_name) if _name in _ptx_sim.NO_TWIN else getattr(_ptx_sim, _name)
         _twin.__doc__ = globals()[_name].__doc__
         globals()[_name] = _twin
     del _name, _twin

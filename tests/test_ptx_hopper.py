@@ -4,8 +4,10 @@ fences, setmaxnreg.
 Without a GPU: a kernel using every one compiles for sm_90a (a subprocess with the
 simulator off, as tests/test_ptx_compile.py does) to the intended instructions, with
 nothing in local memory, and nvJitLink (when present) assembles it.  Under the
-simulator each raises, naming why it has no twin.  On a GPU (``-m gpu``): wgmma
-m64n64k16 (fp16, bf16) against NumPy, and a bulk copy completing on an mbarrier.
+simulator the same wgmma and bulk-copy kernels run on the twins (``_ptx_sim``), and
+the TMA copies, which have none, raise saying why.  On a GPU (``-m gpu``): wgmma
+m64n64k16 (fp16, bf16) against NumPy, a bulk copy completing on an mbarrier, and a
+TMA box with zero fill.
 """
 
 from __future__ import annotations
@@ -19,6 +21,8 @@ import textwrap
 import numpy as np
 import pytest
 
+from conftest import device, host
+
 from numba_flash._numba_cuda import SIMULATOR
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -27,10 +31,12 @@ _KERNELS = '''
 from numba import cuda, float32, uint32, uint64
 from numba_flash import ptx
 
+_ALIGN = ptx.SMEM_ALIGN  # a module global, so numba sees a literal (128; None in the simulator)
+
 
 def wgmma(a_words, b_words, D, flag):
-    sa = cuda.shared.array(512, uint32, alignment=128)  # 64 x 16 halves
-    sb = cuda.shared.array(512, uint32, alignment=128)  # 64 x 16 halves (B^T, K-major)
+    sa = cuda.shared.array(512, uint32, alignment=_ALIGN)  # 64 x 16 halves
+    sb = cuda.shared.array(512, uint32, alignment=_ALIGN)  # 64 x 16 halves (B^T, K-major)
     tid = cuda.threadIdx.x
     for i in range(tid, 512, 128):
         sa[i] = a_words[i]
@@ -59,8 +65,8 @@ def wgmma(a_words, b_words, D, flag):
 
 
 def bulk(src, out, nbytes):
-    tile = cuda.shared.array(1024, uint32, alignment=128)
-    bar = cuda.shared.array(1, uint64, alignment=8)
+    tile = cuda.shared.array(1024, uint32, alignment=_ALIGN)
+    bar = cuda.shared.array(1, uint64, alignment=_ALIGN)
     tid = cuda.threadIdx.x
     b = ptx.smem_addr(bar, 0)
     if tid == 0:
@@ -77,8 +83,8 @@ def bulk(src, out, nbytes):
 
 
 def tma2d(tmap, out, row0, col0):
-    tile = cuda.shared.array(4096, uint32, alignment=128)  # 64 x 64 halves
-    bar = cuda.shared.array(1, uint64, alignment=8)
+    tile = cuda.shared.array(4096, uint32, alignment=_ALIGN)  # 64 x 64 halves
+    bar = cuda.shared.array(1, uint64, alignment=_ALIGN)
     tid = cuda.threadIdx.x
     b = ptx.smem_addr(bar, 0)
     if tid == 0:
@@ -95,8 +101,8 @@ def tma2d(tmap, out, row0, col0):
 
 
 def tma3d(tmap, out):
-    tile = cuda.shared.array(1024, uint32, alignment=128)
-    bar = cuda.shared.array(1, uint64, alignment=8)
+    tile = cuda.shared.array(1024, uint32, alignment=_ALIGN)
+    bar = cuda.shared.array(1, uint64, alignment=_ALIGN)
     b = ptx.smem_addr(bar, 0)
     if cuda.threadIdx.x == 0:
         ptx.mbarrier_init(b, 1)
@@ -112,7 +118,7 @@ def regs(out):
         ptx.setmaxnreg_dec(40)
     else:
         ptx.setmaxnreg_inc(232)
-    bar = cuda.shared.array(1, uint64, alignment=8)
+    bar = cuda.shared.array(1, uint64, alignment=_ALIGN)
     if cuda.threadIdx.x == 0:
         ptx.mbarrier_init(ptx.smem_addr(bar, 0), 256)
     cuda.syncthreads()
@@ -199,12 +205,13 @@ def test_wgmma_descriptor_bits():
     assert (d >> 16) & 0x3FFF == 128 >> 4 and (d >> 32) & 0x3FFF == 256 >> 4 and d >> 62 == 1
 
 
-def test_no_twins_in_the_simulator():
+def test_tma_has_no_twin_in_the_simulator():
     if not SIMULATOR:
         pytest.skip("checks the simulator's stand-ins; the simulator is off here (the GPU tests run the real ones)")
-    from numba_flash import ptx
+    from numba_flash import _ptx_sim, ptx
 
-    for name in ptx.HOPPER:
+    assert set(_ptx_sim.NO_TWIN) < set(ptx.HOPPER)
+    for name in _ptx_sim.NO_TWIN:
         with pytest.raises(NotImplementedError, match="no simulator twin"):
             getattr(ptx, name)()
 
@@ -221,42 +228,66 @@ def _core_layout(X):
     return out.view(np.uint32)
 
 
-@pytest.mark.gpu
-@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
-def test_wgmma_m64n64k16_on_the_gpu(rng, dtype):
-    if SIMULATOR:
-        pytest.skip("wgmma has no simulator twin: needs an sm_90 GPU")
-    import cupy as cp
-    import ml_dtypes
+def _hopper_kernels():
     from numba import cuda
 
     exec_ns = {}
     exec(compile(_KERNELS, "hopper_kernels", "exec"), exec_ns)
+    return {name: cuda.jit(exec_ns[name]) for name in ("wgmma", "bulk")}
+
+
+def check_wgmma(rng, dtype):
+    """wgmma m64n64k16 with A and Bᵀ in no-swizzle core matrices against float64 NumPy."""
+    import ml_dtypes
+
     dt = np.float16 if dtype == "float16" else ml_dtypes.bfloat16
     A = rng.standard_normal((64, 16)).astype(dt)
     B = rng.standard_normal((16, 64)).astype(dt)
     ref = A.astype(np.float64) @ B.astype(np.float64)
-    D = cp.full((64, 64), np.nan, np.float32)
-    kernel = cuda.jit(exec_ns["wgmma"])
-    kernel[1, 128](cp.asarray(_core_layout(A)), cp.asarray(_core_layout(np.ascontiguousarray(B.T))), D,
-                   cp.asarray(np.array([0 if dtype == "float16" else 1], np.int32)))  # fmt: skip
-    err = float(np.abs(cp.asnumpy(D) - ref).max())
+    D = device(np.full((64, 64), np.nan, np.float32))
+    _hopper_kernels()["wgmma"][1, 128](device(_core_layout(A)), device(_core_layout(np.ascontiguousarray(B.T))), D,
+                                       device(np.array([0 if dtype == "float16" else 1], np.int32)))  # fmt: skip
+    err = float(np.abs(host(D) - ref).max())
     assert err < 1e-4 * max(1.0, float(np.abs(ref).max())), err
+
+
+def check_bulk_copy(rng):
+    """4096 bytes by one bulk copy, every thread waiting on the mbarrier's phase 0."""
+    src = rng.integers(0, 2**32, 1024, dtype=np.uint32)
+    out = device(np.zeros(1024, np.uint32))
+    _hopper_kernels()["bulk"][1, 128](device(src), out, 4096)
+    assert np.array_equal(host(out), src)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_wgmma_m64n64k16_on_the_gpu(rng, dtype):
+    check_wgmma(rng, dtype)
+
+
+@pytest.mark.skipif(not SIMULATOR, reason="the simulator twin's test; on a GPU test_wgmma_m64n64k16_on_the_gpu")
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_wgmma_twin_is_the_gpu_test(rng, dtype):
+    """The twin runs the kernel that passed on the H200 (session 10) to the same
+    bound: it reads the layout the hardware read."""
+    check_wgmma(rng, dtype)
+
+
+@pytest.mark.skipif(not SIMULATOR, reason="the simulator twin's checks (the hardware hangs or faults instead)")
+def test_wgmma_twin_needs_the_whole_warpgroup(rng):
+    A = _core_layout(rng.standard_normal((64, 16)).astype(np.float16))
+    with pytest.raises(RuntimeError, match="needs all 128 threads of the warpgroup, 96 of them"):
+        _hopper_kernels()["wgmma"][1, 96](A, A.copy(), np.zeros((64, 64), np.float32), np.zeros(1, np.int32))
 
 
 @pytest.mark.gpu
 def test_bulk_copy_lands_on_its_mbarrier(rng):
-    if SIMULATOR:
-        pytest.skip("mbarrier transactions have no simulator twin: needs an sm_90 GPU")
-    import cupy as cp
-    from numba import cuda
+    check_bulk_copy(rng)
 
-    exec_ns = {}
-    exec(compile(_KERNELS, "hopper_kernels", "exec"), exec_ns)
-    src = cp.asarray(rng.integers(0, 2**32, 1024, dtype=np.uint32))
-    out = cp.zeros(1024, np.uint32)
-    cuda.jit(exec_ns["bulk"])[1, 128](src, out, 4096)
-    assert bool((out == src).all())
+
+@pytest.mark.skipif(not SIMULATOR, reason="the simulator twin's test; on a GPU test_bulk_copy_lands_on_its_mbarrier")
+def test_bulk_copy_twin_is_the_gpu_test(rng):
+    check_bulk_copy(rng)
 
 
 @pytest.mark.gpu
