@@ -814,9 +814,53 @@ def _wgmma_twin(n, kind):
     return twin
 
 
+def _wgmma_rs_twin(n, kind):
+    """wgmma with A from registers: each warp's 16 rows of A in mma.sync m16n8k16's A
+    layout (``_fill_k16``), B through its descriptor."""
+    dec = _dec_f16 if kind == "f16" else _dec_bf16
+    name = f"wgmma_m64n{n}k16_{kind}_rs_acc"
+    regs = n // 2
+    tid = np.arange(128)[:, None]
+    e = np.arange(regs)[None, :]
+    rows = 16 * (tid // 32) + (tid % 32) // 4 + 8 * ((e % 4) // 2)
+    cols = 8 * (e // 4) + 2 * (tid % 4) + e % 2
+
+    def twin(acc, i, a, ai, desc_b, scale_d):
+        t = _thread()
+        st = _block(t)
+        arr, i, ai = _unwrap(acc), int(i), int(ai)
+        words = tuple(_u32(a[ai + k]) for k in range(4))
+        mine = (int(desc_b), int(scale_d) != 0, words, arr[i:i + regs].astype(np.float64))
+
+        def compute(inputs):
+            if any(x is None for x in inputs):
+                raise RuntimeError(f"{name}: needs all 128 threads of the warpgroup, "
+                                   f"{sum(x is not None for x in inputs)} of them called it")  # fmt: skip
+            first = inputs[0]
+            if any(x[:2] != first[:2] for x in inputs):
+                raise ValueError(f"{name}: the warpgroup's threads passed different descriptors or scale_d")
+            A = np.zeros((64, 16))
+            for w in range(4):  # each warp's 16 rows, as mma.sync's A fragment
+                regs_w = np.array([x[2] for x in inputs[32 * w:32 * w + 32]], dtype=np.uint64)
+                sub = np.zeros((16, 16))
+                _fill_k16(dec)(np.concatenate([regs_w, np.zeros((32, 2), np.uint64)], axis=1), sub, np.zeros((16, 8)))
+                A[16 * w:16 * w + 16] = sub
+            D = A @ _wgmma_operand(st.smem, first[0], n, dec, name).T
+            out = D[rows, cols]
+            if first[1]:
+                out = out + np.stack([x[3] for x in inputs])
+            return list(out.astype(np.float32))
+
+        arr[i:i + regs] = st.warpgroup(t.thread_id // 128).exchange(name, mine, compute)
+
+    twin.__name__ = name
+    return twin
+
+
 for _n in (8, 16, 32, 64, 128, 256):
     for _k in ("f16", "bf16"):
         globals()[f"wgmma_m64n{_n}k16_{_k}_acc"] = _wgmma_twin(_n, _k)
+        globals()[f"wgmma_m64n{_n}k16_{_k}_rs_acc"] = _wgmma_rs_twin(_n, _k)
 del _n, _k
 
 

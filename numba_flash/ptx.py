@@ -1124,10 +1124,67 @@ def _wgmma_intrinsic(n, ptx_type):
     return impl
 
 
+def _wgmma_rs_intrinsic(n, ptx_type):
+    """``wgmma_m64n{n}k16_{type}_rs_acc(acc, i, a, ai, desc_b, scale_d) -> None``: A from registers."""
+    regs = n // 2
+    outs = ",".join(f"${j}" for j in range(regs))
+    a_ops = ", ".join(f"${regs + j}" for j in range(4))
+    text = ("{ .reg .pred p; setp.ne.b32 p, $" + str(regs + 5) + ", 0; "
+            f"wgmma.mma_async.sync.aligned.m64n{n}k16.f32.{ptx_type}.{ptx_type} "
+            "{" + outs + "}, {" + a_ops + "}, $" + str(regs + 4) + ", p, 1, 1, 0; }")  # fmt: skip
+    constraints = ",".join(["=f"] * regs + ["r"] * 4 + ["l", "r"] + [str(j) for j in range(regs)]) + ",~{memory}"
+    name = f"wgmma_m64n{n}k16_{ptx_type}_rs_acc"
+
+    @intrinsic
+    def impl(typingctx, acc, i, a, ai, desc_b, scale_d):
+        if not (isinstance(acc, types.Array) and acc.ndim == 1 and acc.dtype == types.float32):
+            raise _TypeError(f"{name}: acc must be a 1-d float32 array, got {acc}")
+        if not (isinstance(a, types.Array) and a.ndim == 1 and a.dtype == types.uint32):
+            raise _TypeError(f"{name}: a must be a 1-d uint32 array, got {a}")
+        _require_ints(name, i=i, ai=ai, desc_b=desc_b, scale_d=scale_d)
+
+        def codegen(context, builder, sig, args):
+            def pointers(aryty, idxty, ary, idx, count):
+                idx = context.cast(builder, idx, idxty, types.intp)
+                return [_element_pointer(context, builder, aryty, types.intp, ary,
+                                         builder.add(idx, ir.Constant(idx.type, k))) for k in range(count)]  # fmt: skip
+
+            c_ptrs = pointers(sig.args[0], sig.args[1], args[0], args[1], regs)
+            a_vals = [builder.load(p) for p in pointers(sig.args[2], sig.args[3], args[2], args[3], 4)]
+            db = context.cast(builder, args[4], sig.args[4], types.uint64)
+            sd = context.cast(builder, args[5], sig.args[5], types.uint32)
+            c_vals = [builder.load(p) for p in c_ptrs]
+            res = _asm(builder, text, constraints, a_vals + [db, sd] + c_vals, [_F32] * regs, side_effect=True,
+                       convergent=True)  # fmt: skip
+            for p, v in zip(c_ptrs, res):
+                builder.store(v, p)
+            return context.get_dummy_value()
+
+        return types.void(acc, i, a, ai, desc_b, scale_d), codegen
+
+    impl.__doc__ = f"""``{name}(acc, i, a, ai, desc_b, scale_d) -> None``
+
+    ``wgmma.mma_async.sync.aligned.m64n{n}k16.f32.{ptx_type}.{ptx_type}`` with A from
+    registers: as ``wgmma_m64n{n}k16_{ptx_type}_acc``, but each warp w of the warpgroup
+    gives rows 16w … 16w + 15 of A (64×16) in ``a[ai : ai + 4]``, in mma.sync
+    m16n8k16's A layout (g = lane >> 2, t = lane & 3; two values a word, the lower
+    column in the low half)::
+
+        a[ai]     = A[16w + g,     2t : 2t + 2]     a[ai + 1] = A[16w + g + 8, 2t : 2t + 2]
+        a[ai + 2] = A[16w + g, 2t + 8 : 2t + 10]    a[ai + 3] = A[16w + g + 8, 2t + 8 : 2t + 10]
+
+    so a P tile packed from the accumulators of S (``fragments.pack_a``) is the A
+    operand of O += P·V without a trip through shared memory (FlashAttention-3's P·V).
+    B (16×{n}) from shared memory through ``desc_b``, K-major."""
+    impl.__name__ = name
+    return impl
+
+
 WGMMA_N = (8, 16, 32, 64, 128, 256)  # the N of the wgmma shapes exported below
 for _n in WGMMA_N:
     for _t in ("f16", "bf16"):
         globals()[f"wgmma_m64n{_n}k16_{_t}_acc"] = _wgmma_intrinsic(_n, _t)
+        globals()[f"wgmma_m64n{_n}k16_{_t}_rs_acc"] = _wgmma_rs_intrinsic(_n, _t)
 del _n, _t
 
 #: The Hopper intrinsics (their simulator twins: see the section's comment).
@@ -1135,7 +1192,7 @@ HOPPER = ("fence_proxy_async", "wgmma_fence", "wgmma_commit_group", "wgmma_wait_
           "setmaxnreg_dec", "mbarrier_init", "mbarrier_arrive_expect_tx", "mbarrier_arrive",
           "mbarrier_try_wait_parity", "cp_async_bulk_g2s", "cp_async_bulk_tensor_2d_g2s",
           "cp_async_bulk_tensor_3d_g2s") + tuple(
-    f"wgmma_m64n{n}k16_{t}_acc" for n in WGMMA_N for t in ("f16", "bf16"))  # fmt: skip
+    f"wgmma_m64n{n}k16_{t}_{how}acc" for n in WGMMA_N for t in ("f16", "bf16") for how in ("", "rs_"))  # fmt: skip
 
 
 # ---------------------------------------------------------------------------

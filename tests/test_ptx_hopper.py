@@ -64,6 +64,39 @@ def wgmma(a_words, b_words, D, flag):
         D[16 * w + g + 8, 8 * j + 2 * t + 1] = acc[4 * j + 3]
 
 
+def wgmma_rs(a16, b_words, D, flag):
+    # A (64 x 16 halves) from registers, each warp its 16 rows as mma.sync's A fragment
+    sb = cuda.shared.array(512, uint32, alignment=_ALIGN)  # 64 x 16 halves (B^T, K-major)
+    tid = cuda.threadIdx.x
+    for i in range(tid, 512, 128):
+        sb[i] = b_words[i]
+    ptx.fence_proxy_async()
+    cuda.syncthreads()
+    w, lane = tid // 32, tid % 32
+    g, t = lane >> 2, lane & 3
+    a = cuda.local.array(4, uint32)
+    for r in range(4):
+        row = 16 * w + g + 8 * (r & 1)
+        col = 2 * t + 8 * (r >> 1)
+        a[r] = uint32(a16[row, col]) | (uint32(a16[row, col + 1]) << uint32(16))
+    acc = cuda.local.array(32, float32)
+    for j in range(32):
+        acc[j] = 0
+    db = ptx.wgmma_desc(ptx.smem_addr(sb, 0), 128, 256, ptx.SWIZZLE_NONE)
+    ptx.wgmma_fence()
+    if flag[0] == 0:
+        ptx.wgmma_m64n64k16_f16_rs_acc(acc, 0, a, 0, db, 0)
+    else:
+        ptx.wgmma_m64n64k16_bf16_rs_acc(acc, 0, a, 0, db, 0)
+    ptx.wgmma_commit_group()
+    ptx.wgmma_wait_group(0)
+    for j in range(8):
+        D[16 * w + g, 8 * j + 2 * t] = acc[4 * j]
+        D[16 * w + g, 8 * j + 2 * t + 1] = acc[4 * j + 1]
+        D[16 * w + g + 8, 8 * j + 2 * t] = acc[4 * j + 2]
+        D[16 * w + g + 8, 8 * j + 2 * t + 1] = acc[4 * j + 3]
+
+
 def bulk(src, out, nbytes):
     tile = cuda.shared.array(1024, uint32, alignment=_ALIGN)
     bar = cuda.shared.array(1, uint64, alignment=_ALIGN)
@@ -136,6 +169,7 @@ _COMPILE = textwrap.dedent('''
     exec(compile(open(sys.argv[2]).read(), "hopper_kernels", "exec"))
     sigs = {
         "wgmma": (uint32[:], uint32[:], float32[:, :], numba.int32[:]),
+        "wgmma_rs": (numba.uint16[:, :], uint32[:], float32[:, :], numba.int32[:]),
         "bulk": (uint32[:], uint32[:], numba.int32),
         "regs": (numba.int32[:],),
         "tma2d": (numba.uint8[:], uint32[:], numba.int32, numba.int32),
@@ -172,6 +206,16 @@ def test_wgmma_compiles_for_sm_90a(compiled):
                  "fence.proxy.async.shared::cta"):  # fmt: skip
         assert text in ptx, text
     assert "ld.local" not in ptx and "st.local" not in ptx, "the 32 accumulators spilled to local memory"
+
+
+def test_wgmma_with_a_from_registers_compiles_for_sm_90a(compiled):
+    import re
+
+    ptx = compiled["wgmma_rs"]["ptx"]
+    for t in ("f16", "bf16"):  # A as four 32-bit registers, B through a descriptor (an .b64 register)
+        pat = rf"wgmma\.mma_async\.sync\.aligned\.m64n64k16\.f32\.{t}\.{t}\s*\{{[^}}]*\}},\s*\{{%r\d+, %r\d+, %r\d+, %r\d+\}},\s*%rd\d+"
+        assert re.search(pat, ptx), t
+    assert "ld.local" not in ptx and "st.local" not in ptx, "the A fragment or the accumulators went to local memory"
 
 
 def test_mbarrier_bulk_copy_and_setmaxnreg_compile(compiled):
@@ -233,7 +277,7 @@ def _hopper_kernels():
 
     exec_ns = {}
     exec(compile(_KERNELS, "hopper_kernels", "exec"), exec_ns)
-    return {name: cuda.jit(exec_ns[name]) for name in ("wgmma", "bulk")}
+    return {name: cuda.jit(exec_ns[name]) for name in ("wgmma", "wgmma_rs", "bulk")}
 
 
 def check_wgmma(rng, dtype):
@@ -247,6 +291,22 @@ def check_wgmma(rng, dtype):
     D = device(np.full((64, 64), np.nan, np.float32))
     _hopper_kernels()["wgmma"][1, 128](device(_core_layout(A)), device(_core_layout(np.ascontiguousarray(B.T))), D,
                                        device(np.array([0 if dtype == "float16" else 1], np.int32)))  # fmt: skip
+    err = float(np.abs(host(D) - ref).max())
+    assert err < 1e-4 * max(1.0, float(np.abs(ref).max())), err
+
+
+def check_wgmma_rs(rng, dtype):
+    """wgmma m64n64k16 with A from registers (mma.sync's A fragments) and Bᵀ in no-swizzle
+    core matrices, against float64 NumPy."""
+    import ml_dtypes
+
+    dt = np.float16 if dtype == "float16" else ml_dtypes.bfloat16
+    A = rng.standard_normal((64, 16)).astype(dt)
+    B = rng.standard_normal((16, 64)).astype(dt)
+    ref = A.astype(np.float64) @ B.astype(np.float64)
+    D = device(np.full((64, 64), np.nan, np.float32))
+    _hopper_kernels()["wgmma_rs"][1, 128](device(A.view(np.uint16)), device(_core_layout(np.ascontiguousarray(B.T))),
+                                          D, device(np.array([0 if dtype == "float16" else 1], np.int32)))  # fmt: skip
     err = float(np.abs(host(D) - ref).max())
     assert err < 1e-4 * max(1.0, float(np.abs(ref).max())), err
 
@@ -271,6 +331,20 @@ def test_wgmma_twin_is_the_gpu_test(rng, dtype):
     """The twin runs the kernel that passed on the H200 (session 10) to the same
     bound: it reads the layout the hardware read."""
     check_wgmma(rng, dtype)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_wgmma_rs_m64n64k16_on_the_gpu(rng, dtype):
+    check_wgmma_rs(rng, dtype)
+
+
+@pytest.mark.skipif(not SIMULATOR, reason="the simulator twin's test; on a GPU test_wgmma_rs_m64n64k16_on_the_gpu")
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_wgmma_rs_twin(rng, dtype):
+    """The register-A twin: the same product as the shared-memory one (not yet run on
+    the hardware: its layout is PTX's, mma.sync's A fragment per warp)."""
+    check_wgmma_rs(rng, dtype)
 
 
 @pytest.mark.skipif(not SIMULATOR, reason="the simulator twin's checks (the hardware hangs or faults instead)")
