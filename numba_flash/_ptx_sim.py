@@ -779,79 +779,57 @@ def _wgmma_operand(window, desc, rows, dec, what):
     return M
 
 
-def _wgmma_twin(n, kind):
+def _a_from_registers(inputs, dec):
+    """A (64 × 16) of a register-A wgmma: each warp's 16 rows from its lanes' four words,
+    in mma.sync m16n8k16's A layout (``_fill_k16``)."""
+    A = np.zeros((64, 16))
+    for w in range(4):
+        words = np.array([x[0] for x in inputs[32 * w:32 * w + 32]], dtype=np.uint64)
+        _fill_k16(dec)(np.concatenate([words, np.zeros((32, 2), np.uint64)], axis=1), A[16 * w:16 * w + 16],
+                       np.zeros((16, 8)))  # fmt: skip
+    return A
+
+
+def _wgmma_twin(n, kind, a_in_regs):
+    """wgmma m64n{n}k16: A through its descriptor, or (``a_in_regs``) from each thread's
+    four words; B through its descriptor; D scattered in the accumulator layout."""
     dec = _dec_f16 if kind == "f16" else _dec_bf16
-    name = f"wgmma_m64n{n}k16_{kind}_acc"
+    name = f"wgmma_m64n{n}k16_{kind}_{'rs_' if a_in_regs else ''}acc"
     regs = n // 2
     # thread (warp w, g, t) holds D[16w + g (+8), 8j + 2t (+1)] at 4j + e
     tid = np.arange(128)[:, None]
     e = np.arange(regs)[None, :]
     rows = 16 * (tid // 32) + (tid % 32) // 4 + 8 * ((e % 4) // 2)
     cols = 8 * (e // 4) + 2 * (tid % 4) + e % 2
+    same = slice(1, 3) if a_in_regs else slice(0, 3)  # what every thread must pass alike
 
-    def twin(acc, i, desc_a, desc_b, scale_d):
+    def run(acc, i, a, desc_b, scale_d):
         t = _thread()
         st = _block(t)
         arr, i = _unwrap(acc), int(i)
-        mine = (int(desc_a), int(desc_b), int(scale_d) != 0, arr[i:i + regs].astype(np.float64))
+        mine = (a, int(desc_b), int(scale_d) != 0, arr[i:i + regs].astype(np.float64))
 
         def compute(inputs):
             if any(x is None for x in inputs):
                 raise RuntimeError(f"{name}: needs all 128 threads of the warpgroup, "
                                    f"{sum(x is not None for x in inputs)} of them called it")  # fmt: skip
             first = inputs[0]
-            if any(x[:3] != first[:3] for x in inputs):
+            if any(x[same] != first[same] for x in inputs):
                 raise ValueError(f"{name}: the warpgroup's threads passed different descriptors or scale_d")
-            D = _wgmma_operand(st.smem, first[0], 64, dec, name) @ _wgmma_operand(st.smem, first[1], n, dec, name).T
-            out = D[rows, cols]
+            A = _a_from_registers(inputs, dec) if a_in_regs else _wgmma_operand(st.smem, first[0], 64, dec, name)
+            out = (A @ _wgmma_operand(st.smem, first[1], n, dec, name).T)[rows, cols]
             if first[2]:
                 out = out + np.stack([x[3] for x in inputs])
             return list(out.astype(np.float32))
 
         arr[i:i + regs] = st.warpgroup(t.thread_id // 128).exchange(name, mine, compute)
 
-    twin.__name__ = name
-    return twin
-
-
-def _wgmma_rs_twin(n, kind):
-    """wgmma with A from registers: each warp's 16 rows of A in mma.sync m16n8k16's A
-    layout (``_fill_k16``), B through its descriptor."""
-    dec = _dec_f16 if kind == "f16" else _dec_bf16
-    name = f"wgmma_m64n{n}k16_{kind}_rs_acc"
-    regs = n // 2
-    tid = np.arange(128)[:, None]
-    e = np.arange(regs)[None, :]
-    rows = 16 * (tid // 32) + (tid % 32) // 4 + 8 * ((e % 4) // 2)
-    cols = 8 * (e // 4) + 2 * (tid % 4) + e % 2
-
-    def twin(acc, i, a, ai, desc_b, scale_d):
-        t = _thread()
-        st = _block(t)
-        arr, i, ai = _unwrap(acc), int(i), int(ai)
-        words = tuple(_u32(a[ai + k]) for k in range(4))
-        mine = (int(desc_b), int(scale_d) != 0, words, arr[i:i + regs].astype(np.float64))
-
-        def compute(inputs):
-            if any(x is None for x in inputs):
-                raise RuntimeError(f"{name}: needs all 128 threads of the warpgroup, "
-                                   f"{sum(x is not None for x in inputs)} of them called it")  # fmt: skip
-            first = inputs[0]
-            if any(x[:2] != first[:2] for x in inputs):
-                raise ValueError(f"{name}: the warpgroup's threads passed different descriptors or scale_d")
-            A = np.zeros((64, 16))
-            for w in range(4):  # each warp's 16 rows, as mma.sync's A fragment
-                regs_w = np.array([x[2] for x in inputs[32 * w:32 * w + 32]], dtype=np.uint64)
-                sub = np.zeros((16, 16))
-                _fill_k16(dec)(np.concatenate([regs_w, np.zeros((32, 2), np.uint64)], axis=1), sub, np.zeros((16, 8)))
-                A[16 * w:16 * w + 16] = sub
-            D = A @ _wgmma_operand(st.smem, first[0], n, dec, name).T
-            out = D[rows, cols]
-            if first[1]:
-                out = out + np.stack([x[3] for x in inputs])
-            return list(out.astype(np.float32))
-
-        arr[i:i + regs] = st.warpgroup(t.thread_id // 128).exchange(name, mine, compute)
+    if a_in_regs:
+        def twin(acc, i, a, ai, desc_b, scale_d):
+            run(acc, i, tuple(_u32(a[int(ai) + k]) for k in range(4)), desc_b, scale_d)
+    else:
+        def twin(acc, i, desc_a, desc_b, scale_d):
+            run(acc, i, int(desc_a), desc_b, scale_d)
 
     twin.__name__ = name
     return twin
@@ -859,8 +837,8 @@ def _wgmma_rs_twin(n, kind):
 
 for _n in (8, 16, 32, 64, 128, 256):
     for _k in ("f16", "bf16"):
-        globals()[f"wgmma_m64n{_n}k16_{_k}_acc"] = _wgmma_twin(_n, _k)
-        globals()[f"wgmma_m64n{_n}k16_{_k}_rs_acc"] = _wgmma_rs_twin(_n, _k)
+        globals()[f"wgmma_m64n{_n}k16_{_k}_acc"] = _wgmma_twin(_n, _k, False)
+        globals()[f"wgmma_m64n{_n}k16_{_k}_rs_acc"] = _wgmma_twin(_n, _k, True)
 del _n, _k
 
 

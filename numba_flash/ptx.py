@@ -286,6 +286,13 @@ def mma_m16n8k16_bf16(typingctx, a0, a1, a2, a3, b0, b1, c0, c1, c2, c3):
     return _mma_typer("mma_m16n8k16_bf16", args), _mma_codegen("bf16", "m16n8k16")
 
 
+def _pointers(context, builder, aryty, idxty, ary, idx, count):
+    """Pointers to ``ary[idx]`` … ``ary[idx + count - 1]`` (fragments in register arrays)."""
+    idx = context.cast(builder, idx, idxty, types.intp)
+    return [_element_pointer(context, builder, aryty, types.intp, ary, builder.add(idx, ir.Constant(idx.type, k)))
+            for k in range(count)]  # fmt: skip
+
+
 def _mma_acc_codegen(ptx_type, shape="m16n8k16"):
     """acc[i:i+4] = a[ai:ai+4] @ (b0, b1) + acc[i:i+4], through the mma's registers."""
     text = (
@@ -295,19 +302,8 @@ def _mma_acc_codegen(ptx_type, shape="m16n8k16"):
     constraints = "=f,=f,=f,=f,r,r,r,r,r,r,f,f,f,f"
 
     def codegen(context, builder, sig, args):
-        acc_ty, i_ty, a_ty, ai_ty = sig.args[:4]
-        acc, i, a, ai = args[:4]
-
-        def pointers(aryty, idxty, ary, idx):
-            idx = context.cast(builder, idx, idxty, types.intp)
-            return [
-                _element_pointer(context, builder, aryty, types.intp, ary,
-                                 builder.add(idx, ir.Constant(idx.type, k)))
-                for k in range(4)
-            ]
-
-        c_ptrs = pointers(acc_ty, i_ty, acc, i)
-        a_vals = [builder.load(p) for p in pointers(a_ty, ai_ty, a, ai)]
+        c_ptrs = _pointers(context, builder, sig.args[0], sig.args[1], args[0], args[1], 4)
+        a_vals = [builder.load(p) for p in _pointers(context, builder, sig.args[2], sig.args[3], args[2], args[3], 4)]
         b_vals = [context.cast(builder, v, t, types.uint32) for v, t in zip(args[4:], sig.args[4:])]
         c_vals = [builder.load(p) for p in c_ptrs]
         outs = _asm(builder, text, constraints, a_vals + b_vals + c_vals, [_F32] * 4,
@@ -1091,10 +1087,7 @@ def _wgmma_intrinsic(n, ptx_type):
         _require_ints(name, i=i, desc_a=desc_a, desc_b=desc_b, scale_d=scale_d)
 
         def codegen(context, builder, sig, args):
-            acc_ty, i_ty = sig.args[:2]
-            idx = context.cast(builder, args[1], i_ty, types.intp)
-            ptrs = [_element_pointer(context, builder, acc_ty, types.intp, args[0],
-                                     builder.add(idx, ir.Constant(idx.type, k))) for k in range(regs)]  # fmt: skip
+            ptrs = _pointers(context, builder, sig.args[0], sig.args[1], args[0], args[1], regs)
             c_vals = [builder.load(p) for p in ptrs]
             da, db = (context.cast(builder, args[j], sig.args[j], types.uint64) for j in (2, 3))
             sd = context.cast(builder, args[4], sig.args[4], types.uint32)
@@ -1144,13 +1137,8 @@ def _wgmma_rs_intrinsic(n, ptx_type):
         _require_ints(name, i=i, ai=ai, desc_b=desc_b, scale_d=scale_d)
 
         def codegen(context, builder, sig, args):
-            def pointers(aryty, idxty, ary, idx, count):
-                idx = context.cast(builder, idx, idxty, types.intp)
-                return [_element_pointer(context, builder, aryty, types.intp, ary,
-                                         builder.add(idx, ir.Constant(idx.type, k))) for k in range(count)]  # fmt: skip
-
-            c_ptrs = pointers(sig.args[0], sig.args[1], args[0], args[1], regs)
-            a_vals = [builder.load(p) for p in pointers(sig.args[2], sig.args[3], args[2], args[3], 4)]
+            c_ptrs = _pointers(context, builder, sig.args[0], sig.args[1], args[0], args[1], regs)
+            a_vals = [builder.load(p) for p in _pointers(context, builder, sig.args[2], sig.args[3], args[2], args[3], 4)]
             db = context.cast(builder, args[4], sig.args[4], types.uint64)
             sd = context.cast(builder, args[5], sig.args[5], types.uint32)
             c_vals = [builder.load(p) for p in c_ptrs]

@@ -3,10 +3,7 @@
 # decode bench and workspace, then the GPU checks (pytest -m gpu, check, sanitizers).
 set -u
 out=$1
-mkdir -p /tmp/clipkg /tmp/bin && ln -sfn "$PWD/cli" /tmp/clipkg/numba_flash_cli
-printf '#!/bin/sh\nexec python3 -c "from numba_flash_cli.main import main; main()" "$@"\n' > /tmp/bin/numba-flash
-chmod +x /tmp/bin/numba-flash
-export PATH=/tmp/bin:$PATH PYTHONPATH=$PYTHONPATH:/tmp/clipkg
+. scripts/device_cli.sh
 timeout 150 python3 scripts/bench_variants.py "$out/a_variants.jsonl" --queued > "$out/a_variants.txt" 2>&1
 tail -16 "$out/a_variants.txt"
 { timeout 100 numba-flash bench --decode --seqlen 4096,32768,131072 --json /tmp/bd.json; echo "rc=$?";

@@ -4,10 +4,7 @@
 # dropout (sanitize_small.py float16), then the CLI's decode bench and workspace.
 set -u
 out=$1
-mkdir -p /tmp/clipkg /tmp/bin && ln -sfn "$PWD/cli" /tmp/clipkg/numba_flash_cli
-printf '#!/bin/sh\nexec python3 -c "from numba_flash_cli.main import main; main()" "$@"\n' > /tmp/bin/numba-flash
-chmod +x /tmp/bin/numba-flash
-export PATH=/tmp/bin:$PATH PYTHONPATH=$PYTHONPATH:/tmp/clipkg
+. scripts/device_cli.sh
 timeout 80 python3 scripts/bench_variants.py "$out/a_variants.jsonl" --queued --dropout-only > "$out/a_variants.txt" 2>&1
 tail -5 "$out/a_variants.txt"
 timeout 200 python3 -m pytest -m gpu -q -n 8 -p no:cacheprovider tests/test_variants.py tests/test_dropout_bits.py \

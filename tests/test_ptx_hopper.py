@@ -280,8 +280,9 @@ def _hopper_kernels():
     return {name: cuda.jit(exec_ns[name]) for name in ("wgmma", "wgmma_rs", "bulk")}
 
 
-def check_wgmma(rng, dtype):
-    """wgmma m64n64k16 with A and Bᵀ in no-swizzle core matrices against float64 NumPy."""
+def check_wgmma(rng, dtype, a_in_regs=False):
+    """wgmma m64n64k16 with A in no-swizzle core matrices (or, ``a_in_regs``, as each
+    warp's mma.sync A fragments) and Bᵀ in core matrices, against float64 NumPy."""
     import ml_dtypes
 
     dt = np.float16 if dtype == "float16" else ml_dtypes.bfloat16
@@ -289,24 +290,10 @@ def check_wgmma(rng, dtype):
     B = rng.standard_normal((16, 64)).astype(dt)
     ref = A.astype(np.float64) @ B.astype(np.float64)
     D = device(np.full((64, 64), np.nan, np.float32))
-    _hopper_kernels()["wgmma"][1, 128](device(_core_layout(A)), device(_core_layout(np.ascontiguousarray(B.T))), D,
-                                       device(np.array([0 if dtype == "float16" else 1], np.int32)))  # fmt: skip
-    err = float(np.abs(host(D) - ref).max())
-    assert err < 1e-4 * max(1.0, float(np.abs(ref).max())), err
-
-
-def check_wgmma_rs(rng, dtype):
-    """wgmma m64n64k16 with A from registers (mma.sync's A fragments) and Bᵀ in no-swizzle
-    core matrices, against float64 NumPy."""
-    import ml_dtypes
-
-    dt = np.float16 if dtype == "float16" else ml_dtypes.bfloat16
-    A = rng.standard_normal((64, 16)).astype(dt)
-    B = rng.standard_normal((16, 64)).astype(dt)
-    ref = A.astype(np.float64) @ B.astype(np.float64)
-    D = device(np.full((64, 64), np.nan, np.float32))
-    _hopper_kernels()["wgmma_rs"][1, 128](device(A.view(np.uint16)), device(_core_layout(np.ascontiguousarray(B.T))),
-                                          D, device(np.array([0 if dtype == "float16" else 1], np.int32)))  # fmt: skip
+    a = A.view(np.uint16) if a_in_regs else _core_layout(A)
+    _hopper_kernels()["wgmma_rs" if a_in_regs else "wgmma"][1, 128](
+        device(a), device(_core_layout(np.ascontiguousarray(B.T))), D,
+        device(np.array([0 if dtype == "float16" else 1], np.int32)))  # fmt: skip
     err = float(np.abs(host(D) - ref).max())
     assert err < 1e-4 * max(1.0, float(np.abs(ref).max())), err
 
@@ -336,7 +323,7 @@ def test_wgmma_twin_is_the_gpu_test(rng, dtype):
 @pytest.mark.gpu
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
 def test_wgmma_rs_m64n64k16_on_the_gpu(rng, dtype):
-    check_wgmma_rs(rng, dtype)
+    check_wgmma(rng, dtype, a_in_regs=True)
 
 
 @pytest.mark.skipif(not SIMULATOR, reason="the simulator twin's test; on a GPU test_wgmma_rs_m64n64k16_on_the_gpu")
@@ -344,7 +331,7 @@ def test_wgmma_rs_m64n64k16_on_the_gpu(rng, dtype):
 def test_wgmma_rs_twin(rng, dtype):
     """The register-A twin: the same product as the shared-memory one (not yet run on
     the hardware: its layout is PTX's, mma.sync's A fragment per warp)."""
-    check_wgmma_rs(rng, dtype)
+    check_wgmma(rng, dtype, a_in_regs=True)
 
 
 @pytest.mark.skipif(not SIMULATOR, reason="the simulator twin's checks (the hardware hangs or faults instead)")
