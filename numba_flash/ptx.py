@@ -315,11 +315,16 @@ def _mma_acc_codegen(ptx_type, shape="m16n8k16"):
     return codegen
 
 
-def _mma_acc_typer(fname, acc, i, a, ai, b0, b1):
+def _require_fragment_arrays(fname, acc, a=None):
+    """acc: a 1-d float32 (accumulator) array; a (when given): a 1-d uint32 (A fragment) array."""
     if not (isinstance(acc, types.Array) and acc.ndim == 1 and acc.dtype == types.float32):
         raise _TypeError(f"{fname}: acc must be a 1-d float32 array, got {acc}")
-    if not (isinstance(a, types.Array) and a.ndim == 1 and a.dtype == types.uint32):
+    if a is not None and not (isinstance(a, types.Array) and a.ndim == 1 and a.dtype == types.uint32):
         raise _TypeError(f"{fname}: a must be a 1-d uint32 array, got {a}")
+
+
+def _mma_acc_typer(fname, acc, i, a, ai, b0, b1):
+    _require_fragment_arrays(fname, acc, a)
     _require_ints(fname, i=i, ai=ai, b0=b0, b1=b1)
     return types.void(acc, i, a, ai, b0, b1)
 
@@ -1082,8 +1087,7 @@ def _wgmma_intrinsic(n, ptx_type):
 
     @intrinsic
     def impl(typingctx, acc, i, desc_a, desc_b, scale_d):
-        if not (isinstance(acc, types.Array) and acc.ndim == 1 and acc.dtype == types.float32):
-            raise _TypeError(f"{name}: acc must be a 1-d float32 array, got {acc}")
+        _require_fragment_arrays(name, acc)
         _require_ints(name, i=i, desc_a=desc_a, desc_b=desc_b, scale_d=scale_d)
 
         def codegen(context, builder, sig, args):
@@ -1130,10 +1134,7 @@ def _wgmma_rs_intrinsic(n, ptx_type):
 
     @intrinsic
     def impl(typingctx, acc, i, a, ai, desc_b, scale_d):
-        if not (isinstance(acc, types.Array) and acc.ndim == 1 and acc.dtype == types.float32):
-            raise _TypeError(f"{name}: acc must be a 1-d float32 array, got {acc}")
-        if not (isinstance(a, types.Array) and a.ndim == 1 and a.dtype == types.uint32):
-            raise _TypeError(f"{name}: a must be a 1-d uint32 array, got {a}")
+        _require_fragment_arrays(name, acc, a)
         _require_ints(name, i=i, ai=ai, desc_b=desc_b, scale_d=scale_d)
 
         def codegen(context, builder, sig, args):
