@@ -34,12 +34,13 @@ def _bshd(arr, layout: str):
 
 def _plan(problem: P.Problem) -> P.Plan:
     """The plan of ``problem``, made once: the same shapes come again and again (the
-    tuning override is part of the key, so a tuning run that changes it is obeyed)."""
-    return _cached_plan(problem, os.environ.get("NUMBA_FLASH_TILES"))
+    tuning override and the experimental wgmma switch are part of the key, so a run that
+    changes them is obeyed)."""
+    return _cached_plan(problem, os.environ.get("NUMBA_FLASH_TILES"), os.environ.get("NUMBA_FLASH_WGMMA"))
 
 
 @functools.lru_cache(maxsize=512)
-def _cached_plan(problem: P.Problem, override) -> P.Plan:
+def _cached_plan(problem: P.Problem, override, wgmma) -> P.Plan:
     return P.plan(problem)
 
 

@@ -26,6 +26,7 @@ The rule, in order (FlashAttention-2's dtypes on tensor cores, everything else e
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field, replace
 
 from numba_flash import config
@@ -139,10 +140,26 @@ def decode_tiles(p: Problem) -> bool:
     return p.pass_ == "forward" and p.seqlen_q <= config.DECODE_ROWS and p.features.mods is None
 
 
+def wgmma_forward(p: Problem) -> bool:
+    """The experimental Hopper forward (``kernels.wgmma_forward``) runs ``p``: opted in
+    with ``NUMBA_FLASH_WGMMA=1``, on sm_90 (or the simulator's twins), fp16/bf16 at d =
+    64 or 128 on 16-byte-aligned rows, no FlexAttention mods, no split-KV and no decode
+    tiles.  Not yet run on a GPU (issue #13)."""
+    from numba_flash.kernels.wgmma_forward import HEAD_DIMS
+
+    return (os.environ.get("NUMBA_FLASH_WGMMA") == "1" and p.pass_ == "forward" and tuple(p.arch[:2]) >= (9, 0)
+            and p.dtype in ("float16", "bfloat16") and p.head_dim in HEAD_DIMS and p.aligned
+            and p.features.mods is None and not p.features.split and not decode_tiles(p))  # fmt: skip
+
+
 def plan(p: Problem) -> Plan:
     """The launch plan of problem ``p``."""
     fam, note = family(p)
     d, causal, v, sz = p.head_dim, p.causal, p.variant, p.sizes
+    if fam == "tensor-core" and wgmma_forward(p):
+        from numba_flash.kernels import wgmma_forward as W
+
+        return Plan(fam, p.dtype, tuple(W.launches(W.tiles(d), v, p.dtype, sz)), note, p)
     if fam == "tensor-core":
         from numba_flash.kernels import tc_backward, tc_forward
 

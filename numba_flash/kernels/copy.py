@@ -14,6 +14,8 @@ padding), and its 16-byte chunk c is stored at chunk ``swizzle(r, c, SWIZZLE)``:
   are XORed with ``(r >> 1) & 3`` (``c`` stays in its aligned group of four);
 * ``SW_TF32``: ``c ^ ((r & 6) ^ ((r & 1) << 2))`` — fp32 tiles read with
   ``ld.shared.v4`` in the TF32 kernels' fragment order (``tf32_forward``'s docstring).
+* ``SW_CORE``: not a swizzle of the row but wgmma's no-swizzle layout, 8-row × 16-byte
+  core matrices (:func:`chunk_addr`).
 
 Paged KV caches: with ``pg = (block_table, seq)`` (``block_info.kv_pages``) instead of
 None, row ``r`` of the sequence is row ``r % page_size`` of page ``block_table[seq, r //
@@ -36,6 +38,7 @@ from numba_flash._numba_cuda import cuda, device_function, float32, int64, uint3
 SW_NONE = 0
 SW_16BIT = 1
 SW_TF32 = 2
+SW_CORE = 3  # wgmma's no-swizzle K-major layout: 8 x 8 core matrices (chunk_addr)
 
 
 @device_function
@@ -53,7 +56,11 @@ def swizzle(r, c, SWIZZLE, ROW_BYTES=128):
 
 @device_function
 def chunk_addr(tile, r, c, ROW_BYTES, SWIZZLE):
-    """Shared byte address of chunk ``c`` of row ``r`` of the tile at ``tile``."""
+    """Shared byte address of chunk ``c`` of row ``r`` of the tile at ``tile``; with
+    ``SW_CORE``, in core matrix (r // 8, c) of 8 rows × 16 bytes: byte (r // 8)·(8·row
+    bytes) + c·128 + (r % 8)·16 (``kernels.wgmma_forward``'s descriptors)."""
+    if SWIZZLE == SW_CORE:
+        return tile + (r >> 3) * (ROW_BYTES * 8) + (c << 7) + ((r & 7) << 4)
     return tile + r * ROW_BYTES + (swizzle(r, c, SWIZZLE, ROW_BYTES) << 4)
 
 
