@@ -332,7 +332,9 @@ def _compile_here(pass_: str, dtype: str, head_dim: int, causal: bool, arch: str
     from numba_flash._numba_cuda import compiling_for
 
     cc = parse_arch(arch)
-    arch_name = f"sm_{cc[0]}{cc[1]}"
+    # "sm_90a": the arch-specific target (wgmma, setmaxnreg), as numba-cuda picks on an sm_90 device
+    target = cc + ("a",) if str(arch).strip().lower().endswith("a") else cc
+    arch_name = f"sm_{cc[0]}{cc[1]}{'a' if len(target) == 3 else ''}"
     from numba_flash.variant import Variant
 
     features = Variant(**(variants or {}))
@@ -341,7 +343,7 @@ def _compile_here(pass_: str, dtype: str, head_dim: int, causal: bool, arch: str
     reports = []
     for launch in pl.launches:
         with compiling_for(cc):  # the kernels' device functions too, without a GPU
-            ptx, _ = cuda.compile_ptx(launch.kernel.py_func, argtypes(launch, pl.work_dtype), cc=cc)
+            ptx, _ = cuda.compile_ptx(launch.kernel.py_func, argtypes(launch, pl.work_dtype), cc=target)
         shared, local, dynamic = declared_memory(ptx)
         rep = KernelReport(
             name=launch.name,

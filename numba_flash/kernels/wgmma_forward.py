@@ -99,6 +99,7 @@ def wgmma_forward_kernel(t: TcTiles, variant: Variant, dtype: str):
     NT_O = HEAD_DIM // 8
     PSTEPS = BLOCK_N // 16  # k-slices of P·V
     CHUNKS = HEAD_DIM // 8
+    S_REGS, O_REGS, P_REGS = NT_S * 4, NT_O * 4, PSTEPS * 4  # registers a thread (literals for local.array)
     DCOLS, NT_W, SYNC, HALVES = tc_array_layout(t)
     ROW_BYTES = HEAD_DIM * 2
     Q_BYTES, KV_BYTES = BLOCK_M * ROW_BYTES, BLOCK_N * ROW_BYTES
@@ -123,12 +124,12 @@ def wgmma_forward_kernel(t: TcTiles, variant: Variant, dtype: str):
         smem = cuda.shared.array(0, uint16, alignment=_ALIGN)
         q_base, k_base, vt_base, _ = pipeline.carve(smem, Q_BYTES, KV_BYTES, KV_BYTES)
 
-        acc_s = cuda.local.array(NT_S * 4, float32)
-        acc_o = cuda.local.array(NT_O * 4, float32)
-        p_frag = cuda.local.array(PSTEPS * 4, uint32)  # one A fragment a k-slice: wgmma reads them late
+        acc_s = cuda.local.array(S_REGS, float32)
+        acc_o = cuda.local.array(O_REGS, float32)
+        p_frag = cuda.local.array(P_REGS, uint32)  # one A fragment a k-slice: wgmma reads them late
         m_i = cuda.local.array(2, float32)  # rows g, g + 8 of the warp's m-tile
         l_i = cuda.local.array(2, float32)
-        pipeline.zero(acc_o, NT_O * 4)
+        pipeline.zero(acc_o, O_REGS)
         for r in range(2):
             m_i[r] = softmax.NEG_INF
             l_i[r] = float32(0.0)

@@ -1,0 +1,146 @@
+"""The experimental Hopper forward (``kernels.wgmma_forward``, issue #13), opted in with
+``NUMBA_FLASH_WGMMA=1``.
+
+In the simulator it runs on the wgmma twins (``_ptx_sim``) against the float64
+reference, to FlashAttention-2's tolerance (2× a standard attention computed in the
+same dtype), with the variants the shared steps bring (causal, GQA, window, softcap,
+ALiBi, dropout bit for bit, varlen).  Without a GPU it compiles for sm_90a to wgmma
+with nothing in local memory.  On a GPU (``-m gpu``) the same checks at larger shapes.
+"""
+
+from __future__ import annotations
+
+import os
+
+import ml_dtypes
+import numpy as np
+import pytest
+from conftest import device, host
+
+import numba_flash
+from numba_flash import plan as P
+from numba_flash import reference as R
+from numba_flash._numba_cuda import SIMULATOR
+
+FLOOR = 1e-5
+DTYPES = {"float16": np.float16, "bfloat16": ml_dtypes.bfloat16}
+
+
+@pytest.fixture
+def wgmma_on(monkeypatch):
+    monkeypatch.setenv("NUMBA_FLASH_WGMMA", "1")
+
+
+def _slopes(rng, H):
+    return (0.01 + 0.1 * np.abs(rng.standard_normal(H))).astype(np.float32)
+
+
+def check_forward(rng, dtype, d, causal, B=1, H=2, H_kv=2, Nq=70, Nk=90, **kw):
+    dt = DTYPES[dtype]
+    q = rng.standard_normal((B, Nq, H, d)).astype(dt)
+    k = rng.standard_normal((B, Nk, H_kv, d)).astype(dt)
+    v = rng.standard_normal((B, Nk, H_kv, d)).astype(dt)
+    p = P.Problem("forward", dtype, d, causal, batch=B, heads=H, seqlen_q=Nq, seqlen_k=Nk, heads_k=H_kv)
+    assert [k_.name for k_ in P.plan(p).launches] == ["wgmma_forward"]
+    dev = {key: (device(val) if isinstance(val, np.ndarray) else val) for key, val in kw.items()}
+    out, lse = numba_flash.flash_attention(device(q), device(k), device(v), causal=causal, return_lse=True, **dev)
+    ref, ref_lse = R.attention(q, k, v, causal=causal, **kw), None
+    if isinstance(ref, tuple):
+        ref, ref_lse = ref[0], ref[1]
+    low = R.attention_lowp(q, k, v, dtype=dt, causal=causal, **kw)
+    low = low[0] if isinstance(low, tuple) else low
+    tol = 2 * R.rel_error(low, ref) + FLOOR
+    err = R.rel_error(host(out).astype(np.float64), ref)
+    assert err <= tol, f"{dtype} d={d} causal={causal} {kw}: O rel error {err:.3g} > {tol:.3g}"
+    assert np.isfinite(host(lse)[np.isfinite(host(lse))]).all()
+    return host(out)
+
+
+@pytest.mark.usefixtures("wgmma_on", "poisoned_outputs")
+@pytest.mark.parametrize("dtype,d,causal,Nq,Nk", [
+    ("float16", 64, False, 70, 90),  # two query blocks, the second partial; a partial key tile
+    ("bfloat16", 64, True, 65, 65),
+    ("float16", 128, True, 17, 100),  # Nq < Nk: bottom-right causal
+])  # fmt: skip
+def test_wgmma_forward_matches_the_reference(rng, dtype, d, causal, Nq, Nk):
+    check_forward(rng, dtype, d, causal, Nq=Nq, Nk=Nk)
+
+
+@pytest.mark.usefixtures("wgmma_on", "poisoned_outputs")
+def test_wgmma_forward_variants(rng):
+    """GQA + window + softcap + ALiBi through the shared score and mask steps."""
+    check_forward(rng, "float16", 64, True, H=4, H_kv=2, Nq=40, Nk=75, window_size=(30, -1), softcap=5.0,
+                  alibi_slopes=_slopes(rng, 4))  # fmt: skip
+
+
+@pytest.mark.usefixtures("wgmma_on", "poisoned_outputs")
+def test_wgmma_forward_dropout_keeps_the_reference_mask(rng):
+    """Scale 0 (P = 1/Nk) and V the identity (d = Nk = 64): O[i, j] = Z_ij / ((1 − p)·Nk)."""
+    B, H, Nq, Nk, p, seed = 1, 2, 20, 64, 0.3, int(rng.integers(0, 2**63))
+    q = rng.standard_normal((B, Nq, H, Nk)).astype(np.float16)
+    k = rng.standard_normal((B, Nk, H, Nk)).astype(np.float16)
+    v = np.ascontiguousarray(np.broadcast_to(np.eye(Nk, dtype=np.float16)[None, :, None, :], (B, Nk, H, Nk)))
+    out = numba_flash.flash_attention(device(q), device(k), device(v), softmax_scale=0.0, dropout_p=p, seed=seed)
+    kept = host(out).astype(np.float64).transpose(0, 2, 1, 3) > 0
+    want = R.dropout_mask(seed, p, B, H, Nq, Nk)
+    assert np.array_equal(kept, want), f"seed {seed}: {np.sum(kept != want)} keep bits differ"
+
+
+@pytest.mark.usefixtures("wgmma_on", "poisoned_outputs")
+def test_wgmma_forward_varlen(rng):
+    lens_q, lens_k = np.array([5, 0, 70]), np.array([33, 4, 70])
+    cu_q = np.concatenate([[0], np.cumsum(lens_q)]).astype(np.int32)
+    cu_k = np.concatenate([[0], np.cumsum(lens_k)]).astype(np.int32)
+    H, d = 2, 64
+    q = rng.standard_normal((int(cu_q[-1]), H, d)).astype(np.float16)
+    k = rng.standard_normal((int(cu_k[-1]), H, d)).astype(np.float16)
+    v = rng.standard_normal((int(cu_k[-1]), H, d)).astype(np.float16)
+    out = numba_flash.flash_attention_varlen(device(q), device(k), device(v), cu_q, cu_k, 70, 70, causal=True)
+    ref = R.attention_varlen(q, k, v, cu_q, cu_k, 70, 70, causal=True)
+    ref = ref[0] if isinstance(ref, tuple) else ref
+    low = R.attention_varlen(q.astype(np.float32), k.astype(np.float32), v.astype(np.float32), cu_q, cu_k, 70, 70,
+                             causal=True)  # fmt: skip
+    low = low[0] if isinstance(low, tuple) else low
+    err = R.rel_error(host(out).astype(np.float64), ref)
+    assert err <= 5e-3, err  # fp16 P and inputs: the fixed-length cases check FlashAttention-2's bound
+    assert R.rel_error(low, ref) < 1e-5
+
+
+def test_the_switch_is_off_by_default(monkeypatch):
+    monkeypatch.delenv("NUMBA_FLASH_WGMMA", raising=False)
+    p = P.Problem("forward", "float16", 64, False, seqlen_q=128, seqlen_k=128)
+    assert [k.name for k in P.plan(p).launches] == ["tc_forward"]
+    monkeypatch.setenv("NUMBA_FLASH_WGMMA", "1")
+    assert [k.name for k in P.plan(p).launches] == ["wgmma_forward"]
+    for other in (P.Problem("forward", "float16", 96, False, seqlen_q=128, seqlen_k=128),  # d not 64 or 128
+                  P.Problem("forward", "float16", 64, False, seqlen_q=128, seqlen_k=128, arch=(8, 0)),
+                  P.Problem("forward", "float16", 64, False, seqlen_q=8, seqlen_k=128),  # decode tiles
+                  P.Problem("backward", "float16", 64, False, seqlen_q=128, seqlen_k=128)):
+        assert "wgmma_forward" not in [k.name for k in P.plan(other).launches], other
+
+
+def test_wgmma_forward_compiles_for_sm_90a(monkeypatch):
+    """``inspect --arch sm_90a`` of the opted-in plan: wgmma for S (n = 64) and P·V (n =
+    d, A from registers), nothing in local memory, and (with nvJitLink) assembled."""
+    monkeypatch.setenv("NUMBA_FLASH_WGMMA", "1")
+    from numba_flash.inspection import inspect_kernels
+
+    (r,) = inspect_kernels("forward", "float16", 128, True, arch="sm_90a")
+    assert r.name == "wgmma_forward" and r.arch == "sm_90a"
+    assert ".target sm_90a" in r.ptx
+    assert "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16" in r.ptx
+    assert "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16" in r.ptx
+    assert r.local_bytes_ptx == 0 and "ld.local" not in r.ptx and "st.local" not in r.ptx
+    if r.registers is not None:
+        assert r.spill_stores == 0 and r.registers <= 255
+
+
+@pytest.mark.gpu
+@pytest.mark.usefixtures("wgmma_on", "poisoned_outputs")
+@pytest.mark.parametrize("dtype", list(DTYPES))
+@pytest.mark.parametrize("d", [64, 128])
+@pytest.mark.parametrize("causal", [False, True])
+def test_wgmma_forward_on_the_gpu(rng, dtype, d, causal):
+    if SIMULATOR or os.environ.get("NUMBA_ENABLE_CUDASIM") == "1":
+        pytest.skip("real-size GPU case")
+    check_forward(rng, dtype, d, causal, B=2, H=4, H_kv=2, Nq=1000, Nk=517)
