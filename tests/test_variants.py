@@ -327,12 +327,15 @@ def test_dropout_mask_is_the_reference_mask(rng, fam):
 
 
 @pytest.mark.usefixtures("poisoned_outputs")
-@pytest.mark.parametrize("fam", ["fp16", "fp32-blocked"] + ([] if SIMULATOR else ["tf32", "bf16", "fp32-rowgroup"]))
+@pytest.mark.parametrize("fam", ["fp16"] + ([] if SIMULATOR else ["tf32", "bf16", "fp32-blocked", "fp32-rowgroup"]))
 def test_dropout_backward_keeps_the_reference_mask(rng, fam):
     """The backward regenerates exactly ``reference.dropout_mask``: with scale 0 (P =
     1/Nk) and dO the identity (d = Nq), dV[j, i] = Z_ij / ((1 − p)·Nk), so dVᵀ > 0 is
     the keep mask the dK/dV kernel drew.  Nq = 32 spans two 16-row pairs' blocks, Nk =
-    64 two 32-key groups and, on the tensor cores, both key halves of a 32-key group."""
+    64 two 32-key groups and, on the tensor cores, both key halves of a 32-key group.
+    The simulator runs the tensor-core case (the lane-pair sharing of ``_pair_words``);
+    the fp32 kernels draw one call an element (``dropout.keep``), checked by
+    test_device_keep_equals_reference_mask and the forward's mask test."""
     dtype, _, tf32, _ = FAMILIES[fam]
     B, H, Nq, Nk = 1, 2, 32, 64
     d = Nq
