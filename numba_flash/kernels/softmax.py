@@ -120,6 +120,17 @@ def online_softmax_row(s, S0, S_STEP, S_N, S_PAIR, acc, O0, O_STEP, O_N, O_PAIR,
 
 
 @device_function
+def start_rows(acc_o, O_REGS, m_i, l_i, ROWS):
+    """The online softmax's state before the first key tile: acc = 0 (``O_REGS``
+    floats), m_i = −inf and l_i = 0 for the lane's ``ROWS`` rows."""
+    for x in range(O_REGS):
+        acc_o[x] = float32(0.0)
+    for r in range(ROWS):
+        m_i[r] = NEG_INF
+        l_i[r] = float32(0.0)
+
+
+@device_function
 def finalize(m, l_part, LANES, LOG2):
     """``(inv_l, lse)`` of a row after its last tile, from its max and this lane's part
     of the row sum: ``O = acc · inv_l``.  A row that saw no visible key (``l == 0``)

@@ -119,10 +119,7 @@ def tc_forward_kernel(t: TcTiles, variant: Variant, dtype: str):
         p_frag = cuda.local.array(Q_TILE, uint32)  # P of one k-slice, all m-tiles (MT·4 words)
         m_i = cuda.local.array(ROW_REGS, float32)  # rows g, g+8 of each m-tile
         l_i = cuda.local.array(ROW_REGS, float32)
-        pipeline.zero(acc_o, O_REGS)
-        for r in range(ROW_REGS):
-            m_i[r] = softmax.NEG_INF
-            l_i[r] = float32(0.0)
+        softmax.start_rows(acc_o, O_REGS, m_i, l_i, ROW_REGS)
 
         # the key tiles to visit: a range, or a block mask's list clipped to it (block_info)
         vr = walk_list(fx, seq, h, start_m // BLOCK_M, False, F)

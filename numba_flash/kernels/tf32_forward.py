@@ -124,10 +124,7 @@ def tf32_forward_kernel(t: TcTiles, variant: Variant):
         acc_o = cuda.local.array(O_REGS, float32)
         m_i = cuda.local.array(2, float32)  # rows g, g + 8
         l_i = cuda.local.array(2, float32)
-        pipeline.zero(acc_o, O_REGS)
-        for r in range(2):
-            m_i[r] = softmax.NEG_INF
-            l_i[r] = float32(0.0)
+        softmax.start_rows(acc_o, O_REGS, m_i, l_i, 2)
 
         # the key tiles to visit: a range, or a block mask's list clipped to it (block_info)
         vr = walk_list(fx, seq, h, start_m // BLOCK_M, False, F)

@@ -129,10 +129,7 @@ def wgmma_forward_kernel(t: TcTiles, variant: Variant, dtype: str):
         p_frag = cuda.local.array(P_REGS, uint32)  # one A fragment a k-slice: wgmma reads them late
         m_i = cuda.local.array(2, float32)  # rows g, g + 8 of the warp's m-tile
         l_i = cuda.local.array(2, float32)
-        pipeline.zero(acc_o, O_REGS)
-        for r in range(2):
-            m_i[r] = softmax.NEG_INF
-            l_i[r] = float32(0.0)
+        softmax.start_rows(acc_o, O_REGS, m_i, l_i, 2)
 
         vr = walk_list(fx, seq, h, start_m // BLOCK_M, False, F)
         n_lo, n_hi = walk_range(*key_tiles(start_m, BLOCK_M, BLOCK_N, mi), vr, F)
