@@ -21,6 +21,7 @@ import numba_flash
 from numba_flash import plan as P
 from numba_flash import reference as R
 from numba_flash._numba_cuda import SIMULATOR
+from numba_flash.variant import Variant
 
 FLOOR = 1e-5
 DTYPES = {"float16": np.float16, "bfloat16": ml_dtypes.bfloat16}
@@ -115,6 +116,8 @@ def test_the_switch_is_off_by_default(monkeypatch):
     for other in (P.Problem("forward", "float16", 96, False, seqlen_q=128, seqlen_k=128),  # d not 64 or 128
                   P.Problem("forward", "float16", 64, False, seqlen_q=128, seqlen_k=128, arch=(8, 0)),
                   P.Problem("forward", "float16", 64, False, seqlen_q=8, seqlen_k=128),  # decode tiles
+                  P.Problem("forward", "float16", 64, False, seqlen_q=128, seqlen_k=128,
+                            features=Variant(paged=True)),  # a KV cache's pages: not enabled
                   P.Problem("backward", "float16", 64, False, seqlen_q=128, seqlen_k=128)):
         assert "wgmma_forward" not in [k.name for k in P.plan(other).launches], other
 

@@ -37,7 +37,8 @@ layout the H200 confirmed (``ptx.wgmma_desc_host``).
 
 Not yet (issue #13): TMA and mbarrier stages, warp specialization (a producer
 warpgroup, two consumers ping-ponged), 128-byte swizzle, head dims other than 64 and
-128, FlexAttention mods, split-KV, the backward, and any measurement.
+128, FlexAttention mods, a KV cache's pages and splits (the copies take pages, but the
+plan does not send them here untested), the backward, and any measurement.
 """
 
 from __future__ import annotations
