@@ -1124,7 +1124,7 @@ def _parse_arch_opt(ctx, param, value):
         major, minor = parse_arch(value)
     except ValueError as exc:
         raise click.BadParameter(str(exc), ctx=ctx, param=param)
-    return f"sm_{major}{minor}"
+    return f"sm_{major}{minor}{'a' if str(value).strip().lower().endswith('a') else ''}"  # sm_90a: wgmma
 
 
 @main.command(context_settings=CONTEXT)
@@ -1134,7 +1134,7 @@ def _parse_arch_opt(ctx, param, value):
               help="Head dim (1 to 256).")
 @click.option("--causal/--no-causal", default=False, show_default=True, help="The causal variant.")
 @click.option("--arch", default="sm_90", show_default=True, callback=_parse_arch_opt,
-              help="Target architecture, sm_XY.")
+              help="Target architecture, sm_XY (sm_90a: the arch-specific target wgmma needs).")
 @click.option("--tf32", is_flag=True,
               help="As allow_tf32=True: the float32 forward / backward on TF32 tensor cores (--dtype float32 only).")
 @click.option("--ptx", "show_ptx", is_flag=True,

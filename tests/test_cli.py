@@ -746,6 +746,10 @@ $L__BB0_1:
         assert c[k] == v, (k, c[k], v)
     assert I.declared_memory(ptx) == (4096 + 400, 24, True)
     assert I.parse_arch("sm_90") == (9, 0) and I.parse_arch("sm_120") == (12, 0) and I.parse_arch("8.6") == (8, 6)
+    assert I.parse_arch("sm_90a") == (9, 0)  # the arch-specific target keeps its "a" in --arch:
+    from numba_flash_cli.main import _parse_arch_opt
+
+    assert _parse_arch_opt(None, None, "sm_90a") == "sm_90a" and _parse_arch_opt(None, None, "90") == "sm_90"
     log_ptxas = ("ptxas info    : Function properties for k\n"
                  "    16 bytes stack frame, 8 bytes spill stores, 4 bytes spill loads\n"
                  "ptxas info    : Used 168 registers, used 1 barriers, 42112 bytes smem, 400 bytes cmem[0]")  # fmt: skip
