@@ -1075,14 +1075,38 @@ def _wgmma_desc(addr, lbo, sbo, swizzle):
 wgmma_desc = device_function(_wgmma_desc)
 
 
+def _wgmma_asm(n, ptx_type, a_in_regs):
+    """``(text, constraints)`` of wgmma m64n{n}k16: outputs $0 … the n/2 accumulators,
+    then A (a descriptor, or four registers), B's descriptor, scale_d, and the
+    accumulators again as the tied inputs."""
+    regs = n // 2
+    outs = ",".join(f"${j}" for j in range(regs))
+    a_ops = "{" + ", ".join(f"${regs + j}" for j in range(4)) + "}" if a_in_regs else f"${regs}"
+    b_at = regs + (4 if a_in_regs else 1)
+    trans = "1, 1, 0" if a_in_regs else "1, 1, 0, 0"  # scale-a, scale-b, (trans-a,) trans-b
+    text = ("{ .reg .pred p; setp.ne.b32 p, $" + str(b_at + 1) + ", 0; "
+            f"wgmma.mma_async.sync.aligned.m64n{n}k16.f32.{ptx_type}.{ptx_type} "
+            "{" + outs + "}, " + a_ops + ", $" + str(b_at) + ", p, " + trans + "; }")  # fmt: skip
+    a_cons = ["r"] * 4 if a_in_regs else ["l"]
+    constraints = ",".join(["=f"] * regs + a_cons + ["l", "r"] + [str(j) for j in range(regs)]) + ",~{memory}"
+    return text, constraints
+
+
+def _wgmma_emit(context, builder, sig, args, text, constraints, regs, operands):
+    """``acc[i : i + regs]`` (args 0 and 1) = the wgmma's D, its C the same registers,
+    after ``operands`` (A, B's descriptor, scale_d)."""
+    ptrs = _pointers(context, builder, sig.args[0], sig.args[1], args[0], args[1], regs)
+    res = _asm(builder, text, constraints, operands + [builder.load(p) for p in ptrs], [_F32] * regs,
+               side_effect=True, convergent=True)  # fmt: skip
+    for p, v in zip(ptrs, res):
+        builder.store(v, p)
+    return context.get_dummy_value()
+
+
 def _wgmma_intrinsic(n, ptx_type):
     """``wgmma_m64n{n}k16_{type}_acc(acc, i, desc_a, desc_b, scale_d) -> None``."""
     regs = n // 2
-    outs = ",".join(f"${j}" for j in range(regs))
-    text = ("{ .reg .pred p; setp.ne.b32 p, $" + str(regs + 2) + ", 0; "
-            f"wgmma.mma_async.sync.aligned.m64n{n}k16.f32.{ptx_type}.{ptx_type} "
-            "{" + outs + "}, $" + str(regs) + ", $" + str(regs + 1) + ", p, 1, 1, 0, 0; }")  # fmt: skip
-    constraints = ",".join(["=f"] * regs + ["l", "l", "r"] + [str(j) for j in range(regs)]) + ",~{memory}"
+    text, constraints = _wgmma_asm(n, ptx_type, False)
     name = f"wgmma_m64n{n}k16_{ptx_type}_acc"
 
     @intrinsic
@@ -1091,15 +1115,9 @@ def _wgmma_intrinsic(n, ptx_type):
         _require_ints(name, i=i, desc_a=desc_a, desc_b=desc_b, scale_d=scale_d)
 
         def codegen(context, builder, sig, args):
-            ptrs = _pointers(context, builder, sig.args[0], sig.args[1], args[0], args[1], regs)
-            c_vals = [builder.load(p) for p in ptrs]
             da, db = (context.cast(builder, args[j], sig.args[j], types.uint64) for j in (2, 3))
             sd = context.cast(builder, args[4], sig.args[4], types.uint32)
-            res = _asm(builder, text, constraints, [da, db, sd] + c_vals, [_F32] * regs, side_effect=True,
-                       convergent=True)  # fmt: skip
-            for p, v in zip(ptrs, res):
-                builder.store(v, p)
-            return context.get_dummy_value()
+            return _wgmma_emit(context, builder, sig, args, text, constraints, regs, [da, db, sd])
 
         return types.void(acc, i, desc_a, desc_b, scale_d), codegen
 
@@ -1124,12 +1142,7 @@ def _wgmma_intrinsic(n, ptx_type):
 def _wgmma_rs_intrinsic(n, ptx_type):
     """``wgmma_m64n{n}k16_{type}_rs_acc(acc, i, a, ai, desc_b, scale_d) -> None``: A from registers."""
     regs = n // 2
-    outs = ",".join(f"${j}" for j in range(regs))
-    a_ops = ", ".join(f"${regs + j}" for j in range(4))
-    text = ("{ .reg .pred p; setp.ne.b32 p, $" + str(regs + 5) + ", 0; "
-            f"wgmma.mma_async.sync.aligned.m64n{n}k16.f32.{ptx_type}.{ptx_type} "
-            "{" + outs + "}, {" + a_ops + "}, $" + str(regs + 4) + ", p, 1, 1, 0; }")  # fmt: skip
-    constraints = ",".join(["=f"] * regs + ["r"] * 4 + ["l", "r"] + [str(j) for j in range(regs)]) + ",~{memory}"
+    text, constraints = _wgmma_asm(n, ptx_type, True)
     name = f"wgmma_m64n{n}k16_{ptx_type}_rs_acc"
 
     @intrinsic
@@ -1138,16 +1151,10 @@ def _wgmma_rs_intrinsic(n, ptx_type):
         _require_ints(name, i=i, ai=ai, desc_b=desc_b, scale_d=scale_d)
 
         def codegen(context, builder, sig, args):
-            c_ptrs = _pointers(context, builder, sig.args[0], sig.args[1], args[0], args[1], regs)
             a_vals = [builder.load(p) for p in _pointers(context, builder, sig.args[2], sig.args[3], args[2], args[3], 4)]
             db = context.cast(builder, args[4], sig.args[4], types.uint64)
             sd = context.cast(builder, args[5], sig.args[5], types.uint32)
-            c_vals = [builder.load(p) for p in c_ptrs]
-            res = _asm(builder, text, constraints, a_vals + [db, sd] + c_vals, [_F32] * regs, side_effect=True,
-                       convergent=True)  # fmt: skip
-            for p, v in zip(c_ptrs, res):
-                builder.store(v, p)
-            return context.get_dummy_value()
+            return _wgmma_emit(context, builder, sig, args, text, constraints, regs, a_vals + [db, sd])
 
         return types.void(acc, i, a, ai, desc_b, scale_d), codegen
 
