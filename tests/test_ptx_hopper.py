@@ -34,6 +34,35 @@ from numba_flash import ptx
 _ALIGN = ptx.SMEM_ALIGN  # a module global, so numba sees a literal (128; None in the simulator)
 
 
+@cuda.jit(device=True)
+def store_d(D, acc, tid):
+    # the m64n64 accumulator of thread tid into D (64 x 64), in wgmma's layout
+    w, lane = tid // 32, tid % 32
+    g, t = lane >> 2, lane & 3
+    for j in range(8):
+        D[16 * w + g, 8 * j + 2 * t] = acc[4 * j]
+        D[16 * w + g, 8 * j + 2 * t + 1] = acc[4 * j + 1]
+        D[16 * w + g + 8, 8 * j + 2 * t] = acc[4 * j + 2]
+        D[16 * w + g + 8, 8 * j + 2 * t + 1] = acc[4 * j + 3]
+
+
+@cuda.jit(device=True)
+def one_arrival_barrier(bar, tid):
+    # an mbarrier expecting one arrival, initialised by thread 0 and visible to all
+    b = ptx.smem_addr(bar, 0)
+    if tid == 0:
+        ptx.mbarrier_init(b, 1)
+    ptx.fence_proxy_async()
+    cuda.syncthreads()
+    return b
+
+
+@cuda.jit(device=True)
+def wait_phase0(b):
+    while ptx.mbarrier_try_wait_parity(b, 0) == 0:
+        pass
+
+
 def wgmma(a_words, b_words, D, flag):
     sa = cuda.shared.array(512, uint32, alignment=_ALIGN)  # 64 x 16 halves
     sb = cuda.shared.array(512, uint32, alignment=_ALIGN)  # 64 x 16 halves (B^T, K-major)
@@ -55,13 +84,7 @@ def wgmma(a_words, b_words, D, flag):
         ptx.wgmma_m64n64k16_bf16_acc(acc, 0, da, db, 0)
     ptx.wgmma_commit_group()
     ptx.wgmma_wait_group(0)
-    w, lane = tid // 32, tid % 32
-    g, t = lane >> 2, lane & 3
-    for j in range(8):
-        D[16 * w + g, 8 * j + 2 * t] = acc[4 * j]
-        D[16 * w + g, 8 * j + 2 * t + 1] = acc[4 * j + 1]
-        D[16 * w + g + 8, 8 * j + 2 * t] = acc[4 * j + 2]
-        D[16 * w + g + 8, 8 * j + 2 * t + 1] = acc[4 * j + 3]
+    store_d(D, acc, tid)
 
 
 def wgmma_rs(a16, b_words, D, flag):
@@ -90,27 +113,18 @@ def wgmma_rs(a16, b_words, D, flag):
         ptx.wgmma_m64n64k16_bf16_rs_acc(acc, 0, a, 0, db, 0)
     ptx.wgmma_commit_group()
     ptx.wgmma_wait_group(0)
-    for j in range(8):
-        D[16 * w + g, 8 * j + 2 * t] = acc[4 * j]
-        D[16 * w + g, 8 * j + 2 * t + 1] = acc[4 * j + 1]
-        D[16 * w + g + 8, 8 * j + 2 * t] = acc[4 * j + 2]
-        D[16 * w + g + 8, 8 * j + 2 * t + 1] = acc[4 * j + 3]
+    store_d(D, acc, tid)
 
 
 def bulk(src, out, nbytes):
     tile = cuda.shared.array(1024, uint32, alignment=_ALIGN)
     bar = cuda.shared.array(1, uint64, alignment=_ALIGN)
     tid = cuda.threadIdx.x
-    b = ptx.smem_addr(bar, 0)
-    if tid == 0:
-        ptx.mbarrier_init(b, 1)
-    ptx.fence_proxy_async()
-    cuda.syncthreads()
+    b = one_arrival_barrier(bar, tid)
     if tid == 0:
         ptx.mbarrier_arrive_expect_tx(b, nbytes)
         ptx.cp_async_bulk_g2s(ptx.smem_addr(tile, 0), src, 0, nbytes, b)
-    while ptx.mbarrier_try_wait_parity(b, 0) == 0:
-        pass
+    wait_phase0(b)
     for i in range(tid, nbytes // 4, cuda.blockDim.x):
         out[i] = tile[i]
 
@@ -119,16 +133,11 @@ def tma2d(tmap, out, row0, col0):
     tile = cuda.shared.array(4096, uint32, alignment=_ALIGN)  # 64 x 64 halves
     bar = cuda.shared.array(1, uint64, alignment=_ALIGN)
     tid = cuda.threadIdx.x
-    b = ptx.smem_addr(bar, 0)
-    if tid == 0:
-        ptx.mbarrier_init(b, 1)
-    ptx.fence_proxy_async()
-    cuda.syncthreads()
+    b = one_arrival_barrier(bar, tid)
     if tid == 0:
         ptx.mbarrier_arrive_expect_tx(b, 64 * 64 * 2)
         ptx.cp_async_bulk_tensor_2d_g2s(ptx.smem_addr(tile, 0), tmap, col0, row0, b)
-    while ptx.mbarrier_try_wait_parity(b, 0) == 0:
-        pass
+    wait_phase0(b)
     for i in range(tid, 2048, cuda.blockDim.x):
         out[i] = tile[i]
 
