@@ -1118,13 +1118,12 @@ def _tiles_text(tiles: dict) -> str:
 
 
 def _parse_arch_opt(ctx, param, value):
-    from numba_flash.inspection import parse_arch  # pure Python
+    from numba_flash.inspection import arch_name  # pure Python
 
     try:
-        major, minor = parse_arch(value)
+        return arch_name(value)
     except ValueError as exc:
         raise click.BadParameter(str(exc), ctx=ctx, param=param)
-    return f"sm_{major}{minor}{'a' if str(value).strip().lower().endswith('a') else ''}"  # sm_90a: wgmma
 
 
 @main.command(context_settings=CONTEXT)

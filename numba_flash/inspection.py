@@ -81,6 +81,13 @@ class KernelReport:
         return d
 
 
+def arch_name(arch: str) -> str:
+    """The canonical name of ``arch`` (:func:`parse_arch`'s spellings): ``"sm_XY"``, or
+    ``"sm_XYa"`` for the arch-specific target (wgmma and setmaxnreg need ``sm_90a``)."""
+    major, minor = parse_arch(arch)
+    return f"sm_{major}{minor}{'a' if str(arch).strip().lower().endswith('a') else ''}"
+
+
 def parse_arch(arch: str) -> tuple[int, int]:
     """``"sm_90"`` → (9, 0); ``"sm_120"`` → (12, 0); also accepts "90", "9.0", "compute_90"."""
     s = str(arch).strip().lower()
@@ -332,9 +339,8 @@ def _compile_here(pass_: str, dtype: str, head_dim: int, causal: bool, arch: str
     from numba_flash._numba_cuda import compiling_for
 
     cc = parse_arch(arch)
-    # "sm_90a": the arch-specific target (wgmma, setmaxnreg), as numba-cuda picks on an sm_90 device
-    target = cc + ("a",) if str(arch).strip().lower().endswith("a") else cc
-    arch_name = f"sm_{cc[0]}{cc[1]}{'a' if len(target) == 3 else ''}"
+    label = arch_name(arch)  # "sm_90a": the arch-specific target, as numba-cuda picks on an sm_90 device
+    target = cc + ("a",) if label.endswith("a") else cc
     from numba_flash.variant import Variant
 
     features = Variant(**(variants or {}))
@@ -348,7 +354,7 @@ def _compile_here(pass_: str, dtype: str, head_dim: int, causal: bool, arch: str
         rep = KernelReport(
             name=launch.name,
             family=pl.family,
-            arch=arch_name,
+            arch=label,
             tiles=asdict(launch.tiles),
             counts=count_instructions(ptx),
             shared_bytes_ptx=shared,
@@ -358,7 +364,7 @@ def _compile_here(pass_: str, dtype: str, head_dim: int, causal: bool, arch: str
             note=pl.note,
             ptx=ptx,
         )
-        res, how = resources(ptx, arch_name)
+        res, how = resources(ptx, label)
         rep.assembler = how
         if res is not None:
             for key, value in res.items():
