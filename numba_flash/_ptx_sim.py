@@ -876,21 +876,22 @@ def mbarrier_init(addr, count):
         st.mbarriers[addr] = _Mbarrier(int(count))
 
 
-def _arrive(addr, tx, what):
-    st = _block(_thread())
+def _mbarrier_update(st, addr, what, arrivals, tx):
+    """``arrivals`` arrive on the mbarrier and its phase's transaction bytes grow by
+    ``tx`` (a copy that lands: negative); the phase completes when both reach 0."""
     with st.lock:
         b = _mbarrier(st, addr, what)
         b.tx += int(tx)
-        b.pending -= 1
+        b.pending -= arrivals
         b.settle()
 
 
 def mbarrier_arrive_expect_tx(addr, tx_bytes):
-    _arrive(addr, tx_bytes, "mbarrier_arrive_expect_tx")
+    _mbarrier_update(_block(_thread()), addr, "mbarrier_arrive_expect_tx", 1, tx_bytes)
 
 
 def mbarrier_arrive(addr):
-    _arrive(addr, 0, "mbarrier_arrive")
+    _mbarrier_update(_block(_thread()), addr, "mbarrier_arrive", 1, 0)
 
 
 def mbarrier_try_wait_parity(addr, parity):
@@ -916,10 +917,7 @@ def cp_async_bulk_g2s(dst, src, index, nbytes, mbar):
         raise IndexError(f"{what}: {nbytes} bytes from the source index run past the array")
     view, doff = st.smem.resolve(dst, nbytes, 16, what)
     view[doff:doff + nbytes] = data
-    with st.lock:
-        b = _mbarrier(st, mbar, what)
-        b.tx -= nbytes
-        b.settle()
+    _mbarrier_update(st, mbar, what, 0, -nbytes)
 
 
 #: The Hopper intrinsics that have no twin: a TMA copy reads a tensor map that the CUDA

@@ -53,8 +53,8 @@ from numba_flash._numba_cuda import device_function, float32, uint32, uint64
 from numba_flash.reference import keep_threshold, seed_key
 from numba_flash.variant import KEEP_SCALE, KEEP_THRESHOLD, SEED_K0, SEED_K1
 
-__all__ = ["philox4x32_10", "group_slot", "pair_half", "byte_scale", "keep_values", "keep_value", "keep", "dropout_info", "kept_scale",
-           "chunk_values", "scale_of", "seed_key", "keep_threshold"]
+__all__ = ["philox4x32_10", "group_slot", "pair_half", "keep_values", "keep_value", "keep", "dropout_info",
+           "kept_scale", "chunk_values", "byte_scale", "scale_of", "seed_key", "keep_threshold"]
 
 M0 = uint64(0xD2511F53)  # Philox round multipliers
 M1 = uint64(0xCD9E8D57)
