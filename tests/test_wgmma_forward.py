@@ -10,7 +10,6 @@ with nothing in local memory.  On a GPU (``-m gpu``) the same checks at larger s
 
 from __future__ import annotations
 
-import os
 
 import ml_dtypes
 import numpy as np
@@ -20,7 +19,6 @@ from conftest import device, host
 import numba_flash
 from numba_flash import plan as P
 from numba_flash import reference as R
-from numba_flash._numba_cuda import SIMULATOR
 from numba_flash.variant import Variant
 
 FLOOR = 1e-5
@@ -45,15 +43,11 @@ def check_forward(rng, dtype, d, causal, B=1, H=2, H_kv=2, Nq=70, Nk=90, **kw):
     assert [k_.name for k_ in P.plan(p).launches] == ["wgmma_forward"]
     dev = {key: (device(val) if isinstance(val, np.ndarray) else val) for key, val in kw.items()}
     out, lse = numba_flash.flash_attention(device(q), device(k), device(v), causal=causal, return_lse=True, **dev)
-    ref, ref_lse = R.attention(q, k, v, causal=causal, **kw), None
-    if isinstance(ref, tuple):
-        ref, ref_lse = ref[0], ref[1]
-    low = R.attention_lowp(q, k, v, dtype=dt, causal=causal, **kw)
-    low = low[0] if isinstance(low, tuple) else low
-    tol = 2 * R.rel_error(low, ref) + FLOOR
+    ref, ref_lse = R.attention(q, k, v, causal=causal, **kw)
+    tol = 2 * R.rel_error(R.attention_lowp(q, k, v, dtype=dt, causal=causal, **kw)[0], ref) + FLOOR
     err = R.rel_error(host(out).astype(np.float64), ref)
     assert err <= tol, f"{dtype} d={d} causal={causal} {kw}: O rel error {err:.3g} > {tol:.3g}"
-    assert np.isfinite(host(lse)[np.isfinite(host(lse))]).all()
+    assert np.allclose(host(lse), ref_lse, rtol=1e-3, atol=1e-3), f"{dtype} d={d} causal={causal} {kw}: lse"
     return host(out)
 
 
@@ -97,11 +91,9 @@ def test_wgmma_forward_varlen(rng):
     k = rng.standard_normal((int(cu_k[-1]), H, d)).astype(np.float16)
     v = rng.standard_normal((int(cu_k[-1]), H, d)).astype(np.float16)
     out = numba_flash.flash_attention_varlen(device(q), device(k), device(v), cu_q, cu_k, 70, 70, causal=True)
-    ref = R.attention_varlen(q, k, v, cu_q, cu_k, 70, 70, causal=True)
-    ref = ref[0] if isinstance(ref, tuple) else ref
+    ref = R.attention_varlen(q, k, v, cu_q, cu_k, 70, 70, causal=True)[0]
     low = R.attention_varlen(q.astype(np.float32), k.astype(np.float32), v.astype(np.float32), cu_q, cu_k, 70, 70,
-                             causal=True)  # fmt: skip
-    low = low[0] if isinstance(low, tuple) else low
+                             causal=True)[0]  # fmt: skip
     err = R.rel_error(host(out).astype(np.float64), ref)
     assert err <= 5e-3, err  # fp16 P and inputs: the fixed-length cases check FlashAttention-2's bound
     assert R.rel_error(low, ref) < 1e-5
@@ -144,6 +136,4 @@ def test_wgmma_forward_compiles_for_sm_90a(monkeypatch):
 @pytest.mark.parametrize("d", [64, 128])
 @pytest.mark.parametrize("causal", [False, True])
 def test_wgmma_forward_on_the_gpu(rng, dtype, d, causal):
-    if SIMULATOR or os.environ.get("NUMBA_ENABLE_CUDASIM") == "1":
-        pytest.skip("real-size GPU case")
     check_forward(rng, dtype, d, causal, B=2, H=4, H_kv=2, Nq=1000, Nk=517)
