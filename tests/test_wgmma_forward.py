@@ -10,7 +10,6 @@ with nothing in local memory.  On a GPU (``-m gpu``) the same checks at larger s
 
 from __future__ import annotations
 
-
 import ml_dtypes
 import numpy as np
 import pytest
