@@ -173,15 +173,15 @@ def _copy_chunk(tile_a, src_a, tile_b, src_b, TWO, b, h, row0, nrows, idx, CHUNK
 def _load_chunk(dst, src, b, row, h, col0, nrows, DCOLS, pg):
     """The 8 16-bit elements ``src[b, row, h, col0 .. col0 + 7]`` (0 past ``nrows`` and
     past ``DCOLS`` columns) by plain loads, as one 16-byte store to ``dst``."""
-    w0 = _pair(src, b, row, h, col0, nrows, DCOLS, pg)
-    w1 = _pair(src, b, row, h, col0 + 2, nrows, DCOLS, pg)
-    w2 = _pair(src, b, row, h, col0 + 4, nrows, DCOLS, pg)
-    w3 = _pair(src, b, row, h, col0 + 6, nrows, DCOLS, pg)
+    w0 = load_pair(src, b, row, h, col0, nrows, DCOLS, pg)
+    w1 = load_pair(src, b, row, h, col0 + 2, nrows, DCOLS, pg)
+    w2 = load_pair(src, b, row, h, col0 + 4, nrows, DCOLS, pg)
+    w3 = load_pair(src, b, row, h, col0 + 6, nrows, DCOLS, pg)
     ptx.st_shared_v4_b32(dst, w0, w1, w2, w3)
 
 
 @device_function
-def _pair(src, b, row, h, col, nrows, DCOLS, pg):
+def load_pair(src, b, row, h, col, nrows, DCOLS, pg):
     """Elements ``col`` (low half) and ``col + 1`` of ``src[b, row, h]`` as one word."""
     lo = uint32(0)
     hi = uint32(0)

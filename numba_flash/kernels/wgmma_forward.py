@@ -80,12 +80,10 @@ def copy_tile_transposed(smem, smem_base, tile, src, b, h, row0, row_end, tid, R
         c = idx - r * CHUNKS
         row = row0 + r
         base = at0 + c * (ROWS * 8) + (r >> 3) * 64 + (r & 7)
-        for e in range(8):
-            col = 8 * c + e
-            val = uint16(0)
-            if row < row_end and (DCOLS == 0 or col < DCOLS):
-                val = src[copy.source_at(src, b, row, h, col, pg)]
-            smem[base + e * 8] = val
+        for e in range(4):  # columns 8c + 2e and 8c + 2e + 1, bounded as copy's plain loads
+            w = copy.load_pair(src, b, row, h, 8 * c + 2 * e, row_end, DCOLS, pg)
+            smem[base + 16 * e] = uint16(w & uint32(0xFFFF))
+            smem[base + 16 * e + 8] = uint16(w >> uint32(16))
 
 
 @functools.lru_cache(maxsize=None)
