@@ -16,6 +16,8 @@ passed to them as they are.
 marked ``alwaysinline`` (``forceinline=True``), so that after inlining their register
 arrays and compile-time arguments fold into the caller as if written there.
 
+``kernel(launch_bounds=...)`` is ``cuda.jit`` with launch bounds where the target has them.
+
 ``compiling_for(cc)`` lets ``numba.cuda.compile_ptx`` compile kernels that call device
 functions on a machine without a GPU (see its docstring).
 """
@@ -26,7 +28,7 @@ import contextlib
 import functools
 import threading
 
-from numba import cuda, config, float32, int32, int64, uint16, uint32, uint64  # noqa: F401
+from numba import cuda, config, float32, int32, int64, uint8, uint16, uint32, uint64  # noqa: F401
 
 SIMULATOR: bool = bool(config.ENABLE_CUDASIM)
 
@@ -43,6 +45,16 @@ def device_function(fn):
     if SIMULATOR:
         return cuda.jit(device=True)(fn)
     return cuda.jit(device=True, forceinline=True)(fn)
+
+
+def kernel(launch_bounds=None):
+    """``@kernel(launch_bounds=(threads, min_blocks))``: ``cuda.jit`` with PTX launch
+    bounds (``.maxntid``, ``.minnctapersm``: ptxas then caps the registers at what that
+    many threads leave, as ``setmaxnreg`` needs); the simulator's ``cuda.jit`` has no
+    such option, and there it is a plain kernel."""
+    if SIMULATOR or launch_bounds is None:
+        return cuda.jit
+    return cuda.jit(launch_bounds=launch_bounds)
 
 
 def gpu_available() -> bool:

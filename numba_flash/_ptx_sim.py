@@ -51,7 +51,7 @@ _WAIT_TIMEOUT_S = 600.0  # last resort: a lane waits this long for the others
 _POLL_S = 0.2  # how often a waiting lane checks its thread's abort flag
 _FULL = 0xFFFFFFFF
 _SMEM_BASE = 0x400  # first fake shared address (0 stays invalid)
-_SMEM_ALIGN = 128
+_SMEM_ALIGN = 1024  # a 128-byte swizzle's repeat: a swizzled tile at an array's start is aligned as on the GPU
 
 _state_lock = threading.Lock()
 
@@ -764,19 +764,49 @@ def _desc_fields(desc):
     return (d & 0x3FFF) << 4, ((d >> 16) & 0x3FFF) << 4, ((d >> 32) & 0x3FFF) << 4, d >> 62
 
 
-def _wgmma_operand(window, desc, rows, dec, what):
-    """The (rows × 16) K-major operand a descriptor names: 8 × 8 core matrices of 128
-    contiguous bytes, core (mi, ki) at start + mi·SBO + ki·LBO (the layout the H200
-    confirmed, ``ptx.wgmma_desc_host``)."""
+def swizzle_128b(addr):
+    """The byte address a 128-byte swizzle puts ``addr`` at (CuTe's Swizzle<3, 4, 3>):
+    the 16-byte chunk (bits 4-6) XOR the row of 128 bytes within 1024 (bits 7-9).  TMA
+    writes a swizzled box this way and wgmma reads it back; both on the shared address
+    itself, so a swizzled tile starts on a 1024-byte boundary (descriptor base offset 0)."""
+    return addr ^ (((addr >> 7) & 7) << 4)
+
+
+def _wgmma_operand(window, desc, rows, dec, what, mn_major=False):
+    """The (rows × 16) operand a descriptor names, element (r, k) at (PTX ISA, "Matrix
+    Descriptor"; CuTe's canonical GMMA layouts; T = 8 elements = 16 bytes):
+
+    * K-major, no swizzle: 8 × 8 core matrices of 128 contiguous bytes, core (r/8, k/8)
+      at start + (r/8)·SBO + (k/8)·LBO (the layout the H200 confirmed);
+    * K-major, 128-byte swizzle: rows of 128 bytes, 8-row groups SBO apart, k at 2k
+      bytes within the row (LBO unused);
+    * MN-major (``mn_major``, imm-trans-b), 128-byte swizzle: K rows of 128 bytes (64
+      elements of r), 8-row groups SBO apart, 64-element atoms of r LBO apart;
+    * MN-major, no swizzle: core matrices of 8 r-contiguous elements by 8 k rows, (r/8)
+      SBO apart and (k/8) LBO apart;
+
+    the 128-byte swizzle then applied to each element's address (``swizzle_128b``)."""
     addr, lbo, sbo, swizzle = _desc_fields(desc)
+    if swizzle not in (0, 1):
+        raise NotImplementedError(f"{what}: the simulator twin reads no swizzle or the 128-byte one, got mode {swizzle}")
+    r = np.arange(rows)[:, None]
+    k = np.arange(16)[None, :]
+    if not mn_major and not swizzle:
+        at = addr + (r // 8) * sbo + (k // 8) * lbo + (r % 8) * 16 + (k % 8) * 2
+    elif not mn_major:
+        at = addr + (r // 8) * sbo + (r % 8) * 128 + k * 2
+    elif swizzle:
+        at = addr + (r // 64) * lbo + (k // 8) * sbo + (k % 8) * 128 + (r % 64) * 2
+    else:
+        at = addr + (r // 8) * sbo + (k // 8) * lbo + (k % 8) * 16 + (r % 8) * 2
     if swizzle:
-        raise NotImplementedError(f"{what}: the simulator twin reads SWIZZLE_NONE layouts only, got swizzle {swizzle}")
-    M = np.empty((rows, 16), dtype=np.float64)
-    for mi in range(rows // 8):
-        for ki in range(2):
-            view, off = window.resolve(addr + mi * sbo + ki * lbo, 128, 16, what)
-            M[8 * mi:8 * mi + 8, 8 * ki:8 * ki + 8] = dec(view[off:off + 128].view(np.uint16)).reshape(8, 8)
-    return M
+        at = swizzle_128b(at)
+    lo, hi = int(at.min()), int(at.max()) + 2
+    view, off = window.resolve(lo, hi - lo, 2, what)
+    halves = view[off:off + hi - lo].view(np.uint8)
+    idx = (at - lo)
+    words = halves[idx].astype(np.uint16) | (halves[idx + 1].astype(np.uint16) << 8)
+    return dec(words)
 
 
 def _a_from_registers(inputs, dec):
@@ -790,11 +820,12 @@ def _a_from_registers(inputs, dec):
     return A
 
 
-def _wgmma_twin(n, kind, a_in_regs):
+def _wgmma_twin(n, kind, a_in_regs, b_mn=False):
     """wgmma m64n{n}k16: A through its descriptor, or (``a_in_regs``) from each thread's
-    four words; B through its descriptor; D scattered in the accumulator layout."""
+    four words; B through its descriptor (``b_mn``: MN-major); D scattered in the
+    accumulator layout."""
     dec = _dec_f16 if kind == "f16" else _dec_bf16
-    name = f"wgmma_m64n{n}k16_{kind}_{'rs_' if a_in_regs else ''}acc"
+    name = f"wgmma_m64n{n}k16_{kind}_{'rs_' if a_in_regs else ''}{'bmn_' if b_mn else ''}acc"
     regs = n // 2
     # thread (warp w, g, t) holds D[16w + g (+8), 8j + 2t (+1)] at 4j + e
     tid = np.arange(128)[:, None]
@@ -817,7 +848,7 @@ def _wgmma_twin(n, kind, a_in_regs):
             if any(x[same] != first[same] for x in inputs):
                 raise ValueError(f"{name}: the warpgroup's threads passed different descriptors or scale_d")
             A = _a_from_registers(inputs, dec) if a_in_regs else _wgmma_operand(st.smem, first[0], 64, dec, name)
-            out = (A @ _wgmma_operand(st.smem, first[1], n, dec, name).T)[rows, cols]
+            out = (A @ _wgmma_operand(st.smem, first[1], n, dec, name, b_mn).T)[rows, cols]
             if first[2]:
                 out = out + np.stack([x[3] for x in inputs])
             return list(out.astype(np.float32))
@@ -839,6 +870,7 @@ for _n in (8, 16, 32, 64, 128, 256):
     for _k in ("f16", "bf16"):
         globals()[f"wgmma_m64n{_n}k16_{_k}_acc"] = _wgmma_twin(_n, _k, False)
         globals()[f"wgmma_m64n{_n}k16_{_k}_rs_acc"] = _wgmma_twin(_n, _k, True)
+        globals()[f"wgmma_m64n{_n}k16_{_k}_rs_bmn_acc"] = _wgmma_twin(_n, _k, True, True)
 del _n, _k
 
 
@@ -920,19 +952,49 @@ def cp_async_bulk_g2s(dst, src, index, nbytes, mbar):
     _mbarrier_update(st, mbar, what, 0, -nbytes)
 
 
-#: The Hopper intrinsics that have no twin: a TMA copy reads a tensor map that the CUDA
-#: driver encodes (``cuTensorMapEncodeTiled``), opaque bytes the simulator cannot read.
-NO_TWIN = ("cp_async_bulk_tensor_2d_g2s", "cp_async_bulk_tensor_3d_g2s")
+def _tma_twin(rank):
+    """``cp.async.bulk.tensor.{rank}d``: the box at coordinates (c0 innermost, ...) of the
+    simulator's tensor map (``tma.SIM_MAPS``, keyed by the map's first 8 bytes), zeros
+    past the array's edges, written densely (row-major, innermost contiguous) from
+    ``dst``, each byte moved by the map's 128-byte swizzle (``swizzle_128b``); its bytes
+    complete the mbarrier's transaction."""
+    name = f"cp_async_bulk_tensor_{rank}d_g2s"
+
+    def twin(dst, tmap, *rest):
+        from numba_flash import tma
+
+        st = _block(_thread())
+        coords, mbar = [int(c) for c in rest[:rank]], rest[rank]
+        key = int(np.asarray(_unwrap(tmap))[:8].view(np.uint64)[0])
+        if key not in tma.SIM_MAPS:
+            raise ValueError(f"{name}: the tensor map is not one of the simulator's (tma.tensor_map)")
+        array, box, swizzle = tma.SIM_MAPS[key]
+        if array.ndim != rank:
+            raise ValueError(f"{name}: a {array.ndim}-d tensor map")
+        dst = int(dst) & _FULL
+        if dst % (1024 if swizzle == 128 else 128):
+            raise ValueError(f"{name}: shared address {dst:#x} is not {1024 if swizzle == 128 else 128}-byte aligned")
+        if swizzle not in (0, 128) or (swizzle and box[-1] * array.itemsize != 128):
+            raise NotImplementedError(f"{name}: the twin copies unswizzled boxes, or 128-byte rows with the "
+                                      "128-byte swizzle")  # fmt: skip
+        if coords[0] * array.itemsize % 16:
+            raise ValueError(f"{name}: the innermost coordinate {coords[0]} is not 16 bytes into a row")
+        out = np.zeros(box, dtype=array.dtype)
+        lo = coords[::-1]  # outermost first, as the array
+        src = tuple(slice(max(c, 0), max(min(c + b, n), 0)) for c, b, n in zip(lo, box, array.shape))
+        dst_sl = tuple(slice(s_.start - c, s_.stop - c) for s_, c in zip(src, lo))
+        out[dst_sl] = array[src]
+        data = out.reshape(-1).view(np.uint8)
+        nbytes = data.size
+        view, doff = st.smem.resolve(dst, nbytes, 16, name)
+        at = np.arange(nbytes) + dst
+        if swizzle:
+            at = swizzle_128b(at)
+        view[doff + (at - dst)] = data
+        _mbarrier_update(st, mbar, name, 0, -nbytes)
+
+    twin.__name__ = name
+    return twin
 
 
-def no_twin(name):
-    """The simulator's stand-in for a Hopper intrinsic without a twin (``NO_TWIN``):
-    calling it raises, naming why (a tensor map only the CUDA driver encodes) and
-    where it is tested (on a GPU)."""
-
-    def stand_in(*args):
-        raise NotImplementedError(f"ptx.{name} has no simulator twin (it reads a tensor map the CUDA driver "
-                                  "encodes): run it on an sm_90 GPU (tests/test_ptx_hopper.py)")  # fmt: skip
-
-    stand_in.__name__ = name
-    return stand_in
+cp_async_bulk_tensor_2d_g2s, cp_async_bulk_tensor_3d_g2s, cp_async_bulk_tensor_4d_g2s = (_tma_twin(r) for r in (2, 3, 4))

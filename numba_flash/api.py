@@ -70,6 +70,12 @@ def _run(plan: P.Plan, buffers: dict, layout: str) -> None:
     for k in plan.launches:
         args = []
         for a in k.args:
+            if a.role == "tmaps":  # made from the bound q, k, v (the kernel's tiles give the boxes)
+                from numba_flash import tma
+
+                qkv = (_bshd(buffers[r].view(_VIEW_DTYPES["u16"]), layout) for r in ("q", "k", "v"))
+                args.append(tma.attention_maps(*qkv, k.tiles.block_m, k.tiles.block_n))
+                continue
             x = buffers[a.role]
             if callable(x):
                 x = x(k.walk)

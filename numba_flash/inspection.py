@@ -323,6 +323,8 @@ def argtypes(launch, work_dtype: str) -> tuple:
             out.append(types.Tuple((types.Tuple(()), types.Tuple(())) + lists + lists +
                                    (types.Array(types.int32, 1, "C"), types.Array(types.int32, 2, "C"),
                                     types.Array(types.int32, 1, "C"))))  # fmt: skip
+        elif a.role == "tmaps":
+            out.append(types.Array(types.uint8, 2, "C"))
         elif a.role in ("lse", "delta"):
             out.append(types.Array(types.float32, 3, "C"))
         else:
@@ -349,7 +351,9 @@ def _compile_here(pass_: str, dtype: str, head_dim: int, causal: bool, arch: str
     reports = []
     for launch in pl.launches:
         with compiling_for(cc):  # the kernels' device functions too, without a GPU
-            ptx, _ = cuda.compile_ptx(launch.kernel.py_func, argtypes(launch, pl.work_dtype), cc=target)
+            bounds = getattr(launch.kernel, "targetoptions", {}).get("launch_bounds")  # as the GPU build has them
+            ptx, _ = cuda.compile_ptx(launch.kernel.py_func, argtypes(launch, pl.work_dtype), cc=target,
+                                      launch_bounds=bounds)  # fmt: skip
         shared, local, dynamic = declared_memory(ptx)
         rep = KernelReport(
             name=launch.name,

@@ -143,14 +143,15 @@ def decode_tiles(p: Problem) -> bool:
 def wgmma_forward(p: Problem) -> bool:
     """The experimental Hopper forward (``kernels.wgmma_forward``) runs ``p``: opted in
     with ``NUMBA_FLASH_WGMMA=1``, on sm_90 (or the simulator's twins), fp16/bf16 at d =
-    64 or 128 on 16-byte-aligned rows, no FlexAttention mods, no KV cache's split or
-    pages (untested there) and no decode tiles.  Not yet run on a GPU (issue #13)."""
+    64 or 128 on 16-byte-aligned rows (TMA's strides), no FlexAttention mods, no varlen
+    (a TMA box zero-fills past the array, not past a packed sequence), no KV cache's
+    split or pages, and no decode tiles (issue #13)."""
     from numba_flash.kernels.wgmma_forward import HEAD_DIMS
 
     return (os.environ.get("NUMBA_FLASH_WGMMA") == "1" and p.pass_ == "forward" and tuple(p.arch[:2]) >= (9, 0)
             and p.dtype in ("float16", "bfloat16") and p.head_dim in HEAD_DIMS and p.aligned
             and p.features.mods is None and not p.features.split and not p.features.paged
-            and not decode_tiles(p))  # fmt: skip
+            and not p.features.varlen and not decode_tiles(p))  # fmt: skip
 
 
 def plan(p: Problem) -> Plan:

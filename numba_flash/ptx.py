@@ -812,11 +812,11 @@ def st_shared_v4_b32(typingctx, addr, w0, w1, w2, w3):
 # compiles for sm_90a on an sm_90 device by itself).  Under the simulator their twins
 # (``_ptx_sim``) complete at issue: wgmma's product lands in the accumulators when the
 # 128 threads of the warpgroup have all called it (read through the descriptors from
-# the simulated shared arrays, no-swizzle layouts), a bulk copy's bytes land at once
-# and complete their mbarrier's transaction, and the fences, commit/wait groups and
-# setmaxnreg do nothing.  The TMA copies have none (``_ptx_sim.NO_TWIN``: the tensor
-# map is encoded by the CUDA driver); the GPU tests (tests/test_ptx_hopper.py) cover
-# every one on the hardware.
+# the simulated shared arrays: no swizzle or the 128-byte one, K- or MN-major), a bulk
+# or TMA copy's bytes land at once and complete their mbarrier's transaction (a TMA
+# twin reads the simulator's own tensor maps, ``tma.SIM_MAPS``: the driver's encoding
+# is opaque), and the fences, commit/wait groups and setmaxnreg do nothing.  The GPU
+# tests (tests/test_ptx_hopper.py) check the layouts the twins assume on the hardware.
 
 
 def _void_asm(text, doc):
@@ -1025,10 +1025,14 @@ def _bulk_tensor_intrinsic(rank):
         @intrinsic
         def impl(typingctx, dst, tmap, c0, c1, mbar):
             return typer(dst, tmap, (c0, c1, mbar))
-    else:
+    elif rank == 3:
         @intrinsic
         def impl(typingctx, dst, tmap, c0, c1, c2, mbar):
             return typer(dst, tmap, (c0, c1, c2, mbar))
+    else:
+        @intrinsic
+        def impl(typingctx, dst, tmap, c0, c1, c2, c3, mbar):
+            return typer(dst, tmap, (c0, c1, c2, c3, mbar))
 
     impl.__doc__ = f"""``{name}(dst, tmap, {", ".join(f"c{j}" for j in range(rank))}, mbar) -> None``
 
@@ -1047,6 +1051,7 @@ def _bulk_tensor_intrinsic(rank):
 
 cp_async_bulk_tensor_2d_g2s = _bulk_tensor_intrinsic(2)
 cp_async_bulk_tensor_3d_g2s = _bulk_tensor_intrinsic(3)
+cp_async_bulk_tensor_4d_g2s = _bulk_tensor_intrinsic(4)
 
 
 #: wgmma's shared-memory matrix layouts (the descriptor's bits 62-63).
@@ -1075,15 +1080,16 @@ def _wgmma_desc(addr, lbo, sbo, swizzle):
 wgmma_desc = device_function(_wgmma_desc)
 
 
-def _wgmma_asm(n, ptx_type, a_in_regs):
+def _wgmma_asm(n, ptx_type, a_in_regs, b_mn=False):
     """``(text, constraints)`` of wgmma m64n{n}k16: outputs $0 … the n/2 accumulators,
     then A (a descriptor, or four registers), B's descriptor, scale_d, and the
-    accumulators again as the tied inputs."""
+    accumulators again as the tied inputs.  ``b_mn``: B is MN-major (imm-trans-b 1)."""
     regs = n // 2
     outs = ",".join(f"${j}" for j in range(regs))
     a_ops = "{" + ", ".join(f"${regs + j}" for j in range(4)) + "}" if a_in_regs else f"${regs}"
     b_at = regs + (4 if a_in_regs else 1)
-    trans = "1, 1, 0" if a_in_regs else "1, 1, 0, 0"  # scale-a, scale-b, (trans-a,) trans-b
+    tb = "1" if b_mn else "0"
+    trans = f"1, 1, {tb}" if a_in_regs else f"1, 1, 0, {tb}"  # scale-a, scale-b, (trans-a,) trans-b
     text = ("{ .reg .pred p; setp.ne.b32 p, $" + str(b_at + 1) + ", 0; "
             f"wgmma.mma_async.sync.aligned.m64n{n}k16.f32.{ptx_type}.{ptx_type} "
             "{" + outs + "}, " + a_ops + ", $" + str(b_at) + ", p, " + trans + "; }")  # fmt: skip
@@ -1139,11 +1145,17 @@ def _wgmma_intrinsic(n, ptx_type):
     return impl
 
 
-def _wgmma_rs_intrinsic(n, ptx_type):
-    """``wgmma_m64n{n}k16_{type}_rs_acc(acc, i, a, ai, desc_b, scale_d) -> None``: A from registers."""
+_MN_B = """MN-major (imm-trans-b = 1): B's K index runs along the tile's
+    rows and its N columns are contiguous, V as it lies in memory.  With the 128-byte
+    swizzle, LBO steps 64 columns (one swizzle atom) and SBO 8 rows"""
+
+
+def _wgmma_rs_intrinsic(n, ptx_type, b_mn=False):
+    """``wgmma_m64n{n}k16_{type}_rs[_bmn]_acc(acc, i, a, ai, desc_b, scale_d) -> None``: A
+    from registers (``b_mn``: B MN-major)."""
     regs = n // 2
-    text, constraints = _wgmma_asm(n, ptx_type, True)
-    name = f"wgmma_m64n{n}k16_{ptx_type}_rs_acc"
+    text, constraints = _wgmma_asm(n, ptx_type, True, b_mn)
+    name = f"wgmma_m64n{n}k16_{ptx_type}_rs_{'bmn_' if b_mn else ''}acc"
 
     @intrinsic
     def impl(typingctx, acc, i, a, ai, desc_b, scale_d):
@@ -1171,7 +1183,7 @@ def _wgmma_rs_intrinsic(n, ptx_type):
 
     so a P tile packed from the accumulators of S (``fragments.pack_a``) is the A
     operand of O += P·V without a trip through shared memory (FlashAttention-3's P·V).
-    B (16×{n}) from shared memory through ``desc_b``, K-major."""
+    B (16×{n}) from shared memory through ``desc_b``, {_MN_B if b_mn else "K-major"}."""
     impl.__name__ = name
     return impl
 
@@ -1181,14 +1193,15 @@ for _n in WGMMA_N:
     for _t in ("f16", "bf16"):
         globals()[f"wgmma_m64n{_n}k16_{_t}_acc"] = _wgmma_intrinsic(_n, _t)
         globals()[f"wgmma_m64n{_n}k16_{_t}_rs_acc"] = _wgmma_rs_intrinsic(_n, _t)
+        globals()[f"wgmma_m64n{_n}k16_{_t}_rs_bmn_acc"] = _wgmma_rs_intrinsic(_n, _t, True)
 del _n, _t
 
 #: The Hopper intrinsics (their simulator twins: see the section's comment).
 HOPPER = ("fence_proxy_async", "wgmma_fence", "wgmma_commit_group", "wgmma_wait_group", "setmaxnreg_inc",
           "setmaxnreg_dec", "mbarrier_init", "mbarrier_arrive_expect_tx", "mbarrier_arrive",
           "mbarrier_try_wait_parity", "cp_async_bulk_g2s", "cp_async_bulk_tensor_2d_g2s",
-          "cp_async_bulk_tensor_3d_g2s") + tuple(
-    f"wgmma_m64n{n}k16_{t}_{how}acc" for n in WGMMA_N for t in ("f16", "bf16") for how in ("", "rs_"))  # fmt: skip
+          "cp_async_bulk_tensor_3d_g2s", "cp_async_bulk_tensor_4d_g2s") + tuple(
+    f"wgmma_m64n{n}k16_{t}_{how}acc" for n in WGMMA_N for t in ("f16", "bf16") for how in ("", "rs_", "rs_bmn_"))  # fmt: skip
 
 
 # ---------------------------------------------------------------------------
@@ -1205,7 +1218,7 @@ if SIMULATOR:
         _twin.__doc__ = globals()[_name].__doc__
         globals()[_name] = _twin
     for _name in HOPPER:
-        _twin = _ptx_sim.no_twin(_name) if _name in _ptx_sim.NO_TWIN else getattr(_ptx_sim, _name)
+        _twin = getattr(_ptx_sim, _name)
         _twin.__doc__ = globals()[_name].__doc__
         globals()[_name] = _twin
     del _name, _twin

@@ -5,6 +5,7 @@
     compute-sanitizer --tool memcheck python3 scripts/sanitize_small.py float32   # fp32 modes only
     compute-sanitizer --tool memcheck python3 scripts/sanitize_small.py flex      # FlexAttention only
     compute-sanitizer --tool memcheck python3 scripts/sanitize_small.py kvcache   # flash_attention_with_kvcache only
+    compute-sanitizer --tool racecheck python3 scripts/sanitize_small.py wgmma    # the Hopper forward only (sm_90)
 
 Shapes are small and not multiples of any tile; causal on and off, Nq != Nk, both layouts.
 """
@@ -41,6 +42,23 @@ if sys.argv[1:] == ["kvcache"]:  # paged (pages of 16) and contiguous caches, ap
             print(np.dtype(dtype).name, "kvcache", Nq, "finite:", bool(cp.isfinite(out).all()))
             lens = lens + 3
         lens = np.array([0, 21, 40], np.int32)
+    print("sanitize_small: done")
+    sys.exit(0)
+if sys.argv[1:] == ["wgmma"]:  # issue #13's Hopper forward: TMA ring, mbarriers, both consumers, partial tiles
+    import os
+
+    os.environ["NUMBA_FLASH_WGMMA"] = "1"
+    for dtype in (np.float16, ml_dtypes.bfloat16):
+        for Nq, Nk, d, causal, kw in ((77, 300, 64, True, {}), (200, 131, 128, False, {}),
+                                      (130, 260, 64, True, dict(window_size=(50, 0), softcap=4.0, dropout_p=0.2,
+                                                                 seed=3))):
+            B, H, Hk = 2, 4, 2
+            q = cp.asarray(rng.standard_normal((B, Nq, H, d)).astype(dtype))
+            k, v = (cp.asarray(rng.standard_normal((B, Nk, Hk, d)).astype(dtype)) for _ in range(2))
+            out, lse = numba_flash.flash_attention(q, k, v, causal=causal, return_lse=True, **kw)
+            cp.cuda.runtime.deviceSynchronize()
+            print(np.dtype(dtype).name, "wgmma", Nq, Nk, d, causal, "finite:",
+                  bool(cp.isfinite(out).all()) and bool(cp.isfinite(lse).all()))
     print("sanitize_small: done")
     sys.exit(0)
 if FLEX_ONLY:

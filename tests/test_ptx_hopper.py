@@ -32,14 +32,23 @@ from numba import cuda, float32, uint32, uint64
 from numba_flash import ptx
 
 _ALIGN = ptx.SMEM_ALIGN  # a module global, so numba sees a literal (128; None in the simulator)
+_SW_ALIGN = 1024 if _ALIGN else None  # a 128-byte swizzle's repeat (the simulator aligns arrays to it)
 
 
 @cuda.jit(device=True)
 def store_d(D, acc, tid):
     # the m64n64 accumulator of thread tid into D (64 x 64), in wgmma's layout
+    store_d_cols(D, acc, tid, 0)
+
+
+@cuda.jit(device=True)
+def store_d_cols(D, acc, tid, j0):
+    # columns 64·j0/8 .. +64 of an m64nN accumulator into D; the trip count is a literal
+    # (8), so the loop unrolls and acc stays in registers
     w, lane = tid // 32, tid % 32
     g, t = lane >> 2, lane & 3
-    for j in range(8):
+    for jj in range(8):
+        j = j0 + jj
         D[16 * w + g, 8 * j + 2 * t] = acc[4 * j]
         D[16 * w + g, 8 * j + 2 * t + 1] = acc[4 * j + 1]
         D[16 * w + g + 8, 8 * j + 2 * t] = acc[4 * j + 2]
@@ -155,6 +164,58 @@ def tma3d(tmap, out):
     out[cuda.threadIdx.x] = tile[cuda.threadIdx.x]
 
 
+def wgmma_sw128(tma_a, tma_b, tma_v, a16, D1, D2, flag):
+    # A, B (64 x 128, K-major) and V (32 x 128, MN-major) by TMA in two 64-column atoms
+    # each, 128-byte swizzle; D1 = A·Bᵀ (8 k-slices across both atoms), D2 = A[:, :32]·V
+    # (A from registers, n = 128: both of V's atoms, LBO = 4 KiB apart). 40 KiB in all,
+    # under the 48 KiB of static shared memory.
+    sa = cuda.shared.array(10240, uint32, alignment=_SW_ALIGN)
+    bar = cuda.shared.array(1, uint64, alignment=_ALIGN)
+    tid = cuda.threadIdx.x
+    b = one_arrival_barrier(bar, tid)
+    base = ptx.smem_addr(sa, 0)  # A at 0, B at 16 KiB (atoms 8 KiB apart), V at 32 KiB (4 KiB apart)
+    if tid == 0:
+        ptx.mbarrier_arrive_expect_tx(b, 2 * 16384 + 8192)
+        for a in range(2):
+            ptx.cp_async_bulk_tensor_2d_g2s(base + 8192 * a, tma_a, 64 * a, 0, b)
+            ptx.cp_async_bulk_tensor_2d_g2s(base + 16384 + 8192 * a, tma_b, 64 * a, 0, b)
+            ptx.cp_async_bulk_tensor_2d_g2s(base + 32768 + 4096 * a, tma_v, 64 * a, 0, b)
+    wait_phase0(b)
+    acc = cuda.local.array(32, float32)
+    ptx.wgmma_fence()
+    for kk in range(8):
+        at = (kk // 4) * 8192 + (kk % 4) * 32
+        da = ptx.wgmma_desc(base + at, 16, 1024, ptx.SWIZZLE_128B)
+        db = ptx.wgmma_desc(base + 16384 + at, 16, 1024, ptx.SWIZZLE_128B)
+        if flag[0] == 0:
+            ptx.wgmma_m64n64k16_f16_acc(acc, 0, da, db, 1 if kk > 0 else 0)
+        else:
+            ptx.wgmma_m64n64k16_bf16_acc(acc, 0, da, db, 1 if kk > 0 else 0)
+    ptx.wgmma_commit_group()
+    ptx.wgmma_wait_group(0)
+    store_d(D1, acc, tid)
+    w, lane = tid // 32, tid % 32
+    g, t = lane >> 2, lane & 3
+    a = cuda.local.array(8, uint32)
+    for ps in range(2):
+        for r in range(4):
+            row = 16 * w + g + 8 * (r & 1)
+            col = 16 * ps + 2 * t + 8 * (r >> 1)
+            a[4 * ps + r] = uint32(a16[row, col]) | (uint32(a16[row, col + 1]) << uint32(16))
+    acc2 = cuda.local.array(64, float32)
+    ptx.wgmma_fence()
+    for ps in range(2):
+        dv = ptx.wgmma_desc(base + 32768 + ps * 2048, 4096, 1024, ptx.SWIZZLE_128B)
+        if flag[0] == 0:
+            ptx.wgmma_m64n128k16_f16_rs_bmn_acc(acc2, 0, a, 4 * ps, dv, 1 if ps > 0 else 0)
+        else:
+            ptx.wgmma_m64n128k16_bf16_rs_bmn_acc(acc2, 0, a, 4 * ps, dv, 1 if ps > 0 else 0)
+    ptx.wgmma_commit_group()
+    ptx.wgmma_wait_group(0)
+    store_d_cols(D2, acc2, tid, 0)
+    store_d_cols(D2, acc2, tid, 8)
+
+
 def regs(out):
     if cuda.threadIdx.x < 128:
         ptx.setmaxnreg_dec(40)
@@ -183,6 +244,8 @@ _COMPILE = textwrap.dedent('''
         "regs": (numba.int32[:],),
         "tma2d": (numba.uint8[:], uint32[:], numba.int32, numba.int32),
         "tma3d": (numba.uint8[:], uint32[:]),
+        "wgmma_sw128": (numba.uint8[:], numba.uint8[:], numba.uint8[:], numba.uint16[:, :], float32[:, :],
+                        float32[:, :], numba.int32[:]),
     }
     out = {}
     for name, sig in sigs.items():
@@ -258,15 +321,56 @@ def test_wgmma_descriptor_bits():
     assert (d >> 16) & 0x3FFF == 128 >> 4 and (d >> 32) & 0x3FFF == 256 >> 4 and d >> 62 == 1
 
 
-def test_tma_has_no_twin_in_the_simulator():
-    if not SIMULATOR:
-        pytest.skip("checks the simulator's stand-ins; the simulator is off here (the GPU tests run the real ones)")
-    from numba_flash import _ptx_sim, ptx
+def check_wgmma_sw128(rng, dtype):
+    """TMA boxes with the 128-byte swizzle read by wgmma: Q·Kᵀ's layout (both operands
+    K-major, k-slices 32 bytes apart inside an atom, two atoms) and P·V's (A from
+    registers, B MN-major over two atoms LBO apart), against float64 NumPy."""
+    import ml_dtypes
 
-    assert set(_ptx_sim.NO_TWIN) < set(ptx.HOPPER)
-    for name in _ptx_sim.NO_TWIN:
-        with pytest.raises(NotImplementedError, match="no simulator twin"):
-            getattr(ptx, name)()
+    from numba_flash import tma
+
+    dt = np.float16 if dtype == "float16" else ml_dtypes.bfloat16
+    A, B = (rng.standard_normal((64, 128)).astype(dt) for _ in range(2))
+    V = rng.standard_normal((32, 128)).astype(dt)
+    A64 = A.astype(np.float64)
+    want1, want2 = A64 @ B.astype(np.float64).T, A64[:, :32] @ V.astype(np.float64)
+    dA, dB, dV = (device(x.view(np.uint16)) for x in (A, B, V))
+    maps = [tma.tensor_map(x, (rows, 64), 128) for x, rows in ((dA, 64), (dB, 64), (dV, 32))]
+    D1, D2 = device(np.full((64, 64), np.nan, np.float32)), device(np.full((64, 128), np.nan, np.float32))
+    _hopper_kernels()["wgmma_sw128"][1, 128](*maps, dA, D1, D2, device(np.array([0 if dtype == "float16" else 1],
+                                                                            np.int32)))  # fmt: skip
+    for got, want, what in ((D1, want1, "A·Bᵀ (K-major)"), (D2, want2, "A·V (MN-major B)")):
+        err = float(np.abs(host(got) - want).max())
+        assert err < 1e-4 * max(1.0, float(np.abs(want).max())), f"{dtype} {what}: max error {err:.3g}"
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_wgmma_reads_tma_swizzled_tiles(rng, dtype):
+    """In the simulator the twins (their layouts from the PTX ISA's canonical GMMA
+    layouts); on a GPU the hardware: the layouts the wgmma forward uses."""
+    if not SIMULATOR:
+        from numba_flash._numba_cuda import compute_capability, gpu_available
+
+        if not gpu_available() or compute_capability() < (9, 0):
+            pytest.skip("wgmma and TMA need an sm_90 GPU (or the simulator's twins)")
+    check_wgmma_sw128(rng, dtype)
+
+
+def test_tma_twin_fills_a_box_with_zeros_past_the_edges(rng):
+    """The simulator's TMA twin on the cases the H200 checked (test_tma_tile_with_zero_fill_past_the_edges)."""
+    if not SIMULATOR:
+        pytest.skip("the simulator twin's test; on a GPU test_tma_tile_with_zero_fill_past_the_edges")
+    from numba_flash import tma
+
+    X = rng.standard_normal((300, 200)).astype(np.float16)
+    tmap = tma.tensor_map(X, (64, 64))
+    for row0, col0 in [(0, 0), (250, 0), (280, 160)]:
+        out = np.full(2048, 0x7E007E00, np.uint32)
+        _hopper_kernels()["tma2d"][1, 128](tmap, out, row0, col0)
+        want = np.zeros((64, 64), np.float16)
+        src = X[row0:row0 + 64, col0:col0 + 64]
+        want[:src.shape[0], :src.shape[1]] = src
+        assert np.array_equal(out.view(np.uint16).reshape(64, 64), want.view(np.uint16)), (row0, col0)
 
 
 def _core_layout(X):
@@ -286,7 +390,7 @@ def _hopper_kernels():
 
     exec_ns = {}
     exec(compile(_KERNELS, "hopper_kernels", "exec"), exec_ns)
-    return {name: cuda.jit(exec_ns[name]) for name in ("wgmma", "wgmma_rs", "bulk")}
+    return {name: cuda.jit(exec_ns[name]) for name in ("wgmma", "wgmma_rs", "bulk", "tma2d", "wgmma_sw128")}
 
 
 def check_wgmma(rng, dtype, a_in_regs=False):

@@ -80,24 +80,6 @@ def test_wgmma_forward_dropout_keeps_the_reference_mask(rng):
     assert np.array_equal(kept, want), f"seed {seed}: {np.sum(kept != want)} keep bits differ"
 
 
-@pytest.mark.usefixtures("wgmma_on", "poisoned_outputs")
-def test_wgmma_forward_varlen(rng):
-    lens_q, lens_k = np.array([5, 0, 70]), np.array([33, 4, 70])
-    cu_q = np.concatenate([[0], np.cumsum(lens_q)]).astype(np.int32)
-    cu_k = np.concatenate([[0], np.cumsum(lens_k)]).astype(np.int32)
-    H, d = 2, 64
-    q = rng.standard_normal((int(cu_q[-1]), H, d)).astype(np.float16)
-    k = rng.standard_normal((int(cu_k[-1]), H, d)).astype(np.float16)
-    v = rng.standard_normal((int(cu_k[-1]), H, d)).astype(np.float16)
-    out = numba_flash.flash_attention_varlen(device(q), device(k), device(v), cu_q, cu_k, 70, 70, causal=True)
-    ref = R.attention_varlen(q, k, v, cu_q, cu_k, 70, 70, causal=True)[0]
-    low = R.attention_varlen(q.astype(np.float32), k.astype(np.float32), v.astype(np.float32), cu_q, cu_k, 70, 70,
-                             causal=True)[0]  # fmt: skip
-    err = R.rel_error(host(out).astype(np.float64), ref)
-    assert err <= 5e-3, err  # fp16 P and inputs: the fixed-length cases check FlashAttention-2's bound
-    assert R.rel_error(low, ref) < 1e-5
-
-
 def test_the_switch_is_off_by_default(monkeypatch):
     monkeypatch.delenv("NUMBA_FLASH_WGMMA", raising=False)
     p = P.Problem("forward", "float16", 64, False, seqlen_q=128, seqlen_k=128)
@@ -109,21 +91,27 @@ def test_the_switch_is_off_by_default(monkeypatch):
                   P.Problem("forward", "float16", 64, False, seqlen_q=8, seqlen_k=128),  # decode tiles
                   P.Problem("forward", "float16", 64, False, seqlen_q=128, seqlen_k=128,
                             features=Variant(paged=True)),  # a KV cache's pages: not enabled
+                  P.Problem("forward", "float16", 64, False, seqlen_q=128, seqlen_k=128,
+                            features=Variant(varlen=True)),  # TMA zero-fills past the array, not a sequence
                   P.Problem("backward", "float16", 64, False, seqlen_q=128, seqlen_k=128)):
         assert "wgmma_forward" not in [k.name for k in P.plan(other).launches], other
 
 
 def test_wgmma_forward_compiles_for_sm_90a(monkeypatch):
-    """``inspect --arch sm_90a`` of the opted-in plan: wgmma for S (n = 64) and P·V (n =
-    d, A from registers), nothing in local memory, and (with nvJitLink) assembled."""
+    """``inspect --arch sm_90a`` of the opted-in plan: TMA copies, register reallocation,
+    wgmma for S and P·V (A from registers), nothing in local memory, and (with
+    nvJitLink) assembled without spills."""
     monkeypatch.setenv("NUMBA_FLASH_WGMMA", "1")
     from numba_flash.inspection import inspect_kernels
 
     (r,) = inspect_kernels("forward", "float16", 128, True, arch="sm_90a")
     assert r.name == "wgmma_forward" and r.arch == "sm_90a"
     assert ".target sm_90a" in r.ptx
-    assert "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16" in r.ptx
-    assert "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16" in r.ptx
+    # S (n = 128, both operands from shared memory) and P·V (n = d = 128, A from registers, B MN-major)
+    assert r.ptx.count("wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16") == 8 + 8
+    assert "cp.async.bulk.tensor.4d.shared::cluster.global.mbarrier::complete_tx::bytes" in r.ptx
+    assert "setmaxnreg.dec.sync.aligned.u32 24" in r.ptx and "setmaxnreg.inc.sync.aligned.u32 240" in r.ptx
+    assert ".maxntid 384" in r.ptx
     assert r.local_bytes_ptx == 0 and "ld.local" not in r.ptx and "st.local" not in r.ptx
     if r.registers is not None:
         assert r.spill_stores == 0 and r.registers <= 255

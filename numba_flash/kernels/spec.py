@@ -15,7 +15,9 @@ from typing import Any
 
 #: The buffers a kernel parameter can be (``scale`` is the float softmax scale).
 ROLES = ("q", "k", "v", "out", "lse", "dout", "delta", "dq", "dk", "dv", "scale", "params", "alibi", "cu_seqlens_q",
-         "cu_seqlens_k", "flex")
+         "cu_seqlens_k", "flex", "tmaps")
+#: ``tmaps``: the TMA tensor maps of q, k and v, a (3, 128) uint8 device array that the
+#: launch makes from the arrays it binds (``numba_flash.tma.attention_maps``).
 #: How a 4-D buffer is viewed: as it is, 16-bit elements as uint16 (cp.async moves
 #: bytes; the dtype matters only to mma), or pairs of 16-bit elements as uint32.
 VIEWS = ("", "u16", "u32")

@@ -1,44 +1,50 @@
-"""Hopper (sm_90a) FlashAttention forward for fp16 and bf16: wgmma, first version (issue #13).
+"""Hopper (sm_90a) FlashAttention forward for fp16 and bf16: TMA, mbarriers, wgmma and
+warp specialization (issue #13).
 
-Experimental: runs only when ``NUMBA_FLASH_WGMMA=1`` (``plan.wgmma_forward``), and has
-not yet run on a GPU: its simulator twins (``_ptx_sim``) check the algorithm and the
-layouts, the hardware has checked only the intrinsics (tests/test_ptx_hopper.py).
+Experimental: runs only when ``NUMBA_FLASH_WGMMA=1`` (``plan.wgmma_forward``).
 
 Math: as ``tc_forward`` (log2 domain, online softmax, O = acc / l, lse), with the two
-products on the warpgroup's tensor cores::
+products on the warpgroups' tensor cores::
 
-    S   = Q·K_jᵀ    wgmma m64n{BLOCK_N}k16, A = Q and B = K_j from shared memory (K-major)
+    S   = Q·K_jᵀ    wgmma m64n128k16, A = Q and B = K_j from shared memory (K-major,
+                    128-byte swizzle), d/16 of them chained
     acc += P·V_j    wgmma m64n{d}k16, A = P from registers (S's accumulators packed to
-                    16-bit pairs: mma.sync's A layout, ``fragments.pack_a``), B = V_jᵀ
-                    from shared memory (K-major: keys contiguous)
+                    16-bit pairs: mma.sync's A layout, ``fragments.pack_a``), B = V_j
+                    from shared memory as it lies in HBM (MN-major, imm-trans-b)
 
-Grid and threads: grid = (ceil(Nq / 64), H, B) (``spec.query_grid``), one warpgroup of
-128 threads a block.  Warp w owns query rows 16w … 16w + 15 of the block's 64: a
-wgmma m64nN accumulator holds, per thread, exactly an m16n8 accumulator's values for
-N/8 n-tiles of its warp's rows, so the score step, the online softmax, dropout and the
-epilogue are ``tc_forward``'s (``fragments``, ``softmax``) on one m-tile a warp.
+Grid and threads: grid = (ceil(Nq / 128), H, B) (``spec.query_grid``), three warpgroups
+of 128 threads a block (FlashAttention-3's warp specialization):
 
-Per block, per key tile j (no pipelining yet: one stage, the copies then the products):
-    1. K_j by cp.async into 8 × 8 core matrices (``copy.SW_CORE``); V_j by plain loads,
-       stored transposed (Vᵀ in core matrices: keys contiguous); Q (64 × d) once, the
-       same way as K, before the first tile;
-    2. wait for the copies, ``fence.proxy.async`` (the copies are generic-proxy writes,
-       wgmma reads through the async proxy), barrier;
-    3. S by d/16 wgmma, then wait; mask, online softmax, dropout in registers;
-    4. P packed into BLOCK_N/16 A fragments (distinct registers: wgmma reads them
-       asynchronously), acc += P·V_j by BLOCK_N/16 wgmma, then wait;
-    5. barrier before the next tile's copies overwrite K_j and V_jᵀ.
+* warpgroup 0, the producer, gives its registers back (``setmaxnreg`` 24) and one
+  thread of it issues every copy: Q once, then K_j and V_j into a two-stage ring, by
+  TMA (``tma.attention_maps``: boxes of 64 columns, the 128-byte swizzle), each stage
+  filling after its consumers released it;
+* warpgroups 1 and 2, the consumers (``setmaxnreg`` 240), own query rows 0–63 and
+  64–127 of the block.  Warp w of a consumer owns 16 rows: a wgmma m64nN accumulator
+  holds, per thread, exactly an m16n8 accumulator's values for N/8 n-tiles of its
+  warp's rows, so the score step, the online softmax, dropout and the epilogue are
+  ``tc_forward``'s (``fragments``, ``softmax``) on one m-tile a warp.  While one
+  consumer runs its softmax, the other's wgmma keeps the tensor cores busy.
 
-Shared memory (one dynamic array, 2-byte elements): Q 64·d + K BLOCK_N·d + Vᵀ BLOCK_N·d
-(``smem_bytes``: 48 KiB at d = 128).  Core matrix (i, c) of a K-major tile (rows i·8 …,
-columns c·8 …) lies at i·(8·row bytes) + c·128, its 8 rows 16 bytes apart: the
-descriptors' LBO is 128 (along K) and SBO 8·row bytes (along M or N), the no-swizzle
-layout the H200 confirmed (``ptx.wgmma_desc_host``).
+Synchronisation, per stage s of the ring (position i of the walk: s = i mod 2, its
+fill i // 2; a phase's parity is the fill's):
+    k_full[s], v_full[s]   the producer's arrive.expect_tx + the TMA bytes: the tile landed
+    k_empty[s], v_empty[s] 256 consumer arrivals after their wgmma on the tile completed
+                           (``wgmma_wait_group(0)``): the producer may overwrite it
+    q_full                 Q landed (once)
+No ``syncthreads`` after the roles split (one before it: the barriers are initialised).
 
-Not yet (issue #13): TMA and mbarrier stages, warp specialization (a producer
-warpgroup, two consumers ping-ponged), 128-byte swizzle, head dims other than 64 and
-128, FlexAttention mods, a KV cache's pages and splits (the copies take pages, but the
-plan does not send them here untested), the backward, and any measurement.
+Shared memory (one dynamic array, 1024-byte aligned: a swizzled tile's repeat), per
+64-column atom of d a block of rows × 128 bytes: Q 128·d·2, K and V 2 stages of
+128·d·2 each, then the nine 8-byte mbarriers (``smem_bytes``: 160 KiB at d = 128,
+80 KiB at d = 64).  Atom a of a tile starts a·rows·128 bytes in; row r of it at
+r·128, 16-byte chunk c at (c XOR r mod 8)·16 (``_ptx_sim.swizzle_128b``).
+
+Not yet (issue #13): the two consumers' softmax explicitly ping-ponged (named
+barriers) and each consumer's next S overlapped with its softmax; head dims other
+than 64 and 128; varlen, a KV cache's pages and splits, FlexAttention mods (the plan
+sends those to the mma.sync forward); O written through shared memory by TMA; the
+backward.
 """
 
 from __future__ import annotations
@@ -46,82 +52,130 @@ from __future__ import annotations
 import functools
 
 from numba_flash import ptx
-from numba_flash._numba_cuda import cuda, device_function, float32, uint16, uint32
+from numba_flash._numba_cuda import SIMULATOR, cuda, device_function, float32, kernel, uint8, uint32
 from numba_flash.config import TcTiles, tc_array_layout, tc_out_view
-from numba_flash.kernels import copy, fragments, pipeline, score, softmax, spec
-from numba_flash.kernels.block_info import (key_tiles, kv_pages, no_pages, this_block, tile_needs_mask, tile_partial,
-                                           walk_list, walk_range)
-from numba_flash.variant import DROPOUT, VARLEN, Variant
+from numba_flash.kernels import fragments, score, softmax, spec
+from numba_flash.kernels.block_info import (key_tiles, this_block, tile_at, tile_needs_mask, tile_partial, walk_list,
+                                           walk_range)
+from numba_flash.variant import DROPOUT, Variant
 
-_ALIGN = ptx.SMEM_ALIGN  # a module global, so numba sees a literal (see ptx.SMEM_ALIGN)
+_ALIGN = None if SIMULATOR else 1024  # a module global, so numba sees a literal; the simulator aligns by itself
 
-#: The tiles: one warpgroup, 64 query rows, 64 keys a tile (``TcTiles`` fields).
-BLOCK_M, BLOCK_N, WARPS = 64, 64, 4
+#: The tiles: two consumer warpgroups of 64 query rows, 128 keys a tile, two stages.
+BLOCK_M, BLOCK_N, CONSUMERS, STAGES = 128, 128, 2, 2
+THREADS = 128 * (1 + CONSUMERS)  # the producer warpgroup, then the consumers
+CONSUMER_THREADS = 128 * CONSUMERS
+PRODUCER_REGS, CONSUMER_REGS = 24, 240  # setmaxnreg: 128·24 + 256·240 <= 65536
+ATOM = 64  # columns of a 128-byte swizzle atom (16-bit elements): a TMA box's width
 HEAD_DIMS = (64, 128)  # the head dims this version runs (wgmma n = d for P·V)
+BARRIER_BYTES = 128  # q_full, k_full[2], v_full[2], k_empty[2], v_empty[2]: 8 bytes each
 
 
 def tiles(head_dim: int) -> TcTiles:
-    """The tile shape at ``head_dim`` (one of ``HEAD_DIMS``)."""
+    """The tile shape at ``head_dim`` (one of ``HEAD_DIMS``): ``warps`` counts the
+    consumer warps (the producer warpgroup is ``THREADS`` − 256 more threads)."""
     if head_dim not in HEAD_DIMS:
         raise ValueError(f"head_dim={head_dim}: the wgmma forward runs d in {HEAD_DIMS}")
-    return TcTiles(head_dim, BLOCK_M, BLOCK_N, WARPS, m_tiles=1, stages=2, q_in_regs=False)
+    return TcTiles(head_dim, BLOCK_M, BLOCK_N, 4 * CONSUMERS, m_tiles=1, stages=STAGES, q_in_regs=False)
 
 
 @device_function
-def copy_tile_transposed(smem, smem_base, tile, src, b, h, row0, row_end, tid, ROWS, CHUNKS, THREADS, DCOLS, pg):
-    """The (ROWS × 8·CHUNKS) rows ``row0 …`` of ``src`` (16-bit) stored transposed at the
-    shared address ``tile`` of the dynamic array ``smem`` (whose address is
-    ``smem_base``): element (key r, column n) goes to core matrix (n // 8, r // 8) of the
-    K-major Vᵀ tile, at byte (n // 8)·(ROWS·16) + (r // 8)·128 + (n % 8)·16 + (r % 8)·2.
-    Rows at or past ``row_end`` and columns at or past ``DCOLS`` (when set) are zeros."""
-    at0 = (tile - smem_base) >> 1  # the tile's first element in ``smem``
-    for idx in range(tid, ROWS * CHUNKS, THREADS):
-        r = idx // CHUNKS
-        c = idx - r * CHUNKS
-        row = row0 + r
-        base = at0 + c * (ROWS * 8) + (r >> 3) * 64 + (r & 7)
-        for e in range(4):  # columns 8c + 2e and 8c + 2e + 1, bounded as copy's plain loads
-            w = copy.load_pair(src, b, row, h, 8 * c + 2 * e, row_end, DCOLS, pg)
-            smem[base + 16 * e] = uint16(w & uint32(0xFFFF))
-            smem[base + 16 * e + 8] = uint16(w >> uint32(16))
+def wait_phase(bar, parity):
+    """Spin until the mbarrier at ``bar`` has completed the phase of this ``parity``."""
+    while ptx.mbarrier_try_wait_parity(bar, parity) == 0:
+        pass
+
+
+@device_function
+def load_rows(dst, tmap, rows0, h, b, bar, ATOMS, ATOM_BYTES):
+    """TMA copies of rows ``rows0 …`` of head ``h``, batch ``b``: ``ATOMS`` boxes of 64
+    columns, box a at ``dst + a·ATOM_BYTES``, completing on ``bar``."""
+    for a in range(ATOMS):
+        ptx.cp_async_bulk_tensor_4d_g2s(dst + a * ATOM_BYTES, tmap, a * ATOM, rows0, h, b, bar)
+
+
+@device_function
+def sw128_desc(addr):
+    """The descriptor of a 128-byte-swizzled K-major operand at ``addr`` (8-row groups
+    1024 bytes apart; LBO unused)."""
+    return ptx.wgmma_desc(addr, 16, 1024, ptx.SWIZZLE_128B)
 
 
 @functools.lru_cache(maxsize=None)
 def wgmma_forward_kernel(t: TcTiles, variant: Variant, dtype: str):
-    """``kernel[grid, 128, stream, smem_bytes(t)](q, k, v, out32, lse, softmax_scale, params, alibi, cu_seqlens_q,
-    cu_seqlens_k, fx)``: ``tc_forward_kernel``'s arguments and outputs."""
-    HEAD_DIM, THREADS = t.head_dim, t.threads
+    """``kernel[grid, THREADS, stream, smem_bytes(t)](q, k, v, out32, lse, softmax_scale, params, alibi,
+    cu_seqlens_q, cu_seqlens_k, fx, tmaps)``: ``tc_forward_kernel``'s arguments and outputs, and the tensor
+    maps of q, k and v (``tma.attention_maps``)."""
+    HEAD_DIM = t.head_dim
     F = variant.flags
     SOFTMAX = softmax.domain(variant)
     KSTEPS = HEAD_DIM // 16  # k-slices of Q·Kᵀ
     NT_S = BLOCK_N // 8
     NT_O = HEAD_DIM // 8
     PSTEPS = BLOCK_N // 16  # k-slices of P·V
-    CHUNKS = HEAD_DIM // 8
     S_REGS, O_REGS, P_REGS = NT_S * 4, NT_O * 4, PSTEPS * 4  # registers a thread (literals for local.array)
-    DCOLS, NT_W, SYNC, HALVES = tc_array_layout(t)
-    ROW_BYTES = HEAD_DIM * 2
-    Q_BYTES, KV_BYTES = BLOCK_M * ROW_BYTES, BLOCK_N * ROW_BYTES
-    QK_SBO, VT_SBO = 8 * ROW_BYTES, 16 * BLOCK_N  # core-matrix strides along M/N
-    NONE = ptx.SWIZZLE_NONE
+    DCOLS, NT_W, _, HALVES = tc_array_layout(t)
+    ATOMS = HEAD_DIM // ATOM
+    Q_ATOM, KV_ATOM = BLOCK_M * 128, BLOCK_N * 128  # bytes of a 64-column atom of a tile
+    Q_BYTES, KV_BYTES = ATOMS * Q_ATOM, ATOMS * KV_ATOM
+    WG_ROWS = 64 * 128  # bytes of a consumer's 64 rows within a Q atom
+    SW = ptx.SWIZZLE_128B
     kind = "f16" if dtype == "float16" else "bf16"
     wgmma_s = getattr(ptx, f"wgmma_m64n{BLOCK_N}k16_{kind}_acc")
-    wgmma_o = getattr(ptx, f"wgmma_m64n{HEAD_DIM}k16_{kind}_rs_acc")
+    wgmma_o = getattr(ptx, f"wgmma_m64n{HEAD_DIM}k16_{kind}_rs_bmn_acc")
     BF16 = dtype == "bfloat16"
-    pages = kv_pages if variant.paged else no_pages
 
-    @cuda.jit
-    def wgmma_forward(q, k, v, out32, lse, softmax_scale, params, alibi, cu_q, cu_k, fx):
+    @kernel(launch_bounds=(THREADS, 1))
+    def wgmma_forward(q, k, v, out32, lse, softmax_scale, params, alibi, cu_q, cu_k, fx, tmaps):
         start_m, b, h, hk, q0, k0, mi, seq = this_block(q, k, params, cu_q, cu_k, fx, BLOCK_M, F, False)
-        seqlen_q, seqlen_k = mi[0], mi[1]
-        if F[VARLEN] and start_m >= seqlen_q:
-            return
-        tid, warp, lane, _, tq = pipeline.lane_coords()
-        si, di = score.head_info(params, alibi, fx, seq, h, softmax_scale, mi, True, F)
-        pg = pages(fx, seq)
+        seqlen_q = mi[0]
+        tid = cuda.threadIdx.x
+        wg = tid // 128
 
-        smem = cuda.shared.array(0, uint16, alignment=_ALIGN)
-        q_base, k_base, vt_base, _ = pipeline.carve(smem, Q_BYTES, KV_BYTES, KV_BYTES)
+        smem = cuda.shared.array(0, uint8, alignment=_ALIGN)
+        q_base = ptx.smem_addr(smem, 0)
+        k_base = q_base + Q_BYTES
+        v_base = k_base + STAGES * KV_BYTES
+        q_full = v_base + STAGES * KV_BYTES  # then k_full[s] at + 8 + 8s, v_full[s] + 24, k_empty + 40, v_empty + 56
+        if tid == 0:
+            ptx.mbarrier_init(q_full, 1)
+            for s in range(STAGES):
+                ptx.mbarrier_init(q_full + 8 + 8 * s, 1)
+                ptx.mbarrier_init(q_full + 24 + 8 * s, 1)
+                ptx.mbarrier_init(q_full + 40 + 8 * s, CONSUMER_THREADS)
+                ptx.mbarrier_init(q_full + 56 + 8 * s, CONSUMER_THREADS)
+            ptx.fence_proxy_async()  # the initialised barriers, before TMA completes on them
+        cuda.syncthreads()  # the barriers are initialised before anyone waits or arrives on them
+
+        vr = walk_list(fx, seq, h, start_m // BLOCK_M, False, F)
+        n_lo, n_hi = walk_range(*key_tiles(start_m, BLOCK_M, BLOCK_N, mi), vr, F)
+
+        if wg == 0:  # the producer
+            ptx.setmaxnreg_dec(PRODUCER_REGS)
+            if tid == 0:
+                ptx.mbarrier_arrive_expect_tx(q_full, Q_BYTES)
+                load_rows(q_base, tmaps[0], q0 + start_m, h, b, q_full, ATOMS, Q_ATOM)
+                for j in range(n_lo, n_hi):
+                    i = j - n_lo
+                    s = i % STAGES
+                    start_n = tile_at(j, vr, F) * BLOCK_N
+                    if i >= STAGES:  # the consumers released this stage's last fill
+                        wait_phase(q_full + 40 + 8 * s, ((i // STAGES) - 1) & 1)
+                    ptx.mbarrier_arrive_expect_tx(q_full + 8 + 8 * s, KV_BYTES)
+                    load_rows(k_base + s * KV_BYTES, tmaps[1], k0 + start_n, hk, b, q_full + 8 + 8 * s, ATOMS, KV_ATOM)
+                    if i >= STAGES:
+                        wait_phase(q_full + 56 + 8 * s, ((i // STAGES) - 1) & 1)
+                    ptx.mbarrier_arrive_expect_tx(q_full + 24 + 8 * s, KV_BYTES)
+                    load_rows(v_base + s * KV_BYTES, tmaps[2], k0 + start_n, hk, b, q_full + 24 + 8 * s, ATOMS, KV_ATOM)
+            return
+
+        ptx.setmaxnreg_inc(CONSUMER_REGS)
+        cw = wg - 1  # this consumer's 64 rows of the block
+        wtid = tid - 128 * wg
+        warp, lane = wtid // 32, wtid % 32
+        tq = lane & 3
+        row0 = start_m + 64 * cw + 16 * warp  # the warp's first query row
+        si, di = score.head_info(params, alibi, fx, seq, h, softmax_scale, mi, True, F)
 
         acc_s = cuda.local.array(S_REGS, float32)
         acc_o = cuda.local.array(O_REGS, float32)
@@ -130,51 +184,50 @@ def wgmma_forward_kernel(t: TcTiles, variant: Variant, dtype: str):
         l_i = cuda.local.array(2, float32)
         softmax.start_rows(acc_o, O_REGS, m_i, l_i, 2)
 
-        vr = walk_list(fx, seq, h, start_m // BLOCK_M, False, F)
-        n_lo, n_hi = walk_range(*key_tiles(start_m, BLOCK_M, BLOCK_N, mi), vr, F)
-        copy.copy_tile(q_base, q, b, h, q0 + start_m, q0 + seqlen_q, tid, BLOCK_M, CHUNKS, 8, ROW_BYTES, copy.SW_CORE,
-                       THREADS, False, DCOLS, SYNC)  # fmt: skip
+        q_wg = q_base + cw * WG_ROWS
+        wait_phase(q_full, 0)
         for j in range(n_lo, n_hi):
-            start_n, _, _ = pipeline.key_stage(j, vr, F, k_base, vt_base, BLOCK_N, KV_BYTES, 1)
-            copy.copy_tile(k_base, k, b, hk, k0 + start_n, k0 + seqlen_k, tid, BLOCK_N, CHUNKS, 8, ROW_BYTES,
-                           copy.SW_CORE, THREADS, False, DCOLS, SYNC, pg)  # fmt: skip
-            copy_tile_transposed(smem, q_base, vt_base, v, b, hk, k0 + start_n, k0 + seqlen_k, tid, BLOCK_N, CHUNKS,
-                                 THREADS, DCOLS, pg)  # fmt: skip
-            ptx.cp_async_wait_all()
-            ptx.fence_proxy_async()  # the generic-proxy writes (cp.async, stores) before wgmma's async-proxy reads
-            cuda.syncthreads()  # every thread's chunks of Q, K_j and V_jᵀ are in place
+            i = j - n_lo
+            s = i % STAGES
+            parity = (i // STAGES) & 1
+            start_n = tile_at(j, vr, F) * BLOCK_N
+            k_tile = k_base + s * KV_BYTES
+            v_tile = v_base + s * KV_BYTES
 
             # S = Q·K_jᵀ: d/16 wgmma chained on one accumulator (the first one overwrites it)
+            wait_phase(q_full + 8 + 8 * s, parity)
             ptx.wgmma_fence()
             for kk in range(KSTEPS):
-                wgmma_s(acc_s, 0, ptx.wgmma_desc(q_base + kk * 256, 128, QK_SBO, NONE),
-                        ptx.wgmma_desc(k_base + kk * 256, 128, QK_SBO, NONE), 1 if kk > 0 else 0)  # fmt: skip
+                at = (kk % 4) * 32  # the k-slice's 32 bytes within its atom's rows
+                wgmma_s(acc_s, 0, sw128_desc(q_wg + (kk // 4) * Q_ATOM + at),
+                        sw128_desc(k_tile + (kk // 4) * KV_ATOM + at), 1 if kk > 0 else 0)  # fmt: skip
             ptx.wgmma_commit_group()
             ptx.wgmma_wait_group(0)
+            ptx.mbarrier_arrive(q_full + 40 + 8 * s)  # this thread is done with K_j
 
-            needs_mask = tile_needs_mask(start_m, BLOCK_M, start_n, BLOCK_N, mi)
-            fragments.scale_and_mask(acc_s, 0, NT_S, 1, start_m + warp * 16, start_n, si, needs_mask,
-                                     tile_partial(j, vr, F), mi, False, True, F)  # fmt: skip
+            needs_mask = tile_needs_mask(start_m + 64 * cw, 64, start_n, BLOCK_N, mi)
+            fragments.scale_and_mask(acc_s, 0, NT_S, 1, row0, start_n, si, needs_mask, tile_partial(j, vr, F), mi,
+                                     False, True, F)  # fmt: skip
             for r in range(2):
                 softmax.online_softmax_row(acc_s, 2 * r, 4, NT_S, 2, acc_o, 2 * r, 4, NT_O, 2, m_i, l_i, r, 4,
                                            SOFTMAX)  # fmt: skip
             if F[DROPOUT]:
-                fragments.apply_dropout(acc_s, 0, NT_S, 1, start_m + warp * 16, start_n, di)
+                fragments.apply_dropout(acc_s, 0, NT_S, 1, row0, start_n, di)
 
-            # acc += P·V_j: P's k-slice ps is S's n-tiles 2ps, 2ps + 1, packed
+            # acc += P·V_j: P's k-slice ps is S's n-tiles 2ps, 2ps + 1, packed; V_j's keys 16ps … at 16 rows a slice
             for ps in range(PSTEPS):
                 fragments.pack_a(p_frag, ps * 4, acc_s, ps * 8, BF16)
+            wait_phase(q_full + 24 + 8 * s, parity)
             ptx.wgmma_fence()  # acc_o and p_frag were written by ordinary instructions
             for ps in range(PSTEPS):
-                wgmma_o(acc_o, 0, p_frag, ps * 4, ptx.wgmma_desc(vt_base + ps * 256, 128, VT_SBO, NONE), 1)
+                wgmma_o(acc_o, 0, p_frag, ps * 4, ptx.wgmma_desc(v_tile + ps * 2048, KV_ATOM, 1024, SW), 1)
             ptx.wgmma_commit_group()
             ptx.wgmma_wait_group(0)
-            cuda.syncthreads()  # every warp has read K_j and V_jᵀ before the next tile's copies
+            ptx.mbarrier_arrive(q_full + 56 + 8 * s)  # this thread is done with V_j
 
-        ptx.cp_async_wait_all()  # no copy may land after the block exits (no key tile)
         for r in range(2):
             inv_l, lse_row = softmax.finalize(m_i[r], l_i[r], 4, SOFTMAX)
-            row = start_m + warp * 16 + (lane >> 2) + 8 * r
+            row = row0 + (lane >> 2) + 8 * r
             if row < seqlen_q:
                 fragments.store_row_pairs(out32, b, q0 + row, h, acc_o, 2 * r, NT_W, tq, inv_l, BF16, DCOLS, HALVES)
                 if tq == 0:
@@ -184,13 +237,14 @@ def wgmma_forward_kernel(t: TcTiles, variant: Variant, dtype: str):
 
 
 def smem_bytes(t: TcTiles) -> int:
-    """Dynamic shared bytes: Q, one K and one Vᵀ tile, 2 bytes an element."""
-    return 2 * t.head_dim * (t.block_m + 2 * t.block_n)
+    """Dynamic shared bytes: Q, two stages of K and of V (2 bytes an element), the mbarriers."""
+    return 2 * t.head_dim * (BLOCK_M + 2 * STAGES * BLOCK_N) + BARRIER_BYTES
 
 
 def launches(t: TcTiles, variant: Variant, dtype: str, sz: spec.Sizes) -> list:
-    """One kernel, a block per 64 queries of a (batch, head), as ``tc_forward``'s."""
+    """One kernel, a block per 128 queries of a (batch, head), as ``tc_forward``'s, and
+    the tensor maps as its last argument (``spec.Arg("tmaps")``)."""
     grid = spec.query_grid(sz, t.block_m, variant.heaviest_first)
-    return [spec.KernelLaunch("wgmma_forward", wgmma_forward_kernel(t, variant, dtype), t, grid, t.threads,
-                              smem_bytes(t), spec.forward_args("u16", tc_out_view(t)),
-                              (t.block_m, t.block_n, False))]  # fmt: skip
+    args = spec.forward_args("u16", tc_out_view(t)) + (spec.Arg("tmaps"),)
+    return [spec.KernelLaunch("wgmma_forward", wgmma_forward_kernel(t, variant, dtype), t, grid, THREADS,
+                              smem_bytes(t), args, (t.block_m, t.block_n, False))]  # fmt: skip
