@@ -16,7 +16,9 @@ passed to them as they are.
 marked ``alwaysinline`` (``forceinline=True``), so that after inlining their register
 arrays and compile-time arguments fold into the caller as if written there.
 
-``kernel(launch_bounds=...)`` is ``cuda.jit`` with launch bounds where the target has them.
+``kernel(launch_bounds=..., whole_program=...)`` is ``cuda.jit`` with launch bounds where
+the target has them, and optionally assembled by the driver as a whole program
+(``whole_program``'s docstring: ``setmaxnreg`` and overlapped ``wgmma`` need it).
 
 ``compiling_for(cc)`` lets ``numba.cuda.compile_ptx`` compile kernels that call device
 functions on a machine without a GPU (see its docstring).
@@ -26,7 +28,10 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import os
+import re
 import threading
+import warnings
 
 from numba import cuda, config, float32, int32, int64, uint8, uint16, uint32, uint64  # noqa: F401
 
@@ -47,14 +52,81 @@ def device_function(fn):
     return cuda.jit(device=True, forceinline=True)(fn)
 
 
-def kernel(launch_bounds=None):
+def kernel(launch_bounds=None, whole_program=False):
     """``@kernel(launch_bounds=(threads, min_blocks))``: ``cuda.jit`` with PTX launch
     bounds (``.maxntid``, ``.minnctapersm``: ptxas then caps the registers at what that
     many threads leave, as ``setmaxnreg`` needs); the simulator's ``cuda.jit`` has no
-    such option, and there it is a plain kernel."""
+    such option, and there it is a plain kernel.  ``whole_program``: each compiled
+    overload is assembled by ``whole_program`` (below)."""
     if SIMULATOR or launch_bounds is None:
         return cuda.jit
-    return cuda.jit(launch_bounds=launch_bounds)
+
+    def deco(fn):
+        disp = cuda.jit(launch_bounds=launch_bounds)(fn)
+        if whole_program and os.environ.get("NUMBA_FLASH_WHOLE_PROGRAM", "1") != "0":
+            whole_program_dispatcher(disp)
+        return disp
+
+    return deco
+
+
+#: What assembled each whole-program kernel's overloads (``whole_program_dispatcher``):
+#: entry name → "driver JIT (whole program)" or why numba's linker did.
+ASSEMBLED: dict = {}
+
+
+def whole_program_dispatcher(disp):
+    """Assemble every overload ``disp`` compiles from its PTX by the driver's JIT as one
+    whole program, instead of numba-cuda's linker.
+
+    numba-cuda links a kernel with nvJitLink (or the driver's linker), which assembles
+    its PTX as a relocatable unit (``ptxas -c``).  In that mode ptxas ignores
+    ``setmaxnreg`` ("to maintain compatibility across compilation units", C7504), so a
+    warp-specialized kernel keeps 168 registers a thread in its consumers, and it
+    serializes every ``wgmma`` (C7509), so no two run at once.  The driver's JIT
+    assembles a module's PTX whole (``cuda.core.ObjectCode.from_ptx``); its PTX ISA may
+    be older than NVVM's, and the ``.version`` line is lowered to it (``driver_ptx``).
+    Where the driver cannot load the result, numba's linker assembles it as before,
+    with a warning.  ``NUMBA_FLASH_WHOLE_PROGRAM=0`` turns this off."""
+    compile_one = disp.compile
+
+    def compile(sig):
+        k = compile_one(sig)
+        lib = k._codelibrary
+        if not getattr(lib, "_numba_flash_whole", False):
+            lib._numba_flash_whole = True
+            cc = lib._ensure_cc(None)
+            try:
+                from cuda.core import ObjectCode
+
+                obj = ObjectCode.from_ptx(driver_ptx(lib.get_asm_str(cc)))
+                obj.get_kernel(lib._entry_name)  # the driver JIT-compiles the module here
+                lib._cubin_cache[cc] = obj
+                ASSEMBLED[lib._entry_name] = "driver JIT (whole program)"
+            except Exception as exc:  # an older driver or PTX it cannot take: numba's linker
+                ASSEMBLED[lib._entry_name] = f"numba's linker ({type(exc).__name__}: {str(exc)[:100]})"
+                warnings.warn(f"{disp.__name__}: the driver could not assemble the whole program "
+                              f"({type(exc).__name__}: {exc}); numba's linker does (slower)", stacklevel=2)  # fmt: skip
+        return k
+
+    disp.compile = compile
+    return disp
+
+
+def driver_ptx(ptx: str) -> str:
+    """``ptx`` with its ``.version`` lowered to the newest PTX ISA the installed driver
+    JIT-compiles (CUDA 13.x: 9.x); unchanged when it is not newer or the driver is
+    not a CUDA 13 one."""
+    from numba.cuda.cudadrv.driver import driver
+
+    major, minor = driver.get_version()
+    m = re.search(r"^\.version (\d+)\.(\d+)", ptx, re.M)
+    if major != 13 or m is None:
+        return ptx
+    have, best = (int(m.group(1)), int(m.group(2))), (9, minor)
+    if have <= best:
+        return ptx
+    return ptx[: m.start()] + f".version {best[0]}.{best[1]}" + ptx[m.end():]
 
 
 def gpu_available() -> bool:

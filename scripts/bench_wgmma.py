@@ -83,3 +83,7 @@ def main(path):
 
 if __name__ == "__main__":
     main(sys.argv[1])
+    from numba_flash._numba_cuda import ASSEMBLED
+
+    for name, how in ASSEMBLED.items():  # whole_program_dispatcher: what assembled each wgmma kernel
+        print(f"assembled {name[-40:]}: {how}")

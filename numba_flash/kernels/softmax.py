@@ -94,7 +94,18 @@ def online_softmax_row(s, S0, S_STEP, S_N, S_PAIR, acc, O0, O_STEP, O_N, O_PAIR,
     ``n < S_N``, ``e < S_PAIR`` in this lane; they become ``P = exp(s − m_new)`` in
     place.  Its accumulator entries ``acc[O0 + n·O_STEP + e]`` (``n < O_N``,
     ``e < O_PAIR``) are rescaled by alpha; ``l_i[r]`` stays this lane's part of the
-    row sum (``finalize`` adds the LANES parts)."""
+    row sum (``finalize`` adds the LANES parts).  ``softmax_row_step`` then
+    ``rescale_row``."""
+    alpha = softmax_row_step(s, S0, S_STEP, S_N, S_PAIR, m_i, l_i, r, LANES, LOG2)
+    rescale_row(acc, O0, O_STEP, O_N, O_PAIR, alpha)
+
+
+@device_function
+def softmax_row_step(s, S0, S_STEP, S_N, S_PAIR, m_i, l_i, r, LANES, LOG2):
+    """``online_softmax_row`` without touching the accumulator: P in place of the
+    row's scores, ``m_i[r]`` and ``l_i[r]`` updated, and alpha returned for
+    ``rescale_row`` (a kernel whose accumulator is still being written by an
+    asynchronous P·V rescales it after that completes)."""
     mx = NEG_INF
     for n in range(S_N):
         for e in range(S_PAIR):
@@ -114,6 +125,12 @@ def online_softmax_row(s, S0, S_STEP, S_N, S_PAIR, acc, O0, O_STEP, O_N, O_PAIR,
             part += p
         row_sum += part
     l_i[r] = l_i[r] * alpha + row_sum
+    return alpha
+
+
+@device_function
+def rescale_row(acc, O0, O_STEP, O_N, O_PAIR, alpha):
+    """A row's accumulator entries ``acc[O0 + n·O_STEP + e]`` times alpha."""
     for n in range(O_N):
         for e in range(O_PAIR):
             acc[O0 + n * O_STEP + e] *= alpha

@@ -125,7 +125,44 @@ def wgmma_forward_kernel(t: TcTiles, variant: Variant, dtype: str):
     wgmma_o = getattr(ptx, f"wgmma_m64n{HEAD_DIM}k16_{kind}_rs_bmn_acc")
     BF16 = dtype == "bfloat16"
 
-    @kernel(launch_bounds=(THREADS, 1))
+    @device_function
+    def issue_scores(acc_s, q_wg, k_tile):
+        """S = Q·Kᵀ of this consumer's 64 rows and the tile at ``k_tile``: d/16 wgmma
+        chained on one accumulator (the first overwrites it), one commit group."""
+        for kk in range(KSTEPS):
+            at = (kk % 4) * 32  # the k-slice's 32 bytes within its atom's rows
+            wgmma_s(acc_s, 0, sw128_desc(q_wg + (kk // 4) * Q_ATOM + at), sw128_desc(k_tile + (kk // 4) * KV_ATOM + at),
+                    1 if kk > 0 else 0)  # fmt: skip
+        ptx.wgmma_commit_group()
+
+    @device_function
+    def issue_pv(acc_o, p_frag, v_tile):
+        """acc += P·V for the tile at ``v_tile``: P from registers, 16 keys a k-slice
+        (V's rows 16ps …, 2048 bytes apart in its swizzled atoms), one commit group."""
+        for ps in range(PSTEPS):
+            wgmma_o(acc_o, 0, p_frag, ps * 4, ptx.wgmma_desc(v_tile + ps * 2048, KV_ATOM, 1024, SW), 1)
+        ptx.wgmma_commit_group()
+
+    @device_function
+    def scores_to_p(acc_s, alpha, m_i, l_i, j, start_n, row0, rows0, si, di, mi, vr):
+        """Tile j's scores (keys ``start_n`` …) in ``acc_s`` become P: scaled, masked
+        where the tile needs it, the online softmax's step (``alpha`` out, for
+        ``rescale_row`` once acc is free), dropout."""
+        needs_mask = tile_needs_mask(rows0, 64, start_n, BLOCK_N, mi)
+        fragments.scale_and_mask(acc_s, 0, NT_S, 1, row0, start_n, si, needs_mask, tile_partial(j, vr, F), mi, False,
+                                 True, F)  # fmt: skip
+        for r in range(2):
+            alpha[r] = softmax.softmax_row_step(acc_s, 2 * r, 4, NT_S, 2, m_i, l_i, r, 4, SOFTMAX)
+        if F[DROPOUT]:
+            fragments.apply_dropout(acc_s, 0, NT_S, 1, row0, start_n, di)
+
+    @device_function
+    def pack_p(p_frag, acc_s):
+        """P's k-slice ps is S's n-tiles 2ps, 2ps + 1 packed to 16-bit pairs (V's keys 16ps …)."""
+        for ps in range(PSTEPS):
+            fragments.pack_a(p_frag, ps * 4, acc_s, ps * 8, BF16)
+
+    @kernel(launch_bounds=(THREADS, 1), whole_program=True)
     def wgmma_forward(q, k, v, out32, lse, softmax_scale, params, alibi, cu_q, cu_k, fx, tmaps):
         start_m, b, h, hk, q0, k0, mi, seq = this_block(q, k, params, cu_q, cu_k, fx, BLOCK_M, F, False)
         seqlen_q = mi[0]
@@ -185,45 +222,46 @@ def wgmma_forward_kernel(t: TcTiles, variant: Variant, dtype: str):
         softmax.start_rows(acc_o, O_REGS, m_i, l_i, 2)
 
         q_wg = q_base + cw * WG_ROWS
+        rows0 = start_m + 64 * cw  # this consumer's first query row
+        alpha = cuda.local.array(2, float32)
         wait_phase(q_full, 0)
-        for j in range(n_lo, n_hi):
+        # Tile i's S = Q·K_iᵀ is issued with tile i − 1's acc += P·V, and its softmax runs
+        # while that P·V is still on the tensor cores (FlashAttention-3's intra-warpgroup
+        # overlap); acc is rescaled by tile i's alpha once that P·V completed. The first
+        # tile is peeled, so that every wgmma in the loop is issued on every path (ptxas
+        # serializes all wgmma of a kernel whose in-flight wgmma cross a divergent branch).
+        if n_hi > n_lo:
+            wait_phase(q_full + 8, 0)
+            ptx.wgmma_fence()  # acc_s was written by ordinary instructions
+            issue_scores(acc_s, q_wg, k_base)
+            ptx.wgmma_wait_group(0)
+            ptx.mbarrier_arrive(q_full + 40)  # this thread is done with K_0
+            scores_to_p(acc_s, alpha, m_i, l_i, n_lo, tile_at(n_lo, vr, F) * BLOCK_N, row0, rows0, si, di, mi, vr)
+            pack_p(p_frag, acc_s)  # acc_o is 0: no rescale
+        for j in range(n_lo + 1, n_hi):
             i = j - n_lo
-            s = i % STAGES
-            parity = (i // STAGES) & 1
-            start_n = tile_at(j, vr, F) * BLOCK_N
-            k_tile = k_base + s * KV_BYTES
-            v_tile = v_base + s * KV_BYTES
-
-            # S = Q·K_jᵀ: d/16 wgmma chained on one accumulator (the first one overwrites it)
-            wait_phase(q_full + 8 + 8 * s, parity)
-            ptx.wgmma_fence()
-            for kk in range(KSTEPS):
-                at = (kk % 4) * 32  # the k-slice's 32 bytes within its atom's rows
-                wgmma_s(acc_s, 0, sw128_desc(q_wg + (kk // 4) * Q_ATOM + at),
-                        sw128_desc(k_tile + (kk // 4) * KV_ATOM + at), 1 if kk > 0 else 0)  # fmt: skip
-            ptx.wgmma_commit_group()
-            ptx.wgmma_wait_group(0)
-            ptx.mbarrier_arrive(q_full + 40 + 8 * s)  # this thread is done with K_j
-
-            needs_mask = tile_needs_mask(start_m + 64 * cw, 64, start_n, BLOCK_N, mi)
-            fragments.scale_and_mask(acc_s, 0, NT_S, 1, row0, start_n, si, needs_mask, tile_partial(j, vr, F), mi,
-                                     False, True, F)  # fmt: skip
-            for r in range(2):
-                softmax.online_softmax_row(acc_s, 2 * r, 4, NT_S, 2, acc_o, 2 * r, 4, NT_O, 2, m_i, l_i, r, 4,
-                                           SOFTMAX)  # fmt: skip
-            if F[DROPOUT]:
-                fragments.apply_dropout(acc_s, 0, NT_S, 1, row0, start_n, di)
-
-            # acc += P·V_j: P's k-slice ps is S's n-tiles 2ps, 2ps + 1, packed; V_j's keys 16ps … at 16 rows a slice
-            for ps in range(PSTEPS):
-                fragments.pack_a(p_frag, ps * 4, acc_s, ps * 8, BF16)
-            wait_phase(q_full + 24 + 8 * s, parity)
+            s, sp = i % STAGES, (i - 1) % STAGES
+            wait_phase(q_full + 8 + 8 * s, (i // STAGES) & 1)
             ptx.wgmma_fence()  # acc_o and p_frag were written by ordinary instructions
-            for ps in range(PSTEPS):
-                wgmma_o(acc_o, 0, p_frag, ps * 4, ptx.wgmma_desc(v_tile + ps * 2048, KV_ATOM, 1024, SW), 1)
-            ptx.wgmma_commit_group()
+            issue_scores(acc_s, q_wg, k_base + s * KV_BYTES)
+            wait_phase(q_full + 24 + 8 * sp, ((i - 1) // STAGES) & 1)
+            issue_pv(acc_o, p_frag, v_base + sp * KV_BYTES)  # the previous tile's, behind this S
+            ptx.wgmma_wait_group(1)  # S done (groups complete in order); P·V may still run
+            ptx.mbarrier_arrive(q_full + 40 + 8 * s)  # this thread is done with K_i
+            scores_to_p(acc_s, alpha, m_i, l_i, j, tile_at(j, vr, F) * BLOCK_N, row0, rows0, si, di, mi, vr)
+            ptx.wgmma_wait_group(0)  # the previous P·V landed in acc_o and is done with p_frag
+            ptx.mbarrier_arrive(q_full + 56 + 8 * sp)  # … and with V_{i−1}
+            for r in range(2):
+                softmax.rescale_row(acc_o, 2 * r, 4, NT_O, 2, alpha[r])
+            pack_p(p_frag, acc_s)
+        if n_hi > n_lo:  # the last tile's P·V
+            i = n_hi - n_lo - 1
+            s = i % STAGES
+            wait_phase(q_full + 24 + 8 * s, (i // STAGES) & 1)
+            ptx.wgmma_fence()
+            issue_pv(acc_o, p_frag, v_base + s * KV_BYTES)
             ptx.wgmma_wait_group(0)
-            ptx.mbarrier_arrive(q_full + 56 + 8 * s)  # this thread is done with V_j
+            ptx.mbarrier_arrive(q_full + 56 + 8 * s)
 
         for r in range(2):
             inv_l, lse_row = softmax.finalize(m_i[r], l_i[r], 4, SOFTMAX)
