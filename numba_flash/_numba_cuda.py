@@ -99,7 +99,8 @@ def whole_program_dispatcher(disp):
             try:
                 from cuda.core import ObjectCode
 
-                obj = ObjectCode.from_ptx(driver_ptx(lib.get_asm_str(cc)))
+                # bytes: from_ptx takes a str for a file's path
+                obj = ObjectCode.from_ptx(driver_ptx(lib.get_asm_str(cc)).encode(), name=disp.__name__)
                 obj.get_kernel(lib._entry_name)  # the driver JIT-compiles the module here
                 lib._cubin_cache[cc] = obj
                 ASSEMBLED[lib._entry_name] = "driver JIT (whole program)"
