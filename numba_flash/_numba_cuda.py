@@ -114,13 +114,16 @@ def whole_program_dispatcher(disp):
     return disp
 
 
-def driver_ptx(ptx: str) -> str:
-    """``ptx`` with its ``.version`` lowered to the newest PTX ISA the installed driver
-    JIT-compiles (CUDA 13.x: 9.x); unchanged when it is not newer or the driver is
-    not a CUDA 13 one."""
-    from numba.cuda.cudadrv.driver import driver
+def driver_ptx(ptx: str, driver_version: tuple | None = None) -> str:
+    """``ptx`` with its ``.version`` lowered to the newest PTX ISA the driver
+    (``driver_version``, default the installed one's (major, minor)) JIT-compiles:
+    CUDA 13.x takes 9.x.  Unchanged when it is not newer or the driver is not a CUDA 13
+    one."""
+    if driver_version is None:
+        from numba.cuda.cudadrv.driver import driver
 
-    major, minor = driver.get_version()
+        driver_version = driver.get_version()
+    major, minor = driver_version
     m = re.search(r"^\.version (\d+)\.(\d+)", ptx, re.M)
     if major != 13 or m is None:
         return ptx

@@ -356,6 +356,13 @@ def test_wgmma_reads_tma_swizzled_tiles(rng, dtype):
     check_wgmma_sw128(rng, dtype)
 
 
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_wgmma_reads_tma_swizzled_tiles_on_the_gpu(rng, dtype):
+    """``-m gpu`` selects only marked tests: the hardware's reading of the same tiles."""
+    check_wgmma_sw128(rng, dtype)
+
+
 def test_tma_twin_fills_a_box_with_zeros_past_the_edges(rng):
     """The simulator's TMA twin on the cases the H200 checked (test_tma_tile_with_zero_fill_past_the_edges)."""
     if not SIMULATOR:

@@ -10,12 +10,15 @@ with nothing in local memory.  On a GPU (``-m gpu``) the same checks at larger s
 
 from __future__ import annotations
 
+from unittest import mock
+
 import ml_dtypes
 import numpy as np
 import pytest
 from conftest import device, host
 
 import numba_flash
+from numba_flash import api as A
 from numba_flash import plan as P
 from numba_flash import reference as R
 from numba_flash.variant import Variant
@@ -41,7 +44,11 @@ def check_forward(rng, dtype, d, causal, B=1, H=2, H_kv=2, Nq=70, Nk=90, **kw):
     p = P.Problem("forward", dtype, d, causal, batch=B, heads=H, seqlen_q=Nq, seqlen_k=Nk, heads_k=H_kv)
     assert [k_.name for k_ in P.plan(p).launches] == ["wgmma_forward"]
     dev = {key: (device(val) if isinstance(val, np.ndarray) else val) for key, val in kw.items()}
-    out, lse = numba_flash.flash_attention(device(q), device(k), device(v), causal=causal, return_lse=True, **dev)
+    ran = []  # the kernels the call launched: its own plan (with its variants), not the one above
+    run = A._run
+    with mock.patch.object(A, "_run", lambda plan, *a: (ran.extend(x.name for x in plan.launches), run(plan, *a))):
+        out, lse = numba_flash.flash_attention(device(q), device(k), device(v), causal=causal, return_lse=True, **dev)
+    assert ran == ["wgmma_forward"], ran
     ref, ref_lse = R.attention(q, k, v, causal=causal, **kw)
     tol = 2 * R.rel_error(R.attention_lowp(q, k, v, dtype=dt, causal=causal, **kw)[0], ref) + FLOOR
     err = R.rel_error(host(out).astype(np.float64), ref)
@@ -129,3 +136,27 @@ def test_wgmma_forward_compiles_for_sm_90a(monkeypatch):
 @pytest.mark.parametrize("causal", [False, True])
 def test_wgmma_forward_on_the_gpu(rng, dtype, d, causal):
     check_forward(rng, dtype, d, causal, B=2, H=4, H_kv=2, Nq=1000, Nk=517)
+
+
+@pytest.mark.gpu
+@pytest.mark.usefixtures("wgmma_on", "poisoned_outputs")
+@pytest.mark.parametrize("dtype,d", [("float16", 64), ("bfloat16", 128)])
+def test_wgmma_forward_variants_on_the_gpu(rng, dtype, d):
+    """GQA + window + softcap + ALiBi, then the same with dropout, at sizes that fill
+    both consumers and several ring fills, against the float64 reference."""
+    kw = dict(window_size=(300, 40), softcap=5.0, alibi_slopes=_slopes(rng, 8))
+    check_forward(rng, dtype, d, True, B=2, H=8, H_kv=2, Nq=777, Nk=1000, **kw)
+    seed = int(rng.integers(0, 2**63))
+    check_forward(rng, dtype, d, False, B=1, H=8, H_kv=4, Nq=517, Nk=700, dropout_p=0.15, seed=seed, **kw)
+
+
+def test_driver_ptx_lowers_only_a_newer_version():
+    """The whole-program path hands the driver PTX of an ISA it JIT-compiles: NVVM 13.5's
+    9.5 becomes 9.0 for a CUDA 13.0 driver; 9.0 PTX, or another driver major, stay as they are."""
+    from numba_flash._numba_cuda import driver_ptx
+
+    ptx = "//\n.version 9.5\n.target sm_90a\n.address_size 64\n"
+    assert driver_ptx(ptx, (13, 0)) == ptx.replace(".version 9.5", ".version 9.0")
+    assert driver_ptx(ptx, (13, 6)) == ptx
+    assert driver_ptx(ptx.replace("9.5", "8.8"), (13, 0)) == ptx.replace("9.5", "8.8")
+    assert driver_ptx(ptx, (12, 8)) == ptx

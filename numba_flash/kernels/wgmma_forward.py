@@ -23,8 +23,19 @@ of 128 threads a block (FlashAttention-3's warp specialization):
   64–127 of the block.  Warp w of a consumer owns 16 rows: a wgmma m64nN accumulator
   holds, per thread, exactly an m16n8 accumulator's values for N/8 n-tiles of its
   warp's rows, so the score step, the online softmax, dropout and the epilogue are
-  ``tc_forward``'s (``fragments``, ``softmax``) on one m-tile a warp.  While one
-  consumer runs its softmax, the other's wgmma keeps the tensor cores busy.
+  ``tc_forward``'s (``fragments``, ``softmax``) on one m-tile a warp.
+* within a consumer (FlashAttention-3's intra-warpgroup overlap): tile i's S is
+  issued together with tile i − 1's P·V, and tile i's softmax runs while that P·V is
+  on the tensor cores (``softmax.softmax_row_step``); acc is rescaled by tile i's
+  alpha (``softmax.rescale_row``) once the P·V completed.  The first tile is peeled
+  so that no wgmma in flight crosses a divergent branch (ptxas would serialize them).
+  Between the two consumers, the scheduler interleaves one's softmax with the other's
+  wgmma by itself (no named-barrier ping-pong yet).
+
+Assembly: the driver's JIT assembles the PTX as a whole program
+(``_numba_cuda.whole_program_dispatcher``).  numba-cuda's linker assembles a
+relocatable unit, in which ptxas ignores ``setmaxnreg`` (the consumers keep 168
+registers: at d = 128 the overlap spills) and serializes every wgmma.
 
 Synchronisation, per stage s of the ring (position i of the walk: s = i mod 2, its
 fill i // 2; a phase's parity is the fill's):
@@ -41,10 +52,10 @@ Shared memory (one dynamic array, 1024-byte aligned: a swizzled tile's repeat), 
 r·128, 16-byte chunk c at (c XOR r mod 8)·16 (``_ptx_sim.swizzle_128b``).
 
 Not yet (issue #13): the two consumers' softmax explicitly ping-ponged (named
-barriers) and each consumer's next S overlapped with its softmax; head dims other
-than 64 and 128; varlen, a KV cache's pages and splits, FlexAttention mods (the plan
-sends those to the mma.sync forward); O written through shared memory by TMA; the
-backward.
+barriers); head dims other than 64 and 128; varlen, a KV cache's pages and splits,
+FlexAttention mods (the plan sends those to the mma.sync forward); O written through
+shared memory by TMA; a persistent grid (short sequences: each block's prologue and
+epilogue are not hidden); the backward; running by default on sm_90.
 """
 
 from __future__ import annotations
