@@ -141,17 +141,30 @@ def decode_tiles(p: Problem) -> bool:
 
 
 def wgmma_forward(p: Problem) -> bool:
-    """The experimental Hopper forward (``kernels.wgmma_forward``) runs ``p``: opted in
-    with ``NUMBA_FLASH_WGMMA=1``, on sm_90 (or the simulator's twins), fp16/bf16 at d =
-    64 or 128 on 16-byte-aligned rows (TMA's strides), no FlexAttention mods, no varlen
-    (a TMA box zero-fills past the array, not past a packed sequence), no KV cache's
-    split or pages, and no decode tiles (issue #13)."""
+    """The Hopper forward (``kernels.wgmma_forward``) runs ``p``: switched on
+    (``wgmma_switch``), on sm_90, fp16/bf16 at d = 64 or 128 on 16-byte-aligned rows
+    (TMA's strides), no FlexAttention mods, no varlen (a TMA box zero-fills past the
+    array, not past a packed sequence), no KV cache's split or pages, and no decode
+    tiles (issue #13)."""
     from numba_flash.kernels.wgmma_forward import HEAD_DIMS
 
-    return (os.environ.get("NUMBA_FLASH_WGMMA") == "1" and p.pass_ == "forward" and tuple(p.arch[:2]) >= (9, 0)
+    return (wgmma_switch() and p.pass_ == "forward" and tuple(p.arch[:2]) >= (9, 0)
             and p.dtype in ("float16", "bfloat16") and p.head_dim in HEAD_DIMS and p.aligned
             and p.features.mods is None and not p.features.split and not p.features.paged
             and not p.features.varlen and not decode_tiles(p))  # fmt: skip
+
+
+def wgmma_switch() -> bool:
+    """``NUMBA_FLASH_WGMMA``: ``1`` on, ``0`` off; unset: on where the kernels run on an
+    sm_90 GPU.  Without one (the simulator, or compiling with ``inspect --arch sm_90a``
+    on a machine with no GPU) it is off unless asked for, so that CI's plans and
+    digests are the mma.sync ones."""
+    flag = os.environ.get("NUMBA_FLASH_WGMMA")
+    if flag is not None:
+        return flag == "1"
+    from numba_flash._numba_cuda import compute_capability, gpu_available
+
+    return gpu_available() and compute_capability() >= (9, 0)
 
 
 def plan(p: Problem) -> Plan:
