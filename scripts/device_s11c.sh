@@ -6,15 +6,13 @@
 set -u
 out=$1
 export NUMBA_FLASH_WGMMA=0
-timeout 200 python3 -m pytest -m gpu -q -n 4 -p no:cacheprovider tests/test_ptx_hopper.py tests/test_wgmma_forward.py \
-  > "$out/a_pytest_hopper.txt" 2>&1; rc=$?; echo "pytest rc=$rc" >> "$out/a_pytest_hopper.txt"
-grep -E "passed|failed|FAILED|Error" "$out/a_pytest_hopper.txt" | tail -12
+. scripts/device_hopper.sh
+hopper_pytest "$out" 200; rc=$?
 timeout 150 python3 scripts/bench_wgmma.py "$out/b_wgmma.jsonl" > "$out/b_wgmma.txt" 2>&1; tail -20 "$out/b_wgmma.txt"
-NUMBA_FLASH_WHOLE_PROGRAM=0 timeout 150 python3 scripts/bench_wgmma.py "$out/c_wgmma_linker.jsonl" \
-  > "$out/c_wgmma_linker.txt" 2>&1; tail -20 "$out/c_wgmma_linker.txt"
+if [ "${2:-}" != whole-only ]; then  # call 4 (device_s11d.sh) leaves this out
+  NUMBA_FLASH_WHOLE_PROGRAM=0 timeout 150 python3 scripts/bench_wgmma.py "$out/c_wgmma_linker.jsonl" \
+    > "$out/c_wgmma_linker.txt" 2>&1; tail -20 "$out/c_wgmma_linker.txt"
+fi
 if [ $rc -eq 0 ]; then
-  for tool in memcheck racecheck synccheck; do
-    timeout 100 compute-sanitizer --tool $tool --report-api-errors no python3 scripts/sanitize_small.py wgmma \
-      > "$out/d_$tool.txt" 2>&1; echo "$tool rc=$?" >> "$out/d_$tool.txt"; tail -2 "$out/d_$tool.txt"
-  done
+  wgmma_sanitizers "$out" d 100 memcheck racecheck synccheck
 fi

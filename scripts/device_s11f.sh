@@ -4,6 +4,5 @@
 set -u
 out=$1
 export NUMBA_FLASH_WGMMA=0
-timeout 300 python3 -m pytest -m gpu -q -n 4 -p no:cacheprovider -rA tests/test_ptx_hopper.py tests/test_wgmma_forward.py \
-  > "$out/a_pytest_hopper.txt" 2>&1; echo "pytest rc=$?" >> "$out/a_pytest_hopper.txt"
-grep -E "^(PASSED|FAILED|ERROR)|passed|failed|rc=" "$out/a_pytest_hopper.txt" | tail -30
+. scripts/device_hopper.sh
+hopper_pytest "$out" 300 -rA
