@@ -100,6 +100,12 @@ def tensor_map(array, box, swizzle: int = 0):
     """The tensor map of ``array`` (a CuPy array, or in the simulator a NumPy one: 2-D
     to 5-D, innermost dimension contiguous, any strides outside it) for boxes of
     ``box`` elements (outermost first), as a 128-byte uint8 array on the device."""
+    raw = _host_map(array, box, swizzle)
+    return raw if SIMULATOR else A._cupy().asarray(raw)
+
+
+def _host_map(array, box, swizzle: int) -> np.ndarray:
+    """``tensor_map``'s 128 bytes on the host (the simulator's are its keyed stand-in)."""
     if array.ndim not in (2, 3, 4, 5) or array.strides[-1] != array.itemsize:
         raise ValueError(f"array: shape {array.shape}, strides {array.strides}: expected 2-D to 5-D with a "
                          "contiguous innermost dimension")  # fmt: skip
@@ -107,8 +113,7 @@ def tensor_map(array, box, swizzle: int = 0):
     if SIMULATOR:
         check(dtype, array.shape, array.strides[:-1], box, swizzle, array.ctypes.data)
         return _sim_map(array, box, swizzle)
-    raw = encode(int(array.data.ptr), dtype, array.shape, array.strides[:-1], box, swizzle)
-    return A._cupy().asarray(raw)
+    return encode(int(array.data.ptr), dtype, array.shape, array.strides[:-1], box, swizzle)
 
 
 def _bhnd(x):
@@ -123,11 +128,9 @@ _MAP_KEEP = 256
 def _stack_maps(q, k, v, block_m, block_n, swizzle):
     """The three maps, one (3, 128) device array (one host-to-device copy)."""
     atom = swizzle // q.itemsize  # columns a box: the swizzle's span
-    maps = [tensor_map(_bhnd(x), (1, 1, rows, atom), swizzle) for x, rows in ((q, block_m), (k, block_n), (v, block_n))]
-    if SIMULATOR:
-        return np.stack(maps)
-    cp = A._cupy()
-    return cp.asarray(np.stack([cp.asnumpy(m) for m in maps]))
+    maps = np.stack([_host_map(_bhnd(x), (1, 1, rows, atom), swizzle)
+                     for x, rows in ((q, block_m), (k, block_n), (v, block_n))])  # fmt: skip
+    return maps if SIMULATOR else A._cupy().asarray(maps)
 
 
 def attention_maps(q, k, v, block_m: int, block_n: int, swizzle: int = 128):

@@ -40,8 +40,8 @@ registers: at d = 128 the overlap spills) and serializes every wgmma.
 Synchronisation, per stage s of the ring (position i of the walk: s = i mod 2, its
 fill i // 2; a phase's parity is the fill's):
     k_full[s], v_full[s]   the producer's arrive.expect_tx + the TMA bytes: the tile landed
-    k_empty[s], v_empty[s] 256 consumer arrivals after their wgmma on the tile completed
-                           (``wgmma_wait_group(0)``): the producer may overwrite it
+    k_empty[s], v_empty[s] 256 consumer arrivals after the wait_group that retires their
+                           wgmma on the tile: the producer may overwrite it
     q_full                 Q landed (once)
 No ``syncthreads`` after the roles split (one before it: the barriers are initialised).
 
@@ -80,6 +80,8 @@ PRODUCER_REGS, CONSUMER_REGS = 24, 240  # setmaxnreg: 128·24 + 256·240 <= 6553
 ATOM = 64  # columns of a 128-byte swizzle atom (16-bit elements): a TMA box's width
 HEAD_DIMS = (64, 128)  # the head dims this version runs (wgmma n = d for P·V)
 BARRIER_BYTES = 128  # q_full, k_full[2], v_full[2], k_empty[2], v_empty[2]: 8 bytes each
+#: Byte offsets from q_full of each stage-0 barrier (stage s: + 8·s).
+K_FULL, V_FULL, K_EMPTY, V_EMPTY = (8 + 8 * STAGES * j for j in range(4))
 
 
 def tiles(head_dim: int) -> TcTiles:
@@ -184,14 +186,14 @@ def wgmma_forward_kernel(t: TcTiles, variant: Variant, dtype: str):
         q_base = ptx.smem_addr(smem, 0)
         k_base = q_base + Q_BYTES
         v_base = k_base + STAGES * KV_BYTES
-        q_full = v_base + STAGES * KV_BYTES  # then k_full[s] at + 8 + 8s, v_full[s] + 24, k_empty + 40, v_empty + 56
+        q_full = v_base + STAGES * KV_BYTES  # then k_full[s] at + K_FULL + 8s, v_full, k_empty, v_empty likewise
         if tid == 0:
             ptx.mbarrier_init(q_full, 1)
             for s in range(STAGES):
-                ptx.mbarrier_init(q_full + 8 + 8 * s, 1)
-                ptx.mbarrier_init(q_full + 24 + 8 * s, 1)
-                ptx.mbarrier_init(q_full + 40 + 8 * s, CONSUMER_THREADS)
-                ptx.mbarrier_init(q_full + 56 + 8 * s, CONSUMER_THREADS)
+                ptx.mbarrier_init(q_full + K_FULL + 8 * s, 1)
+                ptx.mbarrier_init(q_full + V_FULL + 8 * s, 1)
+                ptx.mbarrier_init(q_full + K_EMPTY + 8 * s, CONSUMER_THREADS)
+                ptx.mbarrier_init(q_full + V_EMPTY + 8 * s, CONSUMER_THREADS)
             ptx.fence_proxy_async()  # the initialised barriers, before TMA completes on them
         cuda.syncthreads()  # the barriers are initialised before anyone waits or arrives on them
 
@@ -208,13 +210,15 @@ def wgmma_forward_kernel(t: TcTiles, variant: Variant, dtype: str):
                     s = i % STAGES
                     start_n = tile_at(j, vr, F) * BLOCK_N
                     if i >= STAGES:  # the consumers released this stage's last fill
-                        wait_phase(q_full + 40 + 8 * s, ((i // STAGES) - 1) & 1)
-                    ptx.mbarrier_arrive_expect_tx(q_full + 8 + 8 * s, KV_BYTES)
-                    load_rows(k_base + s * KV_BYTES, tmaps[1], k0 + start_n, hk, b, q_full + 8 + 8 * s, ATOMS, KV_ATOM)
+                        wait_phase(q_full + K_EMPTY + 8 * s, ((i // STAGES) - 1) & 1)
+                    ptx.mbarrier_arrive_expect_tx(q_full + K_FULL + 8 * s, KV_BYTES)
+                    load_rows(k_base + s * KV_BYTES, tmaps[1], k0 + start_n, hk, b, q_full + K_FULL + 8 * s,
+                              ATOMS, KV_ATOM)  # fmt: skip
                     if i >= STAGES:
-                        wait_phase(q_full + 56 + 8 * s, ((i // STAGES) - 1) & 1)
-                    ptx.mbarrier_arrive_expect_tx(q_full + 24 + 8 * s, KV_BYTES)
-                    load_rows(v_base + s * KV_BYTES, tmaps[2], k0 + start_n, hk, b, q_full + 24 + 8 * s, ATOMS, KV_ATOM)
+                        wait_phase(q_full + V_EMPTY + 8 * s, ((i // STAGES) - 1) & 1)
+                    ptx.mbarrier_arrive_expect_tx(q_full + V_FULL + 8 * s, KV_BYTES)
+                    load_rows(v_base + s * KV_BYTES, tmaps[2], k0 + start_n, hk, b, q_full + V_FULL + 8 * s,
+                              ATOMS, KV_ATOM)  # fmt: skip
             return
 
         ptx.setmaxnreg_inc(CONSUMER_REGS)
@@ -242,37 +246,37 @@ def wgmma_forward_kernel(t: TcTiles, variant: Variant, dtype: str):
         # tile is peeled, so that every wgmma in the loop is issued on every path (ptxas
         # serializes all wgmma of a kernel whose in-flight wgmma cross a divergent branch).
         if n_hi > n_lo:
-            wait_phase(q_full + 8, 0)
+            wait_phase(q_full + K_FULL, 0)
             ptx.wgmma_fence()  # acc_s was written by ordinary instructions
             issue_scores(acc_s, q_wg, k_base)
             ptx.wgmma_wait_group(0)
-            ptx.mbarrier_arrive(q_full + 40)  # this thread is done with K_0
+            ptx.mbarrier_arrive(q_full + K_EMPTY)  # this thread is done with K_0
             scores_to_p(acc_s, alpha, m_i, l_i, n_lo, tile_at(n_lo, vr, F) * BLOCK_N, row0, rows0, si, di, mi, vr)
             pack_p(p_frag, acc_s)  # acc_o is 0: no rescale
         for j in range(n_lo + 1, n_hi):
             i = j - n_lo
             s, sp = i % STAGES, (i - 1) % STAGES
-            wait_phase(q_full + 8 + 8 * s, (i // STAGES) & 1)
+            wait_phase(q_full + K_FULL + 8 * s, (i // STAGES) & 1)
             ptx.wgmma_fence()  # acc_o and p_frag were written by ordinary instructions
             issue_scores(acc_s, q_wg, k_base + s * KV_BYTES)
-            wait_phase(q_full + 24 + 8 * sp, ((i - 1) // STAGES) & 1)
+            wait_phase(q_full + V_FULL + 8 * sp, ((i - 1) // STAGES) & 1)
             issue_pv(acc_o, p_frag, v_base + sp * KV_BYTES)  # the previous tile's, behind this S
             ptx.wgmma_wait_group(1)  # S done (groups complete in order); P·V may still run
-            ptx.mbarrier_arrive(q_full + 40 + 8 * s)  # this thread is done with K_i
+            ptx.mbarrier_arrive(q_full + K_EMPTY + 8 * s)  # this thread is done with K_i
             scores_to_p(acc_s, alpha, m_i, l_i, j, tile_at(j, vr, F) * BLOCK_N, row0, rows0, si, di, mi, vr)
             ptx.wgmma_wait_group(0)  # the previous P·V landed in acc_o and is done with p_frag
-            ptx.mbarrier_arrive(q_full + 56 + 8 * sp)  # … and with V_{i−1}
+            ptx.mbarrier_arrive(q_full + V_EMPTY + 8 * sp)  # … and with V_{i−1}
             for r in range(2):
                 softmax.rescale_row(acc_o, 2 * r, 4, NT_O, 2, alpha[r])
             pack_p(p_frag, acc_s)
         if n_hi > n_lo:  # the last tile's P·V
             i = n_hi - n_lo - 1
             s = i % STAGES
-            wait_phase(q_full + 24 + 8 * s, (i // STAGES) & 1)
+            wait_phase(q_full + V_FULL + 8 * s, (i // STAGES) & 1)
             ptx.wgmma_fence()
             issue_pv(acc_o, p_frag, v_base + s * KV_BYTES)
             ptx.wgmma_wait_group(0)
-            ptx.mbarrier_arrive(q_full + 56 + 8 * s)
+            ptx.mbarrier_arrive(q_full + V_EMPTY + 8 * s)
 
         for r in range(2):
             inv_l, lse_row = softmax.finalize(m_i[r], l_i[r], 4, SOFTMAX)
