@@ -59,8 +59,8 @@ def check_forward(rng, dtype, d, causal, B=1, H=2, H_kv=2, Nq=70, Nk=90, **kw):
 
 @pytest.mark.usefixtures("wgmma_on", "poisoned_outputs")
 @pytest.mark.parametrize("dtype,d,causal,Nq,Nk", [
-    ("float16", 64, False, 70, 90),  # two query blocks, the second partial; a partial key tile
-    ("bfloat16", 64, True, 65, 65),
+    ("float16", 64, False, 200, 90),  # two query blocks of 192 (three consumers), the second partial; a partial key tile
+    ("bfloat16", 64, True, 150, 150),  # rows 0–63 see none of the second key tile; rows 150–191 past Nq
     ("float16", 128, True, 17, 100),  # Nq < Nk: bottom-right causal
 ])  # fmt: skip
 def test_wgmma_forward_matches_the_reference(rng, dtype, d, causal, Nq, Nk):
@@ -108,23 +108,29 @@ def test_the_switch(monkeypatch):
         assert "wgmma_forward" not in [k.name for k in P.plan(other).launches], other
 
 
-def test_wgmma_forward_compiles_for_sm_90a(monkeypatch):
-    """``inspect --arch sm_90a`` of the opted-in plan: TMA copies, register reallocation,
-    wgmma for S and P·V (A from registers), nothing in local memory, and (with a
-    whole-program ptxas) assembled without spills."""
+@pytest.mark.parametrize("d,regs,threads", [(128, (24, 240), 384), (64, (32, 160), 512)])
+def test_wgmma_forward_compiles_for_sm_90a(monkeypatch, d, regs, threads):
+    """``inspect --arch sm_90a`` of the opted-in plan: TMA copies, register reallocation
+    (two consumer warpgroups at d = 128, three at d = 64), wgmma for S and P·V (A from
+    registers), nothing in local memory, and (with a whole-program ptxas) assembled
+    without spills."""
     monkeypatch.setenv("NUMBA_FLASH_WGMMA", "1")
     from numba_flash.inspection import inspect_kernels
 
-    (r,) = inspect_kernels("forward", "float16", 128, True, arch="sm_90a")
+    (r,) = inspect_kernels("forward", "float16", d, True, arch="sm_90a")
     assert r.name == "wgmma_forward" and r.arch == "sm_90a"
     assert ".target sm_90a" in r.ptx
-    # S (n = 128, both operands from shared memory) and P·V (n = d = 128, A from registers, B MN-major)
-    # d/16 of S and BLOCK_N/16 of P·V, 8 each, four times: the peeled first tile's S, the
-    # loop's S and P·V, the last tile's P·V
-    assert r.ptx.count("wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16") == 4 * 8
+    # S (n = 128, both operands from shared memory) and P·V (n = d, A from registers, B
+    # MN-major): d/16 of S and BLOCK_N/16 = 8 of P·V, each twice (the peeled first
+    # tile's S and the loop's; the loop's P·V and the last tile's)
+    s_count = r.ptx.count("wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 ")
+    pv = f"wgmma.mma_async.sync.aligned.m64n{d}k16.f32.f16.f16 "
+    assert (s_count, r.ptx.count(pv)) == ((2 * d // 16 + 2 * 8, 2 * d // 16 + 2 * 8) if d == 128
+                                          else (2 * d // 16, 2 * 8))  # fmt: skip
     assert "cp.async.bulk.tensor.4d.shared::cluster.global.mbarrier::complete_tx::bytes" in r.ptx
-    assert "setmaxnreg.dec.sync.aligned.u32 24" in r.ptx and "setmaxnreg.inc.sync.aligned.u32 240" in r.ptx
-    assert ".maxntid 384" in r.ptx
+    assert (f"setmaxnreg.dec.sync.aligned.u32 {regs[0]}" in r.ptx
+            and f"setmaxnreg.inc.sync.aligned.u32 {regs[1]}" in r.ptx)  # fmt: skip
+    assert f".maxntid {threads}" in r.ptx
     assert r.local_bytes_ptx == 0 and "ld.local" not in r.ptx and "st.local" not in r.ptx
     if r.registers is not None and not r.assembler.startswith("nvJitLink"):
         # ptxas assembles the whole program, as the driver's JIT does on the GPU

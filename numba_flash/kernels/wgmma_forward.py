@@ -12,15 +12,18 @@ products on the warpgroups' tensor cores::
                     16-bit pairs: mma.sync's A layout, ``fragments.pack_a``), B = V_j
                     from shared memory as it lies in HBM (MN-major, imm-trans-b)
 
-Grid and threads: grid = (ceil(Nq / 128), H, B) (``spec.query_grid``), three warpgroups
-of 128 threads a block (FlashAttention-3's warp specialization):
+Grid and threads: grid = (ceil(Nq / BLOCK_M), H, B) (``spec.query_grid``), a producer
+warpgroup and ``consumers(d)`` consumer warpgroups of 128 threads a block (three at
+d = 64: BLOCK_M = 192; two at d = 128: BLOCK_M = 128; FlashAttention-3's warp
+specialization and tile sizes):
 
-* warpgroup 0, the producer, gives its registers back (``setmaxnreg`` 24) and one
+* warpgroup 0, the producer, gives its registers back (``setmaxnreg`` 24, 32 with three
+  consumers) and one
   thread of it issues every copy: Q once, then K_j and V_j into a two-stage ring, by
   TMA (``tma.attention_maps``: boxes of 64 columns, the 128-byte swizzle), each stage
   filling after its consumers released it;
-* warpgroups 1 and 2, the consumers (``setmaxnreg`` 240), own query rows 0–63 and
-  64–127 of the block.  Warp w of a consumer owns 16 rows: a wgmma m64nN accumulator
+* warpgroups 1, 2 (, 3), the consumers (``setmaxnreg`` 240, 160 with three), own query
+  rows 0–63, 64–127 (, 128–191) of the block.  Warp w of a consumer owns 16 rows: a wgmma m64nN accumulator
   holds, per thread, exactly an m16n8 accumulator's values for N/8 n-tiles of its
   warp's rows, so the score step, the online softmax, dropout and the epilogue are
   ``tc_forward``'s (``fragments``, ``softmax``) on one m-tile a warp.
@@ -40,15 +43,15 @@ registers: at d = 128 the overlap spills) and serializes every wgmma.
 Synchronisation, per stage s of the ring (position i of the walk: s = i mod 2, its
 fill i // 2; a phase's parity is the fill's):
     k_full[s], v_full[s]   the producer's arrive.expect_tx + the TMA bytes: the tile landed
-    k_empty[s], v_empty[s] 256 consumer arrivals after the wait_group that retires their
+    k_empty[s], v_empty[s] 128·consumers arrivals after the wait_group that retires their
                            wgmma on the tile: the producer may overwrite it
     q_full                 Q landed (once)
 No ``syncthreads`` after the roles split (one before it: the barriers are initialised).
 
 Shared memory (one dynamic array, 1024-byte aligned: a swizzled tile's repeat), per
-64-column atom of d a block of rows × 128 bytes: Q 128·d·2, K and V 2 stages of
+64-column atom of d a block of rows × 128 bytes: Q BLOCK_M·d·2, K and V 2 stages of
 128·d·2 each, then the nine 8-byte mbarriers (``smem_bytes``: 160 KiB at d = 128,
-80 KiB at d = 64).  Atom a of a tile starts a·rows·128 bytes in; row r of it at
+88 KiB at d = 64).  Atom a of a tile starts a·rows·128 bytes in; row r of it at
 r·128, 16-byte chunk c at (c XOR r mod 8)·16 (``_ptx_sim.swizzle_128b``).
 
 Not yet (issue #13): the two consumers' softmax explicitly ping-ponged (named
@@ -72,11 +75,11 @@ from numba_flash.variant import DROPOUT, Variant
 
 _ALIGN = None if SIMULATOR else 1024  # a module global, so numba sees a literal; the simulator aligns by itself
 
-#: The tiles: two consumer warpgroups of 64 query rows, 128 keys a tile, two stages.
-BLOCK_M, BLOCK_N, CONSUMERS, STAGES = 128, 128, 2, 2
-THREADS = 128 * (1 + CONSUMERS)  # the producer warpgroup, then the consumers
-CONSUMER_THREADS = 128 * CONSUMERS
-PRODUCER_REGS, CONSUMER_REGS = 24, 240  # setmaxnreg: 128·24 + 256·240 <= 65536
+#: The tiles: consumer warpgroups of 64 query rows each (``consumers``), 128 keys a tile, two stages.
+BLOCK_N, STAGES = 128, 2
+#: setmaxnreg of (the producer, each consumer) by the consumers a block: 128·24 + 256·240
+#: and 128·32 + 384·160 are the 65536 registers of an SM (FlashAttention-3's split).
+REGS = {2: (24, 240), 3: (32, 160)}
 ATOM = 64  # columns of a 128-byte swizzle atom (16-bit elements): a TMA box's width
 HEAD_DIMS = (64, 128)  # the head dims this version runs (wgmma n = d for P·V)
 BARRIER_BYTES = 128  # q_full, k_full[2], v_full[2], k_empty[2], v_empty[2]: 8 bytes each
@@ -84,12 +87,27 @@ BARRIER_BYTES = 128  # q_full, k_full[2], v_full[2], k_empty[2], v_empty[2]: 8 b
 K_FULL, V_FULL, K_EMPTY, V_EMPTY = (8 + 8 * STAGES * j for j in range(4))
 
 
+def consumers(head_dim: int) -> int:
+    """Consumer warpgroups a block at ``head_dim``: three (192 query rows) at d = 64,
+    where a consumer's accumulators (S 64, O 32, P 32 registers a thread) fit in 160
+    registers and the block's fixed costs (its Q, the ring's fill, the epilogue) are
+    spread over 1.5× the rows; two (128 rows) at d = 128 (O alone is 64 registers), as
+    FlashAttention-3's tile sizes."""
+    return 3 if head_dim <= 64 else 2
+
+
 def tiles(head_dim: int) -> TcTiles:
     """The tile shape at ``head_dim`` (one of ``HEAD_DIMS``): ``warps`` counts the
-    consumer warps (the producer warpgroup is ``THREADS`` − 256 more threads)."""
+    consumer warps (the producer warpgroup is ``threads(t)`` − 128·consumers more)."""
     if head_dim not in HEAD_DIMS:
         raise ValueError(f"head_dim={head_dim}: the wgmma forward runs d in {HEAD_DIMS}")
-    return TcTiles(head_dim, BLOCK_M, BLOCK_N, 4 * CONSUMERS, m_tiles=1, stages=STAGES, q_in_regs=False)
+    c = consumers(head_dim)
+    return TcTiles(head_dim, 64 * c, BLOCK_N, 4 * c, m_tiles=1, stages=STAGES, q_in_regs=False)
+
+
+def threads(t: TcTiles) -> int:
+    """Threads a block: the producer warpgroup, then the consumers'."""
+    return 32 * t.warps + 128
 
 
 @device_function
@@ -116,10 +134,13 @@ def sw128_desc(addr):
 
 @functools.lru_cache(maxsize=None)
 def wgmma_forward_kernel(t: TcTiles, variant: Variant, dtype: str):
-    """``kernel[grid, THREADS, stream, smem_bytes(t)](q, k, v, out32, lse, softmax_scale, params, alibi,
+    """``kernel[grid, threads(t), stream, smem_bytes(t)](q, k, v, out32, lse, softmax_scale, params, alibi,
     cu_seqlens_q, cu_seqlens_k, fx, tmaps)``: ``tc_forward_kernel``'s arguments and outputs, and the tensor
     maps of q, k and v (``tma.attention_maps``)."""
-    HEAD_DIM = t.head_dim
+    HEAD_DIM, BLOCK_M = t.head_dim, t.block_m
+    CONSUMERS = BLOCK_M // 64
+    THREADS, CONSUMER_THREADS = threads(t), 128 * CONSUMERS
+    PRODUCER_REGS, CONSUMER_REGS = REGS[CONSUMERS]
     F = variant.flags
     SOFTMAX = softmax.domain(variant)
     KSTEPS = HEAD_DIM // 16  # k-slices of Q·Kᵀ
@@ -291,13 +312,13 @@ def wgmma_forward_kernel(t: TcTiles, variant: Variant, dtype: str):
 
 def smem_bytes(t: TcTiles) -> int:
     """Dynamic shared bytes: Q, two stages of K and of V (2 bytes an element), the mbarriers."""
-    return 2 * t.head_dim * (BLOCK_M + 2 * STAGES * BLOCK_N) + BARRIER_BYTES
+    return 2 * t.head_dim * (t.block_m + 2 * STAGES * BLOCK_N) + BARRIER_BYTES
 
 
 def launches(t: TcTiles, variant: Variant, dtype: str, sz: spec.Sizes) -> list:
-    """One kernel, a block per 128 queries of a (batch, head), as ``tc_forward``'s, and
+    """One kernel, a block per ``t.block_m`` queries of a (batch, head), as ``tc_forward``'s, and
     the tensor maps as its last argument (``spec.Arg("tmaps")``)."""
     grid = spec.query_grid(sz, t.block_m, variant.heaviest_first)
     args = spec.forward_args("u16", tc_out_view(t)) + (spec.Arg("tmaps"),)
-    return [spec.KernelLaunch("wgmma_forward", wgmma_forward_kernel(t, variant, dtype), t, grid, THREADS,
+    return [spec.KernelLaunch("wgmma_forward", wgmma_forward_kernel(t, variant, dtype), t, grid, threads(t),
                               smem_bytes(t), args, (t.block_m, t.block_n, False))]  # fmt: skip
