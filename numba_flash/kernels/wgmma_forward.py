@@ -260,6 +260,16 @@ def wgmma_forward_kernel(t: TcTiles, variant: Variant, dtype: str):
         q_wg = q_base + cw * WG_ROWS
         rows0 = start_m + 64 * cw  # this consumer's first query row
         alpha = cuda.local.array(2, float32)
+        if rows0 >= seqlen_q:  # rows past the sequence (the last block): release each tile, compute nothing
+            for j in range(n_lo, n_hi):
+                i = j - n_lo
+                s = i % STAGES
+                # the full phase first: this fill's arrival must not count towards the stage's previous fill
+                wait_phase(q_full + K_FULL + 8 * s, (i // STAGES) & 1)
+                ptx.mbarrier_arrive(q_full + K_EMPTY + 8 * s)
+                wait_phase(q_full + V_FULL + 8 * s, (i // STAGES) & 1)
+                ptx.mbarrier_arrive(q_full + V_EMPTY + 8 * s)
+            return
         wait_phase(q_full, 0)
         # Tile i's S = Q·K_iᵀ is issued with tile i − 1's acc += P·V, and its softmax runs
         # while that P·V is still on the tensor cores (FlashAttention-3's intra-warpgroup
