@@ -1,11 +1,13 @@
-"""Issue #13's profile of the wgmma forward, one launch a shape after a warm-up, for
-Nsight Compute (``scripts/device_s11e.sh`` has the command):
+"""Issue #13's profile of the wgmma forward: one launch for each of the issue's four
+shapes, fp16, causal off and on (the first of each compiles it), for Nsight Compute
+(``scripts/device_s12b.sh`` has the command):
 
-    ncu --clock-control none --kernel-name regex:wgmma_forward --launch-skip 1 --launch-count 2 \\
+    ncu --clock-control none --kernel-name regex:wgmma_forward \\
         --section SpeedOfLight --section ComputeWorkloadAnalysis --section WarpStateStats \\
-        --section InstructionStats python3 scripts/ncu_wgmma.py
+        --metrics regex:smsp__average_warps_issue_stalled_.*_per_issue_active\\.ratio \\
+        python3 scripts/ncu_wgmma.py
 
-fp16, causal off: (4, 16, 4096, 128) and (4, 32, 4096, 64).
+The launches come in the order of ``SHAPES`` × (causal off, on).
 """
 
 import os
@@ -16,10 +18,13 @@ import cupy as cp  # noqa: E402
 
 import numba_flash  # noqa: E402
 
-for B, H, N, d in ((4, 16, 4096, 128), (4, 32, 4096, 64)):
+SHAPES = [(4, 16, 4096, 128), (4, 32, 4096, 64), (1, 16, 16384, 128), (16, 32, 1024, 64)]
+
+for B, H, N, d in SHAPES:
     gen = cp.random.default_rng(0)
     q, k, v = (gen.standard_normal((B, N, H, d), dtype=cp.float32).astype(cp.float16) for _ in range(3))
-    for _ in range(2 if d == 128 else 1):  # the first launch of all is the skipped warm-up
-        numba_flash.flash_attention(q, k, v)
-    cp.cuda.runtime.deviceSynchronize()
+    for causal in (False, True):
+        numba_flash.flash_attention(q, k, v, causal=causal)
+        cp.cuda.runtime.deviceSynchronize()
+        print(f"ncu_wgmma: {(B, H, N, d)} causal={causal}", flush=True)
 print("ncu_wgmma: done")

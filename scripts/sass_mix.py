@@ -1,0 +1,66 @@
+"""Issue #13's SASS instruction mix of the wgmma forward, for the shapes under cuDNN.
+
+    python3 scripts/sass_mix.py assemble DIR   # here, no GPU: PTX (inspection, sm_90a) -> ptxas -> DIR/*.cubin
+    python3 scripts/sass_mix.py count DIR      # where cuobjdump is (the GPU machine): the opcode table
+
+``assemble`` compiles the opted-in plan's kernel for fp16 at d = 64 and 128, causal off
+and on, and assembles each PTX as a whole program with ``ptxas -arch=sm_90a`` (the
+driver's JIT does the same on the GPU: ``_numba_cuda.whole_program_dispatcher``; the
+PTX ``.version`` lowered to the ptxas's, ``driver_ptx``).  ``count`` disassembles each
+cubin (``cuobjdump -sass``) and prints static opcode counts: HGMMA (wgmma), the TMA
+loads (UTMALDG), mbarrier traffic (SYNCS), local memory (LDL/STL, spills: should be 0),
+MUFU.EX2, the FP32 pipes and the total.
+"""
+
+import collections
+import glob
+import os
+import re
+import subprocess
+import sys
+
+OPS = ["HGMMA", "UTMALDG", "SYNCS", "LDL", "STL", "LDG", "STG", "LDS", "STS", "MUFU", "FFMA", "FMUL", "FADD",
+       "FMNMX", "F2FP", "SHFL", "BAR", "WARPGROUP", "BRA"]  # fmt: skip
+
+
+def assemble(out):
+    os.environ["NUMBA_FLASH_WGMMA"] = "1"
+    from numba_flash.inspection import inspect_kernels
+
+    os.makedirs(out, exist_ok=True)
+    for d in (64, 128):
+        for causal in (False, True):
+            (r,) = inspect_kernels("forward", "float16", d, causal, arch="sm_90a")
+            name = f"{out}/wgmma_forward_d{d}_{'causal' if causal else 'full'}"
+            with open(name + ".ptx", "w") as f:
+                f.write(re.sub(r"^\.version \d+\.\d+", ".version 9.0", r.ptx, flags=re.M))
+            log = subprocess.run(["ptxas", "-arch=sm_90a", "-v", name + ".ptx", "-o", name + ".cubin"],
+                                 capture_output=True, text=True, check=True).stderr  # fmt: skip
+            used = re.search(r"Used (\d+) registers", log).group(1)
+            spills = re.search(r"(\d+) bytes spill stores, (\d+) bytes spill loads", log).groups()
+            print(f"{os.path.basename(name)}: {used} registers at launch (setmaxnreg raises the consumers'), "
+                  f"spill stores/loads {spills[0]}/{spills[1]} bytes")  # fmt: skip
+            os.remove(name + ".ptx")
+
+
+def count(out):
+    rows = []
+    for cubin in sorted(glob.glob(f"{out}/*.cubin")):
+        sass = subprocess.run(["cuobjdump", "-sass", cubin], capture_output=True, text=True, check=True).stdout
+        ops = collections.Counter()
+        for line in sass.splitlines():
+            m = re.match(r"\s+/\*[0-9a-f]{4,}\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_]*)", line)
+            if m:
+                ops[m.group(1)] += 1
+        total = sum(ops.values())
+        rows.append((os.path.basename(cubin)[:-6], {op: sum(n for o, n in ops.items() if o.split(".")[0] == op)
+                                                    for op in OPS}, total))  # fmt: skip
+        # opcodes carry no suffix in cuobjdump's first token (HGMMA.64x128x16...): split on "."
+    width = max(len(r[0]) for r in rows)
+    print("kernel".ljust(width), *(f"{op:>9}" for op in OPS), f"{'total':>7}")
+    for name, ops, total in rows:
+        print(name.ljust(width), *(f"{ops[op]:>9}" for op in OPS), f"{total:>7}")
+
+
+if __name__ == "__main__":
+    {"assemble": assemble, "count": count}[sys.argv[1]](sys.argv[2])
