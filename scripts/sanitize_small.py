@@ -48,6 +48,7 @@ if sys.argv[1:] == ["wgmma"]:  # issue #13's Hopper forward: TMA ring, mbarriers
     import os
 
     os.environ["NUMBA_FLASH_WGMMA"] = "1"
+    os.environ["NUMBA_FLASH_WGMMA_PERSISTENT"] = "3"  # three blocks: each runs several tiles (the Q and ring hand-over)
     for dtype in (np.float16, ml_dtypes.bfloat16):
         for Nq, Nk, d, causal, kw in ((77, 300, 64, True, {}), (200, 131, 128, False, {}),
                                       (130, 260, 64, True, dict(window_size=(50, 0), softcap=4.0, dropout_p=0.2,

@@ -150,6 +150,17 @@ def test_wgmma_forward_on_the_gpu(rng, dtype, d, causal):
 
 @pytest.mark.gpu
 @pytest.mark.usefixtures("wgmma_on", "poisoned_outputs")
+@pytest.mark.parametrize("dtype,d,causal", [("float16", 64, True), ("bfloat16", 128, False)])
+def test_wgmma_forward_persistent_blocks_run_several_tiles(monkeypatch, rng, dtype, d, causal):
+    """Five blocks for 48 or 64 tiles (``NUMBA_FLASH_WGMMA_PERSISTENT=5``): every block
+    hands its Q buffer and its K/V ring over from tile to tile (on an H200 the issue's
+    shapes have more tiles than SMs; these small ones would not)."""
+    monkeypatch.setenv("NUMBA_FLASH_WGMMA_PERSISTENT", "5")
+    check_forward(rng, dtype, d, causal, B=2, H=4, H_kv=2, Nq=1000, Nk=517)
+
+
+@pytest.mark.gpu
+@pytest.mark.usefixtures("wgmma_on", "poisoned_outputs")
 @pytest.mark.parametrize("dtype,d", [("float16", 64), ("bfloat16", 128)])
 def test_wgmma_forward_variants_on_the_gpu(rng, dtype, d):
     """GQA + window + softcap + ALiBi, then the same with dropout, at sizes that fill

@@ -49,6 +49,13 @@ def this_block(q, k, params, cu_q, cu_k, fx, BLOCK, F, KV_MAJOR):
     axis is split-major over (split, sequence), and ``b`` is the split: the slot of
     out and lse it writes (:func:`walk_list` clips its key tiles)."""
     t, h, seq = block_coords(fx, KV_MAJOR, F)
+    return block_at(t, h, seq, q, k, params, cu_q, cu_k, fx, BLOCK, F, KV_MAJOR)
+
+
+@device_function
+def block_at(t, h, seq, q, k, params, cu_q, cu_k, fx, BLOCK, F, KV_MAJOR):
+    """:func:`this_block` of the block at row tile ``t``, head ``h`` and batch or
+    sequence ``seq`` (a persistent kernel's tile: :func:`grid_coords`)."""
     part = 0
     if F[SPLIT]:
         part, seq = split_of(seq, fx)
@@ -96,16 +103,32 @@ def block_coords(fx, KEYS_ARE_ROWS, F):
     see the most keys, and the first key tiles; under a left bound alone the reverse.
     Otherwise the grid is (row tiles, heads, batch) and concurrent blocks share a
     head's K and V in L2.  blockIdx only (no extra live registers)."""
+    return grid_coords(cuda.blockIdx.x, cuda.blockIdx.y, cuda.blockIdx.z, cuda.gridDim.z, fx, KEYS_ARE_ROWS, F)
+
+
+@device_function
+def grid_coords(x, y, z, gz, fx, KEYS_ARE_ROWS, F):
+    """:func:`block_coords` of the block at (x, y, z) of a grid of ``gz`` positions in z:
+    blockIdx, or a tile of a persistent kernel's virtual grid (:func:`linear_coords`)."""
     if not F[HEAVIEST_FIRST]:
-        return cuda.blockIdx.x, cuda.blockIdx.y, cuda.blockIdx.z
-    pos = cuda.blockIdx.z
+        return x, y, z
     if F[BLOCK_SPARSE]:
-        t = fx[ORDER][pos]
+        t = fx[ORDER][z]
     elif (F[CAUSAL] or F[HAS_RIGHT]) != KEYS_ARE_ROWS:  # causal queries, or a left bound's keys: the last tiles first
-        t = cuda.gridDim.z - 1 - pos
+        t = gz - 1 - z
     else:
-        t = pos
-    return t, cuda.blockIdx.x, cuda.blockIdx.y
+        t = z
+    return t, x, y
+
+
+@device_function
+def linear_coords(tile, gx, gy):
+    """(x, y, z) of position ``tile`` of a grid (gx, gy, ·) numbered x fastest, the
+    order in which the hardware starts blocks: a persistent block's tiles ``blockIdx.x``,
+    ``blockIdx.x + gridDim.x``, … run in the order a full grid's blocks would."""
+    x = tile % gx
+    yz = tile // gx
+    return x, yz % gy, yz // gy
 
 
 @device_function

@@ -64,14 +64,17 @@ epilogue are not hidden); the backward; running by default on sm_90.
 from __future__ import annotations
 
 import functools
+import math
+import os
 
 from numba_flash import ptx
-from numba_flash._numba_cuda import SIMULATOR, cuda, device_function, float32, kernel, uint8, uint32
+from numba_flash._numba_cuda import (SIMULATOR, cuda, device_function, float32, gpu_available, kernel, uint8,
+                                     uint32)
 from numba_flash.config import TcTiles, tc_array_layout, tc_out_view
 from numba_flash.kernels import fragments, score, softmax, spec
-from numba_flash.kernels.block_info import (key_tiles, this_block, tile_at, tile_needs_mask, tile_partial, walk_list,
-                                           walk_range)
-from numba_flash.variant import DROPOUT, Variant
+from numba_flash.kernels.block_info import (block_at, grid_coords, key_tiles, linear_coords, tile_at, tile_needs_mask,
+                                           tile_partial, walk_list, walk_range)
+from numba_flash.variant import DROPOUT, HEAVIEST_FIRST, Variant
 
 _ALIGN = None if SIMULATOR else 1024  # a module global, so numba sees a literal; the simulator aligns by itself
 
@@ -82,9 +85,9 @@ BLOCK_N, STAGES = 128, 2
 REGS = {2: (24, 240), 3: (32, 160)}
 ATOM = 64  # columns of a 128-byte swizzle atom (16-bit elements): a TMA box's width
 HEAD_DIMS = (64, 128)  # the head dims this version runs (wgmma n = d for P·V)
-BARRIER_BYTES = 128  # q_full, k_full[2], v_full[2], k_empty[2], v_empty[2]: 8 bytes each
-#: Byte offsets from q_full of each stage-0 barrier (stage s: + 8·s).
-K_FULL, V_FULL, K_EMPTY, V_EMPTY = (8 + 8 * STAGES * j for j in range(4))
+BARRIER_BYTES = 128  # q_full, k_full[2], v_full[2], k_empty[2], v_empty[2], q_empty: 8 bytes each
+#: Byte offsets from q_full of each stage-0 barrier (stage s: + 8·s), and of q_empty.
+K_FULL, V_FULL, K_EMPTY, V_EMPTY, Q_EMPTY = (8 + 8 * STAGES * j for j in range(5))
 
 
 def consumers(head_dim: int) -> int:
@@ -92,7 +95,11 @@ def consumers(head_dim: int) -> int:
     where a consumer's accumulators (S 64, O 32, P 32 registers a thread) fit in 160
     registers and the block's fixed costs (its Q, the ring's fill, the epilogue) are
     spread over 1.5× the rows; two (128 rows) at d = 128 (O alone is 64 registers), as
-    FlashAttention-3's tile sizes."""
+    FlashAttention-3's tile sizes.  ``NUMBA_FLASH_WGMMA_CONSUMERS=2`` (or 3) sets it
+    (the benchmark's comparison, ``scripts/bench_wgmma.py``)."""
+    forced = os.environ.get("NUMBA_FLASH_WGMMA_CONSUMERS")
+    if forced in ("2", "3"):
+        return int(forced)
     return 3 if head_dim <= 64 else 2
 
 
@@ -133,11 +140,13 @@ def sw128_desc(addr):
 
 
 @functools.lru_cache(maxsize=None)
-def wgmma_forward_kernel(t: TcTiles, variant: Variant, dtype: str):
+def wgmma_forward_kernel(t: TcTiles, variant: Variant, dtype: str, persistent: bool = True):
     """``kernel[grid, threads(t), stream, smem_bytes(t)](q, k, v, out32, lse, softmax_scale, params, alibi,
     cu_seqlens_q, cu_seqlens_k, fx, tmaps)``: ``tc_forward_kernel``'s arguments and outputs, and the tensor
-    maps of q, k and v (``tma.attention_maps``)."""
-    HEAD_DIM, BLOCK_M = t.head_dim, t.block_m
+    maps of q, k and v (``tma.attention_maps``).  ``persistent``: a block runs tiles blockIdx.x,
+    + gridDim.x, … (``blocks``); else the grid has a block a tile and the tile loop is compiled
+    away (at d = 64 the loop's carried state costs the 160-register consumers spills)."""
+    HEAD_DIM, BLOCK_M, PERSISTENT = t.head_dim, t.block_m, persistent
     CONSUMERS = BLOCK_M // 64
     THREADS, CONSUMER_THREADS = threads(t), 128 * CONSUMERS
     PRODUCER_REGS, CONSUMER_REGS = REGS[CONSUMERS]
@@ -198,8 +207,6 @@ def wgmma_forward_kernel(t: TcTiles, variant: Variant, dtype: str):
 
     @kernel(launch_bounds=(THREADS, 1), whole_program=True)
     def wgmma_forward(q, k, v, out32, lse, softmax_scale, params, alibi, cu_q, cu_k, fx, tmaps):
-        start_m, b, h, hk, q0, k0, mi, seq = this_block(q, k, params, cu_q, cu_k, fx, BLOCK_M, F, False)
-        seqlen_q = mi[0]
         tid = cuda.threadIdx.x
         wg = tid // 128
 
@@ -210,6 +217,7 @@ def wgmma_forward_kernel(t: TcTiles, variant: Variant, dtype: str):
         q_full = v_base + STAGES * KV_BYTES  # then k_full[s] at + K_FULL + 8s, v_full, k_empty, v_empty likewise
         if tid == 0:
             ptx.mbarrier_init(q_full, 1)
+            ptx.mbarrier_init(q_full + Q_EMPTY, CONSUMER_THREADS)
             for s in range(STAGES):
                 ptx.mbarrier_init(q_full + K_FULL + 8 * s, 1)
                 ptx.mbarrier_init(q_full + V_FULL + 8 * s, 1)
@@ -218,28 +226,47 @@ def wgmma_forward_kernel(t: TcTiles, variant: Variant, dtype: str):
             ptx.fence_proxy_async()  # the initialised barriers, before TMA completes on them
         cuda.syncthreads()  # the barriers are initialised before anyone waits or arrives on them
 
-        vr = walk_list(fx, seq, h, start_m // BLOCK_M, False, F)
-        n_lo, n_hi = walk_range(*key_tiles(start_m, BLOCK_M, BLOCK_N, mi), vr, F)
+        # The virtual grid (``spec.query_grid``'s): this block runs its tiles blockIdx.x,
+        # blockIdx.x + gridDim.x, … (one, when the grid is the whole virtual grid).
+        m_blocks = (q.shape[1] + BLOCK_M - 1) // BLOCK_M
+        gx, gy, gz = (q.shape[2], q.shape[0], m_blocks) if F[HEAVIEST_FIRST] else (m_blocks, q.shape[2], q.shape[0])
+        n_tiles = gx * gy * gz
+        if PERSISTENT:
+            tiles_end, tiles_step = n_tiles, cuda.gridDim.x
+        else:  # a block a tile: one trip, the loop and its carried state compiled away
+            tiles_end, tiles_step = cuda.blockIdx.x + 1, 1
 
         if wg == 0:  # the producer
             ptx.setmaxnreg_dec(PRODUCER_REGS)
             if tid == 0:
-                ptx.mbarrier_arrive_expect_tx(q_full, Q_BYTES)
-                load_rows(q_base, tmaps[0], q0 + start_m, h, b, q_full, ATOMS, Q_ATOM)
-                for j in range(n_lo, n_hi):
-                    i = j - n_lo
-                    s = i % STAGES
-                    start_n = tile_at(j, vr, F) * BLOCK_N
-                    if i >= STAGES:  # the consumers released this stage's last fill
-                        wait_phase(q_full + K_EMPTY + 8 * s, ((i // STAGES) - 1) & 1)
-                    ptx.mbarrier_arrive_expect_tx(q_full + K_FULL + 8 * s, KV_BYTES)
-                    load_rows(k_base + s * KV_BYTES, tmaps[1], k0 + start_n, hk, b, q_full + K_FULL + 8 * s,
-                              ATOMS, KV_ATOM)  # fmt: skip
-                    if i >= STAGES:
-                        wait_phase(q_full + V_EMPTY + 8 * s, ((i // STAGES) - 1) & 1)
-                    ptx.mbarrier_arrive_expect_tx(q_full + V_FULL + 8 * s, KV_BYTES)
-                    load_rows(v_base + s * KV_BYTES, tmaps[2], k0 + start_n, hk, b, q_full + V_FULL + 8 * s,
-                              ATOMS, KV_ATOM)  # fmt: skip
+                pos = 0  # the K/V ring's position, over all of this block's tiles: stage pos mod 2, fill pos // 2
+                done = 0  # the tiles this block finished
+                for tile in range(cuda.blockIdx.x, tiles_end, tiles_step):
+                    x, y, z = linear_coords(tile, gx, gy)
+                    tm, th, tb = grid_coords(x, y, z, gz, fx, False, F)
+                    start_m, b, h, hk, q0, k0, mi, seq = block_at(tm, th, tb, q, k, params, cu_q, cu_k, fx, BLOCK_M,
+                                                                  F, False)  # fmt: skip
+                    vr = walk_list(fx, seq, h, tm, False, F)
+                    n_lo, n_hi = walk_range(*key_tiles(start_m, BLOCK_M, BLOCK_N, mi), vr, F)
+                    if done > 0:  # the consumers are done with the previous tile's Q
+                        wait_phase(q_full + Q_EMPTY, (done - 1) & 1)
+                    ptx.mbarrier_arrive_expect_tx(q_full, Q_BYTES)
+                    load_rows(q_base, tmaps[0], q0 + start_m, h, b, q_full, ATOMS, Q_ATOM)
+                    for j in range(n_lo, n_hi):
+                        s = pos % STAGES
+                        start_n = tile_at(j, vr, F) * BLOCK_N
+                        if pos >= STAGES:  # the consumers released this stage's last fill
+                            wait_phase(q_full + K_EMPTY + 8 * s, ((pos // STAGES) - 1) & 1)
+                        ptx.mbarrier_arrive_expect_tx(q_full + K_FULL + 8 * s, KV_BYTES)
+                        load_rows(k_base + s * KV_BYTES, tmaps[1], k0 + start_n, hk, b, q_full + K_FULL + 8 * s,
+                                  ATOMS, KV_ATOM)  # fmt: skip
+                        if pos >= STAGES:
+                            wait_phase(q_full + V_EMPTY + 8 * s, ((pos // STAGES) - 1) & 1)
+                        ptx.mbarrier_arrive_expect_tx(q_full + V_FULL + 8 * s, KV_BYTES)
+                        load_rows(v_base + s * KV_BYTES, tmaps[2], k0 + start_n, hk, b, q_full + V_FULL + 8 * s,
+                                  ATOMS, KV_ATOM)  # fmt: skip
+                        pos += 1
+                    done += 1
             return
 
         ptx.setmaxnreg_inc(CONSUMER_REGS)
@@ -247,75 +274,92 @@ def wgmma_forward_kernel(t: TcTiles, variant: Variant, dtype: str):
         wtid = tid - 128 * wg
         warp, lane = wtid // 32, wtid % 32
         tq = lane & 3
-        row0 = start_m + 64 * cw + 16 * warp  # the warp's first query row
-        si, di = score.head_info(params, alibi, fx, seq, h, softmax_scale, mi, True, F)
+        q_wg = q_base + cw * WG_ROWS
 
         acc_s = cuda.local.array(S_REGS, float32)
         acc_o = cuda.local.array(O_REGS, float32)
         p_frag = cuda.local.array(P_REGS, uint32)  # one A fragment a k-slice: wgmma reads them late
         m_i = cuda.local.array(2, float32)  # rows g, g + 8 of the warp's m-tile
         l_i = cuda.local.array(2, float32)
-        softmax.start_rows(acc_o, O_REGS, m_i, l_i, 2)
-
-        q_wg = q_base + cw * WG_ROWS
-        rows0 = start_m + 64 * cw  # this consumer's first query row
         alpha = cuda.local.array(2, float32)
-        if rows0 >= seqlen_q:  # rows past the sequence (the last block): release each tile, compute nothing
-            for j in range(n_lo, n_hi):
-                i = j - n_lo
-                s = i % STAGES
-                # the full phase first: this fill's arrival must not count towards the stage's previous fill
-                wait_phase(q_full + K_FULL + 8 * s, (i // STAGES) & 1)
-                ptx.mbarrier_arrive(q_full + K_EMPTY + 8 * s)
-                wait_phase(q_full + V_FULL + 8 * s, (i // STAGES) & 1)
+        pos = 0  # the ring's position, as the producer's
+        done = 0
+        for tile in range(cuda.blockIdx.x, tiles_end, tiles_step):
+            x, y, z = linear_coords(tile, gx, gy)
+            tm, th, tb = grid_coords(x, y, z, gz, fx, False, F)
+            start_m, b, h, hk, q0, k0, mi, seq = block_at(tm, th, tb, q, k, params, cu_q, cu_k, fx, BLOCK_M, F, False)
+            seqlen_q = mi[0]
+            vr = walk_list(fx, seq, h, tm, False, F)
+            n_lo, n_hi = walk_range(*key_tiles(start_m, BLOCK_M, BLOCK_N, mi), vr, F)
+            rows0 = start_m + 64 * cw  # this consumer's first query row
+            # q_full's phase first, then q_empty's arrival (it must not count towards the previous tile's)
+            wait_phase(q_full, done & 1)
+            if rows0 >= seqlen_q:  # rows past the sequence (the last block): release each tile, compute nothing
+                ptx.mbarrier_arrive(q_full + Q_EMPTY)
+                for j in range(n_lo, n_hi):
+                    g = pos + j - n_lo
+                    s = g % STAGES
+                    # the full phase first: this fill's arrival must not count towards the stage's previous fill
+                    wait_phase(q_full + K_FULL + 8 * s, (g // STAGES) & 1)
+                    ptx.mbarrier_arrive(q_full + K_EMPTY + 8 * s)
+                    wait_phase(q_full + V_FULL + 8 * s, (g // STAGES) & 1)
+                    ptx.mbarrier_arrive(q_full + V_EMPTY + 8 * s)
+                pos += n_hi - n_lo
+                done += 1
+                continue
+            row0 = rows0 + 16 * warp  # the warp's first query row
+            si, di = score.head_info(params, alibi, fx, seq, h, softmax_scale, mi, True, F)
+            softmax.start_rows(acc_o, O_REGS, m_i, l_i, 2)
+            # Tile i's S = Q·K_iᵀ is issued with tile i − 1's acc += P·V, and its softmax runs
+            # while that P·V is still on the tensor cores (FlashAttention-3's intra-warpgroup
+            # overlap); acc is rescaled by tile i's alpha once that P·V completed. The first
+            # tile is peeled, so that every wgmma in the loop is issued on every path (ptxas
+            # serializes all wgmma of a kernel whose in-flight wgmma cross a divergent branch).
+            if n_hi > n_lo:
+                s = pos % STAGES
+                wait_phase(q_full + K_FULL + 8 * s, (pos // STAGES) & 1)
+                ptx.wgmma_fence()  # acc_s was written by ordinary instructions
+                issue_scores(acc_s, q_wg, k_base + s * KV_BYTES)
+                ptx.wgmma_wait_group(0)
+                ptx.mbarrier_arrive(q_full + K_EMPTY + 8 * s)  # this thread is done with K_0
+                scores_to_p(acc_s, alpha, m_i, l_i, n_lo, tile_at(n_lo, vr, F) * BLOCK_N, row0, rows0, si, di, mi, vr)
+                pack_p(p_frag, acc_s)  # acc_o is 0: no rescale
+            for j in range(n_lo + 1, n_hi):
+                g = pos + j - n_lo
+                s, sp = g % STAGES, (g - 1) % STAGES
+                wait_phase(q_full + K_FULL + 8 * s, (g // STAGES) & 1)
+                ptx.wgmma_fence()  # acc_o and p_frag were written by ordinary instructions
+                issue_scores(acc_s, q_wg, k_base + s * KV_BYTES)
+                wait_phase(q_full + V_FULL + 8 * sp, ((g - 1) // STAGES) & 1)
+                issue_pv(acc_o, p_frag, v_base + sp * KV_BYTES)  # the previous tile's, behind this S
+                ptx.wgmma_wait_group(1)  # S done (groups complete in order); P·V may still run
+                ptx.mbarrier_arrive(q_full + K_EMPTY + 8 * s)  # this thread is done with K_i
+                scores_to_p(acc_s, alpha, m_i, l_i, j, tile_at(j, vr, F) * BLOCK_N, row0, rows0, si, di, mi, vr)
+                ptx.wgmma_wait_group(0)  # the previous P·V landed in acc_o and is done with p_frag
+                ptx.mbarrier_arrive(q_full + V_EMPTY + 8 * sp)  # … and with V_{i−1}
+                for r in range(2):
+                    softmax.rescale_row(acc_o, 2 * r, 4, NT_O, 2, alpha[r])
+                pack_p(p_frag, acc_s)
+            ptx.mbarrier_arrive(q_full + Q_EMPTY)  # every S of the tile is done: the producer may load the next Q
+            if n_hi > n_lo:  # the last tile's P·V
+                g = pos + n_hi - n_lo - 1
+                s = g % STAGES
+                wait_phase(q_full + V_FULL + 8 * s, (g // STAGES) & 1)
+                ptx.wgmma_fence()
+                issue_pv(acc_o, p_frag, v_base + s * KV_BYTES)
+                ptx.wgmma_wait_group(0)
                 ptx.mbarrier_arrive(q_full + V_EMPTY + 8 * s)
-            return
-        wait_phase(q_full, 0)
-        # Tile i's S = Q·K_iᵀ is issued with tile i − 1's acc += P·V, and its softmax runs
-        # while that P·V is still on the tensor cores (FlashAttention-3's intra-warpgroup
-        # overlap); acc is rescaled by tile i's alpha once that P·V completed. The first
-        # tile is peeled, so that every wgmma in the loop is issued on every path (ptxas
-        # serializes all wgmma of a kernel whose in-flight wgmma cross a divergent branch).
-        if n_hi > n_lo:
-            wait_phase(q_full + K_FULL, 0)
-            ptx.wgmma_fence()  # acc_s was written by ordinary instructions
-            issue_scores(acc_s, q_wg, k_base)
-            ptx.wgmma_wait_group(0)
-            ptx.mbarrier_arrive(q_full + K_EMPTY)  # this thread is done with K_0
-            scores_to_p(acc_s, alpha, m_i, l_i, n_lo, tile_at(n_lo, vr, F) * BLOCK_N, row0, rows0, si, di, mi, vr)
-            pack_p(p_frag, acc_s)  # acc_o is 0: no rescale
-        for j in range(n_lo + 1, n_hi):
-            i = j - n_lo
-            s, sp = i % STAGES, (i - 1) % STAGES
-            wait_phase(q_full + K_FULL + 8 * s, (i // STAGES) & 1)
-            ptx.wgmma_fence()  # acc_o and p_frag were written by ordinary instructions
-            issue_scores(acc_s, q_wg, k_base + s * KV_BYTES)
-            wait_phase(q_full + V_FULL + 8 * sp, ((i - 1) // STAGES) & 1)
-            issue_pv(acc_o, p_frag, v_base + sp * KV_BYTES)  # the previous tile's, behind this S
-            ptx.wgmma_wait_group(1)  # S done (groups complete in order); P·V may still run
-            ptx.mbarrier_arrive(q_full + K_EMPTY + 8 * s)  # this thread is done with K_i
-            scores_to_p(acc_s, alpha, m_i, l_i, j, tile_at(j, vr, F) * BLOCK_N, row0, rows0, si, di, mi, vr)
-            ptx.wgmma_wait_group(0)  # the previous P·V landed in acc_o and is done with p_frag
-            ptx.mbarrier_arrive(q_full + V_EMPTY + 8 * sp)  # … and with V_{i−1}
-            for r in range(2):
-                softmax.rescale_row(acc_o, 2 * r, 4, NT_O, 2, alpha[r])
-            pack_p(p_frag, acc_s)
-        if n_hi > n_lo:  # the last tile's P·V
-            i = n_hi - n_lo - 1
-            s = i % STAGES
-            wait_phase(q_full + V_FULL + 8 * s, (i // STAGES) & 1)
-            ptx.wgmma_fence()
-            issue_pv(acc_o, p_frag, v_base + s * KV_BYTES)
-            ptx.wgmma_wait_group(0)
-            ptx.mbarrier_arrive(q_full + V_EMPTY + 8 * s)
+            pos += n_hi - n_lo
+            done += 1
 
-        for r in range(2):
-            inv_l, lse_row = softmax.finalize(m_i[r], l_i[r], 4, SOFTMAX)
-            row = row0 + (lane >> 2) + 8 * r
-            if row < seqlen_q:
-                fragments.store_row_pairs(out32, b, q0 + row, h, acc_o, 2 * r, NT_W, tq, inv_l, BF16, DCOLS, HALVES)
-                if tq == 0:
-                    lse[b, h, q0 + row] = lse_row
+            for r in range(2):
+                inv_l, lse_row = softmax.finalize(m_i[r], l_i[r], 4, SOFTMAX)
+                row = row0 + (lane >> 2) + 8 * r
+                if row < seqlen_q:
+                    fragments.store_row_pairs(out32, b, q0 + row, h, acc_o, 2 * r, NT_W, tq, inv_l, BF16, DCOLS,
+                                              HALVES)  # fmt: skip
+                    if tq == 0:
+                        lse[b, h, q0 + row] = lse_row
 
     return wgmma_forward
 
@@ -325,10 +369,38 @@ def smem_bytes(t: TcTiles) -> int:
     return 2 * t.head_dim * (t.block_m + 2 * STAGES * BLOCK_N) + BARRIER_BYTES
 
 
+def blocks(tiles: int) -> int:
+    """The blocks launched for ``tiles`` tiles of 128 or 192 query rows: persistent, one
+    block an SM (its registers hold one), each running tiles blockIdx.x, + gridDim.x, …,
+    so that a tile's Q and first K/V load while the block's previous tile finishes its
+    last P·V and writes O (short sequences: one block's fixed costs are not hidden by
+    another's).  ``NUMBA_FLASH_WGMMA_PERSISTENT=0`` launches a block a tile instead (the
+    benchmark's comparison, ``scripts/bench_wgmma.py``), ``=n`` at most n blocks (the
+    sanitizers' small shapes, so that their blocks run several tiles)."""
+    forced = os.environ.get("NUMBA_FLASH_WGMMA_PERSISTENT", "")
+    if forced.isdigit():
+        return tiles if int(forced) == 0 else min(tiles, int(forced))
+    return min(tiles, _sms())
+
+
+@functools.lru_cache(maxsize=None)
+def _sms() -> int:
+    """The current device's SMs; 2 on the simulator (so that its tests run a block's
+    tile loop more than once); an H100/H200's 132 where there is no GPU (a plan made to
+    be inspected, ``numba-flash inspect``)."""
+    if SIMULATOR:
+        return 2
+    if not gpu_available():
+        return 132
+    return int(cuda.get_current_device().MULTIPROCESSOR_COUNT)
+
+
 def launches(t: TcTiles, variant: Variant, dtype: str, sz: spec.Sizes) -> list:
-    """One kernel, a block per ``t.block_m`` queries of a (batch, head), as ``tc_forward``'s, and
+    """One kernel on a 1-D grid of ``blocks`` blocks over the tiles of ``spec.query_grid``
+    (a tile per ``t.block_m`` queries of a (batch, head), as ``tc_forward``'s blocks), and
     the tensor maps as its last argument (``spec.Arg("tmaps")``)."""
-    grid = spec.query_grid(sz, t.block_m, variant.heaviest_first)
+    tiles = math.prod(spec.query_grid(sz, t.block_m, variant.heaviest_first))
+    n = blocks(tiles)
     args = spec.forward_args("u16", tc_out_view(t)) + (spec.Arg("tmaps"),)
-    return [spec.KernelLaunch("wgmma_forward", wgmma_forward_kernel(t, variant, dtype), t, grid, threads(t),
-                              smem_bytes(t), args, (t.block_m, t.block_n, False))]  # fmt: skip
+    return [spec.KernelLaunch("wgmma_forward", wgmma_forward_kernel(t, variant, dtype, n < tiles), t, (n, 1, 1),
+                              threads(t), smem_bytes(t), args, (t.block_m, t.block_n, False))]  # fmt: skip
