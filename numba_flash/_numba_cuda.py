@@ -163,6 +163,14 @@ def compute_capability() -> tuple:
 _CC: dict = {}
 
 
+def target_arch() -> tuple:
+    """The current device's compile target as the launch plan sees it: ``compute_capability()``,
+    with ``"a"`` appended from 9.0 on, as numba-cuda targets the arch-specific ``sm_XYa`` there
+    (``codegen._ensure_cc``): (9, 0, "a") on an H100/H200, where wgmma and setmaxnreg exist."""
+    cc = compute_capability()
+    return cc + ("a",) if cc >= (9, 0) else cc
+
+
 class _TargetDevice:
     """What ``CUDADispatcher.compile_device`` reads of the current device."""
 

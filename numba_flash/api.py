@@ -18,7 +18,7 @@ from numba_flash import _arrays as A
 from numba_flash import plan as P
 from numba_flash import variant as V
 from numba_flash._launch import launch
-from numba_flash._numba_cuda import SIMULATOR, compute_capability
+from numba_flash._numba_cuda import SIMULATOR, target_arch
 from numba_flash.reference import keep_threshold, seed_key
 
 _VIEW_DTYPES = {"u16": np.uint16, "u32": np.uint32}
@@ -189,7 +189,7 @@ def _problem(pass_, op, dims, causal, allow_tf32, arrays, var: _Variants, rows_q
     B, Nq, Nk, H, d = dims
     aligned = all(A.aligned16(x) for x in arrays)
     return P.Problem(pass_, A.dtype_name(op.dtype), d, causal, allow_tf32, aligned, B, H, Nq, Nk,
-                     compute_capability(), SIMULATOR, var.features, var.heads_k, rows_q)  # fmt: skip
+                     target_arch(), SIMULATOR, var.features, var.heads_k, rows_q)  # fmt: skip
 
 
 def _forward(q_op, k_op, v_op, dims, causal, scale, var, allow_tf32, layout, out_shape, lse_shape, cu=(None, None),

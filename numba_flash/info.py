@@ -157,8 +157,9 @@ def gather_info() -> dict:
     device = device_info(mode)
     cc = device["compute_capability"]
     arch = tuple(int(x) for x in cc.split(".")) if cc != NA else (9, 0)  # the simulator runs every kernel
+    arch += ("a",) if arch >= (9, 0) else ()  # numba-cuda's target from 9.0 on (``_numba_cuda.target_arch``)
     try:
-        kernels = plan.table(arch)
+        kernels = plan.table(arch, simulator=mode == "simulator")
     except Exception as exc:  # pragma: no cover - a broken install
         kernels = [{"dtype": NA, "head_dims": NA, "forward": f"error: {exc}", "backward": NA}]
     return {

@@ -346,7 +346,7 @@ def _compile_here(pass_: str, dtype: str, head_dim: int, causal: bool, arch: str
     from numba_flash.variant import Variant
 
     features = Variant(**(variants or {}))
-    pl = P.plan(P.Problem(pass_, dtype, head_dim, causal, allow_tf32=tf32, arch=cc, features=features,
+    pl = P.plan(P.Problem(pass_, dtype, head_dim, causal, allow_tf32=tf32, arch=target, features=features,
                           seqlen_q=seqlen_q, seqlen_k=max(seqlen_q, SEQLEN_Q)))  # fmt: skip
     reports = []
     for launch in pl.launches:

@@ -47,7 +47,7 @@ from numba_flash import plan as P
 from numba_flash import reference as R
 from numba_flash import variant as V
 from numba_flash._launch import launch
-from numba_flash._numba_cuda import SIMULATOR, compute_capability
+from numba_flash._numba_cuda import SIMULATOR, target_arch
 from numba_flash.traffic import blocks_per_sm
 
 #: SMs assumed by :func:`split_count` where the device cannot be asked (the simulator).
@@ -103,7 +103,7 @@ def _launch_plan(features, swap, dtype, d, causal, aligned, B, heads, rows, max_
     def make_plan(split, splits):
         feats = dataclasses.replace(features, split=split)
         return _plan(P.Problem("forward", dtype, d, causal, False, aligned, B * splits, heads, rows, max_k,
-                               compute_capability(), SIMULATOR, feats, heads_k, B * rows))  # fmt: skip
+                               target_arch(), SIMULATOR, feats, heads_k, B * rows))  # fmt: skip
 
     plan = make_plan(swap, 1)
     (walker,) = [ln for ln in plan.launches if ln.walk]

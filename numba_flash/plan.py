@@ -142,23 +142,27 @@ def decode_tiles(p: Problem) -> bool:
 
 def wgmma_forward(p: Problem) -> bool:
     """The Hopper forward (``kernels.wgmma_forward``) runs ``p``: switched on
-    (``wgmma_switch``), on sm_90, fp16/bf16 at d = 64 or 128 on 16-byte-aligned rows
-    (TMA's strides), no FlexAttention mods, no varlen (a TMA box zero-fills past the
+    (``wgmma_switch``), on sm_90a (``arch`` (9, 0, "a"): numba-cuda's target on an
+    H100/H200; wgmma exists on no other), fp16/bf16 at d = 64 or 128 on 16-byte-aligned
+    rows (TMA's strides), no FlexAttention mods, no varlen (a TMA box zero-fills past the
     array, not past a packed sequence), no KV cache's split or pages, and no decode
-    tiles (issue #13)."""
+    tiles (issue #13).  Everything else runs the mma.sync kernels."""
     from numba_flash.kernels.wgmma_forward import HEAD_DIMS
 
-    return (wgmma_switch() and p.pass_ == "forward" and tuple(p.arch[:2]) >= (9, 0)
+    return (wgmma_switch(p) and p.pass_ == "forward" and tuple(p.arch) == (9, 0, "a")
             and p.dtype in ("float16", "bfloat16") and p.head_dim in HEAD_DIMS and p.aligned
             and p.features.mods is None and not p.features.split and not p.features.paged
             and not p.features.varlen and not decode_tiles(p))  # fmt: skip
 
 
-def wgmma_switch() -> bool:
-    """``NUMBA_FLASH_WGMMA=1``: the Hopper forward is opted in (off otherwise).  Not yet
-    on by default on sm_90: with it on by default, the whole GPU suite had a failure it
-    timed out before naming (docs/benchmarks/2026-12-02-s11/README.md)."""
-    return os.environ.get("NUMBA_FLASH_WGMMA") == "1"
+def wgmma_switch(p: Problem) -> bool:
+    """``NUMBA_FLASH_WGMMA``: ``1`` on, ``0`` off; unset, on except in the simulator
+    (where its 384- and 512-thread blocks cost the suite minutes: the simulator tests
+    that run it switch it on)."""
+    env = os.environ.get("NUMBA_FLASH_WGMMA")
+    if env in ("0", "1"):
+        return env == "1"
+    return not p.simulator
 
 
 def plan(p: Problem) -> Plan:
@@ -208,25 +212,24 @@ def plan(p: Problem) -> Plan:
     return Plan(fam, work, tuple(module.launches(t, v, sz)), note, p)
 
 
-def table(arch: tuple = (9, 0)) -> list[dict]:
+def table(arch: tuple = (9, 0), simulator: bool = False) -> list[dict]:
     """What runs where, for ``numba-flash info``: one row per (dtype, head-dim class),
-    the kernels of each pass with their tiles (from :func:`plan` itself)."""
-    cases = [
-        ("float32", "64, 128 (16-byte aligned rows)", 64, False, True),
-        ("float32", "any other from 1 to 256, or unaligned rows", 96, False, True),
-        ("float32, allow_tf32=True", "64, 128 (16-byte aligned rows)", 64, True, True),
-        ("float16", "1 to 128", 64, False, True),
-        ("float16", "129 to 256", 256, False, True),
-        ("bfloat16", "1 to 128", 64, False, True),
-        ("bfloat16", "129 to 256", 256, False, True),
-    ]
+    the kernels of each pass with their tiles (from :func:`plan` itself), on ``arch``
+    (a compile target: (9, 0, "a") for an H200) or in the simulator."""
+    cases = [("float32", "64, 128 (16-byte aligned rows)", 64, False, True),
+             ("float32", "any other from 1 to 256, or unaligned rows", 96, False, True),
+             ("float32, allow_tf32=True", "64, 128 (16-byte aligned rows)", 64, True, True)]
+    for half in ("float16", "bfloat16"):
+        cases += [(half, "64, 128 (16-byte aligned rows)", 64, False, True),
+                  (half, "any other from 1 to 128, or unaligned rows", 96, False, True),
+                  (half, "129 to 256", 256, False, True)]  # fmt: skip
     rows = []
     for label, dims, d, tf32, aligned in cases:
         dtype = label.split(",")[0]
         row = {"dtype": label, "head_dims": dims}
         for pass_ in PASSES:
             pl = plan(Problem(pass_, dtype, d, allow_tf32=tf32, aligned=aligned, arch=arch, seqlen_q=4096,
-                              seqlen_k=4096))  # fmt: skip
+                              seqlen_k=4096, simulator=simulator))  # fmt: skip
             kernels = " → ".join(k.name for k in pl.launches)
             work = f" (on {pl.work_dtype} copies)" if pl.work_dtype != dtype and dtype == "bfloat16" else ""
             row[pass_] = f"{pl.family}: {kernels}{work}"

@@ -303,15 +303,25 @@ def asymptotic(pass_: str, dtype: str, batch: int, heads: int, seqlen_q: int, se
     }
 
 
+def device_arch() -> tuple:
+    """The plan's target for the models here: the current GPU's (``_numba_cuda.target_arch``:
+    (9, 0, "a") on an H200, where the forward is the wgmma one), else an sm_90's generic
+    target (the mma.sync kernels)."""
+    from numba_flash._numba_cuda import SIMULATOR, gpu_available, target_arch
+
+    return target_arch() if not SIMULATOR and gpu_available() else (9, 0)
+
+
 def summary(pass_: str, dtype: str, batch: int, heads: int, seqlen: int, head_dim: int, causal: bool = False) -> dict:
     """One row of ``numba-flash io``: predicted bytes of both (numba-flash's as tile
     loads, :func:`flash`, and as DRAM traffic behind L2, :func:`dram`), the ratio
     standard / flash (tile loads: the paper's count), and the asymptotic terms (square
     attention, ``seqlen`` queries and keys)."""
-    fl = flash(pass_, dtype, batch, heads, seqlen, seqlen, head_dim, causal)
-    dr = dram(pass_, dtype, batch, heads, seqlen, seqlen, head_dim, causal)
+    arch = device_arch()
+    fl = flash(pass_, dtype, batch, heads, seqlen, seqlen, head_dim, causal, arch=arch)
+    dr = dram(pass_, dtype, batch, heads, seqlen, seqlen, head_dim, causal, arch=arch)
     st = standard(pass_, dtype, batch, heads, seqlen, seqlen, head_dim, causal)
-    plan = P.plan(_problem(pass_, dtype, batch, heads, seqlen, seqlen, head_dim, causal, (-1, -1), 0, False, (9, 0)))
+    plan = P.plan(_problem(pass_, dtype, batch, heads, seqlen, seqlen, head_dim, causal, (-1, -1), 0, False, arch))
     walks = [k.walk for k in plan.launches if k.walk and not k.walk[2]]  # the query-tile walk
     block_m = walks[0][0] if walks else 1
     flash_total, standard_total = sum(b.total for b in fl), sum(b.total for b in st)
@@ -372,7 +382,7 @@ def measure(pass_: str, dtype: str, batch: int, heads: int, seqlen: int, head_di
     if run.returncode != 0 or '"ID"' not in run.stdout:
         raise RuntimeError(f"ncu failed (exit {run.returncode}): {(run.stderr or run.stdout)[-2000:]}")
     names = {k.name for k in P.plan(_problem(pass_, dtype, batch, heads, seqlen, seqlen, head_dim, causal, (-1, -1), 0,
-                                             False, (9, 0))).launches}  # fmt: skip
+                                             False, device_arch())).launches}  # fmt: skip
     profiled = ncu_kernels(run.stdout)
     kernels = [Bytes(name, int(m.get(NCU_METRICS[0], 0)), int(m.get(NCU_METRICS[1], 0))) for name, m in profiled]
     mine = [any(n in name for n in names) for name, _ in profiled]

@@ -1,5 +1,5 @@
-"""The experimental Hopper forward (``kernels.wgmma_forward``, issue #13), opted in with
-``NUMBA_FLASH_WGMMA=1``.
+"""The Hopper forward (``kernels.wgmma_forward``, issue #13): on by default on sm_90a
+(``plan.wgmma_switch``), off in the simulator unless ``NUMBA_FLASH_WGMMA=1`` (as here).
 
 In the simulator it runs on the wgmma twins (``_ptx_sim``) against the float64
 reference, to FlashAttention-2's tolerance (2× a standard attention computed in the
@@ -24,6 +24,7 @@ from numba_flash import reference as R
 from numba_flash.variant import Variant
 
 FLOOR = 1e-5
+SM90A = (9, 0, "a")  # numba-cuda's target on an H100/H200 (``_numba_cuda.target_arch``)
 DTYPES = {"float16": np.float16, "bfloat16": ml_dtypes.bfloat16}
 
 
@@ -41,7 +42,8 @@ def check_forward(rng, dtype, d, causal, B=1, H=2, H_kv=2, Nq=70, Nk=90, **kw):
     q = rng.standard_normal((B, Nq, H, d)).astype(dt)
     k = rng.standard_normal((B, Nk, H_kv, d)).astype(dt)
     v = rng.standard_normal((B, Nk, H_kv, d)).astype(dt)
-    p = P.Problem("forward", dtype, d, causal, batch=B, heads=H, seqlen_q=Nq, seqlen_k=Nk, heads_k=H_kv)
+    p = P.Problem("forward", dtype, d, causal, batch=B, heads=H, seqlen_q=Nq, seqlen_k=Nk, heads_k=H_kv,
+                  arch=SM90A)  # fmt: skip
     assert [k_.name for k_ in P.plan(p).launches] == ["wgmma_forward"]
     dev = {key: (device(val) if isinstance(val, np.ndarray) else val) for key, val in kw.items()}
     ran = []  # the kernels the call launched: its own plan (with its variants), not the one above
@@ -88,24 +90,44 @@ def test_wgmma_forward_dropout_keeps_the_reference_mask(rng):
 
 
 def test_the_switch(monkeypatch):
-    """Off unless ``NUMBA_FLASH_WGMMA=1``; then on, and the cases the kernel does not take
-    fall back to the mma.sync forward."""
+    """On by default on sm_90a and off in the simulator; ``NUMBA_FLASH_WGMMA`` 1 or 0
+    overrides both; the cases the kernel does not take (and every other arch, sm_100a
+    included: no wgmma there) run the mma.sync forward."""
     monkeypatch.delenv("NUMBA_FLASH_WGMMA", raising=False)
-    p = P.Problem("forward", "float16", 64, False, seqlen_q=128, seqlen_k=128)
-    assert [k.name for k in P.plan(p).launches] == ["tc_forward"]
+    p = P.Problem("forward", "float16", 64, False, seqlen_q=128, seqlen_k=128, arch=SM90A)
+    sim = P.Problem("forward", "float16", 64, False, seqlen_q=128, seqlen_k=128, arch=SM90A, simulator=True)
+    assert [k.name for k in P.plan(p).launches] == ["wgmma_forward"]
+    assert [k.name for k in P.plan(sim).launches] == ["tc_forward"]
     monkeypatch.setenv("NUMBA_FLASH_WGMMA", "0")
     assert [k.name for k in P.plan(p).launches] == ["tc_forward"]
     monkeypatch.setenv("NUMBA_FLASH_WGMMA", "1")
     assert [k.name for k in P.plan(p).launches] == ["wgmma_forward"]
-    for other in (P.Problem("forward", "float16", 96, False, seqlen_q=128, seqlen_k=128),  # d not 64 or 128
+    assert [k.name for k in P.plan(sim).launches] == ["wgmma_forward"]
+    monkeypatch.delenv("NUMBA_FLASH_WGMMA")
+    for other in (P.Problem("forward", "float16", 96, False, seqlen_q=128, seqlen_k=128, arch=SM90A),  # d not 64/128
                   P.Problem("forward", "float16", 64, False, seqlen_q=128, seqlen_k=128, arch=(8, 0)),
-                  P.Problem("forward", "float16", 64, False, seqlen_q=8, seqlen_k=128),  # decode tiles
-                  P.Problem("forward", "float16", 64, False, seqlen_q=128, seqlen_k=128,
+                  P.Problem("forward", "float16", 64, False, seqlen_q=128, seqlen_k=128, arch=(9, 0)),  # generic PTX
+                  P.Problem("forward", "float16", 64, False, seqlen_q=128, seqlen_k=128, arch=(10, 0, "a")),
+                  P.Problem("forward", "float32", 64, False, seqlen_q=128, seqlen_k=128, arch=SM90A),
+                  P.Problem("forward", "float16", 64, False, seqlen_q=8, seqlen_k=128, arch=SM90A),  # decode tiles
+                  P.Problem("forward", "float16", 64, False, seqlen_q=128, seqlen_k=128, arch=SM90A,
                             features=Variant(paged=True)),  # a KV cache's pages: not enabled
-                  P.Problem("forward", "float16", 64, False, seqlen_q=128, seqlen_k=128,
+                  P.Problem("forward", "float16", 64, False, seqlen_q=128, seqlen_k=128, arch=SM90A,
                             features=Variant(varlen=True)),  # TMA zero-fills past the array, not a sequence
-                  P.Problem("backward", "float16", 64, False, seqlen_q=128, seqlen_k=128)):
+                  P.Problem("backward", "float16", 64, False, seqlen_q=128, seqlen_k=128, arch=SM90A)):
         assert "wgmma_forward" not in [k.name for k in P.plan(other).launches], other
+
+
+def test_info_names_the_wgmma_forward_on_sm_90a():
+    """``numba-flash info``'s table (``plan.table``) on an H200's target: the fp16/bf16
+    forward at d = 64, 128 is the wgmma one; other head dims, the backward and sm_80
+    keep the mma.sync kernels."""
+    rows = {(r["dtype"], r["head_dims"]): r for r in P.table(SM90A)}
+    for half in ("float16", "bfloat16"):
+        assert rows[half, "64, 128 (16-byte aligned rows)"]["forward"] == "tensor-core: wgmma_forward"
+        assert rows[half, "any other from 1 to 128, or unaligned rows"]["forward"] == "tensor-core: tc_forward"
+        assert "wgmma" not in rows[half, "64, 128 (16-byte aligned rows)"]["backward"]
+    assert all("wgmma" not in r["forward"] for r in P.table((8, 0)) + P.table(SM90A, simulator=True))
 
 
 @pytest.mark.parametrize("d,regs,threads", [(128, (24, 240), 384), (64, (32, 160), 512)])

@@ -1,0 +1,32 @@
+"""The table of an ``ncu`` text report of ``scripts/ncu_wgmma.py`` (``scripts/device_s12b.sh``):
+per profiled launch its grid, duration, SM busy (the tensor pipe, by ncu's note) and the
+stall reasons (warps stalled per issued instruction), largest first.
+
+    python3 scripts/ncu_stalls.py e_ncu.txt
+"""
+
+import re
+import sys
+
+SHAPES = [(4, 16, 4096, 128), (4, 32, 4096, 64), (1, 16, 16384, 128), (16, 32, 1024, 64)]
+
+
+def main(path):
+    text = open(path).read()
+    parts = re.split(r"\n  wgmma_forward\[", text)[1:]
+    labels = [f"{s} {'causal' if c else 'full'}" for s in SHAPES for c in (False, True)]
+    print("| launch | grid × block | duration | SM busy | stalls per issued instruction (largest first) |")
+    print("|---|---|---|---|---|")
+    for label, part in zip(labels, parts):
+        grid = re.search(r"\) (\(\d+, \d+, \d+\)x\(\d+, \d+, \d+\))", part).group(1)
+        dur = re.search(r"Duration\s+(\S+)\s+([\d.,]+)", part)
+        busy = re.search(r"SM Busy\s+%\s+([\d.]+)", part).group(1)
+        stalls = {m.group(1): float(m.group(2)) for m in
+                  re.finditer(r"smsp__average_warps_issue_stalled_(\w+?)_per_issue_active\.ratio\s+inst\s+([\d.]+)", part)}
+        top = sorted(((v, k) for k, v in stalls.items() if k != "selected"), reverse=True)[:6]
+        print(f"| {label} | {grid} | {dur.group(2)} {dur.group(1)} | {busy} % | "
+              + ", ".join(f"{k} {v:.2f}" for v, k in top) + " |")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1])
