@@ -1,7 +1,7 @@
 """Hopper (sm_90a) FlashAttention forward for fp16 and bf16: TMA, mbarriers, wgmma and
 warp specialization (issue #13).
 
-Experimental: runs only when ``NUMBA_FLASH_WGMMA=1`` (``plan.wgmma_forward``).
+Runs by default on sm_90a (``plan.wgmma_forward``; ``NUMBA_FLASH_WGMMA=0`` turns it off).
 
 Math: as ``tc_forward`` (log2 domain, online softmax, O = acc / l, lse), with the two
 products on the warpgroups' tensor cores::
@@ -40,25 +40,36 @@ Assembly: the driver's JIT assembles the PTX as a whole program
 relocatable unit, in which ptxas ignores ``setmaxnreg`` (the consumers keep 168
 registers: at d = 128 the overlap spills) and serializes every wgmma.
 
-Synchronisation, per stage s of the ring (position i of the walk: s = i mod 2, its
-fill i // 2; a phase's parity is the fill's):
+Synchronisation, per stage s of the ring (position i of the block's walk, over all its
+tiles: s = i mod 2, its fill i // 2; a phase's parity is the fill's):
     k_full[s], v_full[s]   the producer's arrive.expect_tx + the TMA bytes: the tile landed
     k_empty[s], v_empty[s] 128·consumers arrivals after the wait_group that retires their
                            wgmma on the tile: the producer may overwrite it
-    q_full                 Q landed (once)
+and per tile t of the block (parity t mod 2):
+    q_full                 Q landed
+    q_empty                128·consumers arrivals after the tile's last S: Q may be overwritten
+A consumer whose rows lie past the sequence waits each full phase, then arrives on its
+empty barrier: an arrival never counts towards the phase before.
 No ``syncthreads`` after the roles split (one before it: the barriers are initialised).
 
 Shared memory (one dynamic array, 1024-byte aligned: a swizzled tile's repeat), per
 64-column atom of d a block of rows × 128 bytes: Q BLOCK_M·d·2, K and V 2 stages of
-128·d·2 each, then the nine 8-byte mbarriers (``smem_bytes``: 160 KiB at d = 128,
+128·d·2 each, then the ten 8-byte mbarriers (``smem_bytes``: 160 KiB at d = 128,
 88 KiB at d = 64).  Atom a of a tile starts a·rows·128 bytes in; row r of it at
 r·128, 16-byte chunk c at (c XOR r mod 8)·16 (``_ptx_sim.swizzle_128b``).
 
-Not yet (issue #13): the two consumers' softmax explicitly ping-ponged (named
-barriers); head dims other than 64 and 128; varlen, a KV cache's pages and splits,
-FlexAttention mods (the plan sends those to the mma.sync forward); O written through
-shared memory by TMA; a persistent grid (short sequences: each block's prologue and
-epilogue are not hidden); the backward; running by default on sm_90.
+Persistent blocks (``blocks``): with more tiles than SMs, one block an SM runs tiles
+blockIdx.x, + gridDim.x, … of the virtual grid (``block_info.linear_coords``,
+``grid_coords``: the order a full grid's blocks would start in); the producer loads a
+tile's Q once the consumers released the previous one (``q_empty``, after their last
+S) and the ring's position runs on across tiles, so a tile's Q and first K/V land while
+the previous tile's last P·V and epilogue run.  With fewer tiles, a block a tile and
+the loop is compiled away.
+
+Not yet (issue #13): the consumers' softmax explicitly ping-ponged (named barriers);
+head dims other than 64 and 128; varlen, a KV cache's pages and splits, FlexAttention
+mods (the plan sends those to the mma.sync forward); O written through shared memory
+by TMA; the backward.
 """
 
 from __future__ import annotations
