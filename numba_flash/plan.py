@@ -172,7 +172,7 @@ def plan(p: Problem) -> Plan:
     if fam == "tensor-core" and wgmma_forward(p):
         from numba_flash.kernels import wgmma_forward as W
 
-        return Plan(fam, p.dtype, tuple(W.launches(W.tiles(d), v, p.dtype, sz)), note, p)
+        return Plan(fam, p.dtype, tuple(W.launches(W.tiles(d, causal, p.seqlen_q), v, p.dtype, sz)), note, p)
     if fam == "tensor-core":
         from numba_flash.kernels import tc_backward, tc_forward
 

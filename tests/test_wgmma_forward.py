@@ -130,16 +130,17 @@ def test_info_names_the_wgmma_forward_on_sm_90a():
     assert all("wgmma" not in r["forward"] for r in P.table((8, 0)) + P.table(SM90A, simulator=True))
 
 
-@pytest.mark.parametrize("d,regs,threads", [(128, (24, 240), 384), (64, (32, 160), 512)])
-def test_wgmma_forward_compiles_for_sm_90a(monkeypatch, d, regs, threads):
-    """``inspect --arch sm_90a`` of the opted-in plan: TMA copies, register reallocation
-    (two consumer warpgroups at d = 128, three at d = 64), wgmma for S and P·V (A from
-    registers), nothing in local memory, and (with a whole-program ptxas) assembled
-    without spills."""
-    monkeypatch.setenv("NUMBA_FLASH_WGMMA", "1")
+@pytest.mark.parametrize("d,causal,seqlen,regs,threads", [(128, True, 4096, (24, 240), 384),
+                                                          (64, True, 4096, (32, 160), 512),
+                                                          (64, True, 1024, (24, 240), 384)])  # fmt: skip
+def test_wgmma_forward_compiles_for_sm_90a(d, causal, seqlen, regs, threads):
+    """``inspect --arch sm_90a`` of the plan: TMA copies, register reallocation (two
+    consumer warpgroups at d = 128 and for d = 64 causal at 1024 rows, three at d = 64
+    otherwise: ``wgmma_forward.consumers``), wgmma for S and P·V (A from registers),
+    nothing in local memory, and (with a whole-program ptxas) assembled without spills."""
     from numba_flash.inspection import inspect_kernels
 
-    (r,) = inspect_kernels("forward", "float16", d, True, arch="sm_90a")
+    (r,) = inspect_kernels("forward", "float16", d, causal, arch="sm_90a", seqlen_q=seqlen)
     assert r.name == "wgmma_forward" and r.arch == "sm_90a"
     assert ".target sm_90a" in r.ptx
     # S (n = 128, both operands from shared memory) and P·V (n = d, A from registers, B

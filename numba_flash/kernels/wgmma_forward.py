@@ -101,25 +101,37 @@ BARRIER_BYTES = 128  # q_full, k_full[2], v_full[2], k_empty[2], v_empty[2], q_e
 K_FULL, V_FULL, K_EMPTY, V_EMPTY, Q_EMPTY = (8 + 8 * STAGES * j for j in range(5))
 
 
-def consumers(head_dim: int) -> int:
-    """Consumer warpgroups a block at ``head_dim``: three (192 query rows) at d = 64,
-    where a consumer's accumulators (S 64, O 32, P 32 registers a thread) fit in 160
-    registers and the block's fixed costs (its Q, the ring's fill, the epilogue) are
-    spread over 1.5× the rows; two (128 rows) at d = 128 (O alone is 64 registers), as
-    FlashAttention-3's tile sizes.  ``NUMBA_FLASH_WGMMA_CONSUMERS=2`` (or 3) sets it
-    (the benchmark's comparison, ``scripts/bench_wgmma.py``)."""
+def consumers(head_dim: int, causal: bool = False, seqlen_q: int = 4096) -> int:
+    """Consumer warpgroups a block (64 query rows each), chosen by what the H200
+    measured (docs/benchmarks/2026-12-02-s12, queued calls against FlashAttention-2):
+
+    * d = 128: two (128 rows; O alone is 64 registers a thread), as FlashAttention-3;
+    * d = 64: three (192 rows), FlashAttention-3's tile: the consumers' accumulators
+      (S 64, O 32, P 32 registers) fit in 160 registers and a block's fixed costs (its
+      Q, the ring's fill, the epilogue) are spread over 1.5× the rows — 1.24–1.34× FA2
+      at (4, 32, 4096, 64) against 1.12–1.18× with two;
+    * except causal at d = 64 with at most 2048 query rows: two, persistent (``blocks``).
+      At (16, 32, 1024, 64) causal the 192-row tiles leave a third of the last tile of
+      each head idle and unequal tiles unbalanced: 0.91–0.93× FA2 with three, 1.04–1.08×
+      with two.  (Measured at 1024 and 4096 rows; 2048 is the guess between.)
+
+    ``NUMBA_FLASH_WGMMA_CONSUMERS=2`` (or 3) sets it (the benchmark's comparison,
+    ``scripts/bench_wgmma.py``)."""
     forced = os.environ.get("NUMBA_FLASH_WGMMA_CONSUMERS")
     if forced in ("2", "3"):
         return int(forced)
-    return 3 if head_dim <= 64 else 2
+    if head_dim > 64 or (causal and seqlen_q <= 2048):
+        return 2
+    return 3
 
 
-def tiles(head_dim: int) -> TcTiles:
-    """The tile shape at ``head_dim`` (one of ``HEAD_DIMS``): ``warps`` counts the
-    consumer warps (the producer warpgroup is ``threads(t)`` − 128·consumers more)."""
+def tiles(head_dim: int, causal: bool = False, seqlen_q: int = 4096) -> TcTiles:
+    """The tile shape at ``head_dim`` (one of ``HEAD_DIMS``; ``consumers`` picks the
+    rows): ``warps`` counts the consumer warps (the producer warpgroup is
+    ``threads(t)`` − 128·consumers more)."""
     if head_dim not in HEAD_DIMS:
         raise ValueError(f"head_dim={head_dim}: the wgmma forward runs d in {HEAD_DIMS}")
-    c = consumers(head_dim)
+    c = consumers(head_dim, causal, seqlen_q)
     return TcTiles(head_dim, 64 * c, BLOCK_N, 4 * c, m_tiles=1, stages=STAGES, q_in_regs=False)
 
 
@@ -380,17 +392,21 @@ def smem_bytes(t: TcTiles) -> int:
     return 2 * t.head_dim * (t.block_m + 2 * STAGES * BLOCK_N) + BARRIER_BYTES
 
 
-def blocks(tiles: int) -> int:
-    """The blocks launched for ``tiles`` tiles of 128 or 192 query rows: persistent, one
-    block an SM (its registers hold one), each running tiles blockIdx.x, + gridDim.x, …,
-    so that a tile's Q and first K/V load while the block's previous tile finishes its
-    last P·V and writes O (short sequences: one block's fixed costs are not hidden by
-    another's).  ``NUMBA_FLASH_WGMMA_PERSISTENT=0`` launches a block a tile instead (the
-    benchmark's comparison, ``scripts/bench_wgmma.py``), ``=n`` at most n blocks (the
-    sanitizers' small shapes, so that their blocks run several tiles)."""
+def blocks(t: TcTiles, tiles: int) -> int:
+    """The blocks launched for ``tiles`` tiles of ``t``: with two consumers persistent,
+    one block an SM (its registers hold one), each running tiles blockIdx.x,
+    + gridDim.x, …, so that a tile's Q and first K/V load while the block's previous
+    tile finishes its last P·V and writes O (1.42→1.56× FA2 at (1, 16, 16384, 128)).
+    With three (192 rows) a block a tile: there the tile loop's carried state costs the
+    160-register consumers spills (1.27 against 1.34× FA2 at (4, 32, 4096, 64)).
+    ``NUMBA_FLASH_WGMMA_PERSISTENT=0`` launches a block a tile, ``=n`` at most n
+    blocks (the benchmark's comparison; the sanitizers' small shapes, so that their
+    blocks run several tiles)."""
     forced = os.environ.get("NUMBA_FLASH_WGMMA_PERSISTENT", "")
     if forced.isdigit():
         return tiles if int(forced) == 0 else min(tiles, int(forced))
+    if t.block_m > 128:
+        return tiles
     return min(tiles, _sms())
 
 
@@ -411,7 +427,7 @@ def launches(t: TcTiles, variant: Variant, dtype: str, sz: spec.Sizes) -> list:
     (a tile per ``t.block_m`` queries of a (batch, head), as ``tc_forward``'s blocks), and
     the tensor maps as its last argument (``spec.Arg("tmaps")``)."""
     tiles = math.prod(spec.query_grid(sz, t.block_m, variant.heaviest_first))
-    n = blocks(tiles)
+    n = blocks(t, tiles)
     args = spec.forward_args("u16", tc_out_view(t)) + (spec.Arg("tmaps"),)
     return [spec.KernelLaunch("wgmma_forward", wgmma_forward_kernel(t, variant, dtype, n < tiles), t, (n, 1, 1),
                               threads(t), smem_bytes(t), args, (t.block_m, t.block_n, False))]  # fmt: skip
