@@ -392,20 +392,28 @@ def smem_bytes(t: TcTiles) -> int:
     return 2 * t.head_dim * (t.block_m + 2 * STAGES * BLOCK_N) + BARRIER_BYTES
 
 
-def blocks(t: TcTiles, tiles: int) -> int:
+#: Query rows a sequence past which the blocks are not persistent (``blocks``).
+PERSISTENT_MAX_ROWS = 16384
+
+
+def blocks(t: TcTiles, tiles: int, seqlen_q: int) -> int:
     """The blocks launched for ``tiles`` tiles of ``t``: with two consumers persistent,
     one block an SM (its registers hold one), each running tiles blockIdx.x,
     + gridDim.x, …, so that a tile's Q and first K/V load while the block's previous
     tile finishes its last P·V and writes O (1.42→1.56× FA2 at (1, 16, 16384, 128)).
     With three (192 rows) a block a tile: there the tile loop's carried state costs the
     160-register consumers spills (1.27 against 1.34× FA2 at (4, 32, 4096, 64)).
+    Past ``PERSISTENT_MAX_ROWS`` query rows also a block a tile: a persistent block's
+    tiles drift apart from its neighbours' over a long walk, and the K/V tiles they
+    share are read from DRAM again (ncu at (1, 16, 32768, 128): 1.05 GB read
+    persistent, 0.53 GB a block a tile, 0.65 GB ``traffic.dram``'s model).
     ``NUMBA_FLASH_WGMMA_PERSISTENT=0`` launches a block a tile, ``=n`` at most n
     blocks (the benchmark's comparison; the sanitizers' small shapes, so that their
     blocks run several tiles)."""
     forced = os.environ.get("NUMBA_FLASH_WGMMA_PERSISTENT", "")
     if forced.isdigit():
         return tiles if int(forced) == 0 else min(tiles, int(forced))
-    if t.block_m > 128:
+    if t.block_m > 128 or seqlen_q > PERSISTENT_MAX_ROWS:
         return tiles
     return min(tiles, _sms())
 
@@ -427,7 +435,7 @@ def launches(t: TcTiles, variant: Variant, dtype: str, sz: spec.Sizes) -> list:
     (a tile per ``t.block_m`` queries of a (batch, head), as ``tc_forward``'s blocks), and
     the tensor maps as its last argument (``spec.Arg("tmaps")``)."""
     tiles = math.prod(spec.query_grid(sz, t.block_m, variant.heaviest_first))
-    n = blocks(t, tiles)
+    n = blocks(t, tiles, sz.seqlen_q)
     args = spec.forward_args("u16", tc_out_view(t)) + (spec.Arg("tmaps"),)
     return [spec.KernelLaunch("wgmma_forward", wgmma_forward_kernel(t, variant, dtype, n < tiles), t, (n, 1, 1),
                               threads(t), smem_bytes(t), args, (t.block_m, t.block_n, False))]  # fmt: skip
