@@ -130,15 +130,20 @@ def test_info_names_the_wgmma_forward_on_sm_90a():
     assert all("wgmma" not in r["forward"] for r in P.table((8, 0)) + P.table(SM90A, simulator=True))
 
 
-@pytest.mark.parametrize("d,causal,seqlen,regs,threads", [(128, True, 4096, (24, 240), 384),
-                                                          (64, True, 4096, (32, 160), 512),
-                                                          (64, True, 1024, (24, 240), 384)])  # fmt: skip
-def test_wgmma_forward_compiles_for_sm_90a(d, causal, seqlen, regs, threads):
+@pytest.mark.parametrize("d,causal,seqlen,regs,threads,persistent", [(128, True, 4096, (24, 240), 384, ""),
+                                                                     (128, False, 4096, (24, 240), 384, "3"),
+                                                                     (64, True, 4096, (32, 160), 512, ""),
+                                                                     (64, True, 1024, (24, 240), 384, "3")])  # fmt: skip
+def test_wgmma_forward_compiles_for_sm_90a(monkeypatch, d, causal, seqlen, regs, threads, persistent):
     """``inspect --arch sm_90a`` of the plan: TMA copies, register reallocation (two
     consumer warpgroups at d = 128 and for d = 64 causal at 1024 rows, three at d = 64
     otherwise: ``wgmma_forward.consumers``), wgmma for S and P·V (A from registers),
-    nothing in local memory, and (with a whole-program ptxas) assembled without spills."""
+    nothing in local memory, and (with a whole-program ptxas) assembled without spills;
+    with ``persistent`` ("3": three blocks for the inspected problem's 32 or 16 tiles)
+    the persistent kernel the issue's shapes run (its tile loop and q_empty)."""
     from numba_flash.inspection import inspect_kernels
+
+    monkeypatch.setenv("NUMBA_FLASH_WGMMA_PERSISTENT", persistent)
 
     (r,) = inspect_kernels("forward", "float16", d, causal, arch="sm_90a", seqlen_q=seqlen)
     assert r.name == "wgmma_forward" and r.arch == "sm_90a"
@@ -154,6 +159,8 @@ def test_wgmma_forward_compiles_for_sm_90a(d, causal, seqlen, regs, threads):
     assert (f"setmaxnreg.dec.sync.aligned.u32 {regs[0]}" in r.ptx
             and f"setmaxnreg.inc.sync.aligned.u32 {regs[1]}" in r.ptx)  # fmt: skip
     assert f".maxntid {threads}" in r.ptx
+    assert r.ptx.count("mbarrier.init.shared::cta.b64") == 2 + 4 * 2  # q_full, q_empty, the ring's four a stage
+    assert ("%nctaid.x" in r.ptx) == bool(persistent)  # the tile loop's stride, gridDim.x: compiled away otherwise
     assert r.local_bytes_ptx == 0 and "ld.local" not in r.ptx and "st.local" not in r.ptx
     if r.registers is not None and not r.assembler.startswith("nvJitLink"):
         # ptxas assembles the whole program, as the driver's JIT does on the GPU
