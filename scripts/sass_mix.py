@@ -3,8 +3,9 @@
     python3 scripts/sass_mix.py assemble DIR   # here, no GPU: PTX (inspection, sm_90a) -> ptxas -> DIR/*.cubin
     python3 scripts/sass_mix.py count DIR      # where cuobjdump is (the GPU machine): the opcode table
 
-``assemble`` compiles the opted-in plan's kernel for fp16 at d = 64 and 128, causal off
-and on, and assembles each PTX as a whole program with ``ptxas -arch=sm_90a`` (the
+``assemble`` compiles the plan's kernel for fp16 in the configurations the issue's
+shapes run (``CASES``: d = 128 persistent; d = 64 three consumers a block a tile, and
+causal at 1024 rows two consumers persistent), and assembles each PTX as a whole program with ``ptxas -arch=sm_90a`` (the
 driver's JIT does the same on the GPU: ``_numba_cuda.whole_program_dispatcher``; the
 PTX ``.version`` lowered to the ptxas's, ``driver_ptx``).  ``count`` disassembles each
 cubin (``cuobjdump -sass``) and prints static opcode counts: HGMMA (wgmma), the TMA
@@ -23,24 +24,32 @@ OPS = ["HGMMA", "UTMALDG", "SYNCS", "LDL", "STL", "LDG", "STG", "LDS", "STS", "M
        "FMNMX", "F2FP", "SHFL", "BAR", "WARPGROUP", "BRA"]  # fmt: skip
 
 
+#: (d, causal, query rows, persistent): what (4, 16, 4096, 128), (1, 16, 16384, 128),
+#: (4, 32, 4096, 64) and (16, 32, 1024, 64) run (``wgmma_forward.consumers`` and ``blocks``;
+#: the inspected problem has one head, so persistence is asked for: three blocks).
+CASES = [(128, False, 4096, True), (128, True, 4096, True), (64, False, 4096, False), (64, True, 4096, False),
+         (64, True, 1024, True)]  # fmt: skip
+
+
 def assemble(out):
     os.environ["NUMBA_FLASH_WGMMA"] = "1"
     from numba_flash.inspection import inspect_kernels
 
     os.makedirs(out, exist_ok=True)
-    for d in (64, 128):
-        for causal in (False, True):
-            (r,) = inspect_kernels("forward", "float16", d, causal, arch="sm_90a")
-            name = f"{out}/wgmma_forward_d{d}_{'causal' if causal else 'full'}"
-            with open(name + ".ptx", "w") as f:
-                f.write(re.sub(r"^\.version \d+\.\d+", ".version 9.0", r.ptx, flags=re.M))
-            log = subprocess.run(["ptxas", "-arch=sm_90a", "-v", name + ".ptx", "-o", name + ".cubin"],
-                                 capture_output=True, text=True, check=True).stderr  # fmt: skip
-            used = re.search(r"Used (\d+) registers", log).group(1)
-            spills = re.search(r"(\d+) bytes spill stores, (\d+) bytes spill loads", log).groups()
-            print(f"{os.path.basename(name)}: {used} registers at launch (setmaxnreg raises the consumers'), "
-                  f"spill stores/loads {spills[0]}/{spills[1]} bytes")  # fmt: skip
-            os.remove(name + ".ptx")
+    for d, causal, rows, persistent in CASES:
+        os.environ["NUMBA_FLASH_WGMMA_PERSISTENT"] = "3" if persistent else "0"
+        (r,) = inspect_kernels("forward", "float16", d, causal, arch="sm_90a", seqlen_q=rows)
+        name = (f"{out}/wgmma_forward_d{d}_{'causal' if causal else 'full'}_{rows}_"
+                f"{'persistent' if persistent else 'block_a_tile'}")  # fmt: skip
+        with open(name + ".ptx", "w") as f:
+            f.write(re.sub(r"^\.version \d+\.\d+", ".version 9.0", r.ptx, flags=re.M))
+        log = subprocess.run(["ptxas", "-arch=sm_90a", "-v", name + ".ptx", "-o", name + ".cubin"],
+                             capture_output=True, text=True, check=True).stderr  # fmt: skip
+        used = re.search(r"Used (\d+) registers", log).group(1)
+        spills = re.search(r"(\d+) bytes spill stores, (\d+) bytes spill loads", log).groups()
+        print(f"{os.path.basename(name)}: {used} registers at launch (setmaxnreg raises the consumers'), "
+              f"spill stores/loads {spills[0]}/{spills[1]} bytes")  # fmt: skip
+        os.remove(name + ".ptx")
 
 
 def count(out):
