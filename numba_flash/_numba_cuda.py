@@ -65,6 +65,7 @@ def kernel(launch_bounds=None, whole_program=False):
         disp = cuda.jit(launch_bounds=launch_bounds)(fn)
         if whole_program and os.environ.get("NUMBA_FLASH_WHOLE_PROGRAM", "1") != "0":
             whole_program_dispatcher(disp)
+            disp._numba_flash_whole_program = True  # ``inspection.resources`` assembles it as the GPU does
         return disp
 
     return deco

@@ -245,16 +245,31 @@ def ptxas_candidates() -> list[str]:
     return out
 
 
-def _ptxas_resources(ptx: str, arch: str) -> tuple[dict | None, str]:
+def _ptxas_release(exe: str) -> tuple | None:
+    """(major, minor) of a ptxas's CUDA release (``ptxas --version``), or None."""
+    try:
+        out = subprocess.run([exe, "--version"], capture_output=True, text=True, timeout=30).stdout
+    except Exception:
+        return None
+    m = re.search(r"release (\d+)\.(\d+)", out)
+    return (int(m.group(1)), int(m.group(2))) if m else None
+
+
+def _ptxas_resources(ptx: str, arch: str, lower: bool = False) -> tuple[dict | None, str]:
+    """``ptxas -v`` of ``ptx`` as a whole program; ``lower``: its ``.version`` lowered to
+    each ptxas's ISA first (``_numba_cuda.driver_ptx``, as the driver's JIT gets it)."""
+    from numba_flash._numba_cuda import driver_ptx
+
     cands = ptxas_candidates()
     if not cands:
         return None, "no ptxas"
     why = []
     with tempfile.TemporaryDirectory() as tmp:
         src = os.path.join(tmp, "kernel.ptx")
-        with open(src, "w") as f:
-            f.write(ptx)
         for exe in cands:
+            release = _ptxas_release(exe) if lower else None
+            with open(src, "w") as f:
+                f.write(driver_ptx(ptx, release) if release else ptx)
             try:
                 p = subprocess.run([exe, f"-arch={arch}", "-v", src, "-o", os.path.join(tmp, "k.cubin")],
                                    capture_output=True, text=True, timeout=120)  # fmt: skip
@@ -271,8 +286,20 @@ def _ptxas_resources(ptx: str, arch: str) -> tuple[dict | None, str]:
     return None, "ptxas failed: " + "; ".join(why)
 
 
-def resources(ptx: str, arch: str) -> tuple[dict | None, str]:
-    """Registers/spills for ``ptx``: (dict or None, which tool, or why none)."""
+def resources(ptx: str, arch: str, whole_program: bool = False) -> tuple[dict | None, str]:
+    """Registers/spills for ``ptx``: (dict or None, which tool, or why none).  A
+    ``whole_program`` kernel (``_numba_cuda.whole_program_dispatcher``: on the GPU the
+    driver's JIT assembles it whole, honouring ``setmaxnreg``) goes to a ptxas first, as
+    one whole program; nvJitLink assembles a relocatable unit, whose registers and
+    spills are not the GPU's (the report says so)."""
+    if whole_program:
+        res, how = _ptxas_resources(ptx, arch, lower=True)
+        if res is not None:
+            return res, how + ", whole program (as the driver's JIT on the GPU)"
+        res2, how2 = _nvjitlink_resources(ptx, arch)
+        if res2 is not None:
+            return res2, how2 + " (relocatable: ignores setmaxnreg; the GPU assembles it whole)"
+        return None, f"n/a ({how}; {how2})"
     res, how = _nvjitlink_resources(ptx, arch)
     if res is not None:
         return res, how
@@ -368,7 +395,7 @@ def _compile_here(pass_: str, dtype: str, head_dim: int, causal: bool, arch: str
             note=pl.note,
             ptx=ptx,
         )
-        res, how = resources(ptx, label)
+        res, how = resources(ptx, label, getattr(launch.kernel, "_numba_flash_whole_program", False))
         rep.assembler = how
         if res is not None:
             for key, value in res.items():
