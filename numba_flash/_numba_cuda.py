@@ -165,11 +165,15 @@ _CC: dict = {}
 
 
 def target_arch() -> tuple:
-    """The current device's compile target as the launch plan sees it: ``compute_capability()``,
-    with ``"a"`` appended from 9.0 on, as numba-cuda targets the arch-specific ``sm_XYa`` there
+    """The current device's compile target as the launch plan sees it (``target_of``)."""
+    return target_of(compute_capability())
+
+
+def target_of(cc: tuple) -> tuple:
+    """The compile target of compute capability ``cc`` (major, minor): ``"a"`` appended
+    from 9.0 on, as numba-cuda targets the arch-specific ``sm_XYa`` there
     (``codegen._ensure_cc``): (9, 0, "a") on an H100/H200, where wgmma and setmaxnreg exist."""
-    cc = compute_capability()
-    return cc + ("a",) if cc >= (9, 0) else cc
+    return tuple(cc) + ("a",) if tuple(cc) >= (9, 0) else tuple(cc)
 
 
 class _TargetDevice:

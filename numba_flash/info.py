@@ -149,6 +149,7 @@ def device_info(mode: str) -> dict:
 def gather_info() -> dict:
     """Everything ``numba-flash info`` prints, as a dict."""
     from numba_flash import plan
+    from numba_flash._numba_cuda import target_of
     from numba_flash.check import runtime_mode
 
     mode = runtime_mode()
@@ -156,8 +157,8 @@ def gather_info() -> dict:
     v["nvvm"] = _nvvm_version() if mode != "simulator" else NA
     device = device_info(mode)
     cc = device["compute_capability"]
-    arch = tuple(int(x) for x in cc.split(".")) if cc != NA else (9, 0)  # the simulator runs every kernel
-    arch += ("a",) if arch >= (9, 0) else ()  # numba-cuda's target from 9.0 on (``_numba_cuda.target_arch``)
+    # the simulator runs every kernel; numba-cuda's target from 9.0 on is sm_XYa
+    arch = target_of(tuple(int(x) for x in cc.split(".")) if cc != NA else (9, 0))
     try:
         kernels = plan.table(arch, simulator=mode == "simulator")
     except Exception as exc:  # pragma: no cover - a broken install

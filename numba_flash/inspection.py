@@ -26,6 +26,7 @@ Per kernel it reports:
 
 from __future__ import annotations
 
+import functools
 import glob
 import json
 import os
@@ -245,6 +246,7 @@ def ptxas_candidates() -> list[str]:
     return out
 
 
+@functools.lru_cache(maxsize=None)
 def _ptxas_release(exe: str) -> tuple | None:
     """(major, minor) of a ptxas's CUDA release (``ptxas --version``), or None."""
     try:

@@ -307,9 +307,9 @@ def device_arch() -> tuple:
     """The plan's target for the models here: the current GPU's (``_numba_cuda.target_arch``:
     (9, 0, "a") on an H200, where the forward is the wgmma one), else an sm_90's generic
     target (the mma.sync kernels)."""
-    from numba_flash._numba_cuda import SIMULATOR, gpu_available, target_arch
+    from numba_flash._numba_cuda import gpu_available, target_arch
 
-    return target_arch() if not SIMULATOR and gpu_available() else (9, 0)
+    return target_arch() if gpu_available() else (9, 0)
 
 
 def summary(pass_: str, dtype: str, batch: int, heads: int, seqlen: int, head_dim: int, causal: bool = False) -> dict:

@@ -228,6 +228,18 @@ def wgmma_forward_kernel(t: TcTiles, variant: Variant, dtype: str, persistent: b
         for ps in range(PSTEPS):
             fragments.pack_a(p_frag, ps * 4, acc_s, ps * 8, BF16)
 
+    @device_function
+    def tile_walk(tile, gx, gy, gz, q, k, params, cu_q, cu_k, fx):
+        """Tile ``tile`` of the virtual grid (gx, gy, gz): ``block_info.block_at``'s
+        ``(start_m, b, h, hk, q0, k0, mi, seq)``, its walk list ``vr`` and the key tiles
+        ``[n_lo, n_hi)`` it visits; the producer and the consumers walk the same."""
+        x, y, z = linear_coords(tile, gx, gy)
+        tm, th, tb = grid_coords(x, y, z, gz, fx, False, F)
+        start_m, b, h, hk, q0, k0, mi, seq = block_at(tm, th, tb, q, k, params, cu_q, cu_k, fx, BLOCK_M, F, False)
+        vr = walk_list(fx, seq, h, tm, False, F)
+        n_lo, n_hi = walk_range(*key_tiles(start_m, BLOCK_M, BLOCK_N, mi), vr, F)
+        return start_m, b, h, hk, q0, k0, mi, seq, vr, n_lo, n_hi
+
     @kernel(launch_bounds=(THREADS, 1), whole_program=True)
     def wgmma_forward(q, k, v, out32, lse, softmax_scale, params, alibi, cu_q, cu_k, fx, tmaps):
         tid = cuda.threadIdx.x
@@ -265,12 +277,8 @@ def wgmma_forward_kernel(t: TcTiles, variant: Variant, dtype: str, persistent: b
                 pos = 0  # the K/V ring's position, over all of this block's tiles: stage pos mod 2, fill pos // 2
                 done = 0  # the tiles this block finished
                 for tile in range(cuda.blockIdx.x, tiles_end, tiles_step):
-                    x, y, z = linear_coords(tile, gx, gy)
-                    tm, th, tb = grid_coords(x, y, z, gz, fx, False, F)
-                    start_m, b, h, hk, q0, k0, mi, seq = block_at(tm, th, tb, q, k, params, cu_q, cu_k, fx, BLOCK_M,
-                                                                  F, False)  # fmt: skip
-                    vr = walk_list(fx, seq, h, tm, False, F)
-                    n_lo, n_hi = walk_range(*key_tiles(start_m, BLOCK_M, BLOCK_N, mi), vr, F)
+                    start_m, b, h, hk, q0, k0, mi, seq, vr, n_lo, n_hi = tile_walk(tile, gx, gy, gz, q, k, params,
+                                                                                   cu_q, cu_k, fx)  # fmt: skip
                     if done > 0:  # the consumers are done with the previous tile's Q
                         wait_phase(q_full + Q_EMPTY, (done - 1) & 1)
                     ptx.mbarrier_arrive_expect_tx(q_full, Q_BYTES)
@@ -308,12 +316,9 @@ def wgmma_forward_kernel(t: TcTiles, variant: Variant, dtype: str, persistent: b
         pos = 0  # the ring's position, as the producer's
         done = 0
         for tile in range(cuda.blockIdx.x, tiles_end, tiles_step):
-            x, y, z = linear_coords(tile, gx, gy)
-            tm, th, tb = grid_coords(x, y, z, gz, fx, False, F)
-            start_m, b, h, hk, q0, k0, mi, seq = block_at(tm, th, tb, q, k, params, cu_q, cu_k, fx, BLOCK_M, F, False)
+            start_m, b, h, hk, q0, k0, mi, seq, vr, n_lo, n_hi = tile_walk(tile, gx, gy, gz, q, k, params, cu_q, cu_k,
+                                                                           fx)  # fmt: skip
             seqlen_q = mi[0]
-            vr = walk_list(fx, seq, h, tm, False, F)
-            n_lo, n_hi = walk_range(*key_tiles(start_m, BLOCK_M, BLOCK_N, mi), vr, F)
             rows0 = start_m + 64 * cw  # this consumer's first query row
             # q_full's phase first, then q_empty's arrival (it must not count towards the previous tile's)
             wait_phase(q_full, done & 1)
