@@ -722,6 +722,7 @@ def install_warp_twins():
         run._numba_flash = True
         BlockThread.run = run
 
+    _install_direct_device_calls()
     for name, fn in (
         ("syncwarp", syncwarp),
         ("shfl_xor_sync", shfl_xor_sync),
@@ -731,6 +732,58 @@ def install_warp_twins():
     ):
         if not hasattr(FakeCUDAModule, name):
             setattr(FakeCUDAModule, name, staticmethod(fn))
+
+
+#: Module globals whose ``cuda`` this launch has bound to its fake module:
+#: id(globals) -> (globals, the fake module, the names and what they were bound to).
+_SWAPPED: dict = {}
+_SWAP_LOCK = threading.Lock()
+
+
+def _install_direct_device_calls():
+    """Make the simulator's device-function calls direct (idempotent).
+
+    The simulator runs a device function inside ``swapped_cuda_module``: on every call,
+    under two locks, it rebinds the function module's ``cuda`` to the launch's fake
+    module and back when the last thread leaves.  With a block's 384 threads each making
+    thousands of such calls (the masks, the score steps), those locks and rebinds
+    dominated a launch: the Hopper backward's two kernels took minutes.  Here a module's
+    ``cuda`` is rebound once per launch, the first time one of its functions runs in it,
+    and restored when the launch ends; a call then is a plain Python call.  (A module's
+    functions only ever see the fake module of the launch running them.)"""
+    from numba.cuda.simulator import kernel as sim
+
+    if getattr(sim.FakeCUDAKernel.__call__, "_numba_flash", False):
+        return
+    simulated = sim.FakeCUDAKernel.__call__
+
+    def call(self, *args):
+        ctx = sim._kernel_context
+        if ctx is None and not self._device:  # a launch: restore what it rebound when it ends
+            try:
+                return simulated(self, *args)
+            finally:
+                with _SWAP_LOCK:
+                    for g, _, orig in _SWAPPED.values():
+                        g.update(orig)
+                    _SWAPPED.clear()
+        if ctx is None:  # a device function called outside a kernel: as the simulator does
+            return simulated(self, *args)
+        g = self.fn.__globals__
+        entry = _SWAPPED.get(id(g))
+        if entry is None or entry[1] is not ctx:
+            from numba import cuda
+
+            with _SWAP_LOCK:
+                entry = _SWAPPED.get(id(g))
+                if entry is None or entry[1] is not ctx:
+                    orig = {k: v for k, v in g.items() if v is cuda}
+                    g.update({k: ctx for k in orig})
+                    _SWAPPED[id(g)] = (g, ctx, orig)
+        return self.fn(*args)
+
+    call._numba_flash = True
+    sim.FakeCUDAKernel.__call__ = call
 
 
 # ---------------------------------------------------------------------------

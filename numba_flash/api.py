@@ -71,11 +71,13 @@ def _run(plan: P.Plan, buffers: dict, layout: str) -> None:
     for k in plan.launches:
         args = []
         for a in k.args:
-            if a.role == "tmaps":  # made from the bound q, k, v (the kernel's tiles give the boxes)
+            if a.role == "tmaps":  # made from the bound q, k, v, dout (the kernel's tiles give the boxes)
                 from numba_flash import tma
 
-                qkv = (_bshd(buffers[r].view(_VIEW_DTYPES["u16"]), layout) for r in ("q", "k", "v"))
-                args.append(tma.attention_maps(*qkv, k.tiles.block_m, k.tiles.block_n))
+                u16 = {r: _bshd(buffers[r].view(_VIEW_DTYPES["u16"]), layout) for r in ("q", "k", "v", "dout")
+                       if r in buffers}  # fmt: skip
+                args.append(tma.attention_maps(u16["q"], u16["k"], u16["v"], k.tiles.block_m, k.tiles.block_n,
+                                               dout=u16.get("dout")))  # fmt: skip
                 continue
             x = buffers[a.role]
             if callable(x):
@@ -239,7 +241,14 @@ def _backward(ops, lse_arr, dims, causal, scale, var, allow_tf32, layout, shapes
     buffers = dict(zip(("q", "k", "v", "dout", "out"), computed))
     buffers.update(zip(("dq", "dk", "dv"), work_grads))
     lse_c = A.to_compute(lse_arr, kind)
-    buffers.update(lse=lse_c, delta=A.empty(kind, lse_c.shape, np.float32), scale=scale, **var.buffers(*cu))
+    buffers.update(lse=lse_c, scale=scale, **var.buffers(*cu))
+    roles = {a.role for k in plan.launches for a in k.args}
+    if "delta" in roles:
+        buffers["delta"] = A.empty(kind, lse_c.shape, np.float32)
+    if "stats" in roles:  # the Hopper backward's lse and delta, padded (``wgmma_backward.stats_shape``)
+        from numba_flash.kernels.wgmma_backward import stats_shape
+
+        buffers["stats"] = A.empty(kind, stats_shape(*lse_c.shape), np.float32)
     if var.features.varlen:
         buffers.update({r: buffers[r][None] for r in ("q", "k", "v", "dout", "out", "dq", "dk", "dv", "lse", "delta")})
     _run_checked(plan, buffers, layout, var)

@@ -140,6 +140,17 @@ def decode_tiles(p: Problem) -> bool:
     return p.pass_ == "forward" and p.seqlen_q <= config.DECODE_ROWS and p.features.mods is None
 
 
+def wgmma_backward(p: Problem) -> bool:
+    """The Hopper backward (``kernels.wgmma_backward``: its preprocess, dK/dV and dQ
+    kernels) runs ``p``: as :func:`wgmma_forward`'s rule, for the backward (no split,
+    pages or decode tiles there)."""
+    from numba_flash.kernels.wgmma_backward import HEAD_DIMS
+
+    return (wgmma_switch(p) and p.pass_ == "backward" and tuple(p.arch) == (9, 0, "a")
+            and p.dtype in ("float16", "bfloat16") and p.head_dim in HEAD_DIMS and p.aligned
+            and p.features.mods is None and not p.features.varlen)  # fmt: skip
+
+
 def wgmma_forward(p: Problem) -> bool:
     """The Hopper forward (``kernels.wgmma_forward``) runs ``p``: switched on
     (``wgmma_switch``), on sm_90a (``arch`` (9, 0, "a"): numba-cuda's target on an
@@ -173,6 +184,10 @@ def plan(p: Problem) -> Plan:
         from numba_flash.kernels import wgmma_forward as W
 
         return Plan(fam, p.dtype, tuple(W.launches(W.tiles(d, causal, p.seqlen_q), v, p.dtype, sz)), note, p)
+    if fam == "tensor-core" and wgmma_backward(p):
+        from numba_flash.kernels import wgmma_backward as W
+
+        return Plan(fam, p.dtype, tuple(W.launches(v, p.dtype, sz, d)), note, p)
     if fam == "tensor-core":
         from numba_flash.kernels import tc_backward, tc_forward
 

@@ -125,28 +125,31 @@ _MAP_CACHE: collections.OrderedDict = collections.OrderedDict()  # what a map en
 _MAP_KEEP = 256
 
 
-def _stack_maps(q, k, v, block_m, block_n, swizzle):
-    """The three maps, one (3, 128) device array (one host-to-device copy)."""
-    atom = swizzle // q.itemsize  # columns a box: the swizzle's span
-    maps = np.stack([_host_map(_bhnd(x), (1, 1, rows, atom), swizzle)
-                     for x, rows in ((q, block_m), (k, block_n), (v, block_n))])  # fmt: skip
+def _stack_maps(arrays, rows, swizzle):
+    """The maps of ``arrays`` (boxes of ``rows`` rows), one (len, 128) device array (one
+    host-to-device copy)."""
+    atom = swizzle // arrays[0].itemsize  # columns a box: the swizzle's span
+    maps = np.stack([_host_map(_bhnd(x), (1, 1, r, atom), swizzle) for x, r in zip(arrays, rows)])
     return maps if SIMULATOR else A._cupy().asarray(maps)
 
 
-def attention_maps(q, k, v, block_m: int, block_n: int, swizzle: int = 128):
-    """The tensor maps of a forward's (B, N, H, d) q, k and v, stacked as a (3, 128)
-    uint8 device array: boxes of ``block_m`` query rows (``block_n`` key rows) of one
-    (batch, head) by ``swizzle / 2`` columns (one 128-byte swizzle atom; d / 64 boxes
-    cover a row), rows past the sequence zero-filled by TMA.  On a GPU they are cached
-    by what they encode (address, shape, strides, boxes): a map holds no data, so a new
-    array at the same address with the same layout reuses it correctly."""
+def attention_maps(q, k, v, block_m: int, block_n: int, swizzle: int = 128, dout=None):
+    """The tensor maps of a forward's (B, N, H, d) q, k and v (and a backward's ``dout``
+    after them), stacked as a (3, 128) (or (4, 128)) uint8 device array: boxes of
+    ``block_m`` query rows (``block_n`` key rows) of one (batch, head) by ``swizzle / 2``
+    columns (one 128-byte swizzle atom; d / 64 boxes cover a row), rows past the
+    sequence zero-filled by TMA.  On a GPU they are cached by what they encode (address,
+    shape, strides, boxes): a map holds no data, so a new array at the same address with
+    the same layout reuses it correctly."""
+    arrays = (q, k, v) + (() if dout is None else (dout,))
+    rows = (block_m, block_n, block_n, block_m)[: len(arrays)]
     if SIMULATOR:
-        return _stack_maps(q, k, v, block_m, block_n, swizzle)
-    key = tuple((int(x.data.ptr), x.shape, x.strides, str(x.dtype)) for x in (q, k, v)) + (
+        return _stack_maps(arrays, rows, swizzle)
+    key = tuple((int(x.data.ptr), x.shape, x.strides, str(x.dtype)) for x in arrays) + (
         A._cupy().cuda.Device().id, block_m, block_n, swizzle)
     maps = _MAP_CACHE.get(key)
     if maps is None:
-        maps = _MAP_CACHE[key] = _stack_maps(q, k, v, block_m, block_n, swizzle)
+        maps = _MAP_CACHE[key] = _stack_maps(arrays, rows, swizzle)
         while len(_MAP_CACHE) > _MAP_KEEP:
             _MAP_CACHE.popitem(last=False)
     else:

@@ -49,10 +49,10 @@ from numba_flash import plan as P
 from numba_flash import variant as V
 
 #: Roles whose rows are queries, and keys (what a block's rows are in a walk).
-QUERY_ROLES = ("q", "dout", "out", "lse", "delta", "dq")
+QUERY_ROLES = ("q", "dout", "out", "lse", "delta", "stats", "dq")
 KEY_ROLES = ("k", "v", "dk", "dv")
 #: Roles a kernel writes: its outputs (the rest of its 4-D and row arguments it reads).
-OUTPUT_ROLES = {"forward": ("out", "lse"), "preprocess": ("delta",), "backward": ("dq", "dk", "dv")}
+OUTPUT_ROLES = {"forward": ("out", "lse"), "preprocess": ("delta", "stats"), "backward": ("dq", "dk", "dv")}
 _ITEM = {"float32": 4, "float16": 2, "bfloat16": 2}
 
 
@@ -81,6 +81,8 @@ def kernel_io(launch) -> tuple:
 
 
 def _row_bytes(role: str, d: int, item: int) -> int:
+    if role == "stats":  # lse and delta
+        return 8
     return 4 if role in ("lse", "delta") else d * item
 
 

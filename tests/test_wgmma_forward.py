@@ -120,13 +120,15 @@ def test_the_switch(monkeypatch):
 
 def test_info_names_the_wgmma_forward_on_sm_90a():
     """``numba-flash info``'s table (``plan.table``) on an H200's target: the fp16/bf16
-    forward at d = 64, 128 is the wgmma one; other head dims, the backward and sm_80
+    forward and backward at d = 64, 128 are the wgmma ones; other head dims and sm_80
     keep the mma.sync kernels."""
     rows = {(r["dtype"], r["head_dims"]): r for r in P.table(SM90A)}
     for half in ("float16", "bfloat16"):
         assert rows[half, "64, 128 (16-byte aligned rows)"]["forward"] == "tensor-core: wgmma_forward"
         assert rows[half, "any other from 1 to 128, or unaligned rows"]["forward"] == "tensor-core: tc_forward"
-        assert "wgmma" not in rows[half, "64, 128 (16-byte aligned rows)"]["backward"]
+        assert rows[half, "64, 128 (16-byte aligned rows)"]["backward"] == ("tensor-core: tc_bwd_stats → wgmma_bwd_dkdv "
+                                                                            "→ wgmma_bwd_dq")  # fmt: skip
+        assert "wgmma" not in rows[half, "any other from 1 to 128, or unaligned rows"]["backward"]
     assert all("wgmma" not in r["forward"] for r in P.table((8, 0)) + P.table(SM90A, simulator=True))
 
 

@@ -15,9 +15,12 @@ from typing import Any
 
 #: The buffers a kernel parameter can be (``scale`` is the float softmax scale).
 ROLES = ("q", "k", "v", "out", "lse", "dout", "delta", "dq", "dk", "dv", "scale", "params", "alibi", "cu_seqlens_q",
-         "cu_seqlens_k", "flex", "tmaps")
-#: ``tmaps``: the TMA tensor maps of q, k and v, a (3, 128) uint8 device array that the
-#: launch makes from the arrays it binds (``numba_flash.tma.attention_maps``).
+         "cu_seqlens_k", "flex", "tmaps", "stats")
+#: ``tmaps``: the TMA tensor maps of q, k and v (and, in a backward, dout), a (3, 128)
+#: (or (4, 128)) uint8 device array that the launch makes from the arrays it binds
+#: (``numba_flash.tma.attention_maps``).
+#: ``stats``: the Hopper backward's (B, H, 2, rows) float32 workspace, lse (as the
+#: backward subtracts it) and delta of each query row, padded (``wgmma_backward.stats_shape``).
 #: How a 4-D buffer is viewed: as it is, 16-bit elements as uint16 (cp.async moves
 #: bytes; the dtype matters only to mma), or pairs of 16-bit elements as uint32.
 VIEWS = ("", "u16", "u32")

@@ -54,7 +54,7 @@ from __future__ import annotations
 import functools
 
 from numba_flash import ptx
-from numba_flash._numba_cuda import cuda, float32, uint16, uint32
+from numba_flash._numba_cuda import cuda, device_function, float32, uint16, uint32
 from numba_flash.config import TcBwdTiles, tc_array_layout, tc_out_view
 from numba_flash.kernels import copy, fragments, pipeline, score, softmax, spec
 from numba_flash.kernels.block_info import (group_size, key_tiles, query_tiles, this_block, tile_partial, walk_list,
@@ -64,22 +64,44 @@ from numba_flash.variant import VARLEN, Variant
 _ALIGN = ptx.SMEM_ALIGN
 
 
-@functools.lru_cache(maxsize=None)
-def tc_bwd_preprocess_kernel(head_dim: int, dtype: str):
-    """``kernel[grid, 128, stream](out16, dout16, delta)``: delta = rowsum(dO∘O), from
-    uint16 views of O and dO (any strides with the last axis contiguous); ``head_dim``
-    is the arrays' (an odd one's last element is read alone).
-
-    A block owns 128 rows, a warp 32 of them, one row at a time: lane ``l`` reads the
-    32-bit pairs ``l, l + 32, ...`` of the row (a warp's loads are consecutive words,
-    whole 32-byte sectors) and the warp sums its lanes with ``shfl_xor``.  One thread a
-    row, reading its row pair by pair, made every load touch 32 rows' sectors: at
-    (1, 16, 65536, 128) it read 3.8 GB from DRAM for O and dO's 0.54 GB (ncu,
-    docs/benchmarks/2026-12-01-s8)."""
+def _row_delta_fn(head_dim: int, dtype: str):
+    """A device function ``(out16, dout16, b, h, row, lane) -> float32``: delta of one
+    row, summed by the whole warp (call it with the same ``row`` on every lane): lane
+    ``l`` reads the 32-bit pairs ``l, l + 32, ...`` of the row (a warp's loads are
+    consecutive words, whole 32-byte sectors) and the lanes are summed with ``shfl_xor``.
+    One thread a row, reading its row pair by pair, made every load touch 32 rows'
+    sectors: at (1, 16, 65536, 128) it read 3.8 GB from DRAM for O and dO's 0.54 GB
+    (ncu, docs/benchmarks/2026-12-01-s8)."""
     WORDS = head_dim // 2
     STEPS = -(-WORDS // 32)  # pairs a lane reads per row
     ODD = head_dim % 2 == 1  # the last element alone
     unpack = ptx.unpack_f16x2 if dtype == "float16" else ptx.unpack_bf16x2
+
+    @device_function
+    def row_delta(out16, dout16, b, h, row, lane):
+        acc = float32(0.0)
+        for i in range(STEPS):
+            w = lane + 32 * i
+            if w < WORDS:
+                o0, o1 = unpack(uint32(out16[b, row, h, 2 * w]) | (uint32(out16[b, row, h, 2 * w + 1]) << 16))
+                d0, d1 = unpack(uint32(dout16[b, row, h, 2 * w]) | (uint32(dout16[b, row, h, 2 * w + 1]) << 16))
+                acc += o0 * d0 + o1 * d1
+        if ODD and lane == 0:
+            o0, _ = unpack(uint32(out16[b, row, h, 2 * WORDS]))
+            d0, _ = unpack(uint32(dout16[b, row, h, 2 * WORDS]))
+            acc += o0 * d0
+        return softmax.allreduce_sum(acc, 32)
+
+    return row_delta
+
+
+@functools.lru_cache(maxsize=None)
+def tc_bwd_preprocess_kernel(head_dim: int, dtype: str):
+    """``kernel[grid, 128, stream](out16, dout16, delta)``: delta = rowsum(dO∘O), from
+    uint16 views of O and dO (any strides with the last axis contiguous); ``head_dim``
+    is the arrays' (an odd one's last element is read alone).  A block owns 128 rows, a
+    warp 32 of them, one row at a time (``_row_delta_fn``)."""
+    row_delta = _row_delta_fn(head_dim, dtype)
 
     @cuda.jit
     def tc_bwd_preprocess(out16, dout16, delta):
@@ -89,24 +111,41 @@ def tc_bwd_preprocess_kernel(head_dim: int, dtype: str):
         b = cuda.blockIdx.z
         for r in range(32):
             row = first + r
-            if row < out16.shape[1]:  # the same for the whole warp: the shuffles below see every lane
-                acc = float32(0.0)
-                for i in range(STEPS):
-                    w = lane + 32 * i
-                    if w < WORDS:
-                        o0, o1 = unpack(uint32(out16[b, row, h, 2 * w]) | (uint32(out16[b, row, h, 2 * w + 1]) << 16))
-                        d0, d1 = unpack(uint32(dout16[b, row, h, 2 * w]) |
-                                        (uint32(dout16[b, row, h, 2 * w + 1]) << 16))  # fmt: skip
-                        acc += o0 * d0 + o1 * d1
-                if ODD and lane == 0:
-                    o0, _ = unpack(uint32(out16[b, row, h, 2 * WORDS]))
-                    d0, _ = unpack(uint32(dout16[b, row, h, 2 * WORDS]))
-                    acc += o0 * d0
-                acc = softmax.allreduce_sum(acc, 32)
+            if row < out16.shape[1]:  # the same for the whole warp: the shuffles see every lane
+                acc = row_delta(out16, dout16, b, h, row, lane)
                 if lane == 0:
                     delta[b, h, row] = acc
 
     return tc_bwd_preprocess
+
+
+@functools.lru_cache(maxsize=None)
+def tc_bwd_stats_kernel(head_dim: int, dtype: str):
+    """``kernel[grid, 128, stream](out16, dout16, lse, stats)``: the preprocess of the
+    Hopper backward (``wgmma_backward``): ``stats[b, h, 0, row]`` = the row's lse as the
+    backward subtracts it (``softmax.lse_for_recompute``), ``stats[b, h, 1, row]`` =
+    delta, for every row of ``stats`` (padded past the queries: +inf and 0 there, so that
+    P and dS are exactly 0); the grid covers its rows."""
+    row_delta = _row_delta_fn(head_dim, dtype)
+
+    @cuda.jit
+    def tc_bwd_stats(out16, dout16, lse, stats):
+        lane = cuda.threadIdx.x & 31
+        first = cuda.blockIdx.x * cuda.blockDim.x + (cuda.threadIdx.x - lane)  # the warp's 32 rows
+        h = cuda.blockIdx.y
+        b = cuda.blockIdx.z
+        for r in range(32):
+            row = first + r
+            if row < stats.shape[3]:  # the same for the whole warp
+                lse2, acc = softmax.POS_INF, float32(0.0)
+                if row < out16.shape[1]:
+                    lse2 = softmax.lse_for_recompute(lse[b, h, row], True)
+                    acc = row_delta(out16, dout16, b, h, row, lane)
+                if lane == 0:
+                    stats[b, h, 0, row] = lse2
+                    stats[b, h, 1, row] = acc
+
+    return tc_bwd_stats
 
 
 @functools.lru_cache(maxsize=None)
@@ -360,3 +399,14 @@ def launches(t: TcBwdTiles, variant: Variant, dtype: str, sz: spec.Sizes) -> lis
                           spec.query_grid(sz, t.q_block_m, variant.heaviest_first), t.threads, smem_q,
                           spec.dq_args("u16", out), (t.q_block_m, t.q_block_n, False)),
     ]  # fmt: skip
+
+
+def stats_launch(t, dtype: str, sz: spec.Sizes) -> spec.KernelLaunch:
+    """The Hopper backward's preprocess (``tc_bwd_stats_kernel``): a thread per row of
+    the padded ``stats`` (``wgmma_backward.stats_shape``: the query rows rounded up to
+    128, what ``spec.preprocess_grid``'s 128-row blocks cover); ``t``: the tiles of the
+    kernels it serves (their head dim)."""
+    args = (spec.Arg("out", "u16"), spec.Arg("dout", "u16"), spec.Arg("lse"), spec.Arg("stats"))
+    return spec.KernelLaunch("tc_bwd_stats", tc_bwd_stats_kernel(t.data_dim or t.head_dim, dtype), t,
+                             spec.preprocess_grid(sz, PRE_THREADS), PRE_THREADS, 0, args, (),
+                             (("out", "r"), ("dout", "r"), ("lse", "r"), ("stats", "w")))  # fmt: skip

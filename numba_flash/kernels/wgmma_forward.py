@@ -83,6 +83,7 @@ from numba_flash._numba_cuda import (SIMULATOR, cuda, device_function, float32, 
                                      uint32)
 from numba_flash.config import TcTiles, tc_array_layout, tc_out_view
 from numba_flash.kernels import fragments, score, softmax, spec
+from numba_flash.kernels.hopper import ATOM, load_rows, rs_chain, ss_chain, wait_phase
 from numba_flash.kernels.block_info import (block_at, grid_coords, key_tiles, linear_coords, tile_at, tile_needs_mask,
                                            tile_partial, walk_list, walk_range)
 from numba_flash.variant import DROPOUT, HEAVIEST_FIRST, Variant
@@ -94,7 +95,6 @@ BLOCK_N, STAGES = 128, 2
 #: setmaxnreg of (the producer, each consumer) by the consumers a block: 128·24 + 256·240
 #: and 128·32 + 384·160 are the 65536 registers of an SM (FlashAttention-3's split).
 REGS = {2: (24, 240), 3: (32, 160)}
-ATOM = 64  # columns of a 128-byte swizzle atom (16-bit elements): a TMA box's width
 HEAD_DIMS = (64, 128)  # the head dims this version runs (wgmma n = d for P·V)
 BARRIER_BYTES = 128  # q_full, k_full[2], v_full[2], k_empty[2], v_empty[2], q_empty: 8 bytes each
 #: Byte offsets from q_full of each stage-0 barrier (stage s: + 8·s), and of q_empty.
@@ -140,28 +140,6 @@ def threads(t: TcTiles) -> int:
     return 32 * t.warps + 128
 
 
-@device_function
-def wait_phase(bar, parity):
-    """Spin until the mbarrier at ``bar`` has completed the phase of this ``parity``."""
-    while ptx.mbarrier_try_wait_parity(bar, parity) == 0:
-        pass
-
-
-@device_function
-def load_rows(dst, tmap, rows0, h, b, bar, ATOMS, ATOM_BYTES):
-    """TMA copies of rows ``rows0 …`` of head ``h``, batch ``b``: ``ATOMS`` boxes of 64
-    columns, box a at ``dst + a·ATOM_BYTES``, completing on ``bar``."""
-    for a in range(ATOMS):
-        ptx.cp_async_bulk_tensor_4d_g2s(dst + a * ATOM_BYTES, tmap, a * ATOM, rows0, h, b, bar)
-
-
-@device_function
-def sw128_desc(addr):
-    """The descriptor of a 128-byte-swizzled K-major operand at ``addr`` (8-row groups
-    1024 bytes apart; LBO unused)."""
-    return ptx.wgmma_desc(addr, 16, 1024, ptx.SWIZZLE_128B)
-
-
 @functools.lru_cache(maxsize=None)
 def wgmma_forward_kernel(t: TcTiles, variant: Variant, dtype: str, persistent: bool = True):
     """``kernel[grid, threads(t), stream, smem_bytes(t)](q, k, v, out32, lse, softmax_scale, params, alibi,
@@ -185,29 +163,13 @@ def wgmma_forward_kernel(t: TcTiles, variant: Variant, dtype: str, persistent: b
     Q_ATOM, KV_ATOM = BLOCK_M * 128, BLOCK_N * 128  # bytes of a 64-column atom of a tile
     Q_BYTES, KV_BYTES = ATOMS * Q_ATOM, ATOMS * KV_ATOM
     WG_ROWS = 64 * 128  # bytes of a consumer's 64 rows within a Q atom
-    SW = ptx.SWIZZLE_128B
     kind = "f16" if dtype == "float16" else "bf16"
     wgmma_s = getattr(ptx, f"wgmma_m64n{BLOCK_N}k16_{kind}_acc")
     wgmma_o = getattr(ptx, f"wgmma_m64n{HEAD_DIM}k16_{kind}_rs_bmn_acc")
     BF16 = dtype == "bfloat16"
 
-    @device_function
-    def issue_scores(acc_s, q_wg, k_tile):
-        """S = Q·Kᵀ of this consumer's 64 rows and the tile at ``k_tile``: d/16 wgmma
-        chained on one accumulator (the first overwrites it), one commit group."""
-        for kk in range(KSTEPS):
-            at = (kk % 4) * 32  # the k-slice's 32 bytes within its atom's rows
-            wgmma_s(acc_s, 0, sw128_desc(q_wg + (kk // 4) * Q_ATOM + at), sw128_desc(k_tile + (kk // 4) * KV_ATOM + at),
-                    1 if kk > 0 else 0)  # fmt: skip
-        ptx.wgmma_commit_group()
-
-    @device_function
-    def issue_pv(acc_o, p_frag, v_tile):
-        """acc += P·V for the tile at ``v_tile``: P from registers, 16 keys a k-slice
-        (V's rows 16ps …, 2048 bytes apart in its swizzled atoms), one commit group."""
-        for ps in range(PSTEPS):
-            wgmma_o(acc_o, 0, p_frag, ps * 4, ptx.wgmma_desc(v_tile + ps * 2048, KV_ATOM, 1024, SW), 1)
-        ptx.wgmma_commit_group()
+    issue_scores = ss_chain(wgmma_s, KSTEPS, Q_ATOM, KV_ATOM)  # (acc_s, q_wg, k_tile): S = Q·Kᵀ
+    issue_pv = rs_chain(wgmma_o, PSTEPS, KV_ATOM)  # (acc_o, p_frag, v_tile): acc += P·V
 
     @device_function
     def scores_to_p(acc_s, alpha, m_i, l_i, j, start_n, row0, rows0, si, di, mi, vr):

@@ -1,0 +1,81 @@
+"""The Hopper kernels' shared steps (``wgmma_forward``, ``wgmma_backward``): mbarrier
+phases, TMA row copies into 128-byte-swizzled tiles, and the two wgmma chains every
+product of these kernels is made of.
+
+A 16-bit tile of ``rows`` rows × d columns lies in shared memory as d / 64 atoms (64
+columns, 128 bytes a row: a TMA box, ``tma.attention_maps``), atom a at
+``a · rows · 128`` bytes; row r of an atom at ``r · 128``, its 16-byte chunk c at
+``(c XOR r mod 8) · 16`` (the 128-byte swizzle, ``_ptx_sim.swizzle_128b``).  The tile
+starts 1024-byte aligned (the swizzle's repeat).
+
+* ``ss_chain``: D (64 × N) = A·Bᵀ over d, both operands such tiles, K-major (their
+  rows' d contiguous): S = Q·Kᵀ, Sᵀ = K·Qᵀ, dP = dO·Vᵀ, dPᵀ = V·dOᵀ.
+* ``rs_chain``: D (64 × d) += A·B over the B tile's rows, A from registers (packed
+  accumulators: P, Pᵀ, dS, dSᵀ) and B such a tile read MN-major (its rows are the
+  product's k dimension, as V, dO, Q and K lie in HBM): O += P·V, dV += Pᵀ·dO,
+  dK += dSᵀ·Q, dQ += dS·K.
+"""
+
+from __future__ import annotations
+
+from numba_flash import ptx
+from numba_flash._numba_cuda import device_function
+
+ATOM = 64  # columns of a 128-byte swizzle atom (16-bit elements): a TMA box's width
+ROW_GROUP = 1024  # bytes of 8 swizzled rows: a descriptor's stride between 8-row groups
+K_SLICE = 16 * 128  # bytes of 16 rows of an atom: one k-slice of an MN-major B operand
+
+
+@device_function
+def wait_phase(bar, parity):
+    """Spin until the mbarrier at ``bar`` has completed the phase of this ``parity``."""
+    while ptx.mbarrier_try_wait_parity(bar, parity) == 0:
+        pass
+
+
+@device_function
+def load_rows(dst, tmap, rows0, h, b, bar, ATOMS, ATOM_BYTES):
+    """TMA copies of rows ``rows0 …`` of head ``h``, batch ``b``: ``ATOMS`` boxes of 64
+    columns, box a at ``dst + a·ATOM_BYTES``, completing on ``bar``."""
+    for a in range(ATOMS):
+        ptx.cp_async_bulk_tensor_4d_g2s(dst + a * ATOM_BYTES, tmap, a * ATOM, rows0, h, b, bar)
+
+
+@device_function
+def sw128_desc(addr):
+    """The descriptor of a 128-byte-swizzled K-major operand at ``addr`` (8-row groups
+    1024 bytes apart; LBO unused)."""
+    return ptx.wgmma_desc(addr, 16, ROW_GROUP, ptx.SWIZZLE_128B)
+
+
+def ss_chain(wgmma, KSTEPS, A_ATOM, B_ATOM):
+    """A device function ``(acc, a_tile, b_tile)``: ``acc`` (64 × N) = A·Bᵀ, A's 64 rows
+    at ``a_tile`` and B's N rows at ``b_tile`` (tiles whose atoms are ``A_ATOM`` and
+    ``B_ATOM`` bytes), ``KSTEPS`` = d / 16 wgmma (``wgmma``: an
+    ``m64nNk16_*_acc`` of ``ptx``) chained on one accumulator (the first overwrites
+    it), one commit group."""
+
+    @device_function
+    def chain(acc, a_tile, b_tile):
+        for kk in range(KSTEPS):
+            at = (kk % 4) * 32  # the k-slice's 32 bytes within its atom's rows
+            wgmma(acc, 0, sw128_desc(a_tile + (kk // 4) * A_ATOM + at), sw128_desc(b_tile + (kk // 4) * B_ATOM + at),
+                  1 if kk > 0 else 0)  # fmt: skip
+        ptx.wgmma_commit_group()
+
+    return chain
+
+
+def rs_chain(wgmma, PSTEPS, B_ATOM):
+    """A device function ``(acc, a_frag, b_tile)``: ``acc`` (64 × d) += A·B, A's k-slice
+    ps in ``a_frag[4ps : 4ps + 4]`` (``fragments.pack_a``), B's rows 16ps … of the tile
+    at ``b_tile`` (atoms ``B_ATOM`` bytes apart: the descriptor's LBO), ``PSTEPS``
+    wgmma (``wgmma``: an ``m64n{d}k16_*_rs_bmn_acc``), one commit group."""
+
+    @device_function
+    def chain(acc, a_frag, b_tile):
+        for ps in range(PSTEPS):
+            wgmma(acc, 0, a_frag, ps * 4, ptx.wgmma_desc(b_tile + ps * K_SLICE, B_ATOM, ROW_GROUP, ptx.SWIZZLE_128B), 1)
+        ptx.wgmma_commit_group()
+
+    return chain

@@ -1,0 +1,332 @@
+"""Hopper (sm_90a) FlashAttention backward for fp16 and bf16: TMA, mbarriers, wgmma and
+warp specialization (issue #13).
+
+Runs by default on sm_90a (``plan.wgmma_backward``; ``NUMBA_FLASH_WGMMA=0`` turns it
+off).  Three launches: the preprocess, the dK/dV kernel, the dQ kernel.
+
+Math (as ``tc_backward``: log2 domain, P recomputed from the saved lse)::
+
+    stats[b, h, 0, i] = lse_i · log2(e)  (+inf for a row that saw no key, or past Nq)
+    stats[b, h, 1, i] = delta_i = Σ_c dO_ic · O_ic   (0 past Nq)        preprocess
+    Sᵀ  = K·Q_iᵀ,  dPᵀ = V·dO_iᵀ     wgmma m64n{BLOCK_M}k16, both operands from shared memory
+    Pᵀ, dSᵀ                           ``fragments.p_and_ds`` (keys are rows)
+    dV += Pᵀ·dO_i,  dK += dSᵀ·Q_i    wgmma m64n{d}k16, A from registers, B MN-major;
+                                      dK ·= softmax_scale at the end        dK/dV kernel
+    S   = Q·K_jᵀ,  dP  = dO·V_jᵀ,  P, dS,  dQ += dS·K_j,  dQ ·= softmax_scale   dQ kernel
+
+Both kernels are one factory (``wgmma_bwd_kernel``): a block owns 128 rows (keys in
+dK/dV, queries in dQ: the ``fixed`` tiles, loaded once) and walks tiles of the other
+axis (the ``ring`` tiles, two stages).  The products are ``hopper.ss_chain`` and
+``hopper.rs_chain``; P and dS are ``tc_backward``'s steps on one m-tile a warp, since a
+wgmma m64nN accumulator holds per thread an m16n8 accumulator's values for N/8 n-tiles.
+
+dQ is its own pass (no atomics: every dQ element is written once, bitwise
+deterministic).  It costs recomputing S and dP there: 7 matrix products where an
+atomic dQ would make 5.
+
+Grid and threads: dK/dV grid = (ceil(Nk / 128), H_kv, B) (``spec.key_grid``), dQ grid =
+(ceil(Nq / 128), H, B) (``spec.query_grid``); 384 threads a block:
+
+* warpgroup 0, the producer (``setmaxnreg`` 24): its thread 0 issues every copy, by TMA
+  (``tma.attention_maps``: 64-column boxes, the 128-byte swizzle): the two fixed tiles
+  once, then the two ring tiles of each step into a two-stage ring, each stage filling
+  after both consumers released it.  In dK/dV it also copies the step's lse and delta
+  rows from ``stats`` (1-D bulk copies; the preprocess pads ``stats`` to a multiple of
+  128 rows, so every copy is whole) onto the same barrier.
+* warpgroups 1 and 2, the consumers (``setmaxnreg`` 240), own rows 0–63 and 64–127 of
+  the block; warp w of one owns 16 of them.  In dQ a lane keeps its two rows' lse and
+  delta in registers.  Group-query attention (dK/dV): the walk over the query tiles
+  once per query head of the group, in order (a deterministic sum).
+
+Synchronisation (position p of the walk: stage s = p mod 2, its fill p // 2; a phase's
+parity is the fill's):
+    fixed_full   the producer's arrive.expect_tx + the TMA bytes of the fixed tiles
+    full[s]      the same for the ring tiles (and dK/dV's stats rows) of the step
+    empty[s]     256 consumer arrivals after the wait_group that retires their last
+                 wgmma on the stage: the producer may overwrite it
+No ``syncthreads`` after the roles split (one before it: the barriers are initialised).
+
+Shared memory (one dynamic array, 1024-byte aligned: a swizzled tile's repeat): the two
+fixed tiles (128·d·2 bytes each), two stages of the two ring tiles (ring·d·2 each), in
+dK/dV two stages of lse and delta (ring·8 bytes), the five mbarriers: 128 KiB at
+d = 128 (dK/dV: 64 queries a step, dQ: 64 keys), 96 KiB at d = 64 (128 a step).
+
+Not yet (issue #13): the next step's products issued while this step's gradient
+products run; persistent blocks; head dims other than 64 and 128; varlen,
+FlexAttention mods.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+from dataclasses import dataclass
+
+from numba_flash import ptx
+from numba_flash._numba_cuda import SIMULATOR, cuda, device_function, float32, kernel, uint8, uint32
+from numba_flash.config import tc_array_layout
+from numba_flash.kernels import fragments, pipeline, score, spec
+from numba_flash.kernels.block_info import (group_size, key_tiles, query_tiles, this_block, tile_at, tile_partial,
+                                            walk_list, walk_range)
+from numba_flash.kernels.hopper import ATOM, load_rows, rs_chain, ss_chain, wait_phase
+from numba_flash.variant import Variant
+
+_ALIGN = None if SIMULATOR else 1024  # a module global, so numba sees a literal; the simulator aligns by itself
+
+HEAD_DIMS = (64, 128)  # the head dims this version runs (wgmma n = d for the gradients)
+CONSUMERS, STAGES = 2, 2
+ROWS = 64 * CONSUMERS  # rows a block owns: 64 a consumer warpgroup (wgmma's m)
+THREADS = 128 * (CONSUMERS + 1)
+PRODUCER_REGS, CONSUMER_REGS = 24, 240  # 128·24 + 256·240 = 64 Ki registers: an SM's
+#: Byte offsets, from fixed_full, of full[0] and empty[0] (stage s: + 8·s).
+FULL, EMPTY = 8, 8 + 8 * STAGES
+BARRIER_BYTES = 8 * (1 + 2 * STAGES)
+#: The maps of ``tma.attention_maps`` (q, k, v, dout), by role in each kernel.
+Q_MAP, K_MAP, V_MAP, DO_MAP = 0, 1, 2, 3
+
+
+@dataclass(frozen=True)
+class WgmmaBwdTiles:
+    """One kernel's tiles: ``block_m`` queries by ``block_n`` keys; ``keys_are_rows``:
+    the dK/dV kernel (a block owns ``block_n`` = 128 keys and walks query tiles), else
+    dQ (owns ``block_m`` = 128 queries, walks key tiles).  ``data_dim``/``aligned``: as
+    ``TcTiles``'s (always the tile's own: the plan sends other head dims to
+    ``tc_backward``)."""
+
+    head_dim: int
+    block_m: int
+    block_n: int
+    keys_are_rows: bool
+    data_dim: int = 0
+    aligned: bool = True
+
+    @property
+    def ring(self) -> int:
+        """Rows of the walked tiles."""
+        return self.block_m if self.keys_are_rows else self.block_n
+
+
+def tiles(head_dim: int) -> tuple[WgmmaBwdTiles, WgmmaBwdTiles]:
+    """(dK/dV, dQ) tiles: 64 rows a step at d = 128 and 128 at d = 64.  A consumer
+    thread holds its gradients (d/2 floats each: dK and dV, or dQ), S and dP (ring/2
+    each) and the packed P and dS (ring/4 each): at d = 128 with 64-row steps dK/dV
+    needs 192 of its 240 registers, with 128-row steps it would need 256 (ptxas: 848
+    bytes of spills).  ``NUMBA_FLASH_WGMMA_BWD_RING=kv,q`` sets the two (64 or 128)."""
+    if head_dim not in HEAD_DIMS:
+        raise ValueError(f"head_dim={head_dim}: the wgmma backward runs d in {HEAD_DIMS}")
+    kv = q = 64 if head_dim == 128 else 128
+    forced = os.environ.get("NUMBA_FLASH_WGMMA_BWD_RING", "")  # "kv,q": the benchmark's comparison
+    if forced:
+        kv, q = (int(x) for x in forced.split(","))
+    return WgmmaBwdTiles(head_dim, kv, ROWS, True), WgmmaBwdTiles(head_dim, ROWS, q, False)
+
+
+def stats_shape(batch: int, heads: int, seqlen_q: int) -> tuple:
+    """The shape of the preprocess's ``stats`` (float32): (batch, heads, 2, rows), rows
+    the query rows rounded up to 128, so that a 128-row tile's copy never runs past it."""
+    return batch, heads, 2, spec.cdiv(seqlen_q, ROWS) * ROWS
+
+
+@functools.lru_cache(maxsize=None)
+def wgmma_bwd_kernel(t: WgmmaBwdTiles, variant: Variant, dtype: str):
+    """dK/dV (``t.keys_are_rows``): ``kernel[grid, THREADS, stream, smem_bytes(t)](q, k, v, dout, stats, dk32, dv32,
+    softmax_scale, params, alibi, cu_seqlens_q, cu_seqlens_k, fx, tmaps)``; dQ: the same with ``dq32, dq32`` for
+    ``dk32, dv32`` (the second never touched: one signature for both): ``tc_backward``'s kernels' arguments,
+    ``stats`` for lse and delta, and the tensor maps of q, k, v and dout (``tma.attention_maps``)."""
+    HEAD_DIM, BLOCK_M, BLOCK_N, KEYS_ARE_ROWS = t.head_dim, t.block_m, t.block_n, t.keys_are_rows
+    RING = t.ring
+    F = variant.flags
+    KSTEPS = HEAD_DIM // 16  # k-slices of S, dP (over d)
+    PSTEPS = RING // 16  # k-slices of the gradients' products (over the ring tile's rows)
+    NT_S, NT_O = RING // 8, HEAD_DIM // 8
+    S_REGS, O_REGS, P_REGS = NT_S * 4, NT_O * 4, PSTEPS * 4
+    G2_REGS = O_REGS if KEYS_ARE_ROWS else 4  # dV's accumulator (4: unused in dQ)
+    DCOLS, NT_W, _, HALVES = tc_array_layout(t)
+    ATOMS = HEAD_DIM // ATOM
+    FIX_ATOM, RING_ATOM = ROWS * 128, RING * 128  # bytes of a 64-column atom of a tile
+    FIX_BYTES, RING_BYTES = ATOMS * FIX_ATOM, ATOMS * RING_ATOM
+    WG_ROWS = 64 * 128  # bytes of a consumer's 64 rows within a fixed atom
+    STAT_BYTES = 4 * RING  # one stage's lse (or delta) rows (dK/dV)
+    RING_TX = 2 * RING_BYTES + (2 * STAT_BYTES if KEYS_ARE_ROWS else 0)  # bytes landing on full[s]
+    STATS_AT = 2 * FIX_BYTES + 2 * STAGES * RING_BYTES  # byte offset of the stats stages (dK/dV)
+    BARS_AT = STATS_AT + (2 * STAGES * STAT_BYTES if KEYS_ARE_ROWS else 0)
+    # the maps of the fixed and the ring tiles
+    FIX1, FIX2, RING1, RING2 = (K_MAP, V_MAP, Q_MAP, DO_MAP) if KEYS_ARE_ROWS else (Q_MAP, DO_MAP, K_MAP, V_MAP)
+    kind = "f16" if dtype == "float16" else "bf16"
+    BF16 = dtype == "bfloat16"
+    issue_t = ss_chain(getattr(ptx, f"wgmma_m64n{RING}k16_{kind}_acc"), KSTEPS, FIX_ATOM, RING_ATOM)
+    issue_grad = rs_chain(getattr(ptx, f"wgmma_m64n{HEAD_DIM}k16_{kind}_rs_bmn_acc"), PSTEPS, RING_ATOM)
+
+    @device_function
+    def block_walk(q, k, params, cu_q, cu_k, fx):
+        """``(start, b, h0, hk, q0, k0, mi, seq, lo, hi, group)``: ``block_info.this_block``
+        of this block (``start`` its first row: a key in dK/dV, a query in dQ; ``h0`` the
+        group's first query head in dK/dV), the ring tiles ``[lo, hi)`` it visits, and the
+        query heads it walks them for (``group``: GQA's in dK/dV, 1 in dQ)."""
+        start, b, h0, hk, q0, k0, mi, seq = this_block(q, k, params, cu_q, cu_k, fx, ROWS, F, KEYS_ARE_ROWS)
+        if KEYS_ARE_ROWS:
+            lo, hi = query_tiles(start, BLOCK_M, BLOCK_N, mi)
+            return start, b, h0, hk, q0, k0, mi, seq, lo, hi, group_size(params, F)
+        lo, hi = key_tiles(start, BLOCK_M, BLOCK_N, mi)
+        return start, b, h0, hk, q0, k0, mi, seq, lo, hi, 1
+
+    @device_function
+    def head_walk(fx, seq, h, start, lo, hi):
+        """The walk list ``vr`` of head ``h`` (a block mask's, or the range) and its steps."""
+        vr = walk_list(fx, seq, h, start // ROWS, KEYS_ARE_ROWS, F)
+        p_lo, p_hi = walk_range(lo, hi, vr, F)
+        return vr, p_lo, p_hi
+
+    @kernel(launch_bounds=(THREADS, 1), whole_program=True)
+    def wgmma_bwd(q, k, v, dout, stats, g1, g2, softmax_scale, params, alibi, cu_q, cu_k, fx, tmaps):
+        tid = cuda.threadIdx.x
+        wg = tid // 128
+
+        smem = cuda.shared.array(0, uint8, alignment=_ALIGN)
+        s_rows = cuda.shared.array(0, float32, alignment=_ALIGN)  # the same memory: the stats stages as floats
+        fix1 = ptx.smem_addr(smem, 0)
+        fix2 = fix1 + FIX_BYTES
+        ring1 = fix2 + FIX_BYTES  # stage s at + s·RING_BYTES
+        ring2 = ring1 + STAGES * RING_BYTES
+        fixed_full = fix1 + BARS_AT  # then full[s] at + FULL + 8s, empty[s] at + EMPTY + 8s
+        if tid == 0:
+            ptx.mbarrier_init(fixed_full, 1)
+            for s in range(STAGES):
+                ptx.mbarrier_init(fixed_full + FULL + 8 * s, 1)
+                ptx.mbarrier_init(fixed_full + EMPTY + 8 * s, 128 * CONSUMERS)
+            ptx.fence_proxy_async()  # the initialised barriers, before TMA completes on them
+        cuda.syncthreads()  # the barriers are initialised before anyone waits or arrives on them
+
+        # each role finds its block after the split: nothing is live across it
+        if wg == 0:  # the producer
+            ptx.setmaxnreg_dec(PRODUCER_REGS)
+            if tid == 0:
+                start, b, h0, hk, q0, k0, mi, seq, lo, hi, group = block_walk(q, k, params, cu_q, cu_k, fx)
+                fix_row, fix_h, ring_h = (k0 + start, hk, hk) if KEYS_ARE_ROWS else (q0 + start, h0, hk)
+                ptx.mbarrier_arrive_expect_tx(fixed_full, 2 * FIX_BYTES)
+                load_rows(fix1, tmaps[FIX1], fix_row, fix_h, b, fixed_full, ATOMS, FIX_ATOM)
+                load_rows(fix2, tmaps[FIX2], fix_row, fix_h, b, fixed_full, ATOMS, FIX_ATOM)
+                pos = 0  # the ring's position over the whole walk: stage pos mod 2, fill pos // 2
+                for hq in range(group):
+                    h = h0 + hq
+                    if KEYS_ARE_ROWS:
+                        ring_h = h
+                    vr, p_lo, p_hi = head_walk(fx, seq, h, start, lo, hi)
+                    for i in range(p_lo, p_hi):
+                        s = pos % STAGES
+                        other = tile_at(i, vr, F) * RING  # the ring tile's first row
+                        full = fixed_full + FULL + 8 * s
+                        if pos >= STAGES:  # both consumers released this stage's last fill
+                            wait_phase(fixed_full + EMPTY + 8 * s, ((pos // STAGES) - 1) & 1)
+                        ptx.mbarrier_arrive_expect_tx(full, RING_TX)
+                        ring_row = q0 + other if KEYS_ARE_ROWS else k0 + other
+                        load_rows(ring1 + s * RING_BYTES, tmaps[RING1], ring_row, ring_h, b, full, ATOMS, RING_ATOM)
+                        load_rows(ring2 + s * RING_BYTES, tmaps[RING2], ring_row, ring_h, b, full, ATOMS, RING_ATOM)
+                        if KEYS_ARE_ROWS:  # the tile's lse and delta rows (stats is padded: whole copies)
+                            at = fix1 + STATS_AT + s * 2 * STAT_BYTES
+                            ptx.cp_async_bulk_g2s(at, stats, (b, h, 0, other), STAT_BYTES, full)
+                            ptx.cp_async_bulk_g2s(at + STAT_BYTES, stats, (b, h, 1, other), STAT_BYTES, full)
+                        pos += 1
+            return
+
+        ptx.setmaxnreg_inc(CONSUMER_REGS)
+        start, b, h0, hk, q0, k0, mi, seq, lo, hi, group = block_walk(q, k, params, cu_q, cu_k, fx)
+        cw = wg - 1  # this consumer's 64 rows of the block
+        wtid = tid - 128 * wg
+        warp, lane = wtid // 32, wtid % 32
+        row0 = start + 64 * cw + 16 * warp  # the warp's first row (key or query)
+        a1, a2 = fix1 + cw * WG_ROWS, fix2 + cw * WG_ROWS  # this consumer's rows of the fixed tiles
+
+        acc_s = cuda.local.array(S_REGS, float32)
+        acc_dp = cuda.local.array(S_REGS, float32)
+        acc_g1 = cuda.local.array(O_REGS, float32)  # dK, or dQ
+        acc_g2 = cuda.local.array(G2_REGS, float32)  # dV
+        p_frag = cuda.local.array(P_REGS, uint32)  # P(ᵀ) and dS(ᵀ) packed, one A fragment a k-slice
+        ds_frag = cuda.local.array(P_REGS, uint32)
+        row_stats = cuda.local.array(4, float32)  # dQ: lse of rows g, g + 8, then their delta
+        pipeline.zero(acc_g1, O_REGS)
+        pipeline.zero(acc_g2, G2_REGS)
+        wait_phase(fixed_full, 0)
+        pos = 0
+        for hq in range(group):
+            h = h0 + hq
+            vr, p_lo, p_hi = head_walk(fx, seq, h, start, lo, hi)
+            si, di = score.head_info(params, alibi, fx, seq, h, softmax_scale, mi, True, F)
+            if not KEYS_ARE_ROWS:  # the padded stats hold every row of the block
+                for r in range(2):
+                    row = row0 + (lane >> 2) + 8 * r
+                    row_stats[r], row_stats[2 + r] = stats[b, h, 0, row], stats[b, h, 1, row]
+            for i in range(p_lo, p_hi):
+                s = pos % STAGES
+                other = tile_at(i, vr, F) * RING
+                b1, b2 = ring1 + s * RING_BYTES, ring2 + s * RING_BYTES
+                wait_phase(fixed_full + FULL + 8 * s, (pos // STAGES) & 1)
+                ptx.wgmma_fence()  # the accumulators were written by ordinary instructions
+                issue_t(acc_s, a1, b1)  # Sᵀ = K·Q_iᵀ, or S = Q·K_jᵀ
+                issue_t(acc_dp, a2, b2)  # dPᵀ = V·dO_iᵀ, or dP = dO·V_jᵀ
+                ptx.wgmma_wait_group(0)
+                # P(ᵀ) and dS(ᵀ): element e of n-tile nt is (row g + 8·(e >> 1), column nt·8 + 2·tq + (e & 1))
+                if KEYS_ARE_ROWS:
+                    at = (STATS_AT + s * 2 * STAT_BYTES) // 4
+                    fragments.p_and_ds(acc_s, acc_dp, NT_S, other, BLOCK_M, start, BLOCK_N, row0, other, si, mi,
+                                       s_rows, at, at + RING, True, di, tile_partial(i, vr, F), F)  # fmt: skip
+                else:
+                    fragments.p_and_ds(acc_s, acc_dp, NT_S, start, BLOCK_M, other, BLOCK_N, row0, other, si, mi,
+                                       row_stats, 0, 2, False, di, tile_partial(i, vr, F), F)  # fmt: skip
+                for ps in range(PSTEPS):  # the ring tile's rows 16ps … are the k-slice ps of the gradients' products
+                    if KEYS_ARE_ROWS:
+                        fragments.pack_a(p_frag, ps * 4, acc_s, ps * 8, BF16)
+                    fragments.pack_a(ds_frag, ps * 4, acc_dp, ps * 8, BF16)
+                ptx.wgmma_fence()  # the fragments were written by ordinary instructions
+                if KEYS_ARE_ROWS:
+                    issue_grad(acc_g2, p_frag, b2)  # dV += Pᵀ·dO_i
+                issue_grad(acc_g1, ds_frag, b1)  # dK += dSᵀ·Q_i, or dQ += dS·K_j
+                ptx.wgmma_wait_group(0)
+                ptx.mbarrier_arrive(fixed_full + EMPTY + 8 * s)  # this thread is done with the stage
+                pos += 1
+
+        # epilogue: dK or dQ (times the softmax scale) and dV as 16-bit pairs, written once
+        scale = float32(softmax_scale)
+        tq = lane & 3
+        for r in range(2):
+            row = row0 + (lane >> 2) + 8 * r
+            if KEYS_ARE_ROWS:
+                if row < mi[1]:
+                    fragments.store_row_pairs(g1, b, k0 + row, hk, acc_g1, 2 * r, NT_W, tq, scale, BF16, DCOLS, HALVES)
+                    fragments.store_row_pairs(g2, b, k0 + row, hk, acc_g2, 2 * r, NT_W, tq, float32(1.0), BF16, DCOLS,
+                                              HALVES)  # fmt: skip
+            elif row < mi[0]:
+                fragments.store_row_pairs(g1, b, q0 + row, h0, acc_g1, 2 * r, NT_W, tq, scale, BF16, DCOLS, HALVES)
+
+    return wgmma_bwd
+
+
+def smem_bytes(t: WgmmaBwdTiles) -> int:
+    """Dynamic shared bytes: the two fixed tiles, two stages of the two ring tiles (2 bytes
+    an element), dK/dV's two stages of lse and delta rows, the mbarriers."""
+    stats = 2 * STAGES * 4 * t.ring if t.keys_are_rows else 0
+    return 2 * t.head_dim * (2 * ROWS + 2 * STAGES * t.ring) + stats + BARRIER_BYTES
+
+
+#: What each kernel reads and writes (``KernelLaunch.io``).
+_IO = {True: (("q", "r"), ("k", "r"), ("v", "r"), ("dout", "r"), ("stats", "r"), ("dk", "w"), ("dv", "w")),
+       False: (("q", "r"), ("k", "r"), ("v", "r"), ("dout", "r"), ("stats", "r"), ("dq", "w"))}  # fmt: skip
+
+
+def launches(variant: Variant, dtype: str, sz: spec.Sizes, head_dim: int) -> list:
+    """``tc_backward``'s preprocess writing ``stats`` (lse and delta, padded), the dK/dV
+    kernel (a block per 128 keys of a KV head), the dQ kernel (a block per 128 queries
+    of a query head); the last argument of both the tensor maps (``spec.Arg("tmaps")``)."""
+    from numba_flash.kernels import tc_backward
+
+    kv, qt = tiles(head_dim)
+    out = []
+    for t, grid, outs in ((kv, spec.key_grid(sz, ROWS, variant.heaviest_first), ("dk", "dv")),
+                          (qt, spec.query_grid(sz, ROWS, variant.heaviest_first), ("dq", "dq"))):  # fmt: skip
+        args = (tuple(spec.Arg(r, "u16") for r in ("q", "k", "v", "dout")) + (spec.Arg("stats"),) +
+                tuple(spec.Arg(g, "u32") for g in outs) + (spec.Arg("scale"),) + spec.VARIANT_ARGS +
+                (spec.Arg("tmaps"),))  # fmt: skip
+        name = "wgmma_bwd_dkdv" if t.keys_are_rows else "wgmma_bwd_dq"
+        out.append(spec.KernelLaunch(name, wgmma_bwd_kernel(t, variant, dtype), t, grid, THREADS, smem_bytes(t), args,
+                                     (t.block_m, t.block_n, t.keys_are_rows), _IO[t.keys_are_rows]))  # fmt: skip
+    return [tc_backward.stats_launch(kv, dtype, sz)] + out

@@ -1,0 +1,177 @@
+"""The Hopper backward (``kernels.wgmma_backward``, issue #13): on by default on sm_90a
+(``plan.wgmma_backward``), off in the simulator unless ``NUMBA_FLASH_WGMMA=1`` (as here).
+
+In the simulator it runs on the wgmma and TMA twins (``_ptx_sim``) against the float64
+reference, to FlashAttention-2's tolerance (3× the error of a standard attention
+backward computed in the same dtype).  Without a GPU its kernels compile for sm_90a to
+wgmma and TMA, with nothing in local memory and no spills.  On a GPU (``-m gpu``) the
+same checks at larger shapes, the variants, and determinism.
+"""
+
+from __future__ import annotations
+
+from unittest import mock
+
+import ml_dtypes
+import numpy as np
+import pytest
+from conftest import device, grad_errors, host
+
+import numba_flash
+from numba_flash import api as A
+from numba_flash import plan as P
+from numba_flash import reference as R
+from numba_flash.variant import Variant
+
+SM90A = (9, 0, "a")  # numba-cuda's target on an H100/H200 (``_numba_cuda.target_arch``)
+DTYPES = {"float16": np.float16, "bfloat16": ml_dtypes.bfloat16}
+KERNELS = ["tc_bwd_stats", "wgmma_bwd_dkdv", "wgmma_bwd_dq"]
+
+
+@pytest.fixture
+def wgmma_on(monkeypatch):
+    monkeypatch.setenv("NUMBA_FLASH_WGMMA", "1")
+
+
+def _slopes(rng, H):
+    return (0.01 + 0.1 * np.abs(rng.standard_normal(H))).astype(np.float32)
+
+
+def run_backward(dout, q, k, v, out, lse, causal, kw):
+    """The grads of ``flash_attention_backward`` on the device, and the kernels it ran."""
+    dev = {key: (device(val) if isinstance(val, np.ndarray) else val) for key, val in kw.items()}
+    ran = []  # the kernels the call launched: its own plan (with its variants)
+    run = A._run
+    with mock.patch.object(A, "_run", lambda plan, *a: (ran.extend(x.name for x in plan.launches), run(plan, *a))):
+        grads = numba_flash.flash_attention_backward(*(device(x) for x in (dout, q, k, v, out, lse)), causal=causal,
+                                                     **dev)  # fmt: skip
+    return [host(g) for g in grads], ran
+
+
+def check_backward(rng, dtype, d, causal, B=1, H=2, H_kv=2, Nq=70, Nk=90, **kw):
+    dt = DTYPES[dtype]
+    q = rng.standard_normal((B, Nq, H, d)).astype(dt)
+    k = rng.standard_normal((B, Nk, H_kv, d)).astype(dt)
+    v = rng.standard_normal((B, Nk, H_kv, d)).astype(dt)
+    dout = rng.standard_normal((B, Nq, H, d)).astype(dt)
+    p = P.Problem("backward", dtype, d, causal, batch=B, heads=H, seqlen_q=Nq, seqlen_k=Nk, heads_k=H_kv,
+                  arch=SM90A)  # fmt: skip
+    assert [k_.name for k_ in P.plan(p).launches] == KERNELS
+    ref_out, ref_lse = R.attention(q, k, v, causal=causal, **kw)
+    out, lse = ref_out.astype(dt), ref_lse.astype(np.float32)
+    grads, ran = run_backward(dout, q, k, v, out, lse, causal, kw)
+    assert ran == KERNELS, ran
+    ref = R.attention_backward(dout, q, k, v, out, lse, causal=causal, **kw)
+    low = R.attention_backward_lowp(dout, q, k, v, out, lse, dtype=dt, causal=causal, **kw)
+    for name, got, err, base in zip(("dq", "dk", "dv"), grads, grad_errors(grads, ref), grad_errors(low, ref)):
+        assert got.dtype == dt and got.shape == (q if name == "dq" else k).shape
+        # FlashAttention-2's criterion, with a floor of an fp32 rounding for a gradient that is ~0
+        assert err <= 3 * base + 1e-5, f"{dtype} d={d} causal={causal} {kw}: {name} {err:.3g} vs same-dtype {base:.3g}"
+    return (dout, q, k, v, out, lse), grads
+
+
+@pytest.mark.usefixtures("wgmma_on", "poisoned_outputs")
+@pytest.mark.parametrize("dtype,d,causal,H_kv,Nq,Nk", [
+    # GQA (two query heads a KV head): dK/dV walks 2 query steps of 128 per head, 4 in all, so its
+    # ring's stages are refilled; dQ 3 key steps; the last key block and both last tiles partial
+    ("float16", 64, False, 1, 200, 300),
+    # Nq > Nk: bottom-right causal, rows 0–9 see no key; 64-row steps, 3 a block
+    ("bfloat16", 128, True, 2, 150, 140),
+])  # fmt: skip
+def test_wgmma_backward_matches_the_reference(rng, dtype, d, causal, H_kv, Nq, Nk):
+    check_backward(rng, dtype, d, causal, H=2, H_kv=H_kv, Nq=Nq, Nk=Nk)
+
+
+@pytest.mark.usefixtures("wgmma_on", "poisoned_outputs")
+def test_wgmma_backward_variants(rng):
+    """Window + softcap + ALiBi, then dropout (the reference's keep mask), through the
+    shared score, mask and dropout steps."""
+    kw = dict(window_size=(60, 10), softcap=5.0, alibi_slopes=_slopes(rng, 2))
+    check_backward(rng, "float16", 64, True, H=2, H_kv=1, Nq=150, Nk=200, **kw)
+    seed = int(rng.integers(0, 2**63))
+    check_backward(rng, "bfloat16", 128, False, H=2, H_kv=2, Nq=70, Nk=130, dropout_p=0.2, seed=seed, **kw)
+
+
+def test_the_switch(monkeypatch):
+    """On by default on sm_90a and off in the simulator; ``NUMBA_FLASH_WGMMA`` 1 or 0
+    overrides both; what the kernels do not take runs ``tc_backward``."""
+    monkeypatch.delenv("NUMBA_FLASH_WGMMA", raising=False)
+    p = P.Problem("backward", "bfloat16", 128, True, seqlen_q=128, seqlen_k=128, arch=SM90A)
+    sim = P.Problem("backward", "bfloat16", 128, True, seqlen_q=128, seqlen_k=128, arch=SM90A, simulator=True)
+    assert [k.name for k in P.plan(p).launches] == KERNELS
+    assert [k.name for k in P.plan(sim).launches] == ["tc_bwd_preprocess", "tc_bwd_dkdv", "tc_bwd_dq"]
+    monkeypatch.setenv("NUMBA_FLASH_WGMMA", "0")
+    assert "wgmma" not in str([k.name for k in P.plan(p).launches])
+    monkeypatch.setenv("NUMBA_FLASH_WGMMA", "1")
+    assert [k.name for k in P.plan(sim).launches] == KERNELS
+    monkeypatch.delenv("NUMBA_FLASH_WGMMA")
+    for other in (P.Problem("backward", "float16", 96, False, seqlen_q=128, seqlen_k=128, arch=SM90A),
+                  P.Problem("backward", "float16", 64, False, seqlen_q=128, seqlen_k=128, arch=(8, 0)),
+                  P.Problem("backward", "float32", 64, False, seqlen_q=128, seqlen_k=128, arch=SM90A),
+                  P.Problem("backward", "float16", 64, False, seqlen_q=128, seqlen_k=128, arch=SM90A, aligned=False),
+                  P.Problem("backward", "float16", 64, False, seqlen_q=128, seqlen_k=128, arch=SM90A,
+                            features=Variant(varlen=True))):  # fmt: skip
+        assert "wgmma" not in str([k.name for k in P.plan(other).launches]), other
+
+
+def test_stats_are_padded_to_whole_tiles():
+    """The preprocess's ``stats`` cover the query rows rounded up to 128, so every
+    128-row (and 64-row) tile's bulk copy of lse and delta rows is whole."""
+    from numba_flash.kernels import wgmma_backward as W
+
+    assert W.stats_shape(2, 3, 1) == (2, 3, 2, 128) and W.stats_shape(1, 1, 129) == (1, 1, 2, 256)
+    assert W.stats_shape(1, 1, 256) == (1, 1, 2, 256)
+
+
+@pytest.mark.parametrize("d,causal", [(128, False), (64, True)])
+def test_wgmma_backward_compiles_for_sm_90a(d, causal):
+    """``inspect --arch sm_90a`` of the plan: TMA copies (and the bulk copies of the
+    stats rows in dK/dV), register reallocation, wgmma for S and dP (both operands from
+    shared memory) and for the gradients (A from registers), nothing in local memory,
+    and (with a whole-program ptxas) assembled without spills."""
+    from numba_flash.inspection import inspect_kernels
+
+    stats, dkdv, dq = inspect_kernels("backward", "float16", d, causal, arch="sm_90a", seqlen_q=4096)
+    assert (stats.name, dkdv.name, dq.name) == tuple(KERNELS)
+    ring = 64 if d == 128 else 128  # the step of both walks (``wgmma_backward.tiles``)
+    for r, grads in ((dkdv, 2), (dq, 1)):
+        assert ".target sm_90a" in r.ptx
+        assert r.ptx.count(f"wgmma.mma_async.sync.aligned.m64n{ring}k16.f32.f16.f16 ") == 2 * d // 16  # S, dP
+        assert r.ptx.count(f"wgmma.mma_async.sync.aligned.m64n{d}k16.f32.f16.f16 ") == grads * ring // 16
+        assert "cp.async.bulk.tensor.4d.shared::cluster.global.mbarrier::complete_tx::bytes" in r.ptx
+        assert ("cp.async.bulk.shared::cluster.global.mbarrier" in r.ptx) == (r is dkdv)  # the stats rows
+        assert "setmaxnreg.dec.sync.aligned.u32 24" in r.ptx and "setmaxnreg.inc.sync.aligned.u32 240" in r.ptx
+        assert r.local_bytes_ptx == 0 and "ld.local" not in r.ptx and "st.local" not in r.ptx
+        if r.registers is not None and not r.assembler.startswith("nvJitLink"):
+            assert r.spill_stores == 0, f"{r.name}: {r.spill_stores} bytes of spills"
+
+
+@pytest.mark.gpu
+@pytest.mark.usefixtures("wgmma_on", "poisoned_outputs")
+@pytest.mark.parametrize("dtype", list(DTYPES))
+@pytest.mark.parametrize("d", [64, 128])
+@pytest.mark.parametrize("causal", [False, True])
+def test_wgmma_backward_on_the_gpu(rng, dtype, d, causal):
+    check_backward(rng, dtype, d, causal, B=2, H=4, H_kv=2, Nq=1000, Nk=517)
+
+
+@pytest.mark.gpu
+@pytest.mark.usefixtures("wgmma_on", "poisoned_outputs")
+@pytest.mark.parametrize("dtype,d", [("float16", 64), ("bfloat16", 128)])
+def test_wgmma_backward_variants_on_the_gpu(rng, dtype, d):
+    """GQA + window + softcap + ALiBi, then with dropout, against the float64 reference."""
+    kw = dict(window_size=(300, 40), softcap=5.0, alibi_slopes=_slopes(rng, 8))
+    check_backward(rng, dtype, d, True, B=2, H=8, H_kv=2, Nq=777, Nk=1000, **kw)
+    seed = int(rng.integers(0, 2**63))
+    check_backward(rng, dtype, d, False, B=1, H=8, H_kv=4, Nq=517, Nk=700, dropout_p=0.15, seed=seed, **kw)
+
+
+@pytest.mark.gpu
+@pytest.mark.usefixtures("wgmma_on")
+def test_wgmma_backward_gqa_is_deterministic(rng):
+    """Twenty runs of a GQA backward give bitwise the same dQ, dK and dV (no atomics; the
+    group's heads summed in order)."""
+    inputs, first = check_backward(rng, "bfloat16", 128, True, B=1, H=8, H_kv=2, Nq=700, Nk=900)
+    for _ in range(20):
+        again, _ = run_backward(*inputs, True, {})
+        assert all(np.array_equal(a.view(np.uint16), b.view(np.uint16)) for a, b in zip(first, again))
