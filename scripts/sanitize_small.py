@@ -6,6 +6,7 @@
     compute-sanitizer --tool memcheck python3 scripts/sanitize_small.py flex      # FlexAttention only
     compute-sanitizer --tool memcheck python3 scripts/sanitize_small.py kvcache   # flash_attention_with_kvcache only
     compute-sanitizer --tool racecheck python3 scripts/sanitize_small.py wgmma    # the Hopper forward only (sm_90)
+    compute-sanitizer --tool racecheck python3 scripts/sanitize_small.py wgmma_bwd  # the Hopper backward only (sm_90)
 
 Shapes are small and not multiples of any tile; causal on and off, Nq != Nk, both layouts.
 """
@@ -60,6 +61,25 @@ if sys.argv[1:] == ["wgmma"]:  # issue #13's Hopper forward: TMA ring, mbarriers
             cp.cuda.runtime.deviceSynchronize()
             print(np.dtype(dtype).name, "wgmma", Nq, Nk, d, causal, "finite:",
                   bool(cp.isfinite(out).all()) and bool(cp.isfinite(lse).all()))
+    print("sanitize_small: done")
+    sys.exit(0)
+if sys.argv[1:] == ["wgmma_bwd"]:  # the Hopper backward: both rings, the stats bulk copies, GQA, partial tiles
+    import os
+
+    os.environ["NUMBA_FLASH_WGMMA"] = "1"
+    for dtype in (np.float16, ml_dtypes.bfloat16):
+        for Nq, Nk, d, causal, kw in ((77, 300, 64, True, {}), (200, 131, 128, False, {}),
+                                      (330, 260, 128, True, dict(window_size=(50, 0), softcap=4.0, dropout_p=0.2,
+                                                                  seed=3))):  # fmt: skip
+            B, H, Hk = 2, 4, 2
+            q = cp.asarray(rng.standard_normal((B, Nq, H, d)).astype(dtype))
+            k, v = (cp.asarray(rng.standard_normal((B, Nk, Hk, d)).astype(dtype)) for _ in range(2))
+            out, lse = numba_flash.flash_attention(q, k, v, causal=causal, return_lse=True, **kw)
+            dout = cp.asarray(rng.standard_normal(out.shape).astype(dtype))
+            grads = numba_flash.flash_attention_backward(dout, q, k, v, out, lse, causal=causal, **kw)
+            cp.cuda.runtime.deviceSynchronize()
+            print(np.dtype(dtype).name, "wgmma_bwd", Nq, Nk, d, causal, "finite:",
+                  all(bool(cp.isfinite(g).all()) for g in grads))
     print("sanitize_small: done")
     sys.exit(0)
 if FLEX_ONLY:
