@@ -70,7 +70,10 @@ def stable_text(value) -> str:
         if not value.py_func.__module__.startswith("numba_flash"):  # a user's score_mod / mask_mod: its
             # name says nothing of its body (two scripts' functions may share one), so not cached
             raise UserFunction(value.py_func.__qualname__)
-        return f"device:{value.py_func.__module__}.{value.py_func.__qualname__}"
+        # a device function made by a factory (``tc_backward._row_delta_fn``, ``hopper.ss_chain``) is the same
+        # name for every closure it was made with: its closure values belong to the key
+        cells = ",".join(stable_text(c.cell_contents) for c in value.py_func.__closure__ or ())
+        return f"device:{value.py_func.__module__}.{value.py_func.__qualname__}[{cells}]"
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         return repr(value)
     raise TypeError(f"no stable cache key for a closure value of type {type(value).__name__}")

@@ -18,7 +18,7 @@ from conftest import SIMULATOR
 KEYS_SCRIPT = textwrap.dedent("""
     import json
     from numba_flash import _cache, config
-    from numba_flash.kernels import simt_blocked_forward, tc_backward, tc_forward
+    from numba_flash.kernels import simt_blocked_forward, tc_backward, tc_forward, wgmma_backward
     from numba_flash.variant import Variant
 
     t64, t128 = config.tc_forward_tiles(64), config.tc_forward_tiles(128)
@@ -29,6 +29,14 @@ KEYS_SCRIPT = textwrap.dedent("""
         tc_forward.tc_forward_kernel(t128, Variant(), "float16"),
         tc_backward.tc_bwd_dq_kernel(config.tc_backward_tiles(64), Variant(), "float16"),
         simt_blocked_forward.simt_blocked_forward_kernel(config.blocked_forward_tiles(64), Variant()),
+        # kernels that differ only in a device function's closure (its dtype, head dim, chain shape)
+        tc_backward.tc_bwd_stats_kernel(64, "float16"),
+        tc_backward.tc_bwd_stats_kernel(64, "bfloat16"),
+        tc_backward.tc_bwd_stats_kernel(128, "float16"),
+        tc_backward.tc_bwd_preprocess_kernel(64, "float16"),
+        tc_backward.tc_bwd_preprocess_kernel(128, "float16"),
+        wgmma_backward.wgmma_bwd_kernel(wgmma_backward.tiles(128)[0], Variant(), "float16"),
+        wgmma_backward.wgmma_bwd_kernel(wgmma_backward.tiles(128)[0], Variant(), "bfloat16"),
     ]
     keys = [_cache.variant_key(k.py_func) for k in kernels]
     assert keys == [_cache.variant_key(k.py_func) for k in kernels]
@@ -47,11 +55,14 @@ def _keys_in_a_fresh_process() -> dict:
 
 
 def test_every_kernel_variant_has_its_own_key_and_keeps_it_across_processes():
-    """Tiles, causal and dtype (an intrinsic in the closure) all change the key, and two
-    processes agree on every key (numba's own key pickles a per-process uuid of every
-    intrinsic, so it never hits across processes)."""
+    """Tiles, causal and dtype (an intrinsic in the closure) all change the key, also
+    where they reach the kernel only through a device function a factory made (the
+    preprocess's row sum, the wgmma chains: a loaded kernel of another dtype or head
+    dim computed wrong delta and read past the rows on the H200), and two processes
+    agree on every key (numba's own key pickles a per-process uuid of every intrinsic,
+    so it never hits across processes)."""
     first, second = _keys_in_a_fresh_process(), _keys_in_a_fresh_process()
-    assert len(set(first["keys"])) == len(first["keys"]) == 6
+    assert len(set(first["keys"])) == len(first["keys"]) == 13
     assert first == second
     assert len(first["source"]) == 64
 
