@@ -8,7 +8,7 @@ out=$1
 . scripts/device_cli.sh
 unset NUMBA_FLASH_WGMMA
 timeout 210 python3 -m pytest -q -rf -n 8 -p no:cacheprovider tests/test_wgmma_backward.py \
-  tests/test_wgmma_forward.py tests/test_ptx_hopper.py > "$out/a_pytest.txt" 2>&1
+  tests/test_wgmma_forward.py tests/test_ptx_hopper.py tests/test_cache.py > "$out/a_pytest.txt" 2>&1
 echo "pytest rc=$? at ${SECONDS}s" >> "$out/a_pytest.txt"
 timeout 250 python3 scripts/bench_wgmma_bwd.py "$out/b_bench.jsonl" > "$out/b_bench.txt" 2>&1
 echo "bench rc=$? at ${SECONDS}s" >> "$out/b_bench.txt"

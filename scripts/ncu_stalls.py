@@ -3,6 +3,7 @@ per profiled launch its grid, duration, SM busy (the tensor pipe, by ncu's note)
 stall reasons (warps stalled per issued instruction), largest first.
 
     python3 scripts/ncu_stalls.py e_ncu.txt
+    python3 scripts/ncu_stalls.py e_ncu_bwd.txt backward   # ``ncu_wgmma.py backward``'s report
 """
 
 import re
@@ -11,10 +12,11 @@ import sys
 SHAPES = [(4, 16, 4096, 128), (4, 32, 4096, 64), (1, 16, 16384, 128), (16, 32, 1024, 64)]
 
 
-def main(path):
+def main(path, kernels=("wgmma_forward",)):
+    """``kernels``: the names profiled per case, in launch order (the backward's: dK/dV, dQ)."""
     text = open(path).read()
-    parts = re.split(r"\n  wgmma_forward\[", text)[1:]
-    labels = [f"{s} {'causal' if c else 'full'}" for s in SHAPES for c in (False, True)]
+    parts = re.split(r"\n  (?:" + "|".join(kernels) + r")\[", text)[1:]
+    labels = [f"{k} {s} {'causal' if c else 'full'}" for s in SHAPES for c in (False, True) for k in kernels]
     print("| launch | grid × block | duration | SM busy | stalls per issued instruction (largest first) |")
     print("|---|---|---|---|---|")
     for label, part in zip(labels, parts):
@@ -29,4 +31,4 @@ def main(path):
 
 
 if __name__ == "__main__":
-    main(sys.argv[1])
+    main(sys.argv[1], ("wgmma_bwd_dkdv", "wgmma_bwd_dq") if sys.argv[2:] == ["backward"] else ("wgmma_forward",))

@@ -7,10 +7,13 @@ shapes, fp16, causal off and on (the first of each compiles it), for Nsight Comp
         --metrics regex:smsp__average_warps_issue_stalled_.*_per_issue_active\\.ratio \\
         python3 scripts/ncu_wgmma.py
 
-The launches come in the order of ``SHAPES`` × (causal off, on).
+The launches come in the order of ``SHAPES`` × (causal off, on).  ``python3
+scripts/ncu_wgmma.py backward`` runs a backward after each forward (profile its kernels
+with ``--kernel-name regex:wgmma_bwd``: dK/dV, then dQ, per case).
 """
 
 import os
+import sys
 
 os.environ["NUMBA_FLASH_WGMMA"] = "1"
 
@@ -20,11 +23,15 @@ import numba_flash  # noqa: E402
 
 SHAPES = [(4, 16, 4096, 128), (4, 32, 4096, 64), (1, 16, 16384, 128), (16, 32, 1024, 64)]
 
+BACKWARD = sys.argv[1:] == ["backward"]  # a backward of each (its kernels: --kernel-name regex:wgmma_bwd)
+
 for B, H, N, d in SHAPES:
     gen = cp.random.default_rng(0)
     q, k, v = (gen.standard_normal((B, N, H, d), dtype=cp.float32).astype(cp.float16) for _ in range(3))
     for causal in (False, True):
-        numba_flash.flash_attention(q, k, v, causal=causal)
+        out, lse = numba_flash.flash_attention(q, k, v, causal=causal, return_lse=True)
+        if BACKWARD:
+            numba_flash.flash_attention_backward(q, q, k, v, out, lse, causal=causal)  # dO: q's values will do
         cp.cuda.runtime.deviceSynchronize()
         print(f"ncu_wgmma: {(B, H, N, d)} causal={causal}", flush=True)
 print("ncu_wgmma: done")

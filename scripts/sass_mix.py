@@ -1,6 +1,7 @@
 """Issue #13's SASS instruction mix of the wgmma forward, for the shapes under cuDNN.
 
     python3 scripts/sass_mix.py assemble DIR   # here, no GPU: PTX (inspection, sm_90a) -> ptxas -> DIR/*.cubin
+    python3 scripts/sass_mix.py assemble_backward DIR   # the same for the backward's dK/dV and dQ kernels
     python3 scripts/sass_mix.py count DIR      # where cuobjdump is (the GPU machine): the opcode table
 
 ``assemble`` compiles the plan's kernel for fp16 in the configurations the issue's
@@ -41,15 +42,38 @@ def assemble(out):
         (r,) = inspect_kernels("forward", "float16", d, causal, arch="sm_90a", seqlen_q=rows)
         name = (f"{out}/wgmma_forward_d{d}_{'causal' if causal else 'full'}_{rows}_"
                 f"{'persistent' if persistent else 'block_a_tile'}")  # fmt: skip
-        with open(name + ".ptx", "w") as f:
-            f.write(re.sub(r"^\.version \d+\.\d+", ".version 9.0", r.ptx, flags=re.M))
-        log = subprocess.run(["ptxas", "-arch=sm_90a", "-v", name + ".ptx", "-o", name + ".cubin"],
-                             capture_output=True, text=True, check=True).stderr  # fmt: skip
-        used = re.search(r"Used (\d+) registers", log).group(1)
-        spills = re.search(r"(\d+) bytes spill stores, (\d+) bytes spill loads", log).groups()
-        print(f"{os.path.basename(name)}: {used} registers at launch (setmaxnreg raises the consumers'), "
-              f"spill stores/loads {spills[0]}/{spills[1]} bytes")  # fmt: skip
-        os.remove(name + ".ptx")
+        _ptxas(name, r.ptx)
+
+
+#: (d, causal) of the backward's kernels (``wgmma_backward``: no persistence, one tile shape a head dim).
+BACKWARD_CASES = [(128, False), (128, True), (64, False), (64, True)]
+
+
+def assemble_backward(out):
+    """``assemble`` for the Hopper backward's dK/dV and dQ kernels (fp16)."""
+    os.environ["NUMBA_FLASH_WGMMA"] = "1"
+    from numba_flash.inspection import inspect_kernels
+
+    os.makedirs(out, exist_ok=True)
+    for d, causal in BACKWARD_CASES:
+        for r in inspect_kernels("backward", "float16", d, causal, arch="sm_90a", seqlen_q=4096):
+            if not r.name.startswith("wgmma"):
+                continue
+            name = f"{out}/{r.name}_d{d}_{'causal' if causal else 'full'}"
+            _ptxas(name, r.ptx)
+
+
+def _ptxas(name, ptx):
+    """Assemble ``ptx`` whole (``.version`` 9.0, as the driver gets it) to ``name``.cubin; report registers and spills."""
+    with open(name + ".ptx", "w") as f:
+        f.write(re.sub(r"^\.version \d+\.\d+", ".version 9.0", ptx, flags=re.M))
+    log = subprocess.run(["ptxas", "-arch=sm_90a", "-v", name + ".ptx", "-o", name + ".cubin"],
+                         capture_output=True, text=True, check=True).stderr  # fmt: skip
+    used = re.search(r"Used (\d+) registers", log).group(1)
+    spills = re.search(r"(\d+) bytes spill stores, (\d+) bytes spill loads", log).groups()
+    print(f"{os.path.basename(name)}: {used} registers at launch (setmaxnreg raises the consumers'), "
+          f"spill stores/loads {spills[0]}/{spills[1]} bytes")  # fmt: skip
+    os.remove(name + ".ptx")
 
 
 def count(out):
@@ -72,4 +96,4 @@ def count(out):
 
 
 if __name__ == "__main__":
-    {"assemble": assemble, "count": count}[sys.argv[1]](sys.argv[2])
+    {"assemble": assemble, "assemble_backward": assemble_backward, "count": count}[sys.argv[1]](sys.argv[2])
