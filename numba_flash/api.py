@@ -84,7 +84,9 @@ def _run(plan: P.Plan, buffers: dict, layout: str) -> None:
                 x = x(k.walk)
             if a.view:
                 x = x.view(_VIEW_DTYPES[a.view])
-            args.append(_bshd(x, layout) if getattr(x, "ndim", 0) == 4 else x)
+            # q, k, v, out, dout and the grads in the caller's layout; ``stats`` is the
+            # backward's own (B, H, 2, rows) workspace, never transposed
+            args.append(_bshd(x, layout) if getattr(x, "ndim", 0) == 4 and a.role != "stats" else x)
         launch(k.kernel, k.grid, k.threads, k.smem, *args)
 
 
