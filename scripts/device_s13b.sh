@@ -21,7 +21,7 @@ echo "ncu rc=$? at ${SECONDS}s" >> "$out/a_ncu_bwd.txt"
 python3 scripts/ncu_stalls.py "$out/a_ncu_bwd.txt" backward > "$out/a_stalls.md" 2>&1
 grep -E "gmma_cycles_active" "$out/a_ncu_bwd.txt" | head -16 > "$out/a_gmma.txt"
 python3 scripts/sass_mix.py count sass_bwd > "$out/b_sass.txt" 2>&1
-timeout $((560 - SECONDS)) python3 -m pytest -m gpu -q -rf -n 14 -p no:cacheprovider tests/test_kernels.py \
+timeout $((450 - SECONDS)) python3 -m pytest -m gpu -q -rf -n 14 -p no:cacheprovider tests/test_kernels.py \
   tests/test_variants.py tests/test_determinism.py tests/test_traffic.py tests/test_numerics.py \
   tests/test_dropout_bits.py tests/test_cache.py tests/test_check.py tests/test_distributed.py > "$out/c_pytest_gpu.txt" 2>&1
 echo "pytest rc=$? at ${SECONDS}s" >> "$out/c_pytest_gpu.txt"

@@ -15,7 +15,9 @@ SHAPES = [(4, 16, 4096, 128), (4, 32, 4096, 64), (1, 16, 16384, 128), (16, 32, 1
 def main(path, kernels=("wgmma_forward",)):
     """``kernels``: the names profiled per case, in launch order (the backward's: dK/dV, dQ)."""
     text = open(path).read()
-    parts = re.split(r"\n  (?:" + "|".join(kernels) + r")\[", text)[1:]
+    # session 13's call 3 report names both backward kernels by their function's old name, wgmma_bwd
+    names = kernels + (("wgmma_bwd",) if "wgmma_bwd_dq" in kernels else ())
+    parts = re.split(r"\n  (?:" + "|".join(names) + r")\[", text)[1:]
     labels = [f"{k} {s} {'causal' if c else 'full'}" for s in SHAPES for c in (False, True) for k in kernels]
     print("| launch | grid × block | duration | SM busy | stalls per issued instruction (largest first) |")
     print("|---|---|---|---|---|")

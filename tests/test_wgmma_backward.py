@@ -10,6 +10,7 @@ same checks at larger shapes, the variants, and determinism.
 
 from __future__ import annotations
 
+import re
 from unittest import mock
 
 import ml_dtypes
@@ -136,6 +137,8 @@ def test_wgmma_backward_compiles_for_sm_90a(d, causal):
     ring = 64 if d == 128 else 128  # the step of both walks (``wgmma_backward.tiles``)
     for r, grads in ((dkdv, 2), (dq, 1)):
         assert ".target sm_90a" in r.ptx
+        # the function carries its launch's name (ncu, the sanitizers and ``traffic.measure`` find it by it)
+        assert re.search(r"\.entry\s+\S*" + r.name + r"B", r.ptx), r.name
         assert r.ptx.count(f"wgmma.mma_async.sync.aligned.m64n{ring}k16.f32.f16.f16 ") == 2 * d // 16  # S, dP
         assert r.ptx.count(f"wgmma.mma_async.sync.aligned.m64n{d}k16.f32.f16.f16 ") == grads * ring // 16
         assert "cp.async.bulk.tensor.4d.shared::cluster.global.mbarrier::complete_tx::bytes" in r.ptx

@@ -81,6 +81,8 @@ PRODUCER_REGS, CONSUMER_REGS = 24, 240  # 128·24 + 256·240 = 64 Ki registers: 
 #: Byte offsets, from fixed_full, of full[0] and empty[0] (stage s: + 8·s).
 FULL, EMPTY = 8, 8 + 8 * STAGES
 BARRIER_BYTES = 8 * (1 + 2 * STAGES)
+#: The kernels' names (their launches' and, in the PTX, their functions'), by ``keys_are_rows``.
+NAMES = {True: "wgmma_bwd_dkdv", False: "wgmma_bwd_dq"}
 #: The maps of ``tma.attention_maps`` (q, k, v, dout), by role in each kernel.
 Q_MAP, K_MAP, V_MAP, DO_MAP = 0, 1, 2, 3
 
@@ -177,7 +179,6 @@ def wgmma_bwd_kernel(t: WgmmaBwdTiles, variant: Variant, dtype: str):
         p_lo, p_hi = walk_range(lo, hi, vr, F)
         return vr, p_lo, p_hi
 
-    @kernel(launch_bounds=(THREADS, 1), whole_program=True)
     def wgmma_bwd(q, k, v, dout, stats, g1, g2, softmax_scale, params, alibi, cu_q, cu_k, fx, tmaps):
         tid = cuda.threadIdx.x
         wg = tid // 128
@@ -298,7 +299,10 @@ def wgmma_bwd_kernel(t: WgmmaBwdTiles, variant: Variant, dtype: str):
             elif row < mi[0]:
                 fragments.store_row_pairs(g1, b, q0 + row, h0, acc_g1, 2 * r, NT_W, tq, scale, BF16, DCOLS, HALVES)
 
-    return wgmma_bwd
+    # the kernel's name in the PTX, ncu and the sanitizers: its launch's (``traffic.measure`` picks kernels by it)
+    wgmma_bwd.__name__ = NAMES[KEYS_ARE_ROWS]
+    wgmma_bwd.__qualname__ = f"wgmma_bwd_kernel.<locals>.{wgmma_bwd.__name__}"
+    return kernel(launch_bounds=(THREADS, 1), whole_program=True)(wgmma_bwd)
 
 
 def smem_bytes(t: WgmmaBwdTiles) -> int:
@@ -326,7 +330,6 @@ def launches(variant: Variant, dtype: str, sz: spec.Sizes, head_dim: int) -> lis
         args = (tuple(spec.Arg(r, "u16") for r in ("q", "k", "v", "dout")) + (spec.Arg("stats"),) +
                 tuple(spec.Arg(g, "u32") for g in outs) + (spec.Arg("scale"),) + spec.VARIANT_ARGS +
                 (spec.Arg("tmaps"),))  # fmt: skip
-        name = "wgmma_bwd_dkdv" if t.keys_are_rows else "wgmma_bwd_dq"
-        out.append(spec.KernelLaunch(name, wgmma_bwd_kernel(t, variant, dtype), t, grid, THREADS, smem_bytes(t), args,
+        out.append(spec.KernelLaunch(NAMES[t.keys_are_rows], wgmma_bwd_kernel(t, variant, dtype), t, grid, THREADS, smem_bytes(t), args,
                                      (t.block_m, t.block_n, t.keys_are_rows), _IO[t.keys_are_rows]))  # fmt: skip
     return [tc_backward.stats_launch(kv, dtype, sz)] + out
