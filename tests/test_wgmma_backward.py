@@ -39,7 +39,8 @@ def _slopes(rng, H):
 
 
 def run_backward(dout, q, k, v, out, lse, causal, kw):
-    """The grads of ``flash_attention_backward`` on the device, and the kernels it ran."""
+    """The grads of ``flash_attention_backward`` on the device (``kw`` its keywords:
+    the variants, the layout), and the kernels it ran."""
     dev = {key: (device(val) if isinstance(val, np.ndarray) else val) for key, val in kw.items()}
     ran = []  # the kernels the call launched: its own plan (with its variants)
     run = A._run
@@ -49,12 +50,14 @@ def run_backward(dout, q, k, v, out, lse, causal, kw):
     return [host(g) for g in grads], ran
 
 
-def check_backward(rng, dtype, d, causal, B=1, H=2, H_kv=2, Nq=70, Nk=90, **kw):
+def check_backward(rng, dtype, d, causal, B=1, H=2, H_kv=2, Nq=70, Nk=90, layout="bshd", **kw):
     dt = DTYPES[dtype]
-    q = rng.standard_normal((B, Nq, H, d)).astype(dt)
-    k = rng.standard_normal((B, Nk, H_kv, d)).astype(dt)
-    v = rng.standard_normal((B, Nk, H_kv, d)).astype(dt)
-    dout = rng.standard_normal((B, Nq, H, d)).astype(dt)
+    shape = (lambda n, h: (B, n, h, d)) if layout == "bshd" else (lambda n, h: (B, h, n, d))
+    q = rng.standard_normal(shape(Nq, H)).astype(dt)
+    k = rng.standard_normal(shape(Nk, H_kv)).astype(dt)
+    v = rng.standard_normal(shape(Nk, H_kv)).astype(dt)
+    dout = rng.standard_normal(shape(Nq, H)).astype(dt)
+    kw = dict(kw, layout=layout)
     p = P.Problem("backward", dtype, d, causal, batch=B, heads=H, seqlen_q=Nq, seqlen_k=Nk, heads_k=H_kv,
                   arch=SM90A)  # fmt: skip
     assert [k_.name for k_ in P.plan(p).launches] == KERNELS
@@ -91,6 +94,15 @@ def test_wgmma_backward_variants(rng):
     check_backward(rng, "float16", 64, True, H=2, H_kv=1, Nq=150, Nk=200, **kw)
     seed = int(rng.integers(0, 2**63))
     check_backward(rng, "bfloat16", 128, False, H=2, H_kv=2, Nq=70, Nk=130, dropout_p=0.2, seed=seed, **kw)
+
+
+@pytest.mark.usefixtures("wgmma_on", "poisoned_outputs")
+def test_wgmma_backward_bhsd_layout(rng):
+    """(B, H, N, d) inputs: the kernels see (B, N, H, d) views of them, and the
+    preprocess's own (B, H, 2, rows) ``stats`` workspace stays as it is: transposed with
+    the inputs, heads past the second indexed its axis of 2 (on the H200, every bhsd case
+    of test_kernels had wrong dQ; here an IndexError)."""
+    check_backward(rng, "float16", 64, True, B=2, H=4, H_kv=2, Nq=90, Nk=70, layout="bhsd")
 
 
 def test_the_switch(monkeypatch):
