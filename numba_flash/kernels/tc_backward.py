@@ -95,6 +95,14 @@ def _row_delta_fn(head_dim: int, dtype: str):
     return row_delta
 
 
+@device_function
+def _warp_rows():
+    """``(lane, first, h, b)`` of a preprocess thread: its lane, the first of its warp's
+    32 rows (a block owns blockDim.x of them), the block's head and batch."""
+    lane = cuda.threadIdx.x & 31
+    return lane, cuda.blockIdx.x * cuda.blockDim.x + (cuda.threadIdx.x - lane), cuda.blockIdx.y, cuda.blockIdx.z
+
+
 @functools.lru_cache(maxsize=None)
 def tc_bwd_preprocess_kernel(head_dim: int, dtype: str):
     """``kernel[grid, 128, stream](out16, dout16, delta)``: delta = rowsum(dO∘O), from
@@ -105,10 +113,7 @@ def tc_bwd_preprocess_kernel(head_dim: int, dtype: str):
 
     @cuda.jit
     def tc_bwd_preprocess(out16, dout16, delta):
-        lane = cuda.threadIdx.x & 31
-        first = cuda.blockIdx.x * cuda.blockDim.x + (cuda.threadIdx.x - lane)  # the warp's 32 rows
-        h = cuda.blockIdx.y
-        b = cuda.blockIdx.z
+        lane, first, h, b = _warp_rows()
         for r in range(32):
             row = first + r
             if row < out16.shape[1]:  # the same for the whole warp: the shuffles see every lane
@@ -130,10 +135,7 @@ def tc_bwd_stats_kernel(head_dim: int, dtype: str):
 
     @cuda.jit
     def tc_bwd_stats(out16, dout16, lse, stats):
-        lane = cuda.threadIdx.x & 31
-        first = cuda.blockIdx.x * cuda.blockDim.x + (cuda.threadIdx.x - lane)  # the warp's 32 rows
-        h = cuda.blockIdx.y
-        b = cuda.blockIdx.z
+        lane, first, h, b = _warp_rows()
         for r in range(32):
             row = first + r
             if row < stats.shape[3]:  # the same for the whole warp
