@@ -19,7 +19,8 @@ For the CuPy standard attention (``numba_flash.bench.cupy_attention_forward`` /
 ``cupy_attention_backward``) the forward also keeps P, as a training forward does.
 ``beyond_outputs`` = peak − outputs: what the call needed on top of what it returns
 (numba-flash: 0 in the forward — it allocates nothing beyond O and LSE — and one fp32
-row vector, delta, in the backward).
+row vector, delta, in the backward; two, lse and delta padded to 128 rows, in the Hopper
+backward's ``stats``).
 
 JSON schema (``numba-flash-memory/1``): ``{"schema", "created", "environment",
 "settings", "results": [row, ...]}`` with rows::
