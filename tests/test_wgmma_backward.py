@@ -127,6 +127,17 @@ def test_the_switch(monkeypatch):
         assert "wgmma" not in str([k.name for k in P.plan(other).launches]), other
 
 
+def test_the_ring_override_reaches_the_api_plan(monkeypatch):
+    """``NUMBA_FLASH_WGMMA_BWD_RING`` (the benchmark's other step sizes) changes the plan
+    the API runs, not only a fresh one: the API's plan cache keys on it."""
+    p = P.Problem("backward", "float16", 128, False, seqlen_q=128, seqlen_k=128, arch=SM90A)
+    monkeypatch.setenv("NUMBA_FLASH_WGMMA", "1")
+    monkeypatch.delenv("NUMBA_FLASH_WGMMA_BWD_RING", raising=False)
+    assert [k.tiles.ring for k in A._plan(p).launches[1:]] == [64, 64]
+    monkeypatch.setenv("NUMBA_FLASH_WGMMA_BWD_RING", "64,128")
+    assert [k.tiles.ring for k in A._plan(p).launches[1:]] == [64, 128]
+
+
 def test_stats_are_padded_to_whole_tiles():
     """The preprocess's ``stats`` cover the query rows rounded up to 128, so every
     128-row (and 64-row) tile's bulk copy of lse and delta rows is whole."""

@@ -113,7 +113,8 @@ def tiles(head_dim: int) -> tuple[WgmmaBwdTiles, WgmmaBwdTiles]:
     thread holds its gradients (d/2 floats each: dK and dV, or dQ), S and dP (ring/2
     each) and the packed P and dS (ring/4 each): at d = 128 with 64-row steps dK/dV
     needs 192 of its 240 registers, with 128-row steps it would need 256 (ptxas: 848
-    bytes of spills).  ``NUMBA_FLASH_WGMMA_BWD_RING=kv,q`` sets the two (64 or 128)."""
+    bytes of spills); at d = 64 the ring is not larger than the fixed tile.  Not tuned by
+    measurement yet.  ``NUMBA_FLASH_WGMMA_BWD_RING=kv,q`` sets the two (64 or 128)."""
     if head_dim not in HEAD_DIMS:
         raise ValueError(f"head_dim={head_dim}: the wgmma backward runs d in {HEAD_DIMS}")
     kv = q = 64 if head_dim == 128 else 128
