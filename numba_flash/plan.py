@@ -155,15 +155,15 @@ def wgmma_forward(p: Problem) -> bool:
     """The Hopper forward (``kernels.wgmma_forward``) runs ``p``: switched on
     (``wgmma_switch``), on sm_90a (``arch`` (9, 0, "a"): numba-cuda's target on an
     H100/H200; wgmma exists on no other), fp16/bf16 at d = 64 or 128 on 16-byte-aligned
-    rows (TMA's strides), no FlexAttention mods, no varlen (a TMA box zero-fills past the
-    array, not past a packed sequence), no KV cache's split or pages, and no decode
-    tiles (issue #13).  Everything else runs the mma.sync kernels."""
+    rows (TMA's strides), no FlexAttention mods, no KV cache's split or pages, and no
+    decode tiles (issue #13).  Varlen runs there (its V rows past a sequence zeroed after
+    the copy: ``hopper.past_rows``).  Everything else runs the mma.sync kernels."""
     from numba_flash.kernels.wgmma_forward import HEAD_DIMS
 
     return (wgmma_switch(p) and p.pass_ == "forward" and tuple(p.arch) == (9, 0, "a")
             and p.dtype in ("float16", "bfloat16") and p.head_dim in HEAD_DIMS and p.aligned
             and p.features.mods is None and not p.features.split and not p.features.paged
-            and not p.features.varlen and not decode_tiles(p))  # fmt: skip
+            and not decode_tiles(p))  # fmt: skip
 
 
 def wgmma_switch(p: Problem) -> bool:

@@ -89,6 +89,51 @@ def test_wgmma_forward_dropout_keeps_the_reference_mask(rng):
     assert np.array_equal(kept, want), f"seed {seed}: {np.sum(kept != want)} keep bits differ"
 
 
+def check_varlen_forward(rng, dtype, d, causal, lens_q, lens_k, H=2, H_kv=1, **kw):
+    """flash_attention_varlen on the wgmma forward against the reference, sequence by
+    sequence; the last sequence's V is NaN, so that a tile reading past an earlier
+    sequence into it (TMA zero-fills only past the array) would carry NaN there
+    through P's masked columns times V (``hopper.past_rows``): NaN stays in the last
+    sequence, as in a standard attention."""
+    dt = DTYPES[dtype]
+    cu_q = np.concatenate([[0], np.cumsum(lens_q)]).astype(np.int32)
+    cu_k = np.concatenate([[0], np.cumsum(lens_k)]).astype(np.int32)
+    q = rng.standard_normal((cu_q[-1], H, d)).astype(dt)
+    k = rng.standard_normal((cu_k[-1], H_kv, d)).astype(dt)
+    v = rng.standard_normal((cu_k[-1], H_kv, d)).astype(dt)
+    v[cu_k[-2]:] = np.nan
+    mq, mk = max(lens_q), max(lens_k)
+    p = P.Problem("forward", dtype, d, causal, batch=len(lens_q), heads=H, seqlen_q=mq, seqlen_k=mk, heads_k=H_kv,
+                  arch=SM90A, features=Variant(varlen=True, causal=causal, gqa=H_kv < H), rows_q=int(cu_q[-1]))
+    assert [k_.name for k_ in P.plan(p).launches] == ["wgmma_forward"]
+    dev = {key: (device(val) if isinstance(val, np.ndarray) else val) for key, val in kw.items()}
+    ran = []
+    run = A._run
+    with mock.patch.object(A, "_run", lambda plan, *a: (ran.extend(x.name for x in plan.launches), run(plan, *a))):
+        out, lse = numba_flash.flash_attention_varlen(device(q), device(k), device(v), device(cu_q), device(cu_k), mq,
+                                                      mk, causal=causal, return_lse=True, **dev)  # fmt: skip
+    assert ran == ["wgmma_forward"], ran
+    out, lse = host(out).astype(np.float64), host(lse)
+    ref, ref_lse = R.attention_varlen(q, k, v, cu_q, cu_k, mq, mk, causal=causal, **kw)
+    low = np.concatenate([R.attention_lowp(q[None, cu_q[b]:cu_q[b + 1]], k[None, cu_k[b]:cu_k[b + 1]],
+                                           v[None, cu_k[b]:cu_k[b + 1]], dtype=dt, causal=causal, **kw)[0][0]
+                          for b in range(len(lens_q) - 1)])  # fmt: skip
+    clean = slice(0, cu_q[-2])  # every sequence but the NaN one
+    tol = 2 * R.rel_error(low, ref[clean]) + FLOOR
+    err = R.rel_error(out[clean], ref[clean])
+    assert err <= tol, f"{dtype} d={d} causal={causal} {kw}: O rel error {err:.3g} > {tol:.3g}"
+    assert np.array_equal(np.isnan(out), np.isnan(ref)), "NaN where a standard attention has none, or none where it has"
+    assert np.isnan(ref[cu_q[-2]:]).any()  # the last sequence sees its NaN V
+    assert np.allclose(lse, ref_lse, rtol=1e-3, atol=1e-3, equal_nan=True)
+
+
+@pytest.mark.usefixtures("wgmma_on", "poisoned_outputs")
+def test_wgmma_forward_varlen(rng):
+    """Empty, length-1 and partial sequences, Nq ≠ Nk, GQA, causal; two persistent
+    blocks over 10 tiles (the simulator's ``_sms``), four of them past their sequence."""
+    check_varlen_forward(rng, "bfloat16", 128, True, [5, 0, 70, 1, 33], [7, 4, 90, 1, 20])
+
+
 def test_the_switch(monkeypatch):
     """On by default on sm_90a and off in the simulator; ``NUMBA_FLASH_WGMMA`` 1 or 0
     overrides both; the cases the kernel does not take (and every other arch, sm_100a
@@ -112,8 +157,6 @@ def test_the_switch(monkeypatch):
                   P.Problem("forward", "float16", 64, False, seqlen_q=8, seqlen_k=128, arch=SM90A),  # decode tiles
                   P.Problem("forward", "float16", 64, False, seqlen_q=128, seqlen_k=128, arch=SM90A,
                             features=Variant(paged=True)),  # a KV cache's pages: not enabled
-                  P.Problem("forward", "float16", 64, False, seqlen_q=128, seqlen_k=128, arch=SM90A,
-                            features=Variant(varlen=True)),  # TMA zero-fills past the array, not a sequence
                   P.Problem("backward", "float16", 64, False, seqlen_q=128, seqlen_k=128, arch=SM90A)):
         assert "wgmma_forward" not in [k.name for k in P.plan(other).launches], other
 
@@ -161,7 +204,7 @@ def test_wgmma_forward_compiles_for_sm_90a(monkeypatch, d, causal, seqlen, regs,
     assert (f"setmaxnreg.dec.sync.aligned.u32 {regs[0]}" in r.ptx
             and f"setmaxnreg.inc.sync.aligned.u32 {regs[1]}" in r.ptx)  # fmt: skip
     assert f".maxntid {threads}" in r.ptx
-    assert r.ptx.count("mbarrier.init.shared::cta.b64") == 2 + 4 * 2  # q_full, q_empty, the ring's four a stage
+    assert r.ptx.count("mbarrier.init.shared::cta.b64") == 3 + 4 * 2  # q_full, q_empty, v_land, the ring's four a stage
     assert ("%nctaid.x" in r.ptx) == bool(persistent)  # the tile loop's stride, gridDim.x: compiled away otherwise
     assert r.local_bytes_ptx == 0 and "ld.local" not in r.ptx and "st.local" not in r.ptx
     if r.registers is not None and not r.assembler.startswith("nvJitLink"):
@@ -201,6 +244,18 @@ def test_wgmma_forward_variants_on_the_gpu(rng, dtype, d):
     check_forward(rng, dtype, d, True, B=2, H=8, H_kv=2, Nq=777, Nk=1000, **kw)
     seed = int(rng.integers(0, 2**63))
     check_forward(rng, dtype, d, False, B=1, H=8, H_kv=4, Nq=517, Nk=700, dropout_p=0.15, seed=seed, **kw)
+
+
+@pytest.mark.gpu
+@pytest.mark.usefixtures("wgmma_on", "poisoned_outputs")
+@pytest.mark.parametrize("dtype,d,causal", [("float16", 64, True), ("bfloat16", 128, False), ("float16", 128, True)])
+def test_wgmma_forward_varlen_on_the_gpu(rng, dtype, d, causal):
+    """Sequences from 0 to 1000 rows (several query and key tiles, partial ones), GQA,
+    window + softcap + ALiBi on one of them; the last sequence's V NaN."""
+    lens_q, lens_k = [300, 0, 1, 1000, 129, 77], [517, 3, 1, 999, 128, 200]
+    check_varlen_forward(rng, dtype, d, causal, lens_q, lens_k, H=8, H_kv=2)
+    check_varlen_forward(rng, dtype, d, causal, lens_q, lens_k, H=8, H_kv=2, window_size=(200, 30), softcap=5.0,
+                         alibi_slopes=_slopes(rng, 8))  # fmt: skip
 
 
 def test_driver_ptx_lowers_only_a_newer_version():

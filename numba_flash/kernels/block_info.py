@@ -132,6 +132,20 @@ def linear_coords(tile, gx, gy):
 
 
 @device_function
+def query_grid_dims(q, cu_q, BLOCK, F):
+    """``(row tiles, sequences)`` of ``spec.query_grid`` computed in the kernel (a
+    persistent kernel's virtual grid): BLOCK-row tiles of the longest sequence and the
+    batch, or varlen's sequences (a loop over ``cu_q``: ``max_seqlen_q`` may be longer
+    than the longest, and the kernel is not given it)."""
+    if F[VARLEN]:
+        longest = 0
+        for s in range(cu_q.shape[0] - 1):
+            longest = max(longest, cu_q[s + 1] - cu_q[s])
+        return (longest + BLOCK - 1) // BLOCK, cu_q.shape[0] - 1
+    return (q.shape[1] + BLOCK - 1) // BLOCK, q.shape[0]
+
+
+@device_function
 def group_size(params, F):
     """Query heads per KV head (1 without GQA: a literal, the loop over them folds away)."""
     if F[GQA]:

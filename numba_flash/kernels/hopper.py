@@ -19,7 +19,8 @@ starts 1024-byte aligned (the swizzle's repeat).
 from __future__ import annotations
 
 from numba_flash import ptx
-from numba_flash._numba_cuda import device_function
+from numba_flash._numba_cuda import cuda, device_function
+from numba_flash.variant import VARLEN
 
 ATOM = 64  # columns of a 128-byte swizzle atom (16-bit elements): a TMA box's width
 ROW_GROUP = 1024  # bytes of 8 swizzled rows: a descriptor's stride between 8-row groups
@@ -39,6 +40,44 @@ def load_rows(dst, tmap, rows0, h, b, bar, ATOMS, ATOM_BYTES):
     columns, box a at ``dst + a·ATOM_BYTES``, completing on ``bar``."""
     for a in range(ATOMS):
         ptx.cp_async_bulk_tensor_4d_g2s(dst + a * ATOM_BYTES, tmap, a * ATOM, rows0, h, b, bar)
+
+
+@device_function
+def zero_rows(words, tile, first, ROWS, ATOMS, ATOM_BYTES, lane):
+    """Zero rows ``first`` … ``ROWS − 1`` of each atom of the tile at byte ``tile`` of the
+    dynamic shared memory (``words``: it seen as uint32), a warp a row (a row of an atom
+    is one 128-byte line, so its swizzled chunk order does not matter)."""
+    for a in range(ATOMS):
+        for r in range(first, ROWS):
+            words[(tile + a * ATOM_BYTES + r * 128) // 4 + lane] = 0
+
+
+@device_function
+def past_rows(start, ROWS, seqlen, row0, total, F):
+    """The first row of a walked tile (rows ``start`` … of a sequence of ``seqlen`` rows
+    from array row ``row0``) to zero after its TMA copy, or ``ROWS`` for none: varlen's
+    rows past the sequence that lie inside the array hold the next sequence's data
+    (TMA zero-fills only past the array).  Zeroed, a neighbour's inf or NaN cannot reach
+    this sequence through a 0 · x of the products (P's masked columns times V)."""
+    if F[VARLEN] and start + ROWS > seqlen and row0 + seqlen < total:
+        return max(0, seqlen - start)
+    return ROWS
+
+
+@device_function
+def land_and_zero(words, base, tiles, first, land, parity, full, lane, ROWS, ATOMS, ATOM_BYTES):
+    """The producer warp's step after the copies of ``tiles`` walked tiles (at byte
+    offsets ``tiles[0]`` … from ``base`` = the dynamic shared memory's address) were
+    issued on the barrier ``land``: wait for them, zero their rows from ``first``
+    (``zero_rows``), make the zeros visible to wgmma's reads (``fence.proxy.async``)
+    and arrive on ``full`` (count 1), which the consumers wait on."""
+    wait_phase(land, parity)
+    for i in range(len(tiles)):
+        zero_rows(words, tiles[i] - base, first, ROWS, ATOMS, ATOM_BYTES, lane)
+    ptx.fence_proxy_async()  # this lane's zeros (generic proxy) before wgmma reads the tile (async proxy)
+    cuda.syncwarp()  # every lane's zeros are written and fenced before lane 0 arrives
+    if lane == 0:
+        ptx.mbarrier_arrive(full)
 
 
 @device_function

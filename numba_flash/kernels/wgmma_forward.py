@@ -83,9 +83,9 @@ from numba_flash._numba_cuda import (SIMULATOR, cuda, device_function, float32, 
                                      uint32)
 from numba_flash.config import TcTiles, tc_array_layout, tc_out_view
 from numba_flash.kernels import fragments, score, softmax, spec
-from numba_flash.kernels.hopper import ATOM, load_rows, rs_chain, ss_chain, wait_phase
-from numba_flash.kernels.block_info import (block_at, grid_coords, key_tiles, linear_coords, tile_at, tile_needs_mask,
-                                           tile_partial, walk_list, walk_range)
+from numba_flash.kernels.hopper import ATOM, land_and_zero, load_rows, past_rows, rs_chain, ss_chain, wait_phase
+from numba_flash.kernels.block_info import (block_at, grid_coords, key_tiles, linear_coords, query_grid_dims, tile_at,
+                                           tile_needs_mask, tile_partial, walk_list, walk_range)
 from numba_flash.variant import DROPOUT, HEAVIEST_FIRST, Variant
 
 _ALIGN = None if SIMULATOR else 1024  # a module global, so numba sees a literal; the simulator aligns by itself
@@ -96,9 +96,9 @@ BLOCK_N, STAGES = 128, 2
 #: and 128·32 + 384·160 are the 65536 registers of an SM (FlashAttention-3's split).
 REGS = {2: (24, 240), 3: (32, 160)}
 HEAD_DIMS = (64, 128)  # the head dims this version runs (wgmma n = d for P·V)
-BARRIER_BYTES = 128  # q_full, k_full[2], v_full[2], k_empty[2], v_empty[2], q_empty: 8 bytes each
-#: Byte offsets from q_full of each stage-0 barrier (stage s: + 8·s), and of q_empty.
-K_FULL, V_FULL, K_EMPTY, V_EMPTY, Q_EMPTY = (8 + 8 * STAGES * j for j in range(5))
+BARRIER_BYTES = 128  # q_full, k_full[2], v_full[2], k_empty[2], v_empty[2], q_empty, v_land: 8 bytes each
+#: Byte offsets from q_full of each stage-0 barrier (stage s: + 8·s), of q_empty and v_land.
+K_FULL, V_FULL, K_EMPTY, V_EMPTY, Q_EMPTY, V_LAND = (8 + 8 * STAGES * j for j in range(6))
 
 
 def consumers(head_dim: int, causal: bool = False, seqlen_q: int = 4096) -> int:
@@ -193,14 +193,17 @@ def wgmma_forward_kernel(t: TcTiles, variant: Variant, dtype: str, persistent: b
     @device_function
     def tile_walk(tile, gx, gy, gz, q, k, params, cu_q, cu_k, fx):
         """Tile ``tile`` of the virtual grid (gx, gy, gz): ``block_info.block_at``'s
-        ``(start_m, b, h, hk, q0, k0, mi, seq)``, its walk list ``vr`` and the key tiles
-        ``[n_lo, n_hi)`` it visits; the producer and the consumers walk the same."""
-        x, y, z = linear_coords(tile, gx, gy)
+        ``(start_m, b, h, hk, q0, k0, mi, seq)``, its walk list ``vr``, the key tiles
+        ``[n_lo, n_hi)`` it visits and whether it is ``live`` (not past the virtual grid
+        or past its sequence: varlen's grid is the launch's, of ``max_seqlen_q`` rows
+        a sequence); the producer and the consumers walk the same."""
+        n_tiles = gx * gy * gz
+        x, y, z = linear_coords(min(tile, n_tiles - 1), gx, gy)
         tm, th, tb = grid_coords(x, y, z, gz, fx, False, F)
         start_m, b, h, hk, q0, k0, mi, seq = block_at(tm, th, tb, q, k, params, cu_q, cu_k, fx, BLOCK_M, F, False)
         vr = walk_list(fx, seq, h, tm, False, F)
         n_lo, n_hi = walk_range(*key_tiles(start_m, BLOCK_M, BLOCK_N, mi), vr, F)
-        return start_m, b, h, hk, q0, k0, mi, seq, vr, n_lo, n_hi
+        return start_m, b, h, hk, q0, k0, mi, seq, vr, n_lo, n_hi, tile < n_tiles and start_m < mi[0]
 
     @kernel(launch_bounds=(THREADS, 1), whole_program=True)
     def wgmma_forward(q, k, v, out32, lse, softmax_scale, params, alibi, cu_q, cu_k, fx, tmaps):
@@ -208,6 +211,7 @@ def wgmma_forward_kernel(t: TcTiles, variant: Variant, dtype: str, persistent: b
         wg = tid // 128
 
         smem = cuda.shared.array(0, uint8, alignment=_ALIGN)
+        words = cuda.shared.array(0, uint32, alignment=_ALIGN)  # the same memory as words (varlen's zeroed rows)
         q_base = ptx.smem_addr(smem, 0)
         k_base = q_base + Q_BYTES
         v_base = k_base + STAGES * KV_BYTES
@@ -215,6 +219,7 @@ def wgmma_forward_kernel(t: TcTiles, variant: Variant, dtype: str, persistent: b
         if tid == 0:
             ptx.mbarrier_init(q_full, 1)
             ptx.mbarrier_init(q_full + Q_EMPTY, CONSUMER_THREADS)
+            ptx.mbarrier_init(q_full + V_LAND, 1)
             for s in range(STAGES):
                 ptx.mbarrier_init(q_full + K_FULL + 8 * s, 1)
                 ptx.mbarrier_init(q_full + V_FULL + 8 * s, 1)
@@ -225,39 +230,53 @@ def wgmma_forward_kernel(t: TcTiles, variant: Variant, dtype: str, persistent: b
 
         # The virtual grid (``spec.query_grid``'s): this block runs its tiles blockIdx.x,
         # blockIdx.x + gridDim.x, … (one, when the grid is the whole virtual grid).
-        m_blocks = (q.shape[1] + BLOCK_M - 1) // BLOCK_M
-        gx, gy, gz = (q.shape[2], q.shape[0], m_blocks) if F[HEAVIEST_FIRST] else (m_blocks, q.shape[2], q.shape[0])
+        m_blocks, n_seq = query_grid_dims(q, cu_q, BLOCK_M, F)
+        gx, gy, gz = (q.shape[2], n_seq, m_blocks) if F[HEAVIEST_FIRST] else (m_blocks, q.shape[2], n_seq)
         n_tiles = gx * gy * gz
         if PERSISTENT:
             tiles_end, tiles_step = n_tiles, cuda.gridDim.x
         else:  # a block a tile: one trip, the loop and its carried state compiled away
             tiles_end, tiles_step = cuda.blockIdx.x + 1, 1
 
-        if wg == 0:  # the producer
+        if wg == 0:  # the producer: warp 0 (its lane 0 issues the copies; the warp zeroes varlen's tails)
             ptx.setmaxnreg_dec(PRODUCER_REGS)
-            if tid == 0:
+            if tid < 32:
+                lead = tid == 0
                 pos = 0  # the K/V ring's position, over all of this block's tiles: stage pos mod 2, fill pos // 2
-                done = 0  # the tiles this block finished
+                done = 0  # the tiles this block loaded Q for
+                zeroed = 0  # the V tiles zeroed past their sequence (v_land's phases)
                 for tile in range(cuda.blockIdx.x, tiles_end, tiles_step):
-                    start_m, b, h, hk, q0, k0, mi, seq, vr, n_lo, n_hi = tile_walk(tile, gx, gy, gz, q, k, params,
-                                                                                   cu_q, cu_k, fx)  # fmt: skip
+                    start_m, b, h, hk, q0, k0, mi, seq, vr, n_lo, n_hi, live = tile_walk(tile, gx, gy, gz, q, k,
+                                                                                         params, cu_q, cu_k, fx)
+                    if not live:  # varlen: a tile past its sequence (the consumers skip it too)
+                        continue
                     if done > 0:  # the consumers are done with the previous tile's Q
                         wait_phase(q_full + Q_EMPTY, (done - 1) & 1)
-                    ptx.mbarrier_arrive_expect_tx(q_full, Q_BYTES)
-                    load_rows(q_base, tmaps[0], q0 + start_m, h, b, q_full, ATOMS, Q_ATOM)
+                    if lead:
+                        ptx.mbarrier_arrive_expect_tx(q_full, Q_BYTES)
+                        load_rows(q_base, tmaps[0], q0 + start_m, h, b, q_full, ATOMS, Q_ATOM)
                     for j in range(n_lo, n_hi):
                         s = pos % STAGES
                         start_n = tile_at(j, vr, F) * BLOCK_N
                         if pos >= STAGES:  # the consumers released this stage's last fill
                             wait_phase(q_full + K_EMPTY + 8 * s, ((pos // STAGES) - 1) & 1)
-                        ptx.mbarrier_arrive_expect_tx(q_full + K_FULL + 8 * s, KV_BYTES)
-                        load_rows(k_base + s * KV_BYTES, tmaps[1], k0 + start_n, hk, b, q_full + K_FULL + 8 * s,
-                                  ATOMS, KV_ATOM)  # fmt: skip
+                        if lead:
+                            ptx.mbarrier_arrive_expect_tx(q_full + K_FULL + 8 * s, KV_BYTES)
+                            load_rows(k_base + s * KV_BYTES, tmaps[1], k0 + start_n, hk, b, q_full + K_FULL + 8 * s,
+                                      ATOMS, KV_ATOM)  # fmt: skip
                         if pos >= STAGES:
                             wait_phase(q_full + V_EMPTY + 8 * s, ((pos // STAGES) - 1) & 1)
-                        ptx.mbarrier_arrive_expect_tx(q_full + V_FULL + 8 * s, KV_BYTES)
-                        load_rows(v_base + s * KV_BYTES, tmaps[2], k0 + start_n, hk, b, q_full + V_FULL + 8 * s,
-                                  ATOMS, KV_ATOM)  # fmt: skip
+                        # V's rows past a varlen sequence are zeroed (P's masked columns are 0, and 0 · inf
+                        # is NaN); K's need not be: masking selects −inf whatever the score
+                        first = past_rows(start_n, BLOCK_N, mi[1], k0, k.shape[1], F)
+                        v_bar = q_full + (V_FULL + 8 * s if first == BLOCK_N else V_LAND)
+                        if lead:
+                            ptx.mbarrier_arrive_expect_tx(v_bar, KV_BYTES)
+                            load_rows(v_base + s * KV_BYTES, tmaps[2], k0 + start_n, hk, b, v_bar, ATOMS, KV_ATOM)
+                        if first < BLOCK_N:
+                            land_and_zero(words, q_base, (v_base + s * KV_BYTES,), first, v_bar, zeroed & 1,
+                                          q_full + V_FULL + 8 * s, tid, BLOCK_N, ATOMS, KV_ATOM)  # fmt: skip
+                            zeroed += 1
                         pos += 1
                     done += 1
             return
@@ -278,8 +297,10 @@ def wgmma_forward_kernel(t: TcTiles, variant: Variant, dtype: str, persistent: b
         pos = 0  # the ring's position, as the producer's
         done = 0
         for tile in range(cuda.blockIdx.x, tiles_end, tiles_step):
-            start_m, b, h, hk, q0, k0, mi, seq, vr, n_lo, n_hi = tile_walk(tile, gx, gy, gz, q, k, params, cu_q, cu_k,
-                                                                           fx)  # fmt: skip
+            start_m, b, h, hk, q0, k0, mi, seq, vr, n_lo, n_hi, live = tile_walk(tile, gx, gy, gz, q, k, params, cu_q,
+                                                                                 cu_k, fx)  # fmt: skip
+            if not live:  # varlen: a tile past its sequence (the producer skips it too)
+                continue
             seqlen_q = mi[0]
             rows0 = start_m + 64 * cw  # this consumer's first query row
             # q_full's phase first, then q_empty's arrival (it must not count towards the previous tile's)
