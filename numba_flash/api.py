@@ -250,9 +250,11 @@ def _backward(ops, lse_arr, dims, causal, scale, var, allow_tf32, layout, shapes
     if "stats" in roles:  # the Hopper backward's lse and delta, padded (``wgmma_backward.stats_shape``)
         from numba_flash.kernels.wgmma_backward import stats_shape
 
-        buffers["stats"] = A.empty(kind, stats_shape(*lse_c.shape), np.float32)
+        shape = stats_shape(1, H, rows_q, B) if var.features.varlen else stats_shape(*lse_c.shape)
+        buffers["stats"] = A.empty(kind, shape, np.float32)
     if var.features.varlen:
-        buffers.update({r: buffers[r][None] for r in ("q", "k", "v", "dout", "out", "dq", "dk", "dv", "lse", "delta")})
+        buffers.update({r: buffers[r][None] for r in ("q", "k", "v", "dout", "out", "dq", "dk", "dv", "lse", "delta")
+                        if r in buffers})  # (stats: its own (1, H, 2, rows) already)
     _run_checked(plan, buffers, layout, var)
     if work_grads is not grads:
         for g, w in zip(grads, work_grads):

@@ -143,12 +143,12 @@ def decode_tiles(p: Problem) -> bool:
 def wgmma_backward(p: Problem) -> bool:
     """The Hopper backward (``kernels.wgmma_backward``: its preprocess, dK/dV and dQ
     kernels) runs ``p``: as :func:`wgmma_forward`'s rule, for the backward (no split,
-    pages or decode tiles there)."""
+    pages or decode tiles there), varlen included."""
     from numba_flash.kernels.wgmma_backward import HEAD_DIMS
 
     return (wgmma_switch(p) and p.pass_ == "backward" and tuple(p.arch) == (9, 0, "a")
             and p.dtype in ("float16", "bfloat16") and p.head_dim in HEAD_DIMS and p.aligned
-            and p.features.mods is None and not p.features.varlen)  # fmt: skip
+            and p.features.mods is None)  # fmt: skip
 
 
 def wgmma_forward(p: Problem) -> bool:

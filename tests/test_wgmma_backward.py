@@ -22,7 +22,7 @@ import numba_flash
 from numba_flash import api as A
 from numba_flash import plan as P
 from numba_flash import reference as R
-from numba_flash.variant import Variant
+from numba_flash.variant import Mods, Variant
 
 SM90A = (9, 0, "a")  # numba-cuda's target on an H100/H200 (``_numba_cuda.target_arch``)
 DTYPES = {"float16": np.float16, "bfloat16": ml_dtypes.bfloat16}
@@ -123,7 +123,7 @@ def test_the_switch(monkeypatch):
                   P.Problem("backward", "float32", 64, False, seqlen_q=128, seqlen_k=128, arch=SM90A),
                   P.Problem("backward", "float16", 64, False, seqlen_q=128, seqlen_k=128, arch=SM90A, aligned=False),
                   P.Problem("backward", "float16", 64, False, seqlen_q=128, seqlen_k=128, arch=SM90A,
-                            features=Variant(varlen=True))):  # fmt: skip
+                            features=Variant(mods=Mods(None, None, None, block_sparse=True)))):  # FlexAttention
         assert "wgmma" not in str([k.name for k in P.plan(other).launches]), other
 
 
@@ -140,11 +140,69 @@ def test_the_ring_override_reaches_the_api_plan(monkeypatch):
 
 def test_stats_are_padded_to_whole_tiles():
     """The preprocess's ``stats`` cover the query rows rounded up to 128, so every
-    128-row (and 64-row) tile's bulk copy of lse and delta rows is whole."""
+    128-row (and 64-row) tile's bulk copy of lse and delta rows is whole; varlen's
+    sequences start 16-byte aligned (the bulk copies' rule) and each one's rows rounded
+    up to 128 end before the next one's start and within the array."""
     from numba_flash.kernels import wgmma_backward as W
 
     assert W.stats_shape(2, 3, 1) == (2, 3, 2, 128) and W.stats_shape(1, 1, 129) == (1, 1, 2, 256)
     assert W.stats_shape(1, 1, 256) == (1, 1, 2, 256)
+    rng = np.random.default_rng()
+    for _ in range(200):
+        lens = rng.integers(0, 300, rng.integers(1, 20))
+        cu = np.concatenate([[0], np.cumsum(lens)])
+        rows = W.stats_shape(1, 1, int(cu[-1]), len(lens))[3]
+        starts = [W.stats_row0.py_func(cu, s) for s in range(len(lens))]
+        ends = [s0 + -(-n // 128) * 128 for s0, n in zip(starts, lens)]
+        assert all(s0 % 4 == 0 for s0 in starts) and rows % 4 == 0
+        assert all(e <= s1 for e, s1 in zip(ends, starts[1:])) and ends[-1] <= rows, (lens, starts, rows)
+
+
+def check_varlen_backward(rng, dtype, d, causal, lens_q, lens_k, H=2, H_kv=1, **kw):
+    """flash_attention_varlen_backward on the wgmma kernels against the reference; the
+    last sequence's q, k, v and dout are NaN, so that a walked tile reading past an
+    earlier sequence into it (TMA zero-fills only past the array) would carry NaN there
+    through a masked 0 times it (``hopper.past_rows``)."""
+    dt = DTYPES[dtype]
+    cu_q = np.concatenate([[0], np.cumsum(lens_q)]).astype(np.int32)
+    cu_k = np.concatenate([[0], np.cumsum(lens_k)]).astype(np.int32)
+    q, dout = (rng.standard_normal((cu_q[-1], H, d)).astype(dt) for _ in range(2))
+    k, v = (rng.standard_normal((cu_k[-1], H_kv, d)).astype(dt) for _ in range(2))
+    mq, mk = max(lens_q), max(lens_k)
+    ref_out, ref_lse = R.attention_varlen(q, k, v, cu_q, cu_k, mq, mk, causal=causal, **kw)
+    out, lse = ref_out.astype(dt), ref_lse.astype(np.float32)
+    for x, cu in ((q, cu_q), (dout, cu_q), (k, cu_k), (v, cu_k)):
+        x[cu[-2]:] = np.nan
+    dev = {key: (device(val) if isinstance(val, np.ndarray) else val) for key, val in kw.items()}
+    ran = []
+    run = A._run
+    with mock.patch.object(A, "_run", lambda plan, *a: (ran.extend(x.name for x in plan.launches), run(plan, *a))):
+        grads = numba_flash.flash_attention_varlen_backward(*(device(x) for x in (dout, q, k, v, out, lse)),
+                                                            device(cu_q), device(cu_k), mq, mk, causal=causal, **dev)
+    assert ran == KERNELS, ran
+    grads = [host(g) for g in grads]
+    ref = R.attention_varlen_backward(dout, q, k, v, out, lse, cu_q, cu_k, mq, mk, causal=causal, **kw)
+    n = len(lens_q) - 1  # the clean sequences, and their rows
+    cq, ck = slice(0, cu_q[-2]), slice(0, cu_k[-2])
+    parts = [R.attention_backward_lowp(*(x[None, cu[b]:cu[b + 1]] for x, cu in ((dout, cu_q), (q, cu_q), (k, cu_k),
+                                                                             (v, cu_k), (out, cu_q))),
+                                       lse[None, :, cu_q[b]:cu_q[b + 1]], dtype=dt, causal=causal, **kw)
+             for b in range(n)]  # fmt: skip
+    low = [np.concatenate([p_[i][0] for p_ in parts]) for i in range(3)]
+    rows = (cq, ck, ck)
+    clean = [g[r].astype(np.float64) for g, r in zip(grads, rows)]
+    refs = [x[r] for x, r in zip(ref, rows)]
+    for name, err, base in zip(("dq", "dk", "dv"), grad_errors(clean, refs), grad_errors(low, refs)):
+        assert err <= 3 * base + 1e-5, f"{dtype} d={d} causal={causal} {kw}: {name} {err:.3g} vs same-dtype {base:.3g}"
+    for name, g, r in zip(("dq", "dk", "dv"), grads, ref):
+        assert np.array_equal(np.isnan(g.astype(np.float64)), np.isnan(r)), f"{name}: NaN where the reference has none"
+
+
+@pytest.mark.usefixtures("wgmma_on", "poisoned_outputs")
+def test_wgmma_backward_varlen(rng):
+    """Empty, length-1 and partial sequences, Nq ≠ Nk, GQA (dK/dV sums two query heads),
+    causal; blocks past a sequence walk nothing; dK/dV of keys no query sees are 0."""
+    check_varlen_backward(rng, "float16", 64, True, [5, 0, 70, 1, 33], [7, 4, 90, 1, 20])
 
 
 @pytest.mark.parametrize("d,causal", [(128, False), (64, True)])
@@ -190,6 +248,18 @@ def test_wgmma_backward_variants_on_the_gpu(rng, dtype, d):
     check_backward(rng, dtype, d, True, B=2, H=8, H_kv=2, Nq=777, Nk=1000, **kw)
     seed = int(rng.integers(0, 2**63))
     check_backward(rng, dtype, d, False, B=1, H=8, H_kv=4, Nq=517, Nk=700, dropout_p=0.15, seed=seed, **kw)
+
+
+@pytest.mark.gpu
+@pytest.mark.usefixtures("wgmma_on", "poisoned_outputs")
+@pytest.mark.parametrize("dtype,d,causal", [("float16", 64, True), ("bfloat16", 128, False), ("float16", 128, True)])
+def test_wgmma_backward_varlen_on_the_gpu(rng, dtype, d, causal):
+    """Sequences from 0 to 1000 rows (several walked steps, partial ones), GQA, then
+    window + softcap + ALiBi; the last sequence NaN."""
+    lens_q, lens_k = [300, 0, 1, 1000, 129, 77], [517, 3, 1, 999, 128, 200]
+    check_varlen_backward(rng, dtype, d, causal, lens_q, lens_k, H=8, H_kv=2)
+    check_varlen_backward(rng, dtype, d, causal, lens_q, lens_k, H=8, H_kv=2, window_size=(200, 30), softcap=5.0,
+                          alibi_slopes=_slopes(rng, 8))  # fmt: skip
 
 
 @pytest.mark.gpu

@@ -125,27 +125,36 @@ def tc_bwd_preprocess_kernel(head_dim: int, dtype: str):
 
 
 @functools.lru_cache(maxsize=None)
-def tc_bwd_stats_kernel(head_dim: int, dtype: str):
-    """``kernel[grid, 128, stream](out16, dout16, lse, stats)``: the preprocess of the
-    Hopper backward (``wgmma_backward``): ``stats[b, h, 0, row]`` = the row's lse as the
-    backward subtracts it (``softmax.lse_for_recompute``), ``stats[b, h, 1, row]`` =
-    delta, for every row of ``stats`` (padded past the queries: +inf and 0 there, so that
-    P and dS are exactly 0); the grid covers its rows."""
+def tc_bwd_stats_kernel(head_dim: int, dtype: str, varlen: bool = False):
+    """``kernel[grid, 128, stream](out16, dout16, lse, stats, cu_seqlens_q)``: the
+    preprocess of the Hopper backward (``wgmma_backward``): ``stats[b, h, 0, row]`` =
+    the row's lse as the backward subtracts it (``softmax.lse_for_recompute``),
+    ``stats[b, h, 1, row]`` = delta, for every row of ``stats`` (padded past the
+    queries: +inf and 0 there, so that P and dS are exactly 0); the grid covers its
+    rows.  ``varlen``: the grid's z is the sequence, whose rows lie from
+    ``wgmma_backward.stats_row0`` on, its length rounded up to 128 of them."""
     row_delta = _row_delta_fn(head_dim, dtype)
+    VARLEN = varlen
+    from numba_flash.kernels.wgmma_backward import ROWS, stats_row0
 
     @cuda.jit
-    def tc_bwd_stats(out16, dout16, lse, stats):
+    def tc_bwd_stats(out16, dout16, lse, stats, cu_q):
         lane, first, h, b = _warp_rows()
+        q0, n, s0, end = 0, out16.shape[1], 0, stats.shape[3]
+        if VARLEN:  # sequence b of the packed arrays (batch 0)
+            q0, n, s0 = cu_q[b], cu_q[b + 1] - cu_q[b], stats_row0(cu_q, b)
+            end = s0 + (n + ROWS - 1) // ROWS * ROWS
+            b = 0
         for r in range(32):
             row = first + r
-            if row < stats.shape[3]:  # the same for the whole warp
+            if s0 + row < end:  # the same for the whole warp
                 lse2, acc = softmax.POS_INF, float32(0.0)
-                if row < out16.shape[1]:
-                    lse2 = softmax.lse_for_recompute(lse[b, h, row], True)
-                    acc = row_delta(out16, dout16, b, h, row, lane)
+                if row < n:
+                    lse2 = softmax.lse_for_recompute(lse[b, h, q0 + row], True)
+                    acc = row_delta(out16, dout16, b, h, q0 + row, lane)
                 if lane == 0:
-                    stats[b, h, 0, row] = lse2
-                    stats[b, h, 1, row] = acc
+                    stats[b, h, 0, s0 + row] = lse2
+                    stats[b, h, 1, s0 + row] = acc
 
     return tc_bwd_stats
 
@@ -403,12 +412,13 @@ def launches(t: TcBwdTiles, variant: Variant, dtype: str, sz: spec.Sizes) -> lis
     ]  # fmt: skip
 
 
-def stats_launch(t, dtype: str, sz: spec.Sizes) -> spec.KernelLaunch:
+def stats_launch(t, dtype: str, sz: spec.Sizes, varlen: bool = False) -> spec.KernelLaunch:
     """The Hopper backward's preprocess (``tc_bwd_stats_kernel``): a thread per row of
     the padded ``stats`` (``wgmma_backward.stats_shape``: the query rows rounded up to
-    128, what ``spec.preprocess_grid``'s 128-row blocks cover); ``t``: the tiles of the
-    kernels it serves (their head dim)."""
-    args = (spec.Arg("out", "u16"), spec.Arg("dout", "u16"), spec.Arg("lse"), spec.Arg("stats"))
-    return spec.KernelLaunch("tc_bwd_stats", tc_bwd_stats_kernel(t.data_dim or t.head_dim, dtype), t,
-                             spec.preprocess_grid(sz, PRE_THREADS), PRE_THREADS, 0, args, (),
+    128, what ``spec.query_grid``'s 128-row blocks cover; varlen: each sequence's);
+    ``t``: the tiles of the kernels it serves (their head dim)."""
+    args = (spec.Arg("out", "u16"), spec.Arg("dout", "u16"), spec.Arg("lse"), spec.Arg("stats"),
+            spec.Arg("cu_seqlens_q"))  # fmt: skip
+    return spec.KernelLaunch("tc_bwd_stats", tc_bwd_stats_kernel(t.data_dim or t.head_dim, dtype, varlen), t,
+                             spec.query_grid(sz, PRE_THREADS), PRE_THREADS, 0, args, (),
                              (("out", "r"), ("dout", "r"), ("lse", "r"), ("stats", "w")))  # fmt: skip

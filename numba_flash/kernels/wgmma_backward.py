@@ -32,7 +32,11 @@ Grid and threads: dK/dV grid = (ceil(Nk / 128), H_kv, B) (``spec.key_grid``), dQ
   once, then the two ring tiles of each step into a two-stage ring, each stage filling
   after both consumers released it.  In dK/dV it also copies the step's lse and delta
   rows from ``stats`` (1-D bulk copies; the preprocess pads ``stats`` to a multiple of
-  128 rows, so every copy is whole) onto the same barrier.
+  128 rows, so every copy is whole) onto the same barrier.  varlen: the walked rows
+  past a sequence, which hold the next sequence's, are zeroed by the producer's warp
+  once they land (``hopper.land_and_zero``: they land on ``land``, and ``full[s]``
+  completes after the zeros), so that a masked 0 never meets a neighbour's inf or
+  NaN; a sequence's stats rows start 16-byte aligned (``stats_row0``).
 * warpgroups 1 and 2, the consumers (``setmaxnreg`` 240), own rows 0–63 and 64–127 of
   the block; warp w of one owns 16 of them.  In dQ a lane keeps its two rows' lse and
   delta in registers.  Group-query attention (dK/dV): the walk over the query tiles
@@ -41,19 +45,20 @@ Grid and threads: dK/dV grid = (ceil(Nk / 128), H_kv, B) (``spec.key_grid``), dQ
 Synchronisation (position p of the walk: stage s = p mod 2, its fill p // 2; a phase's
 parity is the fill's):
     fixed_full   the producer's arrive.expect_tx + the TMA bytes of the fixed tiles
-    full[s]      the same for the ring tiles (and dK/dV's stats rows) of the step
+    full[s]      the same for the ring tiles (and dK/dV's stats rows) of the step, or
+                 (varlen, rows past the sequence) the producer's arrival after zeroing them
+    land         varlen's such steps' copies landed (one at a time: the producer waits)
     empty[s]     256 consumer arrivals after the wait_group that retires their last
                  wgmma on the stage: the producer may overwrite it
 No ``syncthreads`` after the roles split (one before it: the barriers are initialised).
 
 Shared memory (one dynamic array, 1024-byte aligned: a swizzled tile's repeat): the two
 fixed tiles (128·d·2 bytes each), two stages of the two ring tiles (ring·d·2 each), in
-dK/dV two stages of lse and delta (ring·8 bytes), the five mbarriers: 128 KiB at
+dK/dV two stages of lse and delta (ring·8 bytes), the six mbarriers: 128 KiB at
 d = 128 (dK/dV: 64 queries a step, dQ: 64 keys), 96 KiB at d = 64 (128 a step).
 
 Not yet (issue #13): the next step's products issued while this step's gradient
-products run; persistent blocks; head dims other than 64 and 128; varlen,
-FlexAttention mods.
+products run; persistent blocks; head dims other than 64 and 128; FlexAttention mods.
 """
 
 from __future__ import annotations
@@ -68,8 +73,8 @@ from numba_flash.config import tc_array_layout
 from numba_flash.kernels import fragments, pipeline, score, spec
 from numba_flash.kernels.block_info import (group_size, key_tiles, query_tiles, this_block, tile_at, tile_partial,
                                             walk_list, walk_range)
-from numba_flash.kernels.hopper import ATOM, load_rows, rs_chain, ss_chain, wait_phase
-from numba_flash.variant import Variant
+from numba_flash.kernels.hopper import ATOM, land_and_zero, load_rows, past_rows, rs_chain, ss_chain, wait_phase
+from numba_flash.variant import VARLEN, Variant
 
 _ALIGN = None if SIMULATOR else 1024  # a module global, so numba sees a literal; the simulator aligns by itself
 
@@ -78,9 +83,12 @@ CONSUMERS, STAGES = 2, 2
 ROWS = 64 * CONSUMERS  # rows a block owns: 64 a consumer warpgroup (wgmma's m)
 THREADS = 128 * (CONSUMERS + 1)
 PRODUCER_REGS, CONSUMER_REGS = 24, 240  # 128·24 + 256·240 = 64 Ki registers: an SM's
-#: Byte offsets, from fixed_full, of full[0] and empty[0] (stage s: + 8·s).
-FULL, EMPTY = 8, 8 + 8 * STAGES
-BARRIER_BYTES = 8 * (1 + 2 * STAGES)
+#: Byte offsets, from fixed_full, of full[0] and empty[0] (stage s: + 8·s), and of land.
+FULL, EMPTY, LAND = 8, 8 + 8 * STAGES, 8 + 16 * STAGES
+BARRIER_BYTES = 8 * (2 + 2 * STAGES)
+#: varlen's ``stats``: sequence s's rows start at row 4·⌈cu_q[s] / 4⌉ + SEQ_PAD·s (``stats_row0``),
+#: 16-byte aligned for the bulk copies, its length rounded up to ``ROWS`` fitting before the next's.
+SEQ_PAD = ROWS + 4
 #: The kernels' names (their launches' and, in the PTX, their functions'), by ``keys_are_rows``.
 NAMES = {True: "wgmma_bwd_dkdv", False: "wgmma_bwd_dq"}
 #: The maps of ``tma.attention_maps`` (q, k, v, dout), by role in each kernel.
@@ -124,10 +132,20 @@ def tiles(head_dim: int) -> tuple[WgmmaBwdTiles, WgmmaBwdTiles]:
     return WgmmaBwdTiles(head_dim, kv, ROWS, True), WgmmaBwdTiles(head_dim, ROWS, q, False)
 
 
-def stats_shape(batch: int, heads: int, seqlen_q: int) -> tuple:
+def stats_shape(batch: int, heads: int, seqlen_q: int, sequences: int = 0) -> tuple:
     """The shape of the preprocess's ``stats`` (float32): (batch, heads, 2, rows), rows
-    the query rows rounded up to 128, so that a 128-row tile's copy never runs past it."""
+    the query rows rounded up to 128, so that a 128-row tile's copy never runs past it.
+    varlen (``sequences`` > 0; batch 1, ``seqlen_q`` the packed rows): room for every
+    sequence's rows from ``stats_row0`` (at most 4·⌈total / 4⌉ + ``SEQ_PAD``·sequences)."""
+    if sequences:
+        return batch, heads, 2, 4 * spec.cdiv(seqlen_q, 4) + SEQ_PAD * sequences
     return batch, heads, 2, spec.cdiv(seqlen_q, ROWS) * ROWS
+
+
+@device_function
+def stats_row0(cu_q, seq):
+    """varlen: the row of ``stats`` where sequence ``seq``'s rows start (``SEQ_PAD``)."""
+    return (cu_q[seq] + 3) // 4 * 4 + SEQ_PAD * seq
 
 
 @functools.lru_cache(maxsize=None)
@@ -169,8 +187,12 @@ def wgmma_bwd_kernel(t: WgmmaBwdTiles, variant: Variant, dtype: str):
         start, b, h0, hk, q0, k0, mi, seq = this_block(q, k, params, cu_q, cu_k, fx, ROWS, F, KEYS_ARE_ROWS)
         if KEYS_ARE_ROWS:
             lo, hi = query_tiles(start, BLOCK_M, BLOCK_N, mi)
+            if start >= mi[1]:  # varlen: a block past its sequence's keys walks nothing
+                hi = lo
             return start, b, h0, hk, q0, k0, mi, seq, lo, hi, group_size(params, F)
         lo, hi = key_tiles(start, BLOCK_M, BLOCK_N, mi)
+        if start >= mi[0]:  # … past its queries
+            hi = lo
         return start, b, h0, hk, q0, k0, mi, seq, lo, hi, 1
 
     @device_function
@@ -186,6 +208,7 @@ def wgmma_bwd_kernel(t: WgmmaBwdTiles, variant: Variant, dtype: str):
 
         smem = cuda.shared.array(0, uint8, alignment=_ALIGN)
         s_rows = cuda.shared.array(0, float32, alignment=_ALIGN)  # the same memory: the stats stages as floats
+        words = cuda.shared.array(0, uint32, alignment=_ALIGN)  # … and as words (varlen's zeroed rows)
         fix1 = ptx.smem_addr(smem, 0)
         fix2 = fix1 + FIX_BYTES
         ring1 = fix2 + FIX_BYTES  # stage s at + s·RING_BYTES
@@ -193,6 +216,7 @@ def wgmma_bwd_kernel(t: WgmmaBwdTiles, variant: Variant, dtype: str):
         fixed_full = fix1 + BARS_AT  # then full[s] at + FULL + 8s, empty[s] at + EMPTY + 8s
         if tid == 0:
             ptx.mbarrier_init(fixed_full, 1)
+            ptx.mbarrier_init(fixed_full + LAND, 1)
             for s in range(STAGES):
                 ptx.mbarrier_init(fixed_full + FULL + 8 * s, 1)
                 ptx.mbarrier_init(fixed_full + EMPTY + 8 * s, 128 * CONSUMERS)
@@ -200,15 +224,21 @@ def wgmma_bwd_kernel(t: WgmmaBwdTiles, variant: Variant, dtype: str):
         cuda.syncthreads()  # the barriers are initialised before anyone waits or arrives on them
 
         # each role finds its block after the split: nothing is live across it
-        if wg == 0:  # the producer
+        if wg == 0:  # the producer: warp 0 (its lane 0 issues the copies; the warp zeroes varlen's tails)
             ptx.setmaxnreg_dec(PRODUCER_REGS)
-            if tid == 0:
+            if tid < 32:
+                lead = tid == 0
                 start, b, h0, hk, q0, k0, mi, seq, lo, hi, group = block_walk(q, k, params, cu_q, cu_k, fx)
                 fix_row, fix_h, ring_h = (k0 + start, hk, hk) if KEYS_ARE_ROWS else (q0 + start, h0, hk)
-                ptx.mbarrier_arrive_expect_tx(fixed_full, 2 * FIX_BYTES)
-                load_rows(fix1, tmaps[FIX1], fix_row, fix_h, b, fixed_full, ATOMS, FIX_ATOM)
-                load_rows(fix2, tmaps[FIX2], fix_row, fix_h, b, fixed_full, ATOMS, FIX_ATOM)
+                # the walked rows: queries in dK/dV, keys in dQ (their sequence's length, first row, the array's rows)
+                seqlen, ring0, total = (mi[0], q0, q.shape[1]) if KEYS_ARE_ROWS else (mi[1], k0, k.shape[1])
+                s_row0 = stats_row0(cu_q, seq) if F[VARLEN] else 0  # the sequence's first row of stats
+                if lead:
+                    ptx.mbarrier_arrive_expect_tx(fixed_full, 2 * FIX_BYTES)
+                    load_rows(fix1, tmaps[FIX1], fix_row, fix_h, b, fixed_full, ATOMS, FIX_ATOM)
+                    load_rows(fix2, tmaps[FIX2], fix_row, fix_h, b, fixed_full, ATOMS, FIX_ATOM)
                 pos = 0  # the ring's position over the whole walk: stage pos mod 2, fill pos // 2
+                zeroed = 0  # the ring tiles zeroed past their sequence (land's phases)
                 for hq in range(group):
                     h = h0 + hq
                     if KEYS_ARE_ROWS:
@@ -220,14 +250,25 @@ def wgmma_bwd_kernel(t: WgmmaBwdTiles, variant: Variant, dtype: str):
                         full = fixed_full + FULL + 8 * s
                         if pos >= STAGES:  # both consumers released this stage's last fill
                             wait_phase(fixed_full + EMPTY + 8 * s, ((pos // STAGES) - 1) & 1)
-                        ptx.mbarrier_arrive_expect_tx(full, RING_TX)
-                        ring_row = q0 + other if KEYS_ARE_ROWS else k0 + other
-                        load_rows(ring1 + s * RING_BYTES, tmaps[RING1], ring_row, ring_h, b, full, ATOMS, RING_ATOM)
-                        load_rows(ring2 + s * RING_BYTES, tmaps[RING2], ring_row, ring_h, b, full, ATOMS, RING_ATOM)
-                        if KEYS_ARE_ROWS:  # the tile's lse and delta rows (stats is padded: whole copies)
-                            at = fix1 + STATS_AT + s * 2 * STAT_BYTES
-                            ptx.cp_async_bulk_g2s(at, stats, (b, h, 0, other), STAT_BYTES, full)
-                            ptx.cp_async_bulk_g2s(at + STAT_BYTES, stats, (b, h, 1, other), STAT_BYTES, full)
+                        # varlen: rows past the sequence (the next one's) are zeroed after they land
+                        # (masked P and dS are 0, and 0 · inf is NaN); the copies land on ``land`` first
+                        first = past_rows(other, RING, seqlen, ring0, total, F)
+                        bar = full if first == RING else fixed_full + LAND
+                        if lead:
+                            ptx.mbarrier_arrive_expect_tx(bar, RING_TX)
+                            load_rows(ring1 + s * RING_BYTES, tmaps[RING1], ring0 + other, ring_h, b, bar, ATOMS,
+                                      RING_ATOM)  # fmt: skip
+                            load_rows(ring2 + s * RING_BYTES, tmaps[RING2], ring0 + other, ring_h, b, bar, ATOMS,
+                                      RING_ATOM)  # fmt: skip
+                            if KEYS_ARE_ROWS:  # the tile's lse and delta rows (stats is padded: whole copies)
+                                at = fix1 + STATS_AT + s * 2 * STAT_BYTES
+                                ptx.cp_async_bulk_g2s(at, stats, (b, h, 0, s_row0 + other), STAT_BYTES, bar)
+                                ptx.cp_async_bulk_g2s(at + STAT_BYTES, stats, (b, h, 1, s_row0 + other), STAT_BYTES,
+                                                      bar)  # fmt: skip
+                        if first < RING:
+                            land_and_zero(words, fix1, (ring1 + s * RING_BYTES, ring2 + s * RING_BYTES), first, bar,
+                                          zeroed & 1, full, tid, RING, ATOMS, RING_ATOM)  # fmt: skip
+                            zeroed += 1
                         pos += 1
             return
 
@@ -254,9 +295,10 @@ def wgmma_bwd_kernel(t: WgmmaBwdTiles, variant: Variant, dtype: str):
             h = h0 + hq
             vr, p_lo, p_hi = head_walk(fx, seq, h, start, lo, hi)
             si, di = score.head_info(params, alibi, fx, seq, h, softmax_scale, mi, True, F)
-            if not KEYS_ARE_ROWS:  # the padded stats hold every row of the block
+            if not KEYS_ARE_ROWS and start < mi[0]:  # the padded stats hold every row of the block
+                s_row0 = stats_row0(cu_q, seq) if F[VARLEN] else 0
                 for r in range(2):
-                    row = row0 + (lane >> 2) + 8 * r
+                    row = s_row0 + row0 + (lane >> 2) + 8 * r
                     row_stats[r], row_stats[2 + r] = stats[b, h, 0, row], stats[b, h, 1, row]
             for i in range(p_lo, p_hi):
                 s = pos % STAGES
@@ -333,4 +375,4 @@ def launches(variant: Variant, dtype: str, sz: spec.Sizes, head_dim: int) -> lis
                 (spec.Arg("tmaps"),))  # fmt: skip
         out.append(spec.KernelLaunch(NAMES[t.keys_are_rows], wgmma_bwd_kernel(t, variant, dtype), t, grid, THREADS, smem_bytes(t), args,
                                      (t.block_m, t.block_n, t.keys_are_rows), _IO[t.keys_are_rows]))  # fmt: skip
-    return [tc_backward.stats_launch(kv, dtype, sz)] + out
+    return [tc_backward.stats_launch(kv, dtype, sz, variant.varlen)] + out

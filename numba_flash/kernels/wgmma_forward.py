@@ -48,13 +48,16 @@ tiles: s = i mod 2, its fill i // 2; a phase's parity is the fill's):
 and per tile t of the block (parity t mod 2):
     q_full                 Q landed
     q_empty                128·consumers arrivals after the tile's last S: Q may be overwritten
+    v_land                 varlen: a V tile whose rows past the sequence the producer's warp
+                           zeroes once it landed (``hopper.land_and_zero``), then arrives on
+                           v_full[s]: a neighbour's inf or NaN never meets P's masked 0
 A consumer whose rows lie past the sequence waits each full phase, then arrives on its
 empty barrier: an arrival never counts towards the phase before.
 No ``syncthreads`` after the roles split (one before it: the barriers are initialised).
 
 Shared memory (one dynamic array, 1024-byte aligned: a swizzled tile's repeat), per
 64-column atom of d a block of rows × 128 bytes: Q BLOCK_M·d·2, K and V 2 stages of
-128·d·2 each, then the ten 8-byte mbarriers (``smem_bytes``: 160 KiB at d = 128,
+128·d·2 each, then the eleven 8-byte mbarriers (``smem_bytes``: 160 KiB at d = 128,
 88 KiB at d = 64).  Atom a of a tile starts a·rows·128 bytes in; row r of it at
 r·128, 16-byte chunk c at (c XOR r mod 8)·16 (``_ptx_sim.swizzle_128b``).
 
@@ -66,10 +69,13 @@ S) and the ring's position runs on across tiles, so a tile's Q and first K/V lan
 the previous tile's last P·V and epilogue run.  With fewer tiles, a block a tile and
 the loop is compiled away.
 
+varlen: the virtual grid is (tiles of the longest sequence, heads, sequences), from
+``cu_seqlens_q`` (``block_info.query_grid_dims``); tiles past their sequence are
+skipped by every role.
+
 Not yet (issue #13): the consumers' softmax explicitly ping-ponged (named barriers);
-head dims other than 64 and 128; varlen, a KV cache's pages and splits, FlexAttention
-mods (the plan sends those to the mma.sync forward); O written through shared memory
-by TMA; the backward.
+head dims other than 64 and 128; a KV cache's pages and splits, FlexAttention mods
+(the plan sends those to the mma.sync forward); O written through shared memory by TMA.
 """
 
 from __future__ import annotations
