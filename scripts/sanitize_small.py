@@ -7,6 +7,7 @@
     compute-sanitizer --tool memcheck python3 scripts/sanitize_small.py kvcache   # flash_attention_with_kvcache only
     compute-sanitizer --tool racecheck python3 scripts/sanitize_small.py wgmma    # the Hopper forward only (sm_90)
     compute-sanitizer --tool racecheck python3 scripts/sanitize_small.py wgmma_bwd  # the Hopper backward only (sm_90)
+    compute-sanitizer --tool racecheck python3 scripts/sanitize_small.py wgmma_varlen  # both Hopper passes, varlen
 
 Shapes are small and not multiples of any tile; causal on and off, Nq != Nk, both layouts.
 """
@@ -80,6 +81,27 @@ if sys.argv[1:] == ["wgmma_bwd"]:  # the Hopper backward: both rings, the stats 
             cp.cuda.runtime.deviceSynchronize()
             print(np.dtype(dtype).name, "wgmma_bwd", Nq, Nk, d, causal, "finite:",
                   all(bool(cp.isfinite(g).all()) for g in grads))
+    print("sanitize_small: done")
+    sys.exit(0)
+if sys.argv[1:] == ["wgmma_varlen"]:  # the Hopper kernels' varlen: tiles past a sequence, zeroed rows, stats rows
+    import os
+
+    os.environ["NUMBA_FLASH_WGMMA"] = "1"
+    os.environ["NUMBA_FLASH_WGMMA_PERSISTENT"] = "3"  # three blocks: each runs several tiles, some past their sequence
+    for dtype in (np.float16, ml_dtypes.bfloat16):
+        for d, causal, kw in ((64, True, {}), (128, False, dict(window_size=(50, 7), softcap=4.0)), (128, True, {})):
+            lq, lk = [70, 0, 1, 200, 129], [90, 3, 1, 131, 300]
+            cq, ck = (cp.asarray(np.concatenate([[0], np.cumsum(x)]).astype(np.int32)) for x in (lq, lk))
+            H, Hk = 4, 2
+            q, dout = (cp.asarray(rng.standard_normal((sum(lq), H, d)).astype(dtype)) for _ in range(2))
+            k, v = (cp.asarray(rng.standard_normal((sum(lk), Hk, d)).astype(dtype)) for _ in range(2))
+            out, lse = numba_flash.flash_attention_varlen(q, k, v, cq, ck, max(lq), max(lk), causal=causal,
+                                                          return_lse=True, **kw)  # fmt: skip
+            grads = numba_flash.flash_attention_varlen_backward(dout, q, k, v, out, lse, cq, ck, max(lq), max(lk),
+                                                                causal=causal, **kw)  # fmt: skip
+            cp.cuda.runtime.deviceSynchronize()
+            print(np.dtype(dtype).name, "wgmma_varlen", d, causal, "finite:",
+                  all(bool(cp.isfinite(x).all()) for x in (out, *grads)))
     print("sanitize_small: done")
     sys.exit(0)
 if FLEX_ONLY:
