@@ -45,28 +45,39 @@ def scale_and_mask(acc, S0, NT, MT, row0, col0, si, needs_mask, partial, mi, KEY
     unroll, and the accumulators, indexed at run time, would go to local memory."""
     for j in range(MT * NT * 4):
         acc[S0 + j] = score.scaled(acc[S0 + j], si, LOG2, F)
-    if needs_mask or score.needs_indices(F):
-        lane = cuda.threadIdx.x & 31
-        # ALiBi's distance q + diag − k of element (mt, nt, e) is this lane's d0 plus a
-        # compile-time offset: one int → float conversion a call, not one an element
-        r0, c0 = acc_row_col(0, 0, lane)
-        d0 = float32(row0 + r0 + mi[2] - col0 - c0)
-        if KEYS_ARE_ROWS:
-            d0 = float32(col0 + c0 + mi[2] - row0 - r0)
-        for mt in range(MT):
-            for nt in range(NT):
-                for e in range(4):
-                    r, c = acc_row_col(nt, e, lane)
-                    i = S0 + 4 * NT * mt + nt * 4 + e
-                    q_idx, k_idx = row0 + 16 * mt + r, col0 + c
-                    dist = d0 + float32(16 * mt + 8 * (e >> 1) - nt * 8 - (e & 1))
-                    if KEYS_ARE_ROWS:
-                        q_idx, k_idx = col0 + c, row0 + 16 * mt + r
-                        dist = d0 + float32(nt * 8 + (e & 1) - 16 * mt - 8 * (e >> 1))
-                    x = score.alibi(acc[i], dist, si, F)  # index_step's, from the precomputed distance
-                    x, _ = flex.modded(x, q_idx, k_idx, si, mi, False, F)
-                    acc[i] = mask.masked(x, q_idx, k_idx, needs_mask, False, si, mi, F)
+    # two copies of the index pass, so that neither tests ``needs_mask`` per element: with
+    # ALiBi every tile runs it, and a branch an element cost the wgmma forward 1.76× plain
+    if needs_mask:
+        _index_pass(acc, S0, NT, MT, row0, col0, si, True, mi, KEYS_ARE_ROWS, F)
+    elif score.needs_indices(F):
+        _index_pass(acc, S0, NT, MT, row0, col0, si, False, mi, KEYS_ARE_ROWS, F)
     mod_mask(acc, S0, NT, MT, row0, col0, si, partial, mi, KEYS_ARE_ROWS, F)
+
+
+@device_function
+def _index_pass(acc, S0, NT, MT, row0, col0, si, MASK, mi, KEYS_ARE_ROWS, F):
+    """:func:`scale_and_mask`'s pass over the elements' (query, key): ALiBi, the
+    score_mod, and with ``MASK`` (a literal) the built-in masks."""
+    lane = cuda.threadIdx.x & 31
+    # ALiBi's distance q + diag − k of element (mt, nt, e) is this lane's d0 plus a
+    # compile-time offset: one int → float conversion a call, not one an element
+    r0, c0 = acc_row_col(0, 0, lane)
+    d0 = float32(row0 + r0 + mi[2] - col0 - c0)
+    if KEYS_ARE_ROWS:
+        d0 = float32(col0 + c0 + mi[2] - row0 - r0)
+    for mt in range(MT):
+        for nt in range(NT):
+            for e in range(4):
+                r, c = acc_row_col(nt, e, lane)
+                i = S0 + 4 * NT * mt + nt * 4 + e
+                q_idx, k_idx = row0 + 16 * mt + r, col0 + c
+                dist = d0 + float32(16 * mt + 8 * (e >> 1) - nt * 8 - (e & 1))
+                if KEYS_ARE_ROWS:
+                    q_idx, k_idx = col0 + c, row0 + 16 * mt + r
+                    dist = d0 + float32(nt * 8 + (e & 1) - 16 * mt - 8 * (e >> 1))
+                x = score.alibi(acc[i], dist, si, F)  # index_step's, from the precomputed distance
+                x, _ = flex.modded(x, q_idx, k_idx, si, mi, False, F)
+                acc[i] = mask.masked(x, q_idx, k_idx, MASK, False, si, mi, F)
 
 
 @device_function
