@@ -78,6 +78,7 @@ class _BlockState:
         self.warps = {}
         self.groups = {}  # warpgroup id -> its 128-thread rendezvous (wgmma)
         self.mbarriers = {}  # shared address -> _Mbarrier
+        self.named = {}  # named barrier id -> _NamedBarrier
         self.smem = _SharedWindow()
 
     def warp(self, wid):
@@ -1043,6 +1044,51 @@ def mbarrier_try_wait_parity(addr, parity):
     if not done:
         time.sleep(0.001)  # a spinning thread lets the others run
     return np.uint32(1 if done else 0)
+
+
+class _NamedBarrier:
+    """``bar.sync`` / ``bar.arrive`` of one id: threads arrived in the current round, and
+    the rounds completed (the syncing threads wait for theirs to complete)."""
+
+    def __init__(self):
+        self.cond = threading.Condition()
+        self.arrived, self.rounds, self.count = 0, 0, None
+
+    def arrive(self, count, what):
+        count = int(count)
+        if count <= 0 or count % 32:
+            raise ValueError(f"{what}: count={count}: expected a positive multiple of 32")
+        if self.count is not None and self.arrived and count != self.count:
+            raise RuntimeError(f"{what}: count={count} while this round counts {self.count}")
+        self.count = count
+        self.arrived += 1
+        if self.arrived == count:
+            self.arrived = 0
+            self.rounds += 1
+            self.cond.notify_all()
+
+
+def _named(bar_id, what):
+    st = _block(_thread())
+    if not 1 <= int(bar_id) <= 15:
+        raise ValueError(f"{what}: bar_id={int(bar_id)}: expected 1..15 (0 is syncthreads')")
+    with st.lock:
+        return st.named.setdefault(int(bar_id), _NamedBarrier())
+
+
+def named_barrier_arrive(bar_id, count):
+    nb = _named(bar_id, "named_barrier_arrive")
+    with nb.cond:
+        nb.arrive(count, "named_barrier_arrive")
+
+
+def named_barrier_sync(bar_id, count):
+    nb = _named(bar_id, "named_barrier_sync")
+    with nb.cond:
+        round_ = nb.rounds
+        nb.arrive(count, "named_barrier_sync")
+        while nb.rounds == round_:
+            nb.cond.wait(0.05)
 
 
 def cp_async_bulk_g2s(dst, src, index, nbytes, mbar):

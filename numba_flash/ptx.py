@@ -956,6 +956,37 @@ def mbarrier_arrive(typingctx, addr):
     return types.void(addr), codegen
 
 
+def _named_barrier(op, doc):
+    @intrinsic
+    def impl(typingctx, bar_id, count):
+        _require_ints(f"named_barrier_{op}", bar_id=bar_id, count=count)
+
+        def codegen(context, builder, sig, args):
+            vals = _casted(context, builder, sig, args, ["u32", "u32"])
+            _asm(builder, f"bar.{op} $0, $1;", "r,r,~{memory}", vals, [], side_effect=True, convergent=True)
+            return context.get_dummy_value()
+
+        return types.void(bar_id, count), codegen
+
+    impl.__doc__ = doc
+    return impl
+
+
+named_barrier_sync = _named_barrier("sync", """``named_barrier_sync(bar_id, count) -> None``
+
+``bar.sync bar_id, count;``: this warp arrives on named barrier ``bar_id`` (1–15; 0 is
+``syncthreads``'s) and waits until ``count`` threads (a multiple of 32) have arrived
+or synced on it.  Warp-uniform (aligned).  With :func:`named_barrier_arrive`, two
+warpgroups take turns (FlashAttention-3's warp scheduler barriers: a consumer issues
+its wgmma after the other's, so that one's softmax runs under the other's products).""")
+
+named_barrier_arrive = _named_barrier("arrive", """``named_barrier_arrive(bar_id, count) -> None``
+
+``bar.arrive bar_id, count;``: this warp arrives on named barrier ``bar_id`` without
+waiting (it counts towards the ``count`` of the threads that ``named_barrier_sync`` on
+it).  Warp-uniform (aligned).""")
+
+
 @intrinsic
 def mbarrier_try_wait_parity(typingctx, addr, parity):
     """``mbarrier_try_wait_parity(addr, parity) -> uint32``
@@ -1199,7 +1230,7 @@ del _n, _t
 #: The Hopper intrinsics (their simulator twins: see the section's comment).
 HOPPER = ("fence_proxy_async", "wgmma_fence", "wgmma_commit_group", "wgmma_wait_group", "setmaxnreg_inc",
           "setmaxnreg_dec", "mbarrier_init", "mbarrier_arrive_expect_tx", "mbarrier_arrive",
-          "mbarrier_try_wait_parity", "cp_async_bulk_g2s", "cp_async_bulk_tensor_2d_g2s",
+          "mbarrier_try_wait_parity", "named_barrier_sync", "named_barrier_arrive", "cp_async_bulk_g2s", "cp_async_bulk_tensor_2d_g2s",
           "cp_async_bulk_tensor_3d_g2s", "cp_async_bulk_tensor_4d_g2s") + tuple(
     f"wgmma_m64n{n}k16_{t}_{how}acc" for n in WGMMA_N for t in ("f16", "bf16") for how in ("", "rs_", "rs_bmn_"))  # fmt: skip
 

@@ -28,6 +28,7 @@ from numba_flash._numba_cuda import SIMULATOR
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 _KERNELS = '''
+import numba
 from numba import cuda, float32, uint32, uint64
 from numba_flash import ptx
 
@@ -216,6 +217,27 @@ def wgmma_sw128(tma_a, tma_b, tma_v, a16, D1, D2, flag):
     store_d_cols(D2, acc2, tid, 8)
 
 
+def turns(out):
+    """Two warpgroups take four turns each through named barriers 1 and 2 (warpgroup 1
+    credits warpgroup 0 the first); whoever holds the turn appends its id to ``out``."""
+    wg = cuda.threadIdx.x // 128
+    seq = cuda.shared.array(1, numba.int32)
+    if cuda.threadIdx.x == 0:
+        seq[0] = 0
+    cuda.syncthreads()
+    if wg == 1:
+        ptx.named_barrier_arrive(1, 256)
+    for _ in range(4):
+        ptx.named_barrier_sync(1 + wg, 256)
+        if cuda.threadIdx.x % 128 == 0:
+            k = seq[0]
+            out[k] = wg
+            seq[0] = k + 1
+        ptx.named_barrier_arrive(2 - wg, 256)
+    if wg == 0:
+        ptx.named_barrier_sync(1, 256)  # warpgroup 1's last credit
+
+
 def regs(out):
     if cuda.threadIdx.x < 128:
         ptx.setmaxnreg_dec(40)
@@ -242,6 +264,7 @@ _COMPILE = textwrap.dedent('''
         "wgmma_rs": (numba.uint16[:, :], uint32[:], float32[:, :], numba.int32[:]),
         "bulk": (uint32[:], uint32[:], numba.int32),
         "regs": (numba.int32[:],),
+        "turns": (numba.int32[:],),
         "tma2d": (numba.uint8[:], uint32[:], numba.int32, numba.int32),
         "tma3d": (numba.uint8[:], uint32[:]),
         "wgmma_sw128": (numba.uint8[:], numba.uint8[:], numba.uint8[:], numba.uint16[:, :], float32[:, :],
@@ -299,6 +322,27 @@ def test_mbarrier_bulk_copy_and_setmaxnreg_compile(compiled):
     for text in ("setmaxnreg.dec.sync.aligned.u32 40", "setmaxnreg.inc.sync.aligned.u32 232",
                  "mbarrier.arrive.shared::cta.b64"):  # fmt: skip
         assert text in regs, text
+
+
+def test_named_barriers_compile(compiled):
+    text = compiled["turns"]["ptx"]
+    assert "bar.sync" in text and "bar.arrive" in text
+
+
+def check_turns():
+    out = device(np.full(8, -1, np.int32))
+    _hopper_kernels()["turns"][1, 256](out)
+    assert host(out).tolist() == [0, 1] * 4
+
+
+@pytest.mark.gpu
+def test_named_barriers_take_turns():
+    check_turns()
+
+
+@pytest.mark.skipif(not SIMULATOR, reason="the simulator twin's test; on a GPU test_named_barriers_take_turns")
+def test_named_barrier_twins_take_turns():
+    check_turns()
 
 
 def test_tma_copies_compile(compiled):
@@ -397,7 +441,7 @@ def _hopper_kernels():
 
     exec_ns = {}
     exec(compile(_KERNELS, "hopper_kernels", "exec"), exec_ns)
-    return {name: cuda.jit(exec_ns[name]) for name in ("wgmma", "wgmma_rs", "bulk", "tma2d", "wgmma_sw128")}
+    return {name: cuda.jit(exec_ns[name]) for name in ("wgmma", "wgmma_rs", "bulk", "tma2d", "wgmma_sw128", "turns")}
 
 
 def check_wgmma(rng, dtype, a_in_regs=False):

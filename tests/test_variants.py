@@ -425,6 +425,33 @@ def test_varlen(rng, fam, kw):
 
 
 @pytest.mark.gpu
+@pytest.mark.skipif(SIMULATOR, reason="the upload of NumPy offsets exists only on a GPU (the simulator's stay NumPy)")
+def test_numpy_offsets_upload_without_waiting_for_the_gpu():
+    """NumPy offsets reach the device by an asynchronous copy (``_arrays.upload_offsets``):
+    the host does not wait for the kernels queued before it (a blocking copy did, so each
+    varlen call waited for the previous one); the copy is by content, and right."""
+    import time
+
+    import cupy
+
+    from numba_flash import _arrays as A
+
+    x = cupy.ones((8192, 8192), cupy.float32)
+    first = A.upload_offsets(np.array([0, 5, 9], np.int32))
+    for _ in range(20):  # some 0.2 s of GPU work queued
+        x = x @ x * (1 / 8192)
+    t = time.perf_counter()
+    offsets = np.array([0, 3, 3, int(time.time_ns() % 1000) + 3], np.int32)  # content not seen before
+    dev = A.upload_offsets(offsets)
+    host_s = time.perf_counter() - t
+    queued = not cupy.cuda.get_current_stream().done
+    cupy.cuda.get_current_stream().synchronize()
+    assert queued and host_s < 0.02, (queued, host_s)
+    assert dev.get().tolist() == offsets.tolist() and first.get().tolist() == [0, 5, 9]
+    assert A.upload_offsets(np.array([0, 5, 9], np.int32)) is first
+
+
+@pytest.mark.gpu
 @pytest.mark.skipif(SIMULATOR, reason="host and device offsets differ only on a GPU (the simulator's are NumPy)")
 def test_varlen_offsets_on_the_host(rng):
     """NumPy cu_seqlens with device q (checked on the host without reading the device)
