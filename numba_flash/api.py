@@ -36,7 +36,8 @@ def _plan(problem: P.Problem) -> P.Plan:
     """The plan of ``problem``, made once: the same shapes come again and again (the
     tuning override and the wgmma kernels' switches are part of the key, so a run that
     changes them is obeyed)."""
-    wgmma = tuple(os.environ.get(f"NUMBA_FLASH_WGMMA{x}") for x in ("", "_PERSISTENT", "_CONSUMERS", "_BWD_RING"))
+    wgmma = tuple(os.environ.get(f"NUMBA_FLASH_WGMMA{x}") for x in ("", "_PERSISTENT", "_CONSUMERS", "_BWD_RING",
+                                                                  "_PINGPONG"))
     return _cached_plan(problem, os.environ.get("NUMBA_FLASH_TILES"), wgmma)
 
 

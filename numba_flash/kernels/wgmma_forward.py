@@ -147,13 +147,14 @@ def threads(t: TcTiles) -> int:
 
 
 @functools.lru_cache(maxsize=None)
-def wgmma_forward_kernel(t: TcTiles, variant: Variant, dtype: str, persistent: bool = True):
+def wgmma_forward_kernel(t: TcTiles, variant: Variant, dtype: str, persistent: bool = True, pingpong: bool = False):
     """``kernel[grid, threads(t), stream, smem_bytes(t)](q, k, v, out32, lse, softmax_scale, params, alibi,
     cu_seqlens_q, cu_seqlens_k, fx, tmaps)``: ``tc_forward_kernel``'s arguments and outputs, and the tensor
     maps of q, k and v (``tma.attention_maps``).  ``persistent``: a block runs tiles blockIdx.x,
     + gridDim.x, … (``blocks``); else the grid has a block a tile and the tile loop is compiled
-    away (at d = 64 the loop's carried state costs the 160-register consumers spills)."""
-    HEAD_DIM, BLOCK_M, PERSISTENT = t.head_dim, t.block_m, persistent
+    away (at d = 64 the loop's carried state costs the 160-register consumers spills).  ``pingpong``:
+    the consumers issue their wgmma in turns (``pingpong``'s docstring)."""
+    HEAD_DIM, BLOCK_M, PERSISTENT, PINGPONG = t.head_dim, t.block_m, persistent, pingpong
     CONSUMERS = BLOCK_M // 64
     THREADS, CONSUMER_THREADS = threads(t), 128 * CONSUMERS
     PRODUCER_REGS, CONSUMER_REGS = REGS[CONSUMERS]
@@ -195,6 +196,19 @@ def wgmma_forward_kernel(t: TcTiles, variant: Variant, dtype: str, persistent: b
         """P's k-slice ps is S's n-tiles 2ps, 2ps + 1 packed to 16-bit pairs (V's keys 16ps …)."""
         for ps in range(PSTEPS):
             fragments.pack_a(p_frag, ps * 4, acc_s, ps * 8, BF16)
+
+    @device_function
+    def take_turn(cw):
+        """Ping-pong: wait until the previous consumer issued its wgmma of this slot
+        (named barrier 1 + cw: its 128 arrivals and this warpgroup's)."""
+        if PINGPONG:
+            ptx.named_barrier_sync(1 + cw, 256)
+
+    @device_function
+    def pass_turn(cw):
+        """Ping-pong: this consumer's wgmma of the slot are issued; the next may issue."""
+        if PINGPONG:
+            ptx.named_barrier_arrive(1 + (cw + 1) % CONSUMERS, 256)
 
     @device_function
     def tile_walk(tile, gx, gy, gz, q, k, params, cu_q, cu_k, fx):
@@ -300,6 +314,8 @@ def wgmma_forward_kernel(t: TcTiles, variant: Variant, dtype: str, persistent: b
         m_i = cuda.local.array(2, float32)  # rows g, g + 8 of the warp's m-tile
         l_i = cuda.local.array(2, float32)
         alpha = cuda.local.array(2, float32)
+        if PINGPONG and cw == CONSUMERS - 1:  # the last consumer credits the first with its first turn
+            ptx.named_barrier_arrive(1, 256)
         pos = 0  # the ring's position, as the producer's
         done = 0
         for tile in range(cuda.blockIdx.x, tiles_end, tiles_step):
@@ -314,6 +330,8 @@ def wgmma_forward_kernel(t: TcTiles, variant: Variant, dtype: str, persistent: b
             if rows0 >= seqlen_q:  # rows past the sequence (the last block): release each tile, compute nothing
                 ptx.mbarrier_arrive(q_full + Q_EMPTY)
                 for j in range(n_lo, n_hi):
+                    take_turn(cw)  # its turns as if it issued (S_j with P·V_{j−1}): the cycle goes on
+                    pass_turn(cw)
                     g = pos + j - n_lo
                     s = g % STAGES
                     # the full phase first: this fill's arrival must not count towards the stage's previous fill
@@ -321,6 +339,9 @@ def wgmma_forward_kernel(t: TcTiles, variant: Variant, dtype: str, persistent: b
                     ptx.mbarrier_arrive(q_full + K_EMPTY + 8 * s)
                     wait_phase(q_full + V_FULL + 8 * s, (g // STAGES) & 1)
                     ptx.mbarrier_arrive(q_full + V_EMPTY + 8 * s)
+                if n_hi > n_lo:  # the last P·V's turn
+                    take_turn(cw)
+                    pass_turn(cw)
                 pos += n_hi - n_lo
                 done += 1
                 continue
@@ -335,8 +356,10 @@ def wgmma_forward_kernel(t: TcTiles, variant: Variant, dtype: str, persistent: b
             if n_hi > n_lo:
                 s = pos % STAGES
                 wait_phase(q_full + K_FULL + 8 * s, (pos // STAGES) & 1)
+                take_turn(cw)
                 ptx.wgmma_fence()  # acc_s was written by ordinary instructions
                 issue_scores(acc_s, q_wg, k_base + s * KV_BYTES)
+                pass_turn(cw)
                 ptx.wgmma_wait_group(0)
                 ptx.mbarrier_arrive(q_full + K_EMPTY + 8 * s)  # this thread is done with K_0
                 scores_to_p(acc_s, alpha, m_i, l_i, n_lo, tile_at(n_lo, vr, F) * BLOCK_N, row0, rows0, si, di, mi, vr)
@@ -345,10 +368,12 @@ def wgmma_forward_kernel(t: TcTiles, variant: Variant, dtype: str, persistent: b
                 g = pos + j - n_lo
                 s, sp = g % STAGES, (g - 1) % STAGES
                 wait_phase(q_full + K_FULL + 8 * s, (g // STAGES) & 1)
+                wait_phase(q_full + V_FULL + 8 * sp, ((g - 1) // STAGES) & 1)
+                take_turn(cw)
                 ptx.wgmma_fence()  # acc_o and p_frag were written by ordinary instructions
                 issue_scores(acc_s, q_wg, k_base + s * KV_BYTES)
-                wait_phase(q_full + V_FULL + 8 * sp, ((g - 1) // STAGES) & 1)
                 issue_pv(acc_o, p_frag, v_base + sp * KV_BYTES)  # the previous tile's, behind this S
+                pass_turn(cw)
                 ptx.wgmma_wait_group(1)  # S done (groups complete in order); P·V may still run
                 ptx.mbarrier_arrive(q_full + K_EMPTY + 8 * s)  # this thread is done with K_i
                 scores_to_p(acc_s, alpha, m_i, l_i, j, tile_at(j, vr, F) * BLOCK_N, row0, rows0, si, di, mi, vr)
@@ -362,8 +387,10 @@ def wgmma_forward_kernel(t: TcTiles, variant: Variant, dtype: str, persistent: b
                 g = pos + n_hi - n_lo - 1
                 s = g % STAGES
                 wait_phase(q_full + V_FULL + 8 * s, (g // STAGES) & 1)
+                take_turn(cw)
                 ptx.wgmma_fence()
                 issue_pv(acc_o, p_frag, v_base + s * KV_BYTES)
+                pass_turn(cw)
                 ptx.wgmma_wait_group(0)
                 ptx.mbarrier_arrive(q_full + V_EMPTY + 8 * s)
             pos += n_hi - n_lo
@@ -377,6 +404,8 @@ def wgmma_forward_kernel(t: TcTiles, variant: Variant, dtype: str, persistent: b
                                               HALVES)  # fmt: skip
                     if tq == 0:
                         lse[b, h, q0 + row] = lse_row
+        if PINGPONG and cw == 0:  # the last consumer's credit past the block's last turn
+            ptx.named_barrier_sync(1, 256)
 
     return wgmma_forward
 
@@ -384,6 +413,20 @@ def wgmma_forward_kernel(t: TcTiles, variant: Variant, dtype: str, persistent: b
 def smem_bytes(t: TcTiles) -> int:
     """Dynamic shared bytes: Q, two stages of K and of V (2 bytes an element), the mbarriers."""
     return 2 * t.head_dim * (t.block_m + 2 * STAGES * BLOCK_N) + BARRIER_BYTES
+
+
+def pingpong(t: TcTiles) -> bool:
+    """The consumers issue their wgmma in turns (FlashAttention-3's ping-pong): before a
+    slot's products (the peeled S, each S with the previous P·V, the last P·V) a
+    consumer waits on its named barrier (1 + its index) for the previous consumer to
+    have issued that slot's, and after issuing lets the next one go (the last consumer
+    credits the first at the start; the first takes that credit back at the end).  One
+    consumer's softmax then runs under the other's products instead of beside its own
+    in lockstep.  A consumer whose rows lie past the sequence takes its turns without
+    issuing.  Two consumers only: with three (d = 64, 160 registers each) the turns'
+    state spills (ptxas: 40 bytes).  ``NUMBA_FLASH_WGMMA_PINGPONG=1`` on (off by default
+    until measured)."""
+    return os.environ.get("NUMBA_FLASH_WGMMA_PINGPONG", "0") == "1" and t.block_m == 128
 
 
 #: Query rows a sequence past which the blocks are not persistent (``blocks``).
@@ -430,6 +473,7 @@ def launches(t: TcTiles, variant: Variant, dtype: str, sz: spec.Sizes) -> list:
     the tensor maps as its last argument (``spec.Arg("tmaps")``)."""
     tiles = math.prod(spec.query_grid(sz, t.block_m, variant.heaviest_first))
     n = blocks(t, tiles, sz.seqlen_q)
+    kern = wgmma_forward_kernel(t, variant, dtype, n < tiles, pingpong(t))
     args = spec.forward_args("u16", tc_out_view(t)) + (spec.Arg("tmaps"),)
-    return [spec.KernelLaunch("wgmma_forward", wgmma_forward_kernel(t, variant, dtype, n < tiles), t, (n, 1, 1),
+    return [spec.KernelLaunch("wgmma_forward", kern, t, (n, 1, 1),
                               threads(t), smem_bytes(t), args, (t.block_m, t.block_n, False))]  # fmt: skip
