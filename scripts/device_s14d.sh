@@ -5,7 +5,7 @@ set -u
 out=$1
 . scripts/device_cli.sh
 unset NUMBA_FLASH_WGMMA
-timeout 110 python3 -m pytest -q -rf -n 8 -p no:cacheprovider tests/test_variants.py -k "alibi or combin" \
+timeout 110 python3 -m pytest -q -rf -n 8 -p no:cacheprovider tests/test_variants.py -k "alibi or combin or all" \
   > "$out/a_variants_alibi.txt" 2>&1
 echo "alibi rc=$? at ${SECONDS}s" >> "$out/a_variants_alibi.txt"
 timeout 170 python3 -m pytest -v --tb=short -rf -n 4 -p no:cacheprovider tests/test_traffic.py > "$out/b_traffic.txt" 2>&1
