@@ -231,7 +231,7 @@ def wgmma_forward_kernel(t: TcTiles, variant: Variant, dtype: str, persistent: b
         wg = tid // 128
 
         smem = cuda.shared.array(0, uint8, alignment=_ALIGN)
-        words = cuda.shared.array(0, uint32, alignment=_ALIGN)  # the same memory as words (varlen's zeroed rows)
+        words = cuda.shared.array(0, uint32, alignment=_ALIGN)  # the same memory seen as words (varlen's zeroed rows)
         q_base = ptx.smem_addr(smem, 0)
         k_base = q_base + Q_BYTES
         v_base = k_base + STAGES * KV_BYTES
