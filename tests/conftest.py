@@ -11,6 +11,7 @@ kernel forgets to write fails the comparison; modules opt in with
 ``grad_errors`` and ``family`` (the launch plan's family of a problem).
 """
 
+import contextlib
 import os
 import sys
 
@@ -102,6 +103,25 @@ def device(x):
     import cupy
 
     return cupy.asarray(x)
+
+
+def device_kw(kw):
+    """Keyword arguments with their NumPy arrays (ALiBi slopes, …) where the kernels run."""
+    return {key: (device(val) if isinstance(val, np.ndarray) else val) for key, val in kw.items()}
+
+
+@contextlib.contextmanager
+def kernels_launched():
+    """The names of the kernels the API launches inside the block (each call's own plan,
+    with its variants), appended to the yielded list."""
+    from unittest import mock
+
+    from numba_flash import api
+
+    ran = []
+    run = api._run
+    with mock.patch.object(api, "_run", lambda plan, *a: (ran.extend(x.name for x in plan.launches), run(plan, *a))):
+        yield ran
 
 
 def make_qkv(rng, B, H, Nq, Nk, d, layout, dtype=np.float32):

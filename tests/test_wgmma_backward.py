@@ -11,12 +11,11 @@ same checks at larger shapes, the variants, and determinism.
 from __future__ import annotations
 
 import re
-from unittest import mock
 
 import ml_dtypes
 import numpy as np
 import pytest
-from conftest import device, grad_errors, host
+from conftest import device, device_kw, grad_errors, host, kernels_launched
 
 import numba_flash
 from numba_flash import api as A
@@ -41,10 +40,8 @@ def _slopes(rng, H):
 def run_backward(dout, q, k, v, out, lse, causal, kw):
     """The grads of ``flash_attention_backward`` on the device (``kw`` its keywords:
     the variants, the layout), and the kernels it ran."""
-    dev = {key: (device(val) if isinstance(val, np.ndarray) else val) for key, val in kw.items()}
-    ran = []  # the kernels the call launched: its own plan (with its variants)
-    run = A._run
-    with mock.patch.object(A, "_run", lambda plan, *a: (ran.extend(x.name for x in plan.launches), run(plan, *a))):
+    dev = device_kw(kw)
+    with kernels_launched() as ran:
         grads = numba_flash.flash_attention_backward(*(device(x) for x in (dout, q, k, v, out, lse)), causal=causal,
                                                      **dev)  # fmt: skip
     return [host(g) for g in grads], ran
@@ -173,10 +170,8 @@ def check_varlen_backward(rng, dtype, d, causal, lens_q, lens_k, H=2, H_kv=1, **
     out, lse = ref_out.astype(dt), ref_lse.astype(np.float32)
     for x, cu in ((q, cu_q), (dout, cu_q), (k, cu_k), (v, cu_k)):
         x[cu[-2]:] = np.nan
-    dev = {key: (device(val) if isinstance(val, np.ndarray) else val) for key, val in kw.items()}
-    ran = []
-    run = A._run
-    with mock.patch.object(A, "_run", lambda plan, *a: (ran.extend(x.name for x in plan.launches), run(plan, *a))):
+    dev = device_kw(kw)
+    with kernels_launched() as ran:
         grads = numba_flash.flash_attention_varlen_backward(*(device(x) for x in (dout, q, k, v, out, lse)),
                                                             device(cu_q), device(cu_k), mq, mk, causal=causal, **dev)
     assert ran == KERNELS, ran

@@ -10,15 +10,12 @@ with nothing in local memory.  On a GPU (``-m gpu``) the same checks at larger s
 
 from __future__ import annotations
 
-from unittest import mock
-
 import ml_dtypes
 import numpy as np
 import pytest
-from conftest import device, host
+from conftest import device, device_kw, host, kernels_launched
 
 import numba_flash
-from numba_flash import api as A
 from numba_flash import plan as P
 from numba_flash import reference as R
 from numba_flash.variant import Variant
@@ -45,10 +42,8 @@ def check_forward(rng, dtype, d, causal, B=1, H=2, H_kv=2, Nq=70, Nk=90, **kw):
     p = P.Problem("forward", dtype, d, causal, batch=B, heads=H, seqlen_q=Nq, seqlen_k=Nk, heads_k=H_kv,
                   arch=SM90A)  # fmt: skip
     assert [k_.name for k_ in P.plan(p).launches] == ["wgmma_forward"]
-    dev = {key: (device(val) if isinstance(val, np.ndarray) else val) for key, val in kw.items()}
-    ran = []  # the kernels the call launched: its own plan (with its variants), not the one above
-    run = A._run
-    with mock.patch.object(A, "_run", lambda plan, *a: (ran.extend(x.name for x in plan.launches), run(plan, *a))):
+    dev = device_kw(kw)
+    with kernels_launched() as ran:  # the call's own plan (with its variants), not the one above
         out, lse = numba_flash.flash_attention(device(q), device(k), device(v), causal=causal, return_lse=True, **dev)
     assert ran == ["wgmma_forward"], ran
     ref, ref_lse = R.attention(q, k, v, causal=causal, **kw)
@@ -106,10 +101,8 @@ def check_varlen_forward(rng, dtype, d, causal, lens_q, lens_k, H=2, H_kv=1, **k
     p = P.Problem("forward", dtype, d, causal, batch=len(lens_q), heads=H, seqlen_q=mq, seqlen_k=mk, heads_k=H_kv,
                   arch=SM90A, features=Variant(varlen=True, causal=causal, gqa=H_kv < H), rows_q=int(cu_q[-1]))
     assert [k_.name for k_ in P.plan(p).launches] == ["wgmma_forward"]
-    dev = {key: (device(val) if isinstance(val, np.ndarray) else val) for key, val in kw.items()}
-    ran = []
-    run = A._run
-    with mock.patch.object(A, "_run", lambda plan, *a: (ran.extend(x.name for x in plan.launches), run(plan, *a))):
+    dev = device_kw(kw)
+    with kernels_launched() as ran:
         out, lse = numba_flash.flash_attention_varlen(device(q), device(k), device(v), device(cu_q), device(cu_k), mq,
                                                       mk, causal=causal, return_lse=True, **dev)  # fmt: skip
     assert ran == ["wgmma_forward"], ran
