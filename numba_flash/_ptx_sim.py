@@ -626,6 +626,23 @@ def tanh_approx(x):
     return np.tanh(np.float32(x), dtype=np.float32)
 
 
+def mul_wide_u32(a, b):
+    p = _u32(a) * _u32(b)
+    return np.uint32(p >> 32), np.uint32(p & _FULL)  # uint32, as the GPU types them
+
+
+def prmt(a, b, selector):
+    pool = _u32(a) | (_u32(b) << 32)
+    sel, out = _u32(selector), 0
+    for i in range(4):
+        nib = (sel >> (4 * i)) & 0xF
+        byte = (pool >> (8 * (nib & 7))) & 0xFF
+        if nib & 8:
+            byte = 0xFF if byte & 0x80 else 0
+        out |= byte << (8 * i)
+    return np.uint32(out)
+
+
 def _mma_acc(mma):
     def twin(acc, i, a, ai, b0, b1):
         d = mma(a[ai], a[ai + 1], a[ai + 2], a[ai + 3], b0, b1, acc[i], acc[i + 1], acc[i + 2], acc[i + 3])

@@ -294,7 +294,7 @@ def flash_attention(q, k, v, *, causal=False, softmax_scale=None, window_size=(-
             dropout_p > 0 a ``seed`` (int in [0, 2**64)) is required.  Kept probabilities
             are scaled by 1/(1 − dropout_p) (lse is that of the undropped softmax, as
             FlashAttention-2).  The keep bit of (batch, head, query i, key j) comes from
-            Philox4x32-10 keyed by the seed and does not depend on tiles, kernel family
+            Philox4x32-7 (as FlashAttention-2) keyed by the seed and does not depend on tiles, kernel family
             or dtype (``numba_flash.reference.dropout_mask`` gives the same mask), so
             the backward, given the same ``dropout_p`` and ``seed``, regenerates it.
             For varlen, batch is the sequence's index and i, j are within the sequence.

@@ -110,6 +110,8 @@ __all__ = [
     "unpack_bf16x2",
     "ex2_approx",
     "tanh_approx",
+    "mul_wide_u32",
+    "prmt",
     "ld_shared_v4_f32",
     "st_shared_v4_f32",
 ]
@@ -737,6 +739,53 @@ def tanh_approx(typingctx, x):
     """
     _require_numbers("tanh_approx", x=x)
     return types.float32(x), _unary_f32_codegen("tanh.approx.f32 $0, $1;", "=f,f", _F32)
+
+
+# ---------------------------------------------------------------------------
+# 32-bit integer words (the dropout bits)
+# ---------------------------------------------------------------------------
+#
+# numba types every integer operation on uint32 operands as 64-bit (int64), so a
+# product of two 32-bit words is a 64-bit multiply unless LLVM proves the operands
+# narrow.  These two keep the dropout's words in 32-bit registers.
+
+
+@intrinsic
+def mul_wide_u32(typingctx, a, b):
+    """``mul_wide_u32(a: uint32, b: uint32) -> (hi: uint32, lo: uint32)``
+
+    ``mul.wide.u32 p, a, b; mov.b64 {lo, hi}, p;``: the high and low 32-bit halves of
+    the 64-bit product (one ``IMAD.WIDE.U32``): Philox's ``mulhilo32``.
+    """
+    _require_ints("mul_wide_u32", a=a, b=b)
+
+    def codegen(context, builder, sig, args):
+        vals = _casted(context, builder, sig, args, ["u32", "u32"])
+        text = "{ .reg .u64 p; mul.wide.u32 p, $2, $3; mov.b64 {$1, $0}, p; }"
+        outs = _asm(builder, text, "=r,=r,r,r", vals, [_I32, _I32], pure=True)
+        return context.make_tuple(builder, sig.return_type, outs)
+
+    return types.UniTuple(types.uint32, 2)(a, b), codegen
+
+
+@intrinsic
+def prmt(typingctx, a, b, selector):
+    """``prmt(a: uint32, b: uint32, selector: uint32) -> uint32``
+
+    ``prmt.b32 d, a, b, selector;`` (default mode): byte ``i`` of ``d`` is chosen by
+    nibble ``i`` of ``selector`` from the eight bytes ``b:a`` (0–3 are a's, 4–7 b's,
+    by the nibble's low 3 bits); a nibble with bit 3 set replicates that byte's sign
+    bit into all 8 bits.  So ``prmt(x, 0, 0x9988)`` is 0xFFFF in the low half where
+    bit 7 of x is set and in the high half where bit 15 is: the dropout's keep bits
+    of two bytes widened to a mask of two 16-bit values.
+    """
+    _require_ints("prmt", a=a, b=b, selector=selector)
+
+    def codegen(context, builder, sig, args):
+        vals = _casted(context, builder, sig, args, ["u32", "u32", "u32"])
+        return _asm(builder, "prmt.b32 $0, $1, $2, $3;", "=r,r,r,r", vals, [_I32], pure=True)[0]
+
+    return types.uint32(a, b, selector), codegen
 
 
 # ---------------------------------------------------------------------------

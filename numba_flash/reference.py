@@ -135,7 +135,7 @@ __all__ = [
     "round_tf32",
     "attention_tf32",
     "attention_backward_tf32",
-    "philox4x32_10",
+    "philox4x32",
     "seed_key",
     "keep_threshold",
     "dropout_mask",
@@ -548,7 +548,7 @@ def _group_sum(dx, heads_kv, dtype=None):
 
 
 # ---------------------------------------------------------------------------
-# Dropout bits: Philox4x32-10, one call per 8 (query, key) elements
+# Dropout bits: Philox4x32-7, one call per 16 (query, key) elements
 # ---------------------------------------------------------------------------
 
 _PHILOX_M0, _PHILOX_M1 = 0xD2511F53, 0xCD9E8D57  # round multipliers
@@ -556,10 +556,17 @@ _PHILOX_W0, _PHILOX_W1 = 0x9E3779B9, 0xBB67AE85  # key bumps (golden ratio, sqrt
 _MASK32 = 0xFFFFFFFF
 
 
-def philox4x32_10(c0, c1, c2, c3, k0, k1):
-    """Philox4x32-10 (Salmon et al., SC'11; Random123, cuRAND) of the counter
-    ``(c0, c1, c2, c3)`` under the key ``(k0, k1)``: 4 uint32 arrays (broadcast
-    shape of the counter words).
+#: Philox rounds of the dropout bits: seven, as FlashAttention-2's ``philox`` (Salmon
+#: et al. list Philox4x32-7 among the generators that pass BigCrush; Random123's
+#: default of 10 keeps 3 rounds of margin).
+DROPOUT_ROUNDS = 7
+
+
+def philox4x32(c0, c1, c2, c3, k0, k1, rounds=10):
+    """Philox4x32 with ``rounds`` rounds (Salmon et al., SC'11; Random123, cuRAND) of
+    the counter ``(c0, c1, c2, c3)`` under the key ``(k0, k1)``: 4 uint32 arrays
+    (broadcast shape of the counter words).  The dropout bits take
+    ``DROPOUT_ROUNDS``.
 
     One round, with ``mulhilo32(a, b)`` the high and low 32-bit halves of the
     64-bit product::
@@ -569,16 +576,16 @@ def philox4x32_10(c0, c1, c2, c3, k0, k1):
         c = (hi1 ^ c1 ^ k0, lo1, hi0 ^ c3 ^ k1, lo0)
         k0 += 0x9E3779B9;  k1 += 0xBB67AE85        (mod 2**32)
 
-    ten rounds, the first with the key as given.  Computed in uint64.
+    ``rounds`` rounds, the first with the key as given.  Computed in uint64.
 
-    >>> [hex(int(x)) for x in philox4x32_10(0, 0, 0, 0, 0, 0)]
+    >>> [hex(int(x)) for x in philox4x32(0, 0, 0, 0, 0, 0)]  # Random123's answer for 10
     ['0x6627e8d5', '0xe169c58d', '0xbc57ac4c', '0x9b00dbd8']
     """
     c0, c1, c2, c3 = (np.asarray(c, dtype=np.uint64) & np.uint64(_MASK32)
                       for c in (c0, c1, c2, c3))
     k0, k1 = int(k0) & _MASK32, int(k1) & _MASK32
     m0, m1, lo = np.uint64(_PHILOX_M0), np.uint64(_PHILOX_M1), np.uint64(_MASK32)
-    for _ in range(10):
+    for _ in range(rounds):
         p0 = m0 * c0  # < 2**64: exact in uint64
         p1 = m1 * c2
         c0, c1, c2, c3 = ((p1 >> np.uint64(32)) ^ c1 ^ np.uint64(k0), p1 & lo,
@@ -633,7 +640,8 @@ def _keep_bits(key, threshold, batch_ids, heads, rows, cols):
     p_needed, p_which = np.unique(pairs, return_inverse=True)
     b = np.asarray(batch_ids)[:, None, None, None]
     h = np.asarray(heads)[None, :, None, None]
-    words = np.stack(philox4x32_10(g_needed[None, None, None, :], p_needed[None, None, :, None], h, b, *key),
+    words = np.stack(philox4x32(g_needed[None, None, None, :], p_needed[None, None, :, None], h, b, *key,
+                                DROPOUT_ROUNDS),
                      axis=-1)  # (b, h, pair, group, 4)
     slots = halves[:, None] * 8 + key_slots[None, :]  # (i, j), 0..15
     word = words[:, :, p_which[:, None], g_which[None, :], slots // 4].astype(np.uint64)  # (b, h, i, j)
@@ -652,7 +660,7 @@ def dropout_mask(seed, dropout_p, batch, heads, seqlen_q, seqlen_k):
         pair      = (i // 16) * 8 + i % 8                 rows i, i + 8 of 16 share it
         group     = (j // 32) * 4 + (j % 8) // 2
         slot      = ((i // 8) % 2) * 8 + ((j % 32) // 8) * 2 + j % 2   (0..15)
-        x0..x3    = philox4x32_10(c0=group, c1=pair, c2=h, c3=b, k0, k1)
+        x0..x3    = philox4x32(c0=group, c1=pair, c2=h, c3=b, k0, k1, DROPOUT_ROUNDS)
         value     = (x[slot // 4] >> (8 * (slot % 4))) & 0xFF
         threshold = min(256, round((1 - dropout_p) * 256))             keep_threshold
         kept      = value < threshold
@@ -665,8 +673,8 @@ def dropout_mask(seed, dropout_p, batch, heads, seqlen_q, seqlen_k):
     only on (seed, b, h, i, j).
 
     >>> dropout_mask(0, 0.5, 1, 1, 2, 8).astype(int)
-    array([[[[0, 0, 0, 0, 1, 0, 1, 0],
-             [0, 0, 1, 1, 0, 0, 1, 0]]]])
+    array([[[[1, 0, 1, 1, 1, 1, 0, 0],
+             [1, 1, 0, 1, 1, 1, 1, 0]]]])
     """
     key = seed_key(seed)
     threshold = keep_threshold(dropout_p)

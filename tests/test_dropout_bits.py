@@ -1,4 +1,4 @@
-"""The dropout bits: Philox4x32-10 in NumPy (``reference``) and on the device
+"""The dropout bits: Philox4x32 (10 rounds for the known answers, 7 for dropout) in NumPy (``reference``) and on the device
 (``kernels.dropout``), and the keep mask they define.
 
 The device functions run in tiny kernels: in numba's CUDA simulator
@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 from numba_flash import reference as R
-from numba_flash._numba_cuda import SIMULATOR, cuda, gpu_available
-from numba_flash.kernels.dropout import keep, keep_threshold, philox4x32_10, seed_key
+from numba_flash._numba_cuda import SIMULATOR, cuda, float32, gpu_available, uint32
+from numba_flash.kernels.dropout import ROUNDS, drop_slice, keep, keep_threshold, philox4x32, seed_key
 
 from conftest import device, host
 
@@ -30,7 +30,7 @@ KATS = [
 
 @pytest.mark.parametrize("counter, key, expected", KATS)
 def test_numpy_philox_known_answers(counter, key, expected):
-    got = R.philox4x32_10(*counter, *key)
+    got = R.philox4x32(*counter, *key)
     assert all(x.dtype == np.uint32 for x in got)
     assert [int(x) for x in got] == list(expected)
 
@@ -39,37 +39,49 @@ def test_numpy_philox_broadcasts():
     """Arrays of counters give, element by element, the scalar answers."""
     counters = np.array([kat[0] for kat in KATS], dtype=np.uint32)
     for (_, key, expected) in KATS:
-        words = R.philox4x32_10(*counters.T, *key)
+        words = R.philox4x32(*counters.T, *key)
         assert words[0].shape == (3,)
         for n, (counter, _, _) in enumerate(KATS):
-            scalar = R.philox4x32_10(*counter, *key)
+            scalar = R.philox4x32(*counter, *key)
             assert [int(w[n]) for w in words] == [int(x) for x in scalar]
 
 
 @cuda.jit
-def _philox_kernel(counters, keys, out):
+def _philox_kernel(counters, keys, out, out7):
     t = cuda.threadIdx.x
     if t < counters.shape[0]:
-        x0, x1, x2, x3 = philox4x32_10(counters[t, 0], counters[t, 1], counters[t, 2],
-                                       counters[t, 3], keys[t, 0], keys[t, 1])
+        x0, x1, x2, x3 = philox4x32(counters[t, 0], counters[t, 1], counters[t, 2],
+                                    counters[t, 3], keys[t, 0], keys[t, 1], 10)
         out[t, 0] = x0
         out[t, 1] = x1
         out[t, 2] = x2
         out[t, 3] = x3
+        x0, x1, x2, x3 = philox4x32(counters[t, 0], counters[t, 1], counters[t, 2],
+                                    counters[t, 3], keys[t, 0], keys[t, 1], ROUNDS)
+        out7[t, 0] = x0
+        out7[t, 1] = x1
+        out7[t, 2] = x2
+        out7[t, 3] = x3
 
 
 @needs_kernels
 def test_device_philox_equals_numpy(rng):
-    """The KATs and 29 random (counter, key) pairs: one block of 32 threads."""
+    """The KATs and 29 random (counter, key) pairs: one block of 32 threads, with 10
+    rounds (Random123's answers) and with the dropout's 7."""
+    assert ROUNDS == R.DROPOUT_ROUNDS == 7
     counters = rng.integers(0, 2**32, size=(32, 4)).astype(np.uint32)
     keys = rng.integers(0, 2**32, size=(32, 2)).astype(np.uint32)
     for n, (counter, key, _) in enumerate(KATS):
         counters[n], keys[n] = counter, key
     out = device(np.zeros((32, 4), dtype=np.uint32))
-    _philox_kernel[1, 32](device(counters), device(keys), out)
-    got = host(out)
-    expected = np.stack([np.array(R.philox4x32_10(*c, *k)) for c, k in zip(counters, keys)])
+    out7 = device(np.zeros((32, 4), dtype=np.uint32))
+    _philox_kernel[1, 32](device(counters), device(keys), out, out7)
+    got, got7 = host(out), host(out7)
+    expected = np.stack([np.array(R.philox4x32(*c, *k)) for c, k in zip(counters, keys)])
+    expected7 = np.stack([np.array(R.philox4x32(*c, *k, 7)) for c, k in zip(counters, keys)])
     assert np.array_equal(got, expected), f"seed={rng.seed_value}"
+    assert np.array_equal(got7, expected7), f"seed={rng.seed_value}"
+    assert not np.array_equal(got7, got)
     for n, (_, _, answer) in enumerate(KATS):
         assert tuple(int(x) for x in got[n]) == answer
 
@@ -124,3 +136,47 @@ def test_bits_follow_the_seed():
         assert 0.3 < np.mean(a != b) < 0.7
     # The bits of (b, h, i, j) do not depend on the shape asked for.
     assert np.array_equal(R.dropout_mask(11, 0.5, 1, 1, 3, 40), a[:1, :1, :3, :40])
+
+
+
+@cuda.jit
+def _drop_slice_kernel(words, thresholds, out):
+    """Thread x: word x (rows g) and its complement (rows g + 8) dropped against
+    threshold y (block y), on all-ones P words: what survives is the mask."""
+    t = cuda.threadIdx.x
+    y = cuda.blockIdx.x
+    if t < words.shape[0]:
+        di = (0, 0, 0, 0, uint32(thresholds[y]), float32(1.0), 1, 1)
+        frag = cuda.local.array(4, uint32)
+        for e in range(4):
+            frag[e] = uint32(0xFFFFFFFF)
+        drop_slice(frag, 0, words[t], uint32(words[t] ^ uint32(0xFFFFFFFF)), di)
+        for e in range(4):
+            out[y, t, e] = frag[e]
+
+
+@needs_kernels
+def test_packed_drop_matches_the_byte_compares(rng):
+    """``keep_msbs`` + ``drop_slice`` (the wgmma forward's SWAR compare on packed P):
+    every byte value 0..255 in every byte position, against thresholds 0..256 (the
+    edges and random ones), keeps exactly the 16-bit values whose byte is <
+    threshold.  Threshold 0 keeps the bytes of value 0 here; ``out_scale`` is then 0."""
+    values = np.arange(256, dtype=np.uint32)
+    words = (values | (np.roll(values, 1) << 8) | (np.roll(values, 2) << 16) | (np.roll(values, 3) << 24)
+             ).astype(np.uint32)  # fmt: skip
+    edges = {0, 1, 2, 127, 128, 129, 230, 255, 256}
+    thresholds = np.array(sorted(edges | set(rng.integers(0, 257, 7).tolist())), dtype=np.int64)
+    out = device(np.zeros((len(thresholds), 256, 4), dtype=np.uint32))
+    _drop_slice_kernel[len(thresholds), 256](device(words), device(thresholds), out)
+    got = host(out).astype(np.uint64)
+    halves = np.uint64(0xFFFF), np.uint64(0xFFFF0000)
+    for y, th in enumerate(thresholds):
+        limit = max(int(th), 1)
+        rows = (words.astype(np.uint64), (~words).astype(np.uint64))  # frag[0, 2]: rows g; frag[1, 3]: g + 8
+        for e in range(4):
+            w = rows[e % 2]
+            lo_byte = (w >> np.uint64(16 * (e // 2))) & np.uint64(0xFF)  # frag[0, 1]: bytes 0, 1; frag[2, 3]: 2, 3
+            hi_byte = (w >> np.uint64(16 * (e // 2) + 8)) & np.uint64(0xFF)
+            want = np.where(lo_byte < limit, halves[0], 0) | np.where(hi_byte < limit, halves[1], 0)
+            assert np.array_equal(got[y, :, e], want.astype(np.uint64)), (int(th), e)
+    assert 0 < got[list(thresholds).index(128)].mean() < 0xFFFFFFFF

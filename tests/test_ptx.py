@@ -521,6 +521,48 @@ def test_ex2_approx():
     assert out[list(x).index(-140.0)] == 0.0
 
 
+@cuda.jit
+def _words_kernel(a, b, sel, hi, lo, perm):
+    i = cuda.grid(1)
+    if i < a.shape[0]:
+        h, l = ptx.mul_wide_u32(a[i], b[i])
+        hi[i] = h
+        lo[i] = l
+        perm[i] = ptx.prmt(a[i], b[i], sel[i])
+
+
+def _prmt_reference(a, b, sel):
+    """prmt.b32's default mode, byte by byte in Python ints."""
+    pool = int(a) | (int(b) << 32)
+    out = 0
+    for i in range(4):
+        nib = (int(sel) >> (4 * i)) & 0xF
+        byte = (pool >> (8 * (nib & 7))) & 0xFF
+        if nib & 8:
+            byte = 0xFF * (byte >> 7)
+        out |= byte << (8 * i)
+    return out
+
+
+def test_mul_wide_and_prmt():
+    """``mul_wide_u32`` against the exact 64-bit product, ``prmt`` against the PTX
+    ISA's byte selection and sign replication, on random words and the edges."""
+    rng = np.random.default_rng()
+    n = 64
+    a = rng.integers(0, 2**32, n, dtype=np.uint64).astype(np.uint32)
+    b = rng.integers(0, 2**32, n, dtype=np.uint64).astype(np.uint32)
+    a[:4], b[:4] = [0xFFFFFFFF, 0, 0x80808080, 5], [0xFFFFFFFF, 0xFFFFFFFF, 0x7F00FF80, 0x12345678]
+    sel = rng.integers(0, 2**16, n, dtype=np.uint64).astype(np.uint32)
+    sel[:4] = [0x9988, 0xBBAA, 0x3210, 0x7654]
+    hi, lo, perm = (np.zeros(n, np.uint32) for _ in range(3))
+    hi, lo, perm = _run(_words_kernel, 1, n, a, b, sel, hi, lo, perm)[3:]
+    prod = a.astype(object) * b.astype(object)
+    assert [int(x) for x in hi] == [int(p) >> 32 for p in prod]
+    assert [int(x) for x in lo] == [int(p) & 0xFFFFFFFF for p in prod]
+    assert [int(x) for x in perm] == [_prmt_reference(x, y, z) for x, y, z in zip(a, b, sel)]
+    assert int(perm[0]) == 0xFFFFFFFF and int(perm[2]) == int(a[2]) and int(perm[3]) == int(b[3])  # sign; a; b
+
+
 # ---------------------------------------------------------------------------
 # simulator-only behaviour
 # ---------------------------------------------------------------------------

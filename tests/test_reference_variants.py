@@ -329,10 +329,11 @@ def softmax_from_lse(s, visible, lse):
 # The dropout bits
 # ---------------------------------------------------------------------------
 
-def python_philox(ctr, key):
-    """Philox4x32-10 on Python ints: the definition in the docstring, independently."""
+def python_philox(ctr, key, rounds=7):
+    """Philox4x32 on Python ints (the dropout's 7 rounds): the definition in the
+    docstring, independently."""
     c, (k0, k1) = list(ctr), key
-    for _ in range(10):
+    for _ in range(rounds):
         p0, p1 = 0xD2511F53 * c[0], 0xCD9E8D57 * c[2]
         c = [(p1 >> 32) ^ c[1] ^ k0, p1 & 0xFFFFFFFF, (p0 >> 32) ^ c[3] ^ k1, p0 & 0xFFFFFFFF]
         k0, k1 = (k0 + 0x9E3779B9) & 0xFFFFFFFF, (k1 + 0xBB67AE85) & 0xFFFFFFFF

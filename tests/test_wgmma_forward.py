@@ -79,9 +79,12 @@ def test_wgmma_forward_dropout_keeps_the_reference_mask(rng):
     k = rng.standard_normal((B, Nk, H, Nk)).astype(np.float16)
     v = np.ascontiguousarray(np.broadcast_to(np.eye(Nk, dtype=np.float16)[None, :, None, :], (B, Nk, H, Nk)))
     out = numba_flash.flash_attention(device(q), device(k), device(v), softmax_scale=0.0, dropout_p=p, seed=seed)
-    kept = host(out).astype(np.float64).transpose(0, 2, 1, 3) > 0
+    o = host(out).astype(np.float64).transpose(0, 2, 1, 3)
     want = R.dropout_mask(seed, p, B, H, Nq, Nk)
-    assert np.array_equal(kept, want), f"seed {seed}: {np.sum(kept != want)} keep bits differ"
+    assert np.array_equal(o > 0, want), f"seed {seed}: {np.sum((o > 0) != want)} keep bits differ"
+    # the kept values carry 1 / (1 − p) (applied to O in the epilogue), the dropped are exactly 0
+    np.testing.assert_allclose(o[want], 1.0 / ((1 - p) * Nk), rtol=2e-3)
+    assert np.all(o[~want] == 0)
 
 
 def check_varlen_forward(rng, dtype, d, causal, lens_q, lens_k, H=2, H_kv=1, **kw):

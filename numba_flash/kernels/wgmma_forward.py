@@ -88,7 +88,7 @@ from numba_flash import ptx
 from numba_flash._numba_cuda import (SIMULATOR, cuda, device_function, float32, gpu_available, kernel, uint8,
                                      uint32)
 from numba_flash.config import TcTiles, tc_array_layout, tc_out_view
-from numba_flash.kernels import fragments, score, softmax, spec
+from numba_flash.kernels import dropout, fragments, score, softmax, spec
 from numba_flash.kernels.hopper import ATOM, land_and_zero, load_rows, past_rows, rs_chain, ss_chain, wait_phase
 from numba_flash.kernels.block_info import (block_at, grid_coords, key_tiles, linear_coords, query_grid_dims, tile_at,
                                            tile_needs_mask, tile_partial, walk_list, walk_range)
@@ -182,20 +182,22 @@ def wgmma_forward_kernel(t: TcTiles, variant: Variant, dtype: str, persistent: b
     def scores_to_p(acc_s, alpha, m_i, l_i, j, start_n, row0, rows0, si, di, mi, vr):
         """Tile j's scores (keys ``start_n`` …) in ``acc_s`` become P: scaled, masked
         where the tile needs it, the online softmax's step (``alpha`` out, for
-        ``rescale_row`` once acc is free), dropout."""
+        ``rescale_row`` once acc is free)."""
         needs_mask = tile_needs_mask(rows0, 64, start_n, BLOCK_N, mi)
         fragments.scale_and_mask(acc_s, 0, NT_S, 1, row0, start_n, si, needs_mask, tile_partial(j, vr, F), mi, False,
                                  True, F)  # fmt: skip
         for r in range(2):
             alpha[r] = softmax.softmax_row_step(acc_s, 2 * r, 4, NT_S, 2, m_i, l_i, r, 4, SOFTMAX)
-        if F[DROPOUT]:
-            fragments.apply_dropout(acc_s, 0, NT_S, 1, row0, start_n, di)
 
     @device_function
-    def pack_p(p_frag, acc_s):
-        """P's k-slice ps is S's n-tiles 2ps, 2ps + 1 packed to 16-bit pairs (V's keys 16ps …)."""
+    def pack_p(p_frag, acc_s, row0, start_n, di):
+        """P's k-slice ps is S's n-tiles 2ps, 2ps + 1 packed to 16-bit pairs (V's keys 16ps …);
+        with dropout, the dropped values zeroed in the pairs (the epilogue scales O by
+        1 / (1 − p); l_i kept the undropped P)."""
         for ps in range(PSTEPS):
             fragments.pack_a(p_frag, ps * 4, acc_s, ps * 8, BF16)
+        if F[DROPOUT]:
+            fragments.drop_packed(p_frag, PSTEPS, row0, start_n, di)
 
     @device_function
     def take_turn(cw):
@@ -362,8 +364,9 @@ def wgmma_forward_kernel(t: TcTiles, variant: Variant, dtype: str, persistent: b
                 pass_turn(cw)
                 ptx.wgmma_wait_group(0)
                 ptx.mbarrier_arrive(q_full + K_EMPTY + 8 * s)  # this thread is done with K_0
-                scores_to_p(acc_s, alpha, m_i, l_i, n_lo, tile_at(n_lo, vr, F) * BLOCK_N, row0, rows0, si, di, mi, vr)
-                pack_p(p_frag, acc_s)  # acc_o is 0: no rescale
+                start_n = tile_at(n_lo, vr, F) * BLOCK_N
+                scores_to_p(acc_s, alpha, m_i, l_i, n_lo, start_n, row0, rows0, si, di, mi, vr)
+                pack_p(p_frag, acc_s, row0, start_n, di)  # acc_o is 0: no rescale
             for j in range(n_lo + 1, n_hi):
                 g = pos + j - n_lo
                 s, sp = g % STAGES, (g - 1) % STAGES
@@ -376,12 +379,13 @@ def wgmma_forward_kernel(t: TcTiles, variant: Variant, dtype: str, persistent: b
                 pass_turn(cw)
                 ptx.wgmma_wait_group(1)  # S done (groups complete in order); P·V may still run
                 ptx.mbarrier_arrive(q_full + K_EMPTY + 8 * s)  # this thread is done with K_i
-                scores_to_p(acc_s, alpha, m_i, l_i, j, tile_at(j, vr, F) * BLOCK_N, row0, rows0, si, di, mi, vr)
+                start_n = tile_at(j, vr, F) * BLOCK_N
+                scores_to_p(acc_s, alpha, m_i, l_i, j, start_n, row0, rows0, si, di, mi, vr)
                 ptx.wgmma_wait_group(0)  # the previous P·V landed in acc_o and is done with p_frag
                 ptx.mbarrier_arrive(q_full + V_EMPTY + 8 * sp)  # … and with V_{i−1}
                 for r in range(2):
                     softmax.rescale_row(acc_o, 2 * r, 4, NT_O, 2, alpha[r])
-                pack_p(p_frag, acc_s)
+                pack_p(p_frag, acc_s, row0, start_n, di)
             ptx.mbarrier_arrive(q_full + Q_EMPTY)  # every S of the tile is done: the producer may load the next Q
             if n_hi > n_lo:  # the last tile's P·V
                 g = pos + n_hi - n_lo - 1
@@ -398,6 +402,8 @@ def wgmma_forward_kernel(t: TcTiles, variant: Variant, dtype: str, persistent: b
 
             for r in range(2):
                 inv_l, lse_row = softmax.finalize(m_i[r], l_i[r], 4, SOFTMAX)
+                if F[DROPOUT]:  # P·V took the kept P unscaled (pack_p)
+                    inv_l *= dropout.out_scale(di)
                 row = row0 + (lane >> 2) + 8 * r
                 if row < seqlen_q:
                     fragments.store_row_pairs(out32, b, q0 + row, h, acc_o, 2 * r, NT_W, tq, inv_l, BF16, DCOLS,
