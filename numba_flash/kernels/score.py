@@ -10,7 +10,10 @@ Per element, for query ``i`` and key ``j`` of a sequence (``diag = Nk − Nq``):
 In the log2 domain (``LOG2``: the tensor-core kernels, which exponentiate with ``ex2``)
 every term is multiplied by log2(e) once, folded into the constants of
 :func:`score_info`: ``si = (mul, cap, slope, inv_cap)`` with ``x = s · mul`` (plain) or
-``x = cap · tanh(s · mul)`` (softcap), then ``x − slope·|i + diag − j|``.  The row-group
+``x = cap · tanh(s · mul)`` (softcap), then ``x − slope·|i + diag − j|``.  With
+``softmax.CAPPED`` (the wgmma forward's softcap) x stays in tanh units, ``x = tanh(s ·
+mul) − (slope / cap)·|i + diag − j|``, and ``cap`` (times log2 e) is the softmax's
+exponent factor: the FFMA it runs anyway multiplies by it.  The row-group
 kernels hold ``scale · q`` and so start from ``scale · s`` (:func:`prescaled`).
 
 The backward needs ∂x/∂(scale·s): ``1 − tanh²`` with softcap (:func:`softcap_grad`),
@@ -28,7 +31,7 @@ import math
 from numba_flash import ptx
 from numba_flash._numba_cuda import device_function, float32
 from numba_flash.kernels import dropout, flex, mask
-from numba_flash.kernels.softmax import LOG2E
+from numba_flash.kernels.softmax import CAPPED, LOG2E
 from numba_flash.variant import ALIBI, SCORE_MOD, SOFTCAP, SOFTCAP_VALUE
 
 
@@ -42,6 +45,14 @@ def score_info(params, alibi, fx, seq, h, scale, LOG2, F):
     # log2-domain softmax folds log2(e) into its exponent (softmax.FOLD)
     LOG2_HERE = LOG2 and not F[SCORE_MOD]
     log2e = float32(LOG2E) if LOG2_HERE else float32(1.0)
+    if F[SOFTCAP] and LOG2 == CAPPED:  # x = t, less slope / cap; cap = the softmax's fold factor
+        mul = float32(scale / params[SOFTCAP_VALUE])
+        cap = float32(params[SOFTCAP_VALUE]) * float32(LOG2E)
+        inv_cap = float32(1.0 / params[SOFTCAP_VALUE])
+        slope = float32(0.0)
+        if F[ALIBI]:
+            slope = alibi[seq, h] * inv_cap
+        return mul, cap, slope, inv_cap, seq, h, fx
     if F[SOFTCAP]:
         mul = float32(scale / params[SOFTCAP_VALUE])
         cap = float32(params[SOFTCAP_VALUE]) * log2e
@@ -72,8 +83,11 @@ def _tanh(x, LOG2):
 
 @device_function
 def _capped(arg, si, LOG2):
-    """``(cap · t, 1 − t²)`` with ``t = tanh(arg)``: the softcap and its derivative."""
+    """``(cap · t, 1 − t²)`` with ``t = tanh(arg)``: the softcap and its derivative
+    (``(t, ·)`` with CAPPED: the softmax multiplies by the cap in its exponent)."""
     t = _tanh(arg, LOG2)
+    if LOG2 == CAPPED:
+        return t, float32(1.0) - t * t
     return si[1] * t, float32(1.0) - t * t
 
 

@@ -16,7 +16,11 @@ log2(e) into the softmax scale and use ``ex2.approx`` (``lse = m·ln 2 + ln l``)
 exact fp32 kernels use IEEE ``expf`` in the natural domain (False).  ``LOG2 == FOLD``:
 scores in natural units (a user's score_mod takes and returns them) and ``ex2.approx``
 with log2(e) folded into the exponent, ``2^(x·log2e − m·log2e)``, one FFMA as the plain
-kernels' subtraction (FlashAttention-2's form); m_i natural, ``lse = m + ln l``.  A row's values may be
+kernels' subtraction (FlashAttention-2's form); m_i natural, ``lse = m + ln l``.
+``LOG2 == CAPPED``: the same FFMA with a run-time factor ``fold`` (softcap's ``cap·log2e``):
+scores are ``t = tanh(scale·s / cap)`` (less ALiBi over cap), m_i is in those units and
+``lse = m·fold·ln 2 + ln l``; the softcap then costs its ``tanh`` alone, not also a
+multiply an element (``score.score_info``).  A row's values may be
 spread over ``LANES`` consecutive lanes of a warp (a power of two ≤ 32: 4 for an mma
 accumulator's quad, TX for a register-blocked micro-tile, G for a row group); its max
 and sum are finished with butterfly shuffles (:func:`allreduce_max`, :func:`allreduce_sum`).
@@ -44,6 +48,8 @@ LOG2E = 1.4426950408889634
 LN2 = 0.6931471805599453
 FULL_MASK = 0xFFFFFFFF
 FOLD = 2  # the LOG2 value of natural-unit scores exponentiated with ex2 (module docstring)
+CAPPED = 3  # the LOG2 value of softcap's tanh units, exponentiated with a run-time factor (module docstring)
+LOG2E_F32 = float32(LOG2E)
 
 
 @device_function
@@ -75,14 +81,15 @@ def softmax_exp(x, LOG2):
 
 
 @device_function
-def online_rescale(m_old, row_max, LOG2):
+def online_rescale(m_old, row_max, LOG2, fold=LOG2E_F32):
     """``(m_new, m_use, alpha)``: the new running max, the max the tile's P is taken
     against (0 while the row has seen no visible key: no −inf − −inf), and the factor
-    ``exp(m_old − m_use)`` that rescales l_i and acc."""
+    ``exp(m_old − m_use)`` that rescales l_i and acc (``fold``: FOLD's and CAPPED's
+    factor into the log2 domain)."""
     m_new = max(m_old, row_max)
     m_use = m_new if m_new != NEG_INF else float32(0.0)
-    if LOG2 == FOLD:
-        return m_new, m_use, ptx.ex2_approx((m_old - m_use) * float32(LOG2E))
+    if LOG2 == FOLD or LOG2 == CAPPED:
+        return m_new, m_use, ptx.ex2_approx((m_old - m_use) * fold)
     return m_new, m_use, softmax_exp(m_old - m_use, LOG2)
 
 
@@ -101,24 +108,25 @@ def online_softmax_row(s, S0, S_STEP, S_N, S_PAIR, acc, O0, O_STEP, O_N, O_PAIR,
 
 
 @device_function
-def softmax_row_step(s, S0, S_STEP, S_N, S_PAIR, m_i, l_i, r, LANES, LOG2):
+def softmax_row_step(s, S0, S_STEP, S_N, S_PAIR, m_i, l_i, r, LANES, LOG2, fold=LOG2E_F32):
     """``online_softmax_row`` without touching the accumulator: P in place of the
     row's scores, ``m_i[r]`` and ``l_i[r]`` updated, and alpha returned for
     ``rescale_row`` (a kernel whose accumulator is still being written by an
-    asynchronous P·V rescales it after that completes)."""
+    asynchronous P·V rescales it after that completes).  ``fold``: the exponent's
+    factor with FOLD (log2 e) and CAPPED (softcap's cap·log2 e)."""
     mx = NEG_INF
     for n in range(S_N):
         for e in range(S_PAIR):
             mx = max(mx, s[S0 + n * S_STEP + e])
-    m_new, m_use, alpha = online_rescale(m_i[r], allreduce_max(mx, LANES), LOG2)
+    m_new, m_use, alpha = online_rescale(m_i[r], allreduce_max(mx, LANES), LOG2, fold)
     m_i[r] = m_new
-    m_scaled = m_use * float32(LOG2E)  # FOLD's
+    m_scaled = m_use * fold  # FOLD's and CAPPED's
     row_sum = NEG_ZERO  # −0 + x is x: the first add folds away
     for n in range(S_N):
         part = NEG_ZERO  # a pair's sum first: shorter dependency chains
         for e in range(S_PAIR):
-            if LOG2 == FOLD:
-                p = ptx.ex2_approx(s[S0 + n * S_STEP + e] * float32(LOG2E) - m_scaled)
+            if LOG2 == FOLD or LOG2 == CAPPED:  # one FFMA
+                p = ptx.ex2_approx(s[S0 + n * S_STEP + e] * fold - m_scaled)
             else:
                 p = softmax_exp(s[S0 + n * S_STEP + e] - m_use, LOG2)
             s[S0 + n * S_STEP + e] = p
@@ -148,13 +156,15 @@ def start_rows(acc_o, O_REGS, m_i, l_i, ROWS):
 
 
 @device_function
-def finalize(m, l_part, LANES, LOG2):
+def finalize(m, l_part, LANES, LOG2, fold=LOG2E_F32):
     """``(inv_l, lse)`` of a row after its last tile, from its max and this lane's part
     of the row sum: ``O = acc · inv_l``.  A row that saw no visible key (``l == 0``)
     gets ``inv_l = 0`` and ``lse = −inf``; a NaN sum stays NaN in both."""
     l_row = allreduce_sum(l_part, LANES)
     if l_row == float32(0.0):
         return float32(0.0), NEG_INF
+    if LOG2 == CAPPED:  # m in tanh units: natural m·cap = m·fold·ln 2
+        return float32(1.0) / l_row, m * fold * float32(LN2) + math.log(l_row)
     if LOG2 and LOG2 != FOLD:
         return float32(1.0) / l_row, m * float32(LN2) + math.log(l_row)
     return float32(1.0) / l_row, m + math.log(l_row)
@@ -207,8 +217,11 @@ def stage_row_stats(dst, LSE_AT, DELTA_AT, lse, delta, b, h, row0, seqlen_q, tid
         dst[LSE_AT + r], dst[DELTA_AT + r] = row_stats(lse, delta, b, h, row0 + r, seqlen_q, LOG2)
 
 
-def domain(variant):
+def domain(variant, capped=False):
     """The ``LOG2`` of a log2-domain kernel compiled for ``variant`` (host side):
-    ``FOLD`` with a user's score_mod (natural-unit scores), else True."""
+    ``FOLD`` with a user's score_mod (natural-unit scores); ``CAPPED`` with softcap when
+    the kernel passes the factor (``capped``: the wgmma forward); else True."""
     mods = variant.mods
-    return FOLD if mods is not None and mods.score_fn is not None else True
+    if mods is not None and mods.score_fn is not None:
+        return FOLD
+    return CAPPED if capped and variant.softcap else True

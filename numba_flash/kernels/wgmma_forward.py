@@ -159,7 +159,7 @@ def wgmma_forward_kernel(t: TcTiles, variant: Variant, dtype: str, persistent: b
     THREADS, CONSUMER_THREADS = threads(t), 128 * CONSUMERS
     PRODUCER_REGS, CONSUMER_REGS = REGS[CONSUMERS]
     F = variant.flags
-    SOFTMAX = softmax.domain(variant)
+    SOFTMAX = softmax.domain(variant, capped=True)  # softcap: the cap in the exponent's FFMA
     KSTEPS = HEAD_DIM // 16  # k-slices of Q·Kᵀ
     NT_S = BLOCK_N // 8
     NT_O = HEAD_DIM // 8
@@ -185,9 +185,17 @@ def wgmma_forward_kernel(t: TcTiles, variant: Variant, dtype: str, persistent: b
         ``rescale_row`` once acc is free)."""
         needs_mask = tile_needs_mask(rows0, 64, start_n, BLOCK_N, mi)
         fragments.scale_and_mask(acc_s, 0, NT_S, 1, row0, start_n, si, needs_mask, tile_partial(j, vr, F), mi, False,
-                                 True, F)  # fmt: skip
+                                 SOFTMAX, F)  # fmt: skip
         for r in range(2):
-            alpha[r] = softmax.softmax_row_step(acc_s, 2 * r, 4, NT_S, 2, m_i, l_i, r, 4, SOFTMAX)
+            alpha[r] = softmax.softmax_row_step(acc_s, 2 * r, 4, NT_S, 2, m_i, l_i, r, 4, SOFTMAX, fold_of(si))
+
+    @device_function
+    def fold_of(si):
+        """The softmax's exponent factor: softcap's cap·log2 e (``score_info``'s, CAPPED),
+        else log2 e (used by FOLD only)."""
+        if SOFTMAX == softmax.CAPPED:
+            return si[1]
+        return softmax.LOG2E_F32
 
     @device_function
     def pack_p(p_frag, acc_s, row0, start_n, di):
@@ -348,7 +356,7 @@ def wgmma_forward_kernel(t: TcTiles, variant: Variant, dtype: str, persistent: b
                 done += 1
                 continue
             row0 = rows0 + 16 * warp  # the warp's first query row
-            si, di = score.head_info(params, alibi, fx, seq, h, softmax_scale, mi, True, F)
+            si, di = score.head_info(params, alibi, fx, seq, h, softmax_scale, mi, SOFTMAX, F)
             softmax.start_rows(acc_o, O_REGS, m_i, l_i, 2)
             # Tile i's S = Q·K_iᵀ is issued with tile i − 1's acc += P·V, and its softmax runs
             # while that P·V is still on the tensor cores (FlashAttention-3's intra-warpgroup
@@ -401,7 +409,7 @@ def wgmma_forward_kernel(t: TcTiles, variant: Variant, dtype: str, persistent: b
             done += 1
 
             for r in range(2):
-                inv_l, lse_row = softmax.finalize(m_i[r], l_i[r], 4, SOFTMAX)
+                inv_l, lse_row = softmax.finalize(m_i[r], l_i[r], 4, SOFTMAX, fold_of(si))
                 if F[DROPOUT]:  # P·V took the kept P unscaled (pack_p)
                     inv_l *= dropout.out_scale(di)
                 row = row0 + (lane >> 2) + 8 * r
