@@ -181,33 +181,48 @@ def p_and_ds(acc_s, acc_dp, NT, start_m, BLOCK_M, start_n, BLOCK_N, row0, col0, 
     (``block_info.tile_partial``)."""
     needs_mask = tile_needs_mask(start_m, BLOCK_M, start_n, BLOCK_N, mi)
     if F[SOFTCAP] or F[DROPOUT] or F[SCORE_MOD]:
-        lane = cuda.threadIdx.x & 31
-        if KEYS_ARE_ROWS:  # dK/dV: one Philox call per two n-tiles, shared by a lane pair
-            for u in range(NT // 2):  # (NT even: col0 and the query tile are multiples of 16)
-                wa, wb, pa, pb = _pair_words(u, row0, col0, lane, di, F)
-                for e in range(4):
-                    zf = _pair_scale(wa, wb, pa, pb, 0, e, lane, di, F)
-                    _p_and_ds_at(acc_s, acc_dp, 2 * u, e, lane, zf, row0, col0, si, needs_mask, partial, mi, stats,
-                                 LSE_AT, DELTA_AT, start_m, KEYS_ARE_ROWS, F)  # fmt: skip
-                for e in range(4):
-                    zf = _pair_scale(wa, wb, pa, pb, 1, e, lane, di, F)
-                    _p_and_ds_at(acc_s, acc_dp, 2 * u + 1, e, lane, zf, row0, col0, si, needs_mask, partial, mi,
-                                 stats, LSE_AT, DELTA_AT, start_m, KEYS_ARE_ROWS, F)  # fmt: skip
-        else:  # dQ: one Philox call per 32-key stretch and m-tile, as the forward's apply_dropout
-            for a in range((NT + 3) // 4):
-                x0, x1, x2, x3 = _stretch_words(a, row0, col0, lane, di, F)
-                for c in range(4):
-                    nt = 4 * a + c
-                    if nt < NT:
-                        for e in range(4):
-                            zf = float32(1.0)
-                            if F[DROPOUT]:
-                                zf = dropout.scale_of(x0, x1, x2, x3, 8 * (e >> 1) + 2 * c + (e & 1), di)
-                            _p_and_ds_at(acc_s, acc_dp, nt, e, lane, zf, row0, col0, si, needs_mask, partial, mi,
-                                         stats, LSE_AT, DELTA_AT, start_m, KEYS_ARE_ROWS, F)  # fmt: skip
+        # two copies, so that no element tests ``needs_mask`` (as scale_and_mask's index pass):
+        # with the test an element, softcap's backward ran 1.22–1.28× plain on the H200
+        if needs_mask:
+            _p_and_ds_pass(acc_s, acc_dp, NT, start_m, row0, col0, si, mi, stats, LSE_AT, DELTA_AT, KEYS_ARE_ROWS, di,
+                           partial, True, F)  # fmt: skip
+        else:
+            _p_and_ds_pass(acc_s, acc_dp, NT, start_m, row0, col0, si, mi, stats, LSE_AT, DELTA_AT, KEYS_ARE_ROWS, di,
+                           partial, False, F)  # fmt: skip
     else:
         scale_and_mask(acc_s, 0, NT, 1, row0, col0, si, needs_mask, partial, mi, KEYS_ARE_ROWS, True, F)
         softmax_grad_tile(acc_s, acc_dp, NT, stats, LSE_AT, DELTA_AT, mi[0] - start_m, KEYS_ARE_ROWS)
+
+
+@device_function
+def _p_and_ds_pass(acc_s, acc_dp, NT, start_m, row0, col0, si, mi, stats, LSE_AT, DELTA_AT, KEYS_ARE_ROWS, di, partial,
+                   MASK, F):
+    """:func:`p_and_ds`'s per-element pass (softcap, dropout, score_mod), the built-in
+    masks applied when ``MASK`` (a literal)."""
+    lane = cuda.threadIdx.x & 31
+    if KEYS_ARE_ROWS:  # dK/dV: one Philox call per two n-tiles, shared by a lane pair
+        for u in range(NT // 2):  # (NT even: col0 and the query tile are multiples of 16)
+            wa, wb, pa, pb = _pair_words(u, row0, col0, lane, di, F)
+            for e in range(4):
+                zf = _pair_scale(wa, wb, pa, pb, 0, e, lane, di, F)
+                _p_and_ds_at(acc_s, acc_dp, 2 * u, e, lane, zf, row0, col0, si, MASK, partial, mi, stats,
+                             LSE_AT, DELTA_AT, start_m, KEYS_ARE_ROWS, F)  # fmt: skip
+            for e in range(4):
+                zf = _pair_scale(wa, wb, pa, pb, 1, e, lane, di, F)
+                _p_and_ds_at(acc_s, acc_dp, 2 * u + 1, e, lane, zf, row0, col0, si, MASK, partial, mi,
+                             stats, LSE_AT, DELTA_AT, start_m, KEYS_ARE_ROWS, F)  # fmt: skip
+    else:  # dQ: one Philox call per 32-key stretch and m-tile, as the forward's apply_dropout
+        for a in range((NT + 3) // 4):
+            x0, x1, x2, x3 = _stretch_words(a, row0, col0, lane, di, F)
+            for c in range(4):
+                nt = 4 * a + c
+                if nt < NT:
+                    for e in range(4):
+                        zf = float32(1.0)
+                        if F[DROPOUT]:
+                            zf = dropout.scale_of(x0, x1, x2, x3, 8 * (e >> 1) + 2 * c + (e & 1), di)
+                        _p_and_ds_at(acc_s, acc_dp, nt, e, lane, zf, row0, col0, si, MASK, partial, mi,
+                                     stats, LSE_AT, DELTA_AT, start_m, KEYS_ARE_ROWS, F)  # fmt: skip
 
 
 @device_function
@@ -220,12 +235,13 @@ def _p_and_ds_at(acc_s, acc_dp, nt, e, lane, zf, row0, col0, si, needs_mask, par
     if KEYS_ARE_ROWS:
         q_idx, k_idx = col0 + c, row0 + r
     i = nt * 4 + e
-    x, dx = score.softcap_grad(acc_s[i], si, True, F)
+    DOM = score.backward_domain(F)
+    x, dx = score.softcap_grad(acc_s[i], si, DOM, F)
     x, dm = score.index_step(x, q_idx, k_idx, mi[2], needs_mask, partial, si, mi, True, F)
     dx *= dm
     at, keep = _stat_at(nt, e, lane, mi[0] - start_m, KEYS_ARE_ROWS)
-    p, ds = softmax.softmax_grad(x, acc_dp[i] * zf, stats[LSE_AT + at], stats[DELTA_AT + at], keep,
-                                 softmax.FOLD if F[SCORE_MOD] else 1)  # natural units with a score_mod
+    fold = si[1] if DOM == softmax.CAPPED else softmax.LOG2E_F32
+    p, ds = softmax.softmax_grad(x, acc_dp[i] * zf, stats[LSE_AT + at], stats[DELTA_AT + at], keep, DOM, fold)
     acc_s[i], acc_dp[i] = p * zf, ds * dx
 
 
@@ -235,7 +251,7 @@ def _stretch_words(a, row0, col0, lane, di, F):
     the lane's rows g and g + 8 (queries from ``row0``, a multiple of 16), as in
     :func:`apply_dropout`; zeros without dropout."""
     if F[DROPOUT]:
-        return dropout.chunk_values(row0 + (lane >> 2), (col0 // 32 + a) * 4 + (lane & 3), di)
+        return dropout.chunk_values(row0 + (lane >> 2), (((col0 >> 5) + a) << 2) | (lane & 3), di)
     z = uint32(0)
     return z, z, z, z
 
@@ -256,7 +272,7 @@ def _pair_words(u, row0, col0, lane, di, F):
     if not F[DROPOUT]:
         return z, z, z, z
     g = lane >> 2
-    group = (row0 // 32) * 4 + (g >> 1)
+    group = ((row0 >> 5) << 2) | (g >> 1)
     x0, x1, x2, x3 = dropout.chunk_values(col0 + 16 * u + 2 * (lane & 3) + (g & 1), group, di)
     wa, wb = x0, x2
     if (row0 & 16) != 0:

@@ -31,7 +31,7 @@ import math
 from numba_flash import ptx
 from numba_flash._numba_cuda import device_function, float32
 from numba_flash.kernels import dropout, flex, mask
-from numba_flash.kernels.softmax import CAPPED, LOG2E
+from numba_flash.kernels.softmax import CAPPED, FOLD, LOG2E
 from numba_flash.variant import ALIBI, SCORE_MOD, SOFTCAP, SOFTCAP_VALUE
 
 
@@ -65,6 +65,19 @@ def score_info(params, alibi, fx, seq, h, scale, LOG2, F):
     if F[ALIBI]:
         slope = alibi[seq, h] * log2e
     return mul, cap, slope, inv_cap, seq, h, fx
+
+
+@device_function
+def backward_domain(F):
+    """The tensor-core backward's score domain (``softmax``'s LOG2 values): FOLD with a
+    user's score_mod (natural units), CAPPED with softcap (tanh units, the cap in the
+    exponent's FFMA, as the wgmma forward), else 1 (log2 units).  The kernels pass
+    it to :func:`head_info` and ``fragments.p_and_ds`` reads it: the two agree."""
+    if F[SCORE_MOD]:
+        return FOLD
+    if F[SOFTCAP]:
+        return CAPPED
+    return 1
 
 
 @device_function

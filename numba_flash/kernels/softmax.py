@@ -183,14 +183,14 @@ def lse_for_recompute(lse, LOG2):
 
 
 @device_function
-def softmax_grad(s, dp, lse_r, delta, keep, LOG2):
+def softmax_grad(s, dp, lse_r, delta, keep, LOG2, fold=LOG2E_F32):
     """``(p, ds)`` of one element: ``p = exp(s − lse_r)`` recomputed from the scaled,
     masked score ``s`` and the row's ``lse_for_recompute``, ``ds = p·(dp − delta)``;
     exactly (0, 0) where not ``keep``: the padding rows past the end of the queries in
     the dK/dV kernels, whose zero-filled Q and dO make NaN of an infinite K or V (0·inf)
-    and must add nothing to dK and dV."""
-    if LOG2 == FOLD:
-        p = ptx.ex2_approx(s * float32(LOG2E) - lse_r)
+    and must add nothing to dK and dV.  ``fold``: FOLD's and CAPPED's exponent factor."""
+    if LOG2 == FOLD or LOG2 == CAPPED:
+        p = ptx.ex2_approx(s * fold - lse_r)
     else:
         p = softmax_exp(s - lse_r, LOG2)
     ds = p * (dp - delta)

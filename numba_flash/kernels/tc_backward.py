@@ -219,7 +219,7 @@ def tc_bwd_dkdv_kernel(t: TcBwdTiles, variant: Variant, dtype: str, part: str = 
             h = h0 + hq
             vr = walk_list(fx, seq, h, start_n // BLOCK_N, True, F)  # a block mask's list of this head
             p_lo, p_hi = walk_range(m_lo, m_hi, vr, F)
-            si, di = score.head_info(params, alibi, fx, seq, h, softmax_scale, mi, True, F)
+            si, di = score.head_info(params, alibi, fx, seq, h, softmax_scale, mi, score.backward_domain(F), F)
             if hq > 0:
                 cuda.syncthreads()  # every warp is done with the last tile's stage, which the next prefetch reuses
             # the double-buffered walk (pipeline's docstring): i = p_lo - 1 only starts the first tile
@@ -309,7 +309,7 @@ def tc_bwd_dq_kernel(t: TcBwdTiles, variant: Variant, dtype: str):
         if F[VARLEN] and start_m >= seqlen_q:  # the grid covers the longest sequence
             return
         tid, warp, lane, g, tq = pipeline.lane_coords()
-        si, di = score.head_info(params, alibi, fx, seq, h, softmax_scale, mi, True, F)
+        si, di = score.head_info(params, alibi, fx, seq, h, softmax_scale, mi, score.backward_domain(F), F)
 
         # dynamic: Q | dO | K stages | V stages (16-bit, swizzled)
         smem = cuda.shared.array(0, uint16, alignment=_ALIGN)

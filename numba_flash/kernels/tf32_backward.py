@@ -135,7 +135,7 @@ def tf32_bwd_dkdv_kernel(t: Tf32BwdTiles, variant: Variant):
             h = h0 + hq
             vr = walk_list(fx, seq, h, start_n // BLOCK_N, True, F)  # a block mask's list of this head
             p_lo, p_hi = walk_range(m_lo, m_hi, vr, F)
-            si, di = score.head_info(params, alibi, fx, seq, h, softmax_scale, mi, True, F)
+            si, di = score.head_info(params, alibi, fx, seq, h, softmax_scale, mi, score.backward_domain(F), F)
             if hq > 0:
                 cuda.syncthreads()  # every warp is done with the last tile's stage, which the next prefetch reuses
             # the double-buffered walk (pipeline's docstring): i = p_lo - 1 only starts the first tile
@@ -199,7 +199,7 @@ def tf32_bwd_dq_kernel(t: Tf32BwdTiles, variant: Variant):
             return
         tid, warp, lane, g, tq = pipeline.lane_coords()
         sw_g = copy.swizzle(g, 0, SW)
-        si, di = score.head_info(params, alibi, fx, seq, h, softmax_scale, mi, True, F)
+        si, di = score.head_info(params, alibi, fx, seq, h, softmax_scale, mi, score.backward_domain(F), F)
 
         # dynamic: Q | dO | K stages | V stages (byte offsets)
         smem = cuda.shared.array(0, float32, alignment=_ALIGN)

@@ -294,7 +294,7 @@ def wgmma_bwd_kernel(t: WgmmaBwdTiles, variant: Variant, dtype: str):
         for hq in range(group):
             h = h0 + hq
             vr, p_lo, p_hi = head_walk(fx, seq, h, start, lo, hi)
-            si, di = score.head_info(params, alibi, fx, seq, h, softmax_scale, mi, True, F)
+            si, di = score.head_info(params, alibi, fx, seq, h, softmax_scale, mi, score.backward_domain(F), F)
             if not KEYS_ARE_ROWS and start < mi[0]:  # the padded stats hold every row of the block
                 s_row0 = stats_row0(cu_q, seq) if F[VARLEN] else 0
                 for r in range(2):
