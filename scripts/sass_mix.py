@@ -2,6 +2,7 @@
 
     python3 scripts/sass_mix.py assemble DIR   # here, no GPU: PTX (inspection, sm_90a) -> ptxas -> DIR/*.cubin
     python3 scripts/sass_mix.py assemble_backward DIR   # the same for the backward's dK/dV and dQ kernels
+    python3 scripts/sass_mix.py assemble_variants DIR   # d = 128 causal, plain / softcap / dropout, both passes
     python3 scripts/sass_mix.py count DIR      # where cuobjdump is (the GPU machine): the opcode table
 
 ``assemble`` compiles the plan's kernel for fp16 in the configurations the issue's
@@ -22,7 +23,8 @@ import subprocess
 import sys
 
 OPS = ["HGMMA", "UTMALDG", "SYNCS", "LDL", "STL", "LDG", "STG", "LDS", "STS", "MUFU", "FFMA", "FMUL", "FADD",
-       "FMNMX", "F2FP", "SHFL", "BAR", "WARPGROUP", "BRA"]  # fmt: skip
+       "FMNMX", "F2FP", "SHFL", "BAR", "WARPGROUP", "BRA", "FSEL", "LOP3", "IMAD", "IADD3", "PRMT", "ISETP",
+       "SHF"]  # fmt: skip
 
 
 #: (d, causal, query rows, persistent): what (4, 16, 4096, 128), (1, 16, 16384, 128),
@@ -63,6 +65,24 @@ def assemble_backward(out):
             _ptxas(name, r.ptx)
 
 
+#: The variants whose per-element cost issue #11 bounds (softcap ≤ 1.10×, dropout ≤ 1.15× plain).
+VARIANT_CASES = {"plain": {}, "softcap": {"softcap": True}, "dropout": {"dropout": True}}
+
+
+def assemble_variants(out):
+    """``assemble`` for d = 128 causal, forward and backward, plain and each variant."""
+    os.environ["NUMBA_FLASH_WGMMA"] = "1"
+    os.environ["NUMBA_FLASH_WGMMA_PERSISTENT"] = "3"
+    from numba_flash.inspection import inspect_kernels
+
+    os.makedirs(out, exist_ok=True)
+    for label, variants in VARIANT_CASES.items():
+        for pass_ in ("forward", "backward"):
+            for r in inspect_kernels(pass_, "float16", 128, True, arch="sm_90a", variants=variants, seqlen_q=4096):
+                if r.name.startswith("wgmma"):
+                    _ptxas(f"{out}/{r.name}_{label}", r.ptx)
+
+
 def _ptxas(name, ptx):
     """Assemble ``ptx`` whole (``.version`` 9.0, as the driver gets it) to ``name``.cubin; report registers and spills."""
     with open(name + ".ptx", "w") as f:
@@ -96,4 +116,5 @@ def count(out):
 
 
 if __name__ == "__main__":
-    {"assemble": assemble, "assemble_backward": assemble_backward, "count": count}[sys.argv[1]](sys.argv[2])
+    {"assemble": assemble, "assemble_backward": assemble_backward, "assemble_variants": assemble_variants,
+     "count": count}[sys.argv[1]](sys.argv[2])  # fmt: skip
