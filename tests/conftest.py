@@ -134,6 +134,18 @@ def make_qkv(rng, B, H, Nq, Nk, d, layout, dtype=np.float32):
     return one(Nq), one(Nk), one(Nk)
 
 
+def lse_error(lse, ref_lse):
+    """lse's largest error over ``max(max |ref|, 1)``: an lse carries its scores'
+    rounding, whose scale is that of the scores (about 1 in these tests), not its own.
+    One key whose score nearly cancels (lse 4e-4 at q1k1) gave a relative error of
+    1.6e-5 from an absolute one of 6.6e-9 (a float32 dot product of 16 terms)."""
+    from numba_flash import reference
+
+    ref = np.abs(np.asarray(ref_lse, dtype=np.float64))
+    ref = ref[np.isfinite(ref)]
+    return reference.max_abs_error(lse, ref_lse) / max(float(ref.max()) if ref.size else 0.0, 1.0)
+
+
 def grad_errors(grads, ref_grads):
     """Relative errors of (dq, dk, dv), each normalised by max(max |ref|, 1e-3 · the
     largest reference gradient of the problem).  The floor matters when a gradient is
