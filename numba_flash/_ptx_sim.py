@@ -631,14 +631,6 @@ def mul_wide_u32(a, b):
     return np.uint32(p >> 32), np.uint32(p & _FULL)  # uint32, as the GPU types them
 
 
-def float_as_uint(x):
-    return np.float32(x).view(np.uint32)
-
-
-def uint_as_float(u):
-    return np.uint32(_u32(u)).view(np.float32)
-
-
 def prmt(a, b, selector):
     pool = _u32(a) | (_u32(b) << 32)
     sel, out = _u32(selector), 0

@@ -112,8 +112,6 @@ __all__ = [
     "tanh_approx",
     "mul_wide_u32",
     "prmt",
-    "float_as_uint",
-    "uint_as_float",
     "ld_shared_v4_f32",
     "st_shared_v4_f32",
 ]
@@ -768,33 +766,6 @@ def mul_wide_u32(typingctx, a, b):
         return context.make_tuple(builder, sig.return_type, outs)
 
     return types.UniTuple(types.uint32, 2)(a, b), codegen
-
-
-@intrinsic
-def float_as_uint(typingctx, x):
-    """``float_as_uint(x: float32) -> uint32``: the bits of ``x`` (``mov.b32``; an LLVM
-    bitcast, no instruction once the registers are shared): with :func:`uint_as_float`,
-    the integer steps of ``softmax.exp2_fma``."""
-    _require_numbers("float_as_uint", x=x)
-
-    def codegen(context, builder, sig, args):
-        (v,) = _casted(context, builder, sig, args, ["f32"])
-        return builder.bitcast(v, _I32)
-
-    return types.uint32(x), codegen
-
-
-@intrinsic
-def uint_as_float(typingctx, u):
-    """``uint_as_float(u: uint32) -> float32``: the float32 whose bits are ``u``
-    (``mov.b32``, an LLVM bitcast)."""
-    _require_ints("uint_as_float", u=u)
-
-    def codegen(context, builder, sig, args):
-        (v,) = _casted(context, builder, sig, args, ["u32"])
-        return builder.bitcast(v, _F32)
-
-    return types.float32(u), codegen
 
 
 @intrinsic

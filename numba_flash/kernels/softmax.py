@@ -39,7 +39,7 @@ from __future__ import annotations
 import math
 
 from numba_flash import ptx
-from numba_flash._numba_cuda import cuda, device_function, float32, uint32
+from numba_flash._numba_cuda import cuda, device_function, float32
 from numba_flash.kernels.mask import NEG_INF
 
 POS_INF = float32(math.inf)
@@ -78,32 +78,6 @@ def softmax_exp(x, LOG2):
     if LOG2:
         return ptx.ex2_approx(x)
     return math.exp(x)
-
-
-#: exp2_fma's polynomial: 2^f on [−1/2, 1/2] to 7.5e-5 relative (a relative least-squares
-#: fit, reweighted towards minimax), under fp16's half ulp (2.4e-4) that P is rounded to
-EXP2_C0, EXP2_C1, EXP2_C2, EXP2_C3 = (float32(0.9999282956123352), float32(0.6932611465454102),
-                                      float32(0.242607980966568), float32(0.055169347673654556))  # fmt: skip
-ROUND_MAGIC = float32(12582912.0)  # 1.5 · 2^23: x + it rounds x to an integer, kept in the low mantissa bits
-UNDERFLOW = float32(-126.0)
-
-
-@device_function
-def exp2_fma(x):
-    """``2**x`` without the SFU, for x ≤ 0 (the softmax's exponents): ``j = round(x)``
-    by adding and subtracting 1.5·2^23 (two FADD), ``2^(x − j)`` by a cubic (three FFMA),
-    and j added into the exponent field (the integer pipe); 0 below 2^−126, as
-    ``ex2.approx.ftz``, so a row of −inf (masked) scores still sums to exactly 0.  NaN
-    stays NaN.  FlashAttention-4's way to take exponentials off the SFU: with softcap
-    every score costs the SFU a tanh and an ex2, and the SFU, not the tensor cores,
-    set the pace (``softmax_row_step`` sends some columns here under CAPPED)."""
-    t = x + ROUND_MAGIC
-    f = x - (t - ROUND_MAGIC)
-    p = ((EXP2_C3 * f + EXP2_C2) * f + EXP2_C1) * f + EXP2_C0
-    bits = uint32(ptx.float_as_uint(p) + uint32(ptx.float_as_uint(t) << uint32(23)))
-    if x < UNDERFLOW:
-        return float32(0.0)
-    return ptx.uint_as_float(bits)
 
 
 @device_function
@@ -151,9 +125,7 @@ def softmax_row_step(s, S0, S_STEP, S_N, S_PAIR, m_i, l_i, r, LANES, LOG2, fold=
     for n in range(S_N):
         part = NEG_ZERO  # a pair's sum first: shorter dependency chains
         for e in range(S_PAIR):
-            if LOG2 == CAPPED and (n % 8 == 1 or n % 8 == 4 or n % 8 == 6):  # 3 n-tiles of 8 off the SFU
-                p = exp2_fma(s[S0 + n * S_STEP + e] * fold - m_scaled)
-            elif LOG2 == FOLD or LOG2 == CAPPED:  # one FFMA
+            if LOG2 == FOLD or LOG2 == CAPPED:  # one FFMA
                 p = ptx.ex2_approx(s[S0 + n * S_STEP + e] * fold - m_scaled)
             else:
                 p = softmax_exp(s[S0 + n * S_STEP + e] - m_use, LOG2)
