@@ -63,7 +63,7 @@ from numba_flash.reference import keep_threshold, seed_key
 from numba_flash.variant import KEEP_SCALE, KEEP_THRESHOLD, SEED_K0, SEED_K1
 
 __all__ = ["ROUNDS", "philox4x32", "group_slot", "pair_half", "keep_values", "keep_value", "keep", "dropout_info",
-           "kept_scale", "chunk_values", "byte_scale", "scale_of", "keep_msbs", "slice_masks", "drop_slice", "out_scale", "seed_key",
+           "kept_scale", "chunk_values", "byte_scale", "scale_of", "keep_msbs", "drop_slice", "out_scale", "seed_key",
            "keep_threshold"]
 
 M0 = uint64(0xD2511F53)  # Philox round multipliers
@@ -214,18 +214,6 @@ def keep_msbs(w, di):
     nw = uint32(w ^ MASK32)
     d = uint32(uint32(t4 | HIGH1) - uint32(w & LOW7))
     return uint32((t4 & nw) | (t4 & d) | (nw & d))
-
-
-@device_function
-def slice_masks(z, F0, wa, wb, di):
-    """The masks :func:`drop_slice` ANDs into one k-slice of packed P, into
-    ``z[F0:F0+4]`` (a kernel may draw them before P exists, while a product runs)."""
-    ka = keep_msbs(wa, di)
-    kb = keep_msbs(wb, di)
-    z[F0] = ptx.prmt(ka, 0, 0x9988)
-    z[F0 + 1] = ptx.prmt(kb, 0, 0x9988)
-    z[F0 + 2] = ptx.prmt(ka, 0, 0xBBAA)
-    z[F0 + 3] = ptx.prmt(kb, 0, 0xBBAA)
 
 
 @device_function

@@ -139,27 +139,6 @@ def drop_packed(frag, PSTEPS, row0, col0, di):
 
 
 @device_function
-def drop_masks(z, PSTEPS, row0, col0, di):
-    """:func:`drop_packed`'s masks alone, into ``z`` (PSTEPS·4 words, :func:`pack_a`'s
-    layout), for :func:`apply_masks` once P is packed: they depend on the indices
-    only, so the wgmma forward draws them while its products run."""
-    lane = cuda.threadIdx.x & 31
-    i = row0 + (lane >> 2)
-    for a in range((PSTEPS + 1) // 2):
-        x0, x1, x2, x3 = dropout.chunk_values(i, (((col0 >> 5) + a) << 2) | (lane & 3), di)
-        dropout.slice_masks(z, 8 * a, x0, x2, di)
-        if 2 * a + 1 < PSTEPS:
-            dropout.slice_masks(z, 8 * a + 4, x1, x3, di)
-
-
-@device_function
-def apply_masks(frag, z, WORDS):
-    """``frag &= z`` on ``WORDS`` packed words (:func:`drop_masks`)."""
-    for w in range(WORDS):
-        frag[w] = uint32(frag[w] & z[w])
-
-
-@device_function
 def softmax_grad_tile(acc_s, acc_dp, NT, stats, LSE_AT, DELTA_AT, q_end, KEYS_ARE_ROWS):
     """P and dS in place of S (scaled and masked, ``scale_and_mask``) and dP, over NT
     n-tiles (``softmax.softmax_grad``, log2 domain).  An element's query has its lse

@@ -165,10 +165,6 @@ def wgmma_forward_kernel(t: TcTiles, variant: Variant, dtype: str, persistent: b
     NT_O = HEAD_DIM // 8
     PSTEPS = BLOCK_N // 16  # k-slices of P·V
     S_REGS, O_REGS, P_REGS = NT_S * 4, NT_O * 4, PSTEPS * 4  # registers a thread (literals for local.array)
-    Z_REGS = P_REGS if F[DROPOUT] else 1  # dropout's masks of P's words
-    # dropout's masks drawn while the products run (two consumers, 240 registers each); with three
-    # (d = 64, 160 each) the 32 mask words spill (ptxas: 72 bytes), so there they are drawn at packing
-    EARLY_MASKS = CONSUMERS == 2
     DCOLS, NT_W, _, HALVES = tc_array_layout(t)
     ATOMS = HEAD_DIM // ATOM
     Q_ATOM, KV_ATOM = BLOCK_M * 128, BLOCK_N * 128  # bytes of a 64-column atom of a tile
@@ -202,24 +198,14 @@ def wgmma_forward_kernel(t: TcTiles, variant: Variant, dtype: str, persistent: b
         return softmax.LOG2E_F32
 
     @device_function
-    def pack_p(p_frag, acc_s, z_frag, row0, start_n, di):
+    def pack_p(p_frag, acc_s, row0, start_n, di):
         """P's k-slice ps is S's n-tiles 2ps, 2ps + 1 packed to 16-bit pairs (V's keys 16ps …);
-        with dropout, the dropped values zeroed in the pairs by the masks ``z_frag``
-        (``draw_masks``; the epilogue scales O by 1 / (1 − p); l_i kept the undropped P)."""
+        with dropout, the dropped values zeroed in the pairs (the epilogue scales O by
+        1 / (1 − p); l_i kept the undropped P)."""
         for ps in range(PSTEPS):
             fragments.pack_a(p_frag, ps * 4, acc_s, ps * 8, BF16)
         if F[DROPOUT]:
-            if not EARLY_MASKS:
-                fragments.drop_masks(z_frag, PSTEPS, row0, start_n, di)
-            fragments.apply_masks(p_frag, z_frag, P_REGS)
-
-    @device_function
-    def draw_masks(z_frag, row0, start_n, di):
-        """Dropout: tile ``start_n``'s keep masks (``fragments.drop_masks``), drawn while the
-        tile's S (and the previous P·V) run on the tensor cores: the Philox work then
-        leaves the softmax's critical path (``EARLY_MASKS``; else :func:`pack_p` draws them)."""
-        if F[DROPOUT] and EARLY_MASKS:
-            fragments.drop_masks(z_frag, PSTEPS, row0, start_n, di)
+            fragments.drop_packed(p_frag, PSTEPS, row0, start_n, di)
 
     @device_function
     def take_turn(cw):
@@ -335,7 +321,6 @@ def wgmma_forward_kernel(t: TcTiles, variant: Variant, dtype: str, persistent: b
         acc_s = cuda.local.array(S_REGS, float32)
         acc_o = cuda.local.array(O_REGS, float32)
         p_frag = cuda.local.array(P_REGS, uint32)  # one A fragment a k-slice: wgmma reads them late
-        z_frag = cuda.local.array(Z_REGS, uint32)  # dropout's keep masks of P's words
         m_i = cuda.local.array(2, float32)  # rows g, g + 8 of the warp's m-tile
         l_i = cuda.local.array(2, float32)
         alpha = cuda.local.array(2, float32)
@@ -385,12 +370,11 @@ def wgmma_forward_kernel(t: TcTiles, variant: Variant, dtype: str, persistent: b
                 ptx.wgmma_fence()  # acc_s was written by ordinary instructions
                 issue_scores(acc_s, q_wg, k_base + s * KV_BYTES)
                 pass_turn(cw)
-                start_n = tile_at(n_lo, vr, F) * BLOCK_N
-                draw_masks(z_frag, row0, start_n, di)
                 ptx.wgmma_wait_group(0)
                 ptx.mbarrier_arrive(q_full + K_EMPTY + 8 * s)  # this thread is done with K_0
+                start_n = tile_at(n_lo, vr, F) * BLOCK_N
                 scores_to_p(acc_s, alpha, m_i, l_i, n_lo, start_n, row0, rows0, si, di, mi, vr)
-                pack_p(p_frag, acc_s, z_frag, row0, start_n, di)  # acc_o is 0: no rescale
+                pack_p(p_frag, acc_s, row0, start_n, di)  # acc_o is 0: no rescale
             for j in range(n_lo + 1, n_hi):
                 g = pos + j - n_lo
                 s, sp = g % STAGES, (g - 1) % STAGES
@@ -401,16 +385,15 @@ def wgmma_forward_kernel(t: TcTiles, variant: Variant, dtype: str, persistent: b
                 issue_scores(acc_s, q_wg, k_base + s * KV_BYTES)
                 issue_pv(acc_o, p_frag, v_base + sp * KV_BYTES)  # the previous tile's, behind this S
                 pass_turn(cw)
-                start_n = tile_at(j, vr, F) * BLOCK_N
-                draw_masks(z_frag, row0, start_n, di)
                 ptx.wgmma_wait_group(1)  # S done (groups complete in order); P·V may still run
                 ptx.mbarrier_arrive(q_full + K_EMPTY + 8 * s)  # this thread is done with K_i
+                start_n = tile_at(j, vr, F) * BLOCK_N
                 scores_to_p(acc_s, alpha, m_i, l_i, j, start_n, row0, rows0, si, di, mi, vr)
                 ptx.wgmma_wait_group(0)  # the previous P·V landed in acc_o and is done with p_frag
                 ptx.mbarrier_arrive(q_full + V_EMPTY + 8 * sp)  # … and with V_{i−1}
                 for r in range(2):
                     softmax.rescale_row(acc_o, 2 * r, 4, NT_O, 2, alpha[r])
-                pack_p(p_frag, acc_s, z_frag, row0, start_n, di)
+                pack_p(p_frag, acc_s, row0, start_n, di)
             ptx.mbarrier_arrive(q_full + Q_EMPTY)  # every S of the tile is done: the producer may load the next Q
             if n_hi > n_lo:  # the last tile's P·V
                 g = pos + n_hi - n_lo - 1
