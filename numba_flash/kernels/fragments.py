@@ -240,8 +240,8 @@ def _p_and_ds_at(acc_s, acc_dp, nt, e, lane, zf, row0, col0, si, needs_mask, par
     x, dm = score.index_step(x, q_idx, k_idx, mi[2], needs_mask, partial, si, mi, True, F)
     dx *= dm
     at, keep = _stat_at(nt, e, lane, mi[0] - start_m, KEYS_ARE_ROWS)
-    fold = si[1] if DOM == softmax.CAPPED else softmax.LOG2E_F32
-    p, ds = softmax.softmax_grad(x, acc_dp[i] * zf, stats[LSE_AT + at], stats[DELTA_AT + at], keep, DOM, fold)
+    p, ds = softmax.softmax_grad(x, acc_dp[i] * zf, stats[LSE_AT + at], stats[DELTA_AT + at], keep, DOM,
+                                 score.exponent_factor(si, DOM))  # fmt: skip
     acc_s[i], acc_dp[i] = p * zf, ds * dx
 
 

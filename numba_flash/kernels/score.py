@@ -31,7 +31,7 @@ import math
 from numba_flash import ptx
 from numba_flash._numba_cuda import device_function, float32
 from numba_flash.kernels import dropout, flex, mask
-from numba_flash.kernels.softmax import CAPPED, FOLD, LOG2E
+from numba_flash.kernels.softmax import CAPPED, FOLD, LOG2E, LOG2E_F32
 from numba_flash.variant import ALIBI, SCORE_MOD, SOFTCAP, SOFTCAP_VALUE
 
 
@@ -78,6 +78,16 @@ def backward_domain(F):
     if F[SOFTCAP]:
         return CAPPED
     return 1
+
+
+@device_function
+def exponent_factor(si, LOG2):
+    """The softmax's exponent factor (``softmax``'s ``fold``) for the score constants
+    ``si``: the cap times log2(e) with CAPPED (:func:`score_info` keeps it in ``si[1]``),
+    else log2(e) (FOLD's; unused in the other domains)."""
+    if LOG2 == CAPPED:
+        return si[1]
+    return LOG2E_F32
 
 
 @device_function

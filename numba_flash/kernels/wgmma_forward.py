@@ -187,15 +187,8 @@ def wgmma_forward_kernel(t: TcTiles, variant: Variant, dtype: str, persistent: b
         fragments.scale_and_mask(acc_s, 0, NT_S, 1, row0, start_n, si, needs_mask, tile_partial(j, vr, F), mi, False,
                                  SOFTMAX, F)  # fmt: skip
         for r in range(2):
-            alpha[r] = softmax.softmax_row_step(acc_s, 2 * r, 4, NT_S, 2, m_i, l_i, r, 4, SOFTMAX, fold_of(si))
-
-    @device_function
-    def fold_of(si):
-        """The softmax's exponent factor: softcap's cap·log2 e (``score_info``'s, CAPPED),
-        else log2 e (used by FOLD only)."""
-        if SOFTMAX == softmax.CAPPED:
-            return si[1]
-        return softmax.LOG2E_F32
+            alpha[r] = softmax.softmax_row_step(acc_s, 2 * r, 4, NT_S, 2, m_i, l_i, r, 4, SOFTMAX,
+                                                score.exponent_factor(si, SOFTMAX))  # fmt: skip
 
     @device_function
     def pack_p(p_frag, acc_s, row0, start_n, di):
@@ -409,7 +402,7 @@ def wgmma_forward_kernel(t: TcTiles, variant: Variant, dtype: str, persistent: b
             done += 1
 
             for r in range(2):
-                inv_l, lse_row = softmax.finalize(m_i[r], l_i[r], 4, SOFTMAX, fold_of(si))
+                inv_l, lse_row = softmax.finalize(m_i[r], l_i[r], 4, SOFTMAX, score.exponent_factor(si, SOFTMAX))
                 if F[DROPOUT]:  # P·V took the kept P unscaled (pack_p)
                     inv_l *= dropout.out_scale(di)
                 row = row0 + (lane >> 2) + 8 * r
