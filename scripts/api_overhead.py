@@ -11,7 +11,6 @@ kernel's GPU time, back-to-back calls are host-bound and a benchmark measures th
 """
 
 import sys
-import time
 
 import cupy as cp
 import numpy as np
@@ -23,6 +22,7 @@ from numba_flash import config
 from numba_flash import _launch
 from numba_flash._launch import launch
 from numba_flash.kernels import tc_forward
+from bench_table import host_ms  # scripts/ is on sys.path
 
 B, H, N, d, causal = (int(x) for x in (sys.argv[1:6] if len(sys.argv) > 5 else (16, 32, 1024, 64, 1)))
 causal = bool(causal)
@@ -31,14 +31,7 @@ REPS = 200
 
 
 def host_us(fn, reps=REPS):
-    fn()
-    cp.cuda.runtime.deviceSynchronize()
-    t = time.perf_counter()
-    for _ in range(reps):
-        fn()
-    host = (time.perf_counter() - t) / reps * 1e6
-    cp.cuda.runtime.deviceSynchronize()
-    return host
+    return host_ms(fn, reps) * 1e3
 
 
 def gpu_us(fn, reps=REPS):

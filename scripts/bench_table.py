@@ -38,6 +38,22 @@ def median_ms(fn, warmup=3, rep=15, calls=1):
     return float(queued_ms(fn, calls=calls, rep=rep, warmup=warmup))
 
 
+def host_ms(fn, n=20):
+    """Milliseconds of host time a call, over ``n`` calls issued without synchronising
+    (the GPU synchronised before and after, one warm-up call first): what the API
+    costs the CPU, whether or not the GPU keeps up."""
+    import time
+
+    fn()
+    cp.cuda.runtime.deviceSynchronize()
+    t = time.perf_counter()
+    for _ in range(n):
+        fn()
+    host = (time.perf_counter() - t) / n * 1e3
+    cp.cuda.runtime.deviceSynchronize()
+    return host
+
+
 def compare(before_path, after_path):
     """Per case: TFLOP/s before and after, after ÷ before, and FA2's (same run as after).
     Comma-separated lists of runs (alternated on one machine) give each case's median."""

@@ -13,7 +13,6 @@ faster than the host can issue calls (queued calls then measure the host).
 import json
 import os
 import sys
-import time
 
 import cupy as cp
 import numpy as np
@@ -21,7 +20,7 @@ import numpy as np
 import numba_flash
 from numba_flash import api
 from numba_flash.bench.cases import visible_pairs
-from bench_table import median_ms
+from bench_table import host_ms, median_ms
 
 rng = np.random.default_rng(20261201)
 
@@ -52,17 +51,6 @@ def replay_ms(launches):
         for kernel, grid, threads, smem, args in launches:
             api.launch(kernel, grid, threads, smem, *args)
     return median_ms(again, calls=10, rep=9)
-
-
-def host_ms(fn, n=20):
-    fn()
-    cp.cuda.runtime.deviceSynchronize()
-    t = time.perf_counter()
-    for _ in range(n):
-        fn()
-    host = (time.perf_counter() - t) / n * 1e3
-    cp.cuda.runtime.deviceSynchronize()
-    return host
 
 
 def case(rows, name, fn, flops, env=None):
