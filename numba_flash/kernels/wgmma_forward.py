@@ -73,8 +73,8 @@ varlen: the virtual grid is (tiles of the longest sequence, heads, sequences), f
 ``cu_seqlens_q`` (``block_info.query_grid_dims``); tiles past their sequence are
 skipped by every role.
 
-Not yet (issue #13): the consumers' softmax explicitly ping-ponged (named barriers);
-head dims other than 64 and 128; a KV cache's pages and splits, FlexAttention mods
+Not yet (issue #13): a ping-pong of the consumers that pays (``pingpong``: measured
+slower, off); head dims other than 64 and 128; a KV cache's pages and splits, FlexAttention mods
 (the plan sends those to the mma.sync forward); O written through shared memory by TMA.
 """
 
@@ -431,8 +431,9 @@ def pingpong(t: TcTiles) -> bool:
     consumer's softmax then runs under the other's products instead of beside its own
     in lockstep.  A consumer whose rows lie past the sequence takes its turns without
     issuing.  Two consumers only: with three (d = 64, 160 registers each) the turns'
-    state spills (ptxas: 40 bytes).  ``NUMBA_FLASH_WGMMA_PINGPONG=1`` on (off by default
-    until measured)."""
+    state spills (ptxas: 40 bytes).  Off by default: on the H200 it measured 2–3%
+    slower at d = 128 (docs/benchmarks/2026-12-03-s14); ``NUMBA_FLASH_WGMMA_PINGPONG=1``
+    turns it on."""
     return os.environ.get("NUMBA_FLASH_WGMMA_PINGPONG", "0") == "1" and t.block_m == 128
 
 
