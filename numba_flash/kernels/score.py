@@ -45,14 +45,6 @@ def score_info(params, alibi, fx, seq, h, scale, LOG2, F):
     # log2-domain softmax folds log2(e) into its exponent (softmax.FOLD)
     LOG2_HERE = LOG2 and not F[SCORE_MOD]
     log2e = float32(LOG2E) if LOG2_HERE else float32(1.0)
-    if F[SOFTCAP] and LOG2 == CAPPED:  # x = t, less slope / cap; cap = the softmax's fold factor
-        mul = float32(scale / params[SOFTCAP_VALUE])
-        cap = float32(params[SOFTCAP_VALUE]) * float32(LOG2E)
-        inv_cap = float32(1.0 / params[SOFTCAP_VALUE])
-        slope = float32(0.0)
-        if F[ALIBI]:
-            slope = alibi[seq, h] * inv_cap
-        return mul, cap, slope, inv_cap, seq, h, fx
     if F[SOFTCAP]:
         mul = float32(scale / params[SOFTCAP_VALUE])
         cap = float32(params[SOFTCAP_VALUE]) * log2e
@@ -62,8 +54,8 @@ def score_info(params, alibi, fx, seq, h, scale, LOG2, F):
         cap = float32(1.0)
         inv_cap = float32(1.0)
     slope = float32(0.0)
-    if F[ALIBI]:
-        slope = alibi[seq, h] * log2e
+    if F[ALIBI]:  # CAPPED: in tanh units, slope / cap (the cap·log2 e is the softmax's exponent factor)
+        slope = alibi[seq, h] * (inv_cap if LOG2 == CAPPED else log2e)
     return mul, cap, slope, inv_cap, seq, h, fx
 
 
