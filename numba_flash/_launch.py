@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import os
 import struct
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -117,11 +118,18 @@ def _flatten(args, vals: list) -> None:
     for a in args:
         if _is_array(a):
             # meminfo, parent, nitems, itemsize, data, shape..., strides... (numba's order)
-            vals += (0, 0, a.size, a.itemsize, a.data.ptr, *a.shape, *a.strides)
+            vals += (0, 0, a.size, a.itemsize, _data_ptr(a), *a.shape, *a.strides)
         elif isinstance(a, tuple):
             _flatten(a, vals)
         else:
             vals.append(_scalar_slot(a))
+
+
+def _data_ptr(a) -> int:
+    """A device array's address (CuPy's ``data.ptr``; a NumPy array's own under the
+    simulator, where the packed parameters are only checked, never launched)."""
+    data = a.data
+    return data.ptr if hasattr(data, "ptr") else a.__array_interface__["data"][0]
 
 
 def _scalar_slot(x) -> int:
@@ -165,3 +173,76 @@ def launch(kernel, grid, threads, shared_bytes: int, *args) -> None:
     driver.launchKernel(
         handle, gx, gy, gz, threads, 1, 1, shared_bytes, _stream_ptr(), params.__array_interface__["data"][0], 0
     )
+
+
+# --- replay: a launch recorded once, its parameters patched per call ----------------------
+# (``numba_flash._replay`` records the API's calls; this is the launch-level half.)
+
+#: Where an array's address sits among its 2·ndim + 5 slots (meminfo, parent, nitems, itemsize, data, …).
+_DATA_SLOT = 4
+
+
+@dataclass(frozen=True)
+class Replay:
+    """One launch of a recorded call: the function handle, grid, threads, shared memory
+    and the call's parameters packed (``base``), with the slots that change from call to
+    call named by the role of the argument that fills them: ``pointers`` (slot, role) for
+    an array argument's address (the shape and strides, pinned by the call's signature,
+    stay), ``values`` (slot, width, role) for a tuple or scalar argument (``params``, the
+    scale).  ``roles[i]`` named argument i; ``handle`` is 0 in the simulator, which
+    launches through numba (:func:`patched` is still checked there)."""
+
+    kernel: object
+    grid: tuple
+    threads: int
+    shared_bytes: int
+    handle: int
+    offsets: np.ndarray
+    base: np.ndarray
+    pointers: tuple
+    values: tuple
+
+
+def recorded(kernel, grid, threads, shared_bytes: int, args, roles) -> Replay:
+    """The :class:`Replay` of ``launch(kernel, grid, threads, shared_bytes, *args)`` just
+    made, argument i coming from role ``roles[i]``."""
+    count = sum(_slots(a) for a in args)
+    handle = 0
+    if not SIMULATOR:
+        handle = _prepared[(id(kernel), shared_bytes, tuple(_arg_key(a) for a in args))][0]
+    pointers, values, slot = [], [], 0
+    for a, role in zip(args, roles):
+        width = _slots(a)
+        if _is_array(a):
+            pointers.append((slot + _DATA_SLOT, role))
+        else:
+            values.append((slot, width, role))
+        slot += width
+    grid = grid if isinstance(grid, tuple) else (grid, 1, 1)
+    return Replay(kernel, grid, threads, shared_bytes, handle, np.arange(count, dtype=np.uint64) * 8,
+                  _pack(args, count), tuple(pointers), tuple(values))  # fmt: skip
+
+
+def patched(rep: Replay, buffers: dict) -> np.ndarray:
+    """``rep``'s parameters for a call whose arguments come from ``buffers`` (role →
+    array, tuple or scalar, as the recorded call's): the addresses and values of this
+    call in the recorded call's packing."""
+    buf = rep.base.copy()
+    for slot, role in rep.pointers:
+        buf[slot] = _data_ptr(buffers[role])
+    for slot, width, role in rep.values:
+        vals = []
+        _flatten((buffers[role],), vals)
+        buf[slot : slot + width] = vals
+    return buf
+
+
+def replay(rep: Replay, buffers: dict) -> None:
+    """Launch ``rep`` on CuPy's current stream with this call's ``buffers`` (on a GPU)."""
+    from cupy.cuda import driver
+
+    buf = patched(rep, buffers)
+    params = rep.offsets + np.uint64(buf.__array_interface__["data"][0])
+    gx, gy, gz = rep.grid
+    driver.launchKernel(rep.handle, gx, gy, gz, rep.threads, 1, 1, rep.shared_bytes, _stream_ptr(),
+                        params.__array_interface__["data"][0], 0)  # fmt: skip
