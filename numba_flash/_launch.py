@@ -189,7 +189,8 @@ class Replay:
     call named by the role of the argument that fills them: ``pointers`` (slot, role) for
     an array argument's address (the shape and strides, pinned by the call's signature,
     stay), ``values`` (slot, width, role) for a tuple or scalar argument (``params``, the
-    scale).  ``roles[i]`` named argument i; ``handle`` is 0 in the simulator, which
+    scale).  ``roles[i]`` named argument i (None: pinned by the signature, its slots kept);
+    ``handle`` is 0 in the simulator, which
     launches through numba (:func:`patched` is still checked there)."""
 
     kernel: object
@@ -213,7 +214,9 @@ def recorded(kernel, grid, threads, shared_bytes: int, args, roles) -> Replay:
     pointers, values, slot = [], [], 0
     for a, role in zip(args, roles):
         width = _slots(a)
-        if _is_array(a):
+        if role is None:  # pinned: the recorded slots stay
+            pass
+        elif _is_array(a):
             pointers.append((slot + _DATA_SLOT, role))
         else:
             values.append((slot, width, role))

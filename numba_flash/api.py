@@ -81,6 +81,11 @@ def _tensor_maps(k, buffers: dict, layout: str):
     return tma.attention_maps(u16["q"], u16["k"], u16["v"], k.tiles.block_m, k.tiles.block_n, dout=u16.get("dout"))
 
 
+#: Roles whose arguments a call's signature pins (the scale: softmax_scale and d; the flex
+#: dummies: the device): a replay leaves their recorded slots as they are.
+_PINNED = ("scale", "flex")
+
+
 def _run(plan: P.Plan, buffers: dict, layout: str, rec: _replay.Recording | None = None) -> None:
     """Launch every kernel of ``plan`` with its arguments bound to ``buffers`` (role →
     array in the caller's layout, or the float scale), 4-D arrays seen as (B, N, H, d).
@@ -103,7 +108,7 @@ def _run(plan: P.Plan, buffers: dict, layout: str, rec: _replay.Recording | None
             args.append(_bshd(x, layout) if getattr(x, "ndim", 0) == 4 and a.role != "stats" else x)
         launch(k.kernel, k.grid, k.threads, k.smem, *args)
         if rec is not None:
-            roles = [a.role for a in k.args]
+            roles = [None if a.role in _PINNED else a.role for a in k.args]
             rec.launches.append(_launch.recorded(k.kernel, k.grid, k.threads, k.smem, args, roles))
             maker = (lambda bufs, k=k: _tensor_maps(k, bufs, layout)) if "tmaps" in roles else None
             rec.maps.append(None if maker is None else (maker, {}))
