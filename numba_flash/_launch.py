@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import os
 import struct
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -202,6 +202,7 @@ class Replay:
     base: np.ndarray
     pointers: tuple
     values: tuple
+    last: dict = field(default_factory=dict)  # role -> (value, its slots): the last call's, reused when equal
 
 
 def recorded(kernel, grid, threads, shared_bytes: int, args, roles) -> Replay:
@@ -234,9 +235,15 @@ def patched(rep: Replay, buffers: dict) -> np.ndarray:
     for slot, role in rep.pointers:
         buf[slot] = _data_ptr(buffers[role])
     for slot, width, role in rep.values:
-        vals = []
-        _flatten((buffers[role],), vals)
-        buf[slot : slot + width] = vals
+        value = buffers[role]
+        last = rep.last.get(role)
+        if last is None or last[0] != value:  # ``params``, the same tuple while the seed is
+            vals = []
+            _flatten((value,), vals)
+            last = (value, vals)
+            if type(value) is tuple and all(type(x) in (int, float) for x in value):  # compares as one bool
+                rep.last[role] = last
+        buf[slot : slot + width] = last[1]
     return buf
 
 

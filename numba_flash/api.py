@@ -211,8 +211,11 @@ class _Variants:
         """These variants for a replayed call (``_replay``), whose signature pinned every
         argument but the seed's value and the ALiBi slopes' data: the seed checked, the
         params made again, the slopes copied as ``check_alibi`` copies them."""
+        p, seed = V.check_dropout(dropout_p, seed)
+        if p == 0.0 and alibi_slopes is None:  # nothing of this call's own: the recorded ones
+            return self
         new = copy.copy(self)
-        new.dropout_p, new.seed = V.check_dropout(dropout_p, seed)
+        new.dropout_p, new.seed = p, seed
         new.params = new._params()
         if alibi_slopes is not None:
             xp = np if SIMULATOR else A._cupy()
