@@ -677,6 +677,29 @@ def st_shared_v4_b32(addr, w0, w1, w2, w3):
     view[off:off + 16] = np.array([int(w) & 0xFFFFFFFF for w in (w0, w1, w2, w3)], dtype=np.uint32).view(np.uint8)
 
 
+def ld_shared_v4_b32(addr):
+    view, off = _block(_thread()).smem.resolve(addr, 16, 16, "ld_shared_v4_b32")
+    return tuple(int(x) for x in view[off:off + 16].view(np.uint32))
+
+
+def st_shared_b32(addr, w):
+    view, off = _block(_thread()).smem.resolve(addr, 4, 4, "st_shared_b32")
+    view[off:off + 4] = np.array([int(w) & _FULL], dtype=np.uint32).view(np.uint8)
+
+
+def st_global_v4_b32(dst, index, w0, w1, w2, w3):
+    what = "st_global_v4_b32"
+    if _unwrap(dst).itemsize != 4:
+        raise TypeError(f"{what}: dst must have 4-byte elements, got {_unwrap(dst).dtype}")
+    root, off = _element(dst, index)
+    if (root.ctypes.data + off) % 16:
+        raise ValueError(f"{what}: the global destination is not 16-byte aligned")
+    data = _bytes_of(root)
+    if not 0 <= off <= data.size - 16:
+        raise IndexError(f"{what}: 16 bytes from the index run past the array")
+    data[off:off + 16] = np.array([int(w) & _FULL for w in (w0, w1, w2, w3)], dtype=np.uint32).view(np.uint8)
+
+
 # ---------------------------------------------------------------------------
 # warp shuffles and syncwarp (numba's simulator has neither)
 # ---------------------------------------------------------------------------

@@ -114,6 +114,9 @@ __all__ = [
     "prmt",
     "ld_shared_v4_f32",
     "st_shared_v4_f32",
+    "ld_shared_v4_b32",
+    "st_shared_b32",
+    "st_global_v4_b32",
 ]
 
 #: ``alignment=`` for ``cuda.shared.array`` tiles used with ldmatrix/cp.async:
@@ -515,10 +518,11 @@ ldmatrix_x1_trans = _ldmatrix_intrinsic(1, True, """``ldmatrix_x1_trans(addr: ui
 # ---------------------------------------------------------------------------
 
 
-def _global_ptr(context, builder, sig, args):
-    """i64 global-space address of src[index] (args[1], args[2])."""
-    aryty, idxty = sig.args[1], sig.args[2]
-    ptr = _element_pointer(context, builder, aryty, idxty, args[1], args[2])
+def _global_ptr(context, builder, sig, args, at=1):
+    """i64 global-space address of array[index] (args[at], args[at + 1]: the source
+    of cp.async, the destination of st.global)."""
+    aryty, idxty = sig.args[at], sig.args[at + 1]
+    ptr = _element_pointer(context, builder, aryty, idxty, args[at], args[at + 1])
     gptr = builder.addrspacecast(
         ptr, ir.PointerType(ptr.type.pointee, addrspace=1)
     )
@@ -789,7 +793,7 @@ def prmt(typingctx, a, b, selector):
 
 
 # ---------------------------------------------------------------------------
-# vectorised shared-memory access (the fp32 SIMT kernels)
+# vectorised shared- and global-memory access (the fp32 SIMT kernels, epilogues)
 # ---------------------------------------------------------------------------
 
 
@@ -852,6 +856,73 @@ def st_shared_v4_b32(typingctx, addr, w0, w1, w2, w3):
         return context.get_dummy_value()
 
     return types.void(addr, w0, w1, w2, w3), codegen
+
+
+@intrinsic
+def ld_shared_v4_b32(typingctx, addr):
+    """``ld_shared_v4_b32(addr: uint32) -> (uint32, uint32, uint32, uint32)``
+
+    ``ld.shared.v4.b32 {$0, $1, $2, $3}, [addr];``: one 16-byte load of four 32-bit
+    words from the 16-byte-aligned shared address ``addr`` (a staged 16-byte chunk of
+    packed 16-bit pairs on its way to ``st_global_v4_b32``).  Memory clobber, as
+    ``ld_shared_v4_f32``.
+    """
+    _require_ints("ld_shared_v4_b32", addr=addr)
+
+    def codegen(context, builder, sig, args):
+        a = context.cast(builder, args[0], sig.args[0], types.uint32)
+        vals = _asm(builder, "ld.shared.v4.b32 {$0, $1, $2, $3}, [$4];",
+                    "=r,=r,=r,=r,r,~{memory}", [a], [_I32] * 4)
+        return context.make_tuple(builder, sig.return_type, vals)
+
+    return types.UniTuple(types.uint32, 4)(addr), codegen
+
+
+@intrinsic
+def st_shared_b32(typingctx, addr, w):
+    """``st_shared_b32(addr: uint32, w: uint32) -> None``
+
+    ``st.shared.b32 [addr], w;``: one 32-bit store to the 4-byte-aligned shared
+    address ``addr`` (from ``smem_addr`` plus byte offsets: a swizzled staging tile
+    addressed as the ``ld_shared_v4_*`` and ``ldmatrix`` that read it are).
+    """
+    _require_ints("st_shared_b32", addr=addr, w=w)
+
+    def codegen(context, builder, sig, args):
+        vals = _casted(context, builder, sig, args, ["u32", "u32"])
+        _asm(builder, "st.shared.b32 [$0], $1;", "r,r,~{memory}", vals, [], side_effect=True)
+        return context.get_dummy_value()
+
+    return types.void(addr, w), codegen
+
+
+@intrinsic
+def st_global_v4_b32(typingctx, dst, index, w0, w1, w2, w3):
+    """``st_global_v4_b32(dst: array, index, w0, w1, w2, w3: uint32) -> None``
+
+    ``st.global.v4.b32 [dst + index], {w0, w1, w2, w3};``: one 16-byte store of four
+    32-bit words to global ``dst[index]`` and the three elements after it in memory
+    (``dst`` a device array of 4-byte elements, e.g. a uint32 view of 16-bit pairs;
+    ``index`` an integer or ndim-tuple, neither wrapped nor bounds-checked, as
+    ``cp_async_16``'s source; the four must be contiguous: within a row of a
+    contiguous last axis).  The element's address must be 16-byte aligned: a
+    misaligned one fails the launch (the simulator raises).  A warp whose lanes store
+    consecutive 16-byte chunks of a row writes whole 32-byte sectors (an output
+    tile's epilogue through shared memory, ``fragments.store_staged_rows``).
+    """
+    _check_array_index("st_global_v4_b32", dst, index)
+    if dst.dtype.bitwidth != 32:
+        raise _TypeError(f"st_global_v4_b32: dst must have 4-byte elements, got {dst.dtype}")
+    _require_ints("st_global_v4_b32", w0=w0, w1=w1, w2=w2, w3=w3)
+
+    def codegen(context, builder, sig, args):
+        g = _global_ptr(context, builder, sig, args, at=0)
+        vals = [context.cast(builder, v, ty, types.uint32) for v, ty in zip(args[2:], sig.args[2:])]
+        _asm(builder, "st.global.v4.b32 [$0], {$1, $2, $3, $4};",
+             "l,r,r,r,r,~{memory}", [g] + vals, [], side_effect=True)
+        return context.get_dummy_value()
+
+    return types.void(dst, index, w0, w1, w2, w3), codegen
 
 
 # ---------------------------------------------------------------------------

@@ -19,6 +19,7 @@ from numba import float32, uint16, uint32  # noqa: E402
 
 from numba_flash import ptx  # noqa: E402
 from numba_flash._numba_cuda import SIMULATOR, cuda, gpu_available  # noqa: E402
+from numba_flash.kernels import fragments  # noqa: E402
 
 pytestmark = pytest.mark.skipif(
     not (SIMULATOR or gpu_available()),
@@ -619,3 +620,130 @@ def test_shared_v4_store_then_load_moves_four_floats():
     _, out = _run(_v4_roundtrip_kernel, 1, 32, src, dst)
     # slot s holds thread (s - 1)'s values
     np.testing.assert_array_equal(out, np.roll(src, 1, axis=0))
+
+
+@cuda.jit
+def _v4_global_kernel(dst, h):
+    # thread tid stages words 4·tid .. 4·tid + 3 with four st.shared.b32 into the slot of
+    # thread tid + 1 (mod 32, within its warp), reads its own slot back with one
+    # ld.shared.v4.b32 and stores it with one st.global.v4.b32 at dst[b, n, h, 4c]:
+    # warp b, its lanes on chunks 0, 1 of rows 0 .. 15 (lane = 2n + c)
+    s = cuda.shared.array(0, uint32)
+    tid = cuda.threadIdx.x
+    b, lane = tid // 32, tid % 32
+    base = ptx.smem_addr(s, 0) + 512 * b
+    for j in range(4):
+        ptx.st_shared_b32(base + 16 * ((lane + 1) % 32) + 4 * j, 4 * tid + j)
+    cuda.syncwarp()
+    w0, w1, w2, w3 = ptx.ld_shared_v4_b32(base + 16 * lane)
+    ptx.st_global_v4_b32(dst, (b, lane // 2, h, 4 * (lane % 2)), w0, w1, w2, w3)
+
+
+def test_global_v4_store_writes_sixteen_bytes():
+    """st.shared.b32, ld.shared.v4.b32 and st.global.v4.b32 against NumPy: every word
+    lands where a 4-d index says, and the words around it (other heads) stay as they were."""
+    h = 1
+    dst = np.full((2, 16, 3, 8), 0xDEADBEEF, np.uint32)
+    d = cuda.to_device(dst)
+    _v4_global_kernel[1, 64, 0, 1024](d, np.int32(h))
+    cuda.synchronize()
+    out = d.copy_to_host()
+    want = dst.copy()
+    tid = np.arange(64)
+    src = (tid - 1) % 32 + 32 * (tid // 32)  # the thread whose words a slot holds
+    for t in tid:
+        b, lane = divmod(t, 32)
+        want[b, lane // 2, h, 4 * (lane % 2):4 * (lane % 2) + 4] = 4 * src[t] + np.arange(4)
+    np.testing.assert_array_equal(out, want)
+
+
+@cuda.jit
+def _v4_global_misaligned_kernel(dst):
+    ptx.st_global_v4_b32(dst, (0, 1), 1, 2, 3, 4)
+
+
+@pytest.mark.skipif(not SIMULATOR, reason="simulator error reporting")
+def test_sim_global_v4_store_checks_alignment():
+    with pytest.raises(ValueError, match="not 16-byte aligned"):
+        _v4_global_misaligned_kernel[1, 1](np.zeros((2, 8), np.uint32))
+    with pytest.raises(TypeError, match="4-byte elements"):
+        _v4_global_misaligned_kernel[1, 1](np.zeros((2, 8), np.uint16))
+
+
+# ---------------------------------------------------------------------------
+# the output epilogue through shared memory (kernels.fragments)
+# ---------------------------------------------------------------------------
+
+
+def _staged_epilogue_kernel(NT, BF16):
+    """Warp w of the grid holds, in the m16n8 accumulator layout, rows 16m .. 16m + 15
+    of head h, batch b (w = (m·H + h)·B + b) of O (NT n-tiles), times its rows' scales,
+    and writes them as 16-bit pairs through its staging rows (``fragments``'s epilogue)."""
+    ACC, WORDS = 4 * NT, 2 * NT  # literals for local.array
+
+    @cuda.jit
+    def kernel(acc_in, scales, out, n_valid):
+        # acc_in: float32[warps, 32, 4·NT]; scales: float32[warps, 16]; out: uint32[B, N, H, 4·NT]
+        s = cuda.shared.array(0, uint32)
+        tid = cuda.threadIdx.x
+        w = cuda.blockIdx.x * (cuda.blockDim.x // 32) + tid // 32
+        lane = tid % 32
+        B, H = out.shape[0], out.shape[2]
+        b, h, m = w % B, (w // B) % H, w // (B * H)
+        acc = cuda.local.array(ACC, float32)
+        words = cuda.local.array(WORDS, uint32)
+        for i in range(ACC):
+            acc[i] = acc_in[w, lane, i]
+        stage = ptx.smem_addr(s, 0) + (tid // 32) * (16 * 16 * NT)
+        for half in range(2):
+            fragments.stage_row_pairs(stage, acc, half, NT, scales[w, (lane >> 2) + 8 * half], BF16)
+        fragments.store_staged_rows(out, b, 16 * m, h, stage, n_valid - 16 * m, NT, words)
+
+    return kernel
+
+
+def check_staged_epilogue(NT, dtype, B, H, N, n_valid, warps_per_block, seed=0):
+    rng = np.random.default_rng(seed)
+    warps = B * H * (N // 16)
+    o = rng.standard_normal((warps, 16, 8 * NT)).astype(np.float32)
+    scales = (0.5 + rng.random((warps, 16))).astype(np.float32)
+    lane = np.arange(32)
+    g, t = lane >> 2, lane & 3
+    acc = np.empty((warps, 32, 4 * NT), np.float32)  # acc[4nt + e] = O[g + 8(e >> 1), 8nt + 2t + (e & 1)]
+    for nt in range(NT):
+        for e in range(4):
+            acc[:, :, 4 * nt + e] = o[:, g + 8 * (e >> 1), 8 * nt + 2 * t + (e & 1)]
+    out = np.full((B, N, H, 4 * NT), 0xDEADBEEF, np.uint32)
+    d = cuda.to_device(out)
+    kern = _staged_epilogue_kernel(NT, dtype is ml_dtypes.bfloat16)
+    kern[warps // warps_per_block, 32 * warps_per_block, 0, warps_per_block * 16 * 16 * NT](
+        cuda.to_device(acc), cuda.to_device(scales), d, np.int32(n_valid))
+    cuda.synchronize()
+    got = d.copy_to_host()
+    want = out.copy()
+    bits = _bits(o * scales[:, :, None], dtype).astype(np.uint32)  # (warps, 16, 8NT)
+    pairs = bits[:, :, 0::2] | (bits[:, :, 1::2] << 16)
+    for w in range(warps):
+        b, h, m = w % B, (w // B) % H, w // (B * H)
+        rows = min(16, n_valid - 16 * m)
+        if rows > 0:
+            want[b, 16 * m:16 * m + rows, h] = pairs[w, :rows]
+    np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("NT,dtype", [(8, np.float16), (16, ml_dtypes.bfloat16)], ids=["d64-f16", "d128-bf16"])
+def test_staged_epilogue_writes_whole_rows(NT, dtype):
+    """``fragments.stage_row_pairs`` + ``store_staged_rows`` (the wgmma forward's
+    epilogue) against NumPy: the swizzled staging rows come back in order, each row
+    scaled by its own factor and rounded as pack_*x2 does; rows from ``n_valid`` on (the
+    second m-tile's last 5) are not written."""
+    check_staged_epilogue(NT, dtype, B=2, H=1, N=32, n_valid=27, warps_per_block=2)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("NT", [8, 16])
+@pytest.mark.parametrize("dtype", [np.float16, ml_dtypes.bfloat16], ids=["f16", "bf16"])
+def test_staged_epilogue_on_the_gpu(NT, dtype):
+    """As above with many blocks of 8 warps, on the hardware's st.global.v4.b32 (its
+    16-byte alignment: rows of 4·NT words from an allocation's start)."""
+    check_staged_epilogue(NT, dtype, B=3, H=8, N=1024, n_valid=1000, warps_per_block=8)

@@ -12,7 +12,8 @@ one row's values in it are ``base + 2·(row half) + 4·nt + e`` (e < 2): the lay
 then mask the tiles that need it); the ``ldsm_*`` helpers give the shared-memory
 address a lane hands to ``ldmatrix`` for the three operand shapes of attention
 (``ptx``'s module docstring has the recipes), on 16-bit tiles swizzled as
-``copy.SW_16BIT``.
+``copy.SW_16BIT``; :func:`stage_row_pairs` and :func:`store_staged_rows` are an output
+epilogue through shared memory (whole rows to HBM in 16-byte stores).
 """
 
 from __future__ import annotations
@@ -402,6 +403,63 @@ def store_row_floats(dst, b, row, h, acc, A0, NT, tq, scale, DCOLS=0):
             dst[b, row, h, col] = acc[A0 + nt * 4] * scale
         if DCOLS == 0 or col + 1 < DCOLS:
             dst[b, row, h, col + 1] = acc[A0 + nt * 4 + 1] * scale
+
+
+# --- the output through shared memory ----------------------------------------------------
+# A warp's 16 output rows × NT n-tiles are staged in shared memory, then written to HBM a
+# whole row at a time with 16-byte stores (FlashAttention-2/3's epilogue): stored straight
+# from the accumulators, one warp instruction writes 16 bytes (4 lanes' words) in each of 8
+# rows, and every 32-byte sector is written in halves by two instructions.  The staging rows are 16·NT bytes
+# (n-tile nt = 16-byte chunk nt of its rows); row r's chunk c lies at
+# ``stage + r·16·NT + (c XOR r mod 8)·16``, so the 8 rows of one 4-byte store instruction
+# (same n-tile, rows g = 0..7 of a half, words t = 0..3) hit 32 different banks, and the
+# 8 lanes of each quarter of a 16-byte load (8 consecutive chunks of one row) 8 different
+# 16-byte bank groups: neither side has a conflict.  NT is a multiple of 8.
+
+
+@device_function
+def stage_row_pairs(stage, acc, half, NT, scale, BF16):
+    """Row half ``half`` of the warp's NT accumulator n-tiles (rows ``g + 8·half``:
+    ``acc[4·nt + 2·half]``, ``+ 1``, columns 8·nt + 2t, + 1), times ``scale``, rounded to
+    16-bit pairs (bf16 when ``BF16``, else fp16) into the warp's staging rows at the
+    shared address ``stage`` (16 rows × 16·NT bytes, 16-byte aligned): the pair is word t
+    of chunk nt of its row, at the swizzled offset above.  Then :func:`store_staged_rows`."""
+    lane = cuda.threadIdx.x & 31
+    row = (lane >> 2) + 8 * half
+    at = stage + row * (16 * NT) + 4 * (lane & 3)
+    for nt in range(NT):
+        x0 = acc[nt * 4 + 2 * half] * scale
+        x1 = acc[nt * 4 + 2 * half + 1] * scale
+        w = ptx.pack_bf16x2(x0, x1) if BF16 else ptx.pack_f16x2(x0, x1)
+        ptx.st_shared_b32(at + ((nt ^ (row & 7)) << 4), w)
+
+
+@device_function
+def store_staged_rows(dst, b, row0, h, stage, rows, NT, words):
+    """The warp's 16 staged rows (:func:`stage_row_pairs`, both halves) to
+    ``dst[b, row0 + r, h, :]`` (a uint32 view of 16-bit pairs, 4·NT words a row, each
+    row's first word 16-byte aligned) for r < ``rows`` (rows past a sequence are not
+    written): lane ``lane`` moves chunks ``32·i + lane`` (row ``(32·i + lane) // NT``,
+    chunk ``(32·i + lane) mod NT``) for i < NT/2, one ``ld.shared.v4`` and one
+    ``st.global.v4`` each, so that one warp instruction writes 32/NT whole rows (2 at
+    d = 128, 4 at d = 64).  Every load is issued before the first store, into
+    ``words`` (uint32, 2·NT of them: registers the caller no longer needs), so that
+    their latencies overlap.  Syncs the warp before the loads (they read what other lanes
+    staged) and after them (the staging rows may then be staged into again: a persistent
+    block's next tile)."""
+    lane = cuda.threadIdx.x & 31
+    cuda.syncwarp()  # RAW: the lanes read chunks that other lanes of the warp staged
+    for i in range(NT // 2):
+        r = (32 * i + lane) // NT
+        c = (32 * i + lane) % NT
+        at = stage + r * (16 * NT) + ((c ^ (r & 7)) << 4)
+        words[4 * i], words[4 * i + 1], words[4 * i + 2], words[4 * i + 3] = ptx.ld_shared_v4_b32(at)
+    cuda.syncwarp()  # WAR: every lane has read its chunks before the warp stages its next tile's rows
+    for i in range(NT // 2):
+        r = (32 * i + lane) // NT
+        if r < rows:
+            ptx.st_global_v4_b32(dst, (b, row0 + r, h, 4 * ((32 * i + lane) % NT)), words[4 * i], words[4 * i + 1],
+                                 words[4 * i + 2], words[4 * i + 3])  # fmt: skip
 
 
 # --- TF32 (m16n8k8) operands from fp32 tiles ---------------------------------------------

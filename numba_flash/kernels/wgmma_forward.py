@@ -25,8 +25,9 @@ specialization and tile sizes):
 * warpgroups 1, 2 (, 3), the consumers (``setmaxnreg`` 240, 160 with three), own query
   rows 0–63, 64–127 (, 128–191) of the block.  Warp w of a consumer owns 16 rows: a wgmma m64nN accumulator
   holds, per thread, exactly an m16n8 accumulator's values for N/8 n-tiles of its
-  warp's rows, so the score step, the online softmax, dropout and the epilogue are
-  ``tc_forward``'s (``fragments``, ``softmax``) on one m-tile a warp.
+  warp's rows, so the score step, the online softmax and dropout are ``tc_forward``'s
+  (``fragments``, ``softmax``) on one m-tile a warp; the epilogue goes through shared
+  memory (below).
 * within a consumer (FlashAttention-3's intra-warpgroup overlap): tile i's S is
   issued together with tile i − 1's P·V, and tile i's softmax runs while that P·V is
   on the tensor cores (``softmax.softmax_row_step``); acc is rescaled by tile i's
@@ -55,11 +56,25 @@ A consumer whose rows lie past the sequence waits each full phase, then arrives 
 empty barrier: an arrival never counts towards the phase before.
 No ``syncthreads`` after the roles split (one before it: the barriers are initialised).
 
+Epilogue (FlashAttention-2/3's, through shared memory): a consumer warp writes its 16 rows
+of O = acc / l, packed to 16-bit pairs, into staging rows of its own with 4-byte shared
+stores (``fragments.stage_row_pairs``), syncs the warp, then moves whole rows to HBM, one
+16-byte ``st.global.v4`` a lane and consecutive lanes on consecutive chunks of a row: a warp
+instruction writes 2 rows at d = 128, 4 at d = 64 (``fragments.store_staged_rows``; stored
+straight from the accumulators, it wrote 16 bytes in each of 8 rows: half sectors).  Rows
+past the sequence are not written; the lanes t = 0 write lse as before.  The warp syncs
+again before its next tile (persistent blocks) stages into the same rows.
+
 Shared memory (one dynamic array, 1024-byte aligned: a swizzled tile's repeat), per
 64-column atom of d a block of rows × 128 bytes: Q BLOCK_M·d·2, K and V 2 stages of
-128·d·2 each, then the eleven 8-byte mbarriers (``smem_bytes``: 160 KiB at d = 128,
-88 KiB at d = 64).  Atom a of a tile starts a·rows·128 bytes in; row r of it at
-r·128, 16-byte chunk c at (c XOR r mod 8)·16 (``_ptx_sim.swizzle_128b``).
+128·d·2 each, then the eleven 8-byte mbarriers (128 bytes), then the staging rows of O,
+16·d·2 bytes a consumer warp (warp w of consumer c at (4c + w)·16·d·2; 16-byte aligned;
+row r's 16-byte chunk j at r·d·2 + (j XOR r mod 8)·16: both sides conflict-free).
+``smem_bytes``: d = 128, two consumers: 160 KiB + 8 warps × 4 KiB = 192.1 KiB; d = 64,
+three consumers: 88 KiB + 12 × 2 KiB = 112.1 KiB (two, causal ≤ 2048 rows: 80 + 16 =
+96.1 KiB); at most 224.1 KiB (d = 128 with three consumers, forced) of the 227 KiB a
+block may have.  Atom a of a tile starts a·rows·128 bytes in; row r of it at r·128,
+16-byte chunk c at (c XOR r mod 8)·16 (``_ptx_sim.swizzle_128b``).
 
 Persistent blocks (``blocks``): with more tiles than SMs, one block an SM runs tiles
 blockIdx.x, + gridDim.x, … of the virtual grid (``block_info.linear_coords``,
@@ -75,7 +90,8 @@ skipped by every role.
 
 Not yet (issue #13): a ping-pong of the consumers that pays (``pingpong``: measured
 slower, off); head dims other than 64 and 128; a KV cache's pages and splits, FlexAttention mods
-(the plan sends those to the mma.sync forward); O written through shared memory by TMA.
+(the plan sends those to the mma.sync forward); O's staged rows stored by TMA (the warps store
+them with 16-byte ``st.global.v4``).
 """
 
 from __future__ import annotations
@@ -165,11 +181,15 @@ def wgmma_forward_kernel(t: TcTiles, variant: Variant, dtype: str, persistent: b
     NT_O = HEAD_DIM // 8
     PSTEPS = BLOCK_N // 16  # k-slices of P·V
     S_REGS, O_REGS, P_REGS = NT_S * 4, NT_O * 4, PSTEPS * 4  # registers a thread (literals for local.array)
-    DCOLS, NT_W, _, HALVES = tc_array_layout(t)
+    assert P_REGS >= 2 * NT_O  # p_frag, spent by then, holds the epilogue's staged words
+    DCOLS, _, _, HALVES = tc_array_layout(t)
+    if DCOLS or HALVES:  # the epilogue stages whole rows of 16-byte chunks
+        raise ValueError(f"tiles {t}: the wgmma forward writes rows of exactly head_dim={HEAD_DIM} columns")
     ATOMS = HEAD_DIM // ATOM
     Q_ATOM, KV_ATOM = BLOCK_M * 128, BLOCK_N * 128  # bytes of a 64-column atom of a tile
     Q_BYTES, KV_BYTES = ATOMS * Q_ATOM, ATOMS * KV_ATOM
     WG_ROWS = 64 * 128  # bytes of a consumer's 64 rows within a Q atom
+    O_WARP = 16 * HEAD_DIM * 2  # bytes of a consumer warp's staging rows of O (16 rows × d, 16-bit)
     kind = "f16" if dtype == "float16" else "bf16"
     wgmma_s = getattr(ptx, f"wgmma_m64n{BLOCK_N}k16_{kind}_acc")
     wgmma_o = getattr(ptx, f"wgmma_m64n{HEAD_DIM}k16_{kind}_rs_bmn_acc")
@@ -239,6 +259,7 @@ def wgmma_forward_kernel(t: TcTiles, variant: Variant, dtype: str, persistent: b
         k_base = q_base + Q_BYTES
         v_base = k_base + STAGES * KV_BYTES
         q_full = v_base + STAGES * KV_BYTES  # then k_full[s] at + K_FULL + 8s, v_full, k_empty, v_empty likewise
+        o_base = q_full + BARRIER_BYTES  # the consumer warps' staging rows of O, O_WARP bytes each (16-byte aligned)
         if tid == 0:
             ptx.mbarrier_init(q_full, 1)
             ptx.mbarrier_init(q_full + Q_EMPTY, CONSUMER_THREADS)
@@ -306,9 +327,7 @@ def wgmma_forward_kernel(t: TcTiles, variant: Variant, dtype: str, persistent: b
 
         ptx.setmaxnreg_inc(CONSUMER_REGS)
         cw = wg - 1  # this consumer's 64 rows of the block
-        wtid = tid - 128 * wg
-        warp, lane = wtid // 32, wtid % 32
-        tq = lane & 3
+        warp = (tid // 32) % 4  # this consumer's warp: rows 16·warp … of its 64
         q_wg = q_base + cw * WG_ROWS
 
         acc_s = cuda.local.array(S_REGS, float32)
@@ -401,16 +420,24 @@ def wgmma_forward_kernel(t: TcTiles, variant: Variant, dtype: str, persistent: b
             pos += n_hi - n_lo
             done += 1
 
+            # The epilogue: O = acc / l as 16-bit pairs into the warp's staging rows, then whole rows
+            # to HBM, one 16-byte store a lane (``fragments.store_staged_rows``: it syncs the warp
+            # before reading the rows and again after, before the warp's next tile stages into them)
+            o_stage = o_base + (4 * cw + warp) * O_WARP  # this warp's staging rows
             for r in range(2):
                 inv_l, lse_row = softmax.finalize(m_i[r], l_i[r], 4, SOFTMAX, score.exponent_factor(si, SOFTMAX))
                 if F[DROPOUT]:  # P·V took the kept P unscaled (pack_p)
                     inv_l *= dropout.out_scale(di)
+                fragments.stage_row_pairs(o_stage, acc_o, r, NT_O, inv_l, BF16)
+                lane = cuda.threadIdx.x & 31  # read here: held across the key walk, it spilled at d = 64 causal
                 row = row0 + (lane >> 2) + 8 * r
-                if row < seqlen_q:
-                    fragments.store_row_pairs(out32, b, q0 + row, h, acc_o, 2 * r, NT_W, tq, inv_l, BF16, DCOLS,
-                                              HALVES)  # fmt: skip
-                    if tq == 0:
-                        lse[b, h, q0 + row] = lse_row
+                if row < seqlen_q and (lane & 3) == 0:
+                    lse[b, h, q0 + row] = lse_row
+            # out's rows (varlen: from q0) past seqlen_q are not written; each row starts 16-byte
+            # aligned, as st.global.v4 needs: the API allocates out itself (C-contiguous, its base
+            # 256-byte aligned) and a row is d·2 = 128 or 256 bytes (plan's ``aligned`` covers only
+            # q, k and v, which TMA reads)
+            fragments.store_staged_rows(out32, b, q0 + row0, h, o_stage, seqlen_q - row0, NT_O, p_frag)  # P is spent
         if PINGPONG and cw == 0:  # the last consumer's credit past the block's last turn
             ptx.named_barrier_sync(1, 256)
 
@@ -418,8 +445,11 @@ def wgmma_forward_kernel(t: TcTiles, variant: Variant, dtype: str, persistent: b
 
 
 def smem_bytes(t: TcTiles) -> int:
-    """Dynamic shared bytes: Q, two stages of K and of V (2 bytes an element), the mbarriers."""
-    return 2 * t.head_dim * (t.block_m + 2 * STAGES * BLOCK_N) + BARRIER_BYTES
+    """Dynamic shared bytes: Q, two stages of K and of V, the mbarriers, then the
+    consumer warps' staging rows of O (16 rows each; 2 bytes an element).  At most
+    224.1 KiB (d = 128 with three consumers, only by ``NUMBA_FLASH_WGMMA_CONSUMERS``) of
+    an H100/H200 block's 227 KiB."""
+    return 2 * t.head_dim * (t.block_m + 2 * STAGES * BLOCK_N) + BARRIER_BYTES + t.warps * 16 * 2 * t.head_dim
 
 
 def pingpong(t: TcTiles) -> bool:
