@@ -72,9 +72,13 @@ def test_wgmma_forward_variants(rng):
 
 
 @pytest.mark.usefixtures("wgmma_on", "poisoned_outputs")
-def test_wgmma_forward_dropout_keeps_the_reference_mask(rng):
-    """Scale 0 (P = 1/Nk) and V the identity (d = Nk = 64): O[i, j] = Z_ij / ((1 − p)·Nk)."""
-    B, H, Nq, Nk, p, seed = 1, 2, 20, 64, 0.3, int(rng.integers(0, 2**63))
+@pytest.mark.parametrize("Nq,Nk", [(20, 64), (300, 128)])
+def test_wgmma_forward_dropout_keeps_the_reference_mask(monkeypatch, rng, Nq, Nk):
+    """Scale 0 (P = 1/Nk) and V the identity (d = Nk): O[i, j] = Z_ij / ((1 − p)·Nk).
+    d = 64: three consumers, which draw their keep bits; d = 128: two, whose keep bits
+    the producer draws (``producer_draws``), one persistent block over three tiles."""
+    monkeypatch.setenv("NUMBA_FLASH_WGMMA_PERSISTENT", "1")
+    B, H, p, seed = 1, 2, 0.3, int(rng.integers(0, 2**63))
     q = rng.standard_normal((B, Nq, H, Nk)).astype(np.float16)
     k = rng.standard_normal((B, Nk, H, Nk)).astype(np.float16)
     v = np.ascontiguousarray(np.broadcast_to(np.eye(Nk, dtype=np.float16)[None, :, None, :], (B, Nk, H, Nk)))
@@ -85,6 +89,20 @@ def test_wgmma_forward_dropout_keeps_the_reference_mask(rng):
     # the kept values carry 1 / (1 − p) (applied to O in the epilogue), the dropped are exactly 0
     np.testing.assert_allclose(o[want], 1.0 / ((1 - p) * Nk), rtol=2e-3)
     assert np.all(o[~want] == 0)
+
+
+@pytest.mark.usefixtures("wgmma_on", "poisoned_outputs")
+@pytest.mark.parametrize("dtype,d,causal", [("bfloat16", 64, True), ("float16", 128, False)])
+def test_wgmma_forward_dropout_across_ring_fills(monkeypatch, rng, dtype, d, causal):
+    """The producer's keep words (``drop_stage``: two consumers) through both stages and
+    several fills: one persistent block runs two tiles of three key tiles each
+    (positions 0–5 of the walk), against the reference's mask."""
+    from numba_flash.kernels import wgmma_forward as W
+
+    assert W.producer_draws(W.tiles(d, causal, 70), Variant(dropout=True, causal=causal))
+    monkeypatch.setenv("NUMBA_FLASH_WGMMA_PERSISTENT", "1")
+    seed = int(rng.integers(0, 2**63))
+    check_forward(rng, dtype, d, causal, B=1, H=2, H_kv=1, Nq=70, Nk=300, dropout_p=0.2, seed=seed)
 
 
 def check_varlen_forward(rng, dtype, d, causal, lens_q, lens_k, H=2, H_kv=1, **kw):
