@@ -878,22 +878,34 @@ def ld_shared_v4_b32(typingctx, addr):
     return types.UniTuple(types.uint32, 4)(addr), codegen
 
 
-@intrinsic
-def st_shared_b32(typingctx, addr, w):
-    """``st_shared_b32(addr: uint32, w: uint32) -> None``
+def _u32_pair_asm(fname, text, names, doc, convergent=False):
+    """An intrinsic ``fname(a, b) -> None`` emitting ``text`` on two uint32 operands
+    (``$0``, ``$1``; ``names`` name them in errors), ordered with memory (a clobber),
+    ``convergent`` for barriers every lane of a warp reaches together; ``doc`` its
+    docstring."""
+
+    @intrinsic
+    def impl(typingctx, a, b):
+        _require_ints(fname, **{names[0]: a, names[1]: b})
+
+        def codegen(context, builder, sig, args):
+            vals = _casted(context, builder, sig, args, ["u32", "u32"])
+            _asm(builder, text, "r,r,~{memory}", vals, [], side_effect=True, convergent=convergent)
+            return context.get_dummy_value()
+
+        return types.void(a, b), codegen
+
+    impl.__doc__ = doc
+    return impl
+
+
+st_shared_b32 = _u32_pair_asm("st_shared_b32", "st.shared.b32 [$0], $1;", ("addr", "w"), """\
+``st_shared_b32(addr: uint32, w: uint32) -> None``
 
     ``st.shared.b32 [addr], w;``: one 32-bit store to the 4-byte-aligned shared
     address ``addr`` (from ``smem_addr`` plus byte offsets: a swizzled staging tile
     addressed as the ``ld_shared_v4_*`` and ``ldmatrix`` that read it are).
-    """
-    _require_ints("st_shared_b32", addr=addr, w=w)
-
-    def codegen(context, builder, sig, args):
-        vals = _casted(context, builder, sig, args, ["u32", "u32"])
-        _asm(builder, "st.shared.b32 [$0], $1;", "r,r,~{memory}", vals, [], side_effect=True)
-        return context.get_dummy_value()
-
-    return types.void(addr, w), codegen
+    """)
 
 
 @intrinsic
@@ -1023,41 +1035,23 @@ def _setmaxnreg(n, how):
                         f"setmaxnreg.{how}.sync.aligned.u32 {{}};")  # fmt: skip
 
 
-@intrinsic
-def mbarrier_init(typingctx, addr, count):
-    """``mbarrier_init(addr, count) -> None``
+mbarrier_init = _u32_pair_asm("mbarrier_init", "mbarrier.init.shared::cta.b64 [$0], $1;", ("addr", "count"), """\
+``mbarrier_init(addr, count) -> None``
 
     ``mbarrier.init.shared::cta.b64 [addr], count;``: an 8-byte-aligned shared mbarrier
     at shared address ``addr`` (uint32, ``smem_addr``) expecting ``count`` arrivals per
     phase; phase 0 starts.  One thread initialises it, then ``fence_proxy_async`` (or
-    ``fence.mbarrier_init``) and a barrier before others use it."""
-    _require_ints("mbarrier_init", addr=addr, count=count)
-
-    def codegen(context, builder, sig, args):
-        vals = _casted(context, builder, sig, args, ["u32", "u32"])
-        _asm(builder, "mbarrier.init.shared::cta.b64 [$0], $1;", "r,r,~{memory}", vals, [], side_effect=True)
-        return context.get_dummy_value()
-
-    return types.void(addr, count), codegen
+    ``fence.mbarrier_init``) and a barrier before others use it.""")
 
 
-@intrinsic
-def mbarrier_arrive_expect_tx(typingctx, addr, tx_bytes):
-    """``mbarrier_arrive_expect_tx(addr, tx_bytes) -> None``
+mbarrier_arrive_expect_tx = _u32_pair_asm(
+    "mbarrier_arrive_expect_tx", "mbarrier.arrive.expect_tx.shared::cta.b64 _, [$0], $1;", ("addr", "tx_bytes"), """\
+``mbarrier_arrive_expect_tx(addr, tx_bytes) -> None``
 
     ``mbarrier.arrive.expect_tx.shared::cta.b64 _, [addr], tx_bytes;``: this thread
     arrives on the mbarrier and adds ``tx_bytes`` to the bytes the current phase waits
     for: the phase completes when every expected arrival came and that many bytes of
-    bulk copies (``complete_tx``) have landed."""
-    _require_ints("mbarrier_arrive_expect_tx", addr=addr, tx_bytes=tx_bytes)
-
-    def codegen(context, builder, sig, args):
-        vals = _casted(context, builder, sig, args, ["u32", "u32"])
-        _asm(builder, "mbarrier.arrive.expect_tx.shared::cta.b64 _, [$0], $1;", "r,r,~{memory}", vals, [],
-             side_effect=True)  # fmt: skip
-        return context.get_dummy_value()
-
-    return types.void(addr, tx_bytes), codegen
+    bulk copies (``complete_tx``) have landed.""")
 
 
 @intrinsic
@@ -1077,19 +1071,7 @@ def mbarrier_arrive(typingctx, addr):
 
 
 def _named_barrier(op, doc):
-    @intrinsic
-    def impl(typingctx, bar_id, count):
-        _require_ints(f"named_barrier_{op}", bar_id=bar_id, count=count)
-
-        def codegen(context, builder, sig, args):
-            vals = _casted(context, builder, sig, args, ["u32", "u32"])
-            _asm(builder, f"bar.{op} $0, $1;", "r,r,~{memory}", vals, [], side_effect=True, convergent=True)
-            return context.get_dummy_value()
-
-        return types.void(bar_id, count), codegen
-
-    impl.__doc__ = doc
-    return impl
+    return _u32_pair_asm(f"named_barrier_{op}", f"bar.{op} $0, $1;", ("bar_id", "count"), doc, convergent=True)
 
 
 named_barrier_sync = _named_barrier("sync", """``named_barrier_sync(bar_id, count) -> None``

@@ -22,7 +22,7 @@ from numba_flash import config
 from numba_flash import _launch
 from numba_flash._launch import launch
 from numba_flash.kernels import tc_forward
-from bench_table import host_ms  # scripts/ is on sys.path
+from bench_table import gpu_us, host_ms  # scripts/ is on sys.path
 
 B, H, N, d, causal = (int(x) for x in (sys.argv[1:6] if len(sys.argv) > 5 else (16, 32, 1024, 64, 1)))
 causal = bool(causal)
@@ -32,17 +32,6 @@ REPS = 200
 
 def host_us(fn, reps=REPS):
     return host_ms(fn, reps) * 1e3
-
-
-def gpu_us(fn, reps=REPS):
-    fn()
-    s, e = cp.cuda.Event(), cp.cuda.Event()
-    s.record()
-    for _ in range(reps):
-        fn()
-    e.record()
-    e.synchronize()
-    return cp.cuda.get_elapsed_time(s, e) / reps * 1e3
 
 
 t = config.tc_forward_tiles(d, causal, "float16")
@@ -94,8 +83,8 @@ for path in ("numba", "direct"):
     _launch._NUMBA_PATH = path == "numba"
     rows[f"[{path}] API call, host"] = host_us(api)
     rows[f"[{path}] launch only, host"] = host_us(prepared)
-    rows[f"[{path}] kernel, GPU, back to back"] = gpu_us(prepared)
-    rows[f"[{path}] API call, GPU, back to back"] = gpu_us(api)
+    rows[f"[{path}] kernel, GPU, back to back"] = gpu_us(prepared, REPS)
+    rows[f"[{path}] API call, GPU, back to back"] = gpu_us(api, REPS)
     rows[f"[{path}] API call, GPU, events around one call"] = one_call_gpu_us(api)
 print(f"B={B} H={H} N={N} d={d} causal={causal} fp16")
 for name, us in rows.items():

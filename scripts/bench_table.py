@@ -38,6 +38,20 @@ def median_ms(fn, warmup=3, rep=15, calls=1):
     return float(queued_ms(fn, calls=calls, rep=rep, warmup=warmup))
 
 
+def gpu_us(fn, reps=50):
+    """Microseconds of GPU time a call: CUDA events around ``reps`` calls queued back to
+    back (one warm-up call first).  When the host issues calls slower than the GPU runs
+    them, this is the host's time a call instead."""
+    fn()
+    s, e = cp.cuda.Event(), cp.cuda.Event()
+    s.record()
+    for _ in range(reps):
+        fn()
+    e.record()
+    e.synchronize()
+    return cp.cuda.get_elapsed_time(s, e) / reps * 1e3
+
+
 def host_ms(fn, n=20):
     """Milliseconds of host time a call, over ``n`` calls issued without synchronising
     (the GPU synchronised before and after, one warm-up call first): what the API

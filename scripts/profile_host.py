@@ -20,18 +20,7 @@ import cupy as cp
 import numpy as np
 
 import numba_flash
-from bench_table import host_ms  # scripts/ is on sys.path
-
-
-def gpu_us(fn, reps=50):
-    fn()
-    s, e = cp.cuda.Event(), cp.cuda.Event()
-    s.record()
-    for _ in range(reps):
-        fn()
-    e.record()
-    e.synchronize()
-    return cp.cuda.get_elapsed_time(s, e) / reps * 1e3
+from bench_table import gpu_us, host_ms  # scripts/ is on sys.path
 
 
 def normals(shape):
