@@ -75,8 +75,7 @@ def test_wgmma_forward_variants(rng):
 @pytest.mark.parametrize("Nq,Nk", [(20, 64), (300, 128)])
 def test_wgmma_forward_dropout_keeps_the_reference_mask(monkeypatch, rng, Nq, Nk):
     """Scale 0 (P = 1/Nk) and V the identity (d = Nk): O[i, j] = Z_ij / ((1 − p)·Nk).
-    d = 64: three consumers, which draw their keep bits; d = 128: two, whose keep bits
-    the producer draws (``producer_draws``), one persistent block over three tiles."""
+    d = 64: three consumers; d = 128: two, one persistent block over three tiles."""
     monkeypatch.setenv("NUMBA_FLASH_WGMMA_PERSISTENT", "1")
     B, H, p, seed = 1, 2, 0.3, int(rng.integers(0, 2**63))
     q = rng.standard_normal((B, Nq, H, Nk)).astype(np.float16)
@@ -92,14 +91,11 @@ def test_wgmma_forward_dropout_keeps_the_reference_mask(monkeypatch, rng, Nq, Nk
 
 
 @pytest.mark.usefixtures("wgmma_on", "poisoned_outputs")
-@pytest.mark.parametrize("dtype,d,causal", [("bfloat16", 64, True), ("float16", 128, False)])
+@pytest.mark.parametrize("dtype,d,causal", [("bfloat16", 64, True), ("float16", 128, False), ("float16", 64, False)])
 def test_wgmma_forward_dropout_across_ring_fills(monkeypatch, rng, dtype, d, causal):
-    """The producer's keep words (``drop_stage``: two consumers) through both stages and
-    several fills: one persistent block runs two tiles of three key tiles each
-    (positions 0–5 of the walk), against the reference's mask."""
-    from numba_flash.kernels import wgmma_forward as W
-
-    assert W.producer_draws(W.tiles(d, causal, 70), Variant(dropout=True, causal=causal))
+    """Dropout through several key tiles and tiles of one persistent block (two of three
+    key tiles each: positions 0–5 of the walk), two consumers and three, against the
+    reference."""
     monkeypatch.setenv("NUMBA_FLASH_WGMMA_PERSISTENT", "1")
     seed = int(rng.integers(0, 2**63))
     check_forward(rng, dtype, d, causal, B=1, H=2, H_kv=1, Nq=70, Nk=300, dropout_p=0.2, seed=seed)

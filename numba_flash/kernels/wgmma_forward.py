@@ -56,18 +56,6 @@ A consumer whose rows lie past the sequence waits each full phase, then arrives 
 empty barrier: an arrival never counts towards the phase before.
 No ``syncthreads`` after the roles split (one before it: the barriers are initialised).
 
-Dropout (``producer_draws``: two consumers): the producer's warps 1–3 draw the keep
-bits, Philox4x32-7 and the 8-bit compares (``dropout.keep_words``), of every tile of the
-walk a stage ahead, into STAGES stages of keep words (16 bytes a Philox call, the call of
-consumer thread c's 32-key stretch a at 16·(a·CONSUMER_THREADS + c)); a consumer reads
-its four 16-byte words with ``ld.shared.v4`` and zeroes the dropped 16-bit values of
-packed P (``dropout.drop_kept``): about 1 instruction an element in the consumers, where
-drawing there took about 5 on their critical path.  Per stage s: ``drop_full[s]`` (96
-producer arrivals after their stores), ``drop_empty[s]`` (the consumers' 256 after
-their loads).  The producer then needs 56 registers (``DROP_REGS``: 128·56 + 256·224).
-With three consumers (d = 64) the consumers still draw their own (at 152 registers
-they spilled).
-
 Epilogue (FlashAttention-2/3's, through shared memory): a consumer warp writes its 16 rows
 of O = acc / l, packed to 16-bit pairs, into staging rows of its own with 4-byte shared
 stores (``fragments.stage_row_pairs``), syncs the warp, then moves whole rows to HBM, one
@@ -129,17 +117,10 @@ BLOCK_N, STAGES = 128, 2
 #: setmaxnreg of (the producer, each consumer) by the consumers a block: 128·24 + 256·240
 #: and 128·32 + 384·160 are the 65536 registers of an SM (FlashAttention-3's split).
 REGS = {2: (24, 240), 3: (32, 160)}
-#: The same when the producer's warps 1–3 draw dropout's keep bits (two consumers: ``producer_draws``):
-#: 128·56 + 256·224.  (With three, 48 + 152 spilled the consumers: they draw their own.)
-DROP_REGS = {2: (56, 224)}
 HEAD_DIMS = (64, 128)  # the head dims this version runs (wgmma n = d for P·V)
 BARRIER_BYTES = 128  # q_full, k_full[2], v_full[2], k_empty[2], v_empty[2], q_empty, v_land: 8 bytes each
 #: Byte offsets from q_full of each stage-0 barrier (stage s: + 8·s), of q_empty and v_land.
 K_FULL, V_FULL, K_EMPTY, V_EMPTY, Q_EMPTY, V_LAND = (8 + 8 * STAGES * j for j in range(6))
-#: Dropout's keep-bit stages (``drop_full[s]``, ``drop_empty[s]``), in the barriers' last 32 bytes.
-D_FULL, D_EMPTY = V_LAND + 8, V_LAND + 8 + 8 * STAGES
-#: The producer warps that draw dropout's keep bits (warps 1–3 of the producer warpgroup).
-DROP_THREADS = 96
 
 
 def consumers(head_dim: int, causal: bool = False, seqlen_q: int = 4096) -> int:
@@ -194,9 +175,6 @@ def wgmma_forward_kernel(t: TcTiles, variant: Variant, dtype: str, persistent: b
     THREADS, CONSUMER_THREADS = threads(t), 128 * CONSUMERS
     PRODUCER_REGS, CONSUMER_REGS = REGS[CONSUMERS]
     F = variant.flags
-    DRAWS = producer_draws(t, variant)  # the producer's warps 1–3 draw dropout's keep bits (``drop_stage``)
-    if DRAWS:  # Philox there: more registers, fewer here
-        PRODUCER_REGS, CONSUMER_REGS = DROP_REGS[CONSUMERS]
     SOFTMAX = softmax.domain(variant, capped=True)  # softcap: the cap in the exponent's FFMA
     KSTEPS = HEAD_DIM // 16  # k-slices of Q·Kᵀ
     NT_S = BLOCK_N // 8
@@ -212,9 +190,6 @@ def wgmma_forward_kernel(t: TcTiles, variant: Variant, dtype: str, persistent: b
     Q_BYTES, KV_BYTES = ATOMS * Q_ATOM, ATOMS * KV_ATOM
     WG_ROWS = 64 * 128  # bytes of a consumer's 64 rows within a Q atom
     O_WARP = 16 * HEAD_DIM * 2  # bytes of a consumer warp's staging rows of O (16 rows × d, 16-bit)
-    STRETCHES = BLOCK_N // 32  # dropout: a lane's Philox calls a tile (one a 32-key stretch)
-    CALLS = CONSUMER_THREADS * STRETCHES
-    D_STAGE = 16 * CALLS  # bytes of a stage of keep words: the four words of each call
     kind = "f16" if dtype == "float16" else "bf16"
     wgmma_s = getattr(ptx, f"wgmma_m64n{BLOCK_N}k16_{kind}_acc")
     wgmma_o = getattr(ptx, f"wgmma_m64n{HEAD_DIM}k16_{kind}_rs_bmn_acc")
@@ -236,40 +211,14 @@ def wgmma_forward_kernel(t: TcTiles, variant: Variant, dtype: str, persistent: b
                                                 score.exponent_factor(si, SOFTMAX))  # fmt: skip
 
     @device_function
-    def pack_p(p_frag, acc_s, row0, start_n, di, d_full, d_words, g):
+    def pack_p(p_frag, acc_s, row0, start_n, di):
         """P's k-slice ps is S's n-tiles 2ps, 2ps + 1 packed to 16-bit pairs (V's keys 16ps …);
         with dropout, the dropped values zeroed in the pairs (the epilogue scales O by
-        1 / (1 − p); l_i kept the undropped P): from the keep words the producer drew
-        for the walk's position ``g`` (``DRAWS``: :func:`drop_stage`, stage g mod 2 at
-        ``d_words``; ``d_full``: its drop_full barrier, drop_empty at + D_EMPTY −
-        D_FULL), else drawn here (``fragments.drop_packed``, rows ``row0`` …, keys
-        ``start_n`` …)."""
+        1 / (1 − p); l_i kept the undropped P)."""
         for ps in range(PSTEPS):
             fragments.pack_a(p_frag, ps * 4, acc_s, ps * 8, BF16)
-        if F[DROPOUT] and not DRAWS:
+        if F[DROPOUT]:
             fragments.drop_packed(p_frag, PSTEPS, row0, start_n, di)
-        elif F[DROPOUT]:
-            s = g % STAGES
-            wait_phase(d_full + 8 * s, (g // STAGES) & 1)  # the producer's words of this position landed
-            ctid = cuda.threadIdx.x - 128  # this consumer thread among all consumers'
-            for a in range(STRETCHES):
-                k0, k1, k2, k3 = ptx.ld_shared_v4_b32(d_words + s * D_STAGE + (a * CONSUMER_THREADS + ctid) * 16)
-                dropout.drop_kept(p_frag, 8 * a, k0, k2)
-                dropout.drop_kept(p_frag, 8 * a + 4, k1, k3)
-            ptx.mbarrier_arrive(d_full + D_EMPTY - D_FULL + 8 * s)  # read: the producer may draw into the stage
-
-    @device_function
-    def drop_stage(d_words, start_m, start_n, di, dt):
-        """Producer thread ``dt`` (of DROP_THREADS) draws its share of a tile's keep words
-        into a stage at ``d_words``: Philox call c (``dropout.keep_words``) is consumer
-        thread c mod CONSUMER_THREADS's (rows start_m + 16·(its warp) + lane / 4, + 8)
-        for the 32-key stretch c / CONSUMER_THREADS of keys ``start_n`` …, its four
-        words at 16·c (consecutive lanes: consecutive 16 bytes, no bank conflict)."""
-        for c in range(dt, CALLS, DROP_THREADS):
-            ctid = c % CONSUMER_THREADS
-            i = start_m + 16 * (ctid >> 5) + ((ctid & 31) >> 2)
-            w0, w1, w2, w3 = dropout.keep_words(i, ((((start_n >> 5) + c // CONSUMER_THREADS) << 2) | (ctid & 3)), di)
-            ptx.st_shared_v4_b32(d_words + 16 * c, w0, w1, w2, w3)
 
     @device_function
     def take_turn(cw):
@@ -311,8 +260,6 @@ def wgmma_forward_kernel(t: TcTiles, variant: Variant, dtype: str, persistent: b
         v_base = k_base + STAGES * KV_BYTES
         q_full = v_base + STAGES * KV_BYTES  # then k_full[s] at + K_FULL + 8s, v_full, k_empty, v_empty likewise
         o_base = q_full + BARRIER_BYTES  # the consumer warps' staging rows of O, O_WARP bytes each (16-byte aligned)
-        d_words = o_base + (CONSUMER_THREADS // 32) * O_WARP  # dropout: STAGES stages of keep words, D_STAGE bytes each
-        d_full = q_full + D_FULL  # then drop_full[s] at + 8s, drop_empty[s] at + D_EMPTY − D_FULL + 8s
         if tid == 0:
             ptx.mbarrier_init(q_full, 1)
             ptx.mbarrier_init(q_full + Q_EMPTY, CONSUMER_THREADS)
@@ -322,9 +269,6 @@ def wgmma_forward_kernel(t: TcTiles, variant: Variant, dtype: str, persistent: b
                 ptx.mbarrier_init(q_full + V_FULL + 8 * s, 1)
                 ptx.mbarrier_init(q_full + K_EMPTY + 8 * s, CONSUMER_THREADS)
                 ptx.mbarrier_init(q_full + V_EMPTY + 8 * s, CONSUMER_THREADS)
-                if DRAWS:
-                    ptx.mbarrier_init(d_full + 8 * s, DROP_THREADS)
-                    ptx.mbarrier_init(q_full + D_EMPTY + 8 * s, CONSUMER_THREADS)
             ptx.fence_proxy_async()  # the initialised barriers, before TMA completes on them
         cuda.syncthreads()  # the barriers are initialised before anyone waits or arrives on them
 
@@ -379,21 +323,6 @@ def wgmma_forward_kernel(t: TcTiles, variant: Variant, dtype: str, persistent: b
                             zeroed += 1
                         pos += 1
                     done += 1
-            elif DRAWS:  # warps 1–3: dropout's keep bits of every tile, up to a stage ahead of the consumers
-                pos = 0  # the walk's position, as the ring's
-                for tile in range(cuda.blockIdx.x, tiles_end, tiles_step):
-                    start_m, b, h, hk, q0, k0, mi, seq, vr, n_lo, n_hi, live = tile_walk(tile, gx, gy, gz, q, k,
-                                                                                         params, cu_q, cu_k, fx)
-                    if not live:
-                        continue
-                    di = dropout.dropout_info(params, seq, h, mi)
-                    for j in range(n_lo, n_hi):
-                        s = pos % STAGES
-                        if pos >= STAGES:  # the consumers read this stage's last fill
-                            wait_phase(q_full + D_EMPTY + 8 * s, ((pos // STAGES) - 1) & 1)
-                        drop_stage(d_words + s * D_STAGE, start_m, tile_at(j, vr, F) * BLOCK_N, di, tid - 32)
-                        ptx.mbarrier_arrive(d_full + 8 * s)  # release: the words are written before the arrival
-                        pos += 1
             return
 
         ptx.setmaxnreg_inc(CONSUMER_REGS)
@@ -432,9 +361,6 @@ def wgmma_forward_kernel(t: TcTiles, variant: Variant, dtype: str, persistent: b
                     ptx.mbarrier_arrive(q_full + K_EMPTY + 8 * s)
                     wait_phase(q_full + V_FULL + 8 * s, (g // STAGES) & 1)
                     ptx.mbarrier_arrive(q_full + V_EMPTY + 8 * s)
-                    if DRAWS:  # the keep words' stage too
-                        wait_phase(d_full + 8 * s, (g // STAGES) & 1)
-                        ptx.mbarrier_arrive(q_full + D_EMPTY + 8 * s)
                 if n_hi > n_lo:  # the last P·V's turn
                     take_turn(cw)
                     pass_turn(cw)
@@ -460,7 +386,7 @@ def wgmma_forward_kernel(t: TcTiles, variant: Variant, dtype: str, persistent: b
                 ptx.mbarrier_arrive(q_full + K_EMPTY + 8 * s)  # this thread is done with K_0
                 start_n = tile_at(n_lo, vr, F) * BLOCK_N
                 scores_to_p(acc_s, alpha, m_i, l_i, n_lo, start_n, row0, rows0, si, di, mi, vr)
-                pack_p(p_frag, acc_s, row0, start_n, di, d_full, d_words, pos)  # acc_o is 0: no rescale
+                pack_p(p_frag, acc_s, row0, start_n, di)  # acc_o is 0: no rescale
             for j in range(n_lo + 1, n_hi):
                 g = pos + j - n_lo
                 s, sp = g % STAGES, (g - 1) % STAGES
@@ -479,7 +405,7 @@ def wgmma_forward_kernel(t: TcTiles, variant: Variant, dtype: str, persistent: b
                 ptx.mbarrier_arrive(q_full + V_EMPTY + 8 * sp)  # … and with V_{i−1}
                 for r in range(2):
                     softmax.rescale_row(acc_o, 2 * r, 4, NT_O, 2, alpha[r])
-                pack_p(p_frag, acc_s, row0, start_n, di, d_full, d_words, g)
+                pack_p(p_frag, acc_s, row0, start_n, di)
             ptx.mbarrier_arrive(q_full + Q_EMPTY)  # every S of the tile is done: the producer may load the next Q
             if n_hi > n_lo:  # the last tile's P·V
                 g = pos + n_hi - n_lo - 1
@@ -518,22 +444,12 @@ def wgmma_forward_kernel(t: TcTiles, variant: Variant, dtype: str, persistent: b
     return wgmma_forward
 
 
-def producer_draws(t: TcTiles, variant: Variant) -> bool:
-    """Dropout's keep bits are drawn by the producer's warps 1–3 (``drop_stage``) and
-    read by the consumers from shared memory, off their critical path: with two
-    consumers (d = 128; d = 64 causal with few rows).  With three (d = 64) the
-    consumers draw their own: at 152 registers they spilled, giving 8 a thread to
-    the producer."""
-    return variant.dropout and t.block_m == 128
-
-
-def smem_bytes(t: TcTiles, variant: Variant = Variant()) -> int:
+def smem_bytes(t: TcTiles) -> int:
     """Dynamic shared bytes: Q, two stages of K and of V, the mbarriers, then the
     consumer warps' staging rows of O (16 rows each; 2 bytes an element).  At most
     224.1 KiB (d = 128 with three consumers, only by ``NUMBA_FLASH_WGMMA_CONSUMERS``) of
     an H100/H200 block's 227 KiB."""
-    keep = STAGES * 16 * 32 * t.warps * (BLOCK_N // 32) if producer_draws(t, variant) else 0  # 16 B a call
-    return 2 * t.head_dim * (t.block_m + 2 * STAGES * BLOCK_N) + BARRIER_BYTES + t.warps * 16 * 2 * t.head_dim + keep
+    return 2 * t.head_dim * (t.block_m + 2 * STAGES * BLOCK_N) + BARRIER_BYTES + t.warps * 16 * 2 * t.head_dim
 
 
 def pingpong(t: TcTiles) -> bool:
@@ -598,4 +514,4 @@ def launches(t: TcTiles, variant: Variant, dtype: str, sz: spec.Sizes) -> list:
     kern = wgmma_forward_kernel(t, variant, dtype, n < tiles, pingpong(t))
     args = spec.forward_args("u16", tc_out_view(t)) + (spec.Arg("tmaps"),)
     return [spec.KernelLaunch("wgmma_forward", kern, t, (n, 1, 1),
-                              threads(t), smem_bytes(t, variant), args, (t.block_m, t.block_n, False))]  # fmt: skip
+                              threads(t), smem_bytes(t), args, (t.block_m, t.block_n, False))]  # fmt: skip
