@@ -797,9 +797,29 @@ def prmt(typingctx, a, b, selector):
 # ---------------------------------------------------------------------------
 
 
-@intrinsic
-def ld_shared_v4_f32(typingctx, addr):
-    """``ld_shared_v4_f32(addr: uint32) -> (f32, f32, f32, f32)``
+def _ld_shared_v4(kind, doc):
+    """An intrinsic ``ld_shared_v4_{kind}(addr) -> 4-tuple``: ``ld.shared.v4.{kind}`` of
+    four 32-bit values (``f32``: float32, ``b32``: uint32 words) at a 16-byte-aligned
+    shared address, ordered with memory (a clobber); ``doc`` its docstring."""
+    reg, ty, ret = {"f32": ("f", _F32, types.float32), "b32": ("r", _I32, types.uint32)}[kind]
+
+    @intrinsic
+    def impl(typingctx, addr):
+        _require_ints(f"ld_shared_v4_{kind}", addr=addr)
+
+        def codegen(context, builder, sig, args):
+            a = context.cast(builder, args[0], sig.args[0], types.uint32)
+            vals = _asm(builder, f"ld.shared.v4.{kind} {{$0, $1, $2, $3}}, [$4];",
+                        f"={reg},={reg},={reg},={reg},r,~{{memory}}", [a], [ty] * 4)
+            return context.make_tuple(builder, sig.return_type, vals)
+
+        return types.UniTuple(ret, 4)(addr), codegen
+
+    impl.__doc__ = doc
+    return impl
+
+
+ld_shared_v4_f32 = _ld_shared_v4("f32", """``ld_shared_v4_f32(addr: uint32) -> (f32, f32, f32, f32)``
 
     ``ld.shared.v4.f32 {$0, $1, $2, $3}, [addr];``: four consecutive float32
     from the shared address ``addr`` (from ``smem_addr``; 16-byte aligned) in
@@ -807,16 +827,7 @@ def ld_shared_v4_f32(typingctx, addr):
     16-byte aligned, so it never emits vector loads itself; a register-blocked
     (SGEMM-style) kernel needs them to keep one load per 4--8 FMAs.  Carries a
     memory clobber, so it is ordered with ``syncthreads`` and with stores.
-    """
-    _require_ints("ld_shared_v4_f32", addr=addr)
-
-    def codegen(context, builder, sig, args):
-        a = context.cast(builder, args[0], sig.args[0], types.uint32)
-        vals = _asm(builder, "ld.shared.v4.f32 {$0, $1, $2, $3}, [$4];",
-                    "=f,=f,=f,=f,r,~{memory}", [a], [_F32] * 4)
-        return context.make_tuple(builder, sig.return_type, vals)
-
-    return _F32x4(addr), codegen
+    """)
 
 
 @intrinsic
@@ -858,24 +869,13 @@ def st_shared_v4_b32(typingctx, addr, w0, w1, w2, w3):
     return types.void(addr, w0, w1, w2, w3), codegen
 
 
-@intrinsic
-def ld_shared_v4_b32(typingctx, addr):
-    """``ld_shared_v4_b32(addr: uint32) -> (uint32, uint32, uint32, uint32)``
+ld_shared_v4_b32 = _ld_shared_v4("b32", """``ld_shared_v4_b32(addr: uint32) -> (uint32, uint32, uint32, uint32)``
 
     ``ld.shared.v4.b32 {$0, $1, $2, $3}, [addr];``: one 16-byte load of four 32-bit
     words from the 16-byte-aligned shared address ``addr`` (a staged 16-byte chunk of
     packed 16-bit pairs on its way to ``st_global_v4_b32``).  Memory clobber, as
     ``ld_shared_v4_f32``.
-    """
-    _require_ints("ld_shared_v4_b32", addr=addr)
-
-    def codegen(context, builder, sig, args):
-        a = context.cast(builder, args[0], sig.args[0], types.uint32)
-        vals = _asm(builder, "ld.shared.v4.b32 {$0, $1, $2, $3}, [$4];",
-                    "=r,=r,=r,=r,r,~{memory}", [a], [_I32] * 4)
-        return context.make_tuple(builder, sig.return_type, vals)
-
-    return types.UniTuple(types.uint32, 4)(addr), codegen
+    """)
 
 
 def _u32_pair_asm(fname, text, names, doc, convergent=False):
