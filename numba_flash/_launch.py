@@ -36,6 +36,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from numba_flash._arrays import data_ptr
 from numba_flash._numba_cuda import SIMULATOR
 
 _NUMBA_PATH = os.environ.get("NUMBA_FLASH_LAUNCH", "direct") == "numba"
@@ -118,18 +119,11 @@ def _flatten(args, vals: list) -> None:
     for a in args:
         if _is_array(a):
             # meminfo, parent, nitems, itemsize, data, shape..., strides... (numba's order)
-            vals += (0, 0, a.size, a.itemsize, _data_ptr(a), *a.shape, *a.strides)
+            vals += (0, 0, a.size, a.itemsize, data_ptr(a), *a.shape, *a.strides)
         elif isinstance(a, tuple):
             _flatten(a, vals)
         else:
             vals.append(_scalar_slot(a))
-
-
-def _data_ptr(a) -> int:
-    """A device array's address (CuPy's ``data.ptr``; a NumPy array's own under the
-    simulator, where the packed parameters are only checked, never launched)."""
-    data = a.data
-    return data.ptr if hasattr(data, "ptr") else a.__array_interface__["data"][0]
 
 
 def _scalar_slot(x) -> int:
@@ -164,10 +158,15 @@ def launch(kernel, grid, threads, shared_bytes: int, *args) -> None:
 
         kernel[grid, threads, launch_stream(), shared_bytes](*_numba_args(args))
         return
+    handle, offsets = prepared
+    _launch_packed(handle, grid, threads, shared_bytes, offsets, _pack(args, offsets.size))
+
+
+def _launch_packed(handle, grid, threads, shared_bytes: int, offsets, buf) -> None:
+    """``cuLaunchKernel`` of function ``handle`` on CuPy's current stream with the
+    parameters packed in ``buf`` (one 8-byte slot each, at byte ``offsets``)."""
     from cupy.cuda import driver
 
-    handle, offsets = prepared
-    buf = _pack(args, offsets.size)
     params = offsets + np.uint64(buf.__array_interface__["data"][0])
     gx, gy, gz = grid if isinstance(grid, tuple) else (grid, 1, 1)
     driver.launchKernel(
@@ -190,10 +189,9 @@ class Replay:
     an array argument's address (the shape and strides, pinned by the call's signature,
     stay), ``values`` (slot, width, role) for a tuple or scalar argument (``params``, the
     scale).  ``roles[i]`` named argument i (None: pinned by the signature, its slots kept);
-    ``handle`` is 0 in the simulator, which
-    launches through numba (:func:`patched` is still checked there)."""
+    ``handle`` is 0 in the simulator, which launches through numba (:func:`patched` is
+    still checked there)."""
 
-    kernel: object
     grid: tuple
     threads: int
     shared_bytes: int
@@ -209,9 +207,9 @@ def recorded(kernel, grid, threads, shared_bytes: int, args, roles) -> Replay:
     """The :class:`Replay` of ``launch(kernel, grid, threads, shared_bytes, *args)`` just
     made, argument i coming from role ``roles[i]``."""
     count = sum(_slots(a) for a in args)
-    handle = 0
-    if not SIMULATOR:
-        handle = _prepared[(id(kernel), shared_bytes, tuple(_arg_key(a) for a in args))][0]
+    handle, offsets = 0, np.arange(count, dtype=np.uint64) * 8
+    if not SIMULATOR:  # what ``launch`` prepared for these arguments
+        handle, offsets = _prepared[(id(kernel), shared_bytes, tuple(_arg_key(a) for a in args))]
     pointers, values, slot = [], [], 0
     for a, role in zip(args, roles):
         width = _slots(a)
@@ -222,9 +220,7 @@ def recorded(kernel, grid, threads, shared_bytes: int, args, roles) -> Replay:
         else:
             values.append((slot, width, role))
         slot += width
-    grid = grid if isinstance(grid, tuple) else (grid, 1, 1)
-    return Replay(kernel, grid, threads, shared_bytes, handle, np.arange(count, dtype=np.uint64) * 8,
-                  _pack(args, count), tuple(pointers), tuple(values))  # fmt: skip
+    return Replay(grid, threads, shared_bytes, handle, offsets, _pack(args, count), tuple(pointers), tuple(values))
 
 
 def patched(rep: Replay, buffers: dict) -> np.ndarray:
@@ -233,7 +229,7 @@ def patched(rep: Replay, buffers: dict) -> np.ndarray:
     call in the recorded call's packing."""
     buf = rep.base.copy()
     for slot, role in rep.pointers:
-        buf[slot] = _data_ptr(buffers[role])
+        buf[slot] = data_ptr(buffers[role])
     for slot, width, role in rep.values:
         value = buffers[role]
         last = rep.last.get(role)
@@ -249,10 +245,4 @@ def patched(rep: Replay, buffers: dict) -> np.ndarray:
 
 def replay(rep: Replay, buffers: dict) -> None:
     """Launch ``rep`` on CuPy's current stream with this call's ``buffers`` (on a GPU)."""
-    from cupy.cuda import driver
-
-    buf = patched(rep, buffers)
-    params = rep.offsets + np.uint64(buf.__array_interface__["data"][0])
-    gx, gy, gz = rep.grid
-    driver.launchKernel(rep.handle, gx, gy, gz, rep.threads, 1, 1, rep.shared_bytes, _stream_ptr(),
-                        params.__array_interface__["data"][0], 0)  # fmt: skip
+    _launch_packed(rep.handle, rep.grid, rep.threads, rep.shared_bytes, rep.offsets, patched(rep, buffers))

@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from numba_flash import _arrays as A
 from numba_flash import _launch
 from numba_flash._numba_cuda import SIMULATOR
 
@@ -49,10 +50,8 @@ class _NotReplayable(Exception):
 def _array(x):
     if type(x) is not _array_type:
         raise _NotReplayable
-    if SIMULATOR:
-        return (x.shape, x.strides, x.dtype, x.__array_interface__["data"][0] % 16)
-    data = x.data
-    return (x.shape, x.strides, x.dtype, data.ptr % 16, data.device_id)
+    where = (A.data_ptr(x) % 16,) + (() if SIMULATOR else (x.data.device_id,))
+    return (x.shape, x.strides, x.dtype) + where
 
 
 def _value(x):
@@ -132,7 +131,7 @@ class Recording:
 def _maps(maps, buffers):
     """A launch's tensor maps for this call's arrays (they encode the addresses)."""
     make, known = maps
-    key = tuple(_launch._data_ptr(buffers[r]) for r in ("q", "k", "v", "dout") if r in buffers)
+    key = tuple(A.data_ptr(buffers[r]) for r in ("q", "k", "v", "dout") if r in buffers)
     hit = known.get(key)
     if hit is None:
         hit = known[key] = make(buffers)

@@ -298,6 +298,13 @@ def _replay_forward(rec: _replay.Recording, q, k, v, dropout_p, seed, alibi_slop
     return out, lse
 
 
+def _replay_offsets(rec: _replay.Recording, q, k, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k):
+    """A replayed varlen call's offsets on the compute side (cu_q, cu_k), their values
+    checked as every call's are (:func:`_check_offsets`)."""
+    return _check_offsets(rec.state["q_op"], q.shape[0], k.shape[0], cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
+                          max_seqlen_k)[:2]  # fmt: skip
+
+
 def _backward(ops, lse_arr, dims, causal, scale, var, allow_tf32, layout, shapes, cu=(None, None), rows_q=0,
               key=None):  # fmt: skip
     """Run the backward plan; ``ops`` are the (q, k, v, dout, out) operands; returns
@@ -538,10 +545,8 @@ def flash_attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
                      allow_tf32, max_seqlen_q, max_seqlen_k), (alibi_slopes, cu_seqlens_q, cu_seqlens_k), score_mod,
                      block_mask, mod_args)  # fmt: skip
     rec = _replay.find(key)
-    if rec is not None:  # the offsets' values are checked every call
-        total_q, total_k = q.shape[0], k.shape[0]
-        cu = _check_offsets(rec.state["q_op"], total_q, total_k, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
-                            max_seqlen_k)[:2]  # fmt: skip
+    if rec is not None:
+        cu = _replay_offsets(rec, q, k, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k)
         out, lse = _replay_forward(rec, q, k, v, dropout_p, seed, alibi_slopes, cu)
         return (out, lse) if return_lse else out
     causal, (q_op, k_op, v_op), dims, scale = _check_packed(q, k, v, causal, softmax_scale)
@@ -575,9 +580,7 @@ def flash_attention_varlen_backward(dout, q, k, v, out, lse, cu_seqlens_q, cu_se
                      score_mod, block_mask, mod_args, score_mod_grad)  # fmt: skip
     rec = _replay.find(key)
     if rec is not None:
-        total_q, total_k = q.shape[0], k.shape[0]
-        cu = _check_offsets(rec.state["q_op"], total_q, total_k, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
-                            max_seqlen_k)[:2]  # fmt: skip
+        cu = _replay_offsets(rec, q, k, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k)
         return tuple(_replay_backward(rec, (q, k, v, dout, out), lse, dropout_p, seed, alibi_slopes, cu))
     causal, (q_op, k_op, v_op), dims, scale = _check_packed(q, k, v, causal, softmax_scale)
     do_op = A.check_packed("dout", dout)
