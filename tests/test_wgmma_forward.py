@@ -72,6 +72,16 @@ def test_wgmma_forward_variants(rng):
 
 
 @pytest.mark.usefixtures("wgmma_on", "poisoned_outputs")
+@pytest.mark.parametrize("d,Nq,Nk", [(128, 150, 300), (64, 40, 33)])
+def test_wgmma_forward_causal_alibi_column_frame(rng, d, Nq, Nk):
+    """Causal ALiBi alone: the bias a column term fused with the scale (``score.column_frame``),
+    each row's max moved back to true units in the epilogue (lse against the reference);
+    slopes up to 1 so that the frame's row offsets (up to 8·slope) matter."""
+    slopes = (0.05 + 0.95 * rng.random(2)).astype(np.float32)
+    check_forward(rng, "float16", d, True, Nq=Nq, Nk=Nk, alibi_slopes=slopes)
+
+
+@pytest.mark.usefixtures("wgmma_on", "poisoned_outputs")
 @pytest.mark.parametrize("Nq,Nk", [(20, 64), (300, 128)])
 def test_wgmma_forward_dropout_keeps_the_reference_mask(monkeypatch, rng, Nq, Nk):
     """Scale 0 (P = 1/Nk) and V the identity (d = Nk): O[i, j] = Z_ij / ((1 − p)·Nk).

@@ -34,7 +34,7 @@ def acc_row_col(nt, e, lane):
 
 
 @device_function
-def scale_and_mask(acc, S0, NT, MT, row0, col0, si, needs_mask, partial, mi, KEYS_ARE_ROWS, LOG2, F):
+def scale_and_mask(acc, S0, NT, MT, row0, col0, si, needs_mask, partial, mi, KEYS_ARE_ROWS, LOG2, FRAME, F):
     """The score step on MT m-tiles of NT n-tiles each (m-tile ``mt`` at
     ``acc[S0 + 4·NT·mt]``, rows ``row0 + 16·mt + ...``): ``score.scaled`` (scale, softcap);
     then, where the step needs indices (ALiBi, score_mod) or the tile ``needs_mask``
@@ -43,22 +43,38 @@ def scale_and_mask(acc, S0, NT, MT, row0, col0, si, needs_mask, partial, mi, KEY
     and columns (``col0 + ...``) keys, or keys and queries when ``KEYS_ARE_ROWS`` (the
     dK/dV kernels' Sᵀ).  The block mask's ``mask_mod`` is a pass of its own
     (:func:`mod_mask`): one loop with both would be too large for the compiler to
-    unroll, and the accumulators, indexed at run time, would go to local memory."""
-    for j in range(MT * NT * 4):
-        acc[S0 + j] = score.scaled(acc[S0 + j], si, LOG2, F)
+    unroll, and the accumulators, indexed at run time, would go to local memory.
+
+    ``FRAME`` (the forwards, ``score.column_frame``): ALiBi in the column frame, the
+    reference row of each lane's row g (and g + 8, 16·mt + ...) being row0 + g: an
+    element's bias is its column's ``−slope·(row0 + g + diag − key)``, and the row
+    keeps ``slope·(16·mt + 8·(row half))`` more than the true score, which
+    ``score.frame_max`` takes off the row's max."""
+    if not (FRAME and _fused(LOG2, F)):  # fused: the index pass scales with the bias's FFMA
+        for j in range(MT * NT * 4):
+            acc[S0 + j] = score.scaled(acc[S0 + j], si, LOG2, F)
     # two copies of the index pass, so that neither tests ``needs_mask`` per element: with
     # ALiBi every tile runs it, and a branch an element cost the wgmma forward 1.76× plain
     if needs_mask:
-        _index_pass(acc, S0, NT, MT, row0, col0, si, True, mi, KEYS_ARE_ROWS, F)
+        _index_pass(acc, S0, NT, MT, row0, col0, si, True, mi, KEYS_ARE_ROWS, LOG2, FRAME, F)
     elif score.needs_indices(F):
-        _index_pass(acc, S0, NT, MT, row0, col0, si, False, mi, KEYS_ARE_ROWS, F)
+        _index_pass(acc, S0, NT, MT, row0, col0, si, False, mi, KEYS_ARE_ROWS, LOG2, FRAME, F)
     mod_mask(acc, S0, NT, MT, row0, col0, si, partial, mi, KEYS_ARE_ROWS, F)
 
 
 @device_function
-def _index_pass(acc, S0, NT, MT, row0, col0, si, MASK, mi, KEYS_ARE_ROWS, F):
-    """:func:`scale_and_mask`'s pass over the elements' (query, key): ALiBi, the
-    score_mod, and with ``MASK`` (a literal) the built-in masks."""
+def _fused(LOG2, F):
+    """With ALiBi's column frame, the index pass scales the scores too where
+    ``score.scaled`` is ``s · mul`` (no softcap; not raw scores, ``softmax.CAPPED``), so
+    that the scale and the bias are one FFMA."""
+    return not F[SOFTCAP] and LOG2 != softmax.CAPPED
+
+
+@device_function
+def _index_pass(acc, S0, NT, MT, row0, col0, si, MASK, mi, KEYS_ARE_ROWS, LOG2, FRAME, F):
+    """:func:`scale_and_mask`'s pass over the elements' (query, key): ALiBi (in the
+    column frame with ``FRAME``), the score_mod, and with ``MASK`` (a literal) the
+    built-in masks."""
     lane = cuda.threadIdx.x & 31
     # ALiBi's distance q + diag − k of element (mt, nt, e) is this lane's d0 plus a
     # compile-time offset: one int → float conversion a call, not one an element
@@ -66,6 +82,9 @@ def _index_pass(acc, S0, NT, MT, row0, col0, si, MASK, mi, KEYS_ARE_ROWS, F):
     d0 = float32(row0 + r0 + mi[2] - col0 - c0)
     if KEYS_ARE_ROWS:
         d0 = float32(col0 + c0 + mi[2] - row0 - r0)
+    # the column frame: column c's bias −slope·(d0 − c) = slope·c + bias0, an FFMA a column
+    # (the lane's rows share it) that the scaling's multiply then fuses with (one FFMA an element)
+    bias0 = -(si[2] * d0)
     for mt in range(MT):
         for nt in range(NT):
             for e in range(4):
@@ -76,7 +95,14 @@ def _index_pass(acc, S0, NT, MT, row0, col0, si, MASK, mi, KEYS_ARE_ROWS, F):
                 if KEYS_ARE_ROWS:
                     q_idx, k_idx = col0 + c, row0 + 16 * mt + r
                     dist = d0 + float32(nt * 8 + (e & 1) - 16 * mt - 8 * (e >> 1))
-                x = score.alibi(acc[i], dist, si, F)  # index_step's, from the precomputed distance
+                if FRAME:
+                    column = si[2] * float32(nt * 8 + (e & 1)) + bias0  # the lane's rows share it
+                    if _fused(LOG2, F):  # scale · s + column in one FFMA (one basic block's fmul + fadd
+                        x = cuda.fma(acc[i], si[0], column)  # would fuse; across the branch they did not)
+                    else:  # softcap's tanh units, scaled already, or raw scores
+                        x = acc[i] + column
+                else:
+                    x = score.alibi(acc[i], dist, si, F)  # index_step's, from the precomputed distance
                 x, _ = flex.modded(x, q_idx, k_idx, si, mi, False, F)
                 acc[i] = mask.masked(x, q_idx, k_idx, MASK, False, si, mi, F)
 
@@ -191,7 +217,7 @@ def p_and_ds(acc_s, acc_dp, NT, start_m, BLOCK_M, start_n, BLOCK_N, row0, col0, 
             _p_and_ds_pass(acc_s, acc_dp, NT, start_m, row0, col0, si, mi, stats, LSE_AT, DELTA_AT, KEYS_ARE_ROWS, di,
                            partial, False, F)  # fmt: skip
     else:
-        scale_and_mask(acc_s, 0, NT, 1, row0, col0, si, needs_mask, partial, mi, KEYS_ARE_ROWS, True, F)
+        scale_and_mask(acc_s, 0, NT, 1, row0, col0, si, needs_mask, partial, mi, KEYS_ARE_ROWS, True, False, F)
         softmax_grad_tile(acc_s, acc_dp, NT, stats, LSE_AT, DELTA_AT, mi[0] - start_m, KEYS_ARE_ROWS)
 
 

@@ -32,7 +32,7 @@ from numba_flash import ptx
 from numba_flash._numba_cuda import device_function, float32
 from numba_flash.kernels import dropout, flex, mask
 from numba_flash.kernels.softmax import CAPPED, FOLD, LOG2E, LOG2E_F32
-from numba_flash.variant import ALIBI, SCORE_MOD, SOFTCAP, SOFTCAP_VALUE
+from numba_flash.variant import ALIBI, CAUSAL, SCORE_MOD, SOFTCAP, SOFTCAP_VALUE
 
 
 @device_function
@@ -49,6 +49,10 @@ def score_info(params, alibi, fx, seq, h, scale, LOG2, F):
         mul = float32(scale / params[SOFTCAP_VALUE])
         cap = float32(params[SOFTCAP_VALUE]) * log2e
         inv_cap = float32(1.0 / params[SOFTCAP_VALUE])
+    elif LOG2 == CAPPED:  # raw scores: the scale (times log2 e) is the exponent's factor; scale > 0
+        mul = float32(1.0)
+        cap = float32(scale * LOG2E)
+        inv_cap = float32(1.0 / scale) if scale != 0 else float32(0.0)  # read by ALiBi alone
     else:
         mul = float32(scale * LOG2E) if LOG2_HERE else float32(scale)
         cap = float32(1.0)
@@ -113,6 +117,8 @@ def softcap_grad(s, si, LOG2, F):
     softcap)."""
     if F[SOFTCAP]:
         return _capped(s * si[0], si, LOG2)
+    if LOG2 == CAPPED:  # raw scores (score_info)
+        return s, float32(1.0)
     return s * si[0], float32(1.0)
 
 
@@ -138,6 +144,30 @@ def alibi(x, dist, si, F):
     if F[ALIBI]:
         return x - si[2] * abs(dist)
     return x
+
+
+@device_function
+def column_frame(F):
+    """True when the forward takes ALiBi in the column frame (:func:`frame_max`):
+    causal, so every visible key has ``j ≤ i + diag`` and the bias
+    ``−slope·(i + diag − j)`` is a column term ``slope·(j − r − diag)`` less a row
+    term ``slope·(i − r)`` for any reference row r; the row term is the same for all of
+    a row's keys, so the softmax does not see it and the forward adds it back to the
+    row's max once, in the epilogue.  The bias then costs one FFMA a column, shared by
+    a lane's rows, instead of one an element (FlashAttention-2 adds ``slope·j`` alone
+    with causal, as here).  Not with a ``score_mod``, which must see the true score;
+    the backward recomputes P from the true score and lse."""
+    return F[ALIBI] and F[CAUSAL] and not F[SCORE_MOD]
+
+
+@device_function
+def frame_max(m, si, off, FRAME):
+    """A row's running max ``m`` in true units, from the column frame's (``FRAME``:
+    :func:`column_frame` was on in the forward's score step) for a row ``off`` rows
+    below its frame's reference row: ``m − slope·off``.  −inf stays −inf."""
+    if FRAME:
+        return m - si[2] * float32(off)
+    return m
 
 
 @device_function

@@ -224,4 +224,7 @@ def domain(variant, capped=False):
     mods = variant.mods
     if mods is not None and mods.score_fn is not None:
         return FOLD
-    return CAPPED if capped and variant.softcap else True
+    import os  # an experiment's switch (NUMBA_FLASH_RAW_SCORES=1): raw scores, the scale in the exponent
+
+    raw = os.environ.get("NUMBA_FLASH_RAW_SCORES") == "1" and not variant.alibi  # ALiBi: scale and bias fused
+    return CAPPED if capped and (variant.softcap or raw) else True

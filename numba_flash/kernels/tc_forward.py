@@ -162,7 +162,7 @@ def tc_forward_kernel(t: TcTiles, variant: Variant, dtype: str):
             needs_mask = tile_needs_mask(start_m, BLOCK_M, start_n, BLOCK_N, mi)
             fragments.scale_and_mask(acc_s, 0, NT_S, MT, start_m + warp * WARP_ROWS, start_n, si, needs_mask,
                                      tile_partial(j, vr, F), mi,
-                                     False, True, F)  # fmt: skip
+                                     False, True, score.column_frame(F), F)  # fmt: skip
             for mt in range(MT):
                 for r in range(2):
                     softmax.online_softmax_row(acc_s, mt * S_TILE + 2 * r, 4, NT_S, 2, acc_o, mt * O_TILE + 2 * r, 4,
@@ -187,7 +187,8 @@ def tc_forward_kernel(t: TcTiles, variant: Variant, dtype: str):
         # epilogue: o = acc / l as 16-bit pairs; lse = m·ln2 + ln l
         for mt in range(MT):
             for r in range(2):
-                inv_l, lse_row = softmax.finalize(m_i[mt * 2 + r], l_i[mt * 2 + r], 4, SOFTMAX)
+                m_row = score.frame_max(m_i[mt * 2 + r], si, 16 * mt + 8 * r, score.column_frame(F))
+                inv_l, lse_row = softmax.finalize(m_row, l_i[mt * 2 + r], 4, SOFTMAX)
                 row = start_m + warp * WARP_ROWS + mt * 16 + (lane >> 2) + 8 * r  # lane >> 2, not g: g kept
                 # live through the loop costs the register that tips d = 64 into spilling
                 if row < seqlen_q:

@@ -156,7 +156,7 @@ def tf32_forward_kernel(t: TcTiles, variant: Variant):
             needs_mask = tile_needs_mask(start_m, BLOCK_M, start_n, BLOCK_N, mi)
             fragments.scale_and_mask(acc_s, 0, NT_S, 1, start_m + warp * 16, start_n, si, needs_mask,
                                      tile_partial(j, vr, F), mi, False, True,
-                                     F)  # fmt: skip
+                                     score.column_frame(F), F)  # fmt: skip
             for r in range(2):
                 softmax.online_softmax_row(acc_s, 2 * r, 4, NT_S, 2, acc_o, 2 * r, 4, NT_O, 2, m_i, l_i, r, 4, SOFTMAX)
             if F[DROPOUT]:  # P·V takes P ∘ Z / (1 − p); l_i kept the undropped P
@@ -173,7 +173,8 @@ def tf32_forward_kernel(t: TcTiles, variant: Variant):
         ptx.cp_async_wait_all()  # no copy may land after the block exits (no key tile)
         # epilogue: o = acc / l (fragments.store_tf32_row); lse = m·ln2 + ln l
         for r in range(2):
-            inv_l, lse_row = softmax.finalize(m_i[r], l_i[r], 4, SOFTMAX)
+            inv_l, lse_row = softmax.finalize(score.frame_max(m_i[r], si, 8 * r, score.column_frame(F)), l_i[r], 4,
+                                             SOFTMAX)  # fmt: skip
             row = start_m + warp * 16 + g + 8 * r
             if row < seqlen_q:
                 fragments.store_tf32_row(out, b, q0 + row, h, acc_o, r, tq, OGROUPS, inv_l)

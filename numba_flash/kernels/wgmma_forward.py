@@ -205,7 +205,7 @@ def wgmma_forward_kernel(t: TcTiles, variant: Variant, dtype: str, persistent: b
         ``rescale_row`` once acc is free)."""
         needs_mask = tile_needs_mask(rows0, 64, start_n, BLOCK_N, mi)
         fragments.scale_and_mask(acc_s, 0, NT_S, 1, row0, start_n, si, needs_mask, tile_partial(j, vr, F), mi, False,
-                                 SOFTMAX, F)  # fmt: skip
+                                 SOFTMAX, score.column_frame(F), F)  # fmt: skip
         for r in range(2):
             alpha[r] = softmax.softmax_row_step(acc_s, 2 * r, 4, NT_S, 2, m_i, l_i, r, 4, SOFTMAX,
                                                 score.exponent_factor(si, SOFTMAX))  # fmt: skip
@@ -425,7 +425,8 @@ def wgmma_forward_kernel(t: TcTiles, variant: Variant, dtype: str, persistent: b
             # before reading the rows and again after, before the warp's next tile stages into them)
             o_stage = o_base + (4 * cw + warp) * O_WARP  # this warp's staging rows
             for r in range(2):
-                inv_l, lse_row = softmax.finalize(m_i[r], l_i[r], 4, SOFTMAX, score.exponent_factor(si, SOFTMAX))
+                m_row = score.frame_max(m_i[r], si, 8 * r, score.column_frame(F))  # ALiBi's column frame
+                inv_l, lse_row = softmax.finalize(m_row, l_i[r], 4, SOFTMAX, score.exponent_factor(si, SOFTMAX))
                 if F[DROPOUT]:  # P·V took the kept P unscaled (pack_p)
                     inv_l *= dropout.out_scale(di)
                 fragments.stage_row_pairs(o_stage, acc_o, r, NT_O, inv_l, BF16)
