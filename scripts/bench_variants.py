@@ -21,6 +21,8 @@ varlen ones, under 1 ms) also count the API's host time.
   batch of the same tokens (≥ 0.9× TFLOP/s; causal).
 * softcap 30 and ALiBi against plain (4, 16, 4096, 128) causal (each ≤ 10% slower);
   dropout 0.1 against plain (forward ≤ 15% slower), SDPA flash with the same dropout.
+  These four are timed in turn over five rounds (``interleaved``: medians), so that the
+  GPU's clocks drifting over the run do not fall on the variants timed last.
 """
 
 import json
@@ -54,10 +56,32 @@ def time_pair(fwd, bwd):
     return timer(fwd), timer(lambda: bwd(out, lse))
 
 
-def ours(q, k, v, dout, **kw):
+def calls(q, k, v, dout, **kw):
+    """(forward, backward) of our API on the inputs: ``forward()`` gives (out, lse),
+    ``backward(out, lse)`` the gradients."""
     fwd = lambda: numba_flash.flash_attention(q, k, v, return_lse=True, **kw)  # noqa: E731
     bwd = lambda o, l: numba_flash.flash_attention_backward(dout, q, k, v, o, l, **kw)  # noqa: E731
-    return time_pair(fwd, bwd)
+    return fwd, bwd
+
+
+def ours(q, k, v, dout, **kw):
+    return time_pair(*calls(q, k, v, dout, **kw))
+
+
+def interleaved(cases, rounds=5):
+    """``{name: (forward ms, backward ms)}`` of ``cases`` (name: (forward, backward) as
+    :func:`calls` gives them): medians over ``rounds`` rounds in which every case is
+    timed in turn, so that a drift of the GPU's clocks over the run falls on all cases
+    alike, not on the ones timed last (the variants' ratios to plain)."""
+    outs = {name: fwd() for name, (fwd, _) in cases.items()}  # compiled and warm
+    timer = queued_ms if QUEUED else median_ms
+    times = {name: ([], []) for name in cases}
+    for _ in range(rounds):
+        for name, (fwd, bwd) in cases.items():
+            out, lse = outs[name]
+            times[name][0].append(timer(fwd))
+            times[name][1].append(timer(lambda: bwd(out, lse)))  # noqa: B023 (called at once)
+    return {name: (float(np.median(f)), float(np.median(b))) for name, (f, b) in times.items()}
 
 
 def sdpa(q, k, v, dout, causal=False, gqa=False, dropout_p=0.0):
@@ -161,16 +185,17 @@ def main(path):
     # softcap and ALiBi vs plain
     B, H, N, d = 4, 16, 4096, 128
     q, k, v, dout = randn(B, N, H, d), randn(B, N, H, d), randn(B, N, H, d), randn(B, N, H, d)
-    plain = ours(q, k, v, dout, causal=True)
     pairs = B * H * visible_pairs(N, N, True)
-    record(rows, "plain causal 4x16x4096", pairs, d, plain, peer=sdpa(q, k, v, dout, True))
-    cap = ours(q, k, v, dout, causal=True, softcap=30.0)
-    record(rows, "softcap 30", pairs, d, cap, "plain", plain, "time <= 1.10x plain")
     slopes = cp.asarray((2.0 ** -np.arange(1, H + 1)).astype(np.float32))
-    ali = ours(q, k, v, dout, causal=True, alibi_slopes=slopes)
-    record(rows, "alibi", pairs, d, ali, "plain", plain, "time <= 1.10x plain")
-    drop = ours(q, k, v, dout, causal=True, dropout_p=0.1, seed=1234)
-    record(rows, "dropout 0.1", pairs, d, drop, "plain", plain, "fwd time <= 1.15x plain",
+    ms = interleaved({"plain": calls(q, k, v, dout, causal=True),
+                      "softcap": calls(q, k, v, dout, causal=True, softcap=30.0),
+                      "alibi": calls(q, k, v, dout, causal=True, alibi_slopes=slopes),
+                      "dropout": calls(q, k, v, dout, causal=True, dropout_p=0.1, seed=1234)})  # fmt: skip
+    plain = ms["plain"]
+    record(rows, "plain causal 4x16x4096", pairs, d, plain, peer=sdpa(q, k, v, dout, True))
+    record(rows, "softcap 30", pairs, d, ms["softcap"], "plain", plain, "time <= 1.10x plain")
+    record(rows, "alibi", pairs, d, ms["alibi"], "plain", plain, "time <= 1.10x plain")
+    record(rows, "dropout 0.1", pairs, d, ms["dropout"], "plain", plain, "fwd time <= 1.15x plain",
            sdpa(q, k, v, dout, True, dropout_p=0.1))  # fmt: skip
     with open(path, "w") as f:
         for r in rows:

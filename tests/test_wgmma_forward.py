@@ -72,6 +72,15 @@ def test_wgmma_forward_variants(rng):
 
 
 @pytest.mark.usefixtures("wgmma_on", "poisoned_outputs")
+@pytest.mark.parametrize("every", [1, 2])
+def test_wgmma_forward_softcap_with_emulated_exponentials(monkeypatch, rng, every):
+    """softcap with every (every)-th n-tile's exponentials on the FMA pipe
+    (``ptx.ex2_emulated``; 1: all of them), causal with a partial tile, against the reference."""
+    monkeypatch.setenv("NUMBA_FLASH_EX2_EMULATE", str(every))
+    check_forward(rng, "float16", 128, True, Nq=150, Nk=200, softcap=3.0)
+
+
+@pytest.mark.usefixtures("wgmma_on", "poisoned_outputs")
 @pytest.mark.parametrize("d,Nq,Nk", [(128, 150, 300), (64, 40, 33)])
 def test_wgmma_forward_causal_alibi_column_frame(rng, d, Nq, Nk):
     """Causal ALiBi alone: the bias a column term fused with the scale (``score.column_frame``),

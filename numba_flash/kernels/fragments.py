@@ -34,9 +34,23 @@ def acc_row_col(nt, e, lane):
 
 
 @device_function
-def scale_and_mask(acc, S0, NT, MT, row0, col0, si, needs_mask, partial, mi, KEYS_ARE_ROWS, LOG2, FRAME, F):
+def lane_distance(row0, col0, mi, KEYS_ARE_ROWS):
+    """ALiBi's distance ``q + diag − k`` of this lane's element 0 of an accumulator whose
+    rows start at query ``row0`` and columns at key ``col0`` (keys and queries swapped
+    with ``KEYS_ARE_ROWS``), as a float: :func:`scale_and_mask`'s ``d0``, to which the
+    index pass adds compile-time offsets.  A kernel may compute it before it waits for S:
+    the conversion (an I2F, on a slow pipe) is then off the path from S to P."""
+    r0, c0 = acc_row_col(0, 0, cuda.threadIdx.x & 31)
+    if KEYS_ARE_ROWS:
+        return float32(int32(col0 + c0 + mi[2] - row0 - r0))
+    return float32(int32(row0 + r0 + mi[2] - col0 - c0))
+
+
+@device_function
+def scale_and_mask(acc, S0, NT, MT, row0, col0, d0, si, needs_mask, partial, mi, KEYS_ARE_ROWS, LOG2, FRAME, F):
     """The score step on MT m-tiles of NT n-tiles each (m-tile ``mt`` at
-    ``acc[S0 + 4·NT·mt]``, rows ``row0 + 16·mt + ...``): ``score.scaled`` (scale, softcap);
+    ``acc[S0 + 4·NT·mt]``, rows ``row0 + 16·mt + ...``; ``d0``: :func:`lane_distance` of
+    ``row0``, ``col0``): ``score.scaled`` (scale, softcap);
     then, where the step needs indices (ALiBi, score_mod) or the tile ``needs_mask``
     (or is a block mask's ``partial`` one), the bias, the user's score_mod and −inf
     where the (query, key) is not visible (``score.index_step``).  Rows are queries
@@ -56,9 +70,9 @@ def scale_and_mask(acc, S0, NT, MT, row0, col0, si, needs_mask, partial, mi, KEY
     # two copies of the index pass, so that neither tests ``needs_mask`` per element: with
     # ALiBi every tile runs it, and a branch an element cost the wgmma forward 1.76× plain
     if needs_mask:
-        _index_pass(acc, S0, NT, MT, row0, col0, si, True, mi, KEYS_ARE_ROWS, LOG2, FRAME, F)
+        _index_pass(acc, S0, NT, MT, row0, col0, d0, si, True, mi, KEYS_ARE_ROWS, LOG2, FRAME, F)
     elif score.needs_indices(F):
-        _index_pass(acc, S0, NT, MT, row0, col0, si, False, mi, KEYS_ARE_ROWS, LOG2, FRAME, F)
+        _index_pass(acc, S0, NT, MT, row0, col0, d0, si, False, mi, KEYS_ARE_ROWS, LOG2, FRAME, F)
     mod_mask(acc, S0, NT, MT, row0, col0, si, partial, mi, KEYS_ARE_ROWS, F)
 
 
@@ -71,17 +85,13 @@ def _fused(LOG2, F):
 
 
 @device_function
-def _index_pass(acc, S0, NT, MT, row0, col0, si, MASK, mi, KEYS_ARE_ROWS, LOG2, FRAME, F):
+def _index_pass(acc, S0, NT, MT, row0, col0, d0, si, MASK, mi, KEYS_ARE_ROWS, LOG2, FRAME, F):
     """:func:`scale_and_mask`'s pass over the elements' (query, key): ALiBi (in the
     column frame with ``FRAME``), the score_mod, and with ``MASK`` (a literal) the
     built-in masks."""
     lane = cuda.threadIdx.x & 31
-    # ALiBi's distance q + diag − k of element (mt, nt, e) is this lane's d0 plus a
-    # compile-time offset: one int → float conversion a call, not one an element
-    r0, c0 = acc_row_col(0, 0, lane)
-    d0 = float32(row0 + r0 + mi[2] - col0 - c0)
-    if KEYS_ARE_ROWS:
-        d0 = float32(col0 + c0 + mi[2] - row0 - r0)
+    # ALiBi's distance q + diag − k of element (mt, nt, e) is this lane's d0 (lane_distance)
+    # plus a compile-time offset: one int → float conversion a tile, not one an element
     # the column frame: column c's bias −slope·(d0 − c) = slope·c + bias0, an FFMA a column
     # (the lane's rows share it) that the scaling's multiply then fuses with (one FFMA an element)
     bias0 = -(si[2] * d0)
@@ -217,7 +227,8 @@ def p_and_ds(acc_s, acc_dp, NT, start_m, BLOCK_M, start_n, BLOCK_N, row0, col0, 
             _p_and_ds_pass(acc_s, acc_dp, NT, start_m, row0, col0, si, mi, stats, LSE_AT, DELTA_AT, KEYS_ARE_ROWS, di,
                            partial, False, F)  # fmt: skip
     else:
-        scale_and_mask(acc_s, 0, NT, 1, row0, col0, si, needs_mask, partial, mi, KEYS_ARE_ROWS, True, False, F)
+        scale_and_mask(acc_s, 0, NT, 1, row0, col0, lane_distance(row0, col0, mi, KEYS_ARE_ROWS), si, needs_mask,
+                       partial, mi, KEYS_ARE_ROWS, True, False, F)  # fmt: skip
         softmax_grad_tile(acc_s, acc_dp, NT, stats, LSE_AT, DELTA_AT, mi[0] - start_m, KEYS_ARE_ROWS)
 
 

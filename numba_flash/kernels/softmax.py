@@ -108,12 +108,15 @@ def online_softmax_row(s, S0, S_STEP, S_N, S_PAIR, acc, O0, O_STEP, O_N, O_PAIR,
 
 
 @device_function
-def softmax_row_step(s, S0, S_STEP, S_N, S_PAIR, m_i, l_i, r, LANES, LOG2, fold=LOG2E_F32):
+def softmax_row_step(s, S0, S_STEP, S_N, S_PAIR, m_i, l_i, r, LANES, LOG2, fold=LOG2E_F32, EMULATE=0):
     """``online_softmax_row`` without touching the accumulator: P in place of the
     row's scores, ``m_i[r]`` and ``l_i[r]`` updated, and alpha returned for
     ``rescale_row`` (a kernel whose accumulator is still being written by an
     asynchronous P·V rescales it after that completes).  ``fold``: the exponent's
-    factor with FOLD (log2 e) and CAPPED (softcap's cap·log2 e)."""
+    factor with FOLD (log2 e) and CAPPED (softcap's cap·log2 e).  ``EMULATE`` (a
+    literal, FOLD and CAPPED only): every EMULATE-th group of the row's values (n)
+    exponentiates on the FMA pipe (``ptx.ex2_emulated``), the rest on the SFU; 0: all
+    on the SFU."""
     mx = NEG_INF
     for n in range(S_N):
         for e in range(S_PAIR):
@@ -125,7 +128,9 @@ def softmax_row_step(s, S0, S_STEP, S_N, S_PAIR, m_i, l_i, r, LANES, LOG2, fold=
     for n in range(S_N):
         part = NEG_ZERO  # a pair's sum first: shorter dependency chains
         for e in range(S_PAIR):
-            if LOG2 == FOLD or LOG2 == CAPPED:  # one FFMA
+            if (LOG2 == FOLD or LOG2 == CAPPED) and EMULATE and n % EMULATE == EMULATE - 1:
+                p = ptx.ex2_emulated(s[S0 + n * S_STEP + e] * fold - m_scaled)
+            elif LOG2 == FOLD or LOG2 == CAPPED:  # one FFMA
                 p = ptx.ex2_approx(s[S0 + n * S_STEP + e] * fold - m_scaled)
             else:
                 p = softmax_exp(s[S0 + n * S_STEP + e] - m_use, LOG2)

@@ -160,7 +160,8 @@ def tc_forward_kernel(t: TcTiles, variant: Variant, dtype: str):
             # scores into the log2 domain, masked where the tile needs it; online softmax
             # for rows g (r = 0) and g + 8 (r = 1) of each m-tile
             needs_mask = tile_needs_mask(start_m, BLOCK_M, start_n, BLOCK_N, mi)
-            fragments.scale_and_mask(acc_s, 0, NT_S, MT, start_m + warp * WARP_ROWS, start_n, si, needs_mask,
+            fragments.scale_and_mask(acc_s, 0, NT_S, MT, start_m + warp * WARP_ROWS, start_n,
+                                     fragments.lane_distance(start_m + warp * WARP_ROWS, start_n, mi, False), si, needs_mask,
                                      tile_partial(j, vr, F), mi,
                                      False, True, score.column_frame(F), F)  # fmt: skip
             for mt in range(MT):

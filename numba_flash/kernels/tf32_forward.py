@@ -154,7 +154,8 @@ def tf32_forward_kernel(t: TcTiles, variant: Variant):
             # scores into the log2 domain, masked where the tile needs it; online softmax
             # for rows g (r = 0) and g + 8 (r = 1)
             needs_mask = tile_needs_mask(start_m, BLOCK_M, start_n, BLOCK_N, mi)
-            fragments.scale_and_mask(acc_s, 0, NT_S, 1, start_m + warp * 16, start_n, si, needs_mask,
+            fragments.scale_and_mask(acc_s, 0, NT_S, 1, start_m + warp * 16, start_n,
+                                     fragments.lane_distance(start_m + warp * 16, start_n, mi, False), si, needs_mask,
                                      tile_partial(j, vr, F), mi, False, True,
                                      score.column_frame(F), F)  # fmt: skip
             for r in range(2):

@@ -163,19 +163,22 @@ def threads(t: TcTiles) -> int:
 
 
 @functools.lru_cache(maxsize=None)
-def wgmma_forward_kernel(t: TcTiles, variant: Variant, dtype: str, persistent: bool = True, pingpong: bool = False):
+def wgmma_forward_kernel(t: TcTiles, variant: Variant, dtype: str, persistent: bool = True, pingpong: bool = False,
+                         domain: int = 1, emulate: int = 0):
     """``kernel[grid, threads(t), stream, smem_bytes(t)](q, k, v, out32, lse, softmax_scale, params, alibi,
     cu_seqlens_q, cu_seqlens_k, fx, tmaps)``: ``tc_forward_kernel``'s arguments and outputs, and the tensor
     maps of q, k and v (``tma.attention_maps``).  ``persistent``: a block runs tiles blockIdx.x,
     + gridDim.x, … (``blocks``); else the grid has a block a tile and the tile loop is compiled
     away (at d = 64 the loop's carried state costs the 160-register consumers spills).  ``pingpong``:
-    the consumers issue their wgmma in turns (``pingpong``'s docstring)."""
+    the consumers issue their wgmma in turns (``pingpong``'s docstring).  ``domain``: the softmax's
+    (``softmax.domain(variant, capped=True)``); ``emulate``: :func:`ex2_emulated_every`'s k."""
     HEAD_DIM, BLOCK_M, PERSISTENT, PINGPONG = t.head_dim, t.block_m, persistent, pingpong
     CONSUMERS = BLOCK_M // 64
     THREADS, CONSUMER_THREADS = threads(t), 128 * CONSUMERS
     PRODUCER_REGS, CONSUMER_REGS = REGS[CONSUMERS]
     F = variant.flags
-    SOFTMAX = softmax.domain(variant, capped=True)  # softcap: the cap in the exponent's FFMA
+    SOFTMAX = domain  # softcap: the cap in the exponent's FFMA
+    EMULATE = emulate  # softcap: some of the exponentials off the SFU
     KSTEPS = HEAD_DIM // 16  # k-slices of Q·Kᵀ
     NT_S = BLOCK_N // 8
     NT_O = HEAD_DIM // 8
@@ -199,16 +202,17 @@ def wgmma_forward_kernel(t: TcTiles, variant: Variant, dtype: str, persistent: b
     issue_pv = rs_chain(wgmma_o, PSTEPS, KV_ATOM)  # (acc_o, p_frag, v_tile): acc += P·V
 
     @device_function
-    def scores_to_p(acc_s, alpha, m_i, l_i, j, start_n, row0, rows0, si, di, mi, vr):
-        """Tile j's scores (keys ``start_n`` …) in ``acc_s`` become P: scaled, masked
-        where the tile needs it, the online softmax's step (``alpha`` out, for
-        ``rescale_row`` once acc is free)."""
+    def scores_to_p(acc_s, alpha, m_i, l_i, j, start_n, d0, row0, rows0, si, di, mi, vr):
+        """Tile j's scores (keys ``start_n`` …, ``d0`` its ``fragments.lane_distance``,
+        computed before the wait for S) in ``acc_s`` become P: scaled, masked where the
+        tile needs it, the online softmax's step (``alpha`` out, for ``rescale_row`` once
+        acc is free)."""
         needs_mask = tile_needs_mask(rows0, 64, start_n, BLOCK_N, mi)
-        fragments.scale_and_mask(acc_s, 0, NT_S, 1, row0, start_n, si, needs_mask, tile_partial(j, vr, F), mi, False,
-                                 SOFTMAX, score.column_frame(F), F)  # fmt: skip
+        fragments.scale_and_mask(acc_s, 0, NT_S, 1, row0, start_n, d0, si, needs_mask, tile_partial(j, vr, F), mi,
+                                 False, SOFTMAX, score.column_frame(F), F)  # fmt: skip
         for r in range(2):
             alpha[r] = softmax.softmax_row_step(acc_s, 2 * r, 4, NT_S, 2, m_i, l_i, r, 4, SOFTMAX,
-                                                score.exponent_factor(si, SOFTMAX))  # fmt: skip
+                                                score.exponent_factor(si, SOFTMAX), EMULATE)  # fmt: skip
 
     @device_function
     def pack_p(p_frag, acc_s, row0, start_n, di):
@@ -382,10 +386,11 @@ def wgmma_forward_kernel(t: TcTiles, variant: Variant, dtype: str, persistent: b
                 ptx.wgmma_fence()  # acc_s was written by ordinary instructions
                 issue_scores(acc_s, q_wg, k_base + s * KV_BYTES)
                 pass_turn(cw)
+                start_n = tile_at(n_lo, vr, F) * BLOCK_N
+                d0 = fragments.lane_distance(row0, start_n, mi, False)  # while S runs (ALiBi's)
                 ptx.wgmma_wait_group(0)
                 ptx.mbarrier_arrive(q_full + K_EMPTY + 8 * s)  # this thread is done with K_0
-                start_n = tile_at(n_lo, vr, F) * BLOCK_N
-                scores_to_p(acc_s, alpha, m_i, l_i, n_lo, start_n, row0, rows0, si, di, mi, vr)
+                scores_to_p(acc_s, alpha, m_i, l_i, n_lo, start_n, d0, row0, rows0, si, di, mi, vr)
                 pack_p(p_frag, acc_s, row0, start_n, di)  # acc_o is 0: no rescale
             for j in range(n_lo + 1, n_hi):
                 g = pos + j - n_lo
@@ -397,10 +402,11 @@ def wgmma_forward_kernel(t: TcTiles, variant: Variant, dtype: str, persistent: b
                 issue_scores(acc_s, q_wg, k_base + s * KV_BYTES)
                 issue_pv(acc_o, p_frag, v_base + sp * KV_BYTES)  # the previous tile's, behind this S
                 pass_turn(cw)
+                start_n = tile_at(j, vr, F) * BLOCK_N
+                d0 = fragments.lane_distance(row0, start_n, mi, False)  # while S runs (ALiBi's)
                 ptx.wgmma_wait_group(1)  # S done (groups complete in order); P·V may still run
                 ptx.mbarrier_arrive(q_full + K_EMPTY + 8 * s)  # this thread is done with K_i
-                start_n = tile_at(j, vr, F) * BLOCK_N
-                scores_to_p(acc_s, alpha, m_i, l_i, j, start_n, row0, rows0, si, di, mi, vr)
+                scores_to_p(acc_s, alpha, m_i, l_i, j, start_n, d0, row0, rows0, si, di, mi, vr)
                 ptx.wgmma_wait_group(0)  # the previous P·V landed in acc_o and is done with p_frag
                 ptx.mbarrier_arrive(q_full + V_EMPTY + 8 * sp)  # … and with V_{i−1}
                 for r in range(2):
@@ -443,6 +449,19 @@ def wgmma_forward_kernel(t: TcTiles, variant: Variant, dtype: str, persistent: b
             ptx.named_barrier_sync(1, 256)
 
     return wgmma_forward
+
+
+def ex2_emulated_every(variant: Variant) -> int:
+    """With softcap, every k-th n-tile of S is exponentiated on the FMA pipe
+    (``ptx.ex2_emulated``, FlashAttention-4's emulation) and the rest on the SFU, which
+    softcap's tanh already loads with one op an element: the SFU (16 ops a clock an SM)
+    then carries 2 ops an element against the tensor cores' 512 FLOPs at d = 128, as
+    many clocks as the two GEMMs.  0 (all on the SFU) without softcap.
+    ``NUMBA_FLASH_EX2_EMULATE=k`` sets k (0 turns it off)."""
+    if not variant.softcap:
+        return 0
+    forced = os.environ.get("NUMBA_FLASH_EX2_EMULATE", "")
+    return int(forced) if forced.isdigit() else 0
 
 
 def smem_bytes(t: TcTiles) -> int:
@@ -512,7 +531,8 @@ def launches(t: TcTiles, variant: Variant, dtype: str, sz: spec.Sizes) -> list:
     the tensor maps as its last argument (``spec.Arg("tmaps")``)."""
     tiles = math.prod(spec.query_grid(sz, t.block_m, variant.heaviest_first))
     n = blocks(t, tiles, sz.seqlen_q)
-    kern = wgmma_forward_kernel(t, variant, dtype, n < tiles, pingpong(t))
+    kern = wgmma_forward_kernel(t, variant, dtype, n < tiles, pingpong(t), softmax.domain(variant, capped=True),
+                                ex2_emulated_every(variant))  # fmt: skip
     args = spec.forward_args("u16", tc_out_view(t)) + (spec.Arg("tmaps"),)
     return [spec.KernelLaunch("wgmma_forward", kern, t, (n, 1, 1),
                               threads(t), smem_bytes(t), args, (t.block_m, t.block_n, False))]  # fmt: skip
