@@ -37,7 +37,8 @@ def _bshd(arr, layout: str):
 def _plan_env() -> tuple:
     """The environment the plan reads: the tuning override and the wgmma kernels' switches."""
     return (os.environ.get("NUMBA_FLASH_TILES"),) + tuple(
-        os.environ.get(f"NUMBA_FLASH_WGMMA{x}") for x in ("", "_PERSISTENT", "_CONSUMERS", "_BWD_RING", "_PINGPONG"))
+        os.environ.get(f"NUMBA_FLASH_{x}") for x in ("WGMMA", "WGMMA_PERSISTENT", "WGMMA_CONSUMERS", "WGMMA_BWD_RING",
+                                                      "WGMMA_PINGPONG", "RAW_SCORES", "EX2_EMULATE"))  # fmt: skip
 
 
 def _plan(problem: P.Problem) -> P.Plan:
@@ -254,6 +255,8 @@ def _forward(q_op, k_op, v_op, dims, causal, scale, var, allow_tf32, layout, out
     (q's) and ``lse_shape``; the kernels see (B, N, H, d) views of them.  ``key``: the
     call's ``_replay.signature``, under which its launches are recorded."""
     B, Nq, Nk, H, d = dims
+    if scale <= 0 and not var.features.nonpositive_scale:  # the raw scores' max is not the scaled ones'
+        var.features = dataclasses.replace(var.features, nonpositive_scale=True)
     kind = q_op.kind
     out = A.empty(kind, out_shape, q_op.dtype)
     lse = A.empty(kind, lse_shape, np.float32)

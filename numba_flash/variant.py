@@ -64,6 +64,9 @@ class Variant:
             visits key tiles ``[p·n, p·n + n)`` only (``fx[SPLIT_AT] = (n, sequences)``),
             writing its partial O and lse to slot p of out and lse, which
             ``merge_attention`` combines (``block_info.this_block``).
+        nonpositive_scale: the softmax scale is ≤ 0 (host side only: the wgmma forward
+            then keeps scaled scores, ``kernels.softmax.domain``: the raw scores' max
+            is the scaled scores' max only for a positive scale).
     """
 
     causal: bool = False
@@ -77,6 +80,7 @@ class Variant:
     mods: object = None
     paged: bool = False
     split: bool = False
+    nonpositive_scale: bool = False
 
     @property
     def heaviest_first(self) -> bool:

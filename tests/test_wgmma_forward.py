@@ -72,6 +72,15 @@ def test_wgmma_forward_variants(rng):
 
 
 @pytest.mark.usefixtures("wgmma_on", "poisoned_outputs")
+@pytest.mark.parametrize("scale", [0.07, -0.09, 0.0])
+def test_wgmma_forward_raw_scores_and_signed_scales(rng, scale):
+    """Raw scores (``softmax.raw_scores``: the scale in the exponent's factor) for a
+    positive scale; a negative or zero scale keeps scaled scores (the raw max is not the
+    scaled one), and both match the reference."""
+    check_forward(rng, "float16", 64, True, Nq=70, Nk=90, softmax_scale=scale)
+
+
+@pytest.mark.usefixtures("wgmma_on", "poisoned_outputs")
 @pytest.mark.parametrize("every", [1, 2])
 def test_wgmma_forward_softcap_with_emulated_exponentials(monkeypatch, rng, every):
     """softcap with every (every)-th n-tile's exponentials on the FMA pipe

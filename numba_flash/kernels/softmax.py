@@ -224,12 +224,22 @@ def stage_row_stats(dst, LSE_AT, DELTA_AT, lse, delta, b, h, row0, seqlen_q, tid
 
 def domain(variant, capped=False):
     """The ``LOG2`` of a log2-domain kernel compiled for ``variant`` (host side):
-    ``FOLD`` with a user's score_mod (natural-unit scores); ``CAPPED`` with softcap when
-    the kernel passes the factor (``capped``: the wgmma forward); else True."""
+    ``FOLD`` with a user's score_mod (natural-unit scores); ``CAPPED`` with softcap or
+    raw scores (:func:`raw_scores`) when the kernel passes the factor (``capped``: the
+    wgmma forward); else True."""
     mods = variant.mods
     if mods is not None and mods.score_fn is not None:
         return FOLD
-    import os  # an experiment's switch (NUMBA_FLASH_RAW_SCORES=1): raw scores, the scale in the exponent
+    return CAPPED if capped and (variant.softcap or raw_scores(variant)) else True
 
-    raw = os.environ.get("NUMBA_FLASH_RAW_SCORES") == "1" and not variant.alibi  # ALiBi: scale and bias fused
-    return CAPPED if capped and (variant.softcap or raw) else True
+
+def raw_scores(variant) -> bool:
+    """The wgmma forward keeps the scores raw (``s = q·k``, CAPPED with the scale times
+    log2 e as the exponent's factor: FlashAttention-2's form, one FMUL an element less
+    than scaling each score): for a positive scale (the raw max is then the scaled
+    max), without ALiBi (whose column frame fuses the scale with the bias in one FFMA,
+    ``fragments.scale_and_mask``).  ``NUMBA_FLASH_RAW_SCORES=0`` turns it off."""
+    import os
+
+    return (os.environ.get("NUMBA_FLASH_RAW_SCORES", "1") != "0" and not variant.alibi
+            and not variant.nonpositive_scale)  # fmt: skip

@@ -1,0 +1,69 @@
+"""A/B of an environment switch in one process: the forward's time with each value of
+the switch, on issue #13's shapes (fp16, causal off and on, and bf16) and a dropout case.
+
+    python3 scripts/bench_ab.py out.jsonl NAME=a,b
+
+The API reads the switch when it plans (``api._plan_env``: the plan and its kernels are
+made once per value), so both values' kernels live in one process.  Per case the values
+are timed in turn over five rounds (10 back-to-back calls between CUDA events, median of
+7, ``bench_table.median_ms``), so that the GPU's clocks drifting over the run fall on
+both alike; medians over the rounds.  Printed last: ms per value and b / a.
+"""
+
+import json
+import os
+import sys
+
+import cupy as cp
+import ml_dtypes
+import numpy as np
+from bench_table import median_ms
+
+import numba_flash
+
+SHAPES = [(4, 16, 4096, 128), (4, 32, 4096, 64), (1, 16, 16384, 128), (16, 32, 1024, 64)]
+CASES = [(s, "float16", c, {}) for s in SHAPES for c in (False, True)] + [
+    ((4, 16, 4096, 128), "bfloat16", False, {}),
+    ((4, 16, 4096, 128), "float16", True, {"dropout_p": 0.1, "seed": 7}),
+]
+
+
+def main(path, switch):
+    name, values = switch.split("=")
+    values = values.split(",")
+    rows = []
+    for (B, H, N, d), dtype, causal, kw in CASES:
+        dt = np.dtype(ml_dtypes.bfloat16) if dtype == "bfloat16" else np.dtype(dtype)
+        gen = cp.random.default_rng(0)
+        q, k, v = (gen.standard_normal((B, N, H, d), dtype=cp.float32).astype(dt) for _ in range(3))
+        fn = lambda: numba_flash.flash_attention(q, k, v, causal=causal, **kw)  # noqa: E731
+        times = {x: [] for x in values}
+        for x in values:  # compiled and warm
+            os.environ[name] = x
+            fn()
+        for _ in range(5):
+            for x in values:
+                os.environ[name] = x
+                times[x].append(median_ms(fn, warmup=1, rep=7, calls=10))
+        flops = 4 * B * H * N * N * d * (0.5 if causal else 1.0)
+        row = dict(B=B, H=H, N=N, d=d, dtype=dtype, causal=causal, kw=str(kw), switch=name)
+        for x in values:
+            ms = float(np.median(times[x]))
+            row[f"ms_{x}"], row[f"tflops_{x}"] = ms, flops / ms / 1e9
+        rows.append(row)
+        print(json.dumps(row), flush=True)
+        del q, k, v
+        cp.get_default_memory_pool().free_all_blocks()
+    with open(path, "w") as f:
+        for row in rows:
+            f.write(json.dumps(row) + "\n")
+    a, b = values[0], values[-1]
+    print(f"\n| (B,H,N,d) | dtype | causal | extra | {name}={a} TF/s | {name}={b} TF/s | {b} / {a} |")
+    print("|---|---|---|---|---|---|---|")
+    for r in rows:
+        print(f"| ({r['B']},{r['H']},{r['N']},{r['d']}) | {r['dtype']} | {'yes' if r['causal'] else 'no'} | {r['kw']} "
+              f"| {r[f'tflops_{a}']:.1f} | {r[f'tflops_{b}']:.1f} | {r[f'tflops_{b}'] / r[f'tflops_{a}']:.3f} |")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1], sys.argv[2])
