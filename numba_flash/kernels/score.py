@@ -13,7 +13,9 @@ every term is multiplied by log2(e) once, folded into the constants of
 ``x = cap · tanh(s · mul)`` (softcap), then ``x − slope·|i + diag − j|``.  With
 ``softmax.CAPPED`` (the wgmma forward's softcap) x stays in tanh units, ``x = tanh(s ·
 mul) − (slope / cap)·|i + diag − j|``, and ``cap`` (times log2 e) is the softmax's
-exponent factor: the FFMA it runs anyway multiplies by it.  The row-group
+exponent factor: the FFMA it runs anyway multiplies by it.  Without softcap, CAPPED means raw
+scores (``softmax.raw_scores``: the wgmma forward): ``x = s``, ``mul = 1``, the scale
+(times log2 e) in ``cap`` and ALiBi's slope over the scale.  The row-group
 kernels hold ``scale · q`` and so start from ``scale · s`` (:func:`prescaled`).
 
 The backward needs ∂x/∂(scale·s): ``1 − tanh²`` with softcap (:func:`softcap_grad`),

@@ -3,7 +3,9 @@ warp specialization (issue #13).
 
 Runs by default on sm_90a (``plan.wgmma_forward``; ``NUMBA_FLASH_WGMMA=0`` turns it off).
 
-Math: as ``tc_forward`` (log2 domain, online softmax, O = acc / l, lse), with the two
+Math: as ``tc_forward`` (log2 domain, online softmax, O = acc / l, lse), except that S
+stays raw and the exponent is ``ex2(s·c − m·c)`` with ``c = scale·log2 e``, one FFMA an
+element (``softmax.raw_scores``; scaled scores with ALiBi or a scale ≤ 0), with the two
 products on the warpgroups' tensor cores::
 
     S   = Q·K_jᵀ    wgmma m64n128k16, A = Q and B = K_j from shared memory (K-major,
