@@ -54,7 +54,7 @@ def score_info(params, alibi, fx, seq, h, scale, LOG2, F):
     elif LOG2 == CAPPED:  # raw scores: the scale (times log2 e) is the exponent's factor; scale > 0
         mul = float32(1.0)
         cap = float32(scale * LOG2E)
-        inv_cap = float32(1.0 / scale) if scale != 0 else float32(0.0)  # read by ALiBi alone
+        inv_cap = float32(1.0 / scale)  # raw_scores: scale > 0
     else:
         mul = float32(scale * LOG2E) if LOG2_HERE else float32(scale)
         cap = float32(1.0)

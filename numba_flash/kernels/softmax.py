@@ -37,6 +37,7 @@ defined as O = 0, lse = −inf.
 from __future__ import annotations
 
 import math
+import os
 
 from numba_flash import ptx
 from numba_flash._numba_cuda import cuda, device_function, float32
@@ -239,7 +240,5 @@ def raw_scores(variant) -> bool:
     than scaling each score): for a positive scale (the raw max is then the scaled
     max), without ALiBi (whose column frame fuses the scale with the bias in one FFMA,
     ``fragments.scale_and_mask``).  ``NUMBA_FLASH_RAW_SCORES=0`` turns it off."""
-    import os
-
     return (os.environ.get("NUMBA_FLASH_RAW_SCORES", "1") != "0" and not variant.alibi
             and not variant.nonpositive_scale)  # fmt: skip
