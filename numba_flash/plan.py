@@ -143,25 +143,30 @@ def decode_tiles(p: Problem) -> bool:
 def wgmma_backward(p: Problem) -> bool:
     """The Hopper backward (``kernels.wgmma_backward``: its preprocess, dK/dV and dQ
     kernels) runs ``p``: as :func:`wgmma_forward`'s rule, for the backward (no split,
-    pages or decode tiles there), varlen included."""
+    pages or decode tiles there), varlen included, at d = 64, 128 and 256 (there dV and
+    dK are two kernels: ``wgmma_backward.RINGS``) and the multiples of 8 between, on the
+    next one's tiles (``hopper.tile_dim``)."""
+    from numba_flash.kernels.hopper import tile_dim
     from numba_flash.kernels.wgmma_backward import HEAD_DIMS
 
     return (wgmma_switch(p) and p.pass_ == "backward" and tuple(p.arch) == (9, 0, "a")
-            and p.dtype in ("float16", "bfloat16") and p.head_dim in HEAD_DIMS and p.aligned
+            and p.dtype in ("float16", "bfloat16") and tile_dim(p.head_dim, HEAD_DIMS) > 0 and p.aligned
             and p.features.mods is None)  # fmt: skip
 
 
 def wgmma_forward(p: Problem) -> bool:
     """The Hopper forward (``kernels.wgmma_forward``) runs ``p``: switched on
     (``wgmma_switch``), on sm_90a (``arch`` (9, 0, "a"): numba-cuda's target on an
-    H100/H200; wgmma exists on no other), fp16/bf16 at d = 64 or 128 on 16-byte-aligned
-    rows (TMA's strides), no FlexAttention mods, no KV cache's split or pages, and no
+    H100/H200; wgmma exists on no other), fp16/bf16 at d = 64 or 128 and the multiples of
+    8 between (on d = 128's tiles: ``hopper.tile_dim``) on 16-byte-aligned rows (TMA's
+    strides), no FlexAttention mods, no KV cache's split or pages, and no
     decode tiles (issue #13).  Varlen runs there (its V rows past a sequence zeroed after
     the copy: ``hopper.past_rows``).  Everything else runs the mma.sync kernels."""
+    from numba_flash.kernels.hopper import tile_dim
     from numba_flash.kernels.wgmma_forward import HEAD_DIMS
 
     return (wgmma_switch(p) and p.pass_ == "forward" and tuple(p.arch) == (9, 0, "a")
-            and p.dtype in ("float16", "bfloat16") and p.head_dim in HEAD_DIMS and p.aligned
+            and p.dtype in ("float16", "bfloat16") and tile_dim(p.head_dim, HEAD_DIMS) > 0 and p.aligned
             and p.features.mods is None and not p.features.split and not p.features.paged
             and not decode_tiles(p))  # fmt: skip
 
@@ -236,8 +241,9 @@ def table(arch: tuple = (9, 0), simulator: bool = False) -> list[dict]:
              ("float32, allow_tf32=True", "64, 128 (16-byte aligned rows)", 64, True, True)]
     for half in ("float16", "bfloat16"):
         cases += [(half, "64, 128 (16-byte aligned rows)", 64, False, True),
-                  (half, "any other from 1 to 128, or unaligned rows", 96, False, True),
-                  (half, "129 to 256", 256, False, True)]  # fmt: skip
+                  (half, "72 to 120, multiples of 8 (16-byte aligned rows)", 96, False, True),
+                  (half, "136 to 256, multiples of 8 (16-byte aligned rows)", 256, False, True),
+                  (half, "any other from 1 to 256, or unaligned rows", 100, False, True)]  # fmt: skip
     rows = []
     for label, dims, d, tf32, aligned in cases:
         dtype = label.split(",")[0]

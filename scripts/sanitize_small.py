@@ -7,6 +7,7 @@
     compute-sanitizer --tool memcheck python3 scripts/sanitize_small.py kvcache   # flash_attention_with_kvcache only
     compute-sanitizer --tool racecheck python3 scripts/sanitize_small.py wgmma    # the Hopper forward only (sm_90)
     compute-sanitizer --tool racecheck python3 scripts/sanitize_small.py wgmma_bwd  # the Hopper backward only (sm_90)
+    compute-sanitizer --tool racecheck python3 scripts/sanitize_small.py wgmma_bwd wide  # … at d = 256 and 96
     compute-sanitizer --tool racecheck python3 scripts/sanitize_small.py wgmma_varlen  # both Hopper passes, varlen
 
 Shapes are small and not multiples of any tile; causal on and off, Nq != Nk, both layouts.
@@ -64,14 +65,16 @@ if sys.argv[1:] == ["wgmma"]:  # issue #13's Hopper forward: TMA ring, mbarriers
                   bool(cp.isfinite(out).all()) and bool(cp.isfinite(lse).all()))
     print("sanitize_small: done")
     sys.exit(0)
-if sys.argv[1:] == ["wgmma_bwd"]:  # the Hopper backward: both rings, the stats bulk copies, GQA, partial tiles
+if sys.argv[1:2] == ["wgmma_bwd"]:  # the Hopper backward: both rings, the stats bulk copies, GQA, partial tiles
     import os
 
     os.environ["NUMBA_FLASH_WGMMA"] = "1"
+    cases = ((77, 300, 64, True, {}), (200, 131, 128, False, {}),
+             (330, 260, 128, True, dict(window_size=(50, 0), softcap=4.0, dropout_p=0.2, seed=3)))
+    if sys.argv[2:] == ["wide"]:  # d = 256 (dV and dK apart, 32-row steps) and d = 96 on d = 128's tiles
+        cases = ((150, 170, 256, True, {}), (90, 200, 96, False, dict(softcap=4.0, dropout_p=0.2, seed=3)))
     for dtype in (np.float16, ml_dtypes.bfloat16):
-        for Nq, Nk, d, causal, kw in ((77, 300, 64, True, {}), (200, 131, 128, False, {}),
-                                      (330, 260, 128, True, dict(window_size=(50, 0), softcap=4.0, dropout_p=0.2,
-                                                                  seed=3))):  # fmt: skip
+        for Nq, Nk, d, causal, kw in cases:
             B, H, Hk = 2, 4, 2
             q = cp.asarray(rng.standard_normal((B, Nq, H, d)).astype(dtype))
             k, v = (cp.asarray(rng.standard_normal((B, Nk, Hk, d)).astype(dtype)) for _ in range(2))

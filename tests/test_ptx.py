@@ -720,7 +720,7 @@ def _staged_epilogue_kernel(NT, BF16):
         stage = ptx.smem_addr(s, 0) + (tid // 32) * (16 * 16 * NT)
         for half in range(2):
             fragments.stage_row_pairs(stage, acc, half, NT, scales[w, (lane >> 2) + 8 * half], BF16)
-        fragments.store_staged_rows(out, b, 16 * m, h, stage, n_valid - 16 * m, NT, words)
+        fragments.store_staged_rows(out, b, 16 * m, h, stage, n_valid - 16 * m, NT, words, NT)
 
     return kernel
 

@@ -26,6 +26,12 @@ from numba_flash.variant import Mods, Variant
 SM90A = (9, 0, "a")  # numba-cuda's target on an H100/H200 (``_numba_cuda.target_arch``)
 DTYPES = {"float16": np.float16, "bfloat16": ml_dtypes.bfloat16}
 KERNELS = ["tc_bwd_stats", "wgmma_bwd_dkdv", "wgmma_bwd_dq"]
+#: d = 256: dV and dK are two kernels (``wgmma_backward.RINGS``: a thread cannot hold both)
+KERNELS_256 = ["tc_bwd_stats", "wgmma_bwd_dv", "wgmma_bwd_dk", "wgmma_bwd_dq"]
+
+
+def kernels(d):
+    return KERNELS_256 if d > 128 else KERNELS
 
 
 @pytest.fixture
@@ -57,11 +63,11 @@ def check_backward(rng, dtype, d, causal, B=1, H=2, H_kv=2, Nq=70, Nk=90, layout
     kw = dict(kw, layout=layout)
     p = P.Problem("backward", dtype, d, causal, batch=B, heads=H, seqlen_q=Nq, seqlen_k=Nk, heads_k=H_kv,
                   arch=SM90A)  # fmt: skip
-    assert [k_.name for k_ in P.plan(p).launches] == KERNELS
+    assert [k_.name for k_ in P.plan(p).launches] == kernels(d)
     ref_out, ref_lse = R.attention(q, k, v, causal=causal, **kw)
     out, lse = ref_out.astype(dt), ref_lse.astype(np.float32)
     grads, ran = run_backward(dout, q, k, v, out, lse, causal, kw)
-    assert ran == KERNELS, ran
+    assert ran == kernels(d), ran
     ref = R.attention_backward(dout, q, k, v, out, lse, causal=causal, **kw)
     low = R.attention_backward_lowp(dout, q, k, v, out, lse, dtype=dt, causal=causal, **kw)
     for name, got, err, base in zip(("dq", "dk", "dv"), grads, grad_errors(grads, ref), grad_errors(low, ref)):
@@ -78,6 +84,11 @@ def check_backward(rng, dtype, d, causal, B=1, H=2, H_kv=2, Nq=70, Nk=90, layout
     ("float16", 64, False, 1, 200, 300),
     # Nq > Nk: bottom-right causal, rows 0–9 see no key; 64-row steps, 3 a block
     ("bfloat16", 128, True, 2, 150, 140),
+    # d = 256: dV (64-row steps) and dK (32-row steps, 3 a block) apart, GQA's group summed in each; dQ's
+    # 32-key steps (the last partial)
+    ("float16", 256, True, 1, 70, 90),
+    # d = 96 on d = 128's tiles: TMA zero-fills columns 96–127, the epilogue writes 96
+    ("bfloat16", 96, False, 2, 40, 33),
 ])  # fmt: skip
 def test_wgmma_backward_matches_the_reference(rng, dtype, d, causal, H_kv, Nq, Nk):
     check_backward(rng, dtype, d, causal, H=2, H_kv=H_kv, Nq=Nq, Nk=Nk)
@@ -115,7 +126,13 @@ def test_the_switch(monkeypatch):
     monkeypatch.setenv("NUMBA_FLASH_WGMMA", "1")
     assert [k.name for k in P.plan(sim).launches] == KERNELS
     monkeypatch.delenv("NUMBA_FLASH_WGMMA")
-    for other in (P.Problem("backward", "float16", 96, False, seqlen_q=128, seqlen_k=128, arch=SM90A),
+    for d in (72, 96, 120, 136, 200, 248):  # multiples of 8 between: on the next tiles (``tile_dim``)
+        p = P.Problem("backward", "float16", d, False, seqlen_q=128, seqlen_k=128, arch=SM90A)
+        launches = P.plan(p).launches
+        assert [k.name for k in launches] == kernels(d), d
+        assert all(k.tiles.data_dim == d and k.tiles.head_dim == (128 if d < 128 else 256) for k in launches[1:])
+    for other in (P.Problem("backward", "float16", 100, False, seqlen_q=128, seqlen_k=128, arch=SM90A),
+                  P.Problem("backward", "float16", 32, False, seqlen_q=128, seqlen_k=128, arch=SM90A),
                   P.Problem("backward", "float16", 64, False, seqlen_q=128, seqlen_k=128, arch=(8, 0)),
                   P.Problem("backward", "float32", 64, False, seqlen_q=128, seqlen_k=128, arch=SM90A),
                   P.Problem("backward", "float16", 64, False, seqlen_q=128, seqlen_k=128, arch=SM90A, aligned=False),
@@ -174,7 +191,7 @@ def check_varlen_backward(rng, dtype, d, causal, lens_q, lens_k, H=2, H_kv=1, **
     with kernels_launched() as ran:
         grads = numba_flash.flash_attention_varlen_backward(*(device(x) for x in (dout, q, k, v, out, lse)),
                                                             device(cu_q), device(cu_k), mq, mk, causal=causal, **dev)
-    assert ran == KERNELS, ran
+    assert ran == kernels(d), ran
     grads = [host(g) for g in grads]
     ref = R.attention_varlen_backward(dout, q, k, v, out, lse, cu_q, cu_k, mq, mk, causal=causal, **kw)
     n = len(lens_q) - 1  # the clean sequences, and their rows
@@ -200,25 +217,30 @@ def test_wgmma_backward_varlen(rng):
     check_varlen_backward(rng, "float16", 64, True, [5, 0, 70, 1, 33], [7, 4, 90, 1, 20])
 
 
-@pytest.mark.parametrize("d,causal", [(128, False), (64, True)])
+@pytest.mark.parametrize("d,causal", [(128, False), (64, True), (256, True)])
 def test_wgmma_backward_compiles_for_sm_90a(d, causal):
     """``inspect --arch sm_90a`` of the plan: TMA copies (and the bulk copies of the
     stats rows in dK/dV), register reallocation, wgmma for S and dP (both operands from
-    shared memory) and for the gradients (A from registers), nothing in local memory,
-    and (with a whole-program ptxas) assembled without spills."""
+    shared memory; no dP in d = 256's dV kernel) and for the gradients (A from
+    registers), nothing in local memory, and (with a whole-program ptxas) assembled
+    without spills."""
     from numba_flash.inspection import inspect_kernels
+    from numba_flash.kernels.wgmma_backward import RINGS
 
-    stats, dkdv, dq = inspect_kernels("backward", "float16", d, causal, arch="sm_90a", seqlen_q=4096)
-    assert (stats.name, dkdv.name, dq.name) == tuple(KERNELS)
-    ring = 64 if d == 128 else 128  # the step of both walks (``wgmma_backward.tiles``)
-    for r, grads in ((dkdv, 2), (dq, 1)):
+    reports = inspect_kernels("backward", "float16", d, causal, arch="sm_90a", seqlen_q=4096)
+    assert [r.name for r in reports] == kernels(d)
+    for r in reports[1:]:
+        part = r.name.removeprefix("wgmma_bwd_")
+        ring = RINGS[d][part]  # the step of the walk
+        products = 1 if part == "dv" else 2  # Sᵀ (and dPᵀ)
+        grads = 2 if part == "dkdv" else 1
         assert ".target sm_90a" in r.ptx
         # the function carries its launch's name (ncu, the sanitizers and ``traffic.measure`` find it by it)
         assert re.search(r"\.entry\s+\S*" + r.name + r"B", r.ptx), r.name
-        assert r.ptx.count(f"wgmma.mma_async.sync.aligned.m64n{ring}k16.f32.f16.f16 ") == 2 * d // 16  # S, dP
+        assert r.ptx.count(f"wgmma.mma_async.sync.aligned.m64n{ring}k16.f32.f16.f16 ") == products * d // 16
         assert r.ptx.count(f"wgmma.mma_async.sync.aligned.m64n{d}k16.f32.f16.f16 ") == grads * ring // 16
         assert "cp.async.bulk.tensor.4d.shared::cluster.global.mbarrier::complete_tx::bytes" in r.ptx
-        assert ("cp.async.bulk.shared::cluster.global.mbarrier" in r.ptx) == (r is dkdv)  # the stats rows
+        assert ("cp.async.bulk.shared::cluster.global.mbarrier" in r.ptx) == (part != "dq")  # the stats rows
         assert "setmaxnreg.dec.sync.aligned.u32 24" in r.ptx and "setmaxnreg.inc.sync.aligned.u32 240" in r.ptx
         assert r.local_bytes_ptx == 0 and "ld.local" not in r.ptx and "st.local" not in r.ptx
         if r.registers is not None and not r.assembler.startswith("nvJitLink"):
@@ -228,7 +250,7 @@ def test_wgmma_backward_compiles_for_sm_90a(d, causal):
 @pytest.mark.gpu
 @pytest.mark.usefixtures("wgmma_on", "poisoned_outputs")
 @pytest.mark.parametrize("dtype", list(DTYPES))
-@pytest.mark.parametrize("d", [64, 128])
+@pytest.mark.parametrize("d", [64, 96, 128, 200, 256])
 @pytest.mark.parametrize("causal", [False, True])
 def test_wgmma_backward_on_the_gpu(rng, dtype, d, causal):
     check_backward(rng, dtype, d, causal, B=2, H=4, H_kv=2, Nq=1000, Nk=517)
@@ -236,7 +258,7 @@ def test_wgmma_backward_on_the_gpu(rng, dtype, d, causal):
 
 @pytest.mark.gpu
 @pytest.mark.usefixtures("wgmma_on", "poisoned_outputs")
-@pytest.mark.parametrize("dtype,d", [("float16", 64), ("bfloat16", 128)])
+@pytest.mark.parametrize("dtype,d", [("float16", 64), ("bfloat16", 128), ("float16", 256)])
 def test_wgmma_backward_variants_on_the_gpu(rng, dtype, d):
     """GQA + window + softcap + ALiBi, then with dropout, against the float64 reference."""
     kw = dict(window_size=(300, 40), softcap=5.0, alibi_slopes=_slopes(rng, 8))
@@ -247,7 +269,8 @@ def test_wgmma_backward_variants_on_the_gpu(rng, dtype, d):
 
 @pytest.mark.gpu
 @pytest.mark.usefixtures("wgmma_on", "poisoned_outputs")
-@pytest.mark.parametrize("dtype,d,causal", [("float16", 64, True), ("bfloat16", 128, False), ("float16", 128, True)])
+@pytest.mark.parametrize("dtype,d,causal", [("float16", 64, True), ("bfloat16", 128, False), ("float16", 128, True),
+                                             ("bfloat16", 256, True)])
 def test_wgmma_backward_varlen_on_the_gpu(rng, dtype, d, causal):
     """Sequences from 0 to 1000 rows (several walked steps, partial ones), GQA, then
     window + softcap + ALiBi; the last sequence NaN."""

@@ -59,6 +59,8 @@ def check_forward(rng, dtype, d, causal, B=1, H=2, H_kv=2, Nq=70, Nk=90, **kw):
     ("float16", 64, False, 200, 90),  # two query blocks of 192 (three consumers), the second partial; a partial key tile
     ("bfloat16", 64, True, 150, 150),  # rows 0–63 see none of the second key tile; rows 150–191 past Nq
     ("float16", 128, True, 17, 100),  # Nq < Nk: bottom-right causal
+    # d = 96 on d = 128's tiles (``hopper.tile_dim``): TMA zero-fills columns 96–127, 12 of 16 chunks stored
+    ("bfloat16", 96, False, 70, 33),
 ])  # fmt: skip
 def test_wgmma_forward_matches_the_reference(rng, dtype, d, causal, Nq, Nk):
     check_forward(rng, dtype, d, causal, Nq=Nq, Nk=Nk)
@@ -187,7 +189,11 @@ def test_the_switch(monkeypatch):
     assert [k.name for k in P.plan(p).launches] == ["wgmma_forward"]
     assert [k.name for k in P.plan(sim).launches] == ["wgmma_forward"]
     monkeypatch.delenv("NUMBA_FLASH_WGMMA")
-    for other in (P.Problem("forward", "float16", 96, False, seqlen_q=128, seqlen_k=128, arch=SM90A),  # d not 64/128
+    for d in (72, 96, 120):  # multiples of 8 between 64 and 128: on d = 128's tiles
+        launches = P.plan(P.Problem("forward", "float16", d, False, seqlen_q=128, seqlen_k=128, arch=SM90A)).launches
+        assert [k.name for k in launches] == ["wgmma_forward"] and launches[0].tiles.data_dim == d
+    for other in (P.Problem("forward", "float16", 100, False, seqlen_q=128, seqlen_k=128, arch=SM90A),  # not 8k
+                  P.Problem("forward", "float16", 256, False, seqlen_q=128, seqlen_k=128, arch=SM90A),  # past 128
                   P.Problem("forward", "float16", 64, False, seqlen_q=128, seqlen_k=128, arch=(8, 0)),
                   P.Problem("forward", "float16", 64, False, seqlen_q=128, seqlen_k=128, arch=(9, 0)),  # generic PTX
                   P.Problem("forward", "float16", 64, False, seqlen_q=128, seqlen_k=128, arch=(10, 0, "a")),
@@ -201,16 +207,20 @@ def test_the_switch(monkeypatch):
 
 def test_info_names_the_wgmma_forward_on_sm_90a():
     """``numba-flash info``'s table (``plan.table``) on an H200's target: the fp16/bf16
-    forward and backward at d = 64, 128 are the wgmma ones; other head dims and sm_80
-    keep the mma.sync kernels."""
+    forward up to d = 128 and the backward up to 256 are the wgmma ones (d = 64, 128,
+    256 and the multiples of 8 between, on the next one's tiles); other head dims,
+    unaligned rows and sm_80 keep the mma.sync kernels."""
     rows = {(r["dtype"], r["head_dims"]): r for r in P.table(SM90A)}
+    bwd_128 = "tensor-core: tc_bwd_stats → wgmma_bwd_dkdv → wgmma_bwd_dq"
+    bwd_256 = "tensor-core: tc_bwd_stats → wgmma_bwd_dv → wgmma_bwd_dk → wgmma_bwd_dq"
     for half in ("float16", "bfloat16"):
-        assert rows[half, "64, 128 (16-byte aligned rows)"]["forward"] == "tensor-core: wgmma_forward"
-        assert rows[half, "any other from 1 to 128, or unaligned rows"]["forward"] == "tensor-core: tc_forward"
-        assert rows[half, "64, 128 (16-byte aligned rows)"]["backward"] == ("tensor-core: tc_bwd_stats → wgmma_bwd_dkdv "
-                                                                            "→ wgmma_bwd_dq")  # fmt: skip
-        assert "wgmma" not in rows[half, "any other from 1 to 128, or unaligned rows"]["backward"]
-    assert all("wgmma" not in r["forward"] for r in P.table((8, 0)) + P.table(SM90A, simulator=True))
+        for dims, fwd, bwd in (("64, 128 (16-byte aligned rows)", "wgmma_forward", bwd_128),
+                               ("72 to 120, multiples of 8 (16-byte aligned rows)", "wgmma_forward", bwd_128),
+                               ("136 to 256, multiples of 8 (16-byte aligned rows)", "tc_forward", bwd_256)):
+            assert rows[half, dims]["forward"] == "tensor-core: " + fwd and rows[half, dims]["backward"] == bwd
+        other = rows[half, "any other from 1 to 256, or unaligned rows"]
+        assert other["forward"] == "tensor-core: tc_forward" and "wgmma" not in other["backward"]
+    assert all("wgmma" not in r["forward"] + r["backward"] for r in P.table((8, 0)) + P.table(SM90A, simulator=True))
 
 
 @pytest.mark.parametrize("d,causal,seqlen,regs,threads,persistent", [(128, True, 4096, (24, 240), 384, ""),
@@ -257,7 +267,7 @@ def test_wgmma_forward_compiles_for_sm_90a(monkeypatch, d, causal, seqlen, regs,
 @pytest.mark.gpu
 @pytest.mark.usefixtures("wgmma_on", "poisoned_outputs")
 @pytest.mark.parametrize("dtype", list(DTYPES))
-@pytest.mark.parametrize("d", [64, 128])
+@pytest.mark.parametrize("d", [64, 96, 128])
 @pytest.mark.parametrize("causal", [False, True])
 def test_wgmma_forward_on_the_gpu(rng, dtype, d, causal):
     check_forward(rng, dtype, d, causal, B=2, H=4, H_kv=2, Nq=1000, Nk=517)
@@ -276,7 +286,7 @@ def test_wgmma_forward_persistent_blocks_run_several_tiles(monkeypatch, rng, dty
 
 @pytest.mark.gpu
 @pytest.mark.usefixtures("wgmma_on", "poisoned_outputs")
-@pytest.mark.parametrize("dtype,d", [("float16", 64), ("bfloat16", 128)])
+@pytest.mark.parametrize("dtype,d", [("float16", 64), ("bfloat16", 128), ("float16", 96)])
 def test_wgmma_forward_variants_on_the_gpu(rng, dtype, d):
     """GQA + window + softcap + ALiBi, then the same with dropout, at sizes that fill
     both consumers and several ring fills, against the float64 reference."""

@@ -472,11 +472,12 @@ def stage_row_pairs(stage, acc, half, NT, scale, BF16):
 
 
 @device_function
-def store_staged_rows(dst, b, row0, h, stage, rows, NT, words):
+def store_staged_rows(dst, b, row0, h, stage, rows, NT, words, CHUNKS):
     """The warp's 16 staged rows (:func:`stage_row_pairs`, both halves) to
-    ``dst[b, row0 + r, h, :]`` (a uint32 view of 16-bit pairs, 4·NT words a row, each
-    row's first word 16-byte aligned) for r < ``rows`` (rows past a sequence are not
-    written): lane ``lane`` moves chunks ``32·i + lane`` (row ``(32·i + lane) // NT``,
+    ``dst[b, row0 + r, h, :]`` (a uint32 view of 16-bit pairs, 4·CHUNKS words a row,
+    each row's first word 16-byte aligned) for r < ``rows`` (rows past a sequence are not
+    written), chunks c < ``CHUNKS`` of each (a literal: ``NT``, or the arrays' d / 8 when
+    the tile is wider): lane ``lane`` moves chunks ``32·i + lane`` (row ``(32·i + lane) // NT``,
     chunk ``(32·i + lane) mod NT``) for i < NT/2, one ``ld.shared.v4`` and one
     ``st.global.v4`` each, so that one warp instruction writes 32/NT whole rows (2 at
     d = 128, 4 at d = 64).  Every load is issued before the first store, into
@@ -494,9 +495,10 @@ def store_staged_rows(dst, b, row0, h, stage, rows, NT, words):
     cuda.syncwarp()  # WAR: every lane has read its chunks before the warp stages its next tile's rows
     for i in range(NT // 2):
         r = (32 * i + lane) // NT
-        if r < rows:
-            ptx.st_global_v4_b32(dst, (b, row0 + r, h, 4 * ((32 * i + lane) % NT)), words[4 * i], words[4 * i + 1],
-                                 words[4 * i + 2], words[4 * i + 3])  # fmt: skip
+        c = (32 * i + lane) % NT
+        if r < rows and (CHUNKS == NT or c < CHUNKS):
+            ptx.st_global_v4_b32(dst, (b, row0 + r, h, 4 * c), words[4 * i], words[4 * i + 1], words[4 * i + 2],
+                                 words[4 * i + 3])  # fmt: skip
 
 
 # --- TF32 (m16n8k8) operands from fp32 tiles ---------------------------------------------

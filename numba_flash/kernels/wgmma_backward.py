@@ -73,12 +73,13 @@ from numba_flash.config import tc_array_layout
 from numba_flash.kernels import fragments, pipeline, score, spec
 from numba_flash.kernels.block_info import (group_size, key_tiles, query_tiles, this_block, tile_at, tile_partial,
                                             walk_list, walk_range)
-from numba_flash.kernels.hopper import ATOM, land_and_zero, load_rows, past_rows, rs_chain, ss_chain, wait_phase
+from numba_flash.kernels.hopper import (ATOM, land_and_zero, load_rows, past_rows, rs_chain, ss_chain, tile_dim,
+                                        wait_phase)
 from numba_flash.variant import VARLEN, Variant
 
 _ALIGN = None if SIMULATOR else 1024  # a module global, so numba sees a literal; the simulator aligns by itself
 
-HEAD_DIMS = (64, 128)  # the head dims this version runs (wgmma n = d for the gradients)
+HEAD_DIMS = (64, 128, 256)  # the head dims this version runs (wgmma n = d for the gradients)
 CONSUMERS, STAGES = 2, 2
 ROWS = 64 * CONSUMERS  # rows a block owns: 64 a consumer warpgroup (wgmma's m)
 THREADS = 128 * (CONSUMERS + 1)
@@ -89,8 +90,15 @@ BARRIER_BYTES = 8 * (2 + 2 * STAGES)
 #: varlen's ``stats``: sequence s's rows start at row 4·⌈cu_q[s] / 4⌉ + SEQ_PAD·s (``stats_row0``),
 #: 16-byte aligned for the bulk copies, its length rounded up to ``ROWS`` fitting before the next's.
 SEQ_PAD = ROWS + 4
-#: The kernels' names (their launches' and, in the PTX, their functions'), by ``keys_are_rows``.
-NAMES = {True: "wgmma_bwd_dkdv", False: "wgmma_bwd_dq"}
+#: The kernels' names (their launches' and, in the PTX, their functions'), by ``WgmmaBwdTiles.part``.
+NAMES = {"dkdv": "wgmma_bwd_dkdv", "dv": "wgmma_bwd_dv", "dk": "wgmma_bwd_dk", "dq": "wgmma_bwd_dq"}
+#: The walked rows a step (the ring's tiles) by head dim and part (``tiles``).  Past d = 128 a
+#: thread cannot hold dK and dV (d/2 floats each: 256 registers at d = 256), so ``dv`` (Sᵀ, then
+#: dV += Pᵀ·dO; only K fixed) and ``dk`` (Sᵀ, dPᵀ, then dK += dSᵀ·Q) are two kernels, as
+#: ``tc_backward``'s ``split_dkdv``: 8 products where one kernel makes 7.  Their shared memory sets
+#: the steps: d = 256's fixed tiles are 64 KiB each, so dk and dq (two fixed tiles, 128 KiB) walk
+#: 32 rows a step (4 ring tiles of 16 KiB) and dv (one) 64 (4 of 32 KiB): 192 KiB each.
+RINGS = {64: {"dkdv": 128, "dq": 128}, 128: {"dkdv": 64, "dq": 64}, 256: {"dv": 64, "dk": 32, "dq": 32}}
 #: The maps of ``tma.attention_maps`` (q, k, v, dout), by role in each kernel.
 Q_MAP, K_MAP, V_MAP, DO_MAP = 0, 1, 2, 3
 
@@ -100,8 +108,9 @@ class WgmmaBwdTiles:
     """One kernel's tiles: ``block_m`` queries by ``block_n`` keys; ``keys_are_rows``:
     the dK/dV kernel (a block owns ``block_n`` = 128 keys and walks query tiles), else
     dQ (owns ``block_m`` = 128 queries, walks key tiles).  ``data_dim``/``aligned``: as
-    ``TcTiles``'s (always the tile's own: the plan sends other head dims to
-    ``tc_backward``)."""
+    ``TcTiles``'s (``hopper.tile_dim``: TMA zero-fills the tile's columns past ``data_dim``;
+    rows are always 16-byte aligned).  ``part``: what the kernel computes and writes, "dkdv", "dv" or
+    "dk" (a dK/dV kernel; ``RINGS``), or "dq"."""
 
     head_dim: int
     block_m: int
@@ -109,6 +118,11 @@ class WgmmaBwdTiles:
     keys_are_rows: bool
     data_dim: int = 0
     aligned: bool = True
+    part: str = ""
+
+    def __post_init__(self):
+        if not self.part:  # the default: the one kernel of its axis
+            object.__setattr__(self, "part", "dkdv" if self.keys_are_rows else "dq")
 
     @property
     def ring(self) -> int:
@@ -116,20 +130,27 @@ class WgmmaBwdTiles:
         return self.block_m if self.keys_are_rows else self.block_n
 
 
-def tiles(head_dim: int) -> tuple[WgmmaBwdTiles, WgmmaBwdTiles]:
-    """(dK/dV, dQ) tiles: 64 rows a step at d = 128 and 128 at d = 64.  A consumer
-    thread holds its gradients (d/2 floats each: dK and dV, or dQ), S and dP (ring/2
-    each) and the packed P and dS (ring/4 each): at d = 128 with 64-row steps dK/dV
-    needs 192 of its 240 registers, with 128-row steps it would need 256 (ptxas: 848
-    bytes of spills); at d = 64 the ring is not larger than the fixed tile.  Not tuned by
-    measurement yet.  ``NUMBA_FLASH_WGMMA_BWD_RING=kv,q`` sets the two (64 or 128)."""
-    if head_dim not in HEAD_DIMS:
-        raise ValueError(f"head_dim={head_dim}: the wgmma backward runs d in {HEAD_DIMS}")
-    kv = q = 64 if head_dim == 128 else 128
-    forced = os.environ.get("NUMBA_FLASH_WGMMA_BWD_RING", "")  # "kv,q": the benchmark's comparison
+def tiles(head_dim: int) -> tuple[WgmmaBwdTiles, ...]:
+    """The tiles for arrays of ``head_dim`` columns (on ``hopper.tile_dim``'s, ``data_dim``
+    the arrays'): the dK/dV kernel(s), then dQ's (``RINGS``): 64 rows a step at
+    d = 128 and 128 at d = 64.  A consumer thread holds its gradients (d/2 floats each:
+    dK and dV, or dQ), S and dP (ring/2 each) and the packed P and dS (ring/4 each): at
+    d = 128 with 64-row steps dK/dV needs 192 of its 240 registers, with 128-row steps it
+    would need 256 (ptxas: 848 bytes of spills); at d = 64 the ring is not larger than
+    the fixed tile; at d = 256 (dV, then dK: ``RINGS``) shared memory sets them.
+    ``NUMBA_FLASH_WGMMA_BWD_RING=kv,q`` sets the dK/dV kernels' and dQ's (the
+    benchmark's comparison)."""
+    tile_d = tile_dim(head_dim, HEAD_DIMS)
+    if not tile_d:
+        raise ValueError(f"head_dim={head_dim}: the wgmma backward runs d in {HEAD_DIMS} and multiples of 8 between")
+    data_dim = head_dim if head_dim != tile_d else 0
+    rings = dict(RINGS[tile_d])
+    forced = os.environ.get("NUMBA_FLASH_WGMMA_BWD_RING", "")
     if forced:
         kv, q = (int(x) for x in forced.split(","))
-    return WgmmaBwdTiles(head_dim, kv, ROWS, True), WgmmaBwdTiles(head_dim, ROWS, q, False)
+        rings = {part: (q if part == "dq" else kv) for part in rings}
+    return tuple(WgmmaBwdTiles(tile_d, ring, ROWS, True, data_dim, part=part) if part != "dq" else
+                 WgmmaBwdTiles(tile_d, ROWS, ring, False, data_dim) for part, ring in rings.items())  # fmt: skip
 
 
 def stats_shape(batch: int, heads: int, seqlen_q: int, sequences: int = 0) -> tuple:
@@ -151,17 +172,22 @@ def stats_row0(cu_q, seq):
 @functools.lru_cache(maxsize=None)
 def wgmma_bwd_kernel(t: WgmmaBwdTiles, variant: Variant, dtype: str):
     """dK/dV (``t.keys_are_rows``): ``kernel[grid, THREADS, stream, smem_bytes(t)](q, k, v, dout, stats, dk32, dv32,
-    softmax_scale, params, alibi, cu_seqlens_q, cu_seqlens_k, fx, tmaps)``; dQ: the same with ``dq32, dq32`` for
-    ``dk32, dv32`` (the second never touched: one signature for both): ``tc_backward``'s kernels' arguments,
-    ``stats`` for lse and delta, and the tensor maps of q, k, v and dout (``tma.attention_maps``)."""
+    softmax_scale, params, alibi, cu_seqlens_q, cu_seqlens_k, fx, tmaps)`` (``t.part`` "dv" or "dk": that output
+    only, the other never touched); dQ: the same with ``dq32, dq32`` for ``dk32, dv32`` (the second never
+    touched: one signature for all): ``tc_backward``'s kernels' arguments, ``stats`` for lse and delta, and the
+    tensor maps of q, k, v and dout (``tma.attention_maps``)."""
     HEAD_DIM, BLOCK_M, BLOCK_N, KEYS_ARE_ROWS = t.head_dim, t.block_m, t.block_n, t.keys_are_rows
     RING = t.ring
     F = variant.flags
+    WANT_G1 = t.part != "dv"  # dK (or dQ): dP and dS wanted, the second fixed tile (V, or dO) loaded
+    WANT_DV = t.part in ("dkdv", "dv")
+    FIXED = 2 if WANT_G1 else 1  # the fixed tiles loaded: K and V (dK/dV, dk), K (dv), Q and dO (dq)
     KSTEPS = HEAD_DIM // 16  # k-slices of S, dP (over d)
     PSTEPS = RING // 16  # k-slices of the gradients' products (over the ring tile's rows)
     NT_S, NT_O = RING // 8, HEAD_DIM // 8
     S_REGS, O_REGS, P_REGS = NT_S * 4, NT_O * 4, PSTEPS * 4
-    G2_REGS = O_REGS if KEYS_ARE_ROWS else 4  # dV's accumulator (4: unused in dQ)
+    G1_REGS = O_REGS if WANT_G1 else 4  # dK's or dQ's accumulator (4: unused)
+    G2_REGS = O_REGS if WANT_DV else 4  # dV's (4: unused in dk and dQ)
     DCOLS, NT_W, _, HALVES = tc_array_layout(t)
     ATOMS = HEAD_DIM // ATOM
     FIX_ATOM, RING_ATOM = ROWS * 128, RING * 128  # bytes of a 64-column atom of a tile
@@ -169,7 +195,7 @@ def wgmma_bwd_kernel(t: WgmmaBwdTiles, variant: Variant, dtype: str):
     WG_ROWS = 64 * 128  # bytes of a consumer's 64 rows within a fixed atom
     STAT_BYTES = 4 * RING  # one stage's lse (or delta) rows (dK/dV)
     RING_TX = 2 * RING_BYTES + (2 * STAT_BYTES if KEYS_ARE_ROWS else 0)  # bytes landing on full[s]
-    STATS_AT = 2 * FIX_BYTES + 2 * STAGES * RING_BYTES  # byte offset of the stats stages (dK/dV)
+    STATS_AT = FIXED * FIX_BYTES + 2 * STAGES * RING_BYTES  # byte offset of the stats stages (dK/dV)
     BARS_AT = STATS_AT + (2 * STAGES * STAT_BYTES if KEYS_ARE_ROWS else 0)
     # the maps of the fixed and the ring tiles
     FIX1, FIX2, RING1, RING2 = (K_MAP, V_MAP, Q_MAP, DO_MAP) if KEYS_ARE_ROWS else (Q_MAP, DO_MAP, K_MAP, V_MAP)
@@ -210,8 +236,8 @@ def wgmma_bwd_kernel(t: WgmmaBwdTiles, variant: Variant, dtype: str):
         s_rows = cuda.shared.array(0, float32, alignment=_ALIGN)  # the same memory: the stats stages as floats
         words = cuda.shared.array(0, uint32, alignment=_ALIGN)  # … and as words (varlen's zeroed rows)
         fix1 = ptx.smem_addr(smem, 0)
-        fix2 = fix1 + FIX_BYTES
-        ring1 = fix2 + FIX_BYTES  # stage s at + s·RING_BYTES
+        fix2 = fix1 + FIX_BYTES  # (dv: not there, never read)
+        ring1 = fix1 + FIXED * FIX_BYTES  # stage s at + s·RING_BYTES
         ring2 = ring1 + STAGES * RING_BYTES
         fixed_full = fix1 + BARS_AT  # then full[s] at + FULL + 8s, empty[s] at + EMPTY + 8s
         if tid == 0:
@@ -234,9 +260,10 @@ def wgmma_bwd_kernel(t: WgmmaBwdTiles, variant: Variant, dtype: str):
                 seqlen, ring0, total = (mi[0], q0, q.shape[1]) if KEYS_ARE_ROWS else (mi[1], k0, k.shape[1])
                 s_row0 = stats_row0(cu_q, seq) if F[VARLEN] else 0  # the sequence's first row of stats
                 if lead:
-                    ptx.mbarrier_arrive_expect_tx(fixed_full, 2 * FIX_BYTES)
+                    ptx.mbarrier_arrive_expect_tx(fixed_full, FIXED * FIX_BYTES)
                     load_rows(fix1, tmaps[FIX1], fix_row, fix_h, b, fixed_full, ATOMS, FIX_ATOM)
-                    load_rows(fix2, tmaps[FIX2], fix_row, fix_h, b, fixed_full, ATOMS, FIX_ATOM)
+                    if WANT_G1:
+                        load_rows(fix2, tmaps[FIX2], fix_row, fix_h, b, fixed_full, ATOMS, FIX_ATOM)
                 pos = 0  # the ring's position over the whole walk: stage pos mod 2, fill pos // 2
                 zeroed = 0  # the ring tiles zeroed past their sequence (land's phases)
                 for hq in range(group):
@@ -282,13 +309,15 @@ def wgmma_bwd_kernel(t: WgmmaBwdTiles, variant: Variant, dtype: str):
 
         acc_s = cuda.local.array(S_REGS, float32)
         acc_dp = cuda.local.array(S_REGS, float32)
-        acc_g1 = cuda.local.array(O_REGS, float32)  # dK, or dQ
+        acc_g1 = cuda.local.array(G1_REGS, float32)  # dK, or dQ
         acc_g2 = cuda.local.array(G2_REGS, float32)  # dV
         p_frag = cuda.local.array(P_REGS, uint32)  # P(ᵀ) and dS(ᵀ) packed, one A fragment a k-slice
         ds_frag = cuda.local.array(P_REGS, uint32)
         row_stats = cuda.local.array(4, float32)  # dQ: lse of rows g, g + 8, then their delta
-        pipeline.zero(acc_g1, O_REGS)
+        pipeline.zero(acc_g1, G1_REGS)
         pipeline.zero(acc_g2, G2_REGS)
+        if not WANT_G1:  # dv: no dPᵀ; p_and_ds's dS of these zeros is never read
+            pipeline.zero(acc_dp, S_REGS)
         wait_phase(fixed_full, 0)
         pos = 0
         for hq in range(group):
@@ -307,7 +336,8 @@ def wgmma_bwd_kernel(t: WgmmaBwdTiles, variant: Variant, dtype: str):
                 wait_phase(fixed_full + FULL + 8 * s, (pos // STAGES) & 1)
                 ptx.wgmma_fence()  # the accumulators were written by ordinary instructions
                 issue_t(acc_s, a1, b1)  # Sᵀ = K·Q_iᵀ, or S = Q·K_jᵀ
-                issue_t(acc_dp, a2, b2)  # dPᵀ = V·dO_iᵀ, or dP = dO·V_jᵀ
+                if WANT_G1:
+                    issue_t(acc_dp, a2, b2)  # dPᵀ = V·dO_iᵀ, or dP = dO·V_jᵀ
                 ptx.wgmma_wait_group(0)
                 # P(ᵀ) and dS(ᵀ): element e of n-tile nt is (row g + 8·(e >> 1), column nt·8 + 2·tq + (e & 1))
                 if KEYS_ARE_ROWS:
@@ -318,13 +348,15 @@ def wgmma_bwd_kernel(t: WgmmaBwdTiles, variant: Variant, dtype: str):
                     fragments.p_and_ds(acc_s, acc_dp, NT_S, start, BLOCK_M, other, BLOCK_N, row0, other, si, mi,
                                        row_stats, 0, 2, False, di, tile_partial(i, vr, F), F)  # fmt: skip
                 for ps in range(PSTEPS):  # the ring tile's rows 16ps … are the k-slice ps of the gradients' products
-                    if KEYS_ARE_ROWS:
+                    if WANT_DV:
                         fragments.pack_a(p_frag, ps * 4, acc_s, ps * 8, BF16)
-                    fragments.pack_a(ds_frag, ps * 4, acc_dp, ps * 8, BF16)
+                    if WANT_G1:
+                        fragments.pack_a(ds_frag, ps * 4, acc_dp, ps * 8, BF16)
                 ptx.wgmma_fence()  # the fragments were written by ordinary instructions
-                if KEYS_ARE_ROWS:
+                if WANT_DV:
                     issue_grad(acc_g2, p_frag, b2)  # dV += Pᵀ·dO_i
-                issue_grad(acc_g1, ds_frag, b1)  # dK += dSᵀ·Q_i, or dQ += dS·K_j
+                if WANT_G1:
+                    issue_grad(acc_g1, ds_frag, b1)  # dK += dSᵀ·Q_i, or dQ += dS·K_j
                 ptx.wgmma_wait_group(0)
                 ptx.mbarrier_arrive(fixed_full + EMPTY + 8 * s)  # this thread is done with the stage
                 pos += 1
@@ -336,43 +368,53 @@ def wgmma_bwd_kernel(t: WgmmaBwdTiles, variant: Variant, dtype: str):
             row = row0 + (lane >> 2) + 8 * r
             if KEYS_ARE_ROWS:
                 if row < mi[1]:
-                    fragments.store_row_pairs(g1, b, k0 + row, hk, acc_g1, 2 * r, NT_W, tq, scale, BF16, DCOLS, HALVES)
-                    fragments.store_row_pairs(g2, b, k0 + row, hk, acc_g2, 2 * r, NT_W, tq, float32(1.0), BF16, DCOLS,
-                                              HALVES)  # fmt: skip
+                    if WANT_G1:
+                        fragments.store_row_pairs(g1, b, k0 + row, hk, acc_g1, 2 * r, NT_W, tq, scale, BF16, DCOLS,
+                                                  HALVES)  # fmt: skip
+                    if WANT_DV:
+                        fragments.store_row_pairs(g2, b, k0 + row, hk, acc_g2, 2 * r, NT_W, tq, float32(1.0), BF16,
+                                                  DCOLS, HALVES)  # fmt: skip
             elif row < mi[0]:
                 fragments.store_row_pairs(g1, b, q0 + row, h0, acc_g1, 2 * r, NT_W, tq, scale, BF16, DCOLS, HALVES)
 
     # the kernel's name in the PTX, ncu and the sanitizers: its launch's (``traffic.measure`` picks kernels by it)
-    wgmma_bwd.__name__ = NAMES[KEYS_ARE_ROWS]
+    wgmma_bwd.__name__ = NAMES[t.part]
     wgmma_bwd.__qualname__ = f"wgmma_bwd_kernel.<locals>.{wgmma_bwd.__name__}"
     return kernel(launch_bounds=(THREADS, 1), whole_program=True)(wgmma_bwd)
 
 
 def smem_bytes(t: WgmmaBwdTiles) -> int:
-    """Dynamic shared bytes: the two fixed tiles, two stages of the two ring tiles (2 bytes
-    an element), dK/dV's two stages of lse and delta rows, the mbarriers."""
+    """Dynamic shared bytes: the two fixed tiles (one in dv), two stages of the two ring
+    tiles (2 bytes an element), dK/dV's two stages of lse and delta rows, the mbarriers."""
     stats = 2 * STAGES * 4 * t.ring if t.keys_are_rows else 0
-    return 2 * t.head_dim * (2 * ROWS + 2 * STAGES * t.ring) + stats + BARRIER_BYTES
+    fixed = 1 if t.part == "dv" else 2
+    return 2 * t.head_dim * (fixed * ROWS + 2 * STAGES * t.ring) + stats + BARRIER_BYTES
 
 
-#: What each kernel reads and writes (``KernelLaunch.io``).
-_IO = {True: (("q", "r"), ("k", "r"), ("v", "r"), ("dout", "r"), ("stats", "r"), ("dk", "w"), ("dv", "w")),
-       False: (("q", "r"), ("k", "r"), ("v", "r"), ("dout", "r"), ("stats", "r"), ("dq", "w"))}  # fmt: skip
+#: What each kernel reads and writes (``KernelLaunch.io``), by part.
+_IO = {"dkdv": (("q", "r"), ("k", "r"), ("v", "r"), ("dout", "r"), ("stats", "r"), ("dk", "w"), ("dv", "w")),
+       "dv": (("q", "r"), ("k", "r"), ("dout", "r"), ("stats", "r"), ("dv", "w")),
+       "dk": (("q", "r"), ("k", "r"), ("v", "r"), ("dout", "r"), ("stats", "r"), ("dk", "w")),
+       "dq": (("q", "r"), ("k", "r"), ("v", "r"), ("dout", "r"), ("stats", "r"), ("dq", "w"))}  # fmt: skip
 
 
 def launches(variant: Variant, dtype: str, sz: spec.Sizes, head_dim: int) -> list:
     """``tc_backward``'s preprocess writing ``stats`` (lse and delta, padded), the dK/dV
-    kernel (a block per 128 keys of a KV head), the dQ kernel (a block per 128 queries
-    of a query head); the last argument of both the tensor maps (``spec.Arg("tmaps")``)."""
+    kernel (a block per 128 keys of a KV head; at d = 256 two: dV, then dK), the dQ
+    kernel (a block per 128 queries of a query head); the last argument of each the
+    tensor maps (``spec.Arg("tmaps")``)."""
     from numba_flash.kernels import tc_backward
 
-    kv, qt = tiles(head_dim)
+    ts = tiles(head_dim)
     out = []
-    for t, grid, outs in ((kv, spec.key_grid(sz, ROWS, variant.heaviest_first), ("dk", "dv")),
-                          (qt, spec.query_grid(sz, ROWS, variant.heaviest_first), ("dq", "dq"))):  # fmt: skip
+    for t in ts:
+        if t.keys_are_rows:
+            grid, outs = spec.key_grid(sz, ROWS, variant.heaviest_first), ("dk", "dv")
+        else:
+            grid, outs = spec.query_grid(sz, ROWS, variant.heaviest_first), ("dq", "dq")
         args = (tuple(spec.Arg(r, "u16") for r in ("q", "k", "v", "dout")) + (spec.Arg("stats"),) +
                 tuple(spec.Arg(g, "u32") for g in outs) + (spec.Arg("scale"),) + spec.VARIANT_ARGS +
                 (spec.Arg("tmaps"),))  # fmt: skip
-        out.append(spec.KernelLaunch(NAMES[t.keys_are_rows], wgmma_bwd_kernel(t, variant, dtype), t, grid, THREADS, smem_bytes(t), args,
-                                     (t.block_m, t.block_n, t.keys_are_rows), _IO[t.keys_are_rows]))  # fmt: skip
-    return [tc_backward.stats_launch(kv, dtype, sz, variant.varlen)] + out
+        out.append(spec.KernelLaunch(NAMES[t.part], wgmma_bwd_kernel(t, variant, dtype), t, grid, THREADS,
+                                     smem_bytes(t), args, (t.block_m, t.block_n, t.keys_are_rows), _IO[t.part]))  # fmt: skip
+    return [tc_backward.stats_launch(ts[0], dtype, sz, variant.varlen)] + out

@@ -107,7 +107,8 @@ from numba_flash._numba_cuda import (SIMULATOR, cuda, device_function, float32, 
                                      uint32)
 from numba_flash.config import TcTiles, tc_array_layout, tc_out_view
 from numba_flash.kernels import dropout, fragments, score, softmax, spec
-from numba_flash.kernels.hopper import ATOM, land_and_zero, load_rows, past_rows, rs_chain, ss_chain, wait_phase
+from numba_flash.kernels.hopper import (ATOM, land_and_zero, load_rows, past_rows, rs_chain, ss_chain, tile_dim,
+                                        wait_phase)
 from numba_flash.kernels.block_info import (block_at, grid_coords, key_tiles, linear_coords, query_grid_dims, tile_at,
                                            tile_needs_mask, tile_partial, walk_list, walk_range)
 from numba_flash.variant import DROPOUT, HEAVIEST_FIRST, Variant
@@ -150,13 +151,16 @@ def consumers(head_dim: int, causal: bool = False, seqlen_q: int = 4096) -> int:
 
 
 def tiles(head_dim: int, causal: bool = False, seqlen_q: int = 4096) -> TcTiles:
-    """The tile shape at ``head_dim`` (one of ``HEAD_DIMS``; ``consumers`` picks the
-    rows): ``warps`` counts the consumer warps (the producer warpgroup is
+    """The tile shape for arrays of ``head_dim`` columns (on ``hopper.tile_dim``'s tiles:
+    one of ``HEAD_DIMS``, ``data_dim`` the arrays' when they differ; ``consumers`` picks
+    the rows): ``warps`` counts the consumer warps (the producer warpgroup is
     ``threads(t)`` − 128·consumers more)."""
-    if head_dim not in HEAD_DIMS:
-        raise ValueError(f"head_dim={head_dim}: the wgmma forward runs d in {HEAD_DIMS}")
-    c = consumers(head_dim, causal, seqlen_q)
-    return TcTiles(head_dim, 64 * c, BLOCK_N, 4 * c, m_tiles=1, stages=STAGES, q_in_regs=False)
+    tile_d = tile_dim(head_dim, HEAD_DIMS)
+    if not tile_d:
+        raise ValueError(f"head_dim={head_dim}: the wgmma forward runs d in {HEAD_DIMS} and multiples of 8 between")
+    c = consumers(tile_d, causal, seqlen_q)
+    return TcTiles(tile_d, 64 * c, BLOCK_N, 4 * c, m_tiles=1, stages=STAGES, q_in_regs=False,
+                   data_dim=head_dim if head_dim != tile_d else 0)
 
 
 def threads(t: TcTiles) -> int:
@@ -188,8 +192,9 @@ def wgmma_forward_kernel(t: TcTiles, variant: Variant, dtype: str, persistent: b
     S_REGS, O_REGS, P_REGS = NT_S * 4, NT_O * 4, PSTEPS * 4  # registers a thread (literals for local.array)
     assert P_REGS >= 2 * NT_O  # p_frag, spent by then, holds the epilogue's staged words
     DCOLS, _, _, HALVES = tc_array_layout(t)
-    if DCOLS or HALVES:  # the epilogue stages whole rows of 16-byte chunks
-        raise ValueError(f"tiles {t}: the wgmma forward writes rows of exactly head_dim={HEAD_DIM} columns")
+    if DCOLS % 8 or HALVES:  # the epilogue stores 16-byte chunks of 8 columns
+        raise ValueError(f"tiles {t}: the wgmma forward writes rows of a multiple of 8 columns")
+    CHUNKS = (DCOLS or HEAD_DIM) // 8  # 16-byte chunks of out's rows (the tile's past data_dim are not written)
     ATOMS = HEAD_DIM // ATOM
     Q_ATOM, KV_ATOM = BLOCK_M * 128, BLOCK_N * 128  # bytes of a 64-column atom of a tile
     Q_BYTES, KV_BYTES = ATOMS * Q_ATOM, ATOMS * KV_ATOM
@@ -444,9 +449,10 @@ def wgmma_forward_kernel(t: TcTiles, variant: Variant, dtype: str, persistent: b
                     lse[b, h, q0 + row] = lse_row
             # out's rows (varlen: from q0) past seqlen_q are not written; each row starts 16-byte
             # aligned, as st.global.v4 needs: the API allocates out itself (C-contiguous, its base
-            # 256-byte aligned) and a row is d·2 = 128 or 256 bytes (plan's ``aligned`` covers only
-            # q, k and v, which TMA reads)
-            fragments.store_staged_rows(out32, b, q0 + row0, h, o_stage, seqlen_q - row0, NT_O, p_frag)  # P is spent
+            # 256-byte aligned) and a row is d·2 bytes, d a multiple of 8 (plan's ``aligned`` covers
+            # only q, k and v, which TMA reads)
+            fragments.store_staged_rows(out32, b, q0 + row0, h, o_stage, seqlen_q - row0, NT_O, p_frag,
+                                        CHUNKS)  # P is spent
         if PINGPONG and cw == 0:  # the last consumer's credit past the block's last turn
             ptx.named_barrier_sync(1, 256)
 
