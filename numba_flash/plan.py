@@ -241,7 +241,7 @@ def table(arch: tuple = (9, 0), simulator: bool = False) -> list[dict]:
              ("float32, allow_tf32=True", "64, 128 (16-byte aligned rows)", 64, True, True)]
     for half in ("float16", "bfloat16"):
         cases += [(half, "64, 128 (16-byte aligned rows)", 64, False, True),
-                  (half, "72 to 120, multiples of 8 (16-byte aligned rows)", 96, False, True),
+                  (half, "8 to 120, multiples of 8 (16-byte aligned rows)", 96, False, True),
                   (half, "136 to 256, multiples of 8 (16-byte aligned rows)", 256, False, True),
                   (half, "any other from 1 to 256, or unaligned rows", 100, False, True)]  # fmt: skip
     rows = []

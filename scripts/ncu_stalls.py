@@ -4,6 +4,7 @@ stall reasons (warps stalled per issued instruction), largest first.
 
     python3 scripts/ncu_stalls.py e_ncu.txt
     python3 scripts/ncu_stalls.py e_ncu_bwd.txt backward   # ``ncu_wgmma.py backward``'s report
+    python3 scripts/ncu_stalls.py e_ncu_var.txt variants   # ``ncu_wgmma.py variants``'s
 """
 
 import re
@@ -19,6 +20,9 @@ def main(path, kernels=("wgmma_forward",)):
     names = kernels + (("wgmma_bwd",) if "wgmma_bwd_dq" in kernels else ())
     parts = re.split(r"\n  (?:" + "|".join(names) + r")\[", text)[1:]
     labels = [f"{k} {s} {'causal' if c else 'full'}" for s in SHAPES for c in (False, True) for k in kernels]
+    if kernels == ("wgmma_forward", "variants"):  # ``ncu_wgmma.py variants``: (4, 16, 4096, 128) causal
+        labels = [f"wgmma_forward {v}" for v in ("plain", "softcap 30", "ALiBi", "dropout 0.1")]
+        names = ("wgmma_forward",)
     print("| launch | grid × block | duration | SM busy | stalls per issued instruction (largest first) |")
     print("|---|---|---|---|---|")
     for label, part in zip(labels, parts):
@@ -33,4 +37,5 @@ def main(path, kernels=("wgmma_forward",)):
 
 
 if __name__ == "__main__":
-    main(sys.argv[1], ("wgmma_bwd_dkdv", "wgmma_bwd_dq") if sys.argv[2:] == ["backward"] else ("wgmma_forward",))
+    which = {"backward": ("wgmma_bwd_dkdv", "wgmma_bwd_dq"), "variants": ("wgmma_forward", "variants")}
+    main(sys.argv[1], which.get(sys.argv[2] if sys.argv[2:] else "", ("wgmma_forward",)))

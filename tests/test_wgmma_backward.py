@@ -89,6 +89,8 @@ def check_backward(rng, dtype, d, causal, B=1, H=2, H_kv=2, Nq=70, Nk=90, layout
     ("float16", 256, True, 1, 70, 90),
     # d = 96 on d = 128's tiles: TMA zero-fills columns 96–127, the epilogue writes 96
     ("bfloat16", 96, False, 2, 40, 33),
+    # d = 40 on d = 64's tiles: a box wider than the arrays' rows
+    ("float16", 40, True, 2, 50, 70),
 ])  # fmt: skip
 def test_wgmma_backward_matches_the_reference(rng, dtype, d, causal, H_kv, Nq, Nk):
     check_backward(rng, dtype, d, causal, H=2, H_kv=H_kv, Nq=Nq, Nk=Nk)
@@ -126,13 +128,14 @@ def test_the_switch(monkeypatch):
     monkeypatch.setenv("NUMBA_FLASH_WGMMA", "1")
     assert [k.name for k in P.plan(sim).launches] == KERNELS
     monkeypatch.delenv("NUMBA_FLASH_WGMMA")
-    for d in (72, 96, 120, 136, 200, 248):  # multiples of 8 between: on the next tiles (``tile_dim``)
+    for d in (8, 32, 56, 72, 96, 120, 136, 200, 248):  # other multiples of 8: on the next tiles (``tile_dim``)
         p = P.Problem("backward", "float16", d, False, seqlen_q=128, seqlen_k=128, arch=SM90A)
         launches = P.plan(p).launches
         assert [k.name for k in launches] == kernels(d), d
-        assert all(k.tiles.data_dim == d and k.tiles.head_dim == (128 if d < 128 else 256) for k in launches[1:])
+        tile_d = 64 if d < 64 else 128 if d < 128 else 256
+        assert all(k.tiles.data_dim == d and k.tiles.head_dim == tile_d for k in launches[1:])
     for other in (P.Problem("backward", "float16", 100, False, seqlen_q=128, seqlen_k=128, arch=SM90A),
-                  P.Problem("backward", "float16", 32, False, seqlen_q=128, seqlen_k=128, arch=SM90A),
+                  P.Problem("backward", "float16", 12, False, seqlen_q=128, seqlen_k=128, arch=SM90A),
                   P.Problem("backward", "float16", 64, False, seqlen_q=128, seqlen_k=128, arch=(8, 0)),
                   P.Problem("backward", "float32", 64, False, seqlen_q=128, seqlen_k=128, arch=SM90A),
                   P.Problem("backward", "float16", 64, False, seqlen_q=128, seqlen_k=128, arch=SM90A, aligned=False),
@@ -250,7 +253,7 @@ def test_wgmma_backward_compiles_for_sm_90a(d, causal):
 @pytest.mark.gpu
 @pytest.mark.usefixtures("wgmma_on", "poisoned_outputs")
 @pytest.mark.parametrize("dtype", list(DTYPES))
-@pytest.mark.parametrize("d", [64, 96, 128, 200, 256])
+@pytest.mark.parametrize("d", [32, 64, 96, 128, 200, 256])
 @pytest.mark.parametrize("causal", [False, True])
 def test_wgmma_backward_on_the_gpu(rng, dtype, d, causal):
     check_backward(rng, dtype, d, causal, B=2, H=4, H_kv=2, Nq=1000, Nk=517)

@@ -61,6 +61,7 @@ def check_forward(rng, dtype, d, causal, B=1, H=2, H_kv=2, Nq=70, Nk=90, **kw):
     ("float16", 128, True, 17, 100),  # Nq < Nk: bottom-right causal
     # d = 96 on d = 128's tiles (``hopper.tile_dim``): TMA zero-fills columns 96–127, 12 of 16 chunks stored
     ("bfloat16", 96, False, 70, 33),
+    ("float16", 40, True, 50, 90),  # d = 40 on d = 64's tiles: a box wider than the arrays' rows
 ])  # fmt: skip
 def test_wgmma_forward_matches_the_reference(rng, dtype, d, causal, Nq, Nk):
     check_forward(rng, dtype, d, causal, Nq=Nq, Nk=Nk)
@@ -189,9 +190,10 @@ def test_the_switch(monkeypatch):
     assert [k.name for k in P.plan(p).launches] == ["wgmma_forward"]
     assert [k.name for k in P.plan(sim).launches] == ["wgmma_forward"]
     monkeypatch.delenv("NUMBA_FLASH_WGMMA")
-    for d in (72, 96, 120):  # multiples of 8 between 64 and 128: on d = 128's tiles
+    for d in (8, 32, 56, 72, 96, 120):  # other multiples of 8 up to 128: on the next tiles
         launches = P.plan(P.Problem("forward", "float16", d, False, seqlen_q=128, seqlen_k=128, arch=SM90A)).launches
         assert [k.name for k in launches] == ["wgmma_forward"] and launches[0].tiles.data_dim == d
+        assert launches[0].tiles.head_dim == (64 if d < 64 else 128)
     for other in (P.Problem("forward", "float16", 100, False, seqlen_q=128, seqlen_k=128, arch=SM90A),  # not 8k
                   P.Problem("forward", "float16", 256, False, seqlen_q=128, seqlen_k=128, arch=SM90A),  # past 128
                   P.Problem("forward", "float16", 64, False, seqlen_q=128, seqlen_k=128, arch=(8, 0)),
@@ -215,7 +217,7 @@ def test_info_names_the_wgmma_forward_on_sm_90a():
     bwd_256 = "tensor-core: tc_bwd_stats → wgmma_bwd_dv → wgmma_bwd_dk → wgmma_bwd_dq"
     for half in ("float16", "bfloat16"):
         for dims, fwd, bwd in (("64, 128 (16-byte aligned rows)", "wgmma_forward", bwd_128),
-                               ("72 to 120, multiples of 8 (16-byte aligned rows)", "wgmma_forward", bwd_128),
+                               ("8 to 120, multiples of 8 (16-byte aligned rows)", "wgmma_forward", bwd_128),
                                ("136 to 256, multiples of 8 (16-byte aligned rows)", "tc_forward", bwd_256)):
             assert rows[half, dims]["forward"] == "tensor-core: " + fwd and rows[half, dims]["backward"] == bwd
         other = rows[half, "any other from 1 to 256, or unaligned rows"]
@@ -267,7 +269,7 @@ def test_wgmma_forward_compiles_for_sm_90a(monkeypatch, d, causal, seqlen, regs,
 @pytest.mark.gpu
 @pytest.mark.usefixtures("wgmma_on", "poisoned_outputs")
 @pytest.mark.parametrize("dtype", list(DTYPES))
-@pytest.mark.parametrize("d", [64, 96, 128])
+@pytest.mark.parametrize("d", [32, 64, 96, 128])
 @pytest.mark.parametrize("causal", [False, True])
 def test_wgmma_forward_on_the_gpu(rng, dtype, d, causal):
     check_forward(rng, dtype, d, causal, B=2, H=4, H_kv=2, Nq=1000, Nk=517)

@@ -30,14 +30,13 @@ K_SLICE = 16 * 128  # bytes of 16 rows of an atom: one k-slice of an MN-major B 
 def tile_dim(head_dim: int, dims: tuple) -> int:
     """The tiles' head dim (one of ``dims``, a kernel's) for arrays of ``head_dim``
     columns: ``head_dim`` itself when it is one of them, else the next for a multiple of
-    8 between the first and the last (TMA zero-fills a box's columns past the array's d,
-    so the products see zeros there, and the epilogue writes d columns: the tiles'
-    ``data_dim``); 0 for any other (the plan sends those to the mma.sync kernels).
-    Multiples of 8 only: TMA needs 16-byte row strides, and the 16-byte stores of O
-    16-byte rows."""
+    8 below the last (TMA zero-fills a box's columns past the array's d, so the products
+    see zeros there, and the epilogue writes d columns: the tiles' ``data_dim``); 0 for
+    any other (the plan sends those to the mma.sync kernels).  Multiples of 8 only: TMA
+    needs 16-byte row strides, and the 16-byte stores of O 16-byte rows."""
     if head_dim in dims:
         return head_dim
-    if head_dim % 8 or not dims[0] < head_dim < dims[-1]:
+    if head_dim % 8 or not 0 < head_dim < dims[-1]:
         return 0
     return next(d for d in dims if d > head_dim)
 
