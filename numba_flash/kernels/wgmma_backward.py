@@ -16,7 +16,10 @@ Math (as ``tc_backward``: log2 domain, P recomputed from the saved lse)::
 
 Both kernels are one factory (``wgmma_bwd_kernel``): a block owns 128 rows (keys in
 dK/dV, queries in dQ: the ``fixed`` tiles, loaded once) and walks tiles of the other
-axis (the ``ring`` tiles, two stages).  The products are ``hopper.ss_chain`` and
+axis (the ``ring`` tiles, two stages).  At d = 256 dV and dK are two kernels of it
+(``WgmmaBwdTiles.part``, ``RINGS``: a thread cannot hold both), the dV one without dP
+and V.  Head dims: 64, 128, 256, and the multiples of 8 below 256 on the next of them
+(``hopper.tile_dim``: TMA zero-fills the columns past d, the epilogue writes d).  The products are ``hopper.ss_chain`` and
 ``hopper.rs_chain``; P and dS are ``tc_backward``'s steps on one m-tile a warp, since a
 wgmma m64nN accumulator holds per thread an m16n8 accumulator's values for N/8 n-tiles.
 
@@ -53,12 +56,13 @@ parity is the fill's):
 No ``syncthreads`` after the roles split (one before it: the barriers are initialised).
 
 Shared memory (one dynamic array, 1024-byte aligned: a swizzled tile's repeat): the two
-fixed tiles (128·d·2 bytes each), two stages of the two ring tiles (ring·d·2 each), in
-dK/dV two stages of lse and delta (ring·8 bytes), the six mbarriers: 128 KiB at
-d = 128 (dK/dV: 64 queries a step, dQ: 64 keys), 96 KiB at d = 64 (128 a step).
+fixed tiles (128·d·2 bytes each; one in d = 256's dV kernel), two stages of the two ring
+tiles (ring·d·2 each), in dK/dV two stages of lse and delta (ring·8 bytes), the six
+mbarriers: 128 KiB at d = 128 (dK/dV: 64 queries a step, dQ: 64 keys), 96 KiB at
+d = 64 (128 a step), 192 KiB at d = 256 (dK and dQ 32 rows a step, dV 64).
 
 Not yet (issue #13): the next step's products issued while this step's gradient
-products run; persistent blocks; head dims other than 64 and 128; FlexAttention mods.
+products run; persistent blocks; head dims not a multiple of 8; FlexAttention mods.
 """
 
 from __future__ import annotations

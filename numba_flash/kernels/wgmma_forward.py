@@ -91,7 +91,8 @@ varlen: the virtual grid is (tiles of the longest sequence, heads, sequences), f
 skipped by every role.
 
 Not yet (issue #13): a ping-pong of the consumers that pays (``pingpong``: measured
-slower, off); head dims other than 64 and 128; a KV cache's pages and splits, FlexAttention mods
+slower, off); head dims past 128 or not a multiple of 8 (the others run on d = 64's or
+128's tiles: ``hopper.tile_dim``); a KV cache's pages and splits, FlexAttention mods
 (the plan sends those to the mma.sync forward); O's staged rows stored by TMA (the warps store
 them with 16-byte ``st.global.v4``).
 """
