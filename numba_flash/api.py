@@ -38,7 +38,8 @@ def _plan_env() -> tuple:
     """The environment the plan reads: the tuning override and the wgmma kernels' switches."""
     return (os.environ.get("NUMBA_FLASH_TILES"),) + tuple(
         os.environ.get(f"NUMBA_FLASH_{x}") for x in ("WGMMA", "WGMMA_PERSISTENT", "WGMMA_CONSUMERS", "WGMMA_BWD_RING",
-                                                      "WGMMA_PINGPONG", "RAW_SCORES", "EX2_EMULATE"))  # fmt: skip
+                                                      "WGMMA_PINGPONG", "RAW_SCORES", "EX2_EMULATE",
+                                                      "ALIBI_PRODUCTS"))  # fmt: skip
 
 
 def _plan(problem: P.Problem) -> P.Plan:

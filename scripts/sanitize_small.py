@@ -53,9 +53,12 @@ if sys.argv[1:] == ["wgmma"]:  # issue #13's Hopper forward: TMA ring, mbarriers
     os.environ["NUMBA_FLASH_WGMMA"] = "1"
     os.environ["NUMBA_FLASH_WGMMA_PERSISTENT"] = "3"  # three blocks: each runs several tiles (the Q and ring hand-over)
     for dtype in (np.float16, ml_dtypes.bfloat16):
+        slopes = cp.asarray([0.5, 0.25, 0.125, 0.0625], dtype=cp.float32)
         for Nq, Nk, d, causal, kw in ((77, 300, 64, True, {}), (200, 131, 128, False, {}),
                                       (130, 260, 64, True, dict(window_size=(50, 0), softcap=4.0, dropout_p=0.2,
-                                                                 seed=3))):
+                                                                 seed=3)),
+                                      # ALiBi on the tensor cores: the key ramp every thread writes, with dropout
+                                      (150, 333, 128, True, dict(alibi_slopes=slopes, dropout_p=0.1, seed=5))):
             B, H, Hk = 2, 4, 2
             q = cp.asarray(rng.standard_normal((B, Nq, H, d)).astype(dtype))
             k, v = (cp.asarray(rng.standard_normal((B, Nk, Hk, d)).astype(dtype)) for _ in range(2))

@@ -93,13 +93,18 @@ def test_wgmma_forward_softcap_with_emulated_exponentials(monkeypatch, rng, ever
 
 
 @pytest.mark.usefixtures("wgmma_on", "poisoned_outputs")
-@pytest.mark.parametrize("d,Nq,Nk", [(128, 150, 300), (64, 40, 33)])
-def test_wgmma_forward_causal_alibi_column_frame(rng, d, Nq, Nk):
-    """Causal ALiBi alone: the bias a column term fused with the scale (``score.column_frame``),
-    each row's max moved back to true units in the epilogue (lse against the reference);
-    slopes up to 1 so that the frame's row offsets (up to 8·slope) matter."""
+@pytest.mark.parametrize("products", ["1", "0"])
+@pytest.mark.parametrize("dtype,d,Nq,Nk", [("float16", 128, 150, 300), ("bfloat16", 64, 40, 33)])
+def test_wgmma_forward_causal_alibi_column_frame(monkeypatch, rng, products, dtype, d, Nq, Nk):
+    """Causal ALiBi alone, two ways: on the tensor cores (``alibi_on_products``: the bias's
+    column term one more k-slice of S, fp16 or bf16 thirds of slope / scale times the key
+    ramp, its row term in the running max), and with ``NUMBA_FLASH_ALIBI_PRODUCTS=0`` as a
+    column term fused with the scale (``score.column_frame``), each row's max moved back
+    to true units in the epilogue (lse against the reference); slopes up to 1 so that the
+    rows' terms (up to 8·slope apart in a lane, 299 at most) matter."""
+    monkeypatch.setenv("NUMBA_FLASH_ALIBI_PRODUCTS", products)
     slopes = (0.05 + 0.95 * rng.random(2)).astype(np.float32)
-    check_forward(rng, "float16", d, True, Nq=Nq, Nk=Nk, alibi_slopes=slopes)
+    check_forward(rng, dtype, d, True, Nq=Nq, Nk=Nk, alibi_slopes=slopes)
 
 
 @pytest.mark.usefixtures("wgmma_on", "poisoned_outputs")
@@ -284,6 +289,21 @@ def test_wgmma_forward_persistent_blocks_run_several_tiles(monkeypatch, rng, dty
     shapes have more tiles than SMs; these small ones would not)."""
     monkeypatch.setenv("NUMBA_FLASH_WGMMA_PERSISTENT", "5")
     check_forward(rng, dtype, d, causal, B=2, H=4, H_kv=2, Nq=1000, Nk=517)
+
+
+@pytest.mark.gpu
+@pytest.mark.usefixtures("wgmma_on", "poisoned_outputs")
+@pytest.mark.parametrize("dtype,d", [("float16", 128), ("bfloat16", 64), ("bfloat16", 128)])
+def test_wgmma_forward_alibi_on_the_tensor_cores_on_the_gpu(rng, dtype, d):
+    """Causal ALiBi with its bias on the tensor cores (``alibi_on_products``), slopes up to 1
+    over 1000 rows (row terms up to 1000·slope / scale in raw units), alone and with GQA +
+    window + dropout, and per-(batch, head) slopes."""
+    slopes = (0.01 + np.abs(rng.standard_normal(8))).astype(np.float32)
+    check_forward(rng, dtype, d, True, B=2, H=8, H_kv=2, Nq=1000, Nk=1300, alibi_slopes=slopes)
+    seed = int(rng.integers(0, 2**63))
+    slopes2 = (0.01 + 0.5 * rng.random((2, 8))).astype(np.float32)
+    check_forward(rng, dtype, d, True, B=2, H=8, H_kv=4, Nq=517, Nk=700, alibi_slopes=slopes2, window_size=(300, 0),
+                  dropout_p=0.15, seed=seed)  # fmt: skip
 
 
 @pytest.mark.gpu

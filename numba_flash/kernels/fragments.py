@@ -603,3 +603,64 @@ def store_tf32_row(dst, b, row, h, acc, r, tq, OGROUPS, scale):
             a = (4 * jg + i) * 4 + 2 * r
             dst[b, row, h, col] = acc[a] * scale
             dst[b, row, h, col + 4] = acc[a + 1] * scale
+
+
+# --- ALiBi on the tensor cores (the wgmma forward, causal) --------------------------------
+# With causal, every visible key j of row i has j ≤ i + diag, and ALiBi's bias in raw-score
+# units is v·(j − col0) − v·(i + diag − col0), v = slope / scale: a column term of the tile
+# and a row term.  The column term is one more k-slice of S's products: A (registers, every
+# row the same) = (hi, mid, lo, 0, …) with v ≈ hi + mid + lo in three 16-bit values, B (one
+# constant swizzled tile in shared memory) = (j − col0, j − col0, j − col0, 0, …) for the
+# tile's key j: integers below 256, exact in fp16 and bf16.  The row term goes into the
+# running max once a row (the wgmma forward's ``scores_to_p``).
+
+
+@device_function
+def _to16(x, BF16):
+    """``x`` rounded to fp16 (bf16 when ``BF16``) and back to float32."""
+    if BF16:
+        return ptx.unpack_bf16x2(ptx.pack_bf16x2(x, float32(0.0)))[0]
+    return ptx.unpack_f16x2(ptx.pack_f16x2(x, float32(0.0)))[0]
+
+
+@device_function
+def bias_fragment(frag, v, BF16):
+    """``frag[0:4]``: the A fragment (:func:`pack_a`'s layout: lane t holds columns 2t,
+    2t + 1 and 2t + 8, 2t + 9 of rows g and g + 8) of a 16-column k-slice whose every row
+    is ``(hi, mid, lo, 0, …, 0)``, ``hi + mid + lo`` = ``v`` to about 2⁻³³ (fp16; 2⁻²⁴ in
+    bf16) relative: the slope's factor of ALiBi's column term."""
+    hi = _to16(v, BF16)
+    mid = _to16(v - hi, BF16)
+    lo = v - hi - mid
+    t = cuda.threadIdx.x & 3
+    w = uint32(0)
+    if t == 0:
+        w = ptx.pack_bf16x2(hi, mid) if BF16 else ptx.pack_f16x2(hi, mid)
+    elif t == 1:
+        w = ptx.pack_bf16x2(lo, float32(0.0)) if BF16 else ptx.pack_f16x2(lo, float32(0.0))
+    frag[0] = w
+    frag[1] = w
+    frag[2] = uint32(0)
+    frag[3] = uint32(0)
+
+
+@device_function
+def stage_key_ramp(base, tid, THREADS, ROWS, BF16):
+    """The B operand of :func:`bias_fragment`'s k-slice for a ``ROWS``-key tile: one
+    128-byte-swizzled atom at the shared address ``base`` (``ROWS`` rows of 128 bytes, row
+    r's 16-byte chunk c at ``(c XOR r mod 8)·16``) whose row r is ``(r, r, r, 0, …)`` in
+    16-bit values; the ``THREADS`` threads of the block (``tid``) share the words.  The
+    caller fences (``fence.proxy.async``: wgmma reads it through the async proxy) and
+    syncs before the first product reads it."""
+    for w in range(tid, ROWS * 32, THREADS):
+        r = w >> 5  # the row (key j − col0) and, within it, the 16-byte chunk and the word
+        chunk = (w >> 2) & 7
+        k = w & 3
+        x = float32(r)
+        val = uint32(0)
+        if (chunk ^ (r & 7)) == 0:  # the row's logical chunk 0: columns 0–7
+            if k == 0:
+                val = ptx.pack_bf16x2(x, x) if BF16 else ptx.pack_f16x2(x, x)
+            elif k == 1:
+                val = ptx.pack_bf16x2(x, float32(0.0)) if BF16 else ptx.pack_f16x2(x, float32(0.0))
+        ptx.st_shared_b32(base + 4 * w, val)

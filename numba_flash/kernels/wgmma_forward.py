@@ -108,11 +108,11 @@ from numba_flash._numba_cuda import (SIMULATOR, cuda, device_function, float32, 
                                      uint32)
 from numba_flash.config import TcTiles, tc_array_layout, tc_out_view
 from numba_flash.kernels import dropout, fragments, score, softmax, spec
-from numba_flash.kernels.hopper import (ATOM, land_and_zero, load_rows, past_rows, rs_chain, ss_chain, tile_dim,
-                                        wait_phase)
+from numba_flash.kernels.hopper import (ATOM, land_and_zero, load_rows, past_rows, rs_chain, ss_chain, sw128_desc,
+                                        tile_dim, wait_phase)
 from numba_flash.kernels.block_info import (block_at, grid_coords, key_tiles, linear_coords, query_grid_dims, tile_at,
                                            tile_needs_mask, tile_partial, walk_list, walk_range)
-from numba_flash.variant import DROPOUT, HEAVIEST_FIRST, Variant
+from numba_flash.variant import ALIBI, DROPOUT, HEAVIEST_FIRST, Variant
 
 _ALIGN = None if SIMULATOR else 1024  # a module global, so numba sees a literal; the simulator aligns by itself
 
@@ -123,6 +123,8 @@ BLOCK_N, STAGES = 128, 2
 REGS = {2: (24, 240), 3: (32, 160)}
 HEAD_DIMS = (64, 128)  # the head dims this version runs (wgmma n = d for P·V)
 BARRIER_BYTES = 128  # q_full, k_full[2], v_full[2], k_empty[2], v_empty[2], q_empty, v_land: 8 bytes each
+KX_BYTES = BLOCK_N * 128  # ALiBi on the tensor cores: its key ramp, one swizzled atom (``alibi_on_products``)
+SMEM_LIMIT = 227 * 1024  # the dynamic shared memory a block may have on an H100/H200
 #: Byte offsets from q_full of each stage-0 barrier (stage s: + 8·s), of q_empty and v_land.
 K_FULL, V_FULL, K_EMPTY, V_EMPTY, Q_EMPTY, V_LAND = (8 + 8 * STAGES * j for j in range(6))
 
@@ -171,19 +173,23 @@ def threads(t: TcTiles) -> int:
 
 @functools.lru_cache(maxsize=None)
 def wgmma_forward_kernel(t: TcTiles, variant: Variant, dtype: str, persistent: bool = True, pingpong: bool = False,
-                         domain: int = 1, emulate: int = 0):
+                         domain: int = 1, emulate: int = 0, alibi_mma: bool = False):
     """``kernel[grid, threads(t), stream, smem_bytes(t)](q, k, v, out32, lse, softmax_scale, params, alibi,
     cu_seqlens_q, cu_seqlens_k, fx, tmaps)``: ``tc_forward_kernel``'s arguments and outputs, and the tensor
     maps of q, k and v (``tma.attention_maps``).  ``persistent``: a block runs tiles blockIdx.x,
     + gridDim.x, … (``blocks``); else the grid has a block a tile and the tile loop is compiled
     away (at d = 64 the loop's carried state costs the 160-register consumers spills).  ``pingpong``:
     the consumers issue their wgmma in turns (``pingpong``'s docstring).  ``domain``: the softmax's
-    (``softmax.domain(variant, capped=True)``); ``emulate``: :func:`ex2_emulated_every`'s k."""
+    (``softmax.domain(variant, capped=True)``); ``emulate``: :func:`ex2_emulated_every`'s k;
+    ``alibi_mma``: ALiBi's bias on the tensor cores (:func:`alibi_on_products`; raw scores)."""
     HEAD_DIM, BLOCK_M, PERSISTENT, PINGPONG = t.head_dim, t.block_m, persistent, pingpong
     CONSUMERS = BLOCK_M // 64
     THREADS, CONSUMER_THREADS = threads(t), 128 * CONSUMERS
     PRODUCER_REGS, CONSUMER_REGS = REGS[CONSUMERS]
     F = variant.flags
+    ALIBI_MMA = alibi_mma
+    # the score step's flags: with ALiBi on the tensor cores, S holds the bias's column term already
+    F_S = tuple(False if i == ALIBI else f for i, f in enumerate(F)) if ALIBI_MMA else F
     SOFTMAX = domain  # softcap: the cap in the exponent's FFMA
     EMULATE = emulate  # softcap: some of the exponentials off the SFU
     KSTEPS = HEAD_DIM // 16  # k-slices of Q·Kᵀ
@@ -207,7 +213,9 @@ def wgmma_forward_kernel(t: TcTiles, variant: Variant, dtype: str, persistent: b
     wgmma_o = getattr(ptx, f"wgmma_m64n{HEAD_DIM}k16_{kind}_rs_bmn_acc")
     BF16 = dtype == "bfloat16"
 
-    issue_scores = ss_chain(wgmma_s, KSTEPS, Q_ATOM, KV_ATOM)  # (acc_s, q_wg, k_tile): S = Q·Kᵀ
+    # (acc_s, q_wg, k_tile): S = Q·Kᵀ (added to ALiBi's k-slice, issued first into the same group)
+    issue_scores = ss_chain(wgmma_s, KSTEPS, Q_ATOM, KV_ATOM, ALIBI_MMA)
+    wgmma_bias = getattr(ptx, f"wgmma_m64n{BLOCK_N}k16_{kind}_rs_acc")  # ALiBi's k-slice: A from registers
     issue_pv = rs_chain(wgmma_o, PSTEPS, KV_ATOM)  # (acc_o, p_frag, v_tile): acc += P·V
 
     @device_function
@@ -218,10 +226,18 @@ def wgmma_forward_kernel(t: TcTiles, variant: Variant, dtype: str, persistent: b
         acc is free)."""
         needs_mask = tile_needs_mask(rows0, 64, start_n, BLOCK_N, mi)
         fragments.scale_and_mask(acc_s, 0, NT_S, 1, row0, start_n, d0, si, needs_mask, tile_partial(j, vr, F), mi,
-                                 False, SOFTMAX, score.column_frame(F), F)  # fmt: skip
+                                 False, SOFTMAX, score.column_frame(F_S), F_S)  # fmt: skip
         for r in range(2):
+            # ALiBi on the tensor cores: row r's scores are S + shift, shift its bias's row term
+            # −v·(i + diag − start_n) (``fragments.bias_fragment``); the step runs in S's frame
+            shift = float32(0.0)
+            if ALIBI_MMA:
+                shift = -si[2] * (d0 + float32(2 * (cuda.threadIdx.x & 3) + 8 * r))
+                m_i[r] -= shift
             alpha[r] = softmax.softmax_row_step(acc_s, 2 * r, 4, NT_S, 2, m_i, l_i, r, 4, SOFTMAX,
                                                 score.exponent_factor(si, SOFTMAX), EMULATE)  # fmt: skip
+            if ALIBI_MMA:
+                m_i[r] += shift
 
     @device_function
     def pack_p(p_frag, acc_s, keep):
@@ -232,6 +248,14 @@ def wgmma_forward_kernel(t: TcTiles, variant: Variant, dtype: str, persistent: b
             fragments.pack_a(p_frag, ps * 4, acc_s, ps * 8, BF16)
         if F[DROPOUT]:
             fragments.drop_packed(p_frag, PSTEPS, keep)
+
+    @device_function
+    def issue_bias(acc_s, bias_frag, kx_base):
+        """ALiBi on the tensor cores (``ALIBI_MMA``): S = the bias's column term, v·(j − start_n)
+        for key j, one wgmma of a k-slice (``fragments.bias_fragment`` times the key ramp,
+        ``fragments.stage_key_ramp``) that ``issue_scores`` then adds Q·Kᵀ to, in one group."""
+        if ALIBI_MMA:
+            wgmma_bias(acc_s, 0, bias_frag, 0, sw128_desc(kx_base), 0)
 
     @device_function
     def draw_keep(keep, row0, start_n, di):
@@ -281,7 +305,8 @@ def wgmma_forward_kernel(t: TcTiles, variant: Variant, dtype: str, persistent: b
         q_base = ptx.smem_addr(smem, 0)
         k_base = q_base + Q_BYTES
         v_base = k_base + STAGES * KV_BYTES
-        q_full = v_base + STAGES * KV_BYTES  # then k_full[s] at + K_FULL + 8s, v_full, k_empty, v_empty likewise
+        kx_base = v_base + STAGES * KV_BYTES  # ALiBi on the tensor cores: the key ramp (KX_BYTES, else none)
+        q_full = kx_base + (KX_BYTES if ALIBI_MMA else 0)  # then k_full[s] at + K_FULL + 8s, v_full, … likewise
         o_base = q_full + BARRIER_BYTES  # the consumer warps' staging rows of O, O_WARP bytes each (16-byte aligned)
         if tid == 0:
             ptx.mbarrier_init(q_full, 1)
@@ -293,7 +318,10 @@ def wgmma_forward_kernel(t: TcTiles, variant: Variant, dtype: str, persistent: b
                 ptx.mbarrier_init(q_full + K_EMPTY + 8 * s, CONSUMER_THREADS)
                 ptx.mbarrier_init(q_full + V_EMPTY + 8 * s, CONSUMER_THREADS)
             ptx.fence_proxy_async()  # the initialised barriers, before TMA completes on them
-        cuda.syncthreads()  # the barriers are initialised before anyone waits or arrives on them
+        if ALIBI_MMA:  # the B operand of ALiBi's k-slice, written once by every thread, read by wgmma
+            fragments.stage_key_ramp(kx_base, tid, THREADS, BLOCK_N, BF16)
+            ptx.fence_proxy_async()  # these generic-proxy writes, before wgmma (the async proxy) reads them
+        cuda.syncthreads()  # the barriers are initialised (and the key ramp written) before anyone uses them
 
         # The virtual grid (``spec.query_grid``'s): this block runs its tiles blockIdx.x,
         # blockIdx.x + gridDim.x, … (one, when the grid is the whole virtual grid).
@@ -357,6 +385,7 @@ def wgmma_forward_kernel(t: TcTiles, variant: Variant, dtype: str, persistent: b
         acc_o = cuda.local.array(O_REGS, float32)
         p_frag = cuda.local.array(P_REGS, uint32)  # one A fragment a k-slice: wgmma reads them late
         keep = cuda.local.array(KEEP_REGS, uint32)  # dropout: the tile's keep words, drawn while S runs
+        bias_frag = cuda.local.array(4, uint32)  # ALiBi on the tensor cores: its k-slice's A fragment
         m_i = cuda.local.array(2, float32)  # rows g, g + 8 of the warp's m-tile
         l_i = cuda.local.array(2, float32)
         alpha = cuda.local.array(2, float32)
@@ -393,6 +422,8 @@ def wgmma_forward_kernel(t: TcTiles, variant: Variant, dtype: str, persistent: b
                 continue
             row0 = rows0 + 16 * warp  # the warp's first query row
             si, di = score.head_info(params, alibi, fx, seq, h, softmax_scale, mi, SOFTMAX, F)
+            if ALIBI_MMA:  # v = slope / scale (raw scores) split in three 16-bit values
+                fragments.bias_fragment(bias_frag, si[2], BF16)
             softmax.start_rows(acc_o, O_REGS, m_i, l_i, 2)
             # Tile i's S = Q·K_iᵀ is issued with tile i − 1's acc += P·V, and its softmax runs
             # while that P·V is still on the tensor cores (FlashAttention-3's intra-warpgroup
@@ -404,6 +435,7 @@ def wgmma_forward_kernel(t: TcTiles, variant: Variant, dtype: str, persistent: b
                 wait_phase(q_full + K_FULL + 8 * s, (pos // STAGES) & 1)
                 take_turn(cw)
                 ptx.wgmma_fence()  # acc_s was written by ordinary instructions
+                issue_bias(acc_s, bias_frag, kx_base)
                 issue_scores(acc_s, q_wg, k_base + s * KV_BYTES)
                 pass_turn(cw)
                 start_n = tile_at(n_lo, vr, F) * BLOCK_N
@@ -420,6 +452,7 @@ def wgmma_forward_kernel(t: TcTiles, variant: Variant, dtype: str, persistent: b
                 wait_phase(q_full + V_FULL + 8 * sp, ((g - 1) // STAGES) & 1)
                 take_turn(cw)
                 ptx.wgmma_fence()  # acc_o and p_frag were written by ordinary instructions
+                issue_bias(acc_s, bias_frag, kx_base)
                 issue_scores(acc_s, q_wg, k_base + s * KV_BYTES)
                 issue_pv(acc_o, p_frag, v_base + sp * KV_BYTES)  # the previous tile's, behind this S
                 pass_turn(cw)
@@ -453,7 +486,7 @@ def wgmma_forward_kernel(t: TcTiles, variant: Variant, dtype: str, persistent: b
             # before reading the rows and again after, before the warp's next tile stages into them)
             o_stage = o_base + (4 * cw + warp) * O_WARP  # this warp's staging rows
             for r in range(2):
-                m_row = score.frame_max(m_i[r], si, 8 * r, score.column_frame(F))  # ALiBi's column frame
+                m_row = score.frame_max(m_i[r], si, 8 * r, score.column_frame(F_S))  # ALiBi's column frame
                 inv_l, lse_row = softmax.finalize(m_row, l_i[r], 4, SOFTMAX, score.exponent_factor(si, SOFTMAX))
                 if F[DROPOUT]:  # P·V took the kept P unscaled (pack_p)
                     inv_l *= dropout.out_scale(di)
@@ -487,12 +520,31 @@ def ex2_emulated_every(variant: Variant) -> int:
     return int(forced) if forced.isdigit() else 0
 
 
-def smem_bytes(t: TcTiles) -> int:
-    """Dynamic shared bytes: Q, two stages of K and of V, the mbarriers, then the
-    consumer warps' staging rows of O (16 rows each; 2 bytes an element).  At most
-    224.1 KiB (d = 128 with three consumers, only by ``NUMBA_FLASH_WGMMA_CONSUMERS``) of
-    an H100/H200 block's 227 KiB."""
-    return 2 * t.head_dim * (t.block_m + 2 * STAGES * BLOCK_N) + BARRIER_BYTES + t.warps * 16 * 2 * t.head_dim
+def smem_bytes(t: TcTiles, alibi_mma: bool = False) -> int:
+    """Dynamic shared bytes: Q, two stages of K and of V, ALiBi's key ramp (``alibi_mma``:
+    16 KiB), the mbarriers, then the consumer warps' staging rows of O (16 rows each; 2
+    bytes an element).  At most 224.1 KiB (d = 128 with three consumers, only by
+    ``NUMBA_FLASH_WGMMA_CONSUMERS``; no key ramp there) of an H100/H200 block's 227 KiB."""
+    return (2 * t.head_dim * (t.block_m + 2 * STAGES * BLOCK_N) + (KX_BYTES if alibi_mma else 0) + BARRIER_BYTES
+            + t.warps * 16 * 2 * t.head_dim)  # fmt: skip
+
+
+def alibi_on_products(t: TcTiles, variant: Variant) -> bool:
+    """ALiBi's bias as one more k-slice of S's products (``fragments.bias_fragment``,
+    ``stage_key_ramp``) and a row term in the running max, so that the score step is
+    plain raw scores' (one FFMA an element, the scale in the exponent): with causal (the
+    bias is then a column term less a row term, as ``score.column_frame``'s), no
+    softcap (whose bias comes after the tanh), raw scores (a positive scale,
+    ``softmax.raw_scores``'s switch), two consumers (with three, d = 64's 160-register
+    consumers spilled 60 bytes, against 8 with the column frame) and room for the
+    16 KiB ramp.  The price: one
+    wgmma of 16 columns more for S (d = 128: 9 k-slices where there were 8).
+    ``NUMBA_FLASH_ALIBI_PRODUCTS=0`` turns it off (the column frame's FFMA an element)."""
+    return (variant.alibi and variant.causal and not variant.softcap and not variant.nonpositive_scale
+            and (variant.mods is None or variant.mods.score_fn is None)
+            and os.environ.get("NUMBA_FLASH_RAW_SCORES", "1") != "0"
+            and os.environ.get("NUMBA_FLASH_ALIBI_PRODUCTS", "1") != "0"
+            and t.block_m == 128 and smem_bytes(t, True) <= SMEM_LIMIT)  # fmt: skip
 
 
 def pingpong(t: TcTiles) -> bool:
@@ -554,8 +606,9 @@ def launches(t: TcTiles, variant: Variant, dtype: str, sz: spec.Sizes) -> list:
     the tensor maps as its last argument (``spec.Arg("tmaps")``)."""
     tiles = math.prod(spec.query_grid(sz, t.block_m, variant.heaviest_first))
     n = blocks(t, tiles, sz.seqlen_q)
-    kern = wgmma_forward_kernel(t, variant, dtype, n < tiles, pingpong(t), softmax.domain(variant, capped=True),
-                                ex2_emulated_every(variant))  # fmt: skip
+    bias = alibi_on_products(t, variant)
+    dom = softmax.CAPPED if bias else softmax.domain(variant, capped=True)  # raw scores there too
+    kern = wgmma_forward_kernel(t, variant, dtype, n < tiles, pingpong(t), dom, ex2_emulated_every(variant), bias)
     args = spec.forward_args("u16", tc_out_view(t)) + (spec.Arg("tmaps"),)
     return [spec.KernelLaunch("wgmma_forward", kern, t, (n, 1, 1),
-                              threads(t), smem_bytes(t), args, (t.block_m, t.block_n, False))]  # fmt: skip
+                              threads(t), smem_bytes(t, bias), args, (t.block_m, t.block_n, False))]  # fmt: skip
