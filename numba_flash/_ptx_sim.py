@@ -930,7 +930,6 @@ def _nothing(name):
 fence_proxy_async, wgmma_fence, wgmma_commit_group, wgmma_wait_group, setmaxnreg_inc, setmaxnreg_dec = (
     _nothing(n) for n in ("fence_proxy_async", "wgmma_fence", "wgmma_commit_group", "wgmma_wait_group",
                           "setmaxnreg_inc", "setmaxnreg_dec"))  # fmt: skip
-hold_u32x16 = _nothing("hold_u32x16")  # the words stay as they are
 
 
 def _desc_fields(desc):

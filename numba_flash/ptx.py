@@ -1358,38 +1358,6 @@ def _wgmma_rs_intrinsic(n, ptx_type, b_mn=False):
     return impl
 
 
-def _hold_intrinsic(n):
-    """``hold_u32x{n}(words, i) -> None``: see the docstring below."""
-    name = f"hold_u32x{n}"
-
-    @intrinsic
-    def impl(typingctx, words, i):
-        if not (isinstance(words, types.Array) and words.ndim == 1 and words.dtype == types.uint32):
-            raise _TypeError(f"{name}: words must be a 1-d uint32 array, got {words}")
-        _require_ints(name, i=i)
-
-        def codegen(context, builder, sig, args):
-            ptrs = _pointers(context, builder, sig.args[0], sig.args[1], args[0], args[1], n)
-            cons = ",".join(["=r"] * n + [str(j) for j in range(n)])
-            res = _asm(builder, "", cons, [builder.load(p) for p in ptrs], [ir.IntType(32)] * n, side_effect=True)
-            for p, v in zip(ptrs, res if n > 1 else res[:1]):
-                builder.store(v, p)
-            return context.get_dummy_value()
-
-        return types.void(words, i), codegen
-
-    impl.__doc__ = f"""``{name}(words, i) -> None``
-
-No instruction: ``words[i : i + {n}]`` pass through an empty volatile ``asm`` that
-claims to rewrite them (CUTLASS's ``warpgroup_fence_operand``), so the compiler must
-have computed them before this point and keeps the asm in order with the other volatile
-ones (a ``wgmma.wait_group``).  The wgmma forward pins dropout's keep words drawn while
-S runs: without it LLVM sank the Philox rounds past the wait, to their use."""
-    return impl
-
-
-hold_u32x16 = _hold_intrinsic(16)
-
 WGMMA_N = (8, 16, 32, 64, 128, 256)  # the N of the wgmma shapes exported below
 for _n in WGMMA_N:
     for _t in ("f16", "bf16"):
@@ -1402,7 +1370,7 @@ del _n, _t
 HOPPER = ("fence_proxy_async", "wgmma_fence", "wgmma_commit_group", "wgmma_wait_group", "setmaxnreg_inc",
           "setmaxnreg_dec", "mbarrier_init", "mbarrier_arrive_expect_tx", "mbarrier_arrive",
           "mbarrier_try_wait_parity", "named_barrier_sync", "named_barrier_arrive", "cp_async_bulk_g2s",
-          "cp_async_bulk_tensor_2d_g2s", "cp_async_bulk_tensor_3d_g2s", "cp_async_bulk_tensor_4d_g2s", "hold_u32x16") + tuple(
+          "cp_async_bulk_tensor_2d_g2s", "cp_async_bulk_tensor_3d_g2s", "cp_async_bulk_tensor_4d_g2s") + tuple(
     f"wgmma_m64n{n}k16_{t}_{how}acc" for n in WGMMA_N for t in ("f16", "bf16") for how in ("", "rs_", "rs_bmn_"))  # fmt: skip
 
 

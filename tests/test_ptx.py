@@ -587,27 +587,6 @@ def test_mul_wide_and_prmt():
     assert int(perm[0]) == 0xFFFFFFFF and int(perm[2]) == int(a[2]) and int(perm[3]) == int(b[3])  # sign; a; b
 
 
-@cuda.jit
-def _hold_kernel(src, out):
-    t = cuda.threadIdx.x
-    words = cuda.local.array(16, uint32)
-    for j in range(16):
-        words[j] = uint32(src[t, j] ^ uint32(t))
-    ptx.hold_u32x16(words, 0)
-    for j in range(16):
-        out[t, j] = words[j]
-
-
-def test_hold_keeps_the_words():
-    """``hold_u32x16`` (no instruction: an ordering point for 16 registers) leaves the
-    words as they were computed."""
-    rng = np.random.default_rng()
-    src = rng.integers(0, 2**32, (64, 16), dtype=np.uint64).astype(np.uint32)
-    out = np.zeros_like(src)
-    out = _run(_hold_kernel, 1, 64, src, out)[1]
-    assert np.array_equal(out, src ^ np.arange(64, dtype=np.uint32)[:, None])
-
-
 # ---------------------------------------------------------------------------
 # simulator-only behaviour
 # ---------------------------------------------------------------------------

@@ -260,16 +260,12 @@ def wgmma_forward_kernel(t: TcTiles, variant: Variant, dtype: str, persistent: b
     @device_function
     def draw_keep(keep, row0, start_n, di):
         """Dropout: the keep words of the tile at key ``start_n`` (``fragments.keep_words``),
-        drawn after its S is issued and before the wait for it (``ptx.hold_u32x16`` keeps
-        them there): the Philox rounds (about 3 integer instructions an element) run while
-        the tensor cores compute, not between S and the next products.  (Drawn after the
-        wait, dropout cost the forward 1.19–1.27× plain: sessions 16–18.)"""
+        drawn after its S is issued and before the wait for it: the Philox rounds (about
+        3 integer instructions an element) run while the tensor cores compute, not between
+        S and the next products.  (Drawn after the wait, in ``pack_p``, dropout cost the
+        forward 1.19–1.27× plain: sessions 16–18.)"""
         if F[DROPOUT]:
             fragments.keep_words(keep, PSTEPS, row0, start_n, di)
-            # pinned here, before the wait that follows (LLVM sank the rounds to their use); not with
-            # three consumers, whose 160 registers then spilled 52–204 bytes (d = 64)
-            if CONSUMERS == 2:
-                ptx.hold_u32x16(keep, 0)
 
     @device_function
     def take_turn(cw):
