@@ -63,8 +63,7 @@ from numba_flash.reference import keep_threshold, seed_key
 from numba_flash.variant import KEEP_SCALE, KEEP_THRESHOLD, SEED_K0, SEED_K1
 
 __all__ = ["ROUNDS", "philox4x32", "group_slot", "pair_half", "keep_values", "keep_value", "keep", "dropout_info",
-           "kept_scale", "chunk_values", "byte_scale", "scale_of", "keep_msbs", "drop_slice", "keep_slice", "out_scale",
-           "seed_key",
+           "kept_scale", "chunk_values", "byte_scale", "scale_of", "keep_msbs", "drop_slice", "out_scale", "seed_key",
            "keep_threshold"]
 
 M0 = uint64(0xD2511F53)  # Philox round multipliers
@@ -225,13 +224,8 @@ def drop_slice(frag, F0, wa, wb, di):
     holding this slice's keys (words ``ps % 2`` and ``2 + ps % 2`` of the 32-key
     stretch's call); bytes 0, 1 are n-tile 2ps's keys 2t, 2t + 1, bytes 2, 3
     n-tile 2ps + 1's (``ptx.prmt`` widens a byte's keep bit to its 16-bit value)."""
-    keep_slice(frag, F0, keep_msbs(wa, di), keep_msbs(wb, di))
-
-
-@device_function
-def keep_slice(frag, F0, ka, kb):
-    """:func:`drop_slice` on its keep words, ``ka`` and ``kb`` (:func:`keep_msbs` of the
-    rows' Philox words: drawn ahead, the wgmma forward's while its products run)."""
+    ka = keep_msbs(wa, di)
+    kb = keep_msbs(wb, di)
     frag[F0] = uint32(frag[F0] & ptx.prmt(ka, 0, 0x9988))
     frag[F0 + 1] = uint32(frag[F0 + 1] & ptx.prmt(kb, 0, 0x9988))
     frag[F0 + 2] = uint32(frag[F0 + 2] & ptx.prmt(ka, 0, 0xBBAA))

@@ -158,32 +158,21 @@ def apply_dropout(acc, S0, NT, MT, row0, col0, di):
 
 
 @device_function
-def keep_words(keep, PSTEPS, row0, col0, di):
-    """The keep words of PSTEPS k-slices of packed P (rows are queries ``row0`` …, a
-    multiple of 16; keys ``col0`` …, a multiple of 32): ``keep[2·ps]``, ``keep[2·ps + 1]``
-    are ``dropout.keep_msbs`` of slice ps's rows g and g + 8.  One Philox call a 32-key
-    stretch (two k-slices), as :func:`apply_dropout`'s.  Nothing here reads S, so the
-    wgmma forward draws them while its products run (:func:`drop_packed` then applies
-    them)."""
+def drop_packed(frag, PSTEPS, row0, col0, di):
+    """P ∘ Z on packed P, in place: ``frag`` holds PSTEPS k-slices of one m-tile as
+    :func:`pack_a` packs them (rows are queries ``row0`` …, a multiple of 16; keys
+    ``col0`` …, a multiple of 32).  One Philox call a 32-key stretch (two k-slices),
+    as :func:`apply_dropout`'s, then ``dropout.drop_slice`` on each slice.  O is scaled
+    by ``dropout.out_scale`` in the epilogue instead of each P by 1 / (1 − p): the
+    16-bit forward on the H200 spent a third of its time on the per-element
+    dropout (1.48× the plain forward, with 64-bit Philox)."""
     lane = cuda.threadIdx.x & 31
     i = row0 + (lane >> 2)
     for a in range((PSTEPS + 1) // 2):
         x0, x1, x2, x3 = dropout.chunk_values(i, (((col0 >> 5) + a) << 2) | (lane & 3), di)
-        keep[4 * a], keep[4 * a + 1] = dropout.keep_msbs(x0, di), dropout.keep_msbs(x2, di)
+        dropout.drop_slice(frag, 8 * a, x0, x2, di)
         if 2 * a + 1 < PSTEPS:
-            keep[4 * a + 2], keep[4 * a + 3] = dropout.keep_msbs(x1, di), dropout.keep_msbs(x3, di)
-
-
-@device_function
-def drop_packed(frag, PSTEPS, keep):
-    """P ∘ Z on packed P, in place: ``frag`` holds PSTEPS k-slices of one m-tile as
-    :func:`pack_a` packs them, ``keep`` their keep words (:func:`keep_words`);
-    ``dropout.keep_slice`` on each slice.  O is scaled by ``dropout.out_scale`` in the
-    epilogue instead of each P by 1 / (1 − p): the 16-bit forward on the H200 spent a
-    third of its time on the per-element dropout (1.48× the plain forward, with 64-bit
-    Philox)."""
-    for ps in range(PSTEPS):
-        dropout.keep_slice(frag, 4 * ps, keep[2 * ps], keep[2 * ps + 1])
+            dropout.drop_slice(frag, 8 * a + 4, x1, x3, di)
 
 
 @device_function

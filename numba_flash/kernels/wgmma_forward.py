@@ -197,7 +197,6 @@ def wgmma_forward_kernel(t: TcTiles, variant: Variant, dtype: str, persistent: b
     NT_O = HEAD_DIM // 8
     PSTEPS = BLOCK_N // 16  # k-slices of P·V
     S_REGS, O_REGS, P_REGS = NT_S * 4, NT_O * 4, PSTEPS * 4  # registers a thread (literals for local.array)
-    KEEP_REGS = 2 * PSTEPS if F[DROPOUT] else 1  # dropout's keep words of a tile (``draw_keep``)
     assert P_REGS >= 2 * NT_O  # p_frag, spent by then, holds the epilogue's staged words
     DCOLS, _, _, HALVES = tc_array_layout(t)
     if DCOLS % 8 or HALVES:  # the epilogue stores 16-byte chunks of 8 columns
@@ -240,14 +239,14 @@ def wgmma_forward_kernel(t: TcTiles, variant: Variant, dtype: str, persistent: b
                 m_i[r] += shift
 
     @device_function
-    def pack_p(p_frag, acc_s, keep):
+    def pack_p(p_frag, acc_s, row0, start_n, di):
         """P's k-slice ps is S's n-tiles 2ps, 2ps + 1 packed to 16-bit pairs (V's keys 16ps …);
-        with dropout, the dropped values zeroed in the pairs by the tile's ``keep`` words
-        (:func:`draw_keep`; the epilogue scales O by 1 / (1 − p); l_i kept the undropped P)."""
+        with dropout, the dropped values zeroed in the pairs (the epilogue scales O by
+        1 / (1 − p); l_i kept the undropped P)."""
         for ps in range(PSTEPS):
             fragments.pack_a(p_frag, ps * 4, acc_s, ps * 8, BF16)
         if F[DROPOUT]:
-            fragments.drop_packed(p_frag, PSTEPS, keep)
+            fragments.drop_packed(p_frag, PSTEPS, row0, start_n, di)
 
     @device_function
     def issue_bias(acc_s, bias_frag, kx_base):
@@ -256,16 +255,6 @@ def wgmma_forward_kernel(t: TcTiles, variant: Variant, dtype: str, persistent: b
         ``fragments.stage_key_ramp``) that ``issue_scores`` then adds Q·Kᵀ to, in one group."""
         if ALIBI_MMA:
             wgmma_bias(acc_s, 0, bias_frag, 0, sw128_desc(kx_base), 0)
-
-    @device_function
-    def draw_keep(keep, row0, start_n, di):
-        """Dropout: the keep words of the tile at key ``start_n`` (``fragments.keep_words``),
-        drawn after its S is issued and before the wait for it: the Philox rounds (about
-        3 integer instructions an element) run while the tensor cores compute, not between
-        S and the next products.  (Drawn after the wait, in ``pack_p``, dropout cost the
-        forward 1.19–1.27× plain: sessions 16–18.)"""
-        if F[DROPOUT]:
-            fragments.keep_words(keep, PSTEPS, row0, start_n, di)
 
     @device_function
     def take_turn(cw):
@@ -384,7 +373,6 @@ def wgmma_forward_kernel(t: TcTiles, variant: Variant, dtype: str, persistent: b
         acc_s = cuda.local.array(S_REGS, float32)
         acc_o = cuda.local.array(O_REGS, float32)
         p_frag = cuda.local.array(P_REGS, uint32)  # one A fragment a k-slice: wgmma reads them late
-        keep = cuda.local.array(KEEP_REGS, uint32)  # dropout: the tile's keep words, drawn while S runs
         bias_frag = cuda.local.array(4, uint32)  # ALiBi on the tensor cores: its k-slice's A fragment
         m_i = cuda.local.array(2, float32)  # rows g, g + 8 of the warp's m-tile
         l_i = cuda.local.array(2, float32)
@@ -440,11 +428,10 @@ def wgmma_forward_kernel(t: TcTiles, variant: Variant, dtype: str, persistent: b
                 pass_turn(cw)
                 start_n = tile_at(n_lo, vr, F) * BLOCK_N
                 d0 = fragments.lane_distance(row0, start_n, mi, False)  # while S runs (ALiBi's)
-                draw_keep(keep, row0, start_n, di)  # … and dropout's bits
                 ptx.wgmma_wait_group(0)
                 ptx.mbarrier_arrive(q_full + K_EMPTY + 8 * s)  # this thread is done with K_0
                 scores_to_p(acc_s, alpha, m_i, l_i, n_lo, start_n, d0, row0, rows0, si, di, mi, vr)
-                pack_p(p_frag, acc_s, keep)  # acc_o is 0: no rescale
+                pack_p(p_frag, acc_s, row0, start_n, di)  # acc_o is 0: no rescale
             for j in range(n_lo + 1, n_hi):
                 g = pos + j - n_lo
                 s, sp = g % STAGES, (g - 1) % STAGES
@@ -458,7 +445,6 @@ def wgmma_forward_kernel(t: TcTiles, variant: Variant, dtype: str, persistent: b
                 pass_turn(cw)
                 start_n = tile_at(j, vr, F) * BLOCK_N
                 d0 = fragments.lane_distance(row0, start_n, mi, False)  # while S runs (ALiBi's)
-                draw_keep(keep, row0, start_n, di)  # … and dropout's bits
                 ptx.wgmma_wait_group(1)  # S done (groups complete in order); P·V may still run
                 ptx.mbarrier_arrive(q_full + K_EMPTY + 8 * s)  # this thread is done with K_i
                 scores_to_p(acc_s, alpha, m_i, l_i, j, start_n, d0, row0, rows0, si, di, mi, vr)
@@ -466,7 +452,7 @@ def wgmma_forward_kernel(t: TcTiles, variant: Variant, dtype: str, persistent: b
                 ptx.mbarrier_arrive(q_full + V_EMPTY + 8 * sp)  # … and with V_{i−1}
                 for r in range(2):
                     softmax.rescale_row(acc_o, 2 * r, 4, NT_O, 2, alpha[r])
-                pack_p(p_frag, acc_s, keep)
+                pack_p(p_frag, acc_s, row0, start_n, di)
             ptx.mbarrier_arrive(q_full + Q_EMPTY)  # every S of the tile is done: the producer may load the next Q
             if n_hi > n_lo:  # the last tile's P·V
                 g = pos + n_hi - n_lo - 1
