@@ -92,6 +92,29 @@ def test_wgmma_forward_softcap_with_emulated_exponentials(monkeypatch, rng, ever
     check_forward(rng, "float16", 128, True, Nq=150, Nk=200, softcap=3.0)
 
 
+def test_alibi_goes_on_the_tensor_cores_only_where_it_can(monkeypatch):
+    """``alibi_on_products``: causal ALiBi without softcap, a positive scale, raw scores
+    and two consumers; its switch; the plan's kernel takes the key ramp's 16 KiB."""
+    from numba_flash.kernels import wgmma_forward as W
+
+    monkeypatch.delenv("NUMBA_FLASH_ALIBI_PRODUCTS", raising=False)
+    monkeypatch.delenv("NUMBA_FLASH_RAW_SCORES", raising=False)
+    t128, t64 = W.tiles(128, True), W.tiles(64, False)  # two consumers, three
+    on = Variant(causal=True, alibi=True)
+    assert W.alibi_on_products(t128, on)
+    for off in (Variant(alibi=True), Variant(causal=True, alibi=True, softcap=True),
+                Variant(causal=True, alibi=True, nonpositive_scale=True), Variant(causal=True)):
+        assert not W.alibi_on_products(t128, off), off
+    assert t64.block_m == 192 and not W.alibi_on_products(t64, on)
+    p = P.Problem("forward", "float16", 128, True, seqlen_q=300, seqlen_k=300, arch=SM90A, features=on)
+    (launch,) = P.plan(p).launches
+    assert launch.smem == W.smem_bytes(launch.tiles) + W.KX_BYTES
+    for env in ("NUMBA_FLASH_ALIBI_PRODUCTS", "NUMBA_FLASH_RAW_SCORES"):
+        monkeypatch.setenv(env, "0")
+        assert not W.alibi_on_products(t128, on)
+        monkeypatch.delenv(env)
+
+
 @pytest.mark.usefixtures("wgmma_on", "poisoned_outputs")
 @pytest.mark.parametrize("products", ["1", "0"])
 @pytest.mark.parametrize("dtype,d,Nq,Nk", [("float16", 128, 150, 300), ("bfloat16", 64, 40, 33)])

@@ -239,6 +239,8 @@ def raw_scores(variant) -> bool:
     log2 e as the exponent's factor: FlashAttention-2's form, one FMUL an element less
     than scaling each score): for a positive scale (the raw max is then the scaled
     max), without ALiBi (whose column frame fuses the scale with the bias in one FFMA,
-    ``fragments.scale_and_mask``).  ``NUMBA_FLASH_RAW_SCORES=0`` turns it off."""
+    ``fragments.scale_and_mask``; with causal the wgmma forward takes ALiBi's bias on the
+    tensor cores and keeps raw scores: ``wgmma_forward.alibi_on_products``).
+    ``NUMBA_FLASH_RAW_SCORES=0`` turns both off."""
     return (os.environ.get("NUMBA_FLASH_RAW_SCORES", "1") != "0" and not variant.alibi
             and not variant.nonpositive_scale)  # fmt: skip

@@ -5,11 +5,15 @@ Runs by default on sm_90a (``plan.wgmma_forward``; ``NUMBA_FLASH_WGMMA=0`` turns
 
 Math: as ``tc_forward`` (log2 domain, online softmax, O = acc / l, lse), except that S
 stays raw and the exponent is ``ex2(s·c − m·c)`` with ``c = scale·log2 e``, one FFMA an
-element (``softmax.raw_scores``; scaled scores with ALiBi or a scale ≤ 0), with the two
-products on the warpgroups' tensor cores::
+element (``softmax.raw_scores``; scaled scores with a scale ≤ 0, and with ALiBi off the
+tensor cores), with the two products on the warpgroups' tensor cores::
 
     S   = Q·K_jᵀ    wgmma m64n128k16, A = Q and B = K_j from shared memory (K-major,
-                    128-byte swizzle), d/16 of them chained
+                    128-byte swizzle), d/16 of them chained; with causal ALiBi
+                    (``alibi_on_products``) after one more: its bias's column term
+                    v·(j − start_n), v = slope / scale, A = v's three 16-bit parts
+                    from registers, B = a constant key ramp (``fragments.bias_fragment``,
+                    ``stage_key_ramp``); the row term goes into the running max
     acc += P·V_j    wgmma m64n{d}k16, A = P from registers (S's accumulators packed to
                     16-bit pairs: mma.sync's A layout, ``fragments.pack_a``), B = V_j
                     from shared memory as it lies in HBM (MN-major, imm-trans-b)
@@ -69,7 +73,8 @@ again before its next tile (persistent blocks) stages into the same rows.
 
 Shared memory (one dynamic array, 1024-byte aligned: a swizzled tile's repeat), per
 64-column atom of d a block of rows × 128 bytes: Q BLOCK_M·d·2, K and V 2 stages of
-128·d·2 each, then the eleven 8-byte mbarriers (128 bytes), then the staging rows of O,
+128·d·2 each, with causal ALiBi on the tensor cores its key ramp (one atom of 128 rows,
+16 KiB), then the eleven 8-byte mbarriers (128 bytes), then the staging rows of O,
 16·d·2 bytes a consumer warp (warp w of consumer c at (4c + w)·16·d·2; 16-byte aligned;
 row r's 16-byte chunk j at r·d·2 + (j XOR r mod 8)·16: both sides conflict-free).
 ``smem_bytes``: d = 128, two consumers: 160 KiB + 8 warps × 4 KiB = 192.1 KiB; d = 64,
