@@ -144,8 +144,8 @@ def wgmma_backward(p: Problem) -> bool:
     """The Hopper backward (``kernels.wgmma_backward``: its preprocess, dK/dV and dQ
     kernels) runs ``p``: as :func:`wgmma_forward`'s rule, for the backward (no split,
     pages or decode tiles there), varlen included, at d = 64, 128 and 256 (there dV and
-    dK are two kernels: ``wgmma_backward.RINGS``) and the multiples of 8 between, on the
-    next one's tiles (``hopper.tile_dim``)."""
+    dK are two kernels: ``wgmma_backward.RINGS``) and every other multiple of 8 below 256,
+    on the next one's tiles (``hopper.tile_dim``)."""
     from numba_flash.kernels.hopper import tile_dim
     from numba_flash.kernels.wgmma_backward import HEAD_DIMS
 
@@ -157,9 +157,9 @@ def wgmma_backward(p: Problem) -> bool:
 def wgmma_forward(p: Problem) -> bool:
     """The Hopper forward (``kernels.wgmma_forward``) runs ``p``: switched on
     (``wgmma_switch``), on sm_90a (``arch`` (9, 0, "a"): numba-cuda's target on an
-    H100/H200; wgmma exists on no other), fp16/bf16 at d = 64 or 128 and the multiples of
-    8 between (on d = 128's tiles: ``hopper.tile_dim``) on 16-byte-aligned rows (TMA's
-    strides), no FlexAttention mods, no KV cache's split or pages, and no
+    H100/H200; wgmma exists on no other), fp16/bf16 at d = 64 or 128 and every other
+    multiple of 8 below 128 (on the next one's tiles: ``hopper.tile_dim``) on 16-byte-aligned
+    rows (TMA's strides), no FlexAttention mods, no KV cache's split or pages, and no
     decode tiles (issue #13).  Varlen runs there (its V rows past a sequence zeroed after
     the copy: ``hopper.past_rows``).  Everything else runs the mma.sync kernels."""
     from numba_flash.kernels.hopper import tile_dim

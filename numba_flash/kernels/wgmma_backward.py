@@ -146,7 +146,8 @@ def tiles(head_dim: int) -> tuple[WgmmaBwdTiles, ...]:
     benchmark's comparison)."""
     tile_d = tile_dim(head_dim, HEAD_DIMS)
     if not tile_d:
-        raise ValueError(f"head_dim={head_dim}: the wgmma backward runs d in {HEAD_DIMS} and multiples of 8 between")
+        raise ValueError(f"head_dim={head_dim}: the wgmma backward runs d in {HEAD_DIMS} and other multiples of 8 "
+                         f"below {HEAD_DIMS[-1]}")
     data_dim = head_dim if head_dim != tile_d else 0
     rings = dict(RINGS[tile_d])
     forced = os.environ.get("NUMBA_FLASH_WGMMA_BWD_RING", "")

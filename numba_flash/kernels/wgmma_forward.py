@@ -165,7 +165,8 @@ def tiles(head_dim: int, causal: bool = False, seqlen_q: int = 4096) -> TcTiles:
     ``threads(t)`` − 128·consumers more)."""
     tile_d = tile_dim(head_dim, HEAD_DIMS)
     if not tile_d:
-        raise ValueError(f"head_dim={head_dim}: the wgmma forward runs d in {HEAD_DIMS} and multiples of 8 between")
+        raise ValueError(f"head_dim={head_dim}: the wgmma forward runs d in {HEAD_DIMS} and other multiples of 8 "
+                         f"below {HEAD_DIMS[-1]}")
     c = consumers(tile_d, causal, seqlen_q)
     return TcTiles(tile_d, 64 * c, BLOCK_N, 4 * c, m_tiles=1, stages=STAGES, q_in_regs=False,
                    data_dim=head_dim if head_dim != tile_d else 0)
