@@ -203,6 +203,14 @@ def test_wgmma_forward_varlen(rng):
     check_varlen_forward(rng, "bfloat16", 128, True, [5, 0, 70, 1, 33], [7, 4, 90, 1, 20])
 
 
+@pytest.mark.usefixtures("wgmma_on", "poisoned_outputs")
+def test_wgmma_forward_varlen_alibi_on_the_tensor_cores(rng):
+    """Causal ALiBi's bias on the tensor cores with each sequence's own diagonal
+    (Nq ≠ Nk per sequence: the row term's distance ``fragments.lane_distance``)."""
+    slopes = (0.05 + 0.95 * rng.random(2)).astype(np.float32)
+    check_varlen_forward(rng, "float16", 64, True, [5, 0, 70, 1, 33], [7, 4, 90, 1, 20], alibi_slopes=slopes)
+
+
 def test_the_switch(monkeypatch):
     """On by default on sm_90a and off in the simulator; ``NUMBA_FLASH_WGMMA`` 1 or 0
     overrides both; the cases the kernel does not take (and every other arch, sm_100a
