@@ -116,9 +116,12 @@ def test_alibi_goes_on_the_tensor_cores_only_where_it_can(monkeypatch):
 
 
 @pytest.mark.usefixtures("wgmma_on", "poisoned_outputs")
-@pytest.mark.parametrize("products", ["1", "0"])
-@pytest.mark.parametrize("dtype,d,Nq,Nk", [("float16", 128, 150, 300), ("bfloat16", 64, 40, 33)])
-def test_wgmma_forward_causal_alibi_column_frame(monkeypatch, rng, products, dtype, d, Nq, Nk):
+@pytest.mark.parametrize("dtype,d,Nq,Nk,products", [
+    ("float16", 128, 150, 300, "1"),  # two blocks of 128 rows (the second partial), three key tiles
+    ("bfloat16", 64, 40, 33, "1"),
+    ("float16", 64, 70, 90, "0"),  # the column frame: two blocks of 64 rows (one consumer each past row 64)
+])  # fmt: skip
+def test_wgmma_forward_causal_alibi_column_frame(monkeypatch, rng, dtype, d, Nq, Nk, products):
     """Causal ALiBi alone, two ways: on the tensor cores (``alibi_on_products``: the bias's
     column term one more k-slice of S, fp16 or bf16 thirds of slope / scale times the key
     ramp, its row term in the running max), and with ``NUMBA_FLASH_ALIBI_PRODUCTS=0`` as a
