@@ -26,7 +26,7 @@ from numba_flash.variant import Mods, Variant
 SM90A = (9, 0, "a")  # numba-cuda's target on an H100/H200 (``_numba_cuda.target_arch``)
 DTYPES = {"float16": np.float16, "bfloat16": ml_dtypes.bfloat16}
 KERNELS = ["tc_bwd_stats", "wgmma_bwd_dkdv", "wgmma_bwd_dq"]
-#: d = 256: dV and dK are two kernels (``wgmma_backward.RINGS``: a thread cannot hold both)
+#: past d = 128 (on d = 256's tiles) dV and dK are two kernels (``wgmma_backward.RINGS``: a thread cannot hold both)
 KERNELS_256 = ["tc_bwd_stats", "wgmma_bwd_dv", "wgmma_bwd_dk", "wgmma_bwd_dq"]
 
 
