@@ -234,13 +234,18 @@ def domain(variant, capped=False):
     return CAPPED if capped and (variant.softcap or raw_scores(variant)) else True
 
 
+def raw_scores_allowed(variant) -> bool:
+    """The scores may stay raw: a positive scale (the raw max is then the scaled max)
+    and ``NUMBA_FLASH_RAW_SCORES`` not 0 (:func:`raw_scores`,
+    ``wgmma_forward.alibi_on_products``)."""
+    return os.environ.get("NUMBA_FLASH_RAW_SCORES", "1") != "0" and not variant.nonpositive_scale
+
+
 def raw_scores(variant) -> bool:
     """The wgmma forward keeps the scores raw (``s = q·k``, CAPPED with the scale times
     log2 e as the exponent's factor: FlashAttention-2's form, one FMUL an element less
-    than scaling each score): for a positive scale (the raw max is then the scaled
-    max), without ALiBi (whose column frame fuses the scale with the bias in one FFMA,
-    ``fragments.scale_and_mask``; with causal the wgmma forward takes ALiBi's bias on the
-    tensor cores and keeps raw scores: ``wgmma_forward.alibi_on_products``).
-    ``NUMBA_FLASH_RAW_SCORES=0`` turns both off."""
-    return (os.environ.get("NUMBA_FLASH_RAW_SCORES", "1") != "0" and not variant.alibi
-            and not variant.nonpositive_scale)  # fmt: skip
+    than scaling each score) where :func:`raw_scores_allowed`, without ALiBi (whose
+    column frame fuses the scale with the bias in one FFMA, ``fragments.scale_and_mask``;
+    with causal the wgmma forward takes ALiBi's bias on the tensor cores and keeps raw
+    scores: ``wgmma_forward.alibi_on_products``)."""
+    return raw_scores_allowed(variant) and not variant.alibi

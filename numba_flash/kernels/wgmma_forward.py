@@ -526,15 +526,12 @@ def alibi_on_products(t: TcTiles, variant: Variant) -> bool:
     ``stage_key_ramp``) and a row term in the running max, so that the score step is
     plain raw scores' (one FFMA an element, the scale in the exponent): with causal (the
     bias is then a column term less a row term, as ``score.column_frame``'s), no
-    softcap (whose bias comes after the tanh), raw scores (a positive scale,
-    ``softmax.raw_scores``'s switch), two consumers (with three, d = 64's 160-register
-    consumers spilled 60 bytes, against 8 with the column frame) and room for the
-    16 KiB ramp.  The price: one
-    wgmma of 16 columns more for S (d = 128: 9 k-slices where there were 8).
+    softcap (whose bias comes after the tanh), raw scores (``softmax.raw_scores_allowed``),
+    two consumers (with three, d = 64's 160-register consumers spilled 60 bytes, against 8
+    with the column frame) and room for the 16 KiB ramp.  The price: one wgmma of 16
+    columns more for S (d = 128: 9 k-slices where there were 8).
     ``NUMBA_FLASH_ALIBI_PRODUCTS=0`` turns it off (the column frame's FFMA an element)."""
-    return (variant.alibi and variant.causal and not variant.softcap and not variant.nonpositive_scale
-            and (variant.mods is None or variant.mods.score_fn is None)
-            and os.environ.get("NUMBA_FLASH_RAW_SCORES", "1") != "0"
+    return (variant.alibi and variant.causal and not variant.softcap and softmax.raw_scores_allowed(variant)
             and os.environ.get("NUMBA_FLASH_ALIBI_PRODUCTS", "1") != "0"
             and t.block_m == 128 and smem_bytes(t, True) <= SMEM_LIMIT)  # fmt: skip
 
