@@ -76,11 +76,12 @@ def _device_id() -> int:
 
 def _tensor_maps(k, buffers: dict, layout: str):
     """The TMA maps of launch ``k``, made from the bound q, k, v (and dout): its tiles
-    give the boxes."""
+    give the boxes (or its ``boxes``: a paged cache's key boxes)."""
     from numba_flash import tma
 
     u16 = {r: _bshd(buffers[r].view(_VIEW_DTYPES["u16"]), layout) for r in ("q", "k", "v", "dout") if r in buffers}
-    return tma.attention_maps(u16["q"], u16["k"], u16["v"], k.tiles.block_m, k.tiles.block_n, dout=u16.get("dout"))
+    rows_q, rows_k = k.boxes or (k.tiles.block_m, k.tiles.block_n)
+    return tma.attention_maps(u16["q"], u16["k"], u16["v"], rows_q, rows_k, dout=u16.get("dout"))
 
 
 #: Roles whose arguments a call's signature pins (the scale: softmax_scale and d; the flex

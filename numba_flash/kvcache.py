@@ -16,7 +16,10 @@ How it runs:
    packed as varlen (``seqlen_q`` rows a sequence), keys read through the block table
    (a contiguous cache is a paged one with one page of ``seqlen_cache`` rows a
    sequence), ``cache_seqlens + seqlen_new`` keys a sequence, causal and window aligned
-   to that length.
+   to that length.  On an H100/H200 more than ``config.DECODE_ROWS`` query rows (a
+   prefill) without splits run the Hopper forward, which copies a key tile by TMA in
+   boxes that lie within a page (``wgmma_forward.key_box``: pages of a multiple of 8
+   rows, or a contiguous cache); the rest run the mma.sync kernels.
    Decoding with GQA (one query, no window, no ALiBi) runs a KV head's query heads as
    the rows of one sequence, so a block reads each K/V tile once for the group
    (FlashAttention-2's ``seqlenq_ngroups_swapped``).
@@ -90,12 +93,14 @@ def decode_swap(seqlen_q: int, heads: int, heads_k: int, window=(-1, -1), alibi=
 
 @functools.lru_cache(maxsize=256)
 def _launch_plan(features, swap, dtype, d, causal, aligned, B, heads, rows, max_k, heads_k, num_splits, device,
-                 override):  # fmt: skip
+                 env, page_rows=0):  # fmt: skip
     """``(plan, splits, key tiles a split)`` of a call: the attention's launch plan on
     ``Variant.paged`` (and ``Variant.split`` with more than one split, or with the GQA
     decode ``swap``, whose rows the merge kernel puts back in place), the split count
     (``num_splits``, or :func:`split_count` over the device's slots for the kernel).
-    Made once per shape (the tuning override is part of the key)."""
+    ``page_rows``: the cache's rows a page when a sequence spans pages, else 0
+    (``plan.Problem.page_rows``).  Made once per shape (the tuning override and the
+    wgmma switches are part of the key)."""
     from numba_flash.api import _plan
 
     features = dataclasses.replace(features, paged=True, gqa=features.gqa and not swap)
@@ -103,7 +108,7 @@ def _launch_plan(features, swap, dtype, d, causal, aligned, B, heads, rows, max_
     def make_plan(split, splits):
         feats = dataclasses.replace(features, split=split)
         return _plan(P.Problem("forward", dtype, d, causal, False, aligned, B * splits, heads, rows, max_k,
-                               target_arch(), SIMULATOR, feats, heads_k, B * rows))  # fmt: skip
+                               target_arch(), SIMULATOR, feats, heads_k, B * rows, page_rows))  # fmt: skip
 
     plan = make_plan(swap, 1)
     (walker,) = [ln for ln in plan.launches if ln.walk]
@@ -197,7 +202,7 @@ def flash_attention_with_kvcache(q, k_cache, v_cache, k=None, v=None, *, cache_s
 
     Every check runs before any launch (a ValueError or TypeError naming the argument).
     """
-    from numba_flash.api import _Variants, _dummies, _device_id, _run_checked
+    from numba_flash.api import _Variants, _device_id, _dummies, _plan_env, _run_checked
     from numba_flash.kernels import kvcache as K
     from numba_flash.merge import merge_into
 
@@ -245,9 +250,10 @@ def flash_attention_with_kvcache(q, k_cache, v_cache, k=None, v=None, *, cache_s
     kc, vc = A.to_compute(kc_op.array, kind), A.to_compute(vc_op.array, kind)
     params = V.params(1, var.window, run_causal, var.softcap) if swap else var.params
     aligned = all(A.aligned16(x) for x in (q_op.array, kc, vc))  # (a rotated or swapped q is a fresh copy)
+    page_rows = kc.shape[1] if table is not None and table.shape[1] > 1 else 0  # a sequence may span pages
     plan, splits, per_split = _launch_plan(
         var.features, swap, A.dtype_name(q_op.array.dtype), d, run_causal, aligned, B, heads, rows, max(max_k, 1),
-        var.heads_k, int(num_splits), _device_id(), os.environ.get("NUMBA_FLASH_TILES"))  # fmt: skip
+        var.heads_k, int(num_splits), _device_id(), _plan_env(), page_rows)  # fmt: skip
 
     # the small int arrays in one upload (one wait for the GPU, not five):
     # start (B) | block table (B, pages) | split (2) | cu_seqlens_q (B + 1) | cu_seqlens_k (B + 1)
@@ -304,7 +310,10 @@ def flash_attention_with_kvcache(q, k_cache, v_cache, k=None, v=None, *, cache_s
         kc_w, vc_w = kc, vc
     out_parts = A.empty(kind, (splits, total, heads, d), np.float32 if merged else work)
     lse_parts = A.empty(kind, (splits, heads, total), np.float32)
-    q_view = xp.lib.stride_tricks.as_strided(q_packed, (splits,) + q_packed.shape, (0,) + q_packed.strides)
+    if splits == 1:  # (TMA's maps of the Hopper forward take q's strides as they are)
+        q_view = q_packed.reshape((1,) + q_packed.shape)
+    else:  # every split reads the same queries
+        q_view = xp.lib.stride_tricks.as_strided(q_packed, (splits,) + q_packed.shape, (0,) + q_packed.strides)
     alibi0, cu0, fx0 = _dummies(_device_id())
     fx = fx0[:7] + (table_d, split_at)
     buffers = {"q": q_view, "k": kc_w, "v": vc_w, "out": out_parts, "lse": lse_parts, "scale": scale,

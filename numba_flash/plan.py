@@ -58,6 +58,10 @@ class Problem:
         heads_k: KV heads (GQA/MQA: fewer than ``heads``; 0 means ``heads``).
         rows_q: rows of q's sequence axis when it differs from seqlen_q (varlen: the
             packed total; 0 means ``seqlen_q``).
+        page_rows: a paged KV cache's rows a page when a sequence spans several pages
+            (``features.paged``; the Hopper forward copies each key tile in boxes that
+            lie within one page: ``wgmma_forward.key_box``); 0 otherwise (keys are
+            rows of K and V, or one page holds a sequence: a contiguous cache).
     """
 
     pass_: str
@@ -75,6 +79,7 @@ class Problem:
     features: Variant = PLAIN
     heads_k: int = 0
     rows_q: int = 0
+    page_rows: int = 0
 
     @property
     def variant(self) -> Variant:
@@ -159,16 +164,18 @@ def wgmma_forward(p: Problem) -> bool:
     (``wgmma_switch``), on sm_90a (``arch`` (9, 0, "a"): numba-cuda's target on an
     H100/H200; wgmma exists on no other), fp16/bf16 at d = 64 or 128 and every other
     multiple of 8 below 128 (on the next one's tiles: ``hopper.tile_dim``) on 16-byte-aligned
-    rows (TMA's strides), no FlexAttention mods, no KV cache's split or pages, and no
-    decode tiles (issue #13).  Varlen runs there (its V rows past a sequence zeroed after
-    the copy: ``hopper.past_rows``).  Everything else runs the mma.sync kernels."""
+    rows (TMA's strides), no FlexAttention mods, no KV cache's split, and no decode tiles
+    (issue #13).  Varlen runs there (its V rows past a sequence zeroed after the copy:
+    ``hopper.past_rows``), and a KV cache's pages whose key boxes are 8 rows or more
+    (``wgmma_forward.key_box``: pages of a multiple of 8 rows, or one page a sequence).
+    Everything else runs the mma.sync kernels."""
     from numba_flash.kernels.hopper import tile_dim
-    from numba_flash.kernels.wgmma_forward import HEAD_DIMS
+    from numba_flash.kernels.wgmma_forward import HEAD_DIMS, key_box
 
     return (wgmma_switch(p) and p.pass_ == "forward" and tuple(p.arch) == (9, 0, "a")
             and p.dtype in ("float16", "bfloat16") and tile_dim(p.head_dim, HEAD_DIMS) > 0 and p.aligned
-            and p.features.mods is None and not p.features.split and not p.features.paged
-            and not decode_tiles(p))  # fmt: skip
+            and p.features.mods is None and not p.features.split
+            and (not p.features.paged or key_box(p.page_rows) >= 8) and not decode_tiles(p))  # fmt: skip
 
 
 def wgmma_switch(p: Problem) -> bool:
@@ -188,7 +195,8 @@ def plan(p: Problem) -> Plan:
     if fam == "tensor-core" and wgmma_forward(p):
         from numba_flash.kernels import wgmma_forward as W
 
-        return Plan(fam, p.dtype, tuple(W.launches(W.tiles(d, causal, p.seqlen_q), v, p.dtype, sz)), note, p)
+        return Plan(fam, p.dtype, tuple(W.launches(W.tiles(d, causal, p.seqlen_q), v, p.dtype, sz, p.page_rows)),
+                    note, p)
     if fam == "tensor-core" and wgmma_backward(p):
         from numba_flash.kernels import wgmma_backward as W
 

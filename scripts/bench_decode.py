@@ -1,6 +1,7 @@
 """Issue #14's bars: decode bandwidth and prefill against a paged cache (H200, fp16).
 
     python3 scripts/bench_decode.py out.jsonl [--prefill-only | --decode-only] [--lengths 4096,32768] [--sweep-at L]
+                                              [--pages 16,64,256]
 
 * **Decode**: Nq = 1, B = 8, 32 query / 8 KV heads, d = 128, caches of 4096, 32768 and
   131072 tokens (full), contiguous and paged (pages of 256).  Bandwidth = bytes of K
@@ -8,8 +9,9 @@
   torch SDPA's flash and cuDNN backends on the same shape (``enable_gqa``, or K/V
   repeated to 32 heads where a backend refuses it).  ``num_splits`` auto, and 1, 4, 8,
   16 and 32 at 32768 (``--sweep-at L``: at L).
-* **Prefill**: Nq = 2048 causal against a paged cache of 16384 (B = 2, same heads),
-  TFLOP/s against ``flash_attention`` on the same keys as contiguous arrays.
+* **Prefill**: Nq = 2048 causal against a paged cache of 16384 (B = 2, same heads; pages
+  of 256 rows, or ``--pages``), TFLOP/s against ``flash_attention`` on the same keys as
+  contiguous arrays.
 
 Times: medians of CUDA events around 10 back-to-back calls (``bench_table.median_ms``
 with ``calls=10``), of single calls, and of 10 replays of the call captured in a CUDA
@@ -34,6 +36,9 @@ SWEEP_L = 32768  # the length at which num_splits 1, 4 and 16 are timed too (--s
 if "--sweep-at" in sys.argv:
     SWEEP_L = int(sys.argv[sys.argv.index("--sweep-at") + 1])
 B, H, HK, D = 8, 32, 8, 128
+PAGES = (256,)  # the prefill's page sizes (``--pages 16,64,256``)
+if "--pages" in sys.argv:
+    PAGES = tuple(int(x) for x in sys.argv[sys.argv.index("--pages") + 1].split(","))
 
 
 def randn(*shape):
@@ -87,27 +92,29 @@ def main(path):
     if "--decode-only" in sys.argv:
         return report(rows, path)
     # prefill: Nq = 2048 causal on a paged cache of 16384 against the plain kernel
-    Bp, Nq, L, page = 2, 2048, 16384, 256
-    per = L // page
+    Bp, Nq, L = 2, 2048, 16384
     k, v = randn(Bp, L, HK, D), randn(Bp, L, HK, D)
     q = randn(Bp, Nq, H, D)
-    table = rng.permutation(Bp * per).reshape(Bp, per).astype(np.int32)
-    kp, vp = cp.empty((Bp * per, page, HK, D), cp.float16), cp.empty((Bp * per, page, HK, D), cp.float16)
-    tb = cp.asarray(table)
-    for b in range(Bp):
-        kp[tb[b]] = k[b].reshape(per, page, HK, D)
-        vp[tb[b]] = v[b].reshape(per, page, HK, D)
     fl = 4 * Bp * H * D * visible_pairs(Nq, L, True)
     plain = timed(lambda: numba_flash.flash_attention(q, k, v, causal=True))
-    paged = timed(lambda: numba_flash.flash_attention_with_kvcache(q, kp, vp, cache_seqlens=L, block_table=table,
-                                                                   causal=True))  # fmt: skip
     out_a = numba_flash.flash_attention(q, k, v, causal=True)
-    out_b = numba_flash.flash_attention_with_kvcache(q, kp, vp, cache_seqlens=L, block_table=table, causal=True)
-    row = dict(case="prefill", Nq=Nq, L=L, plain_ms=plain[0], paged_ms=paged[0], plain_tflops=fl / plain[0] / 1e9,
-               paged_tflops=fl / paged[0] / 1e9, ratio=plain[0] / paged[0],
-               max_abs_diff=float(cp.abs(out_a.astype(cp.float32) - out_b.astype(cp.float32)).max()))  # fmt: skip
-    rows.append(row)
-    print(json.dumps(row), flush=True)
+    for page in PAGES:
+        per = L // page
+        table = rng.permutation(Bp * per).reshape(Bp, per).astype(np.int32)
+        kp, vp = cp.empty((Bp * per, page, HK, D), cp.float16), cp.empty((Bp * per, page, HK, D), cp.float16)
+        tb = cp.asarray(table)
+        for b in range(Bp):
+            kp[tb[b]] = k[b].reshape(per, page, HK, D)
+            vp[tb[b]] = v[b].reshape(per, page, HK, D)
+        paged = timed(lambda: numba_flash.flash_attention_with_kvcache(q, kp, vp, cache_seqlens=L, block_table=table,
+                                                                       causal=True))  # fmt: skip
+        out_b = numba_flash.flash_attention_with_kvcache(q, kp, vp, cache_seqlens=L, block_table=table, causal=True)
+        row = dict(case="prefill", Nq=Nq, L=L, page=page, plain_ms=plain[0], paged_ms=paged[0],
+                   plain_tflops=fl / plain[0] / 1e9, paged_tflops=fl / paged[0] / 1e9, ratio=plain[0] / paged[0],
+                   max_abs_diff=float(cp.abs(out_a.astype(cp.float32) - out_b.astype(cp.float32)).max()))  # fmt: skip
+        rows.append(row)
+        print(json.dumps(row), flush=True)
+        del kp, vp
     report(rows, path)
 
 
@@ -122,7 +129,7 @@ def report(rows, path):
                   f"{r['graph_frac_copy']:7.2f} {r['sdpa_flash_ms']:10.3f} {r['sdpa_cudnn_ms']:8.3f}"
                   + (f"  graph: {r['graph_error']}" if r["graph_error"] else ""))
         else:
-            print(f"prefill Nq={r['Nq']} on {r['L']} paged: {r['paged_tflops']:.1f} TF/s vs plain "
+            print(f"prefill Nq={r['Nq']} on {r['L']} paged ({r.get('page', 256)}): {r['paged_tflops']:.1f} TF/s vs plain "
                   f"{r['plain_tflops']:.1f}: {r['ratio']:.3f} (bar 0.9); max |diff| {r['max_abs_diff']:.2e}")
 
 

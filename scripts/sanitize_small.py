@@ -25,18 +25,21 @@ import ml_dtypes
 
 MODES = [(np.float32, False), (np.float32, True), (np.float16, False), (ml_dtypes.bfloat16, False)]
 FLEX_ONLY = sys.argv[1:] == ["flex"]
-if sys.argv[1:] == ["kvcache"]:  # paged (pages of 16) and contiguous caches, appends with rotary, splits, decode
+if sys.argv[1:] == ["kvcache"]:  # paged (pages of 16) and contiguous caches, appends with rotary, splits, decode, prefill
     for dtype in (np.float32, np.float16, ml_dtypes.bfloat16):
         B, H, Hk, d = 3, 4, 2, 64
         lens = np.array([0, 21, 40], np.int32)
-        table = rng.permutation(14)[:12].reshape(3, 4).astype(np.int32)
-        paged = [cp.asarray(rng.standard_normal((14, 16, Hk, d)).astype(dtype)) for _ in range(2)]
-        contig = [cp.asarray(rng.standard_normal((4, 50, Hk, d)).astype(dtype)) for _ in range(2)]
-        ang = rng.standard_normal((60, 16))
+        table = rng.permutation(17)[:15].reshape(3, 5).astype(np.int32)
+        paged = [cp.asarray(rng.standard_normal((17, 16, Hk, d)).astype(dtype)) for _ in range(2)]
+        contig = [cp.asarray(rng.standard_normal((4, 70, Hk, d)).astype(dtype)) for _ in range(2)]
+        ang = rng.standard_normal((100, 16))
         cos, sin = (cp.asarray(f(ang).astype(np.float32)) for f in (np.cos, np.sin))
+        # the last two: prefills (20 query rows, one split), the Hopper forward's paged TMA boxes on an H200
         for Nq, caches, kw in ((5, paged, dict(block_table=table, causal=True, num_splits=3)),
                                (2, contig, dict(cache_batch_idx=np.array([3, 0, 1], np.int32), window_size=(7, 2))),
-                               (1, paged, dict(block_table=table, causal=True, num_splits=0))):
+                               (1, paged, dict(block_table=table, causal=True, num_splits=0)),
+                               (20, paged, dict(block_table=table, causal=True, num_splits=1)),
+                               (20, contig, dict(cache_batch_idx=np.array([3, 0, 1], np.int32), num_splits=1))):
             q = cp.asarray(rng.standard_normal((B, Nq, H, d)).astype(dtype))
             k, v = (cp.asarray(rng.standard_normal((B, 3, Hk, d)).astype(dtype)) for _ in range(2))
             out = numba_flash.flash_attention_with_kvcache(q, *caches, k, v, cache_seqlens=lens, rotary_cos=cos,

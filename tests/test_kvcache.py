@@ -14,7 +14,7 @@ import itertools
 
 import numpy as np
 import pytest
-from conftest import FWD_TOL, host
+from conftest import FWD_TOL, host, kernels_launched
 from test_variants import FLOOR, _xp
 
 import numba_flash
@@ -26,8 +26,10 @@ BF16 = _arrays.BFLOAT16
 
 
 def _case(rng, dtype, *, B=2, Nq=2, H=2, H_kv=1, d=64, lens=(5, 17), n_new=0, page=0, capacity=40, rotary=None,
-          alibi=False):  # fmt: skip
-    """Inputs of one call: q, caches (paged when ``page``), new k/v, keywords."""
+          alibi=False, poison=False):  # fmt: skip
+    """Inputs of one call: q, caches (paged when ``page``), new k/v, keywords.
+    ``poison``: every cache row the call does not read (past a sequence's keys, in pages
+    or cache rows no sequence owns) is NaN, so that a kernel reading one shows."""
     lens = np.asarray(lens, np.int32)
     kw = {"cache_seqlens": lens}
     if page:
@@ -39,6 +41,16 @@ def _case(rng, dtype, *, B=2, Nq=2, H=2, H_kv=1, d=64, lens=(5, 17), n_new=0, pa
         kw["cache_batch_idx"] = rng.permutation(B + 1)[:B].astype(np.int32)
         shape = (B + 1, capacity, H_kv, d)
     k_cache, v_cache = (rng.standard_normal(shape).astype(dtype) for _ in range(2))
+    if poison:
+        read = np.zeros(shape[:2], bool)  # (page or cache row, row in it)
+        for b, n in enumerate(lens + n_new):
+            pos = np.arange(n)
+            if page:
+                read[kw["block_table"][b, pos // page], pos % page] = True
+            else:
+                read[kw["cache_batch_idx"][b], pos] = True
+        k_cache[~read] = np.nan
+        v_cache[~read] = np.nan
     q = rng.standard_normal((B, Nq, H, d)).astype(dtype)
     new = [rng.standard_normal((B, n_new, H_kv, d)).astype(dtype) for _ in range(2)] if n_new else [None, None]
     if rotary is not None:
@@ -107,11 +119,11 @@ def check_kvcache(rng, dtype, *, causal=False, window=(-1, -1), softcap=0.0, num
     # the caches: appended rows as the reference wrote them (to one rounding), the rest untouched
     after = host(dev["k_cache"]), host(dev["v_cache"])
     for name, b4, now, ref in (("k_cache", before[0], after[0], ref_k), ("v_cache", before[1], after[1], ref_v)):
-        written = ref != b4.astype(np.float64)
-        assert np.array_equal(now[~written], b4[~written]), f"{name}: entries outside the append changed"
+        written = ~((ref == b4.astype(np.float64)) | (np.isnan(ref) & np.isnan(b4.astype(np.float64))))
+        assert np.array_equal(now[~written], b4[~written], equal_nan=True), f"{name}: entries outside the append changed"
         if written.any():
             step = np.finfo(np.float32).eps if np.dtype(dtype) == np.float32 else 2.0 ** -7
-            assert np.max(np.abs(now[written].astype(np.float64) - ref[written])) <= 4 * step * np.max(np.abs(ref)), \
+            assert np.max(np.abs(now[written].astype(np.float64) - ref[written])) <= 4 * step * np.nanmax(np.abs(ref)), \
                 f"{name}: appended rows"
     return out
 
@@ -162,6 +174,22 @@ def test_half_pages_of_48_rows_some_tiles_across_two(rng):
     check_kvcache(rng, np.float16, causal=True, n_new=3, page=48, lens=(60, 90), capacity=96, H=4, H_kv=2, Nq=3)
 
 
+@pytest.mark.parametrize("page,dtype", [(16, np.float16), (48, BF16), (0, np.float16)])
+def test_prefill_on_the_hopper_forward(monkeypatch, rng, page, dtype):
+    """More query rows than the decode tiles take run the wgmma forward (its simulator
+    twins here): pages of 16 rows (a key tile in 8 TMA boxes), of 48 (boxes of 16; the
+    first tile spans three pages, the second ends inside one) and a contiguous cache (a
+    box a tile; TMA zero-fills past the cache row).  Two key tiles for the longer
+    sequence, so that its last tile's stage holds the first's rows where no box was
+    copied; every row the call does not read is NaN.  Ragged lengths, causal, GQA,
+    appends of 3."""
+    monkeypatch.setenv("NUMBA_FLASH_WGMMA", "1")
+    with kernels_launched() as ran:
+        check_kvcache(rng, dtype, causal=True, B=2, Nq=20, H=2, H_kv=1, d=64, lens=(30, 150), n_new=3, page=page,
+                      capacity=192, poison=True)  # fmt: skip
+    assert ran[-1] == "wgmma_forward", ran
+
+
 def test_split_count_heuristic():
     """1 split when the blocks fill 80% of the SMs; otherwise enough splits to fill
     waves, never more than the key tiles."""
@@ -208,6 +236,25 @@ def test_matrix_gpu(rng, dtype, page, n_new, splits):
     shape = dict(B=3, Nq=4, H=8, H_kv=2, d=128, lens=(0, 517, 990), n_new=n_new, page=page, capacity=1024,
                  rotary=bool(n_new == 1), alibi=page == 64)  # fmt: skip
     check_kvcache(rng, dtype, num_splits=splits, **variant, **shape)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype,page,d", [(dt, page, d) for dt in (np.float16, BF16) for page in (0, 16, 48, 256)
+                                          for d in (64, 128)])  # fmt: skip
+def test_prefill_matrix_gpu(rng, dtype, page, d):
+    """A prefill (300 query rows) on every page size on the GPU: the Hopper forward on an
+    sm_90a target (key boxes of 128, 16, 16 and 128 rows), the mma.sync one elsewhere;
+    appends of 7 with rotary, ragged lengths (one sequence of only the appended keys),
+    GQA, causal, window, softcap and ALiBi by the case; every row the call does not
+    read is NaN."""
+    from numba_flash._numba_cuda import target_arch
+
+    variant = [dict(causal=True), dict(window=(100, 50), softcap=30.0), dict(causal=True, window=(300, 0))][
+        (page // 16 + d // 64) % 3]  # fmt: skip
+    with kernels_launched() as ran:
+        check_kvcache(rng, dtype, num_splits=1, B=3, Nq=300, H=8, H_kv=2, d=d, lens=(0, 517, 990), n_new=7,
+                      page=page, capacity=1024, rotary=True, alibi=page == 16, poison=True, **variant)  # fmt: skip
+    assert ran[-1] == ("wgmma_forward" if tuple(target_arch()) == (9, 0, "a") else "tc_forward"), ran
 
 
 @pytest.mark.gpu

@@ -241,9 +241,15 @@ def test_the_switch(monkeypatch):
                   P.Problem("forward", "float32", 64, False, seqlen_q=128, seqlen_k=128, arch=SM90A),
                   P.Problem("forward", "float16", 64, False, seqlen_q=8, seqlen_k=128, arch=SM90A),  # decode tiles
                   P.Problem("forward", "float16", 64, False, seqlen_q=128, seqlen_k=128, arch=SM90A,
-                            features=Variant(paged=True)),  # a KV cache's pages: not enabled
+                            features=Variant(paged=True), page_rows=20),  # pages of 20 rows: boxes of 4
+                  P.Problem("forward", "float16", 64, False, seqlen_q=128, seqlen_k=128, arch=SM90A,
+                            features=Variant(paged=True, split=True)),  # a KV cache's splits
                   P.Problem("backward", "float16", 64, False, seqlen_q=128, seqlen_k=128, arch=SM90A)):
         assert "wgmma_forward" not in [k.name for k in P.plan(other).launches], other
+    for page_rows, box in ((0, 128), (16, 16), (48, 16), (8, 8), (256, 128), (1000, 8)):  # a page's rows: key boxes
+        (k,) = P.plan(P.Problem("forward", "float16", 64, False, seqlen_q=128, seqlen_k=128, arch=SM90A,
+                                features=Variant(paged=True, varlen=True), page_rows=page_rows)).launches
+        assert k.name == "wgmma_forward" and k.boxes == (k.tiles.block_m, box), (page_rows, k.boxes)
 
 
 def test_info_names_the_wgmma_forward_on_sm_90a():

@@ -20,7 +20,8 @@ from __future__ import annotations
 
 from numba_flash import ptx
 from numba_flash._numba_cuda import cuda, device_function
-from numba_flash.variant import VARLEN
+from numba_flash.kernels.copy import source_at
+from numba_flash.variant import PAGED, VARLEN
 
 ATOM = 64  # columns of a 128-byte swizzle atom (16-bit elements): a TMA box's width
 ROW_GROUP = 1024  # bytes of 8 swizzled rows: a descriptor's stride between 8-row groups
@@ -57,6 +58,25 @@ def load_rows(dst, tmap, rows0, h, b, bar, ATOMS, ATOM_BYTES):
 
 
 @device_function
+def load_page_rows(dst, cache, tmap, start, seqlen, h, pg, bar, ATOMS, ATOM_BYTES, ROWS, BOX):
+    """A paged KV cache's rows ``start`` … ``start + ROWS − 1`` of a sequence of
+    ``seqlen`` keys (head ``h``; ``pg`` = (block table, sequence): ``copy.source_at``
+    finds a row's page, as the mma.sync kernels' copies do) into a tile at ``dst``:
+    ``arrive.expect_tx`` of their bytes on ``bar``, then TMA copies of ``BOX`` rows (the
+    map's box over ``cache``, (pages, page rows, H_kv, d)), box i to rows ``i·BOX`` … of
+    every atom.  A box lies inside one page (``wgmma_forward.key_box``: BOX divides
+    the page, or one page holds the sequence and TMA zero-fills past it).  Boxes wholly
+    past the sequence are not copied (no table entry past it is read): those rows keep
+    what the stage held, which masking ignores in K and ``past_rows`` zeroes in V."""
+    boxes = min(ROWS, seqlen - start + BOX - 1) // BOX
+    ptx.mbarrier_arrive_expect_tx(bar, boxes * BOX * 128 * ATOMS)
+    for i in range(boxes):
+        page, r, _, _ = source_at(cache, 0, start + i * BOX, h, 0, pg)
+        for a in range(ATOMS):
+            ptx.cp_async_bulk_tensor_4d_g2s(dst + a * ATOM_BYTES + i * BOX * 128, tmap, a * ATOM, r, h, page, bar)
+
+
+@device_function
 def zero_rows(words, tile, first, ROWS, ATOMS, ATOM_BYTES, lane):
     """Zero rows ``first`` … ``ROWS − 1`` of each atom of the tile at byte ``tile`` of the
     dynamic shared memory (``words``: it seen as uint32), a warp a row (a row of an atom
@@ -71,9 +91,10 @@ def past_rows(start, ROWS, seqlen, row0, total, F):
     """The first row of a walked tile (rows ``start`` … of a sequence of ``seqlen`` rows
     from array row ``row0``) to zero after its TMA copy, or ``ROWS`` for none: varlen's
     rows past the sequence that lie inside the array hold the next sequence's data
-    (TMA zero-fills only past the array).  Zeroed, a neighbour's inf or NaN cannot reach
+    (TMA zero-fills only past the array), a paged cache's the rest of the page or what
+    the stage held (``load_page_rows``).  Zeroed, a neighbour's inf or NaN cannot reach
     this sequence through a 0 · x of the products (P's masked columns times V)."""
-    if F[VARLEN] and start + ROWS > seqlen and row0 + seqlen < total:
+    if F[VARLEN] and start + ROWS > seqlen and (F[PAGED] or row0 + seqlen < total):
         return max(0, seqlen - start)
     return ROWS
 

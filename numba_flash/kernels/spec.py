@@ -114,6 +114,10 @@ class KernelLaunch:
     #: pairs, when not the rule of ``numba_flash.traffic.kernel_io`` (every input role
     #: read, every output role written); the split dK/dV kernels write one each.
     io: tuple = ()
+    #: (query rows, key rows) of the boxes of the TMA maps (``tmaps``) when not the walk's
+    #: (BLOCK_M, BLOCK_N): a paged KV cache's key tile in boxes within a page
+    #: (``wgmma_forward.key_box``).  () for the walk's.
+    boxes: tuple = ()
 
 
 def cdiv(a: int, b: int) -> int:

@@ -95,11 +95,17 @@ varlen: the virtual grid is (tiles of the longest sequence, heads, sequences), f
 ``cu_seqlens_q`` (``block_info.query_grid_dims``); tiles past their sequence are
 skipped by every role.
 
+A KV cache's pages (``flash_attention_with_kvcache``'s prefills; ``F[PAGED]``): queries
+packed as varlen, and a K/V tile copied in ``key_box`` rows a TMA box, each inside one
+page (``hopper.load_page_rows``: the page from the block table, boxes past the sequence
+not copied), so pages of 8, 16, 48 or 256 rows are read in place; V's rows past the
+sequence are zeroed as varlen's (``hopper.past_rows``).
+
 Not yet (issue #13): a ping-pong of the consumers that pays (``pingpong``: measured
 slower, off); head dims past 128 or not a multiple of 8 (the others run on d = 64's or
-128's tiles: ``hopper.tile_dim``); a KV cache's pages and splits, FlexAttention mods
-(the plan sends those to the mma.sync forward); O's staged rows stored by TMA (the warps store
-them with 16-byte ``st.global.v4``).
+128's tiles: ``hopper.tile_dim``); a KV cache's splits and pages whose rows are not a
+multiple of 8, FlexAttention mods (the plan sends those to the mma.sync forward); O's
+staged rows stored by TMA (the warps store them with 16-byte ``st.global.v4``).
 """
 
 from __future__ import annotations
@@ -113,11 +119,11 @@ from numba_flash._numba_cuda import (SIMULATOR, cuda, device_function, float32, 
                                      uint32)
 from numba_flash.config import TcTiles, tc_array_layout, tc_out_view
 from numba_flash.kernels import dropout, fragments, score, softmax, spec
-from numba_flash.kernels.hopper import (ATOM, land_and_zero, load_rows, past_rows, rs_chain, ss_chain, sw128_desc,
-                                        tile_dim, wait_phase)
-from numba_flash.kernels.block_info import (block_at, grid_coords, key_tiles, linear_coords, query_grid_dims, tile_at,
-                                           tile_needs_mask, tile_partial, walk_list, walk_range)
-from numba_flash.variant import ALIBI, DROPOUT, HEAVIEST_FIRST, Variant
+from numba_flash.kernels.hopper import (ATOM, land_and_zero, load_page_rows, load_rows, past_rows, rs_chain, ss_chain,
+                                        sw128_desc, tile_dim, wait_phase)
+from numba_flash.kernels.block_info import (block_at, grid_coords, key_tiles, kv_pages, linear_coords, query_grid_dims,
+                                           tile_at, tile_needs_mask, tile_partial, walk_list, walk_range)
+from numba_flash.variant import ALIBI, DROPOUT, HEAVIEST_FIRST, PAGED, Variant
 
 _ALIGN = None if SIMULATOR else 1024  # a module global, so numba sees a literal; the simulator aligns by itself
 
@@ -179,7 +185,7 @@ def threads(t: TcTiles) -> int:
 
 @functools.lru_cache(maxsize=None)
 def wgmma_forward_kernel(t: TcTiles, variant: Variant, dtype: str, persistent: bool = True, pingpong: bool = False,
-                         domain: int = 1, emulate: int = 0, alibi_mma: bool = False):
+                         domain: int = 1, emulate: int = 0, alibi_mma: bool = False, key_rows: int = BLOCK_N):
     """``kernel[grid, threads(t), stream, smem_bytes(t)](q, k, v, out32, lse, softmax_scale, params, alibi,
     cu_seqlens_q, cu_seqlens_k, fx, tmaps)``: ``tc_forward_kernel``'s arguments and outputs, and the tensor
     maps of q, k and v (``tma.attention_maps``).  ``persistent``: a block runs tiles blockIdx.x,
@@ -187,7 +193,8 @@ def wgmma_forward_kernel(t: TcTiles, variant: Variant, dtype: str, persistent: b
     away (at d = 64 the loop's carried state costs the 160-register consumers spills).  ``pingpong``:
     the consumers issue their wgmma in turns (``pingpong``'s docstring).  ``domain``: the softmax's
     (``softmax.domain(variant, capped=True)``); ``emulate``: :func:`ex2_emulated_every`'s k;
-    ``alibi_mma``: ALiBi's bias on the tensor cores (:func:`alibi_on_products`; raw scores)."""
+    ``alibi_mma``: ALiBi's bias on the tensor cores (:func:`alibi_on_products`; raw scores);
+    ``key_rows``: a paged cache's K/V boxes (:func:`key_box`; the maps' key boxes)."""
     HEAD_DIM, BLOCK_M, PERSISTENT, PINGPONG = t.head_dim, t.block_m, persistent, pingpong
     CONSUMERS = BLOCK_M // 64
     THREADS, CONSUMER_THREADS = threads(t), 128 * CONSUMERS
@@ -198,6 +205,7 @@ def wgmma_forward_kernel(t: TcTiles, variant: Variant, dtype: str, persistent: b
     F_S = tuple(False if i == ALIBI else f for i, f in enumerate(F)) if ALIBI_MMA else F
     SOFTMAX = domain  # softcap: the cap in the exponent's FFMA
     EMULATE = emulate  # softcap: some of the exponentials off the SFU
+    KEY_BOX = key_rows  # a paged cache's K/V tile: BLOCK_N / KEY_BOX TMA boxes, each within a page
     KSTEPS = HEAD_DIM // 16  # k-slices of Q·Kᵀ
     NT_S = BLOCK_N // 8
     NT_O = HEAD_DIM // 8
@@ -261,6 +269,18 @@ def wgmma_forward_kernel(t: TcTiles, variant: Variant, dtype: str, persistent: b
         ``fragments.stage_key_ramp``) that ``issue_scores`` then adds Q·Kᵀ to, in one group."""
         if ALIBI_MMA:
             wgmma_bias(acc_s, 0, bias_frag, 0, sw128_desc(kx_base), 0)
+
+    @device_function
+    def load_keys(dst, cache, tmap, start_n, k0, hk, b, mi, fx, seq, bar):
+        """The producer's copy of a K or V tile (keys ``start_n`` … of the sequence) into
+        ``dst``, completing on ``bar``: rows ``k0 + start_n`` … of the arrays, or a KV
+        cache's pages in boxes of ``KEY_BOX`` rows (``hopper.load_page_rows``)."""
+        if F[PAGED]:
+            load_page_rows(dst, cache, tmap, start_n, mi[1], hk, kv_pages(fx, seq), bar, ATOMS, KV_ATOM, BLOCK_N,
+                           KEY_BOX)  # fmt: skip
+        else:
+            ptx.mbarrier_arrive_expect_tx(bar, KV_BYTES)
+            load_rows(dst, tmap, k0 + start_n, hk, b, bar, ATOMS, KV_ATOM)
 
     @device_function
     def take_turn(cw):
@@ -351,9 +371,8 @@ def wgmma_forward_kernel(t: TcTiles, variant: Variant, dtype: str, persistent: b
                         if pos >= STAGES:  # the consumers released this stage's last fill
                             wait_phase(q_full + K_EMPTY + 8 * s, ((pos // STAGES) - 1) & 1)
                         if lead:
-                            ptx.mbarrier_arrive_expect_tx(q_full + K_FULL + 8 * s, KV_BYTES)
-                            load_rows(k_base + s * KV_BYTES, tmaps[1], k0 + start_n, hk, b, q_full + K_FULL + 8 * s,
-                                      ATOMS, KV_ATOM)  # fmt: skip
+                            load_keys(k_base + s * KV_BYTES, k, tmaps[1], start_n, k0, hk, b, mi, fx, seq,
+                                      q_full + K_FULL + 8 * s)  # fmt: skip
                         if pos >= STAGES:
                             wait_phase(q_full + V_EMPTY + 8 * s, ((pos // STAGES) - 1) & 1)
                         # V's rows past a varlen sequence are zeroed (P's masked columns are 0, and 0 · inf
@@ -361,8 +380,7 @@ def wgmma_forward_kernel(t: TcTiles, variant: Variant, dtype: str, persistent: b
                         first = past_rows(start_n, BLOCK_N, mi[1], k0, k.shape[1], F)
                         v_bar = q_full + (V_FULL + 8 * s if first == BLOCK_N else V_LAND)
                         if lead:
-                            ptx.mbarrier_arrive_expect_tx(v_bar, KV_BYTES)
-                            load_rows(v_base + s * KV_BYTES, tmaps[2], k0 + start_n, hk, b, v_bar, ATOMS, KV_ATOM)
+                            load_keys(v_base + s * KV_BYTES, k, tmaps[2], start_n, k0, hk, b, mi, fx, seq, v_bar)
                         if first < BLOCK_N:
                             land_and_zero(words, q_base, (v_base + s * KV_BYTES,), first, v_bar, zeroed & 1,
                                           q_full + V_FULL + 8 * s, tid, BLOCK_N, ATOMS, KV_ATOM)  # fmt: skip
@@ -589,15 +607,28 @@ def _sms() -> int:
     return int(cuda.get_current_device().MULTIPROCESSOR_COUNT)
 
 
-def launches(t: TcTiles, variant: Variant, dtype: str, sz: spec.Sizes) -> list:
+def key_box(page_rows: int) -> int:
+    """Rows of a K/V tile's TMA boxes: the tile's ``BLOCK_N``, or for a paged KV cache
+    whose sequences span pages of ``page_rows`` rows, ``gcd(page_rows, BLOCK_N)``: each
+    box then lies inside one page (``hopper.load_page_rows``), BLOCK_N / box of them a
+    tile (pages of 16 rows: 8 boxes a 64-column atom).  The plan takes the mma.sync
+    forward below 8 rows: a box must start on the 128-byte swizzle's 8-row (1024-byte)
+    repeat."""
+    return BLOCK_N if not page_rows else math.gcd(page_rows, BLOCK_N)
+
+
+def launches(t: TcTiles, variant: Variant, dtype: str, sz: spec.Sizes, page_rows: int = 0) -> list:
     """One kernel on a 1-D grid of ``blocks`` blocks over the tiles of ``spec.query_grid``
     (a tile per ``t.block_m`` queries of a (batch, head), as ``tc_forward``'s blocks), and
-    the tensor maps as its last argument (``spec.Arg("tmaps")``)."""
+    the tensor maps as its last argument (``spec.Arg("tmaps")``; a paged cache's
+    ``page_rows``: its keys in :func:`key_box`'s boxes)."""
     tiles = math.prod(spec.query_grid(sz, t.block_m, variant.heaviest_first))
     n = blocks(t, tiles, sz.seqlen_q)
     bias = alibi_on_products(t, variant)
     dom = softmax.CAPPED if bias else softmax.domain(variant, capped=True)  # raw scores there too
-    kern = wgmma_forward_kernel(t, variant, dtype, n < tiles, pingpong(t), dom, ex2_emulated_every(variant), bias)
+    box = key_box(page_rows) if variant.paged else BLOCK_N
+    kern = wgmma_forward_kernel(t, variant, dtype, n < tiles, pingpong(t), dom, ex2_emulated_every(variant), bias,
+                                box)  # fmt: skip
     args = spec.forward_args("u16", tc_out_view(t)) + (spec.Arg("tmaps"),)
-    return [spec.KernelLaunch("wgmma_forward", kern, t, (n, 1, 1),
-                              threads(t), smem_bytes(t, bias), args, (t.block_m, t.block_n, False))]  # fmt: skip
+    return [spec.KernelLaunch("wgmma_forward", kern, t, (n, 1, 1), threads(t), smem_bytes(t, bias), args,
+                              (t.block_m, t.block_n, False), boxes=(t.block_m, box))]  # fmt: skip
