@@ -19,11 +19,12 @@ starts 1024-byte aligned (the swizzle's repeat).
 from __future__ import annotations
 
 from numba_flash import ptx
-from numba_flash._numba_cuda import cuda, device_function
+from numba_flash._numba_cuda import cuda, device_function, int32
 from numba_flash.kernels.copy import source_at
 from numba_flash.variant import PAGED, VARLEN
 
 ATOM = 64  # columns of a 128-byte swizzle atom (16-bit elements): a TMA box's width
+FULL_MASK = 0xFFFFFFFF  # every lane of a warp (its shuffles)
 ROW_GROUP = 1024  # bytes of 8 swizzled rows: a descriptor's stride between 8-row groups
 K_SLICE = 16 * 128  # bytes of 16 rows of an atom: one k-slice of an MN-major B operand
 
@@ -58,22 +59,46 @@ def load_rows(dst, tmap, rows0, h, b, bar, ATOMS, ATOM_BYTES):
 
 
 @device_function
-def load_page_rows(dst, cache, tmap, start, seqlen, h, pg, bar, ATOMS, ATOM_BYTES, ROWS, BOX):
-    """A paged KV cache's rows ``start`` … ``start + ROWS − 1`` of a sequence of
-    ``seqlen`` keys (head ``h``; ``pg`` = (block table, sequence): ``copy.source_at``
-    finds a row's page, as the mma.sync kernels' copies do) into a tile at ``dst``:
-    ``arrive.expect_tx`` of their bytes on ``bar``, then TMA copies of ``BOX`` rows (the
-    map's box over ``cache``, (pages, page rows, H_kv, d)), box i to rows ``i·BOX`` … of
-    every atom.  A box lies inside one page (``wgmma_forward.key_box``: BOX divides
-    the page, or one page holds the sequence and TMA zero-fills past it).  Boxes wholly
-    past the sequence are not copied (no table entry past it is read): those rows keep
-    what the stage held, which masking ignores in K and ``past_rows`` zeroes in V."""
-    boxes = min(ROWS, seqlen - start + BOX - 1) // BOX
-    ptx.mbarrier_arrive_expect_tx(bar, boxes * BOX * 128 * ATOMS)
-    for i in range(boxes):
-        page, r, _, _ = source_at(cache, 0, start + i * BOX, h, 0, pg)
-        for a in range(ATOMS):
-            ptx.cp_async_bulk_tensor_4d_g2s(dst + a * ATOM_BYTES + i * BOX * 128, tmap, a * ATOM, r, h, page, bar)
+def page_of_box(cache, start, seqlen, pg, lane, ROWS, BOX):
+    """Lane ``lane``'s lookup for a paged KV cache's tile of rows ``start`` …
+    ``start + ROWS − 1`` of a sequence of ``seqlen`` keys, copied in TMA boxes of ``BOX``
+    rows (``wgmma_forward.key_box``: a box lies inside one page): ``(page, row in it)``
+    of box ``lane`` (``copy.source_at``'s, through ``pg`` = (block table, sequence)), or
+    (−1, 0) for a lane past the tile's boxes or a box past the sequence (no table entry
+    past it is read).  The producer warp's lanes look up a tile's boxes at once, a tile
+    ahead of its copies (:func:`load_page_boxes`), so that the table's latency is not
+    on the copies' path."""
+    page = int32(-1)
+    row = int32(0)
+    at = start + lane * BOX
+    if lane < ROWS // BOX and at < seqlen:
+        p, r, _, _ = source_at(cache, 0, at, 0, 0, pg)
+        page = int32(p)
+        row = int32(r)
+    return page, row
+
+
+@device_function
+def load_page_boxes(dst, tmap, page, row, h, bar, lead, ATOMS, ATOM_BYTES, ROWS, BOX):
+    """A paged tile into the tile at ``dst``, by the producer warp (every lane takes part
+    in the shuffles; lane 0, ``lead``, issues): lane i's ``page``, ``row`` are box i's
+    (:func:`page_of_box`); ``arrive.expect_tx`` of the boxes' bytes on ``bar``, then
+    each box's TMA copies (head ``h``; the map's box over the cache, (pages, page rows,
+    H_kv, d)) to rows ``i·BOX`` … of every atom.  Boxes past the sequence are not copied:
+    those rows keep what the stage held, which masking ignores in K and ``past_rows``
+    zeroes in V."""
+    boxes = 0
+    for i in range(ROWS // BOX):
+        if cuda.shfl_sync(FULL_MASK, page, i) >= 0:
+            boxes += 1
+    if lead:
+        ptx.mbarrier_arrive_expect_tx(bar, boxes * BOX * 128 * ATOMS)
+    for i in range(ROWS // BOX):
+        p = cuda.shfl_sync(FULL_MASK, page, i)
+        r = cuda.shfl_sync(FULL_MASK, row, i)
+        if lead and p >= 0:
+            for a in range(ATOMS):
+                ptx.cp_async_bulk_tensor_4d_g2s(dst + a * ATOM_BYTES + i * BOX * 128, tmap, a * ATOM, r, h, p, bar)
 
 
 @device_function
@@ -92,7 +117,7 @@ def past_rows(start, ROWS, seqlen, row0, total, F):
     from array row ``row0``) to zero after its TMA copy, or ``ROWS`` for none: varlen's
     rows past the sequence that lie inside the array hold the next sequence's data
     (TMA zero-fills only past the array), a paged cache's the rest of the page or what
-    the stage held (``load_page_rows``).  Zeroed, a neighbour's inf or NaN cannot reach
+    the stage held (``load_page_boxes``).  Zeroed, a neighbour's inf or NaN cannot reach
     this sequence through a 0 · x of the products (P's masked columns times V)."""
     if F[VARLEN] and start + ROWS > seqlen and (F[PAGED] or row0 + seqlen < total):
         return max(0, seqlen - start)

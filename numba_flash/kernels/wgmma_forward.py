@@ -97,8 +97,8 @@ skipped by every role.
 
 A KV cache's pages (``flash_attention_with_kvcache``'s prefills; ``F[PAGED]``): queries
 packed as varlen, and a K/V tile copied in ``key_box`` rows a TMA box, each inside one
-page (``hopper.load_page_rows``: the page from the block table, boxes past the sequence
-not copied), so pages of 8, 16, 48 or 256 rows are read in place; V's rows past the
+page (``hopper.page_of_box``, ``load_page_boxes``: the producer warp's lanes look up a
+tile's pages a tile ahead, boxes past the sequence are not copied), so pages of 8, 16, 48 or 256 rows are read in place; V's rows past the
 sequence are zeroed as varlen's (``hopper.past_rows``).
 
 Not yet (issue #13): a ping-pong of the consumers that pays (``pingpong``: measured
@@ -115,12 +115,12 @@ import math
 import os
 
 from numba_flash import ptx
-from numba_flash._numba_cuda import (SIMULATOR, cuda, device_function, float32, gpu_available, kernel, uint8,
-                                     uint32)
+from numba_flash._numba_cuda import (SIMULATOR, cuda, device_function, float32, gpu_available, int32, kernel,
+                                     uint8, uint32)
 from numba_flash.config import TcTiles, tc_array_layout, tc_out_view
 from numba_flash.kernels import dropout, fragments, score, softmax, spec
-from numba_flash.kernels.hopper import (ATOM, land_and_zero, load_page_rows, load_rows, past_rows, rs_chain, ss_chain,
-                                        sw128_desc, tile_dim, wait_phase)
+from numba_flash.kernels.hopper import (ATOM, land_and_zero, load_page_boxes, load_rows, page_of_box, past_rows,
+                                        rs_chain, ss_chain, sw128_desc, tile_dim, wait_phase)
 from numba_flash.kernels.block_info import (block_at, grid_coords, key_tiles, kv_pages, linear_coords, query_grid_dims,
                                            tile_at, tile_needs_mask, tile_partial, walk_list, walk_range)
 from numba_flash.variant import ALIBI, DROPOUT, HEAVIEST_FIRST, PAGED, Variant
@@ -271,16 +271,25 @@ def wgmma_forward_kernel(t: TcTiles, variant: Variant, dtype: str, persistent: b
             wgmma_bias(acc_s, 0, bias_frag, 0, sw128_desc(kx_base), 0)
 
     @device_function
-    def load_keys(dst, cache, tmap, start_n, k0, hk, b, mi, fx, seq, bar):
-        """The producer's copy of a K or V tile (keys ``start_n`` … of the sequence) into
-        ``dst``, completing on ``bar``: rows ``k0 + start_n`` … of the arrays, or a KV
-        cache's pages in boxes of ``KEY_BOX`` rows (``hopper.load_page_rows``)."""
+    def load_keys(dst, tmap, start_n, k0, hk, b, page, row, bar, lead):
+        """The producer warp's copy of a K or V tile (keys ``start_n`` … of the sequence)
+        into ``dst``, completing on ``bar``: rows ``k0 + start_n`` … of the arrays, or a
+        KV cache's pages in boxes of ``KEY_BOX`` rows, the lanes' ``page``, ``row``
+        (``hopper.page_of_box``, ``load_page_boxes``).  Lane 0 (``lead``) issues."""
         if F[PAGED]:
-            load_page_rows(dst, cache, tmap, start_n, mi[1], hk, kv_pages(fx, seq), bar, ATOMS, KV_ATOM, BLOCK_N,
-                           KEY_BOX)  # fmt: skip
-        else:
+            load_page_boxes(dst, tmap, page, row, hk, bar, lead, ATOMS, KV_ATOM, BLOCK_N, KEY_BOX)
+        elif lead:
             ptx.mbarrier_arrive_expect_tx(bar, KV_BYTES)
             load_rows(dst, tmap, k0 + start_n, hk, b, bar, ATOMS, KV_ATOM)
+
+    @device_function
+    def look_up_pages(cache, j, n_hi, vr, mi, fx, seq, lane):
+        """A paged cache's boxes of key tile ``j`` (``hopper.page_of_box``: lane i's box
+        i), looked up by the producer warp a tile ahead of its copies; (−1, 0) past the
+        walk or without pages."""
+        if F[PAGED] and j < n_hi:
+            return page_of_box(cache, tile_at(j, vr, F) * BLOCK_N, mi[1], kv_pages(fx, seq), lane, BLOCK_N, KEY_BOX)
+        return int32(-1), int32(0)
 
     @device_function
     def take_turn(cw):
@@ -365,22 +374,23 @@ def wgmma_forward_kernel(t: TcTiles, variant: Variant, dtype: str, persistent: b
                     if lead:
                         ptx.mbarrier_arrive_expect_tx(q_full, Q_BYTES)
                         load_rows(q_base, tmaps[0], q0 + start_m, h, b, q_full, ATOMS, Q_ATOM)
+                    page, row = look_up_pages(k, n_lo, n_hi, vr, mi, fx, seq, tid)  # a paged cache's first tile
                     for j in range(n_lo, n_hi):
                         s = pos % STAGES
                         start_n = tile_at(j, vr, F) * BLOCK_N
                         if pos >= STAGES:  # the consumers released this stage's last fill
                             wait_phase(q_full + K_EMPTY + 8 * s, ((pos // STAGES) - 1) & 1)
-                        if lead:
-                            load_keys(k_base + s * KV_BYTES, k, tmaps[1], start_n, k0, hk, b, mi, fx, seq,
-                                      q_full + K_FULL + 8 * s)  # fmt: skip
+                        load_keys(k_base + s * KV_BYTES, tmaps[1], start_n, k0, hk, b, page, row,
+                                  q_full + K_FULL + 8 * s, lead)  # fmt: skip
                         if pos >= STAGES:
                             wait_phase(q_full + V_EMPTY + 8 * s, ((pos // STAGES) - 1) & 1)
                         # V's rows past a varlen sequence are zeroed (P's masked columns are 0, and 0 · inf
                         # is NaN); K's need not be: masking selects −inf whatever the score
                         first = past_rows(start_n, BLOCK_N, mi[1], k0, k.shape[1], F)
                         v_bar = q_full + (V_FULL + 8 * s if first == BLOCK_N else V_LAND)
-                        if lead:
-                            load_keys(v_base + s * KV_BYTES, k, tmaps[2], start_n, k0, hk, b, mi, fx, seq, v_bar)
+                        load_keys(v_base + s * KV_BYTES, tmaps[2], start_n, k0, hk, b, page, row, v_bar, lead)
+                        # the next tile's pages, while this tile's copies land and the stage's next release comes
+                        page, row = look_up_pages(k, j + 1, n_hi, vr, mi, fx, seq, tid)
                         if first < BLOCK_N:
                             land_and_zero(words, q_base, (v_base + s * KV_BYTES,), first, v_bar, zeroed & 1,
                                           q_full + V_FULL + 8 * s, tid, BLOCK_N, ATOMS, KV_ATOM)  # fmt: skip
@@ -610,7 +620,7 @@ def _sms() -> int:
 def key_box(page_rows: int) -> int:
     """Rows of a K/V tile's TMA boxes: the tile's ``BLOCK_N``, or for a paged KV cache
     whose sequences span pages of ``page_rows`` rows, ``gcd(page_rows, BLOCK_N)``: each
-    box then lies inside one page (``hopper.load_page_rows``), BLOCK_N / box of them a
+    box then lies inside one page (``hopper.load_page_boxes``), BLOCK_N / box of them a
     tile (pages of 16 rows: 8 boxes a 64-column atom).  The plan takes the mma.sync
     forward below 8 rows: a box must start on the 128-byte swizzle's 8-row (1024-byte)
     repeat."""
