@@ -24,7 +24,7 @@ def merge_attention(out_parts, lse_parts):
         ``m = max_s lse_s`` and ``w_s = exp(lse_s − m)``: ``lse = m + log Σ w_s`` and
         ``out = Σ w_s·out_s / Σ w_s``.  A part whose lse is −inf (it saw no key)
         contributes nothing (its out is not read into the sum); a row no part saw gets
-        0 and −inf.  The parts are summed in order: deterministic.
+        0 and −inf.  The parts are summed in a fixed order: deterministic.
     """
     A.require_runtime()
     kind, o = A._as_array("out_parts", out_parts)
@@ -57,7 +57,8 @@ def merge_into(parts, lse_parts, out, lse, group: int) -> None:
     from numba_flash._launch import launch
     from numba_flash.kernels import merge
 
-    B, Nq, H, _ = out.shape
+    B, Nq, H, D = out.shape
     name = A.dtype_name(out.dtype)
     view = out if name == "float32" else out.view(np.uint16)
-    launch(merge.merge_kernel(name), merge.grid(B, Nq, H), merge.THREADS, 0, parts, lse_parts, view, lse, group)
+    grid, threads = merge.launch_shape(B, Nq, H, D, parts.shape[0])
+    launch(merge.merge_kernel(name), grid, threads, 0, parts, lse_parts, view, lse, group)

@@ -45,6 +45,23 @@ def test_parts_merge_to_the_whole(rng):
     assert np.array_equal(host(outs), keep[0]) and np.array_equal(host(lses), keep[1])  # inputs untouched
 
 
+def test_more_parts_than_warps_and_wide_rows(rng):
+    """Eleven parts (a warp takes parts w and w + 8), one of them −inf with NaN out, into
+    rows of 200 columns (two column blocks, the second partial) against the reference's
+    merge, which sums in order: to fp32 rounding."""
+    xp = _xp()
+    S, B, Nq, H, d = 11, 1, 2, 3, 200
+    outs = rng.standard_normal((S, B, Nq, H, d)).astype(np.float32)
+    lses = (3 * rng.standard_normal((S, B, H, Nq))).astype(np.float32)
+    lses[9, 0, 1, 0] = -np.inf
+    outs[9, 0, 0, 1] = np.nan  # (query 0, head 1) of part 9: its lse is −inf
+    out, lse = numba_flash.merge_attention(xp.asarray(outs), xp.asarray(lses))
+    m_out, m_lse = reference.merge_attention(outs, lses)
+    assert np.isfinite(host(out)).all()
+    assert reference.rel_error(host(out), m_out) <= 1e-6
+    assert reference.rel_error(host(lse), m_lse) <= 1e-6
+
+
 def test_parts_that_saw_nothing(rng):
     """A part with lse −inf adds nothing, whatever its out holds (NaN here); rows no part
     saw get 0 and −inf; a NaN lse gives a NaN row."""
