@@ -62,7 +62,7 @@ A consumer whose rows lie past the sequence waits each full phase, then arrives 
 empty barrier: an arrival never counts towards the phase before.
 No ``syncthreads`` after the roles split (one before it: the barriers are initialised).
 
-Epilogue (FlashAttention-2/3's, through shared memory): a consumer warp writes its 16 rows
+Epilogue (FlashAttention-2/3's, through shared memory; ``store_tile``): a consumer warp writes its 16 rows
 of O = acc / l, packed to 16-bit pairs, into staging rows of its own with 4-byte shared
 stores (``fragments.stage_row_pairs``), syncs the warp, then moves whole rows to HBM, one
 16-byte ``st.global.v4`` a lane and consecutive lanes on consecutive chunks of a row: a warp
@@ -88,8 +88,13 @@ blockIdx.x, + gridDim.x, … of the virtual grid (``block_info.linear_coords``,
 ``grid_coords``: the order a full grid's blocks would start in); the producer loads a
 tile's Q once the consumers released the previous one (``q_empty``, after their last
 S) and the ring's position runs on across tiles, so a tile's Q and first K/V land while
-the previous tile's last P·V and epilogue run.  With fewer tiles, a block a tile and
-the loop is compiled away.
+the previous tile's last P·V and epilogue run.  A consumer does not wait for a tile's
+last P·V either (``OVERLAP``): it takes the epilogue's factors (1 / l, lse) once the
+softmax is final, issues the next tile's first S, and only then waits for that P·V
+(``wgmma_wait_group(1)``), releases its V stage and writes O (``finish``), while the S
+runs; so the tensor cores are not idle through the last P·V's latency and the
+epilogue, the fixed costs a short walk (a window, short varlen sequences) pays a tile.
+With fewer tiles, a block a tile and the loop is compiled away.
 
 varlen: the virtual grid is (tiles of the longest sequence, heads, sequences), from
 ``cu_seqlens_q`` (``block_info.query_grid_dims``); tiles past their sequence are
@@ -206,6 +211,8 @@ def wgmma_forward_kernel(t: TcTiles, variant: Variant, dtype: str, persistent: b
     SOFTMAX = domain  # softcap: the cap in the exponent's FFMA
     EMULATE = emulate  # softcap: some of the exponentials off the SFU
     KEY_BOX = key_rows  # a paged cache's K/V tile: BLOCK_N / KEY_BOX TMA boxes, each within a page
+    # persistent blocks: a tile's epilogue waits for its last P·V under the next tile's first S
+    OVERLAP = persistent
     KSTEPS = HEAD_DIM // 16  # k-slices of Q·Kᵀ
     NT_S = BLOCK_N // 8
     NT_O = HEAD_DIM // 8
@@ -290,6 +297,49 @@ def wgmma_forward_kernel(t: TcTiles, variant: Variant, dtype: str, persistent: b
         if F[PAGED] and j < n_hi:
             return page_of_box(cache, tile_at(j, vr, F) * BLOCK_N, mi[1], kv_pages(fx, seq), lane, BLOCK_N, KEY_BOX)
         return int32(-1), int32(0)
+
+    @device_function
+    def finalize_rows(fin, m_i, l_i, si, di):
+        """The epilogue's factors of rows g, g + 8 once the tile's softmax is final: 1 / l
+        (with dropout, times 1 / (1 − p): P·V took the kept P unscaled) in ``fin[0:2]``,
+        lse in ``fin[2:4]``."""
+        for r in range(2):
+            m_row = score.frame_max(m_i[r], si, 8 * r, score.column_frame(F_S))  # ALiBi's column frame
+            inv_l, lse_row = softmax.finalize(m_row, l_i[r], 4, SOFTMAX, score.exponent_factor(si, SOFTMAX))
+            if F[DROPOUT]:
+                inv_l *= dropout.out_scale(di)
+            fin[r] = inv_l
+            fin[2 + r] = lse_row
+
+    @device_function
+    def store_tile(acc_o, fin, p_frag, o_stage, out32, lse, b, h, q0, row0, seqlen_q):
+        """The epilogue: O = acc · (1 / l) as 16-bit pairs into the warp's staging rows, then
+        whole rows to HBM, one 16-byte store a lane (``fragments.store_staged_rows``: it
+        syncs the warp before reading the rows and again after, before the warp's next
+        tile stages into them); lse by the quads' lane 0.  Rows past ``seqlen_q`` (out's
+        rows from ``q0``) are not written; each row starts 16-byte aligned, as
+        st.global.v4 needs: the API allocates out itself (C-contiguous, its base 256-byte
+        aligned) and a row is d·2 bytes, d a multiple of 8 (plan's ``aligned`` covers only
+        q, k and v, which TMA reads).  ``p_frag`` (P is spent) holds the staged words."""
+        for r in range(2):
+            fragments.stage_row_pairs(o_stage, acc_o, r, NT_O, fin[r], BF16)
+            lane = cuda.threadIdx.x & 31  # read here: held across the key walk, it spilled at d = 64 causal
+            row = row0 + (lane >> 2) + 8 * r
+            if row < seqlen_q and (lane & 3) == 0:
+                lse[b, h, q0 + row] = fin[2 + r]
+        fragments.store_staged_rows(out32, b, q0 + row0, h, o_stage, seqlen_q - row0, NT_O, p_frag, CHUNKS)
+
+    @device_function
+    def finish(acc_o, fin, p_frag, o_stage, out32, lse, v_empty, b, h, q0, row0, seqlen_q, IN_FLIGHT):
+        """A pending tile's end (``OVERLAP``): wait for its last P·V (``IN_FLIGHT``: one
+        wgmma group committed after it, the next tile's first S, may still run), release
+        that V stage (``v_empty``), then :func:`store_tile`."""
+        if IN_FLIGHT:
+            ptx.wgmma_wait_group(1)
+        else:
+            ptx.wgmma_wait_group(0)
+        ptx.mbarrier_arrive(v_empty)
+        store_tile(acc_o, fin, p_frag, o_stage, out32, lse, b, h, q0, row0, seqlen_q)
 
     @device_function
     def take_turn(cw):
@@ -411,10 +461,16 @@ def wgmma_forward_kernel(t: TcTiles, variant: Variant, dtype: str, persistent: b
         m_i = cuda.local.array(2, float32)  # rows g, g + 8 of the warp's m-tile
         l_i = cuda.local.array(2, float32)
         alpha = cuda.local.array(2, float32)
+        fin = cuda.local.array(4, float32)  # the epilogue's 1 / l (dropout's scale in it) and lse, rows g, g + 8
+        o_stage = o_base + (4 * cw + warp) * O_WARP  # this warp's staging rows of O
         if PINGPONG and cw == CONSUMERS - 1:  # the last consumer credits the first with its first turn
             ptx.named_barrier_arrive(1, 256)
         pos = 0  # the ring's position, as the producer's
         done = 0
+        # OVERLAP: a tile's last P·V is not waited for; its epilogue runs under the next
+        # tile's first S (``finish``).  ``pending``: such a tile; ep_*: where its O goes.
+        pending = False
+        ep_b = ep_h = ep_q0 = ep_row0 = ep_seqlen = ep_stage = 0
         for tile in range(cuda.blockIdx.x, tiles_end, tiles_step):
             start_m, b, h, hk, q0, k0, mi, seq, vr, n_lo, n_hi, live = tile_walk(tile, gx, gy, gz, q, k, params, cu_q,
                                                                                  cu_k, fx)  # fmt: skip
@@ -425,6 +481,10 @@ def wgmma_forward_kernel(t: TcTiles, variant: Variant, dtype: str, persistent: b
             # q_full's phase first, then q_empty's arrival (it must not count towards the previous tile's)
             wait_phase(q_full, done & 1)
             if rows0 >= seqlen_q:  # rows past the sequence (the last block): release each tile, compute nothing
+                if pending:  # the previous tile's O first
+                    finish(acc_o, fin, p_frag, o_stage, out32, lse, q_full + V_EMPTY + 8 * ep_stage, ep_b, ep_h,
+                           ep_q0, ep_row0, ep_seqlen, 0)  # fmt: skip
+                    pending = False
                 ptx.mbarrier_arrive(q_full + Q_EMPTY)
                 for j in range(n_lo, n_hi):
                     take_turn(cw)  # its turns as if it issued (S_j with P·V_{j−1}): the cycle goes on
@@ -446,7 +506,6 @@ def wgmma_forward_kernel(t: TcTiles, variant: Variant, dtype: str, persistent: b
             si, di = score.head_info(params, alibi, fx, seq, h, softmax_scale, mi, SOFTMAX, F)
             if ALIBI_MMA:  # v = slope / scale (raw scores) split in three 16-bit values
                 fragments.bias_fragment(bias_frag, si[2], BF16)
-            softmax.start_rows(acc_o, O_REGS, m_i, l_i, 2)
             # Tile i's S = Q·K_iᵀ is issued with tile i − 1's acc += P·V, and its softmax runs
             # while that P·V is still on the tensor cores (FlashAttention-3's intra-warpgroup
             # overlap); acc is rescaled by tile i's alpha once that P·V completed. The first
@@ -460,12 +519,23 @@ def wgmma_forward_kernel(t: TcTiles, variant: Variant, dtype: str, persistent: b
                 issue_bias(acc_s, bias_frag, kx_base)
                 issue_scores(acc_s, q_wg, k_base + s * KV_BYTES)
                 pass_turn(cw)
+                if pending:  # the previous tile's O, while this S runs (its P·V was committed before it)
+                    finish(acc_o, fin, p_frag, o_stage, out32, lse, q_full + V_EMPTY + 8 * ep_stage, ep_b, ep_h,
+                           ep_q0, ep_row0, ep_seqlen, 1)  # fmt: skip
+                    pending = False
+                softmax.start_rows(acc_o, O_REGS, m_i, l_i, 2)
                 start_n = tile_at(n_lo, vr, F) * BLOCK_N
                 d0 = fragments.lane_distance(row0, start_n, mi, False)  # while S runs (ALiBi's)
                 ptx.wgmma_wait_group(0)
                 ptx.mbarrier_arrive(q_full + K_EMPTY + 8 * s)  # this thread is done with K_0
                 scores_to_p(acc_s, alpha, m_i, l_i, n_lo, start_n, d0, row0, rows0, si, di, mi, vr)
                 pack_p(p_frag, acc_s, row0, start_n, di)  # acc_o is 0: no rescale
+            else:
+                if pending:
+                    finish(acc_o, fin, p_frag, o_stage, out32, lse, q_full + V_EMPTY + 8 * ep_stage, ep_b, ep_h,
+                           ep_q0, ep_row0, ep_seqlen, 0)  # fmt: skip
+                    pending = False
+                softmax.start_rows(acc_o, O_REGS, m_i, l_i, 2)
             for j in range(n_lo + 1, n_hi):
                 g = pos + j - n_lo
                 s, sp = g % STAGES, (g - 1) % STAGES
@@ -488,39 +558,28 @@ def wgmma_forward_kernel(t: TcTiles, variant: Variant, dtype: str, persistent: b
                     softmax.rescale_row(acc_o, 2 * r, 4, NT_O, 2, alpha[r])
                 pack_p(p_frag, acc_s, row0, start_n, di)
             ptx.mbarrier_arrive(q_full + Q_EMPTY)  # every S of the tile is done: the producer may load the next Q
+            # The epilogue's factors now (m_i and l_i are final; the last P·V does not change them)
+            finalize_rows(fin, m_i, l_i, si, di)
+            g = pos + n_hi - n_lo - 1
+            pos += n_hi - n_lo
+            done += 1
             if n_hi > n_lo:  # the last tile's P·V
-                g = pos + n_hi - n_lo - 1
                 s = g % STAGES
                 wait_phase(q_full + V_FULL + 8 * s, (g // STAGES) & 1)
                 take_turn(cw)
                 ptx.wgmma_fence()
                 issue_pv(acc_o, p_frag, v_base + s * KV_BYTES)
                 pass_turn(cw)
+                if OVERLAP:  # waited for under the next tile's first S (or after the walk)
+                    pending = True
+                    ep_b, ep_h, ep_q0, ep_row0, ep_seqlen, ep_stage = b, h, q0, row0, seqlen_q, s
+                    continue
                 ptx.wgmma_wait_group(0)
                 ptx.mbarrier_arrive(q_full + V_EMPTY + 8 * s)
-            pos += n_hi - n_lo
-            done += 1
-
-            # The epilogue: O = acc / l as 16-bit pairs into the warp's staging rows, then whole rows
-            # to HBM, one 16-byte store a lane (``fragments.store_staged_rows``: it syncs the warp
-            # before reading the rows and again after, before the warp's next tile stages into them)
-            o_stage = o_base + (4 * cw + warp) * O_WARP  # this warp's staging rows
-            for r in range(2):
-                m_row = score.frame_max(m_i[r], si, 8 * r, score.column_frame(F_S))  # ALiBi's column frame
-                inv_l, lse_row = softmax.finalize(m_row, l_i[r], 4, SOFTMAX, score.exponent_factor(si, SOFTMAX))
-                if F[DROPOUT]:  # P·V took the kept P unscaled (pack_p)
-                    inv_l *= dropout.out_scale(di)
-                fragments.stage_row_pairs(o_stage, acc_o, r, NT_O, inv_l, BF16)
-                lane = cuda.threadIdx.x & 31  # read here: held across the key walk, it spilled at d = 64 causal
-                row = row0 + (lane >> 2) + 8 * r
-                if row < seqlen_q and (lane & 3) == 0:
-                    lse[b, h, q0 + row] = lse_row
-            # out's rows (varlen: from q0) past seqlen_q are not written; each row starts 16-byte
-            # aligned, as st.global.v4 needs: the API allocates out itself (C-contiguous, its base
-            # 256-byte aligned) and a row is d·2 bytes, d a multiple of 8 (plan's ``aligned`` covers
-            # only q, k and v, which TMA reads)
-            fragments.store_staged_rows(out32, b, q0 + row0, h, o_stage, seqlen_q - row0, NT_O, p_frag,
-                                        CHUNKS)  # P is spent
+            store_tile(acc_o, fin, p_frag, o_stage, out32, lse, b, h, q0, row0, seqlen_q)
+        if pending:  # the block's last tile
+            finish(acc_o, fin, p_frag, o_stage, out32, lse, q_full + V_EMPTY + 8 * ep_stage, ep_b, ep_h, ep_q0,
+                   ep_row0, ep_seqlen, 0)  # fmt: skip
         if PINGPONG and cw == 0:  # the last consumer's credit past the block's last turn
             ptx.named_barrier_sync(1, 256)
 
