@@ -1,20 +1,23 @@
 #!/usr/bin/env bash
-# Session 19, call 2: the merge kernel a block a row (issue #14's 4096-key decode step) and
-# the Hopper forward's pages looked up a tile ahead (the prefill bar): the GPU tests of the
-# KV cache and the merge, memcheck and racecheck of the KV-cache calls, the decode table at
+# Session 19, call 2: the merge kernel a block a row (issue #14's 4096-key decode step),
+# the Hopper forward's pages looked up a tile ahead (the prefill bar) and its epilogue under
+# the next tile's first S: the GPU tests of the KV cache, the merge and the Hopper forward,
+# memcheck and racecheck of the KV-cache calls, racecheck of the Hopper forward, the decode table at
 # 4096 and 32768 keys with the split sweep at 4096 (old: the session's start, new), the
 # prefill on pages of 16, 64 and 256, and the merge under Nsight Compute.
 set -u
 out=$1
 . scripts/device_ab.sh
-timeout 150 python3 -m pytest -v -rf --tb=short -p no:cacheprovider -m gpu tests/test_kvcache.py \
-  tests/test_merge.py > "$out/a_pytest.txt" 2>&1
+timeout 200 python3 -m pytest -v -rf --tb=short -p no:cacheprovider -m gpu tests/test_kvcache.py \
+  tests/test_merge.py tests/test_wgmma_forward.py > "$out/a_pytest.txt" 2>&1
 echo "pytest rc=$? at ${SECONDS}s" >> "$out/a_pytest.txt"
-timeout 100 compute-sanitizer --tool memcheck --report-api-errors no python3 scripts/sanitize_small.py kvcache \
+timeout 90 compute-sanitizer --tool memcheck --report-api-errors no python3 scripts/sanitize_small.py kvcache \
   > "$out/b_sanitize.txt" 2>&1
 echo "memcheck rc=$? at ${SECONDS}s" >> "$out/b_sanitize.txt"
 timeout 60 compute-sanitizer --tool racecheck python3 scripts/sanitize_small.py kvcache >> "$out/b_sanitize.txt" 2>&1
 echo "racecheck rc=$? at ${SECONDS}s" >> "$out/b_sanitize.txt"
+timeout 60 compute-sanitizer --tool racecheck python3 scripts/sanitize_small.py wgmma >> "$out/b_sanitize.txt" 2>&1
+echo "racecheck wgmma rc=$? at ${SECONDS}s" >> "$out/b_sanitize.txt"
 for run in old new; do
   pp=$PWD:$base
   [ "$run" = old ] && pp=$root/tmp_old:$base
