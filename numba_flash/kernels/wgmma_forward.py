@@ -480,11 +480,11 @@ def wgmma_forward_kernel(t: TcTiles, variant: Variant, dtype: str, persistent: b
             rows0 = start_m + 64 * cw  # this consumer's first query row
             # q_full's phase first, then q_empty's arrival (it must not count towards the previous tile's)
             wait_phase(q_full, done & 1)
+            if pending and (rows0 >= seqlen_q or n_hi == n_lo):  # no first S to overlap: the previous O now
+                finish(acc_o, fin, p_frag, o_stage, out32, lse, q_full + V_EMPTY + 8 * ep_stage, ep_b, ep_h, ep_q0,
+                       ep_row0, ep_seqlen, 0)  # fmt: skip
+                pending = False
             if rows0 >= seqlen_q:  # rows past the sequence (the last block): release each tile, compute nothing
-                if pending:  # the previous tile's O first
-                    finish(acc_o, fin, p_frag, o_stage, out32, lse, q_full + V_EMPTY + 8 * ep_stage, ep_b, ep_h,
-                           ep_q0, ep_row0, ep_seqlen, 0)  # fmt: skip
-                    pending = False
                 ptx.mbarrier_arrive(q_full + Q_EMPTY)
                 for j in range(n_lo, n_hi):
                     take_turn(cw)  # its turns as if it issued (S_j with P·V_{j−1}): the cycle goes on
@@ -531,10 +531,6 @@ def wgmma_forward_kernel(t: TcTiles, variant: Variant, dtype: str, persistent: b
                 scores_to_p(acc_s, alpha, m_i, l_i, n_lo, start_n, d0, row0, rows0, si, di, mi, vr)
                 pack_p(p_frag, acc_s, row0, start_n, di)  # acc_o is 0: no rescale
             else:
-                if pending:
-                    finish(acc_o, fin, p_frag, o_stage, out32, lse, q_full + V_EMPTY + 8 * ep_stage, ep_b, ep_h,
-                           ep_q0, ep_row0, ep_seqlen, 0)  # fmt: skip
-                    pending = False
                 softmax.start_rows(acc_o, O_REGS, m_i, l_i, 2)
             for j in range(n_lo + 1, n_hi):
                 g = pos + j - n_lo
