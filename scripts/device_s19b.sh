@@ -18,23 +18,21 @@ timeout 60 compute-sanitizer --tool racecheck python3 scripts/sanitize_small.py 
 echo "racecheck rc=$? at ${SECONDS}s" >> "$out/b_sanitize.txt"
 timeout 60 compute-sanitizer --tool racecheck python3 scripts/sanitize_small.py wgmma >> "$out/b_sanitize.txt" 2>&1
 echo "racecheck wgmma rc=$? at ${SECONDS}s" >> "$out/b_sanitize.txt"
-for run in old new; do
-  pp=$PWD:$base
-  [ "$run" = old ] && pp=$root/tmp_old:$base
-  lengths=4096
-  [ "$run" = new ] && lengths=4096,32768
-  env PYTHONPATH="$pp" timeout 80 python3 scripts/bench_decode.py "$out/c_$run.jsonl" --decode-only \
-    --lengths $lengths --sweep-at 4096 > "$out/c_$run.txt" 2>&1
-  echo "decode $run rc=$? at ${SECONDS}s" >> "$out/c_$run.txt"
-done
+timeout 80 python3 scripts/bench_decode.py "$out/c_decode.jsonl" --decode-only --lengths 4096,32768 --sweep-at 4096 \
+  > "$out/c_decode.txt" 2>&1
+echo "decode rc=$? at ${SECONDS}s" >> "$out/c_decode.txt"
 timeout 60 python3 scripts/bench_decode.py "$out/d_prefill.jsonl" --prefill-only --pages 16,64,256 \
   > "$out/d_prefill.txt" 2>&1
 echo "prefill rc=$? at ${SECONDS}s" >> "$out/d_prefill.txt"
-timeout 60 ncu --clock-control none --kernel-name regex:merge --metrics gpu__time_duration.sum \
-  python3 scripts/ncu_decode.py 4096 > "$out/e_ncu.txt" 2>&1
-echo "ncu rc=$? at ${SECONDS}s" >> "$out/e_ncu.txt"
+for run in old new; do  # the window and varlen rows: the epilogue under the next tile's first S
+  pp=$PWD:$base
+  [ "$run" = old ] && pp=$root/tmp_old:$base
+  env PYTHONPATH="$pp" timeout 75 python3 scripts/bench_variants.py "$out/e_$run.jsonl" --queued --short-walks \
+    > "$out/e_$run.txt" 2>&1
+  echo "variants $run rc=$? at ${SECONDS}s" >> "$out/e_$run.txt"
+done
 grep -E "FAILED|ERROR|passed|failed|rc=" "$out/a_pytest.txt" | grep -v PASSED | tail -12
 grep -E "ERROR SUMMARY|RACECHECK SUMMARY|finite: False|rc=|rror" "$out/b_sanitize.txt" | tail -8
-for run in old new; do echo "== $run"; tail -14 "$out/c_$run.txt"; done
+tail -14 "$out/c_decode.txt"
 tail -5 "$out/d_prefill.txt"
-grep -E "ncu_decode|gpu__time_duration|rc=" "$out/e_ncu.txt" | tail -16
+for run in old new; do echo "== $run"; tail -10 "$out/e_$run.txt"; done
