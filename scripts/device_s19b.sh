@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # Session 19, call 2: the merge kernel a block a row (issue #14's 4096-key decode step),
 # the Hopper forward's pages looked up a tile ahead (the prefill bar) and its epilogue under
-# the next tile's first S: the GPU tests of the KV cache, the merge and the Hopper forward,
-# memcheck and racecheck of the KV-cache calls, racecheck of the Hopper forward, the decode table at
-# 4096 and 32768 keys with the split sweep at 4096 (old: the session's start, new), the
-# prefill on pages of 16, 64 and 256, and the merge under Nsight Compute.
+# the next tile's first S: the GPU tests of the KV cache, the merge and the Hopper forward;
+# memcheck and racecheck of the KV-cache calls, racecheck of the Hopper forward; the decode
+# table at 4096 and 32768 keys with the split sweep at 4096; the prefill on pages of 16, 64
+# and 256; issue #11's window and varlen rows (bench_variants --short-walks) for the
+# session's start (tmp_old, 939ffe1) and the new code.
 set -u
 out=$1
 . scripts/device_ab.sh
