@@ -90,10 +90,17 @@ tile's Q once the consumers released the previous one (``q_empty``, after their 
 S) and the ring's position runs on across tiles, so a tile's Q and first K/V land while
 the previous tile's last P·V and epilogue run.  A consumer does not wait for a tile's
 last P·V either (``OVERLAP``): it takes the epilogue's factors (1 / l, lse) once the
-softmax is final, issues the next tile's first S, and only then waits for that P·V
-(``wgmma_wait_group(1)``), releases its V stage and writes O (``finish``), while the S
-runs; so the tensor cores are not idle through the last P·V's latency and the
-epilogue, the fixed costs a short walk (a window, short varlen sequences) pays a tile.
+softmax is final, issues the block's next tile's first S behind that P·V
+(``first_scores``, when that tile has rows of this consumer and key tiles), then waits
+for the P·V (``wgmma_wait_group(1)``), releases its V stage and writes O
+(``store_tile``) while the S runs, and waits for the S; the next iteration starts from
+its scores (``prefetched``).  So the tensor cores are not idle through the last P·V's
+latency and the epilogue, the fixed costs a short walk (a window, short varlen
+sequences) pays a tile.  Every merge point of the control flow is reached with no wgmma
+in flight, and no ordinary instruction writes a wgmma's registers while one is: ptxas
+otherwise serializes every wgmma of the kernel, silently (the SASS then has a
+``WARPGROUP.DEPBAR`` after each HGMMA: a first version that deferred the wait across the
+tile loop's header ran 26% slower, docs/benchmarks/2026-12-03-s19).
 With fewer tiles, a block a tile and the loop is compiled away.
 
 varlen: the virtual grid is (tiles of the longest sequence, heads, sequences), from
@@ -218,7 +225,7 @@ def wgmma_forward_kernel(t: TcTiles, variant: Variant, dtype: str, persistent: b
     NT_O = HEAD_DIM // 8
     PSTEPS = BLOCK_N // 16  # k-slices of P·V
     S_REGS, O_REGS, P_REGS = NT_S * 4, NT_O * 4, PSTEPS * 4  # registers a thread (literals for local.array)
-    assert P_REGS >= 2 * NT_O  # p_frag, spent by then, holds the epilogue's staged words
+    STAGED_WORDS = 2 * NT_O  # the epilogue's staged words a lane (``fragments.store_staged_rows``)
     DCOLS, _, _, HALVES = tc_array_layout(t)
     if DCOLS % 8 or HALVES:  # the epilogue stores 16-byte chunks of 8 columns
         raise ValueError(f"tiles {t}: the wgmma forward writes rows of a multiple of 8 columns")
@@ -312,7 +319,7 @@ def wgmma_forward_kernel(t: TcTiles, variant: Variant, dtype: str, persistent: b
             fin[2 + r] = lse_row
 
     @device_function
-    def store_tile(acc_o, fin, p_frag, o_stage, out32, lse, b, h, q0, row0, seqlen_q):
+    def store_tile(acc_o, fin, o_stage, out32, lse, b, h, q0, row0, seqlen_q):
         """The epilogue: O = acc · (1 / l) as 16-bit pairs into the warp's staging rows, then
         whole rows to HBM, one 16-byte store a lane (``fragments.store_staged_rows``: it
         syncs the warp before reading the rows and again after, before the warp's next
@@ -320,26 +327,36 @@ def wgmma_forward_kernel(t: TcTiles, variant: Variant, dtype: str, persistent: b
         rows from ``q0``) are not written; each row starts 16-byte aligned, as
         st.global.v4 needs: the API allocates out itself (C-contiguous, its base 256-byte
         aligned) and a row is d·2 bytes, d a multiple of 8 (plan's ``aligned`` covers only
-        q, k and v, which TMA reads).  ``p_frag`` (P is spent) holds the staged words."""
+        q, k and v, which TMA reads).  The staged words go through registers of their own
+        (not P's, spent by then: with OVERLAP the next tile's S is in flight, and ptxas
+        serializes every wgmma when ordinary instructions write a wgmma's operands then)."""
         for r in range(2):
             fragments.stage_row_pairs(o_stage, acc_o, r, NT_O, fin[r], BF16)
             lane = cuda.threadIdx.x & 31  # read here: held across the key walk, it spilled at d = 64 causal
             row = row0 + (lane >> 2) + 8 * r
             if row < seqlen_q and (lane & 3) == 0:
                 lse[b, h, q0 + row] = fin[2 + r]
-        fragments.store_staged_rows(out32, b, q0 + row0, h, o_stage, seqlen_q - row0, NT_O, p_frag, CHUNKS)
+        words = cuda.local.array(STAGED_WORDS, uint32)
+        fragments.store_staged_rows(out32, b, q0 + row0, h, o_stage, seqlen_q - row0, NT_O, words, CHUNKS)
 
     @device_function
-    def finish(acc_o, fin, p_frag, o_stage, out32, lse, v_empty, b, h, q0, row0, seqlen_q, IN_FLIGHT):
-        """A pending tile's end (``OVERLAP``): wait for its last P·V (``IN_FLIGHT``: one
-        wgmma group committed after it, the next tile's first S, may still run), release
-        that V stage (``v_empty``), then :func:`store_tile`."""
-        if IN_FLIGHT:
-            ptx.wgmma_wait_group(1)
-        else:
-            ptx.wgmma_wait_group(0)
-        ptx.mbarrier_arrive(v_empty)
-        store_tile(acc_o, fin, p_frag, o_stage, out32, lse, b, h, q0, row0, seqlen_q)
+    def first_scores(params, alibi, softmax_scale, fx, seq, h, mi, cw, q_full, done, pos, acc_s, bias_frag, q_wg, k_base,
+                     kx_base):  # fmt: skip
+        """``OVERLAP``, with this tile's last P·V in flight: the block's next tile (sequence
+        ``seq``, head ``h``, mask info ``mi``) has rows of this consumer and key tiles; wait
+        for its Q and first K and issue its first S (ALiBi's bias fragment its head's)
+        behind the P·V.  The caller then waits for both."""
+        sn = pos % STAGES
+        wait_phase(q_full, done & 1)  # its Q landed
+        wait_phase(q_full + K_FULL + 8 * sn, (pos // STAGES) & 1)
+        if ALIBI_MMA:
+            nsi, _ = score.head_info(params, alibi, fx, seq, h, softmax_scale, mi, SOFTMAX, F)
+            fragments.bias_fragment(bias_frag, nsi[2], BF16)
+        take_turn(cw)
+        ptx.wgmma_fence()  # acc_s was written by ordinary instructions
+        issue_bias(acc_s, bias_frag, kx_base)
+        issue_scores(acc_s, q_wg, k_base + sn * KV_BYTES)
+        pass_turn(cw)
 
     @device_function
     def take_turn(cw):
@@ -467,10 +484,12 @@ def wgmma_forward_kernel(t: TcTiles, variant: Variant, dtype: str, persistent: b
             ptx.named_barrier_arrive(1, 256)
         pos = 0  # the ring's position, as the producer's
         done = 0
-        # OVERLAP: a tile's last P·V is not waited for; its epilogue runs under the next
-        # tile's first S (``finish``).  ``pending``: such a tile; ep_*: where its O goes.
-        pending = False
-        ep_b = ep_h = ep_q0 = ep_row0 = ep_seqlen = ep_stage = 0
+        # OVERLAP: a tile's last P·V runs under the next tile's first S, issued at the end of
+        # this tile's iteration, and the epilogue under that S; ``prefetched``: the tile's first
+        # S was issued and waited for so (its scores are in acc_s).  Every path through the
+        # loop's control flow reaches a merge point with no wgmma in flight: ptxas serializes
+        # every wgmma of the kernel otherwise (S and P·V would no longer overlap anywhere).
+        prefetched = False
         for tile in range(cuda.blockIdx.x, tiles_end, tiles_step):
             start_m, b, h, hk, q0, k0, mi, seq, vr, n_lo, n_hi, live = tile_walk(tile, gx, gy, gz, q, k, params, cu_q,
                                                                                  cu_k, fx)  # fmt: skip
@@ -480,10 +499,6 @@ def wgmma_forward_kernel(t: TcTiles, variant: Variant, dtype: str, persistent: b
             rows0 = start_m + 64 * cw  # this consumer's first query row
             # q_full's phase first, then q_empty's arrival (it must not count towards the previous tile's)
             wait_phase(q_full, done & 1)
-            if pending and (rows0 >= seqlen_q or n_hi == n_lo):  # no first S to overlap: the previous O now
-                finish(acc_o, fin, p_frag, o_stage, out32, lse, q_full + V_EMPTY + 8 * ep_stage, ep_b, ep_h, ep_q0,
-                       ep_row0, ep_seqlen, 0)  # fmt: skip
-                pending = False
             if rows0 >= seqlen_q:  # rows past the sequence (the last block): release each tile, compute nothing
                 ptx.mbarrier_arrive(q_full + Q_EMPTY)
                 for j in range(n_lo, n_hi):
@@ -506,6 +521,7 @@ def wgmma_forward_kernel(t: TcTiles, variant: Variant, dtype: str, persistent: b
             si, di = score.head_info(params, alibi, fx, seq, h, softmax_scale, mi, SOFTMAX, F)
             if ALIBI_MMA:  # v = slope / scale (raw scores) split in three 16-bit values
                 fragments.bias_fragment(bias_frag, si[2], BF16)
+            softmax.start_rows(acc_o, O_REGS, m_i, l_i, 2)
             # Tile i's S = Q·K_iᵀ is issued with tile i − 1's acc += P·V, and its softmax runs
             # while that P·V is still on the tensor cores (FlashAttention-3's intra-warpgroup
             # overlap); acc is rescaled by tile i's alpha once that P·V completed. The first
@@ -513,25 +529,20 @@ def wgmma_forward_kernel(t: TcTiles, variant: Variant, dtype: str, persistent: b
             # serializes all wgmma of a kernel whose in-flight wgmma cross a divergent branch).
             if n_hi > n_lo:
                 s = pos % STAGES
-                wait_phase(q_full + K_FULL + 8 * s, (pos // STAGES) & 1)
-                take_turn(cw)
-                ptx.wgmma_fence()  # acc_s was written by ordinary instructions
-                issue_bias(acc_s, bias_frag, kx_base)
-                issue_scores(acc_s, q_wg, k_base + s * KV_BYTES)
-                pass_turn(cw)
-                if pending:  # the previous tile's O, while this S runs (its P·V was committed before it)
-                    finish(acc_o, fin, p_frag, o_stage, out32, lse, q_full + V_EMPTY + 8 * ep_stage, ep_b, ep_h,
-                           ep_q0, ep_row0, ep_seqlen, 1)  # fmt: skip
-                    pending = False
-                softmax.start_rows(acc_o, O_REGS, m_i, l_i, 2)
+                if not prefetched:
+                    wait_phase(q_full + K_FULL + 8 * s, (pos // STAGES) & 1)
+                    take_turn(cw)
+                    ptx.wgmma_fence()  # acc_s was written by ordinary instructions
+                    issue_bias(acc_s, bias_frag, kx_base)
+                    issue_scores(acc_s, q_wg, k_base + s * KV_BYTES)
+                    pass_turn(cw)
+                    ptx.wgmma_wait_group(0)
+                    ptx.mbarrier_arrive(q_full + K_EMPTY + 8 * s)  # this thread is done with K_0
                 start_n = tile_at(n_lo, vr, F) * BLOCK_N
-                d0 = fragments.lane_distance(row0, start_n, mi, False)  # while S runs (ALiBi's)
-                ptx.wgmma_wait_group(0)
-                ptx.mbarrier_arrive(q_full + K_EMPTY + 8 * s)  # this thread is done with K_0
+                d0 = fragments.lane_distance(row0, start_n, mi, False)
                 scores_to_p(acc_s, alpha, m_i, l_i, n_lo, start_n, d0, row0, rows0, si, di, mi, vr)
                 pack_p(p_frag, acc_s, row0, start_n, di)  # acc_o is 0: no rescale
-            else:
-                softmax.start_rows(acc_o, O_REGS, m_i, l_i, 2)
+            prefetched = False
             for j in range(n_lo + 1, n_hi):
                 g = pos + j - n_lo
                 s, sp = g % STAGES, (g - 1) % STAGES
@@ -566,16 +577,26 @@ def wgmma_forward_kernel(t: TcTiles, variant: Variant, dtype: str, persistent: b
                 ptx.wgmma_fence()
                 issue_pv(acc_o, p_frag, v_base + s * KV_BYTES)
                 pass_turn(cw)
-                if OVERLAP:  # waited for under the next tile's first S (or after the walk)
-                    pending = True
-                    ep_b, ep_h, ep_q0, ep_row0, ep_seqlen, ep_stage = b, h, q0, row0, seqlen_q, s
-                    continue
+                if OVERLAP and tile + tiles_step < tiles_end:
+                    # the block's next tile: if it has rows of this consumer and key tiles, its first S
+                    # goes behind this P·V (``first_scores``)
+                    nm, _, nh, _, _, _, nmi, nseq, _, nlo, nhi, nlive = tile_walk(tile + tiles_step, gx, gy, gz, q, k,
+                                                                                  params, cu_q, cu_k, fx)  # fmt: skip
+                    if nlive and nm + 64 * cw < nmi[0] and nhi > nlo:
+                        first_scores(params, alibi, softmax_scale, fx, nseq, nh, nmi, cw, q_full, done, pos, acc_s,
+                                     bias_frag, q_wg, k_base, kx_base)  # fmt: skip
+                        # this tile's P·V landed (the next S, committed after it, may still run); the
+                        # epilogue while that S runs; then the S done
+                        ptx.wgmma_wait_group(1)
+                        ptx.mbarrier_arrive(q_full + V_EMPTY + 8 * s)
+                        store_tile(acc_o, fin, o_stage, out32, lse, b, h, q0, row0, seqlen_q)
+                        ptx.wgmma_wait_group(0)
+                        ptx.mbarrier_arrive(q_full + K_EMPTY + 8 * (pos % STAGES))  # done with the next K_0
+                        prefetched = True
+                        continue
                 ptx.wgmma_wait_group(0)
                 ptx.mbarrier_arrive(q_full + V_EMPTY + 8 * s)
-            store_tile(acc_o, fin, p_frag, o_stage, out32, lse, b, h, q0, row0, seqlen_q)
-        if pending:  # the block's last tile
-            finish(acc_o, fin, p_frag, o_stage, out32, lse, q_full + V_EMPTY + 8 * ep_stage, ep_b, ep_h, ep_q0,
-                   ep_row0, ep_seqlen, 0)  # fmt: skip
+            store_tile(acc_o, fin, o_stage, out32, lse, b, h, q0, row0, seqlen_q)
         if PINGPONG and cw == 0:  # the last consumer's credit past the block's last turn
             ptx.named_barrier_sync(1, 256)
 
