@@ -39,7 +39,7 @@ def _plan_env() -> tuple:
     return (os.environ.get("NUMBA_FLASH_TILES"),) + tuple(
         os.environ.get(f"NUMBA_FLASH_{x}") for x in ("WGMMA", "WGMMA_PERSISTENT", "WGMMA_CONSUMERS", "WGMMA_BWD_RING",
                                                       "WGMMA_PINGPONG", "RAW_SCORES", "EX2_EMULATE",
-                                                      "ALIBI_PRODUCTS"))  # fmt: skip
+                                                      "ALIBI_PRODUCTS", "WGMMA_OVERLAP"))  # fmt: skip
 
 
 def _plan(problem: P.Problem) -> P.Plan:

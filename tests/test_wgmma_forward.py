@@ -200,6 +200,18 @@ def check_varlen_forward(rng, dtype, d, causal, lens_q, lens_k, H=2, H_kv=1, **k
 
 
 @pytest.mark.usefixtures("wgmma_on", "poisoned_outputs")
+@pytest.mark.parametrize("causal", [False, True])
+def test_wgmma_forward_epilogue_under_the_next_s(monkeypatch, rng, causal):
+    """``NUMBA_FLASH_WGMMA_OVERLAP=1``: two persistent blocks over 10 varlen tiles (empty,
+    single-row and partial sequences, four tiles past their sequence, GQA, ALiBi), each
+    tile's first S issued behind the previous tile's last P·V where it can be, its O
+    written under that S."""
+    monkeypatch.setenv("NUMBA_FLASH_WGMMA_OVERLAP", "1")
+    slopes = (0.05 + 0.95 * rng.random(2)).astype(np.float32)
+    check_varlen_forward(rng, "bfloat16", 128, causal, [5, 0, 70, 1, 33], [7, 4, 90, 1, 20], alibi_slopes=slopes)
+
+
+@pytest.mark.usefixtures("wgmma_on", "poisoned_outputs")
 def test_wgmma_forward_varlen(rng):
     """Empty, length-1 and partial sequences, Nq ≠ Nk, GQA, causal; two persistent
     blocks over 10 tiles (the simulator's ``_sms``), four of them past their sequence."""
@@ -284,6 +296,9 @@ def test_wgmma_forward_compiles_for_sm_90a(monkeypatch, d, causal, seqlen, regs,
     from numba_flash.inspection import inspect_kernels
 
     monkeypatch.setenv("NUMBA_FLASH_WGMMA_PERSISTENT", persistent)
+    # one persistent case with the epilogue under the next tile's first S (``overlap_epilogue``)
+    overlap = persistent == "3" and d == 128 and not causal
+    monkeypatch.setenv("NUMBA_FLASH_WGMMA_OVERLAP", "1" if overlap else "0")
 
     (r,) = inspect_kernels("forward", "float16", d, causal, arch="sm_90a", seqlen_q=seqlen)
     assert r.name == "wgmma_forward" and r.arch == "sm_90a"
@@ -291,8 +306,8 @@ def test_wgmma_forward_compiles_for_sm_90a(monkeypatch, d, causal, seqlen, regs,
     # S (n = 128, both operands from shared memory) and P·V (n = d, A from registers, B
     # MN-major): d/16 of S and BLOCK_N/16 = 8 of P·V, each twice (the peeled first
     # tile's S and the loop's; the loop's P·V and the last tile's)
-    # (and in a persistent kernel a third S: the next tile's first, behind the last P·V)
-    s_sites = 3 if persistent else 2
+    # (and with the overlap a third S: the next tile's first, behind the last P·V)
+    s_sites = 3 if overlap else 2
     s_count = r.ptx.count("wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 ")
     pv = f"wgmma.mma_async.sync.aligned.m64n{d}k16.f32.f16.f16 "
     assert (s_count, r.ptx.count(pv)) == ((s_sites * d // 16 + 2 * 8, s_sites * d // 16 + 2 * 8) if d == 128
@@ -304,9 +319,9 @@ def test_wgmma_forward_compiles_for_sm_90a(monkeypatch, d, causal, seqlen, regs,
     assert r.ptx.count("mbarrier.init.shared::cta.b64") == 3 + 4 * 2  # q_full, q_empty, v_land, the ring's four a stage
     assert ("%nctaid.x" in r.ptx) == bool(persistent)  # the tile loop's stride, gridDim.x: compiled away otherwise
     assert r.local_bytes_ptx == 0 and "ld.local" not in r.ptx and "st.local" not in r.ptx
-    # the epilogue through shared memory: whole rows of O in 16-byte stores, d/64 · 4 a warp; a
-    # persistent kernel has it twice (``store_tile``: under the next tile's first S, or not)
-    assert r.ptx.count("st.global.v4.b32") == d // 16 * (2 if persistent else 1)
+    # the epilogue through shared memory: whole rows of O in 16-byte stores, d/64 · 4 a warp; with
+    # the overlap twice (``store_tile``: under the next tile's first S, or not)
+    assert r.ptx.count("st.global.v4.b32") == d // 16 * (2 if overlap else 1)
     if r.registers is not None and not r.assembler.startswith("nvJitLink"):
         # ptxas assembles the whole program, as the driver's JIT does on the GPU
         # (``_numba_cuda.whole_program_dispatcher``); nvJitLink assembles a relocatable

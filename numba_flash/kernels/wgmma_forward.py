@@ -88,8 +88,9 @@ blockIdx.x, + gridDim.x, … of the virtual grid (``block_info.linear_coords``,
 ``grid_coords``: the order a full grid's blocks would start in); the producer loads a
 tile's Q once the consumers released the previous one (``q_empty``, after their last
 S) and the ring's position runs on across tiles, so a tile's Q and first K/V land while
-the previous tile's last P·V and epilogue run.  A consumer does not wait for a tile's
-last P·V either (``OVERLAP``): it takes the epilogue's factors (1 / l, lse) once the
+the previous tile's last P·V and epilogue run.  Switched on (``overlap_epilogue``,
+off by default: measured no faster), a consumer does not wait for a tile's last P·V
+either (``OVERLAP``): it takes the epilogue's factors (1 / l, lse) once the
 softmax is final, issues the block's next tile's first S behind that P·V
 (``first_scores``, when that tile has rows of this consumer and key tiles), then waits
 for the P·V (``wgmma_wait_group(1)``), releases its V stage and writes O
@@ -197,7 +198,8 @@ def threads(t: TcTiles) -> int:
 
 @functools.lru_cache(maxsize=None)
 def wgmma_forward_kernel(t: TcTiles, variant: Variant, dtype: str, persistent: bool = True, pingpong: bool = False,
-                         domain: int = 1, emulate: int = 0, alibi_mma: bool = False, key_rows: int = BLOCK_N):
+                         domain: int = 1, emulate: int = 0, alibi_mma: bool = False, key_rows: int = BLOCK_N,
+                         overlap: bool = False):
     """``kernel[grid, threads(t), stream, smem_bytes(t)](q, k, v, out32, lse, softmax_scale, params, alibi,
     cu_seqlens_q, cu_seqlens_k, fx, tmaps)``: ``tc_forward_kernel``'s arguments and outputs, and the tensor
     maps of q, k and v (``tma.attention_maps``).  ``persistent``: a block runs tiles blockIdx.x,
@@ -206,7 +208,8 @@ def wgmma_forward_kernel(t: TcTiles, variant: Variant, dtype: str, persistent: b
     the consumers issue their wgmma in turns (``pingpong``'s docstring).  ``domain``: the softmax's
     (``softmax.domain(variant, capped=True)``); ``emulate``: :func:`ex2_emulated_every`'s k;
     ``alibi_mma``: ALiBi's bias on the tensor cores (:func:`alibi_on_products`; raw scores);
-    ``key_rows``: a paged cache's K/V boxes (:func:`key_box`; the maps' key boxes)."""
+    ``key_rows``: a paged cache's K/V boxes (:func:`key_box`; the maps' key boxes);
+    ``overlap``: the epilogue under the next tile's first S (:func:`overlap_epilogue`)."""
     HEAD_DIM, BLOCK_M, PERSISTENT, PINGPONG = t.head_dim, t.block_m, persistent, pingpong
     CONSUMERS = BLOCK_M // 64
     THREADS, CONSUMER_THREADS = threads(t), 128 * CONSUMERS
@@ -218,8 +221,8 @@ def wgmma_forward_kernel(t: TcTiles, variant: Variant, dtype: str, persistent: b
     SOFTMAX = domain  # softcap: the cap in the exponent's FFMA
     EMULATE = emulate  # softcap: some of the exponentials off the SFU
     KEY_BOX = key_rows  # a paged cache's K/V tile: BLOCK_N / KEY_BOX TMA boxes, each within a page
-    # persistent blocks: a tile's epilogue waits for its last P·V under the next tile's first S
-    OVERLAP = persistent
+    # persistent blocks, switched on (``overlap_epilogue``): the next tile's first S behind a tile's last P·V
+    OVERLAP = persistent and overlap
     KSTEPS = HEAD_DIM // 16  # k-slices of Q·Kᵀ
     NT_S = BLOCK_N // 8
     NT_O = HEAD_DIM // 8
@@ -640,6 +643,17 @@ def alibi_on_products(t: TcTiles, variant: Variant) -> bool:
             and t.block_m == 128 and smem_bytes(t, True) <= SMEM_LIMIT)  # fmt: skip
 
 
+def overlap_epilogue() -> bool:
+    """A persistent block's consumers issue the next tile's first S behind a tile's last
+    P·V and write the tile's O while that S runs (``OVERLAP``; the module docstring).
+    Off by default: on the H200 (docs/benchmarks/2026-12-03-s19, call 3) it left
+    (1, 16, 16384, 128) causal where it was (504 against 498 TF/s) and made the window
+    (1024, 0) it was meant for 5% slower (0.341 against 0.323 ms): the consumer then
+    waits for the next tile's Q and first K before the epilogue, where it used to write O
+    while they landed.  ``NUMBA_FLASH_WGMMA_OVERLAP=1`` turns it on."""
+    return os.environ.get("NUMBA_FLASH_WGMMA_OVERLAP", "0") == "1"
+
+
 def pingpong(t: TcTiles) -> bool:
     """The consumers issue their wgmma in turns (FlashAttention-3's ping-pong): before a
     slot's products (the peeled S, each S with the previous P·V, the last P·V) a
@@ -714,7 +728,7 @@ def launches(t: TcTiles, variant: Variant, dtype: str, sz: spec.Sizes, page_rows
     dom = softmax.CAPPED if bias else softmax.domain(variant, capped=True)  # raw scores there too
     box = key_box(page_rows) if variant.paged else BLOCK_N
     kern = wgmma_forward_kernel(t, variant, dtype, n < tiles, pingpong(t), dom, ex2_emulated_every(variant), bias,
-                                box)  # fmt: skip
+                                box, overlap_epilogue())  # fmt: skip
     args = spec.forward_args("u16", tc_out_view(t)) + (spec.Arg("tmaps"),)
     return [spec.KernelLaunch("wgmma_forward", kern, t, (n, 1, 1), threads(t), smem_bytes(t, bias), args,
                               (t.block_m, t.block_n, False), boxes=(t.block_m, box))]  # fmt: skip
