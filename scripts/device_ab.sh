@@ -18,3 +18,23 @@ variants() {
     --dropout-only > "$out/c_$run.txt" 2>&1
   echo "variants $run rc=$? at ${SECONDS}s" >> "$out/c_$run.txt"
 }
+
+# `side RUN SECONDS NAME SCRIPT ARGS...`: python3 SCRIPT $out/NAME_RUN.jsonl ARGS on tmp_old
+# (RUN=old) or tmp_new, under a time limit, its output in $out/NAME_RUN.txt.
+side() {
+  local run=$1 limit=$2 name=$3 script=$4 pp=$PWD:$base
+  shift 4
+  [ "$run" = old ] && pp=$root/tmp_old:$base
+  env PYTHONPATH="$pp" timeout "$limit" python3 "$script" "$out/${name}_$run.jsonl" "$@" > "$out/${name}_$run.txt" 2>&1
+  echo "$name $run rc=$? at ${SECONDS}s" >> "$out/${name}_$run.txt"
+}
+
+# `sanitize TOOL MODE SECONDS`: compute-sanitizer's TOOL on sanitize_small.py MODE, appended
+# to $out/b_sanitize.txt (memcheck without the driver's host API errors).
+sanitize() {
+  local tool=$1 mode=$2 limit=$3 extra=()
+  [ "$tool" = memcheck ] && extra=(--report-api-errors no)
+  timeout "$limit" compute-sanitizer --tool "$tool" "${extra[@]}" python3 scripts/sanitize_small.py "$mode" \
+    >> "$out/b_sanitize.txt" 2>&1
+  echo "$tool $mode rc=$? at ${SECONDS}s" >> "$out/b_sanitize.txt"
+}

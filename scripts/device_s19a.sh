@@ -11,18 +11,9 @@ timeout 170 python3 -m pytest -v -rf --tb=short -p no:cacheprovider -m gpu tests
   tests/test_wgmma_forward.py -k "prefill or deterministic or varlen" \
   > "$out/a_pytest.txt" 2>&1
 echo "pytest rc=$? at ${SECONDS}s" >> "$out/a_pytest.txt"
-timeout 60 compute-sanitizer --tool memcheck --report-api-errors no python3 scripts/sanitize_small.py kvcache \
-  > "$out/b_sanitize.txt" 2>&1
-echo "memcheck rc=$? at ${SECONDS}s" >> "$out/b_sanitize.txt"
-timeout 80 compute-sanitizer --tool racecheck python3 scripts/sanitize_small.py kvcache >> "$out/b_sanitize.txt" 2>&1
-echo "racecheck rc=$? at ${SECONDS}s" >> "$out/b_sanitize.txt"
-for run in old new; do
-  pp=$PWD:$base
-  [ "$run" = old ] && pp=$root/tmp_old:$base
-  env PYTHONPATH="$pp" timeout 70 python3 scripts/bench_decode.py "$out/c_$run.jsonl" --prefill-only \
-    --pages 16,64,256 > "$out/c_$run.txt" 2>&1
-  echo "prefill $run rc=$? at ${SECONDS}s" >> "$out/c_$run.txt"
-done
+sanitize memcheck kvcache 60
+sanitize racecheck kvcache 80
+for run in old new; do side $run 70 c scripts/bench_decode.py --prefill-only --pages 16,64,256; done
 timeout 100 ncu --clock-control none --section LaunchStats --section Occupancy --section SpeedOfLight \
   --metrics gpu__time_duration.sum,dram__bytes_read.sum python3 scripts/ncu_decode.py 4096 > "$out/d_ncu.txt" 2>&1
 echo "ncu rc=$? at ${SECONDS}s" >> "$out/d_ncu.txt"

@@ -12,26 +12,17 @@ out=$1
 timeout 200 python3 -m pytest -v -rf --tb=short -p no:cacheprovider -m gpu tests/test_kvcache.py \
   tests/test_merge.py tests/test_wgmma_forward.py > "$out/a_pytest.txt" 2>&1
 echo "pytest rc=$? at ${SECONDS}s" >> "$out/a_pytest.txt"
-timeout 90 compute-sanitizer --tool memcheck --report-api-errors no python3 scripts/sanitize_small.py kvcache \
-  > "$out/b_sanitize.txt" 2>&1
-echo "memcheck rc=$? at ${SECONDS}s" >> "$out/b_sanitize.txt"
-timeout 60 compute-sanitizer --tool racecheck python3 scripts/sanitize_small.py kvcache >> "$out/b_sanitize.txt" 2>&1
-echo "racecheck rc=$? at ${SECONDS}s" >> "$out/b_sanitize.txt"
-timeout 60 compute-sanitizer --tool racecheck python3 scripts/sanitize_small.py wgmma >> "$out/b_sanitize.txt" 2>&1
-echo "racecheck wgmma rc=$? at ${SECONDS}s" >> "$out/b_sanitize.txt"
+sanitize memcheck kvcache 90
+sanitize racecheck kvcache 60
+sanitize racecheck wgmma 60
 timeout 80 python3 scripts/bench_decode.py "$out/c_decode.jsonl" --decode-only --lengths 4096,32768 --sweep-at 4096 \
   > "$out/c_decode.txt" 2>&1
 echo "decode rc=$? at ${SECONDS}s" >> "$out/c_decode.txt"
 timeout 60 python3 scripts/bench_decode.py "$out/d_prefill.jsonl" --prefill-only --pages 16,64,256 \
   > "$out/d_prefill.txt" 2>&1
 echo "prefill rc=$? at ${SECONDS}s" >> "$out/d_prefill.txt"
-for run in old new; do  # the window and varlen rows: the epilogue under the next tile's first S
-  pp=$PWD:$base
-  [ "$run" = old ] && pp=$root/tmp_old:$base
-  env PYTHONPATH="$pp" timeout 75 python3 scripts/bench_variants.py "$out/e_$run.jsonl" --queued --short-walks \
-    > "$out/e_$run.txt" 2>&1
-  echo "variants $run rc=$? at ${SECONDS}s" >> "$out/e_$run.txt"
-done
+# the window and varlen rows: the epilogue under the next tile's first S
+for run in old new; do side $run 75 e scripts/bench_variants.py --queued --short-walks; done
 grep -E "FAILED|ERROR|passed|failed|rc=" "$out/a_pytest.txt" | grep -v PASSED | tail -12
 grep -E "ERROR SUMMARY|RACECHECK SUMMARY|finite: False|rc=|rror" "$out/b_sanitize.txt" | tail -8
 tail -14 "$out/c_decode.txt"
