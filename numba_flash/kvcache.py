@@ -40,7 +40,6 @@ import dataclasses
 import functools
 import math
 import numbers
-import os
 from collections import OrderedDict
 
 import numpy as np

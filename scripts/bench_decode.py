@@ -114,7 +114,6 @@ def main(path):
                    max_abs_diff=float(cp.abs(out_a.astype(cp.float32) - out_b.astype(cp.float32)).max()))  # fmt: skip
         rows.append(row)
         print(json.dumps(row), flush=True)
-        del kp, vp
     report(rows, path)
 
 

@@ -119,11 +119,14 @@ def check_kvcache(rng, dtype, *, causal=False, window=(-1, -1), softcap=0.0, num
     # the caches: appended rows as the reference wrote them (to one rounding), the rest untouched
     after = host(dev["k_cache"]), host(dev["v_cache"])
     for name, b4, now, ref in (("k_cache", before[0], after[0], ref_k), ("v_cache", before[1], after[1], ref_v)):
-        written = ~((ref == b4.astype(np.float64)) | (np.isnan(ref) & np.isnan(b4.astype(np.float64))))
-        assert np.array_equal(now[~written], b4[~written], equal_nan=True), f"{name}: entries outside the append changed"
+        was = b4.astype(np.float64)
+        written = ~((ref == was) | (np.isnan(ref) & np.isnan(was)))  # (poisoned rows stay NaN)
+        assert np.array_equal(now[~written], b4[~written], equal_nan=True), \
+            f"{name}: entries outside the append changed"
         if written.any():
             step = np.finfo(np.float32).eps if np.dtype(dtype) == np.float32 else 2.0 ** -7
-            assert np.max(np.abs(now[written].astype(np.float64) - ref[written])) <= 4 * step * np.nanmax(np.abs(ref)), \
+            diff = np.max(np.abs(now[written].astype(np.float64) - ref[written]))
+            assert diff <= 4 * step * np.nanmax(np.abs(ref)), \
                 f"{name}: appended rows"
     return out
 

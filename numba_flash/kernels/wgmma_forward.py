@@ -111,8 +111,9 @@ skipped by every role.
 A KV cache's pages (``flash_attention_with_kvcache``'s prefills; ``F[PAGED]``): queries
 packed as varlen, and a K/V tile copied in ``key_box`` rows a TMA box, each inside one
 page (``hopper.page_of_box``, ``load_page_boxes``: the producer warp's lanes look up a
-tile's pages a tile ahead, boxes past the sequence are not copied), so pages of 8, 16, 48 or 256 rows are read in place; V's rows past the
-sequence are zeroed as varlen's (``hopper.past_rows``).
+tile's pages a tile ahead, boxes past the sequence are not copied), so pages of 8, 16,
+48 or 256 rows are read in place; V's rows past the sequence are zeroed as varlen's
+(``hopper.past_rows``).
 
 Not yet (issue #13): a ping-pong of the consumers that pays (``pingpong``: measured
 slower, off); head dims past 128 or not a multiple of 8 (the others run on d = 64's or
@@ -229,6 +230,7 @@ def wgmma_forward_kernel(t: TcTiles, variant: Variant, dtype: str, persistent: b
     PSTEPS = BLOCK_N // 16  # k-slices of P·V
     S_REGS, O_REGS, P_REGS = NT_S * 4, NT_O * 4, PSTEPS * 4  # registers a thread (literals for local.array)
     STAGED_WORDS = 2 * NT_O  # the epilogue's staged words a lane (``fragments.store_staged_rows``)
+    assert P_REGS >= STAGED_WORDS  # p_frag, spent by then, holds them without OVERLAP
     DCOLS, _, _, HALVES = tc_array_layout(t)
     if DCOLS % 8 or HALVES:  # the epilogue stores 16-byte chunks of 8 columns
         raise ValueError(f"tiles {t}: the wgmma forward writes rows of a multiple of 8 columns")
@@ -322,7 +324,7 @@ def wgmma_forward_kernel(t: TcTiles, variant: Variant, dtype: str, persistent: b
             fin[2 + r] = lse_row
 
     @device_function
-    def store_tile(acc_o, fin, o_stage, out32, lse, b, h, q0, row0, seqlen_q):
+    def store_tile(acc_o, fin, p_frag, o_stage, out32, lse, b, h, q0, row0, seqlen_q):
         """The epilogue: O = acc · (1 / l) as 16-bit pairs into the warp's staging rows, then
         whole rows to HBM, one 16-byte store a lane (``fragments.store_staged_rows``: it
         syncs the warp before reading the rows and again after, before the warp's next
@@ -330,21 +332,25 @@ def wgmma_forward_kernel(t: TcTiles, variant: Variant, dtype: str, persistent: b
         rows from ``q0``) are not written; each row starts 16-byte aligned, as
         st.global.v4 needs: the API allocates out itself (C-contiguous, its base 256-byte
         aligned) and a row is d·2 bytes, d a multiple of 8 (plan's ``aligned`` covers only
-        q, k and v, which TMA reads).  The staged words go through registers of their own
-        (not P's, spent by then: with OVERLAP the next tile's S is in flight, and ptxas
-        serializes every wgmma when ordinary instructions write a wgmma's operands then)."""
+        q, k and v, which TMA reads).  The staged words go through P's registers (spent by
+        then), but with OVERLAP through registers of their own: the next tile's S is in
+        flight, and ptxas serializes every wgmma when ordinary instructions write a
+        wgmma's operands then."""
         for r in range(2):
             fragments.stage_row_pairs(o_stage, acc_o, r, NT_O, fin[r], BF16)
             lane = cuda.threadIdx.x & 31  # read here: held across the key walk, it spilled at d = 64 causal
             row = row0 + (lane >> 2) + 8 * r
             if row < seqlen_q and (lane & 3) == 0:
                 lse[b, h, q0 + row] = fin[2 + r]
-        words = cuda.local.array(STAGED_WORDS, uint32)
-        fragments.store_staged_rows(out32, b, q0 + row0, h, o_stage, seqlen_q - row0, NT_O, words, CHUNKS)
+        if OVERLAP:
+            words = cuda.local.array(STAGED_WORDS, uint32)
+            fragments.store_staged_rows(out32, b, q0 + row0, h, o_stage, seqlen_q - row0, NT_O, words, CHUNKS)
+        else:  # nothing in flight: P's registers, spent by now (fewer registers: no spills added)
+            fragments.store_staged_rows(out32, b, q0 + row0, h, o_stage, seqlen_q - row0, NT_O, p_frag, CHUNKS)
 
     @device_function
-    def first_scores(params, alibi, softmax_scale, fx, seq, h, mi, cw, q_full, done, pos, acc_s, bias_frag, q_wg, k_base,
-                     kx_base):  # fmt: skip
+    def first_scores(params, alibi, softmax_scale, fx, seq, h, mi, cw, q_full, done, pos, acc_s, bias_frag, q_wg,
+                     k_base, kx_base):  # fmt: skip
         """``OVERLAP``, with this tile's last P·V in flight: the block's next tile (sequence
         ``seq``, head ``h``, mask info ``mi``) has rows of this consumer and key tiles; wait
         for its Q and first K and issue its first S (ALiBi's bias fragment its head's)
@@ -532,17 +538,19 @@ def wgmma_forward_kernel(t: TcTiles, variant: Variant, dtype: str, persistent: b
             # serializes all wgmma of a kernel whose in-flight wgmma cross a divergent branch).
             if n_hi > n_lo:
                 s = pos % STAGES
-                if not prefetched:
+                start_n = tile_at(n_lo, vr, F) * BLOCK_N
+                if not prefetched:  # (each branch ends with nothing in flight: see OVERLAP)
                     wait_phase(q_full + K_FULL + 8 * s, (pos // STAGES) & 1)
                     take_turn(cw)
                     ptx.wgmma_fence()  # acc_s was written by ordinary instructions
                     issue_bias(acc_s, bias_frag, kx_base)
                     issue_scores(acc_s, q_wg, k_base + s * KV_BYTES)
                     pass_turn(cw)
+                    d0 = fragments.lane_distance(row0, start_n, mi, False)  # while S runs (ALiBi's)
                     ptx.wgmma_wait_group(0)
                     ptx.mbarrier_arrive(q_full + K_EMPTY + 8 * s)  # this thread is done with K_0
-                start_n = tile_at(n_lo, vr, F) * BLOCK_N
-                d0 = fragments.lane_distance(row0, start_n, mi, False)
+                else:  # issued and waited for at the end of the block's previous tile
+                    d0 = fragments.lane_distance(row0, start_n, mi, False)
                 scores_to_p(acc_s, alpha, m_i, l_i, n_lo, start_n, d0, row0, rows0, si, di, mi, vr)
                 pack_p(p_frag, acc_s, row0, start_n, di)  # acc_o is 0: no rescale
             prefetched = False
@@ -592,14 +600,14 @@ def wgmma_forward_kernel(t: TcTiles, variant: Variant, dtype: str, persistent: b
                         # epilogue while that S runs; then the S done
                         ptx.wgmma_wait_group(1)
                         ptx.mbarrier_arrive(q_full + V_EMPTY + 8 * s)
-                        store_tile(acc_o, fin, o_stage, out32, lse, b, h, q0, row0, seqlen_q)
+                        store_tile(acc_o, fin, p_frag, o_stage, out32, lse, b, h, q0, row0, seqlen_q)
                         ptx.wgmma_wait_group(0)
                         ptx.mbarrier_arrive(q_full + K_EMPTY + 8 * (pos % STAGES))  # done with the next K_0
                         prefetched = True
                         continue
                 ptx.wgmma_wait_group(0)
                 ptx.mbarrier_arrive(q_full + V_EMPTY + 8 * s)
-            store_tile(acc_o, fin, o_stage, out32, lse, b, h, q0, row0, seqlen_q)
+            store_tile(acc_o, fin, p_frag, o_stage, out32, lse, b, h, q0, row0, seqlen_q)
         if PINGPONG and cw == 0:  # the last consumer's credit past the block's last turn
             ptx.named_barrier_sync(1, 256)
 
