@@ -397,15 +397,21 @@ def mma_rows_trans(acc, a, tile, k0, lane, NT, ROW_BYTES, BF16):
 
 
 @device_function
+def pack16x2(lo, hi, BF16):
+    """``lo`` and ``hi`` rounded to bf16 (``BF16``) or fp16 and packed in one word, ``lo``
+    in the low half (``ptx.pack_bf16x2`` / ``pack_f16x2``)."""
+    if BF16:
+        return ptx.pack_bf16x2(lo, hi)
+    return ptx.pack_f16x2(lo, hi)
+
+
+@device_function
 def pack_a(frag, i, acc, s0, BF16):
     """``frag[i:i+4]`` = the 16-bit A fragment of the k-slice held by accumulator n-tiles
     ``acc[s0:s0+4]`` and ``acc[s0+4:s0+8]`` (columns 16·slice .. +15): their pairs
     rounded to fp16 (bf16 when ``BF16``), lower column in the low half."""
     for e in range(4):
-        if BF16:
-            frag[i + e] = ptx.pack_bf16x2(acc[s0 + 2 * e], acc[s0 + 2 * e + 1])
-        else:
-            frag[i + e] = ptx.pack_f16x2(acc[s0 + 2 * e], acc[s0 + 2 * e + 1])
+        frag[i + e] = pack16x2(acc[s0 + 2 * e], acc[s0 + 2 * e + 1], BF16)
 
 
 @device_function
@@ -419,7 +425,7 @@ def store_row_pairs(dst, b, row, h, acc, A0, NT, tq, scale, BF16, DCOLS=0, HALVE
     for nt in range(NT):
         x0 = acc[A0 + nt * 4] * scale
         x1 = acc[A0 + nt * 4 + 1] * scale
-        w = ptx.pack_bf16x2(x0, x1) if BF16 else ptx.pack_f16x2(x0, x1)
+        w = pack16x2(x0, x1, BF16)
         col = nt * 8 + 2 * tq
         if HALVES:
             if DCOLS == 0 or col < DCOLS:
@@ -467,7 +473,7 @@ def stage_row_pairs(stage, acc, half, NT, scale, BF16):
     for nt in range(NT):
         x0 = acc[nt * 4 + 2 * half] * scale
         x1 = acc[nt * 4 + 2 * half + 1] * scale
-        w = ptx.pack_bf16x2(x0, x1) if BF16 else ptx.pack_f16x2(x0, x1)
+        w = pack16x2(x0, x1, BF16)
         ptx.st_shared_b32(at + ((nt ^ (row & 7)) << 4), w)
 
 
@@ -607,9 +613,8 @@ def store_tf32_row(dst, b, row, h, acc, r, tq, OGROUPS, scale):
 @device_function
 def _to16(x, BF16):
     """``x`` rounded to fp16 (bf16 when ``BF16``) and back to float32."""
-    if BF16:
-        return ptx.unpack_bf16x2(ptx.pack_bf16x2(x, float32(0.0)))[0]
-    return ptx.unpack_f16x2(ptx.pack_f16x2(x, float32(0.0)))[0]
+    w = pack16x2(x, float32(0.0), BF16)
+    return ptx.unpack_bf16x2(w)[0] if BF16 else ptx.unpack_f16x2(w)[0]
 
 
 @device_function
@@ -624,9 +629,9 @@ def bias_fragment(frag, v, BF16):
     t = cuda.threadIdx.x & 3
     w = uint32(0)
     if t == 0:
-        w = ptx.pack_bf16x2(hi, mid) if BF16 else ptx.pack_f16x2(hi, mid)
+        w = pack16x2(hi, mid, BF16)
     elif t == 1:
-        w = ptx.pack_bf16x2(lo, float32(0.0)) if BF16 else ptx.pack_f16x2(lo, float32(0.0))
+        w = pack16x2(lo, float32(0.0), BF16)
     frag[0] = w
     frag[1] = w
     frag[2] = uint32(0)
@@ -649,7 +654,7 @@ def stage_key_ramp(base, tid, THREADS, ROWS, BF16):
         val = uint32(0)
         if (chunk ^ (r & 7)) == 0:  # the row's logical chunk 0: columns 0–7
             if k == 0:
-                val = ptx.pack_bf16x2(x, x) if BF16 else ptx.pack_f16x2(x, x)
+                val = pack16x2(x, x, BF16)
             elif k == 1:
-                val = ptx.pack_bf16x2(x, float32(0.0)) if BF16 else ptx.pack_f16x2(x, float32(0.0))
+                val = pack16x2(x, float32(0.0), BF16)
         ptx.st_shared_b32(base + 4 * w, val)

@@ -79,19 +79,17 @@ def page_of_box(cache, start, seqlen, pg, lane, ROWS, BOX):
 
 
 @device_function
-def load_page_boxes(dst, tmap, page, row, h, bar, lead, ATOMS, ATOM_BYTES, ROWS, BOX):
-    """A paged tile into the tile at ``dst``, by the producer warp (every lane takes part
-    in the shuffles; lane 0, ``lead``, issues): lane i's ``page``, ``row`` are box i's
-    (:func:`page_of_box`); ``arrive.expect_tx`` of the boxes' bytes on ``bar``, then
-    each box's TMA copies (head ``h``; the map's box over the cache, (pages, page rows,
-    H_kv, d)) to rows ``i·BOX`` … of every atom.  Boxes past the sequence are not copied:
-    those rows keep what the stage held, which masking ignores in K and ``past_rows``
-    zeroes in V."""
-    boxes = 0
-    for i in range(ROWS // BOX):
-        if cuda.shfl_sync(FULL_MASK, page, i) >= 0:
-            boxes += 1
+def load_page_boxes(dst, tmap, page, row, start, seqlen, h, bar, lead, ATOMS, ATOM_BYTES, ROWS, BOX):
+    """A paged tile (rows ``start`` … of a sequence of ``seqlen`` keys) into the tile at
+    ``dst``, by the producer warp (every lane takes part in the shuffles; lane 0,
+    ``lead``, issues): lane i's ``page``, ``row`` are box i's (:func:`page_of_box`);
+    ``arrive.expect_tx`` of the boxes' bytes on ``bar``, then each box's TMA copies
+    (head ``h``; the map's box over the cache, (pages, page rows, H_kv, d)) to rows
+    ``i·BOX`` … of every atom.  Boxes past the sequence (page −1) are not copied: those
+    rows keep what the stage held, which masking ignores in K and ``past_rows`` zeroes
+    in V."""
     if lead:
+        boxes = min(ROWS, seqlen - start + BOX - 1) // BOX  # the boxes page_of_box gave a page
         ptx.mbarrier_arrive_expect_tx(bar, boxes * BOX * 128 * ATOMS)
     for i in range(ROWS // BOX):
         p = cuda.shfl_sync(FULL_MASK, page, i)

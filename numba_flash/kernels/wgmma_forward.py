@@ -290,13 +290,13 @@ def wgmma_forward_kernel(t: TcTiles, variant: Variant, dtype: str, persistent: b
             wgmma_bias(acc_s, 0, bias_frag, 0, sw128_desc(kx_base), 0)
 
     @device_function
-    def load_keys(dst, tmap, start_n, k0, hk, b, page, row, bar, lead):
+    def load_keys(dst, tmap, start_n, seqlen_k, k0, hk, b, page, row, bar, lead):
         """The producer warp's copy of a K or V tile (keys ``start_n`` … of the sequence)
         into ``dst``, completing on ``bar``: rows ``k0 + start_n`` … of the arrays, or a
         KV cache's pages in boxes of ``KEY_BOX`` rows, the lanes' ``page``, ``row``
         (``hopper.page_of_box``, ``load_page_boxes``).  Lane 0 (``lead``) issues."""
         if F[PAGED]:
-            load_page_boxes(dst, tmap, page, row, hk, bar, lead, ATOMS, KV_ATOM, BLOCK_N, KEY_BOX)
+            load_page_boxes(dst, tmap, page, row, start_n, seqlen_k, hk, bar, lead, ATOMS, KV_ATOM, BLOCK_N, KEY_BOX)
         elif lead:
             ptx.mbarrier_arrive_expect_tx(bar, KV_BYTES)
             load_rows(dst, tmap, k0 + start_n, hk, b, bar, ATOMS, KV_ATOM)
@@ -349,23 +349,29 @@ def wgmma_forward_kernel(t: TcTiles, variant: Variant, dtype: str, persistent: b
             fragments.store_staged_rows(out32, b, q0 + row0, h, o_stage, seqlen_q - row0, NT_O, p_frag, CHUNKS)
 
     @device_function
+    def issue_first_scores(acc_s, bias_frag, q_wg, k_base, kx_base, q_full, pos, cw):
+        """A tile's first S, with no P·V of its own beside it: wait for its K (ring
+        position ``pos``), then ALiBi's k-slice and Q·Kᵀ in one group (in its turn)."""
+        s = pos % STAGES
+        wait_phase(q_full + K_FULL + 8 * s, (pos // STAGES) & 1)
+        take_turn(cw)
+        ptx.wgmma_fence()  # acc_s was written by ordinary instructions
+        issue_bias(acc_s, bias_frag, kx_base)
+        issue_scores(acc_s, q_wg, k_base + s * KV_BYTES)
+        pass_turn(cw)
+
+    @device_function
     def first_scores(params, alibi, softmax_scale, fx, seq, h, mi, cw, q_full, done, pos, acc_s, bias_frag, q_wg,
                      k_base, kx_base):  # fmt: skip
         """``OVERLAP``, with this tile's last P·V in flight: the block's next tile (sequence
         ``seq``, head ``h``, mask info ``mi``) has rows of this consumer and key tiles; wait
-        for its Q and first K and issue its first S (ALiBi's bias fragment its head's)
-        behind the P·V.  The caller then waits for both."""
-        sn = pos % STAGES
+        for its Q and issue its first S (ALiBi's bias fragment its head's) behind the P·V.
+        The caller then waits for both."""
         wait_phase(q_full, done & 1)  # its Q landed
-        wait_phase(q_full + K_FULL + 8 * sn, (pos // STAGES) & 1)
         if ALIBI_MMA:
             nsi, _ = score.head_info(params, alibi, fx, seq, h, softmax_scale, mi, SOFTMAX, F)
             fragments.bias_fragment(bias_frag, nsi[2], BF16)
-        take_turn(cw)
-        ptx.wgmma_fence()  # acc_s was written by ordinary instructions
-        issue_bias(acc_s, bias_frag, kx_base)
-        issue_scores(acc_s, q_wg, k_base + sn * KV_BYTES)
-        pass_turn(cw)
+        issue_first_scores(acc_s, bias_frag, q_wg, k_base, kx_base, q_full, pos, cw)
 
     @device_function
     def take_turn(cw):
@@ -456,7 +462,7 @@ def wgmma_forward_kernel(t: TcTiles, variant: Variant, dtype: str, persistent: b
                         start_n = tile_at(j, vr, F) * BLOCK_N
                         if pos >= STAGES:  # the consumers released this stage's last fill
                             wait_phase(q_full + K_EMPTY + 8 * s, ((pos // STAGES) - 1) & 1)
-                        load_keys(k_base + s * KV_BYTES, tmaps[1], start_n, k0, hk, b, page, row,
+                        load_keys(k_base + s * KV_BYTES, tmaps[1], start_n, mi[1], k0, hk, b, page, row,
                                   q_full + K_FULL + 8 * s, lead)  # fmt: skip
                         if pos >= STAGES:
                             wait_phase(q_full + V_EMPTY + 8 * s, ((pos // STAGES) - 1) & 1)
@@ -464,7 +470,7 @@ def wgmma_forward_kernel(t: TcTiles, variant: Variant, dtype: str, persistent: b
                         # is NaN); K's need not be: masking selects −inf whatever the score
                         first = past_rows(start_n, BLOCK_N, mi[1], k0, k.shape[1], F)
                         v_bar = q_full + (V_FULL + 8 * s if first == BLOCK_N else V_LAND)
-                        load_keys(v_base + s * KV_BYTES, tmaps[2], start_n, k0, hk, b, page, row, v_bar, lead)
+                        load_keys(v_base + s * KV_BYTES, tmaps[2], start_n, mi[1], k0, hk, b, page, row, v_bar, lead)
                         # the next tile's pages, while this tile's copies land and the stage's next release comes
                         page, row = look_up_pages(k, j + 1, n_hi, vr, mi, fx, seq, tid)
                         if first < BLOCK_N:
@@ -540,12 +546,7 @@ def wgmma_forward_kernel(t: TcTiles, variant: Variant, dtype: str, persistent: b
                 s = pos % STAGES
                 start_n = tile_at(n_lo, vr, F) * BLOCK_N
                 if not prefetched:  # (each branch ends with nothing in flight: see OVERLAP)
-                    wait_phase(q_full + K_FULL + 8 * s, (pos // STAGES) & 1)
-                    take_turn(cw)
-                    ptx.wgmma_fence()  # acc_s was written by ordinary instructions
-                    issue_bias(acc_s, bias_frag, kx_base)
-                    issue_scores(acc_s, q_wg, k_base + s * KV_BYTES)
-                    pass_turn(cw)
+                    issue_first_scores(acc_s, bias_frag, q_wg, k_base, kx_base, q_full, pos, cw)
                     d0 = fragments.lane_distance(row0, start_n, mi, False)  # while S runs (ALiBi's)
                     ptx.wgmma_wait_group(0)
                     ptx.mbarrier_arrive(q_full + K_EMPTY + 8 * s)  # this thread is done with K_0
