@@ -170,12 +170,13 @@ def wgmma_forward(p: Problem) -> bool:
     (``wgmma_forward.key_box``: pages of a multiple of 8 rows, or one page a sequence).
     Everything else runs the mma.sync kernels."""
     from numba_flash.kernels.hopper import tile_dim
-    from numba_flash.kernels.wgmma_forward import HEAD_DIMS, key_box
+    from numba_flash.kernels.wgmma_forward import HEAD_DIMS, key_box, key_tile
 
+    tile_d = tile_dim(p.head_dim, HEAD_DIMS)
     return (wgmma_switch(p) and p.pass_ == "forward" and tuple(p.arch) == (9, 0, "a")
-            and p.dtype in ("float16", "bfloat16") and tile_dim(p.head_dim, HEAD_DIMS) > 0 and p.aligned
+            and p.dtype in ("float16", "bfloat16") and tile_d > 0 and p.aligned
             and p.features.mods is None and not p.features.split
-            and (not p.features.paged or key_box(p.page_rows) >= 8) and not decode_tiles(p))  # fmt: skip
+            and (not p.features.paged or key_box(p.page_rows, key_tile(tile_d)) >= 8) and not decode_tiles(p))  # fmt: skip
 
 
 def wgmma_switch(p: Problem) -> bool:

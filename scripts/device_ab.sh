@@ -34,7 +34,8 @@ side() {
 sanitize() {
   local tool=$1 mode=$2 limit=$3 extra=()
   [ "$tool" = memcheck ] && extra=(--report-api-errors no)
-  timeout "$limit" compute-sanitizer --tool "$tool" "${extra[@]}" python3 scripts/sanitize_small.py "$mode" \
+  # $mode unquoted: a mode of two words ("wgmma wide") is two arguments
+  timeout "$limit" compute-sanitizer --tool "$tool" "${extra[@]}" python3 scripts/sanitize_small.py $mode \
     >> "$out/b_sanitize.txt" 2>&1
   echo "$tool $mode rc=$? at ${SECONDS}s" >> "$out/b_sanitize.txt"
 }

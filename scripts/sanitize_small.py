@@ -8,6 +8,7 @@
     compute-sanitizer --tool racecheck python3 scripts/sanitize_small.py wgmma    # the Hopper forward only (sm_90)
     compute-sanitizer --tool racecheck python3 scripts/sanitize_small.py wgmma_bwd  # the Hopper backward only (sm_90)
     compute-sanitizer --tool racecheck python3 scripts/sanitize_small.py wgmma_bwd wide  # … at d = 256 and 96
+    compute-sanitizer --tool racecheck python3 scripts/sanitize_small.py wgmma wide  # the forward past d = 128
     compute-sanitizer --tool racecheck python3 scripts/sanitize_small.py wgmma_varlen  # both Hopper passes, varlen
 
 Shapes are small and not multiples of any tile; causal on and off, Nq != Nk, both layouts.
@@ -50,18 +51,22 @@ if sys.argv[1:] == ["kvcache"]:  # paged (pages of 16) and contiguous caches, ap
         lens = np.array([0, 21, 40], np.int32)
     print("sanitize_small: done")
     sys.exit(0)
-if sys.argv[1:] == ["wgmma"]:  # issue #13's Hopper forward: TMA ring, mbarriers, both consumers, partial tiles
+if sys.argv[1:2] == ["wgmma"]:  # issue #13's Hopper forward: TMA ring, mbarriers, both consumers, partial tiles
     import os
 
     os.environ["NUMBA_FLASH_WGMMA"] = "1"
     os.environ["NUMBA_FLASH_WGMMA_PERSISTENT"] = "3"  # three blocks: each runs several tiles (the Q and ring hand-over)
+    slopes = cp.asarray([0.5, 0.25, 0.125, 0.0625], dtype=cp.float32)
+    variants = dict(window_size=(50, 0), softcap=4.0, dropout_p=0.2, seed=3)
+    if sys.argv[2:] == ["wide"]:  # past d = 128: 64-key tiles; at d = 256 O staged in Q's rows, Q loaded late
+        cases = ((200, 131, 256, False, {}), (130, 260, 256, True, variants), (77, 300, 200, True, {}),
+                 (150, 333, 192, True, dict(alibi_slopes=slopes, dropout_p=0.1, seed=5)))
+    else:
+        cases = ((77, 300, 64, True, {}), (200, 131, 128, False, {}), (130, 260, 64, True, variants),
+                 # ALiBi on the tensor cores: the key ramp every thread writes, with dropout
+                 (150, 333, 128, True, dict(alibi_slopes=slopes, dropout_p=0.1, seed=5)))
     for dtype in (np.float16, ml_dtypes.bfloat16):
-        slopes = cp.asarray([0.5, 0.25, 0.125, 0.0625], dtype=cp.float32)
-        for Nq, Nk, d, causal, kw in ((77, 300, 64, True, {}), (200, 131, 128, False, {}),
-                                      (130, 260, 64, True, dict(window_size=(50, 0), softcap=4.0, dropout_p=0.2,
-                                                                 seed=3)),
-                                      # ALiBi on the tensor cores: the key ramp every thread writes, with dropout
-                                      (150, 333, 128, True, dict(alibi_slopes=slopes, dropout_p=0.1, seed=5))):
+        for Nq, Nk, d, causal, kw in cases:
             B, H, Hk = 2, 4, 2
             q = cp.asarray(rng.standard_normal((B, Nq, H, d)).astype(dtype))
             k, v = (cp.asarray(rng.standard_normal((B, Nk, Hk, d)).astype(dtype)) for _ in range(2))

@@ -68,6 +68,20 @@ def test_wgmma_forward_matches_the_reference(rng, dtype, d, causal, Nq, Nk):
 
 
 @pytest.mark.usefixtures("wgmma_on", "poisoned_outputs")
+@pytest.mark.parametrize("dtype,d,causal,Nq,Nk", [
+    # d = 256: 64-key tiles, O staged in Q's rows, Q loaded after K_0 and V_0 (``o_in_q``); 2 query
+    # tiles × 2 heads on the simulator's 2 persistent blocks: each hands its Q over once
+    ("bfloat16", 256, True, 150, 100),
+    ("float16", 200, False, 130, 70),  # d = 200 on d = 256's tiles (a partial key tile, rows past Nq)
+    ("float16", 160, True, 20, 140),  # d = 160 on d = 192's (staging rows of their own), Nq < Nk
+])  # fmt: skip
+def test_wgmma_forward_past_d_128(rng, dtype, d, causal, Nq, Nk):
+    """The head dims past 128 (``wgmma_forward.key_tile``: 64 keys a tile), with every
+    output row poisoned, against the reference."""
+    check_forward(rng, dtype, d, causal, Nq=Nq, Nk=Nk)
+
+
+@pytest.mark.usefixtures("wgmma_on", "poisoned_outputs")
 def test_wgmma_forward_variants(rng):
     """GQA + window + softcap + ALiBi through the shared score and mask steps."""
     check_forward(rng, "float16", 64, True, H=2, H_kv=1, Nq=40, Nk=75, window_size=(30, -1), softcap=5.0,
@@ -108,7 +122,7 @@ def test_alibi_goes_on_the_tensor_cores_only_where_it_can(monkeypatch):
     assert t64.block_m == 192 and not W.alibi_on_products(t64, on)
     p = P.Problem("forward", "float16", 128, True, seqlen_q=300, seqlen_k=300, arch=SM90A, features=on)
     (launch,) = P.plan(p).launches
-    assert launch.smem == W.smem_bytes(launch.tiles) + W.KX_BYTES
+    assert launch.smem == W.smem_bytes(launch.tiles) + launch.tiles.block_n * 128  # the key ramp: an atom of a key tile
     for env in ("NUMBA_FLASH_ALIBI_PRODUCTS", "NUMBA_FLASH_RAW_SCORES"):
         monkeypatch.setenv(env, "0")
         assert not W.alibi_on_products(t128, on)
@@ -241,12 +255,13 @@ def test_the_switch(monkeypatch):
     assert [k.name for k in P.plan(p).launches] == ["wgmma_forward"]
     assert [k.name for k in P.plan(sim).launches] == ["wgmma_forward"]
     monkeypatch.delenv("NUMBA_FLASH_WGMMA")
-    for d in (8, 32, 56, 72, 96, 120):  # other multiples of 8 up to 128: on the next tiles
+    for d in (8, 32, 56, 72, 96, 120, 136, 184, 200, 248):  # other multiples of 8: on the next tiles
         launches = P.plan(P.Problem("forward", "float16", d, False, seqlen_q=128, seqlen_k=128, arch=SM90A)).launches
         assert [k.name for k in launches] == ["wgmma_forward"] and launches[0].tiles.data_dim == d
-        assert launches[0].tiles.head_dim == (64 if d < 64 else 128)
+        tile_d = next(t for t in (64, 128, 192, 256) if t > d)
+        assert launches[0].tiles.head_dim == tile_d and launches[0].tiles.block_n == (128 if tile_d <= 128 else 64)
     for other in (P.Problem("forward", "float16", 100, False, seqlen_q=128, seqlen_k=128, arch=SM90A),  # not 8k
-                  P.Problem("forward", "float16", 256, False, seqlen_q=128, seqlen_k=128, arch=SM90A),  # past 128
+                  P.Problem("forward", "float16", 250, False, seqlen_q=128, seqlen_k=128, arch=SM90A),  # not 8k
                   P.Problem("forward", "float16", 64, False, seqlen_q=128, seqlen_k=128, arch=(8, 0)),
                   P.Problem("forward", "float16", 64, False, seqlen_q=128, seqlen_k=128, arch=(9, 0)),  # generic PTX
                   P.Problem("forward", "float16", 64, False, seqlen_q=128, seqlen_k=128, arch=(10, 0, "a")),
@@ -258,16 +273,17 @@ def test_the_switch(monkeypatch):
                             features=Variant(paged=True, split=True)),  # a KV cache's splits
                   P.Problem("backward", "float16", 64, False, seqlen_q=128, seqlen_k=128, arch=SM90A)):
         assert "wgmma_forward" not in [k.name for k in P.plan(other).launches], other
-    for page_rows, box in ((0, 128), (16, 16), (48, 16), (8, 8), (256, 128), (1000, 8)):  # a page's rows: key boxes
-        (k,) = P.plan(P.Problem("forward", "float16", 64, False, seqlen_q=128, seqlen_k=128, arch=SM90A,
+    for d, page_rows, box in ((64, 0, 128), (64, 16, 16), (64, 48, 16), (64, 8, 8), (64, 256, 128), (64, 1000, 8),
+                              (256, 256, 64), (256, 48, 16), (256, 0, 64)):  # a page's rows: key boxes (d = 256: 64 keys)
+        (k,) = P.plan(P.Problem("forward", "float16", d, False, seqlen_q=128, seqlen_k=128, arch=SM90A,
                                 features=Variant(paged=True, varlen=True), page_rows=page_rows)).launches
-        assert k.name == "wgmma_forward" and k.boxes == (k.tiles.block_m, box), (page_rows, k.boxes)
+        assert k.name == "wgmma_forward" and k.boxes == (k.tiles.block_m, box), (d, page_rows, k.boxes)
 
 
 def test_info_names_the_wgmma_forward_on_sm_90a():
     """``numba-flash info``'s table (``plan.table``) on an H200's target: the fp16/bf16
-    forward up to d = 128 and the backward up to 256 are the wgmma ones (d = 64, 128,
-    256 and the multiples of 8 between, on the next one's tiles); other head dims,
+    forward and backward up to 256 are the wgmma ones (d = 64, 128, 192 (forward), 256
+    and the multiples of 8 between, on the next one's tiles); other head dims,
     unaligned rows and sm_80 keep the mma.sync kernels."""
     rows = {(r["dtype"], r["head_dims"]): r for r in P.table(SM90A)}
     bwd_128 = "tensor-core: tc_bwd_stats → wgmma_bwd_dkdv → wgmma_bwd_dq"
@@ -275,7 +291,7 @@ def test_info_names_the_wgmma_forward_on_sm_90a():
     for half in ("float16", "bfloat16"):
         for dims, fwd, bwd in (("64, 128 (16-byte aligned rows)", "wgmma_forward", bwd_128),
                                ("8 to 120, multiples of 8 (16-byte aligned rows)", "wgmma_forward", bwd_128),
-                               ("136 to 256, multiples of 8 (16-byte aligned rows)", "tc_forward", bwd_256)):
+                               ("136 to 256, multiples of 8 (16-byte aligned rows)", "wgmma_forward", bwd_256)):
             assert rows[half, dims]["forward"] == "tensor-core: " + fwd and rows[half, dims]["backward"] == bwd
         other = rows[half, "any other from 1 to 256, or unaligned rows"]
         assert other["forward"] == "tensor-core: tc_forward" and "wgmma" not in other["backward"]
@@ -285,7 +301,9 @@ def test_info_names_the_wgmma_forward_on_sm_90a():
 @pytest.mark.parametrize("d,causal,seqlen,regs,threads,persistent", [(128, True, 4096, (24, 240), 384, ""),
                                                                      (128, False, 4096, (24, 240), 384, "3"),
                                                                      (64, True, 4096, (32, 160), 512, ""),
-                                                                     (64, True, 1024, (24, 240), 384, "3")])  # fmt: skip
+                                                                     (64, True, 1024, (24, 240), 384, "3"),
+                                                                     (256, True, 4096, (24, 240), 384, "3"),
+                                                                     (192, False, 4096, (24, 240), 384, "")])  # fmt: skip
 def test_wgmma_forward_compiles_for_sm_90a(monkeypatch, d, causal, seqlen, regs, threads, persistent):
     """``inspect --arch sm_90a`` of the plan: TMA copies, register reallocation (two
     consumer warpgroups at d = 128 and for d = 64 causal at 1024 rows, three at d = 64
@@ -303,15 +321,15 @@ def test_wgmma_forward_compiles_for_sm_90a(monkeypatch, d, causal, seqlen, regs,
     (r,) = inspect_kernels("forward", "float16", d, causal, arch="sm_90a", seqlen_q=seqlen)
     assert r.name == "wgmma_forward" and r.arch == "sm_90a"
     assert ".target sm_90a" in r.ptx
-    # S (n = 128, both operands from shared memory) and P·V (n = d, A from registers, B
-    # MN-major): d/16 of S and BLOCK_N/16 = 8 of P·V, each twice (the peeled first
+    # S (n = BLOCK_N keys, both operands from shared memory) and P·V (n = d, A from
+    # registers, B MN-major): d/16 of S and BLOCK_N/16 of P·V, each twice (the peeled first
     # tile's S and the loop's; the loop's P·V and the last tile's)
     # (and with the overlap a third S: the next tile's first, behind the last P·V)
-    s_sites = 3 if overlap else 2
-    s_count = r.ptx.count("wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 ")
+    s_sites, bn = (3 if overlap else 2), (128 if d <= 128 else 64)
+    s_count = r.ptx.count(f"wgmma.mma_async.sync.aligned.m64n{bn}k16.f32.f16.f16 ")
     pv = f"wgmma.mma_async.sync.aligned.m64n{d}k16.f32.f16.f16 "
-    assert (s_count, r.ptx.count(pv)) == ((s_sites * d // 16 + 2 * 8, s_sites * d // 16 + 2 * 8) if d == 128
-                                          else (s_sites * d // 16, 2 * 8))  # fmt: skip
+    assert (s_count, r.ptx.count(pv)) == ((s_sites * d // 16 + 2 * bn // 16,) * 2 if d == bn
+                                          else (s_sites * d // 16, 2 * bn // 16))  # fmt: skip
     assert "cp.async.bulk.tensor.4d.shared::cluster.global.mbarrier::complete_tx::bytes" in r.ptx
     assert (f"setmaxnreg.dec.sync.aligned.u32 {regs[0]}" in r.ptx
             and f"setmaxnreg.inc.sync.aligned.u32 {regs[1]}" in r.ptx)  # fmt: skip
@@ -325,8 +343,11 @@ def test_wgmma_forward_compiles_for_sm_90a(monkeypatch, d, causal, seqlen, regs,
     if r.registers is not None and not r.assembler.startswith("nvJitLink"):
         # ptxas assembles the whole program, as the driver's JIT does on the GPU
         # (``_numba_cuda.whole_program_dispatcher``); nvJitLink assembles a relocatable
-        # unit, which ignores setmaxnreg and so caps the consumers at 168 registers
-        assert r.spill_stores == 0 and r.registers <= 255
+        # unit, which ignores setmaxnreg and so caps the consumers at 168 registers.
+        # Past d = 128 (O alone is d/2 registers a thread) ptxas spills a tile's own state
+        # (its coordinates, out's strides), reloaded a tile, outside the key loop (the SASS
+        # read in session 20: no LDL/STL between the loop's first HGMMA and its branch back)
+        assert r.spill_stores <= (0 if d <= 128 else 128) and r.registers <= 255
 
 
 @pytest.mark.gpu
@@ -340,11 +361,21 @@ def test_wgmma_forward_on_the_gpu(rng, dtype, d, causal):
 
 @pytest.mark.gpu
 @pytest.mark.usefixtures("wgmma_on", "poisoned_outputs")
-@pytest.mark.parametrize("dtype,d,causal", [("float16", 64, True), ("bfloat16", 128, False)])
+@pytest.mark.parametrize("dtype,d,causal", [("float16", 256, False), ("bfloat16", 256, True), ("float16", 192, True),
+                                            ("bfloat16", 200, False)])  # fmt: skip
+def test_wgmma_forward_past_d_128_on_the_gpu(rng, dtype, d, causal):
+    """d = 192 and 256 on their 64-key tiles (d = 200 on 256's), against the reference."""
+    check_forward(rng, dtype, d, causal, B=2, H=4, H_kv=2, Nq=1000, Nk=517)
+
+
+@pytest.mark.gpu
+@pytest.mark.usefixtures("wgmma_on", "poisoned_outputs")
+@pytest.mark.parametrize("dtype,d,causal", [("float16", 64, True), ("bfloat16", 128, False), ("float16", 256, True)])
 def test_wgmma_forward_persistent_blocks_run_several_tiles(monkeypatch, rng, dtype, d, causal):
     """Five blocks for 48 or 64 tiles (``NUMBA_FLASH_WGMMA_PERSISTENT=5``): every block
     hands its Q buffer and its K/V ring over from tile to tile (on an H200 the issue's
-    shapes have more tiles than SMs; these small ones would not)."""
+    shapes have more tiles than SMs; these small ones would not; at d = 256 the hand-over
+    is O's staging rows in Q's, then Q, ``wgmma_forward.o_in_q``)."""
     monkeypatch.setenv("NUMBA_FLASH_WGMMA_PERSISTENT", "5")
     check_forward(rng, dtype, d, causal, B=2, H=4, H_kv=2, Nq=1000, Nk=517)
 
@@ -366,7 +397,7 @@ def test_wgmma_forward_alibi_on_the_tensor_cores_on_the_gpu(rng, dtype, d):
 
 @pytest.mark.gpu
 @pytest.mark.usefixtures("wgmma_on", "poisoned_outputs")
-@pytest.mark.parametrize("dtype,d", [("float16", 64), ("bfloat16", 128), ("float16", 96)])
+@pytest.mark.parametrize("dtype,d", [("float16", 64), ("bfloat16", 128), ("float16", 96), ("bfloat16", 256)])
 def test_wgmma_forward_variants_on_the_gpu(rng, dtype, d):
     """GQA + window + softcap + ALiBi, then the same with dropout, at sizes that fill
     both consumers and several ring fills, against the float64 reference."""
@@ -378,7 +409,8 @@ def test_wgmma_forward_variants_on_the_gpu(rng, dtype, d):
 
 @pytest.mark.gpu
 @pytest.mark.usefixtures("wgmma_on", "poisoned_outputs")
-@pytest.mark.parametrize("dtype,d,causal", [("float16", 64, True), ("bfloat16", 128, False), ("float16", 128, True)])
+@pytest.mark.parametrize("dtype,d,causal", [("float16", 64, True), ("bfloat16", 128, False), ("float16", 128, True),
+                                            ("bfloat16", 256, True)])  # fmt: skip
 def test_wgmma_forward_varlen_on_the_gpu(rng, dtype, d, causal):
     """Sequences from 0 to 1000 rows (several query and key tiles, partial ones), GQA,
     window + softcap + ALiBi on one of them; the last sequence's V NaN."""

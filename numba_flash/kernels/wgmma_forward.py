@@ -141,14 +141,14 @@ from numba_flash.variant import ALIBI, DROPOUT, HEAVIEST_FIRST, PAGED, Variant
 
 _ALIGN = None if SIMULATOR else 1024  # a module global, so numba sees a literal; the simulator aligns by itself
 
-#: The tiles: consumer warpgroups of 64 query rows each (``consumers``), 128 keys a tile, two stages.
-BLOCK_N, STAGES = 128, 2
+#: The tiles: consumer warpgroups of 64 query rows each (``consumers``), 128 keys a tile, two stages;
+#: 64 keys a tile past d = 128 (``key_tile``: Q, K and V's stages fill shared memory otherwise).
+BLOCK_N, WIDE_BLOCK_N, STAGES = 128, 64, 2
 #: setmaxnreg of (the producer, each consumer) by the consumers a block: 128·24 + 256·240
 #: and 128·32 + 384·160 are the 65536 registers of an SM (FlashAttention-3's split).
 REGS = {2: (24, 240), 3: (32, 160)}
-HEAD_DIMS = (64, 128)  # the head dims this version runs (wgmma n = d for P·V)
+HEAD_DIMS = (64, 128, 192, 256)  # the head dims this version runs (wgmma n = d for P·V)
 BARRIER_BYTES = 128  # q_full, k_full[2], v_full[2], k_empty[2], v_empty[2], q_empty, v_land: 8 bytes each
-KX_BYTES = BLOCK_N * 128  # ALiBi on the tensor cores: its key ramp, one swizzled atom (``alibi_on_products``)
 SMEM_LIMIT = 227 * 1024  # the dynamic shared memory a block may have on an H100/H200
 #: Byte offsets from q_full of each stage-0 barrier (stage s: + 8·s), of q_empty and v_land.
 K_FULL, V_FULL, K_EMPTY, V_EMPTY, Q_EMPTY, V_LAND = (8 + 8 * STAGES * j for j in range(6))
@@ -188,8 +188,28 @@ def tiles(head_dim: int, causal: bool = False, seqlen_q: int = 4096) -> TcTiles:
         raise ValueError(f"head_dim={head_dim}: the wgmma forward runs d in {HEAD_DIMS} and other multiples of 8 "
                          f"below {HEAD_DIMS[-1]}")
     c = consumers(tile_d, causal, seqlen_q)
-    return TcTiles(tile_d, 64 * c, BLOCK_N, 4 * c, m_tiles=1, stages=STAGES, q_in_regs=False,
+    return TcTiles(tile_d, 64 * c, key_tile(tile_d), 4 * c, m_tiles=1, stages=STAGES, q_in_regs=False,
                    data_dim=head_dim if head_dim != tile_d else 0)
+
+
+def key_tile(head_dim: int) -> int:
+    """Keys a K/V tile at ``head_dim`` (a tile's d): 128 up to d = 128, as FlashAttention-3;
+    64 past it, where a stage of K and V is 64·d·2 bytes each (d = 256: Q's 64 KiB and two
+    stages, 192 KiB of the 227; 128 keys would need 320).  A multiple of 32 (dropout's
+    keep bits come 32 keys a Philox call, ``fragments.drop_packed``), so not
+    FlashAttention-3's 80."""
+    return BLOCK_N if head_dim <= 128 else WIDE_BLOCK_N
+
+
+def o_in_q(t: TcTiles) -> bool:
+    """The epilogue stages O in the consumer's own rows of the Q tile instead of rows of
+    its own: at d = 256, where Q (64 KiB) and two stages of K and V (128 KiB) leave no
+    room for 64 KiB of staging rows.  A warp's 16 staged rows (16·d·2 = 8 KiB) are then
+    exactly its consumer's 64 rows of one 64-column atom of Q (64 · 128 bytes): warp w of
+    consumer c stages at atom w, rows 64c ….  The consumer releases Q (``q_empty``) after
+    its epilogue instead of after its last S, so the producer loads the next tile's Q
+    after the first K and V (``Q_LATE``)."""
+    return 16 * t.head_dim * 2 == 64 * 128
 
 
 def threads(t: TcTiles) -> int:
@@ -199,7 +219,7 @@ def threads(t: TcTiles) -> int:
 
 @functools.lru_cache(maxsize=None)
 def wgmma_forward_kernel(t: TcTiles, variant: Variant, dtype: str, persistent: bool = True, pingpong: bool = False,
-                         domain: int = 1, emulate: int = 0, alibi_mma: bool = False, key_rows: int = BLOCK_N,
+                         domain: int = 1, emulate: int = 0, alibi_mma: bool = False, key_rows: int = 0,
                          overlap: bool = False):
     """``kernel[grid, threads(t), stream, smem_bytes(t)](q, k, v, out32, lse, softmax_scale, params, alibi,
     cu_seqlens_q, cu_seqlens_k, fx, tmaps)``: ``tc_forward_kernel``'s arguments and outputs, and the tensor
@@ -221,7 +241,11 @@ def wgmma_forward_kernel(t: TcTiles, variant: Variant, dtype: str, persistent: b
     F_S = tuple(False if i == ALIBI else f for i, f in enumerate(F)) if ALIBI_MMA else F
     SOFTMAX = domain  # softcap: the cap in the exponent's FFMA
     EMULATE = emulate  # softcap: some of the exponentials off the SFU
-    KEY_BOX = key_rows  # a paged cache's K/V tile: BLOCK_N / KEY_BOX TMA boxes, each within a page
+    BLOCK_N = t.block_n  # keys a K/V tile (``key_tile``)
+    KEY_BOX = key_rows or BLOCK_N  # a paged cache's K/V tile: BLOCK_N / KEY_BOX TMA boxes, each within a page
+    KX_BYTES = BLOCK_N * 128  # ALiBi on the tensor cores: its key ramp, one swizzled atom (``alibi_on_products``)
+    # d = 256: O staged in the consumer's rows of Q, released after the epilogue, loaded after K_0, V_0 (``o_in_q``)
+    O_IN_Q = Q_LATE = o_in_q(t)
     # persistent blocks, switched on (``overlap_epilogue``): the next tile's first S behind a tile's last P·V
     OVERLAP = persistent and overlap
     KSTEPS = HEAD_DIM // 16  # k-slices of Q·Kᵀ
@@ -230,7 +254,8 @@ def wgmma_forward_kernel(t: TcTiles, variant: Variant, dtype: str, persistent: b
     PSTEPS = BLOCK_N // 16  # k-slices of P·V
     S_REGS, O_REGS, P_REGS = NT_S * 4, NT_O * 4, PSTEPS * 4  # registers a thread (literals for local.array)
     STAGED_WORDS = 2 * NT_O  # the epilogue's staged words a lane (``fragments.store_staged_rows``)
-    assert P_REGS >= STAGED_WORDS  # p_frag, spent by then, holds them without OVERLAP
+    STAGE_IN_P = P_REGS >= STAGED_WORDS and not OVERLAP  # p_frag, spent by then, holds them (not at d = 256)
+    assert not (OVERLAP and O_IN_Q)  # the next tile's Q cannot land before this tile's O left its rows
     DCOLS, _, _, HALVES = tc_array_layout(t)
     if DCOLS % 8 or HALVES:  # the epilogue stores 16-byte chunks of 8 columns
         raise ValueError(f"tiles {t}: the wgmma forward writes rows of a multiple of 8 columns")
@@ -302,6 +327,16 @@ def wgmma_forward_kernel(t: TcTiles, variant: Variant, dtype: str, persistent: b
             load_rows(dst, tmap, k0 + start_n, hk, b, bar, ATOMS, KV_ATOM)
 
     @device_function
+    def load_q(q_base, tmap, rows0, h, b, q_full, done, lead):
+        """The producer's copy of a tile's Q (rows ``rows0`` … of head ``h``) to ``q_base``, once the
+        consumers released the block's previous one (``q_empty``; ``done`` tiles so far)."""
+        if done > 0:
+            wait_phase(q_full + Q_EMPTY, (done - 1) & 1)
+        if lead:
+            ptx.mbarrier_arrive_expect_tx(q_full, Q_BYTES)
+            load_rows(q_base, tmap, rows0, h, b, q_full, ATOMS, Q_ATOM)
+
+    @device_function
     def look_up_pages(cache, j, n_hi, vr, mi, fx, seq, lane):
         """A paged cache's boxes of key tile ``j`` (``hopper.page_of_box``: lane i's box
         i), looked up by the producer warp a tile ahead of its copies; (−1, 0) past the
@@ -324,7 +359,7 @@ def wgmma_forward_kernel(t: TcTiles, variant: Variant, dtype: str, persistent: b
             fin[2 + r] = lse_row
 
     @device_function
-    def store_tile(acc_o, fin, p_frag, o_stage, out32, lse, b, h, q0, row0, seqlen_q):
+    def store_tile(acc_o, fin, p_frag, o_stage, out32, lse, b, h, q0, row0, seqlen_q, q_full):
         """The epilogue: O = acc · (1 / l) as 16-bit pairs into the warp's staging rows, then
         whole rows to HBM, one 16-byte store a lane (``fragments.store_staged_rows``: it
         syncs the warp before reading the rows and again after, before the warp's next
@@ -342,11 +377,14 @@ def wgmma_forward_kernel(t: TcTiles, variant: Variant, dtype: str, persistent: b
             row = row0 + (lane >> 2) + 8 * r
             if row < seqlen_q and (lane & 3) == 0:
                 lse[b, h, q0 + row] = fin[2 + r]
-        if OVERLAP:
+        if STAGE_IN_P:  # nothing in flight: P's registers, spent by now (fewer registers: no spills added)
+            fragments.store_staged_rows(out32, b, q0 + row0, h, o_stage, seqlen_q - row0, NT_O, p_frag, CHUNKS)
+        else:  # OVERLAP (the next S in flight), or more words than P has (d = 256: acc_o's, dead by now)
             words = cuda.local.array(STAGED_WORDS, uint32)
             fragments.store_staged_rows(out32, b, q0 + row0, h, o_stage, seqlen_q - row0, NT_O, words, CHUNKS)
-        else:  # nothing in flight: P's registers, spent by now (fewer registers: no spills added)
-            fragments.store_staged_rows(out32, b, q0 + row0, h, o_stage, seqlen_q - row0, NT_O, p_frag, CHUNKS)
+        if O_IN_Q:  # the staged rows were read: the producer may load the next Q over them (TMA, the async proxy)
+            ptx.fence_proxy_async()
+            ptx.mbarrier_arrive(q_full + Q_EMPTY)
 
     @device_function
     def issue_first_scores(acc_s, bias_frag, q_wg, k_base, kx_base, q_full, pos, cw):
@@ -451,11 +489,8 @@ def wgmma_forward_kernel(t: TcTiles, variant: Variant, dtype: str, persistent: b
                                                                                          params, cu_q, cu_k, fx)
                     if not live:  # varlen: a tile past its sequence (the consumers skip it too)
                         continue
-                    if done > 0:  # the consumers are done with the previous tile's Q
-                        wait_phase(q_full + Q_EMPTY, (done - 1) & 1)
-                    if lead:
-                        ptx.mbarrier_arrive_expect_tx(q_full, Q_BYTES)
-                        load_rows(q_base, tmaps[0], q0 + start_m, h, b, q_full, ATOMS, Q_ATOM)
+                    if not Q_LATE or n_hi == n_lo:
+                        load_q(q_base, tmaps[0], q0 + start_m, h, b, q_full, done, lead)
                     page, row = look_up_pages(k, n_lo, n_hi, vr, mi, fx, seq, tid)  # a paged cache's first tile
                     for j in range(n_lo, n_hi):
                         s = pos % STAGES
@@ -471,6 +506,8 @@ def wgmma_forward_kernel(t: TcTiles, variant: Variant, dtype: str, persistent: b
                         first = past_rows(start_n, BLOCK_N, mi[1], k0, k.shape[1], F)
                         v_bar = q_full + (V_FULL + 8 * s if first == BLOCK_N else V_LAND)
                         load_keys(v_base + s * KV_BYTES, tmaps[2], start_n, mi[1], k0, hk, b, page, row, v_bar, lead)
+                        if Q_LATE and j == n_lo:  # the tile's first K and V are on their way: now its Q
+                            load_q(q_base, tmaps[0], q0 + start_m, h, b, q_full, done, lead)
                         # the next tile's pages, while this tile's copies land and the stage's next release comes
                         page, row = look_up_pages(k, j + 1, n_hi, vr, mi, fx, seq, tid)
                         if first < BLOCK_N:
@@ -494,7 +531,10 @@ def wgmma_forward_kernel(t: TcTiles, variant: Variant, dtype: str, persistent: b
         l_i = cuda.local.array(2, float32)
         alpha = cuda.local.array(2, float32)
         fin = cuda.local.array(4, float32)  # the epilogue's 1 / l (dropout's scale in it) and lse, rows g, g + 8
-        o_stage = o_base + (4 * cw + warp) * O_WARP  # this warp's staging rows of O
+        if O_IN_Q:  # this warp's staging rows of O: its consumer's rows of Q's atom ``warp`` (``o_in_q``)
+            o_stage = q_wg + warp * Q_ATOM
+        else:
+            o_stage = o_base + (4 * cw + warp) * O_WARP
         if PINGPONG and cw == CONSUMERS - 1:  # the last consumer credits the first with its first turn
             ptx.named_barrier_arrive(1, 256)
         pos = 0  # the ring's position, as the producer's
@@ -576,7 +616,8 @@ def wgmma_forward_kernel(t: TcTiles, variant: Variant, dtype: str, persistent: b
                 for r in range(2):
                     softmax.rescale_row(acc_o, 2 * r, 4, NT_O, 2, alpha[r])
                 pack_p(p_frag, acc_s, row0, start_n, di)
-            ptx.mbarrier_arrive(q_full + Q_EMPTY)  # every S of the tile is done: the producer may load the next Q
+            if not O_IN_Q:  # every S of the tile is done: the producer may load the next Q (O_IN_Q: after O)
+                ptx.mbarrier_arrive(q_full + Q_EMPTY)
             # The epilogue's factors now (m_i and l_i are final; the last P·V does not change them)
             finalize_rows(fin, m_i, l_i, si, di)
             g = pos + n_hi - n_lo - 1
@@ -601,14 +642,14 @@ def wgmma_forward_kernel(t: TcTiles, variant: Variant, dtype: str, persistent: b
                         # epilogue while that S runs; then the S done
                         ptx.wgmma_wait_group(1)
                         ptx.mbarrier_arrive(q_full + V_EMPTY + 8 * s)
-                        store_tile(acc_o, fin, p_frag, o_stage, out32, lse, b, h, q0, row0, seqlen_q)
+                        store_tile(acc_o, fin, p_frag, o_stage, out32, lse, b, h, q0, row0, seqlen_q, q_full)
                         ptx.wgmma_wait_group(0)
                         ptx.mbarrier_arrive(q_full + K_EMPTY + 8 * (pos % STAGES))  # done with the next K_0
                         prefetched = True
                         continue
                 ptx.wgmma_wait_group(0)
                 ptx.mbarrier_arrive(q_full + V_EMPTY + 8 * s)
-            store_tile(acc_o, fin, p_frag, o_stage, out32, lse, b, h, q0, row0, seqlen_q)
+            store_tile(acc_o, fin, p_frag, o_stage, out32, lse, b, h, q0, row0, seqlen_q, q_full)
         if PINGPONG and cw == 0:  # the last consumer's credit past the block's last turn
             ptx.named_barrier_sync(1, 256)
 
@@ -630,11 +671,13 @@ def ex2_emulated_every(variant: Variant) -> int:
 
 def smem_bytes(t: TcTiles, alibi_mma: bool = False) -> int:
     """Dynamic shared bytes: Q, two stages of K and of V, ALiBi's key ramp (``alibi_mma``:
-    16 KiB), the mbarriers, then the consumer warps' staging rows of O (16 rows each; 2
-    bytes an element).  At most 224.1 KiB (d = 128 with three consumers, only by
-    ``NUMBA_FLASH_WGMMA_CONSUMERS``; no key ramp there) of an H100/H200 block's 227 KiB."""
-    return (2 * t.head_dim * (t.block_m + 2 * STAGES * BLOCK_N) + (KX_BYTES if alibi_mma else 0) + BARRIER_BYTES
-            + t.warps * 16 * 2 * t.head_dim)  # fmt: skip
+    a key tile's rows × 128 bytes, 16 KiB at 128 keys), the mbarriers, then the consumer
+    warps' staging rows of O (16 rows each; 2 bytes an element; none at d = 256, which
+    stages O in Q: ``o_in_q``).  d = 192: 48 + 96 + 48 KiB; d = 256: 64 + 128 KiB.  At
+    most 224.1 KiB (d = 128 with three consumers, only by ``NUMBA_FLASH_WGMMA_CONSUMERS``;
+    no key ramp there) of an H100/H200 block's 227 KiB."""
+    return (2 * t.head_dim * (t.block_m + 2 * STAGES * t.block_n) + (t.block_n * 128 if alibi_mma else 0)
+            + BARRIER_BYTES + (0 if o_in_q(t) else t.warps * 16 * 2 * t.head_dim))  # fmt: skip
 
 
 def alibi_on_products(t: TcTiles, variant: Variant) -> bool:
@@ -716,14 +759,14 @@ def _sms() -> int:
     return int(cuda.get_current_device().MULTIPROCESSOR_COUNT)
 
 
-def key_box(page_rows: int) -> int:
-    """Rows of a K/V tile's TMA boxes: the tile's ``BLOCK_N``, or for a paged KV cache
-    whose sequences span pages of ``page_rows`` rows, ``gcd(page_rows, BLOCK_N)``: each
-    box then lies inside one page (``hopper.load_page_boxes``), BLOCK_N / box of them a
+def key_box(page_rows: int, block_n: int = BLOCK_N) -> int:
+    """Rows of a K/V tile's TMA boxes: the tile's ``block_n`` keys, or for a paged KV cache
+    whose sequences span pages of ``page_rows`` rows, ``gcd(page_rows, block_n)``: each
+    box then lies inside one page (``hopper.load_page_boxes``), block_n / box of them a
     tile (pages of 16 rows: 8 boxes a 64-column atom).  The plan takes the mma.sync
     forward below 8 rows: a box must start on the 128-byte swizzle's 8-row (1024-byte)
     repeat."""
-    return BLOCK_N if not page_rows else math.gcd(page_rows, BLOCK_N)
+    return block_n if not page_rows else math.gcd(page_rows, block_n)
 
 
 def launches(t: TcTiles, variant: Variant, dtype: str, sz: spec.Sizes, page_rows: int = 0) -> list:
@@ -735,7 +778,7 @@ def launches(t: TcTiles, variant: Variant, dtype: str, sz: spec.Sizes, page_rows
     n = blocks(t, tiles, sz.seqlen_q)
     bias = alibi_on_products(t, variant)
     dom = softmax.CAPPED if bias else softmax.domain(variant, capped=True)  # raw scores there too
-    box = key_box(page_rows) if variant.paged else BLOCK_N
+    box = key_box(page_rows, t.block_n) if variant.paged else t.block_n
     kern = wgmma_forward_kernel(t, variant, dtype, n < tiles, pingpong(t), dom, ex2_emulated_every(variant), bias,
                                 box, overlap_epilogue())  # fmt: skip
     args = spec.forward_args("u16", tc_out_view(t)) + (spec.Arg("tmaps"),)
