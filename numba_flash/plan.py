@@ -162,8 +162,8 @@ def wgmma_backward(p: Problem) -> bool:
 def wgmma_forward(p: Problem) -> bool:
     """The Hopper forward (``kernels.wgmma_forward``) runs ``p``: switched on
     (``wgmma_switch``), on sm_90a (``arch`` (9, 0, "a"): numba-cuda's target on an
-    H100/H200; wgmma exists on no other), fp16/bf16 at d = 64 or 128 and every other
-    multiple of 8 below 128 (on the next one's tiles: ``hopper.tile_dim``) on 16-byte-aligned
+    H100/H200; wgmma exists on no other), fp16/bf16 at d = 64, 128, 192 or 256 and every other
+    multiple of 8 below 256 (on the next one's tiles: ``hopper.tile_dim``) on 16-byte-aligned
     rows (TMA's strides), no FlexAttention mods, no KV cache's split, and no decode tiles
     (issue #13).  Varlen runs there (its V rows past a sequence zeroed after the copy:
     ``hopper.past_rows``), and a KV cache's pages whose key boxes are 8 rows or more

@@ -70,14 +70,16 @@ def test_wgmma_forward_matches_the_reference(rng, dtype, d, causal, Nq, Nk):
 @pytest.mark.usefixtures("wgmma_on", "poisoned_outputs")
 @pytest.mark.parametrize("dtype,d,causal,Nq,Nk", [
     # d = 256: 64-key tiles, O staged in Q's rows, Q loaded after K_0 and V_0 (``o_in_q``); 2 query
-    # tiles × 2 heads on the simulator's 2 persistent blocks: each hands its Q over once
+    # tiles × 2 heads on 2 persistent blocks: each hands its Q over once
     ("bfloat16", 256, True, 150, 100),
     ("float16", 200, False, 130, 70),  # d = 200 on d = 256's tiles (a partial key tile, rows past Nq)
     ("float16", 160, True, 20, 140),  # d = 160 on d = 192's (staging rows of their own), Nq < Nk
 ])  # fmt: skip
-def test_wgmma_forward_past_d_128(rng, dtype, d, causal, Nq, Nk):
+def test_wgmma_forward_past_d_128(monkeypatch, rng, dtype, d, causal, Nq, Nk):
     """The head dims past 128 (``wgmma_forward.key_tile``: 64 keys a tile), with every
-    output row poisoned, against the reference."""
+    output row poisoned, against the reference; two persistent blocks (past d = 128 the
+    default is a block a tile), so that each hands its Q (at d = 256: O's staging rows) on."""
+    monkeypatch.setenv("NUMBA_FLASH_WGMMA_PERSISTENT", "2")
     check_forward(rng, dtype, d, causal, Nq=Nq, Nk=Nk)
 
 

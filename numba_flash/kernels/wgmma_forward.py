@@ -8,7 +8,8 @@ stays raw and the exponent is ``ex2(s·c − m·c)`` with ``c = scale·log2 e``,
 element (``softmax.raw_scores``; scaled scores with a scale ≤ 0, and with ALiBi off the
 tensor cores), with the two products on the warpgroups' tensor cores::
 
-    S   = Q·K_jᵀ    wgmma m64n128k16, A = Q and B = K_j from shared memory (K-major,
+    S   = Q·K_jᵀ    wgmma m64nNk16 (N = BLOCK_N, 128 keys; 64 past d = 128: ``key_tile``),
+                    A = Q and B = K_j from shared memory (K-major,
                     128-byte swizzle), d/16 of them chained; with causal ALiBi
                     (``alibi_on_products``) after one more: its bias's column term
                     v·(j − start_n), v = slope / scale, A = v's three 16-bit parts
@@ -21,7 +22,7 @@ tensor cores), with the two products on the warpgroups' tensor cores::
 Grid and threads: grid = (ceil(Nq / BLOCK_M), H, B) (``spec.query_grid``), a producer
 warpgroup and ``consumers(d)`` consumer warpgroups of 128 threads a block (three at
 d = 64: BLOCK_M = 192; two at d = 128: BLOCK_M = 128; FlashAttention-3's warp
-specialization and tile sizes):
+specialization and tile sizes; past d = 128 two, on 64-key tiles):
 
 * warpgroup 0, the producer, gives its registers back (``setmaxnreg`` 24, 32 with three
   consumers) and one
@@ -79,8 +80,13 @@ Shared memory (one dynamic array, 1024-byte aligned: a swizzled tile's repeat), 
 row r's 16-byte chunk j at r·d·2 + (j XOR r mod 8)·16: both sides conflict-free).
 ``smem_bytes``: d = 128, two consumers: 160 KiB + 8 warps × 4 KiB = 192.1 KiB; d = 64,
 three consumers: 88 KiB + 12 × 2 KiB = 112.1 KiB (two, causal ≤ 2048 rows: 80 + 16 =
-96.1 KiB); at most 224.1 KiB (d = 128 with three consumers, forced) of the 227 KiB a
-block may have.  Atom a of a tile starts a·rows·128 bytes in; row r of it at r·128,
+96.1 KiB); d = 192 (64-key tiles): 48 + 96 + 48 KiB = 192.1 KiB; d = 256 (64-key tiles):
+Q 64 KiB and the ring 128 KiB leave no room for 64 KiB of staging rows, so a warp stages
+its 16 rows of O (8 KiB) in its consumer's 64 rows of Q's atom ``warp`` (``o_in_q``: the
+consumer releases Q after its epilogue, with ``fence.proxy.async`` before the producer's
+TMA writes the next Q there, and the producer issues a tile's Q after its first K and V,
+``Q_LATE``): 192.1 KiB.  At most 224.1 KiB (d = 128 with three consumers, forced) of the
+227 KiB a block may have.  Atom a of a tile starts a·rows·128 bytes in; row r of it at r·128,
 16-byte chunk c at (c XOR r mod 8)·16 (``_ptx_sim.swizzle_128b``).
 
 Persistent blocks (``blocks``): with more tiles than SMs, one block an SM runs tiles
@@ -116,8 +122,9 @@ tile's pages a tile ahead, boxes past the sequence are not copied), so pages of 
 (``hopper.past_rows``).
 
 Not yet (issue #13): a ping-pong of the consumers that pays (``pingpong``: measured
-slower, off); head dims past 128 or not a multiple of 8 (the others run on d = 64's or
-128's tiles: ``hopper.tile_dim``); a KV cache's splits and pages whose rows are not a
+slower, off); head dims not a multiple of 8 (TMA needs 16-byte row strides; the others run
+on the next of d = 64's, 128's, 192's or 256's tiles: ``hopper.tile_dim``); FlashAttention-3's
+80-key tiles at d = 256 (dropout's keep bits come 32 keys a Philox call); a KV cache's splits and pages whose rows are not a
 multiple of 8, FlexAttention mods (the plan sends those to the mma.sync forward); O's
 staged rows stored by TMA (the warps store them with 16-byte ``st.global.v4``).
 """
@@ -732,6 +739,9 @@ def blocks(t: TcTiles, tiles: int, seqlen_q: int) -> int:
     tile finishes its last P·V and writes O (1.42→1.56× FA2 at (1, 16, 16384, 128)).
     With three (192 rows) a block a tile: there the tile loop's carried state costs the
     160-register consumers spills (1.27 against 1.34× FA2 at (4, 32, 4096, 64)).
+    Past d = 128 also a block a tile: at (4, 8, 4096, 256) persistent blocks ran 560.6 /
+    428.2 TF/s (full / causal), a block a tile 568.5 / 474.7 (docs/benchmarks/2026-12-03-s20,
+    call 1: the causal tiles' unequal walks, dealt round-robin, leave blocks idle at the end).
     Past ``PERSISTENT_MAX_ROWS`` query rows also a block a tile: a persistent block's
     tiles drift apart from its neighbours' over a long walk, and the K/V tiles they
     share are read from DRAM again (ncu at (1, 16, 32768, 128): 1.05 GB read
@@ -742,7 +752,7 @@ def blocks(t: TcTiles, tiles: int, seqlen_q: int) -> int:
     forced = os.environ.get("NUMBA_FLASH_WGMMA_PERSISTENT", "")
     if forced.isdigit():
         return tiles if int(forced) == 0 else min(tiles, int(forced))
-    if t.block_m > 128 or seqlen_q > PERSISTENT_MAX_ROWS:
+    if t.block_m > 128 or t.head_dim > 128 or seqlen_q > PERSISTENT_MAX_ROWS:
         return tiles
     return min(tiles, _sms())
 
