@@ -713,7 +713,7 @@ def overlap_epilogue() -> bool:
     return os.environ.get("NUMBA_FLASH_WGMMA_OVERLAP", "0") == "1"
 
 
-def pingpong(t: TcTiles) -> bool:
+def pingpong(t: TcTiles, variant: Variant = Variant()) -> bool:
     """The consumers issue their wgmma in turns (FlashAttention-3's ping-pong): before a
     slot's products (the peeled S, each S with the previous P·V, the last P·V) a
     consumer waits on its named barrier (1 + its index) for the previous consumer to
@@ -724,8 +724,11 @@ def pingpong(t: TcTiles) -> bool:
     issuing.  Two consumers only: with three (d = 64, 160 registers each) the turns'
     state spills (ptxas: 40 bytes).  Off by default: on the H200 it measured 2–3%
     slower at d = 128 (docs/benchmarks/2026-12-03-s14); ``NUMBA_FLASH_WGMMA_PINGPONG=1``
-    turns it on."""
-    return os.environ.get("NUMBA_FLASH_WGMMA_PINGPONG", "0") == "1" and t.block_m == 128
+    turns it on, ``=softcap,dropout`` (names of ``Variant`` fields) only for the variants
+    with one of them on (their longer softmax may pay for the turns where plain's does not)."""
+    env = os.environ.get("NUMBA_FLASH_WGMMA_PINGPONG", "0")
+    wanted = env == "1" or any(getattr(variant, name, False) for name in env.split(",") if name.isidentifier())
+    return wanted and t.block_m == 128
 
 
 #: Query rows a sequence past which the blocks are not persistent (``blocks``).
@@ -789,7 +792,7 @@ def launches(t: TcTiles, variant: Variant, dtype: str, sz: spec.Sizes, page_rows
     bias = alibi_on_products(t, variant)
     dom = softmax.CAPPED if bias else softmax.domain(variant, capped=True)  # raw scores there too
     box = key_box(page_rows, t.block_n) if variant.paged else t.block_n
-    kern = wgmma_forward_kernel(t, variant, dtype, n < tiles, pingpong(t), dom, ex2_emulated_every(variant), bias,
+    kern = wgmma_forward_kernel(t, variant, dtype, n < tiles, pingpong(t, variant), dom, ex2_emulated_every(variant), bias,
                                 box, overlap_epilogue())  # fmt: skip
     args = spec.forward_args("u16", tc_out_view(t)) + (spec.Arg("tmaps"),)
     return [spec.KernelLaunch("wgmma_forward", kern, t, (n, 1, 1), threads(t), smem_bytes(t, bias), args,
