@@ -10,9 +10,9 @@ timeout 120 python3 scripts/ncu_varlen.py "$out/v_time.jsonl" > "$out/v_time.txt
 echo "time rc=$? at ${SECONDS}s" >> "$out/v_time.txt"
 timeout 200 ncu --clock-control none --kernel-name regex:wgmma_forward --section SpeedOfLight \
   --section WarpStateStats --section LaunchStats \
-  --metrics gpu__time_duration.sum,smsp__inst_executed.sum,sm__pipe_tensor_op_gmma_cycles_active.avg.pct_of_peak_sustained_active \
+  --metrics gpu__time_duration.sum,smsp__inst_executed.sum \
   python3 scripts/ncu_varlen.py --ncu > "$out/v_ncu.txt" 2>&1
 echo "ncu rc=$? at ${SECONDS}s" >> "$out/v_ncu.txt"
 tail -8 "$out/v_time.txt"
-grep -E "ncu_varlen:|gpu__time_duration|inst_executed|gmma|Stall|stall|Warp Cycles|Grid Size|rc=" "$out/v_ncu.txt" \
+grep -E "ncu_varlen:|gpu__time_duration|inst_executed|Throughput|Stall|stall|Warp Cycles|Grid Size|rc=" "$out/v_ncu.txt" \
   | tail -70
