@@ -39,7 +39,7 @@ def _plan_env() -> tuple:
     return (os.environ.get("NUMBA_FLASH_TILES"),) + tuple(
         os.environ.get(f"NUMBA_FLASH_{x}") for x in ("WGMMA", "WGMMA_PERSISTENT", "WGMMA_CONSUMERS", "WGMMA_BWD_RING",
                                                       "WGMMA_PINGPONG", "RAW_SCORES", "EX2_EMULATE",
-                                                      "ALIBI_PRODUCTS", "WGMMA_OVERLAP"))  # fmt: skip
+                                                      "ALIBI_PRODUCTS", "WGMMA_OVERLAP", "WGMMA_SCHEDULER"))  # fmt: skip
 
 
 def _plan(problem: P.Problem) -> P.Plan:
@@ -61,6 +61,20 @@ def _dummies(device: int):
     call has none (the kernels read them only with the feature on)."""
     xp = np if SIMULATOR else A._cupy()
     return xp.zeros((1, 1), np.float32), xp.zeros((1,), np.int32), plain_fx(xp)
+
+
+def _scheduler(walk=None):
+    """The ``sched`` buffer: a fresh zeroed counter (int32 pair) for a launch whose
+    persistent blocks take their tiles in turn (``wgmma_forward.dynamic_tiles``), made when
+    a launch binds it (a callable role: the checked path and the replay call it)."""
+    return (np if SIMULATOR else A._cupy()).zeros((2,), np.int32)
+
+
+@functools.lru_cache(maxsize=8)
+def _scheduler_stand_in(device: int):
+    """The ``sched0`` buffer: a launch with the static order never reads its counter."""
+    xp = np if SIMULATOR else A._cupy()
+    return xp.zeros((2,), np.int32)
 
 
 def plain_fx(xp) -> tuple:
@@ -287,7 +301,8 @@ def _forward(q_op, k_op, v_op, dims, causal, scale, var, allow_tf32, layout, out
 def _forward_buffers(q, k, v, out, lse, scale, var, cu) -> dict:
     """The forward's buffers by role (``_run``): varlen's (total, H, d) seen as
     (1, total, H, d), its lse (H, total) as (1, H, total)."""
-    buffers = {"q": q, "k": k, "v": v, "out": out, "lse": lse, "scale": scale, **var.buffers(*cu)}
+    buffers = {"q": q, "k": k, "v": v, "out": out, "lse": lse, "scale": scale, **var.buffers(*cu),
+               "sched": _scheduler, "sched0": _scheduler_stand_in(_device_id())}  # fmt: skip
     if var.features.varlen:
         buffers.update({r: buffers[r][None] for r in ("q", "k", "v", "out", "lse")})
     return buffers

@@ -345,7 +345,7 @@ def argtypes(launch, work_dtype: str) -> tuple:
             out.append(types.Tuple([types.int64 if k == "int" else types.float64 for k in PARAM_KINDS]))
         elif a.role == "alibi":
             out.append(types.Array(types.float32, 2, "C"))
-        elif a.role in ("cu_seqlens_q", "cu_seqlens_k"):
+        elif a.role in ("cu_seqlens_q", "cu_seqlens_k", "sched", "sched0"):
             out.append(types.Array(types.int32, 1, "C"))
         elif a.role == "flex":  # a plain call's (``api.plain_fx``): no mod_args, dummy lists, table and split
             lists = (types.Array(types.int32, 3, "C"), types.Array(types.int32, 4, "C"))

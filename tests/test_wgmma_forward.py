@@ -84,6 +84,25 @@ def test_wgmma_forward_past_d_128(monkeypatch, rng, dtype, d, causal, Nq, Nk):
 
 
 @pytest.mark.usefixtures("wgmma_on", "poisoned_outputs")
+@pytest.mark.parametrize("d,causal,lens_q,lens_k", [(64, True, [5, 0, 200, 1, 70], [7, 4, 150, 1, 90]),
+                                                    (256, False, [130, 3, 66], [40, 70, 129])])  # fmt: skip
+def test_wgmma_forward_dynamic_scheduler(monkeypatch, rng, d, causal, lens_q, lens_k):
+    """Persistent blocks taking their tiles from the counter (``dynamic_tiles``): two
+    blocks over a varlen batch's tiles (empty sequences, tiles past a sequence the
+    producer skips, at d = 256 O staged in Q's rows), against the reference, twice (each
+    call its fresh counter)."""
+    monkeypatch.setenv("NUMBA_FLASH_WGMMA_SCHEDULER", "dynamic")
+    monkeypatch.setenv("NUMBA_FLASH_WGMMA_PERSISTENT", "2")
+    p = P.Problem("forward", "float16", d, causal, batch=len(lens_q), heads=2, seqlen_q=max(lens_q),
+                  seqlen_k=max(lens_k), heads_k=1, arch=SM90A, features=Variant(varlen=True, causal=causal, gqa=True),
+                  rows_q=sum(lens_q))  # fmt: skip
+    (launch,) = P.plan(p).launches
+    assert launch.grid == (2, 1, 1) and "sched" in [a.role for a in launch.args]
+    for _ in range(2):
+        check_varlen_forward(rng, "float16", d, causal, lens_q, lens_k)
+
+
+@pytest.mark.usefixtures("wgmma_on", "poisoned_outputs")
 def test_wgmma_forward_variants(rng):
     """GQA + window + softcap + ALiBi through the shared score and mask steps."""
     check_forward(rng, "float16", 64, True, H=2, H_kv=1, Nq=40, Nk=75, window_size=(30, -1), softcap=5.0,

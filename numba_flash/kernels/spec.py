@@ -15,10 +15,13 @@ from typing import Any
 
 #: The buffers a kernel parameter can be (``scale`` is the float softmax scale).
 ROLES = ("q", "k", "v", "out", "lse", "dout", "delta", "dq", "dk", "dv", "scale", "params", "alibi", "cu_seqlens_q",
-         "cu_seqlens_k", "flex", "tmaps", "stats")
+         "cu_seqlens_k", "flex", "tmaps", "stats", "sched", "sched0")
 #: ``tmaps``: the TMA tensor maps of q, k and v (and, in a backward, dout), a (3, 128)
 #: (or (4, 128)) uint8 device array that the launch makes from the arrays it binds
 #: (``numba_flash.tma.attention_maps``).
+#: ``sched``: a fresh zeroed int32 pair a call, the counter of a persistent kernel whose
+#: blocks take their tiles in turn (``wgmma_forward.dynamic_tiles``); ``sched0``: a
+#: stand-in for a kernel that never reads it.
 #: ``stats``: the Hopper backward's (B, H, 2, rows) float32 workspace, lse (as the
 #: backward subtracts it) and delta of each query row, padded (``wgmma_backward.stats_shape``).
 #: How a 4-D buffer is viewed: as it is, 16-bit elements as uint16 (cp.async moves

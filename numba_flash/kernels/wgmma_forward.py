@@ -136,8 +136,8 @@ import math
 import os
 
 from numba_flash import ptx
-from numba_flash._numba_cuda import (SIMULATOR, cuda, device_function, float32, gpu_available, int32, kernel,
-                                     uint8, uint32)
+from numba_flash._numba_cuda import (SIMULATOR, cuda, device_function, float32, gpu_available, int32, int64,
+                                     kernel, uint8, uint32)
 from numba_flash.config import TcTiles, tc_array_layout, tc_out_view
 from numba_flash.kernels import dropout, fragments, score, softmax, spec
 from numba_flash.kernels.hopper import (ATOM, land_and_zero, load_page_boxes, load_rows, page_of_box, past_rows,
@@ -159,6 +159,8 @@ BARRIER_BYTES = 128  # q_full, k_full[2], v_full[2], k_empty[2], v_empty[2], q_e
 SMEM_LIMIT = 227 * 1024  # the dynamic shared memory a block may have on an H100/H200
 #: Byte offsets from q_full of each stage-0 barrier (stage s: + 8·s), of q_empty and v_land.
 K_FULL, V_FULL, K_EMPTY, V_EMPTY, Q_EMPTY, V_LAND = (8 + 8 * STAGES * j for j in range(6))
+#: Byte offset from q_full of the dynamic scheduler's two tile slots (int32; after v_land, within BARRIER_BYTES).
+TILE_SLOT = V_LAND + 8
 
 
 def consumers(head_dim: int, causal: bool = False, seqlen_q: int = 4096) -> int:
@@ -227,7 +229,7 @@ def threads(t: TcTiles) -> int:
 @functools.lru_cache(maxsize=None)
 def wgmma_forward_kernel(t: TcTiles, variant: Variant, dtype: str, persistent: bool = True, pingpong: bool = False,
                          domain: int = 1, emulate: int = 0, alibi_mma: bool = False, key_rows: int = 0,
-                         overlap: bool = False):
+                         overlap: bool = False, dynamic: bool = False):
     """``kernel[grid, threads(t), stream, smem_bytes(t)](q, k, v, out32, lse, softmax_scale, params, alibi,
     cu_seqlens_q, cu_seqlens_k, fx, tmaps)``: ``tc_forward_kernel``'s arguments and outputs, and the tensor
     maps of q, k and v (``tma.attention_maps``).  ``persistent``: a block runs tiles blockIdx.x,
@@ -237,7 +239,8 @@ def wgmma_forward_kernel(t: TcTiles, variant: Variant, dtype: str, persistent: b
     (``softmax.domain(variant, capped=True)``); ``emulate``: :func:`ex2_emulated_every`'s k;
     ``alibi_mma``: ALiBi's bias on the tensor cores (:func:`alibi_on_products`; raw scores);
     ``key_rows``: a paged cache's K/V boxes (:func:`key_box`; the maps' key boxes);
-    ``overlap``: the epilogue under the next tile's first S (:func:`overlap_epilogue`)."""
+    ``overlap``: the epilogue under the next tile's first S (:func:`overlap_epilogue`);
+    ``dynamic``: persistent blocks take their tiles from a counter (:func:`dynamic_tiles`)."""
     HEAD_DIM, BLOCK_M, PERSISTENT, PINGPONG = t.head_dim, t.block_m, persistent, pingpong
     CONSUMERS = BLOCK_M // 64
     THREADS, CONSUMER_THREADS = threads(t), 128 * CONSUMERS
@@ -255,6 +258,10 @@ def wgmma_forward_kernel(t: TcTiles, variant: Variant, dtype: str, persistent: b
     O_IN_Q = Q_LATE = o_in_q(t)
     # persistent blocks, switched on (``overlap_epilogue``): the next tile's first S behind a tile's last P·V
     OVERLAP = persistent and overlap
+    # persistent blocks: the producer takes each next tile from the ``sched`` counter and
+    # hands it to the consumers in a slot of shared memory (``dynamic_tiles``)
+    DYNAMIC = persistent and dynamic
+    assert not (OVERLAP and DYNAMIC)  # the overlap walks the static order's next tile
     KSTEPS = HEAD_DIM // 16  # k-slices of Q·Kᵀ
     NT_S = BLOCK_N // 8
     NT_O = HEAD_DIM // 8
@@ -334,14 +341,27 @@ def wgmma_forward_kernel(t: TcTiles, variant: Variant, dtype: str, persistent: b
             load_rows(dst, tmap, k0 + start_n, hk, b, bar, ATOMS, KV_ATOM)
 
     @device_function
-    def load_q(q_base, tmap, rows0, h, b, q_full, done, lead):
+    def load_q(q_base, tmap, rows0, h, b, q_full, done, lead, tile):
         """The producer's copy of a tile's Q (rows ``rows0`` … of head ``h``) to ``q_base``, once the
-        consumers released the block's previous one (``q_empty``; ``done`` tiles so far)."""
+        consumers released the block's previous one (``q_empty``; ``done`` tiles so far);
+        DYNAMIC: the tile's index into its slot first (q_full's completion publishes it)."""
         if done > 0:
             wait_phase(q_full + Q_EMPTY, (done - 1) & 1)
         if lead:
+            if DYNAMIC:
+                ptx.st_shared_b32(q_full + TILE_SLOT + 4 * (done % 2), tile)
             ptx.mbarrier_arrive_expect_tx(q_full, Q_BYTES)
             load_rows(q_base, tmap, rows0, h, b, q_full, ATOMS, Q_ATOM)
+
+    @device_function
+    def next_tile(sched, lead):
+        """DYNAMIC: the producer warp's next tile, ``gridDim.x`` + the counter's count
+        (lane 0 takes it, the warp shares it; the blocks' first tiles are their own
+        ``blockIdx.x``)."""
+        taken = int32(0)
+        if lead:
+            taken = cuda.atomic.add(sched, 0, 1)
+        return int64(cuda.gridDim.x) + int64(cuda.shfl_sync(0xFFFFFFFF, taken, 0))
 
     @device_function
     def look_up_pages(cache, j, n_hi, vr, mi, fx, seq, lane):
@@ -447,7 +467,7 @@ def wgmma_forward_kernel(t: TcTiles, variant: Variant, dtype: str, persistent: b
         return start_m, b, h, hk, q0, k0, mi, seq, vr, n_lo, n_hi, tile < n_tiles and start_m < mi[0]
 
     @kernel(launch_bounds=(THREADS, 1), whole_program=True)
-    def wgmma_forward(q, k, v, out32, lse, softmax_scale, params, alibi, cu_q, cu_k, fx, tmaps):
+    def wgmma_forward(q, k, v, out32, lse, softmax_scale, params, alibi, cu_q, cu_k, fx, sched, tmaps):
         tid = cuda.threadIdx.x
         wg = tid // 128
 
@@ -479,10 +499,12 @@ def wgmma_forward_kernel(t: TcTiles, variant: Variant, dtype: str, persistent: b
         m_blocks, n_seq = query_grid_dims(q, cu_q, BLOCK_M, F)
         gx, gy, gz = (q.shape[2], n_seq, m_blocks) if F[HEAVIEST_FIRST] else (m_blocks, q.shape[2], n_seq)
         n_tiles = gx * gy * gz
-        if PERSISTENT:
-            tiles_end, tiles_step = n_tiles, cuda.gridDim.x
+        if DYNAMIC:  # trips enough for any share of the tiles (and the end's): the slots say which
+            first, tiles_end, tiles_step = 0, n_tiles + 1, 1
+        elif PERSISTENT:
+            first, tiles_end, tiles_step = cuda.blockIdx.x, n_tiles, cuda.gridDim.x
         else:  # a block a tile: one trip, the loop and its carried state compiled away
-            tiles_end, tiles_step = cuda.blockIdx.x + 1, 1
+            first, tiles_end, tiles_step = cuda.blockIdx.x, cuda.blockIdx.x + 1, 1
 
         if wg == 0:  # the producer: warp 0 (its lane 0 issues the copies; the warp zeroes varlen's tails)
             ptx.setmaxnreg_dec(PRODUCER_REGS)
@@ -491,13 +513,25 @@ def wgmma_forward_kernel(t: TcTiles, variant: Variant, dtype: str, persistent: b
                 pos = 0  # the K/V ring's position, over all of this block's tiles: stage pos mod 2, fill pos // 2
                 done = 0  # the tiles this block loaded Q for
                 zeroed = 0  # the V tiles zeroed past their sequence (v_land's phases)
-                for tile in range(cuda.blockIdx.x, tiles_end, tiles_step):
+                tile = int64(cuda.blockIdx.x)  # DYNAMIC: each block's first, then the counter's
+                for it in range(first, tiles_end, tiles_step):
+                    if not DYNAMIC:
+                        tile = it
+                    elif tile >= n_tiles:  # the end: the consumers read it from the slot, released by q_full
+                        if done > 0:
+                            wait_phase(q_full + Q_EMPTY, (done - 1) & 1)
+                        if lead:
+                            ptx.st_shared_b32(q_full + TILE_SLOT + 4 * (done % 2), n_tiles)
+                            ptx.mbarrier_arrive(q_full)
+                        break
                     start_m, b, h, hk, q0, k0, mi, seq, vr, n_lo, n_hi, live = tile_walk(tile, gx, gy, gz, q, k,
                                                                                          params, cu_q, cu_k, fx)
                     if not live:  # varlen: a tile past its sequence (the consumers skip it too)
+                        if DYNAMIC:
+                            tile = next_tile(sched, lead)
                         continue
                     if not Q_LATE or n_hi == n_lo:
-                        load_q(q_base, tmaps[0], q0 + start_m, h, b, q_full, done, lead)
+                        load_q(q_base, tmaps[0], q0 + start_m, h, b, q_full, done, lead, tile)
                     page, row = look_up_pages(k, n_lo, n_hi, vr, mi, fx, seq, tid)  # a paged cache's first tile
                     for j in range(n_lo, n_hi):
                         s = pos % STAGES
@@ -514,7 +548,7 @@ def wgmma_forward_kernel(t: TcTiles, variant: Variant, dtype: str, persistent: b
                         v_bar = q_full + (V_FULL + 8 * s if first == BLOCK_N else V_LAND)
                         load_keys(v_base + s * KV_BYTES, tmaps[2], start_n, mi[1], k0, hk, b, page, row, v_bar, lead)
                         if Q_LATE and j == n_lo:  # the tile's first K and V are on their way: now its Q
-                            load_q(q_base, tmaps[0], q0 + start_m, h, b, q_full, done, lead)
+                            load_q(q_base, tmaps[0], q0 + start_m, h, b, q_full, done, lead, tile)
                         # the next tile's pages, while this tile's copies land and the stage's next release comes
                         page, row = look_up_pages(k, j + 1, n_hi, vr, mi, fx, seq, tid)
                         if first < BLOCK_N:
@@ -523,6 +557,8 @@ def wgmma_forward_kernel(t: TcTiles, variant: Variant, dtype: str, persistent: b
                             zeroed += 1
                         pos += 1
                     done += 1
+                    if DYNAMIC:
+                        tile = next_tile(sched, lead)
             return
 
         ptx.setmaxnreg_inc(CONSUMER_REGS)
@@ -552,7 +588,14 @@ def wgmma_forward_kernel(t: TcTiles, variant: Variant, dtype: str, persistent: b
         # loop's control flow reaches a merge point with no wgmma in flight: ptxas serializes
         # every wgmma of the kernel otherwise (S and P·V would no longer overlap anywhere).
         prefetched = False
-        for tile in range(cuda.blockIdx.x, tiles_end, tiles_step):
+        for it in range(first, tiles_end, tiles_step):
+            tile = it
+            if DYNAMIC:  # the producer's next tile (live), or n_tiles: the end
+                wait_phase(q_full, done & 1)
+                w0, w1, _, _ = ptx.ld_shared_v4_b32(q_full + TILE_SLOT)  # both slots (16-byte aligned)
+                tile = int64(w1 if done % 2 else w0)
+                if tile >= n_tiles:
+                    break
             start_m, b, h, hk, q0, k0, mi, seq, vr, n_lo, n_hi, live = tile_walk(tile, gx, gy, gz, q, k, params, cu_q,
                                                                                  cu_k, fx)  # fmt: skip
             if not live:  # varlen: a tile past its sequence (the producer skips it too)
@@ -560,7 +603,8 @@ def wgmma_forward_kernel(t: TcTiles, variant: Variant, dtype: str, persistent: b
             seqlen_q = mi[0]
             rows0 = start_m + 64 * cw  # this consumer's first query row
             # q_full's phase first, then q_empty's arrival (it must not count towards the previous tile's)
-            wait_phase(q_full, done & 1)
+            if not DYNAMIC:
+                wait_phase(q_full, done & 1)
             if rows0 >= seqlen_q:  # rows past the sequence (the last block): release each tile, compute nothing
                 ptx.mbarrier_arrive(q_full + Q_EMPTY)
                 for j in range(n_lo, n_hi):
@@ -731,6 +775,23 @@ def pingpong(t: TcTiles, variant: Variant = Variant()) -> bool:
     return wanted and t.block_m == 128
 
 
+def dynamic_tiles() -> bool:
+    """Persistent blocks take their tiles in turn from a counter in global memory
+    (FlashAttention-3's dynamic scheduler) instead of tiles blockIdx.x, + gridDim.x, …:
+    the producer warp's lane 0 takes the next with an atomic add when it starts a tile
+    and hands it to the consumers in a slot of shared memory (two, alternating), which
+    q_full's completion publishes; n_tiles in the slot ends the consumers' loop.  The
+    counter is a fresh zeroed int32 pair a call (the API's ``sched`` buffer), so calls
+    on other streams never share one.  The static order deals a ragged varlen batch's
+    tiles so that a block sees a few of its sequences only (132 blocks over 16 heads ×
+    16 sequences: 4 of them), and its causal tiles' unequal walks leave blocks idle at the
+    end: at (16 sequences of mean 1024, 16 heads, d = 128) causal the varlen forward ran
+    0.737× a uniform batch of the same tokens, 16 equal sequences through the varlen API
+    0.942× (docs/benchmarks/2026-12-03-s20, call 3).  ``NUMBA_FLASH_WGMMA_SCHEDULER``:
+    ``dynamic`` or ``static``."""
+    return os.environ.get("NUMBA_FLASH_WGMMA_SCHEDULER", "static") == "dynamic"
+
+
 #: Query rows a sequence past which the blocks are not persistent (``blocks``).
 PERSISTENT_MAX_ROWS = 16384
 
@@ -792,8 +853,10 @@ def launches(t: TcTiles, variant: Variant, dtype: str, sz: spec.Sizes, page_rows
     bias = alibi_on_products(t, variant)
     dom = softmax.CAPPED if bias else softmax.domain(variant, capped=True)  # raw scores there too
     box = key_box(page_rows, t.block_n) if variant.paged else t.block_n
+    dyn = n < tiles and dynamic_tiles()
     kern = wgmma_forward_kernel(t, variant, dtype, n < tiles, pingpong(t, variant), dom, ex2_emulated_every(variant), bias,
-                                box, overlap_epilogue())  # fmt: skip
-    args = spec.forward_args("u16", tc_out_view(t)) + (spec.Arg("tmaps"),)
+                                box, overlap_epilogue() and not dyn, dyn)  # fmt: skip
+    # the scheduler's counter: a zeroed one a call (``sched``), or a stand-in it never reads
+    args = spec.forward_args("u16", tc_out_view(t)) + (spec.Arg("sched" if dyn else "sched0"), spec.Arg("tmaps"))
     return [spec.KernelLaunch("wgmma_forward", kern, t, (n, 1, 1), threads(t), smem_bytes(t, bias), args,
                               (t.block_m, t.block_n, False), boxes=(t.block_m, box))]  # fmt: skip
