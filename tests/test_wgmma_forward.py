@@ -240,8 +240,9 @@ def test_wgmma_forward_epilogue_under_the_next_s(monkeypatch, rng, causal):
     """``NUMBA_FLASH_WGMMA_OVERLAP=1``: two persistent blocks over 10 varlen tiles (empty,
     single-row and partial sequences, four tiles past their sequence, GQA, ALiBi), each
     tile's first S issued behind the previous tile's last P·V where it can be, its O
-    written under that S."""
+    written under that S (the static order: the overlap walks its next tile)."""
     monkeypatch.setenv("NUMBA_FLASH_WGMMA_OVERLAP", "1")
+    monkeypatch.setenv("NUMBA_FLASH_WGMMA_SCHEDULER", "static")
     slopes = (0.05 + 0.95 * rng.random(2)).astype(np.float32)
     check_varlen_forward(rng, "bfloat16", 128, causal, [5, 0, 70, 1, 33], [7, 4, 90, 1, 20], alibi_slopes=slopes)
 
@@ -338,6 +339,7 @@ def test_wgmma_forward_compiles_for_sm_90a(monkeypatch, d, causal, seqlen, regs,
     # one persistent case with the epilogue under the next tile's first S (``overlap_epilogue``)
     overlap = persistent == "3" and d == 128 and not causal
     monkeypatch.setenv("NUMBA_FLASH_WGMMA_OVERLAP", "1" if overlap else "0")
+    monkeypatch.setenv("NUMBA_FLASH_WGMMA_SCHEDULER", "static" if overlap else "dynamic")  # (the overlap: static)
 
     (r,) = inspect_kernels("forward", "float16", d, causal, arch="sm_90a", seqlen_q=seqlen)
     assert r.name == "wgmma_forward" and r.arch == "sm_90a"

@@ -89,9 +89,13 @@ TMA writes the next Q there, and the producer issues a tile's Q after its first 
 227 KiB a block may have.  Atom a of a tile starts a·rows·128 bytes in; row r of it at r·128,
 16-byte chunk c at (c XOR r mod 8)·16 (``_ptx_sim.swizzle_128b``).
 
-Persistent blocks (``blocks``): with more tiles than SMs, one block an SM runs tiles
-blockIdx.x, + gridDim.x, … of the virtual grid (``block_info.linear_coords``,
-``grid_coords``: the order a full grid's blocks would start in); the producer loads a
+Persistent blocks (``blocks``): with more tiles than SMs, one block an SM runs tiles of
+the virtual grid (``block_info.linear_coords``, ``grid_coords``: the order a full grid's
+blocks would start in), its first blockIdx.x, then the next one a counter in global
+memory gives out (``dynamic_tiles``: the producer warp takes it with an atomic add and
+passes it to the consumers in a shared-memory slot that q_full's completion publishes;
+n_tiles there ends their loop), or with the static order blockIdx.x + gridDim.x, …;
+the producer loads a
 tile's Q once the consumers released the previous one (``q_empty``, after their last
 S) and the ring's position runs on across tiles, so a tile's Q and first K/V land while
 the previous tile's last P·V and epilogue run.  Switched on (``overlap_epilogue``,
@@ -787,9 +791,12 @@ def dynamic_tiles() -> bool:
     16 sequences: 4 of them), and its causal tiles' unequal walks leave blocks idle at the
     end: at (16 sequences of mean 1024, 16 heads, d = 128) causal the varlen forward ran
     0.737× a uniform batch of the same tokens, 16 equal sequences through the varlen API
-    0.942× (docs/benchmarks/2026-12-03-s20, call 3).  ``NUMBA_FLASH_WGMMA_SCHEDULER``:
-    ``dynamic`` or ``static``."""
-    return os.environ.get("NUMBA_FLASH_WGMMA_SCHEDULER", "static") == "dynamic"
+    0.942× (docs/benchmarks/2026-12-03-s20, call 3).  With it (call 4): the ragged batch
+    0.910× (0.261 against 0.328 ms), causal (1, 16, 16384, 128) 518.3 against 472.8 TF/s and
+    (4, 16, 4096, 128) 471.3 against 440.9, the rest of the forward table within ±3%.  On
+    by default; ``NUMBA_FLASH_WGMMA_SCHEDULER=static`` walks the static order (and lets the
+    off-by-default ``overlap_epilogue`` run)."""
+    return os.environ.get("NUMBA_FLASH_WGMMA_SCHEDULER", "dynamic") != "static"
 
 
 #: Query rows a sequence past which the blocks are not persistent (``blocks``).
@@ -803,9 +810,11 @@ def blocks(t: TcTiles, tiles: int, seqlen_q: int) -> int:
     tile finishes its last P·V and writes O (1.42→1.56× FA2 at (1, 16, 16384, 128)).
     With three (192 rows) a block a tile: there the tile loop's carried state costs the
     160-register consumers spills (1.27 against 1.34× FA2 at (4, 32, 4096, 64)).
-    Past d = 128 also a block a tile: at (4, 8, 4096, 256) persistent blocks ran 560.6 /
-    428.2 TF/s (full / causal), a block a tile 568.5 / 474.7 (docs/benchmarks/2026-12-03-s20,
-    call 1: the causal tiles' unequal walks, dealt round-robin, leave blocks idle at the end).
+    At d = 256 (O staged in Q's rows: ``o_in_q``) also a block a tile: at (4, 8, 4096, 256)
+    persistent blocks ran 556.2 / 417.1 TF/s (full / causal) with the dynamic scheduler,
+    a block a tile 568.5 / 474.7 (a persistent block's next Q waits for its epilogue); at
+    d = 192 persistent blocks with the dynamic scheduler ran 530.7 / 446.0 against 480.9 /
+    445.5 a block a tile (docs/benchmarks/2026-12-03-s20, calls 1, 2 and 4).
     Past ``PERSISTENT_MAX_ROWS`` query rows also a block a tile: a persistent block's
     tiles drift apart from its neighbours' over a long walk, and the K/V tiles they
     share are read from DRAM again (ncu at (1, 16, 32768, 128): 1.05 GB read
@@ -816,7 +825,7 @@ def blocks(t: TcTiles, tiles: int, seqlen_q: int) -> int:
     forced = os.environ.get("NUMBA_FLASH_WGMMA_PERSISTENT", "")
     if forced.isdigit():
         return tiles if int(forced) == 0 else min(tiles, int(forced))
-    if t.block_m > 128 or t.head_dim > 128 or seqlen_q > PERSISTENT_MAX_ROWS:
+    if t.block_m > 128 or o_in_q(t) or seqlen_q > PERSISTENT_MAX_ROWS:
         return tiles
     return min(tiles, _sms())
 
