@@ -125,8 +125,7 @@ class Recording:
         for rep, maps in zip(self.launches, self.maps):
             if maps is not None:
                 buffers["tmaps"] = _maps(maps, buffers)
-            # a role made a launch (the scheduler's zeroed counter, ``api._scheduler``)
-            _launch.replay(rep, {r: x(None) if callable(x) else x for r, x in buffers.items()})
+            _launch.replay(rep, buffers)
 
 
 def _maps(maps, buffers):

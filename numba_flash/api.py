@@ -39,7 +39,8 @@ def _plan_env() -> tuple:
     return (os.environ.get("NUMBA_FLASH_TILES"),) + tuple(
         os.environ.get(f"NUMBA_FLASH_{x}") for x in ("WGMMA", "WGMMA_PERSISTENT", "WGMMA_CONSUMERS", "WGMMA_BWD_RING",
                                                       "WGMMA_PINGPONG", "RAW_SCORES", "EX2_EMULATE",
-                                                      "ALIBI_PRODUCTS", "WGMMA_OVERLAP", "WGMMA_SCHEDULER"))  # fmt: skip
+                                                      "ALIBI_PRODUCTS", "WGMMA_OVERLAP",
+                                                      "WGMMA_SCHEDULER"))  # fmt: skip
 
 
 def _plan(problem: P.Problem) -> P.Plan:
@@ -75,6 +76,11 @@ def _scheduler_stand_in(device: int):
     """The ``sched0`` buffer: a launch with the static order never reads its counter."""
     xp = np if SIMULATOR else A._cupy()
     return xp.zeros((2,), np.int32)
+
+
+def _scheduler_buffers() -> dict:
+    """The forward's ``sched`` and ``sched0`` buffers (``wgmma_forward.launches`` binds one)."""
+    return {"sched": _scheduler, "sched0": _scheduler_stand_in(_device_id())}
 
 
 def plain_fx(xp) -> tuple:
@@ -302,7 +308,7 @@ def _forward_buffers(q, k, v, out, lse, scale, var, cu) -> dict:
     """The forward's buffers by role (``_run``): varlen's (total, H, d) seen as
     (1, total, H, d), its lse (H, total) as (1, H, total)."""
     buffers = {"q": q, "k": k, "v": v, "out": out, "lse": lse, "scale": scale, **var.buffers(*cu),
-               "sched": _scheduler, "sched0": _scheduler_stand_in(_device_id())}  # fmt: skip
+               **_scheduler_buffers()}  # fmt: skip
     if var.features.varlen:
         buffers.update({r: buffers[r][None] for r in ("q", "k", "v", "out", "lse")})
     return buffers

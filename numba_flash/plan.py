@@ -176,7 +176,8 @@ def wgmma_forward(p: Problem) -> bool:
     return (wgmma_switch(p) and p.pass_ == "forward" and tuple(p.arch) == (9, 0, "a")
             and p.dtype in ("float16", "bfloat16") and tile_d > 0 and p.aligned
             and p.features.mods is None and not p.features.split
-            and (not p.features.paged or key_box(p.page_rows, key_tile(tile_d)) >= 8) and not decode_tiles(p))  # fmt: skip
+            and (not p.features.paged or key_box(p.page_rows, key_tile(tile_d)) >= 8)
+            and not decode_tiles(p))  # fmt: skip
 
 
 def wgmma_switch(p: Problem) -> bool:

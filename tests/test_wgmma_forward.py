@@ -296,7 +296,7 @@ def test_the_switch(monkeypatch):
                   P.Problem("backward", "float16", 64, False, seqlen_q=128, seqlen_k=128, arch=SM90A)):
         assert "wgmma_forward" not in [k.name for k in P.plan(other).launches], other
     for d, page_rows, box in ((64, 0, 128), (64, 16, 16), (64, 48, 16), (64, 8, 8), (64, 256, 128), (64, 1000, 8),
-                              (256, 256, 64), (256, 48, 16), (256, 0, 64)):  # a page's rows: key boxes (d = 256: 64 keys)
+                              (256, 256, 64), (256, 48, 16), (256, 0, 64)):  # a page's rows: key boxes (d = 256: 64)
         (k,) = P.plan(P.Problem("forward", "float16", d, False, seqlen_q=128, seqlen_k=128, arch=SM90A,
                                 features=Variant(paged=True, varlen=True), page_rows=page_rows)).launches
         assert k.name == "wgmma_forward" and k.boxes == (k.tiles.block_m, box), (d, page_rows, k.boxes)
@@ -359,6 +359,8 @@ def test_wgmma_forward_compiles_for_sm_90a(monkeypatch, d, causal, seqlen, regs,
     assert f".maxntid {threads}" in r.ptx
     assert r.ptx.count("mbarrier.init.shared::cta.b64") == 3 + 4 * 2  # q_full, q_empty, v_land, the ring's four a stage
     assert ("%nctaid.x" in r.ptx) == bool(persistent)  # the tile loop's stride, gridDim.x: compiled away otherwise
+    # persistent blocks take their tiles from the counter (``dynamic_tiles``), but with the overlap
+    assert ("atom.global.add" in r.ptx) == (bool(persistent) and not overlap)
     assert r.local_bytes_ptx == 0 and "ld.local" not in r.ptx and "st.local" not in r.ptx
     # the epilogue through shared memory: whole rows of O in 16-byte stores, d/64 · 4 a warp; with
     # the overlap twice (``store_tile``: under the next tile's first S, or not)

@@ -55,7 +55,11 @@ tiles: s = i mod 2, its fill i // 2; a phase's parity is the fill's):
                            wgmma on the tile: the producer may overwrite it
 and per tile t of the block (parity t mod 2):
     q_full                 Q landed
-    q_empty                128·consumers arrivals after the tile's last S: Q may be overwritten
+    q_empty                128·consumers arrivals after the tile's last S (d = 256: after its
+                           epilogue, ``o_in_q``): Q may be overwritten
+    tile slots             the dynamic scheduler's (``dynamic_tiles``): int32 slot t mod 2 holds
+                           the block's t-th tile (or n_tiles: the end), written by the producer
+                           before its arrival on q_full, read by the consumers after q_full
     v_land                 varlen: a V tile whose rows past the sequence the producer's warp
                            zeroes once it landed (``hopper.land_and_zero``), then arrives on
                            v_full[s]: a neighbour's inf or NaN never meets P's masked 0
@@ -128,8 +132,8 @@ tile's pages a tile ahead, boxes past the sequence are not copied), so pages of 
 Not yet (issue #13): a ping-pong of the consumers that pays (``pingpong``: measured
 slower, off); head dims not a multiple of 8 (TMA needs 16-byte row strides; the others run
 on the next of d = 64's, 128's, 192's or 256's tiles: ``hopper.tile_dim``); FlashAttention-3's
-80-key tiles at d = 256 (dropout's keep bits come 32 keys a Philox call); a KV cache's splits and pages whose rows are not a
-multiple of 8, FlexAttention mods (the plan sends those to the mma.sync forward); O's
+80-key tiles at d = 256 (dropout's keep bits come 32 keys a Philox call); a KV cache's
+splits and pages whose rows are not a multiple of 8, FlexAttention mods (the plan sends those to the mma.sync forward); O's
 staged rows stored by TMA (the warps store them with 16-byte ``st.global.v4``).
 """
 
@@ -235,7 +239,8 @@ def wgmma_forward_kernel(t: TcTiles, variant: Variant, dtype: str, persistent: b
                          domain: int = 1, emulate: int = 0, alibi_mma: bool = False, key_rows: int = 0,
                          overlap: bool = False, dynamic: bool = False):
     """``kernel[grid, threads(t), stream, smem_bytes(t)](q, k, v, out32, lse, softmax_scale, params, alibi,
-    cu_seqlens_q, cu_seqlens_k, fx, tmaps)``: ``tc_forward_kernel``'s arguments and outputs, and the tensor
+    cu_seqlens_q, cu_seqlens_k, fx, sched, tmaps)``: ``tc_forward_kernel``'s arguments and outputs, the
+    scheduler's counter (a zeroed int32 pair; read only when ``dynamic``) and the tensor
     maps of q, k and v (``tma.attention_maps``).  ``persistent``: a block runs tiles blockIdx.x,
     + gridDim.x, … (``blocks``); else the grid has a block a tile and the tile loop is compiled
     away (at d = 64 the loop's carried state costs the 160-register consumers spills).  ``pingpong``:
@@ -504,11 +509,11 @@ def wgmma_forward_kernel(t: TcTiles, variant: Variant, dtype: str, persistent: b
         gx, gy, gz = (q.shape[2], n_seq, m_blocks) if F[HEAVIEST_FIRST] else (m_blocks, q.shape[2], n_seq)
         n_tiles = gx * gy * gz
         if DYNAMIC:  # trips enough for any share of the tiles (and the end's): the slots say which
-            first, tiles_end, tiles_step = 0, n_tiles + 1, 1
+            tiles_start, tiles_end, tiles_step = 0, n_tiles + 1, 1
         elif PERSISTENT:
-            first, tiles_end, tiles_step = cuda.blockIdx.x, n_tiles, cuda.gridDim.x
+            tiles_start, tiles_end, tiles_step = cuda.blockIdx.x, n_tiles, cuda.gridDim.x
         else:  # a block a tile: one trip, the loop and its carried state compiled away
-            first, tiles_end, tiles_step = cuda.blockIdx.x, cuda.blockIdx.x + 1, 1
+            tiles_start, tiles_end, tiles_step = cuda.blockIdx.x, cuda.blockIdx.x + 1, 1
 
         if wg == 0:  # the producer: warp 0 (its lane 0 issues the copies; the warp zeroes varlen's tails)
             ptx.setmaxnreg_dec(PRODUCER_REGS)
@@ -518,7 +523,7 @@ def wgmma_forward_kernel(t: TcTiles, variant: Variant, dtype: str, persistent: b
                 done = 0  # the tiles this block loaded Q for
                 zeroed = 0  # the V tiles zeroed past their sequence (v_land's phases)
                 tile = int64(cuda.blockIdx.x)  # DYNAMIC: each block's first, then the counter's
-                for it in range(first, tiles_end, tiles_step):
+                for it in range(tiles_start, tiles_end, tiles_step):
                     if not DYNAMIC:
                         tile = it
                     elif tile >= n_tiles:  # the end: the consumers read it from the slot, released by q_full
@@ -592,7 +597,7 @@ def wgmma_forward_kernel(t: TcTiles, variant: Variant, dtype: str, persistent: b
         # loop's control flow reaches a merge point with no wgmma in flight: ptxas serializes
         # every wgmma of the kernel otherwise (S and P·V would no longer overlap anywhere).
         prefetched = False
-        for it in range(first, tiles_end, tiles_step):
+        for it in range(tiles_start, tiles_end, tiles_step):
             tile = it
             if DYNAMIC:  # the producer's next tile (live), or n_tiles: the end
                 wait_phase(q_full, done & 1)
@@ -854,17 +859,19 @@ def key_box(page_rows: int, block_n: int = BLOCK_N) -> int:
 
 def launches(t: TcTiles, variant: Variant, dtype: str, sz: spec.Sizes, page_rows: int = 0) -> list:
     """One kernel on a 1-D grid of ``blocks`` blocks over the tiles of ``spec.query_grid``
-    (a tile per ``t.block_m`` queries of a (batch, head), as ``tc_forward``'s blocks), and
-    the tensor maps as its last argument (``spec.Arg("tmaps")``; a paged cache's
-    ``page_rows``: its keys in :func:`key_box`'s boxes)."""
+    (a tile per ``t.block_m`` queries of a (batch, head), as ``tc_forward``'s blocks), the
+    scheduler's counter (``spec.Arg("sched")``, a fresh one a call, with persistent blocks
+    and :func:`dynamic_tiles`; else ``sched0``, never read) and the tensor maps as its
+    last argument (``spec.Arg("tmaps")``; a paged cache's ``page_rows``: its keys in
+    :func:`key_box`'s boxes)."""
     tiles = math.prod(spec.query_grid(sz, t.block_m, variant.heaviest_first))
     n = blocks(t, tiles, sz.seqlen_q)
     bias = alibi_on_products(t, variant)
     dom = softmax.CAPPED if bias else softmax.domain(variant, capped=True)  # raw scores there too
     box = key_box(page_rows, t.block_n) if variant.paged else t.block_n
     dyn = n < tiles and dynamic_tiles()
-    kern = wgmma_forward_kernel(t, variant, dtype, n < tiles, pingpong(t, variant), dom, ex2_emulated_every(variant), bias,
-                                box, overlap_epilogue() and not dyn, dyn)  # fmt: skip
+    kern = wgmma_forward_kernel(t, variant, dtype, n < tiles, pingpong(t, variant), dom, ex2_emulated_every(variant),
+                                bias, box, overlap_epilogue() and not dyn, dyn)  # fmt: skip
     # the scheduler's counter: a zeroed one a call (``sched``), or a stand-in it never reads
     args = spec.forward_args("u16", tc_out_view(t)) + (spec.Arg("sched" if dyn else "sched0"), spec.Arg("tmaps"))
     return [spec.KernelLaunch("wgmma_forward", kern, t, (n, 1, 1), threads(t), smem_bytes(t, bias), args,
