@@ -797,8 +797,9 @@ def dynamic_tiles() -> bool:
     end: at (16 sequences of mean 1024, 16 heads, d = 128) causal the varlen forward ran
     0.737× a uniform batch of the same tokens, 16 equal sequences through the varlen API
     0.942× (docs/benchmarks/2026-12-03-s20, call 3).  With it (call 4): the ragged batch
-    0.910× (0.261 against 0.328 ms), causal (1, 16, 16384, 128) 518.3 against 472.8 TF/s and
-    (4, 16, 4096, 128) 471.3 against 440.9, the rest of the forward table within ±3%.  On
+    0.910× (0.261 against 0.328 ms), the rest of the forward table within ±3% but causal;
+    in one process (call 7, ``scripts/ab_scheduler.py``) causal (1, 16, 16384, 128) 1.069×
+    and (4, 16, 4096, 128) 1.030× the static order's TF/s.  On
     by default; ``NUMBA_FLASH_WGMMA_SCHEDULER=static`` walks the static order (and lets the
     off-by-default ``overlap_epilogue`` run)."""
     return os.environ.get("NUMBA_FLASH_WGMMA_SCHEDULER", "dynamic") != "static"
