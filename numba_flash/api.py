@@ -71,16 +71,10 @@ def _scheduler(walk=None):
     return (np if SIMULATOR else A._cupy()).zeros((2,), np.int32)
 
 
-@functools.lru_cache(maxsize=8)
-def _scheduler_stand_in(device: int):
-    """The ``sched0`` buffer: a launch with the static order never reads its counter."""
-    xp = np if SIMULATOR else A._cupy()
-    return xp.zeros((2,), np.int32)
-
-
-def _scheduler_buffers() -> dict:
-    """The forward's ``sched`` and ``sched0`` buffers (``wgmma_forward.launches`` binds one)."""
-    return {"sched": _scheduler, "sched0": _scheduler_stand_in(_device_id())}
+#: The forward's ``sched`` and ``sched0`` buffers (``wgmma_forward.launches`` binds one),
+#: both made when a launch binds them: a fresh counter, or for a launch with the static
+#: order (which never reads it) the varlen offsets' int32 stand-in, pinned in a replay.
+SCHEDULER_BUFFERS = {"sched": _scheduler, "sched0": lambda walk=None: _dummies(_device_id())[1]}
 
 
 def plain_fx(xp) -> tuple:
@@ -105,8 +99,8 @@ def _tensor_maps(k, buffers: dict, layout: str):
 
 
 #: Roles whose arguments a call's signature pins (the scale: softmax_scale and d; the flex
-#: dummies: the device): a replay leaves their recorded slots as they are.
-_PINNED = ("scale", "flex")
+#: and scheduler's dummies: the device): a replay leaves their recorded slots as they are.
+_PINNED = ("scale", "flex", "sched0")
 
 
 def _run(plan: P.Plan, buffers: dict, layout: str, rec: _replay.Recording | None = None) -> None:
@@ -308,7 +302,7 @@ def _forward_buffers(q, k, v, out, lse, scale, var, cu) -> dict:
     """The forward's buffers by role (``_run``): varlen's (total, H, d) seen as
     (1, total, H, d), its lse (H, total) as (1, H, total)."""
     buffers = {"q": q, "k": k, "v": v, "out": out, "lse": lse, "scale": scale, **var.buffers(*cu),
-               **_scheduler_buffers()}  # fmt: skip
+               **SCHEDULER_BUFFERS}  # fmt: skip
     if var.features.varlen:
         buffers.update({r: buffers[r][None] for r in ("q", "k", "v", "out", "lse")})
     return buffers

@@ -201,7 +201,7 @@ def flash_attention_with_kvcache(q, k_cache, v_cache, k=None, v=None, *, cache_s
 
     Every check runs before any launch (a ValueError or TypeError naming the argument).
     """
-    from numba_flash.api import _Variants, _device_id, _dummies, _plan_env, _run_checked, _scheduler_buffers
+    from numba_flash.api import SCHEDULER_BUFFERS, _Variants, _device_id, _dummies, _plan_env, _run_checked
     from numba_flash.kernels import kvcache as K
     from numba_flash.merge import merge_into
 
@@ -316,7 +316,7 @@ def flash_attention_with_kvcache(q, k_cache, v_cache, k=None, v=None, *, cache_s
     alibi0, cu0, fx0 = _dummies(_device_id())
     fx = fx0[:7] + (table_d, split_at)
     buffers = {"q": q_view, "k": kc_w, "v": vc_w, "out": out_parts, "lse": lse_parts, "scale": scale,
-               **var.buffers(cu_q, cu_k), **_scheduler_buffers()}  # fmt: skip
+               **var.buffers(cu_q, cu_k), **SCHEDULER_BUFFERS}  # fmt: skip
     buffers.update(flex=fx, params=params)
     _run_checked(plan, buffers, "bshd", var)
     if merged:  # parts (S, B, rows, heads, d) and (S, B, heads, rows), as views

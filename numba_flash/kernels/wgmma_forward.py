@@ -350,15 +350,21 @@ def wgmma_forward_kernel(t: TcTiles, variant: Variant, dtype: str, persistent: b
             load_rows(dst, tmap, k0 + start_n, hk, b, bar, ATOMS, KV_ATOM)
 
     @device_function
-    def load_q(q_base, tmap, rows0, h, b, q_full, done, lead, tile):
-        """The producer's copy of a tile's Q (rows ``rows0`` … of head ``h``) to ``q_base``, once the
-        consumers released the block's previous one (``q_empty``; ``done`` tiles so far);
-        DYNAMIC: the tile's index into its slot first (q_full's completion publishes it)."""
+    def hand_over(q_full, done, tile, lead):
+        """The producer's turn at q_full for the block's ``done``-th tile: once the
+        consumers released the previous tile's Q (``q_empty``), and DYNAMIC, lane 0 writes
+        ``tile`` into its slot (q_full's completion publishes it; n_tiles: the end)."""
         if done > 0:
             wait_phase(q_full + Q_EMPTY, (done - 1) & 1)
+        if DYNAMIC and lead:
+            ptx.st_shared_b32(q_full + TILE_SLOT + 4 * (done % 2), tile)
+
+    @device_function
+    def load_q(q_base, tmap, rows0, h, b, q_full, done, lead, tile):
+        """The producer's copy of a tile's Q (rows ``rows0`` … of head ``h``) to ``q_base``
+        after its ``hand_over``."""
+        hand_over(q_full, done, tile, lead)
         if lead:
-            if DYNAMIC:
-                ptx.st_shared_b32(q_full + TILE_SLOT + 4 * (done % 2), tile)
             ptx.mbarrier_arrive_expect_tx(q_full, Q_BYTES)
             load_rows(q_base, tmap, rows0, h, b, q_full, ATOMS, Q_ATOM)
 
@@ -527,10 +533,8 @@ def wgmma_forward_kernel(t: TcTiles, variant: Variant, dtype: str, persistent: b
                     if not DYNAMIC:
                         tile = it
                     elif tile >= n_tiles:  # the end: the consumers read it from the slot, released by q_full
-                        if done > 0:
-                            wait_phase(q_full + Q_EMPTY, (done - 1) & 1)
+                        hand_over(q_full, done, n_tiles, lead)
                         if lead:
-                            ptx.st_shared_b32(q_full + TILE_SLOT + 4 * (done % 2), n_tiles)
                             ptx.mbarrier_arrive(q_full)
                         break
                     start_m, b, h, hk, q0, k0, mi, seq, vr, n_lo, n_hi, live = tile_walk(tile, gx, gy, gz, q, k,
