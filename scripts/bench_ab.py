@@ -1,7 +1,10 @@
 """A/B of an environment switch in one process: the forward's time with each value of
 the switch, on issue #13's shapes (fp16, causal off and on, and bf16) and a dropout case.
 
-    python3 scripts/bench_ab.py out.jsonl NAME=a,b
+    python3 scripts/bench_ab.py out.jsonl NAME=a,b [--dropout]
+
+``--dropout``: the cases with dropout 0.1 instead (the four shapes causal off and on, fp16,
+and bf16 at (4, 16, 4096, 128)), with plain (4, 16, 4096, 128) causal as a reference row.
 
 The API reads the switch when it plans (``api._plan_env``: the plan and its kernels are
 made once per value), so both values' kernels live in one process.  Per case the values
@@ -28,11 +31,18 @@ CASES = [(s, "float16", c, {}) for s in SHAPES for c in (False, True)] + [
 ]
 
 
-def main(path, switch):
+DROPOUT = {"dropout_p": 0.1, "seed": 7}
+DROPOUT_CASES = [(s, "float16", c, DROPOUT) for s in SHAPES for c in (False, True)] + [
+    ((4, 16, 4096, 128), "bfloat16", True, DROPOUT),
+    ((4, 16, 4096, 128), "float16", True, {}),
+]
+
+
+def main(path, switch, cases=CASES):
     name, values = switch.split("=")
     values = values.split(",")
     rows = []
-    for (B, H, N, d), dtype, causal, kw in CASES:
+    for (B, H, N, d), dtype, causal, kw in cases:
         dt = np.dtype(ml_dtypes.bfloat16) if dtype == "bfloat16" else np.dtype(dtype)
         gen = cp.random.default_rng(0)
         q, k, v = (gen.standard_normal((B, N, H, d), dtype=cp.float32).astype(dt) for _ in range(3))
@@ -66,4 +76,4 @@ def main(path, switch):
 
 
 if __name__ == "__main__":
-    main(sys.argv[1], sys.argv[2])
+    main(sys.argv[1], sys.argv[2], DROPOUT_CASES if "--dropout" in sys.argv else CASES)

@@ -169,11 +169,15 @@ def test_wgmma_forward_causal_alibi_column_frame(monkeypatch, rng, dtype, d, Nq,
 
 
 @pytest.mark.usefixtures("wgmma_on", "poisoned_outputs")
+@pytest.mark.parametrize("ahead", ["1", "0"])
 @pytest.mark.parametrize("Nq,Nk", [(20, 64), (300, 128)])
-def test_wgmma_forward_dropout_keeps_the_reference_mask(monkeypatch, rng, Nq, Nk):
+def test_wgmma_forward_dropout_keeps_the_reference_mask(monkeypatch, rng, Nq, Nk, ahead):
     """Scale 0 (P = 1/Nk) and V the identity (d = Nk): O[i, j] = Z_ij / ((1 − p)·Nk).
-    d = 64: three consumers; d = 128: two, one persistent block over three tiles."""
+    d = 64: three consumers; d = 128: two, one persistent block over three tiles.  The
+    keep words drawn by the dropout warps (``wgmma_forward.drop_ahead``) and by the
+    consumers themselves (``NUMBA_FLASH_DROP_AHEAD=0``)."""
     monkeypatch.setenv("NUMBA_FLASH_WGMMA_PERSISTENT", "1")
+    monkeypatch.setenv("NUMBA_FLASH_DROP_AHEAD", ahead)
     B, H, p, seed = 1, 2, 0.3, int(rng.integers(0, 2**63))
     q = rng.standard_normal((B, Nq, H, Nk)).astype(np.float16)
     k = rng.standard_normal((B, Nk, H, Nk)).astype(np.float16)
@@ -187,13 +191,40 @@ def test_wgmma_forward_dropout_keeps_the_reference_mask(monkeypatch, rng, Nq, Nk
     assert np.all(o[~want] == 0)
 
 
+@pytest.mark.gpu
 @pytest.mark.usefixtures("wgmma_on", "poisoned_outputs")
-@pytest.mark.parametrize("dtype,d,causal", [("bfloat16", 64, True), ("float16", 128, False)])
-def test_wgmma_forward_dropout_across_ring_fills(monkeypatch, rng, dtype, d, causal):
+@pytest.mark.parametrize("dtype,Nq,d,ahead", [("float16", 1000, 128, "1"), ("bfloat16", 1000, 64, "1"),
+                                              ("float16", 700, 256, "1"), ("float16", 1000, 128, "0")])  # fmt: skip
+def test_wgmma_forward_dropout_mask_on_the_gpu(monkeypatch, rng, dtype, Nq, d, ahead):
+    """The keep mask bit for bit over many tiles of five persistent blocks (d = 128:
+    two consumers, 128-key tiles; d = 64: three, a block a tile; d = 256: 64-key tiles,
+    a block a tile): scale 0 and V the identity (Nk = d), so O[i, j] = Z_ij / ((1 − p)·Nk);
+    the keep words by the dropout warps (``ahead``) and by the consumers."""
+    monkeypatch.setenv("NUMBA_FLASH_WGMMA_PERSISTENT", "5")
+    monkeypatch.setenv("NUMBA_FLASH_DROP_AHEAD", ahead)
+    dt = DTYPES[dtype]
+    B, H, p, seed = 2, 4, 0.25, int(rng.integers(0, 2**63))
+    q = rng.standard_normal((B, Nq, H, d)).astype(dt)
+    k = rng.standard_normal((B, d, H, d)).astype(dt)
+    v = np.ascontiguousarray(np.broadcast_to(np.eye(d, dtype=dt)[None, :, None, :], (B, d, H, d)))
+    with kernels_launched() as ran:
+        out = numba_flash.flash_attention(device(q), device(k), device(v), softmax_scale=0.0, dropout_p=p, seed=seed)
+    assert ran == ["wgmma_forward"], ran
+    o = host(out).astype(np.float64).transpose(0, 2, 1, 3)
+    want = R.dropout_mask(seed, p, B, H, Nq, d)
+    assert np.array_equal(o > 0, want), f"seed {seed}: {np.sum((o > 0) != want)} keep bits differ"
+    np.testing.assert_allclose(o[want], 1.0 / ((1 - p) * d), rtol=1e-2)
+
+
+@pytest.mark.usefixtures("wgmma_on", "poisoned_outputs")
+@pytest.mark.parametrize("dtype,d,causal,ahead", [("bfloat16", 64, True, "1"), ("float16", 128, False, "1"),
+                                                  ("float16", 128, False, "0")])  # fmt: skip
+def test_wgmma_forward_dropout_across_ring_fills(monkeypatch, rng, dtype, d, causal, ahead):
     """Dropout through several key tiles and tiles of one persistent block (two of three
     key tiles each: positions 0–5 of the walk), two consumers, against the
-    reference."""
+    reference; the keep words by the dropout warps (``ahead``) or by the consumers."""
     monkeypatch.setenv("NUMBA_FLASH_WGMMA_PERSISTENT", "1")
+    monkeypatch.setenv("NUMBA_FLASH_DROP_AHEAD", ahead)
     seed = int(rng.integers(0, 2**63))
     check_forward(rng, dtype, d, causal, B=1, H=2, H_kv=1, Nq=70, Nk=300, dropout_p=0.2, seed=seed)
 

@@ -63,8 +63,8 @@ from numba_flash.reference import keep_threshold, seed_key
 from numba_flash.variant import KEEP_SCALE, KEEP_THRESHOLD, SEED_K0, SEED_K1
 
 __all__ = ["ROUNDS", "philox4x32", "group_slot", "pair_half", "keep_values", "keep_value", "keep", "dropout_info",
-           "kept_scale", "chunk_values", "byte_scale", "scale_of", "keep_msbs", "drop_slice", "out_scale", "seed_key",
-           "keep_threshold"]
+           "kept_scale", "chunk_values", "byte_scale", "scale_of", "keep_msbs", "drop_slice", "apply_keep", "keep_chunk",
+           "out_scale", "seed_key", "keep_threshold"]
 
 M0 = uint64(0xD2511F53)  # Philox round multipliers
 M1 = uint64(0xCD9E8D57)
@@ -224,12 +224,28 @@ def drop_slice(frag, F0, wa, wb, di):
     holding this slice's keys (words ``ps % 2`` and ``2 + ps % 2`` of the 32-key
     stretch's call); bytes 0, 1 are n-tile 2ps's keys 2t, 2t + 1, bytes 2, 3
     n-tile 2ps + 1's (``ptx.prmt`` widens a byte's keep bit to its 16-bit value)."""
-    ka = keep_msbs(wa, di)
-    kb = keep_msbs(wb, di)
+    apply_keep(frag, F0, keep_msbs(wa, di), keep_msbs(wb, di))
+
+
+@device_function
+def apply_keep(frag, F0, ka, kb):
+    """:func:`drop_slice` from its keep words: ``ka``, ``kb`` are :func:`keep_msbs` of
+    rows g's and g + 8's Philox words (a byte's bit 7: its element kept)."""
     frag[F0] = uint32(frag[F0] & ptx.prmt(ka, 0, 0x9988))
     frag[F0 + 1] = uint32(frag[F0 + 1] & ptx.prmt(kb, 0, 0x9988))
     frag[F0 + 2] = uint32(frag[F0 + 2] & ptx.prmt(ka, 0, 0xBBAA))
     frag[F0 + 3] = uint32(frag[F0 + 3] & ptx.prmt(kb, 0, 0xBBAA))
+
+
+@device_function
+def keep_chunk(i, group, di):
+    """The keep words of Philox call ``group`` of query ``i``'s row pair, as
+    :func:`apply_keep` takes them for the two k-slices of its 32-key stretch:
+    ``(ka, kb)`` of the first slice, then of the second (:func:`keep_msbs` of words
+    x0, x2, x1, x3).  ``fragments.drop_packed`` drops with them in place; the wgmma
+    forward's dropout warps stage them in shared memory for the consumers."""
+    x0, x1, x2, x3 = chunk_values(i, group, di)
+    return keep_msbs(x0, di), keep_msbs(x2, di), keep_msbs(x1, di), keep_msbs(x3, di)
 
 
 @device_function

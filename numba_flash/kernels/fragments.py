@@ -169,10 +169,10 @@ def drop_packed(frag, PSTEPS, row0, col0, di):
     lane = cuda.threadIdx.x & 31
     i = row0 + (lane >> 2)
     for a in range((PSTEPS + 1) // 2):
-        x0, x1, x2, x3 = dropout.chunk_values(i, (((col0 >> 5) + a) << 2) | (lane & 3), di)
-        dropout.drop_slice(frag, 8 * a, x0, x2, di)
+        ka0, kb0, ka1, kb1 = dropout.keep_chunk(i, (((col0 >> 5) + a) << 2) | (lane & 3), di)
+        dropout.apply_keep(frag, 8 * a, ka0, kb0)
         if 2 * a + 1 < PSTEPS:
-            dropout.drop_slice(frag, 8 * a + 4, x1, x3, di)
+            dropout.apply_keep(frag, 8 * a + 4, ka1, kb1)
 
 
 @device_function
