@@ -260,6 +260,8 @@ def wgmma_forward_kernel(t: TcTiles, variant: Variant, dtype: str, persistent: b
     CONSUMERS = BLOCK_M // 64
     THREADS, CONSUMER_THREADS = threads(t), 128 * CONSUMERS
     PRODUCER_REGS, CONSUMER_REGS = REGS[CONSUMERS]
+    if drop_ahead and variant.dropout and CONSUMERS == 2:
+        PRODUCER_REGS, CONSUMER_REGS = tuple(int(x) for x in os.environ.get("NUMBA_FLASH_DROP_REGS", "56,224").split(","))
     F = variant.flags
     ALIBI_MMA = alibi_mma
     # the score step's flags: with ALiBi on the tensor cores, S holds the bias's column term already
@@ -402,6 +404,16 @@ def wgmma_forward_kernel(t: TcTiles, variant: Variant, dtype: str, persistent: b
         if lead:
             taken = cuda.atomic.add(sched, 0, 1)
         return int64(cuda.gridDim.x) + int64(cuda.shfl_sync(0xFFFFFFFF, taken, 0))
+
+    @device_function
+    def keep_item(x, start_m, stretch0, di):
+        """DROP_AHEAD: the keep words of item ``x`` of a fill (consumer c, 32-key stretch a,
+        consumer thread u: ``dropout.keep_chunk`` of u's row pair and key slot, as
+        ``fragments.drop_packed`` draws them in the consumer), for the tile's rows
+        ``start_m`` … and the fill's first stretch ``stretch0`` (its keys // 32)."""
+        c, a, u = x // (STRETCHES * 128), (x // 128) % STRETCHES, x % 128
+        i = start_m + 64 * c + 16 * (u >> 5) + ((u & 31) >> 2)
+        return dropout.keep_chunk(i, ((stretch0 + a) << 2) | (u & 3), di)
 
     @device_function
     def look_up_pages(cache, j, n_hi, vr, mi, fx, seq, lane):
@@ -630,14 +642,16 @@ def wgmma_forward_kernel(t: TcTiles, variant: Variant, dtype: str, persistent: b
                         if g >= STAGES:  # the consumers dropped P with this stage's last fill (and released its V)
                             wait_phase(q_full + V_EMPTY + 8 * s, ((g // STAGES) - 1) & 1)
                         stretch0 = (tile_at(j, vr, F) * BLOCK_N) >> 5
-                        for item in range(first, DROP_ITEMS, DROP_THREADS):
-                            x = uint32(item)
-                            c, a, u = x // (STRETCHES * 128), (x // 128) % STRETCHES, x % 128
-                            rows0 = start_m + 64 * c
-                            if rows0 < mi[0]:
-                                i = rows0 + 16 * (u >> 5) + ((u & 31) >> 2)
-                                ka0, kb0, ka1, kb1 = dropout.keep_chunk(i, ((stretch0 + a) << 2) | (u & 3), di)
-                                ptx.st_shared_v4_b32(ring + s * DROP_STAGE + item * 16, ka0, kb0, ka1, kb1)
+                        # two items a trip, drawn and stored without a branch, so that their Philox chains
+                        # interleave (a consumer past the sequence reads none of its items; an item past
+                        # the fill's is stored over the trip's first, which is stored after it)
+                        for pair in range(first, DROP_ITEMS, 2 * DROP_THREADS):
+                            x, y = uint32(pair), uint32(pair + DROP_THREADS)
+                            wx = keep_item(x, start_m, stretch0, di)
+                            wy = keep_item(y, start_m, stretch0, di)
+                            ptx.st_shared_v4_b32(ring + s * DROP_STAGE + (y if y < DROP_ITEMS else x) * 16, wy[0], wy[1],
+                                                 wy[2], wy[3])  # fmt: skip
+                            ptx.st_shared_v4_b32(ring + s * DROP_STAGE + x * 16, wx[0], wx[1], wx[2], wx[3])
                         ptx.mbarrier_arrive(q_full + D_FULL + 8 * s)
                     pos += n_hi - n_lo
                     done += 1
@@ -827,7 +841,7 @@ def drop_ahead(t: TcTiles, variant: Variant, alibi_mma: bool = False) -> bool:
     S's wait and P·V's issue).  With dropout, where shared memory has room
     (:func:`smem_bytes`; not with ALiBi on the tensor cores at d = 128).
     ``NUMBA_FLASH_DROP_AHEAD=0`` turns it off."""
-    return (variant.dropout and os.environ.get("NUMBA_FLASH_DROP_AHEAD", "1") != "0"
+    return (variant.dropout and os.environ.get("NUMBA_FLASH_DROP_AHEAD", "1") != "0" and t.block_m == 128
             and smem_bytes(t, alibi_mma, True) <= SMEM_LIMIT)  # fmt: skip
 
 
