@@ -4,6 +4,7 @@
 # reference.dropout_mask), racecheck of the wgmma forward's small cases, the A/B in one
 # process (NUMBA_FLASH_DROP_AHEAD=0,1) on the issue's shapes with dropout, and issue #11's
 # variant rows (bench_variants.py --queued --dropout-only) with the new code.
+# The drop_ahead kernel path ran at commit 928fe2e (call 1) and 5ad4374 (call 2), and was reverted after call 2 (slower).
 set -u
 out=$1
 . scripts/device_ab.sh

@@ -2,6 +2,7 @@
 # Session 21, call 2: the dropout warps with 56 registers (consumers 224) and two items a
 # trip (call 1's 24-register warps reloaded the key schedule and spilled: 0.50-0.61x):
 # the dropout GPU tests, then the A/B in one process on the issue's shapes with dropout.
+# The drop_ahead kernel path ran at commit 5ad4374 and was reverted after call 2 (slower).
 set -u
 out=$1
 . scripts/device_ab.sh

@@ -169,15 +169,11 @@ def test_wgmma_forward_causal_alibi_column_frame(monkeypatch, rng, dtype, d, Nq,
 
 
 @pytest.mark.usefixtures("wgmma_on", "poisoned_outputs")
-@pytest.mark.parametrize("ahead", ["1", "0"])
 @pytest.mark.parametrize("Nq,Nk", [(20, 64), (300, 128)])
-def test_wgmma_forward_dropout_keeps_the_reference_mask(monkeypatch, rng, Nq, Nk, ahead):
+def test_wgmma_forward_dropout_keeps_the_reference_mask(monkeypatch, rng, Nq, Nk):
     """Scale 0 (P = 1/Nk) and V the identity (d = Nk): O[i, j] = Z_ij / ((1 − p)·Nk).
-    d = 64: three consumers; d = 128: two, one persistent block over three tiles.  The
-    keep words drawn by the dropout warps (``wgmma_forward.drop_ahead``) and by the
-    consumers themselves (``NUMBA_FLASH_DROP_AHEAD=0``)."""
+    d = 64: three consumers; d = 128: two, one persistent block over three tiles."""
     monkeypatch.setenv("NUMBA_FLASH_WGMMA_PERSISTENT", "1")
-    monkeypatch.setenv("NUMBA_FLASH_DROP_AHEAD", ahead)
     B, H, p, seed = 1, 2, 0.3, int(rng.integers(0, 2**63))
     q = rng.standard_normal((B, Nq, H, Nk)).astype(np.float16)
     k = rng.standard_normal((B, Nk, H, Nk)).astype(np.float16)
@@ -193,15 +189,12 @@ def test_wgmma_forward_dropout_keeps_the_reference_mask(monkeypatch, rng, Nq, Nk
 
 @pytest.mark.gpu
 @pytest.mark.usefixtures("wgmma_on", "poisoned_outputs")
-@pytest.mark.parametrize("dtype,Nq,d,ahead", [("float16", 1000, 128, "1"), ("bfloat16", 1000, 64, "1"),
-                                              ("float16", 700, 256, "1"), ("float16", 1000, 128, "0")])  # fmt: skip
-def test_wgmma_forward_dropout_mask_on_the_gpu(monkeypatch, rng, dtype, Nq, d, ahead):
+@pytest.mark.parametrize("dtype,Nq,d", [("float16", 1000, 128), ("bfloat16", 1000, 64), ("float16", 700, 256)])
+def test_wgmma_forward_dropout_mask_on_the_gpu(monkeypatch, rng, dtype, Nq, d):
     """The keep mask bit for bit over many tiles of five persistent blocks (d = 128:
     two consumers, 128-key tiles; d = 64: three, a block a tile; d = 256: 64-key tiles,
-    a block a tile): scale 0 and V the identity (Nk = d), so O[i, j] = Z_ij / ((1 − p)·Nk);
-    the keep words by the dropout warps (``ahead``) and by the consumers."""
+    a block a tile): scale 0 and V the identity (Nk = d), so O[i, j] = Z_ij / ((1 − p)·Nk)."""
     monkeypatch.setenv("NUMBA_FLASH_WGMMA_PERSISTENT", "5")
-    monkeypatch.setenv("NUMBA_FLASH_DROP_AHEAD", ahead)
     dt = DTYPES[dtype]
     B, H, p, seed = 2, 4, 0.25, int(rng.integers(0, 2**63))
     q = rng.standard_normal((B, Nq, H, d)).astype(dt)
@@ -217,14 +210,12 @@ def test_wgmma_forward_dropout_mask_on_the_gpu(monkeypatch, rng, dtype, Nq, d, a
 
 
 @pytest.mark.usefixtures("wgmma_on", "poisoned_outputs")
-@pytest.mark.parametrize("dtype,d,causal,ahead", [("bfloat16", 64, True, "1"), ("float16", 128, False, "1"),
-                                                  ("float16", 128, False, "0")])  # fmt: skip
-def test_wgmma_forward_dropout_across_ring_fills(monkeypatch, rng, dtype, d, causal, ahead):
+@pytest.mark.parametrize("dtype,d,causal", [("bfloat16", 64, True), ("float16", 128, False)])
+def test_wgmma_forward_dropout_across_ring_fills(monkeypatch, rng, dtype, d, causal):
     """Dropout through several key tiles and tiles of one persistent block (two of three
     key tiles each: positions 0–5 of the walk), two consumers, against the
-    reference; the keep words by the dropout warps (``ahead``) or by the consumers."""
+    reference."""
     monkeypatch.setenv("NUMBA_FLASH_WGMMA_PERSISTENT", "1")
-    monkeypatch.setenv("NUMBA_FLASH_DROP_AHEAD", ahead)
     seed = int(rng.integers(0, 2**63))
     check_forward(rng, dtype, d, causal, B=1, H=2, H_kv=1, Nq=70, Nk=300, dropout_p=0.2, seed=seed)
 

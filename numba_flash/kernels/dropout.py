@@ -242,8 +242,7 @@ def keep_chunk(i, group, di):
     """The keep words of Philox call ``group`` of query ``i``'s row pair, as
     :func:`apply_keep` takes them for the two k-slices of its 32-key stretch:
     ``(ka, kb)`` of the first slice, then of the second (:func:`keep_msbs` of words
-    x0, x2, x1, x3).  ``fragments.drop_packed`` drops with them in place; the wgmma
-    forward's dropout warps stage them in shared memory for the consumers."""
+    x0, x2, x1, x3).  ``fragments.drop_packed`` drops with them in place."""
     x0, x1, x2, x3 = chunk_values(i, group, di)
     return keep_msbs(x0, di), keep_msbs(x2, di), keep_msbs(x1, di), keep_msbs(x3, di)
 

@@ -163,16 +163,12 @@ BLOCK_N, WIDE_BLOCK_N, STAGES = 128, 64, 2
 #: and 128·32 + 384·160 are the 65536 registers of an SM (FlashAttention-3's split).
 REGS = {2: (24, 240), 3: (32, 160)}
 HEAD_DIMS = (64, 128, 192, 256)  # the head dims this version runs (wgmma n = d for P·V)
-BARRIER_BYTES = 128  # q_full, k_full[2], v_full[2], k_empty[2], v_empty[2], q_empty, v_land, slots, d_full[2]
+BARRIER_BYTES = 128  # q_full, k_full[2], v_full[2], k_empty[2], v_empty[2], q_empty, v_land: 8 bytes each
 SMEM_LIMIT = 227 * 1024  # the dynamic shared memory a block may have on an H100/H200
 #: Byte offsets from q_full of each stage-0 barrier (stage s: + 8·s), of q_empty and v_land.
 K_FULL, V_FULL, K_EMPTY, V_EMPTY, Q_EMPTY, V_LAND = (8 + 8 * STAGES * j for j in range(6))
 #: Byte offset from q_full of the dynamic scheduler's two tile slots (int32; after v_land, within BARRIER_BYTES).
 TILE_SLOT = V_LAND + 8
-#: Byte offset from q_full of the dropout warps' full barriers (stage s: + 8·s; ``drop_ahead``), after the slots.
-D_FULL = TILE_SLOT + 16
-#: The producer warpgroup's warps 1–3 (``drop_ahead``): threads that stage dropout's keep words.
-DROP_THREADS = 96
 
 
 def consumers(head_dim: int, causal: bool = False, seqlen_q: int = 4096) -> int:
@@ -241,7 +237,7 @@ def threads(t: TcTiles) -> int:
 @functools.lru_cache(maxsize=None)
 def wgmma_forward_kernel(t: TcTiles, variant: Variant, dtype: str, persistent: bool = True, pingpong: bool = False,
                          domain: int = 1, emulate: int = 0, alibi_mma: bool = False, key_rows: int = 0,
-                         overlap: bool = False, dynamic: bool = False, drop_ahead: bool = False):
+                         overlap: bool = False, dynamic: bool = False):
     """``kernel[grid, threads(t), stream, smem_bytes(t)](q, k, v, out32, lse, softmax_scale, params, alibi,
     cu_seqlens_q, cu_seqlens_k, fx, sched, tmaps)``: ``tc_forward_kernel``'s arguments and outputs, the
     scheduler's counter (a zeroed int32 pair; read only when ``dynamic``) and the tensor
@@ -253,15 +249,11 @@ def wgmma_forward_kernel(t: TcTiles, variant: Variant, dtype: str, persistent: b
     ``alibi_mma``: ALiBi's bias on the tensor cores (:func:`alibi_on_products`; raw scores);
     ``key_rows``: a paged cache's K/V boxes (:func:`key_box`; the maps' key boxes);
     ``overlap``: the epilogue under the next tile's first S (:func:`overlap_epilogue`);
-    ``dynamic``: persistent blocks take their tiles from a counter (:func:`dynamic_tiles`);
-    ``drop_ahead``: dropout's keep words staged by the producer warpgroup's other warps
-    (:func:`drop_ahead`)."""
+    ``dynamic``: persistent blocks take their tiles from a counter (:func:`dynamic_tiles`)."""
     HEAD_DIM, BLOCK_M, PERSISTENT, PINGPONG = t.head_dim, t.block_m, persistent, pingpong
     CONSUMERS = BLOCK_M // 64
     THREADS, CONSUMER_THREADS = threads(t), 128 * CONSUMERS
     PRODUCER_REGS, CONSUMER_REGS = REGS[CONSUMERS]
-    if drop_ahead and variant.dropout and CONSUMERS == 2:
-        PRODUCER_REGS, CONSUMER_REGS = tuple(int(x) for x in os.environ.get("NUMBA_FLASH_DROP_REGS", "56,224").split(","))
     F = variant.flags
     ALIBI_MMA = alibi_mma
     # the score step's flags: with ALiBi on the tensor cores, S holds the bias's column term already
@@ -300,13 +292,6 @@ def wgmma_forward_kernel(t: TcTiles, variant: Variant, dtype: str, persistent: b
     wgmma_s = getattr(ptx, f"wgmma_m64n{BLOCK_N}k16_{kind}_acc")
     wgmma_o = getattr(ptx, f"wgmma_m64n{HEAD_DIM}k16_{kind}_rs_bmn_acc")
     BF16 = dtype == "bfloat16"
-    # dropout: warps 1–3 of the producer warpgroup draw the keep words of a fill's key tile
-    # into a ring of their own (a 16-byte chunk a consumer thread and 32-key stretch)
-    DROP_AHEAD = drop_ahead and F[DROPOUT]
-    STRETCHES = BLOCK_N // 32  # Philox calls a consumer thread and key tile (two k-slices of P each)
-    DROP_ITEMS = CONSUMERS * STRETCHES * 128  # chunks a fill: item = (consumer, stretch, thread) in that order
-    DROP_STAGE = DROP_ITEMS * 16  # bytes a stage of the keep ring
-    O_BYTES = 0 if O_IN_Q else 4 * CONSUMERS * O_WARP  # the consumer warps' staging rows of O
 
     # (acc_s, q_wg, k_tile): S = Q·Kᵀ (added to ALiBi's k-slice, issued first into the same group)
     issue_scores = ss_chain(wgmma_s, KSTEPS, Q_ATOM, KV_ATOM, ALIBI_MMA)
@@ -335,25 +320,13 @@ def wgmma_forward_kernel(t: TcTiles, variant: Variant, dtype: str, persistent: b
                 m_i[r] += shift
 
     @device_function
-    def pack_p(p_frag, acc_s, row0, start_n, di, q_full, g):
+    def pack_p(p_frag, acc_s, row0, start_n, di):
         """P's k-slice ps is S's n-tiles 2ps, 2ps + 1 packed to 16-bit pairs (V's keys 16ps …);
         with dropout, the dropped values zeroed in the pairs (the epilogue scales O by
-        1 / (1 − p); l_i kept the undropped P): by keep words drawn here, or (DROP_AHEAD)
-        by those the dropout warps staged for the ring's fill ``g`` (its own stage's
-        d_full, then a 16-byte chunk a 32-key stretch)."""
+        1 / (1 − p); l_i kept the undropped P)."""
         for ps in range(PSTEPS):
             fragments.pack_a(p_frag, ps * 4, acc_s, ps * 8, BF16)
-        if F[DROPOUT] and DROP_AHEAD:
-            s = g % STAGES
-            wait_phase(q_full + D_FULL + 8 * s, (g // STAGES) & 1)
-            tid = uint32(cuda.threadIdx.x)  # consumer c = tid // 128 − 1, its thread u = tid % 128
-            chunk = (q_full + BARRIER_BYTES + O_BYTES + s * DROP_STAGE + ((tid >> 7) - 1) * (STRETCHES * 128 * 16)
-                     + (tid & 127) * 16)  # fmt: skip
-            for a in range(STRETCHES):  # item (c·STRETCHES + a)·128 + u, 16 bytes each
-                ka0, kb0, ka1, kb1 = ptx.ld_shared_v4_b32(chunk + a * 128 * 16)
-                dropout.apply_keep(p_frag, 8 * a, ka0, kb0)
-                dropout.apply_keep(p_frag, 8 * a + 4, ka1, kb1)
-        elif F[DROPOUT]:
+        if F[DROPOUT]:
             fragments.drop_packed(p_frag, PSTEPS, row0, start_n, di)
 
     @device_function
@@ -404,16 +377,6 @@ def wgmma_forward_kernel(t: TcTiles, variant: Variant, dtype: str, persistent: b
         if lead:
             taken = cuda.atomic.add(sched, 0, 1)
         return int64(cuda.gridDim.x) + int64(cuda.shfl_sync(0xFFFFFFFF, taken, 0))
-
-    @device_function
-    def keep_item(x, start_m, stretch0, di):
-        """DROP_AHEAD: the keep words of item ``x`` of a fill (consumer c, 32-key stretch a,
-        consumer thread u: ``dropout.keep_chunk`` of u's row pair and key slot, as
-        ``fragments.drop_packed`` draws them in the consumer), for the tile's rows
-        ``start_m`` … and the fill's first stretch ``stretch0`` (its keys // 32)."""
-        c, a, u = x // (STRETCHES * 128), (x // 128) % STRETCHES, x % 128
-        i = start_m + 64 * c + 16 * (u >> 5) + ((u & 31) >> 2)
-        return dropout.keep_chunk(i, ((stretch0 + a) << 2) | (u & 3), di)
 
     @device_function
     def look_up_pages(cache, j, n_hi, vr, mi, fx, seq, lane):
@@ -536,8 +499,6 @@ def wgmma_forward_kernel(t: TcTiles, variant: Variant, dtype: str, persistent: b
             ptx.mbarrier_init(q_full + Q_EMPTY, CONSUMER_THREADS)
             ptx.mbarrier_init(q_full + V_LAND, 1)
             for s in range(STAGES):
-                if DROP_AHEAD:
-                    ptx.mbarrier_init(q_full + D_FULL + 8 * s, DROP_THREADS)
                 ptx.mbarrier_init(q_full + K_FULL + 8 * s, 1)
                 ptx.mbarrier_init(q_full + V_FULL + 8 * s, 1)
                 ptx.mbarrier_init(q_full + K_EMPTY + 8 * s, CONSUMER_THREADS)
@@ -611,50 +572,6 @@ def wgmma_forward_kernel(t: TcTiles, variant: Variant, dtype: str, persistent: b
                     done += 1
                     if DYNAMIC:
                         tile = next_tile(sched, lead)
-            elif DROP_AHEAD:
-                # Warps 1–3 (DROP_AHEAD): they walk the consumers' tiles (the slot after q_full, as
-                # the consumers read it) and, for each fill g of the ring, once its stage's last
-                # fill was released (v_empty: the consumers drop with a fill's words before they
-                # release its V), draw the fill's keep words into the stage (``dropout.keep_chunk``:
-                # item (consumer c, stretch a, thread u) is the 16-byte chunk consumer c's thread u
-                # reads for keys start_n + 32a …; consumers past the sequence get none) and arrive
-                # on its d_full (96 arrivals: each thread's stores are released by its own).
-                first = int32(cuda.threadIdx.x) - 32  # 0 … 95
-                ring = q_full + BARRIER_BYTES + O_BYTES
-                pos = 0
-                done = 0
-                for it in range(tiles_start, tiles_end, tiles_step):
-                    tile = it
-                    if DYNAMIC:  # the producer's hand-over, as the consumers read it
-                        wait_phase(q_full, done & 1)
-                        w0, w1, _, _ = ptx.ld_shared_v4_b32(q_full + TILE_SLOT)
-                        tile = int64(w1 if done % 2 else w0)
-                        if tile >= gx * gy * gz:
-                            break
-                    start_m, b, h, hk, q0, k0, mi, seq, vr, n_lo, n_hi, live = tile_walk(tile, gx, gy, gz, q, k,
-                                                                                         params, cu_q, cu_k, fx)
-                    if not live:
-                        continue
-                    di = dropout.dropout_info(params, seq, h, mi)
-                    for j in range(n_lo, n_hi):
-                        g = pos + j - n_lo
-                        s = g % STAGES
-                        if g >= STAGES:  # the consumers dropped P with this stage's last fill (and released its V)
-                            wait_phase(q_full + V_EMPTY + 8 * s, ((g // STAGES) - 1) & 1)
-                        stretch0 = (tile_at(j, vr, F) * BLOCK_N) >> 5
-                        # two items a trip, drawn and stored without a branch, so that their Philox chains
-                        # interleave (a consumer past the sequence reads none of its items; an item past
-                        # the fill's is stored over the trip's first, which is stored after it)
-                        for pair in range(first, DROP_ITEMS, 2 * DROP_THREADS):
-                            x, y = uint32(pair), uint32(pair + DROP_THREADS)
-                            wx = keep_item(x, start_m, stretch0, di)
-                            wy = keep_item(y, start_m, stretch0, di)
-                            ptx.st_shared_v4_b32(ring + s * DROP_STAGE + (y if y < DROP_ITEMS else x) * 16, wy[0], wy[1],
-                                                 wy[2], wy[3])  # fmt: skip
-                            ptx.st_shared_v4_b32(ring + s * DROP_STAGE + x * 16, wx[0], wx[1], wx[2], wx[3])
-                        ptx.mbarrier_arrive(q_full + D_FULL + 8 * s)
-                    pos += n_hi - n_lo
-                    done += 1
             return
 
         ptx.setmaxnreg_inc(CONSUMER_REGS)
@@ -740,7 +657,7 @@ def wgmma_forward_kernel(t: TcTiles, variant: Variant, dtype: str, persistent: b
                 else:  # issued and waited for at the end of the block's previous tile
                     d0 = fragments.lane_distance(row0, start_n, mi, False)
                 scores_to_p(acc_s, alpha, m_i, l_i, n_lo, start_n, d0, row0, rows0, si, di, mi, vr)
-                pack_p(p_frag, acc_s, row0, start_n, di, q_full, pos)  # acc_o is 0: no rescale
+                pack_p(p_frag, acc_s, row0, start_n, di)  # acc_o is 0: no rescale
             prefetched = False
             for j in range(n_lo + 1, n_hi):
                 g = pos + j - n_lo
@@ -762,7 +679,7 @@ def wgmma_forward_kernel(t: TcTiles, variant: Variant, dtype: str, persistent: b
                 ptx.mbarrier_arrive(q_full + V_EMPTY + 8 * sp)  # … and with V_{i−1}
                 for r in range(2):
                     softmax.rescale_row(acc_o, 2 * r, 4, NT_O, 2, alpha[r])
-                pack_p(p_frag, acc_s, row0, start_n, di, q_full, g)
+                pack_p(p_frag, acc_s, row0, start_n, di)
             if not O_IN_Q:  # every S of the tile is done: the producer may load the next Q (O_IN_Q: after O)
                 ptx.mbarrier_arrive(q_full + Q_EMPTY)
             # The epilogue's factors now (m_i and l_i are final; the last P·V does not change them)
@@ -816,33 +733,15 @@ def ex2_emulated_every(variant: Variant) -> int:
     return int(forced) if forced.isdigit() else 0
 
 
-def smem_bytes(t: TcTiles, alibi_mma: bool = False, drop: bool = False) -> int:
+def smem_bytes(t: TcTiles, alibi_mma: bool = False) -> int:
     """Dynamic shared bytes: Q, two stages of K and of V, ALiBi's key ramp (``alibi_mma``:
     a key tile's rows × 128 bytes, 16 KiB at 128 keys), the mbarriers, then the consumer
     warps' staging rows of O (16 rows each; 2 bytes an element; none at d = 256, which
-    stages O in Q: ``o_in_q``), then with ``drop`` (:func:`drop_ahead`) two stages of
-    dropout's keep words (a byte an element of S: 16 KiB a stage at 128 rows × 128 keys).
-    d = 192: 48 + 96 + 48 KiB; d = 256: 64 + 128 KiB.  At most 224.1 KiB (d = 128 with
-    three consumers, only by ``NUMBA_FLASH_WGMMA_CONSUMERS``; no key ramp or keep words
-    there) of an H100/H200 block's 227 KiB."""
+    stages O in Q: ``o_in_q``).  d = 192: 48 + 96 + 48 KiB; d = 256: 64 + 128 KiB.  At
+    most 224.1 KiB (d = 128 with three consumers, only by ``NUMBA_FLASH_WGMMA_CONSUMERS``;
+    no key ramp there) of an H100/H200 block's 227 KiB."""
     return (2 * t.head_dim * (t.block_m + 2 * STAGES * t.block_n) + (t.block_n * 128 if alibi_mma else 0)
-            + BARRIER_BYTES + (0 if o_in_q(t) else t.warps * 16 * 2 * t.head_dim)
-            + (STAGES * t.block_m * t.block_n if drop else 0))  # fmt: skip
-
-
-def drop_ahead(t: TcTiles, variant: Variant, alibi_mma: bool = False) -> bool:
-    """Dropout's keep words drawn by the producer warpgroup's idle warps 1–3 instead of
-    by the consumers (``DROP_AHEAD``): for each fill of the K/V ring they draw the
-    Philox calls of the fill's key tile (``dropout.keep_chunk``: the same bits) into a
-    two-stage ring in shared memory, a fill ahead, and a consumer then drops P with
-    one 16-byte load and four ``prmt`` + ``and`` a 32-key stretch, where it drew
-    (4 Philox calls of 14 ``mul.wide`` a tile and thread) and compared itself: 245 of the
-    consumer's instructions a key tile at d = 128 (SASS: 636 against plain's 391 between
-    S's wait and P·V's issue).  With dropout, where shared memory has room
-    (:func:`smem_bytes`; not with ALiBi on the tensor cores at d = 128).
-    ``NUMBA_FLASH_DROP_AHEAD=0`` turns it off."""
-    return (variant.dropout and os.environ.get("NUMBA_FLASH_DROP_AHEAD", "1") != "0" and t.block_m == 128
-            and smem_bytes(t, alibi_mma, True) <= SMEM_LIMIT)  # fmt: skip
+            + BARRIER_BYTES + (0 if o_in_q(t) else t.warps * 16 * 2 * t.head_dim))  # fmt: skip
 
 
 def alibi_on_products(t: TcTiles, variant: Variant) -> bool:
@@ -976,10 +875,9 @@ def launches(t: TcTiles, variant: Variant, dtype: str, sz: spec.Sizes, page_rows
     dom = softmax.CAPPED if bias else softmax.domain(variant, capped=True)  # raw scores there too
     box = key_box(page_rows, t.block_n) if variant.paged else t.block_n
     dyn = n < tiles and dynamic_tiles()
-    drop = drop_ahead(t, variant, bias)
     kern = wgmma_forward_kernel(t, variant, dtype, n < tiles, pingpong(t, variant), dom, ex2_emulated_every(variant),
-                                bias, box, overlap_epilogue() and not dyn, dyn, drop)  # fmt: skip
+                                bias, box, overlap_epilogue() and not dyn, dyn)  # fmt: skip
     # the scheduler's counter: a zeroed one a call (``sched``), or a stand-in it never reads
     args = spec.forward_args("u16", tc_out_view(t)) + (spec.Arg("sched" if dyn else "sched0"), spec.Arg("tmaps"))
-    return [spec.KernelLaunch("wgmma_forward", kern, t, (n, 1, 1), threads(t), smem_bytes(t, bias, drop), args,
+    return [spec.KernelLaunch("wgmma_forward", kern, t, (n, 1, 1), threads(t), smem_bytes(t, bias), args,
                               (t.block_m, t.block_n, False), boxes=(t.block_m, box))]  # fmt: skip
