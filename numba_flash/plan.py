@@ -148,15 +148,14 @@ def decode_tiles(p: Problem) -> bool:
 def wgmma_backward(p: Problem) -> bool:
     """The Hopper backward (``kernels.wgmma_backward``: its preprocess, dK/dV and dQ
     kernels) runs ``p``: as :func:`wgmma_forward`'s rule, for the backward (no split,
-    pages or decode tiles there), varlen included, at d = 64, 128 and 256 (there dV and
-    dK are two kernels: ``wgmma_backward.RINGS``) and every other multiple of 8 below 256,
-    on the next one's tiles (``hopper.tile_dim``)."""
+    pages or decode tiles there), varlen and FlexAttention's mods included, at d = 64,
+    128 and 256 (there dV and dK are two kernels: ``wgmma_backward.RINGS``) and every
+    other multiple of 8 below 256, on the next one's tiles (``hopper.tile_dim``)."""
     from numba_flash.kernels.hopper import tile_dim
     from numba_flash.kernels.wgmma_backward import HEAD_DIMS
 
     return (wgmma_switch(p) and p.pass_ == "backward" and tuple(p.arch) == (9, 0, "a")
-            and p.dtype in ("float16", "bfloat16") and tile_dim(p.head_dim, HEAD_DIMS) > 0 and p.aligned
-            and p.features.mods is None)  # fmt: skip
+            and p.dtype in ("float16", "bfloat16") and tile_dim(p.head_dim, HEAD_DIMS) > 0 and p.aligned)  # fmt: skip
 
 
 def wgmma_forward(p: Problem) -> bool:
@@ -164,8 +163,9 @@ def wgmma_forward(p: Problem) -> bool:
     (``wgmma_switch``), on sm_90a (``arch`` (9, 0, "a"): numba-cuda's target on an
     H100/H200; wgmma exists on no other), fp16/bf16 at d = 64, 128, 192 or 256 and every other
     multiple of 8 below 256 (on the next one's tiles: ``hopper.tile_dim``) on 16-byte-aligned
-    rows (TMA's strides), no FlexAttention mods, no KV cache's split, and no decode tiles
-    (issue #13).  Varlen runs there (its V rows past a sequence zeroed after the copy:
+    rows (TMA's strides), no KV cache's split, and no decode tiles (issue #13).
+    FlexAttention's mods run there (a block mask's visit lists read from global memory:
+    ``block_info.read_walk_list``), varlen too (its V rows past a sequence zeroed after the copy:
     ``hopper.past_rows``), and a KV cache's pages whose key boxes are 8 rows or more
     (``wgmma_forward.key_box``: pages of a multiple of 8 rows, or one page a sequence).
     Everything else runs the mma.sync kernels."""
@@ -175,7 +175,7 @@ def wgmma_forward(p: Problem) -> bool:
     tile_d = tile_dim(p.head_dim, HEAD_DIMS)
     return (wgmma_switch(p) and p.pass_ == "forward" and tuple(p.arch) == (9, 0, "a")
             and p.dtype in ("float16", "bfloat16") and tile_d > 0 and p.aligned
-            and p.features.mods is None and not p.features.split
+            and not p.features.split
             and (not p.features.paged or key_box(p.page_rows, key_tile(tile_d)) >= 8)
             and not decode_tiles(p))  # fmt: skip
 

@@ -477,3 +477,18 @@ def test_driver_ptx_lowers_only_a_newer_version():
     assert driver_ptx(ptx, (13, 6)) == ptx
     assert driver_ptx(ptx.replace("9.5", "8.8"), (13, 0)) == ptx.replace("9.5", "8.8")
     assert driver_ptx(ptx, (12, 8)) == ptx
+
+
+@pytest.mark.usefixtures("wgmma_on", "poisoned_outputs")
+@pytest.mark.parametrize("fam,name", [("fp16", "all"), ("bf16", "document"), ("fp16", "sparse")])
+def test_wgmma_forward_flex(rng, fam, name):
+    """FlexAttention's mods on the Hopper forward and backward:
+    a relative-bias score_mod with GQA, causal, a window, softcap and dropout on top
+    (``all``), a mask_mod's block mask with PARTIAL tiles (``document``), the paper's
+    fixed block-sparse pattern in 16-blocks (``sparse``), against the float64
+    reference (``test_flex_kernels.check_flex``), over several query and key tiles."""
+    from test_flex_kernels import check_flex
+
+    with kernels_launched() as ran:
+        check_flex(rng, fam, name, Nq=150, Nk=200)
+    assert ran[0] == "wgmma_forward" and "wgmma_bwd_dq" in ran, ran

@@ -282,6 +282,15 @@ def walk_list(fx, seq, h, t, KEYS_ARE_ROWS, F):
 
 
 @device_function
+def read_walk_list(fx, seq, h, t, KEYS_ARE_ROWS, F):
+    """:func:`walk_list` for a warp-specialized kernel, whose roles walk a tile at
+    different times and cannot stage the list together: its entries read from global
+    memory (the second and third entries both the list), and no split (0, 0)."""
+    n, row, _ = visit_row(fx, seq, h, t, KEYS_ARE_ROWS, F)
+    return n, row, row, 0, 0
+
+
+@device_function
 def walk_range(lo, hi, vr, F):
     """Positions ``[lo, hi)`` of a walk over the tile range ``[lo, hi)``, or over the
     visit list ``vr`` (:func:`visit_row`, already clipped to that range); with a split

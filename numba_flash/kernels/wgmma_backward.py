@@ -62,7 +62,12 @@ mbarriers: 128 KiB at d = 128 (dK/dV: 64 queries a step, dQ: 64 keys), 96 KiB at
 d = 64 (128 a step), 192 KiB at d = 256 (dK and dQ 32 rows a step, dV 64).
 
 Not yet (issue #13): the next step's products issued while this step's gradient
-products run; persistent blocks; head dims not a multiple of 8; FlexAttention mods.
+products run; persistent blocks; head dims not a multiple of 8.
+
+FlexAttention's mods come with the shared steps (``fragments.p_and_ds``: the score_mod
+and its derivative, a mask_mod on PARTIAL tiles); a block mask's visit lists (key-major
+in dK/dV) are read from global memory (``block_info.read_walk_list``), since the roles
+walk apart.
 """
 
 from __future__ import annotations
@@ -75,8 +80,8 @@ from numba_flash import ptx
 from numba_flash._numba_cuda import SIMULATOR, cuda, device_function, float32, kernel, uint8, uint32
 from numba_flash.config import tc_array_layout
 from numba_flash.kernels import fragments, pipeline, score, spec
-from numba_flash.kernels.block_info import (group_size, key_tiles, query_tiles, this_block, tile_at, tile_partial,
-                                            walk_list, walk_range)
+from numba_flash.kernels.block_info import (group_size, key_tiles, query_tiles, read_walk_list, this_block, tile_at,
+                                            tile_partial, walk_range)
 from numba_flash.kernels.hopper import (ATOM, land_and_zero, load_rows, past_rows, rs_chain, ss_chain, tile_dim,
                                         wait_phase)
 from numba_flash.variant import VARLEN, Variant
@@ -229,7 +234,7 @@ def wgmma_bwd_kernel(t: WgmmaBwdTiles, variant: Variant, dtype: str):
     @device_function
     def head_walk(fx, seq, h, start, lo, hi):
         """The walk list ``vr`` of head ``h`` (a block mask's, or the range) and its steps."""
-        vr = walk_list(fx, seq, h, start // ROWS, KEYS_ARE_ROWS, F)
+        vr = read_walk_list(fx, seq, h, start // ROWS, KEYS_ARE_ROWS, F)  # the roles walk apart: not staged
         p_lo, p_hi = walk_range(lo, hi, vr, F)
         return vr, p_lo, p_hi
 

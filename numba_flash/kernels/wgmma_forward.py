@@ -122,6 +122,13 @@ varlen: the virtual grid is (tiles of the longest sequence, heads, sequences), f
 ``cu_seqlens_q`` (``block_info.query_grid_dims``); tiles past their sequence are
 skipped by every role.
 
+FlexAttention's mods (``kernels.flex``): a score_mod in the score step (natural units,
+``softmax.FOLD``; not raw scores, not ALiBi on the tensor cores), a block mask's visit
+list walked by every role, read from global memory (``block_info.read_walk_list``: the
+roles walk a tile at different times, so the list is not staged in shared memory by the
+whole block), its PARTIAL tiles through the mask_mod; the heaviest rows first
+(``fx``'s order).
+
 A KV cache's pages (``flash_attention_with_kvcache``'s prefills; ``F[PAGED]``): queries
 packed as varlen, and a K/V tile copied in ``key_box`` rows a TMA box, each inside one
 page (``hopper.page_of_box``, ``load_page_boxes``: the producer warp's lanes look up a
@@ -133,7 +140,7 @@ Not yet (issue #13): a ping-pong of the consumers that pays (``pingpong``: measu
 slower, off); head dims not a multiple of 8 (TMA needs 16-byte row strides; the others run
 on the next of d = 64's, 128's, 192's or 256's tiles: ``hopper.tile_dim``); FlashAttention-3's
 80-key tiles at d = 256 (dropout's keep bits come 32 keys a Philox call); a KV cache's
-splits and pages whose rows are not a multiple of 8, FlexAttention mods (the plan sends those to the mma.sync forward); O's
+splits and pages whose rows are not a multiple of 8 (the plan sends those to the mma.sync forward); O's
 staged rows stored by TMA (the warps store them with 16-byte ``st.global.v4``).
 """
 
@@ -151,7 +158,7 @@ from numba_flash.kernels import dropout, fragments, score, softmax, spec
 from numba_flash.kernels.hopper import (ATOM, land_and_zero, load_page_boxes, load_rows, page_of_box, past_rows,
                                         rs_chain, ss_chain, sw128_desc, tile_dim, wait_phase)
 from numba_flash.kernels.block_info import (block_at, grid_coords, key_tiles, kv_pages, linear_coords, query_grid_dims,
-                                           tile_at, tile_needs_mask, tile_partial, walk_list, walk_range)
+                                           read_walk_list, tile_at, tile_needs_mask, tile_partial, walk_range)
 from numba_flash.variant import ALIBI, DROPOUT, HEAVIEST_FIRST, PAGED, Variant
 
 _ALIGN = None if SIMULATOR else 1024  # a module global, so numba sees a literal; the simulator aligns by itself
@@ -477,7 +484,7 @@ def wgmma_forward_kernel(t: TcTiles, variant: Variant, dtype: str, persistent: b
         x, y, z = linear_coords(min(tile, n_tiles - 1), gx, gy)
         tm, th, tb = grid_coords(x, y, z, gz, fx, False, F)
         start_m, b, h, hk, q0, k0, mi, seq = block_at(tm, th, tb, q, k, params, cu_q, cu_k, fx, BLOCK_M, F, False)
-        vr = walk_list(fx, seq, h, tm, False, F)
+        vr = read_walk_list(fx, seq, h, tm, False, F)  # a block mask's list (the roles walk apart: not staged)
         n_lo, n_hi = walk_range(*key_tiles(start_m, BLOCK_M, BLOCK_N, mi), vr, F)
         return start_m, b, h, hk, q0, k0, mi, seq, vr, n_lo, n_hi, tile < n_tiles and start_m < mi[0]
 
@@ -755,6 +762,7 @@ def alibi_on_products(t: TcTiles, variant: Variant) -> bool:
     columns more for S (d = 128: 9 k-slices where there were 8).
     ``NUMBA_FLASH_ALIBI_PRODUCTS=0`` turns it off (the column frame's FFMA an element)."""
     return (variant.alibi and variant.causal and not variant.softcap and softmax.raw_scores_allowed(variant)
+            and softmax.domain(variant) != softmax.FOLD  # a score_mod must see the true score
             and os.environ.get("NUMBA_FLASH_ALIBI_PRODUCTS", "1") != "0"
             and t.block_m == 128 and smem_bytes(t, True) <= SMEM_LIMIT)  # fmt: skip
 
