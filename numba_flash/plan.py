@@ -197,7 +197,9 @@ def plan(p: Problem) -> Plan:
     if fam == "tensor-core" and wgmma_forward(p):
         from numba_flash.kernels import wgmma_forward as W
 
-        return Plan(fam, p.dtype, tuple(W.launches(W.tiles(d, causal, p.seqlen_q), v, p.dtype, sz, p.page_rows)),
+        sparse = v.mods is not None and v.mods.block_sparse  # 128-row tiles on a block mask's 128-blocks
+        return Plan(fam, p.dtype, tuple(W.launches(W.tiles(d, causal, p.seqlen_q, sparse), v, p.dtype, sz,
+                                                   p.page_rows)),
                     note, p)
     if fam == "tensor-core" and wgmma_backward(p):
         from numba_flash.kernels import wgmma_backward as W

@@ -4,6 +4,7 @@
     compute-sanitizer --tool racecheck python3 scripts/sanitize_small.py
     compute-sanitizer --tool memcheck python3 scripts/sanitize_small.py float32   # fp32 modes only
     compute-sanitizer --tool memcheck python3 scripts/sanitize_small.py flex      # FlexAttention only
+    compute-sanitizer --tool racecheck python3 scripts/sanitize_small.py flex16   # … its 16-bit cases (wgmma on sm_90a)
     compute-sanitizer --tool memcheck python3 scripts/sanitize_small.py kvcache   # flash_attention_with_kvcache only
     compute-sanitizer --tool racecheck python3 scripts/sanitize_small.py wgmma    # the Hopper forward only (sm_90)
     compute-sanitizer --tool racecheck python3 scripts/sanitize_small.py wgmma_bwd  # the Hopper backward only (sm_90)
@@ -25,7 +26,10 @@ rng = np.random.default_rng(0)
 import ml_dtypes
 
 MODES = [(np.float32, False), (np.float32, True), (np.float16, False), (ml_dtypes.bfloat16, False)]
-FLEX_ONLY = sys.argv[1:] == ["flex"]
+FLEX_ONLY = sys.argv[1:] in (["flex"], ["flex16"])
+FLEX_DTYPES = [(np.float32, False), (np.float32, True), (np.float16, False), (ml_dtypes.bfloat16, False)]
+if sys.argv[1:] == ["flex16"]:  # the 16-bit paths alone (on an H100/H200 the Hopper kernels)
+    FLEX_DTYPES = FLEX_DTYPES[2:]
 if sys.argv[1:] == ["kvcache"]:  # paged (pages of 16) and contiguous caches, appends with rotary, splits, decode, prefill
     for dtype in (np.float32, np.float16, ml_dtypes.bfloat16):
         B, H, Hk, d = 3, 4, 2, 64
@@ -188,7 +192,7 @@ def same_doc(b, h, q_idx, kv_idx, doc):
     return doc[q_idx] == doc[kv_idx]
 
 
-for dtype, tf32 in [(np.float32, False), (np.float32, True), (np.float16, False), (ml_dtypes.bfloat16, False)]:
+for dtype, tf32 in FLEX_DTYPES:
     B, Nq, Nk, H, Hk, d = 2, 77, 93, 4, 2, 64
     q = cp.asarray(rng.standard_normal((B, Nq, H, d)).astype(dtype))
     k, v = (cp.asarray(rng.standard_normal((B, Nk, Hk, d)).astype(dtype)) for _ in range(2))

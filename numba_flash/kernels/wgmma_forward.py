@@ -178,7 +178,7 @@ K_FULL, V_FULL, K_EMPTY, V_EMPTY, Q_EMPTY, V_LAND = (8 + 8 * STAGES * j for j in
 TILE_SLOT = V_LAND + 8
 
 
-def consumers(head_dim: int, causal: bool = False, seqlen_q: int = 4096) -> int:
+def consumers(head_dim: int, causal: bool = False, seqlen_q: int = 4096, block_mask: bool = False) -> int:
     """Consumer warpgroups a block (64 query rows each), chosen by what the H200
     measured (docs/benchmarks/2026-12-02-s12, queued calls against FlashAttention-2):
 
@@ -192,17 +192,22 @@ def consumers(head_dim: int, causal: bool = False, seqlen_q: int = 4096) -> int:
       each head idle and unequal tiles unbalanced: 0.91–0.93× FA2 with three, 1.04–1.08×
       with two.  (Measured at 1024 and 4096 rows; 2048 is the guess between.)
 
+    * with a block mask (``block_mask``) two: 128-row query tiles lie on FlexAttention's
+      128-blocks, where 192-row tiles straddle two block rows, visit the union of their
+      key tiles and evaluate the mask in the straddled ones (session 21, call 3: a 50%
+      random pattern at (1, 8, 16384, 64) ran its forward 2.05× slower than dense).
+
     ``NUMBA_FLASH_WGMMA_CONSUMERS=2`` (or 3) sets it (the benchmark's comparison,
     ``scripts/bench_wgmma.py``)."""
     forced = os.environ.get("NUMBA_FLASH_WGMMA_CONSUMERS")
     if forced in ("2", "3"):
         return int(forced)
-    if head_dim > 64 or (causal and seqlen_q <= 2048):
+    if head_dim > 64 or (causal and seqlen_q <= 2048) or block_mask:
         return 2
     return 3
 
 
-def tiles(head_dim: int, causal: bool = False, seqlen_q: int = 4096) -> TcTiles:
+def tiles(head_dim: int, causal: bool = False, seqlen_q: int = 4096, block_mask: bool = False) -> TcTiles:
     """The tile shape for arrays of ``head_dim`` columns (on ``hopper.tile_dim``'s tiles:
     one of ``HEAD_DIMS``, ``data_dim`` the arrays' when they differ; ``consumers`` picks
     the rows): ``warps`` counts the consumer warps (the producer warpgroup is
@@ -211,7 +216,7 @@ def tiles(head_dim: int, causal: bool = False, seqlen_q: int = 4096) -> TcTiles:
     if not tile_d:
         raise ValueError(f"head_dim={head_dim}: the wgmma forward runs d in {HEAD_DIMS} and other multiples of 8 "
                          f"below {HEAD_DIMS[-1]}")
-    c = consumers(tile_d, causal, seqlen_q)
+    c = consumers(tile_d, causal, seqlen_q, block_mask)
     return TcTiles(tile_d, 64 * c, key_tile(tile_d), 4 * c, m_tiles=1, stages=STAGES, q_in_regs=False,
                    data_dim=head_dim if head_dim != tile_d else 0)
 
