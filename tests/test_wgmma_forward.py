@@ -322,6 +322,14 @@ def test_the_switch(monkeypatch):
         (k,) = P.plan(P.Problem("forward", "float16", d, False, seqlen_q=128, seqlen_k=128, arch=SM90A,
                                 features=Variant(paged=True, varlen=True), page_rows=page_rows)).launches
         assert k.name == "wgmma_forward" and k.boxes == (k.tiles.block_m, box), (d, page_rows, k.boxes)
+    # FlexAttention's mods run there (session 21); with a block mask on 128-row tiles, the mask's 128-blocks,
+    # where d = 64 otherwise takes 192 rows
+    from numba_flash.variant import Mods
+
+    for block_sparse, rows in ((True, 128), (False, 192)):
+        (k,) = P.plan(P.Problem("forward", "float16", 64, False, seqlen_q=4096, seqlen_k=4096, arch=SM90A,
+                                features=Variant(mods=Mods(None, None, None, block_sparse=block_sparse)))).launches
+        assert k.name == "wgmma_forward" and k.tiles.block_m == rows, (block_sparse, k.tiles)
 
 
 def test_info_names_the_wgmma_forward_on_sm_90a():
