@@ -27,9 +27,8 @@ import ml_dtypes
 
 MODES = [(np.float32, False), (np.float32, True), (np.float16, False), (ml_dtypes.bfloat16, False)]
 FLEX_ONLY = sys.argv[1:] in (["flex"], ["flex16"])
-FLEX_DTYPES = [(np.float32, False), (np.float32, True), (np.float16, False), (ml_dtypes.bfloat16, False)]
-if sys.argv[1:] == ["flex16"]:  # the 16-bit paths alone (on an H100/H200 the Hopper kernels)
-    FLEX_DTYPES = FLEX_DTYPES[2:]
+# flex16: the 16-bit paths alone (on an H100/H200 the Hopper kernels)
+FLEX_DTYPES = MODES[2:] if sys.argv[1:] == ["flex16"] else MODES
 if sys.argv[1:] == ["kvcache"]:  # paged (pages of 16) and contiguous caches, appends with rotary, splits, decode, prefill
     for dtype in (np.float32, np.float16, ml_dtypes.bfloat16):
         B, H, Hk, d = 3, 4, 2, 64

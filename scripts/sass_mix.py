@@ -3,7 +3,8 @@
     python3 scripts/sass_mix.py assemble DIR   # here, no GPU: PTX (inspection, sm_90a) -> ptxas -> DIR/*.cubin
     python3 scripts/sass_mix.py assemble_backward DIR   # the same for the backward's dK/dV and dQ kernels
     python3 scripts/sass_mix.py assemble_variants DIR   # d = 128 causal, plain / softcap / dropout, both passes
-    python3 scripts/sass_mix.py count DIR      # where cuobjdump is (the GPU machine): the opcode table
+    python3 scripts/sass_mix.py count DIR      # the opcode table (cuobjdump, or nvdisasm: pip install nvidia-cuda-nvdisasm)
+    python3 scripts/sass_mix.py loops DIR      # each kernel's key loops: opcodes between a branch back and its target
 
 ``assemble`` compiles the plan's kernel for fp16 in the configurations the issue's
 shapes run (``CASES``: d = 128 persistent; d = 64 three consumers a block a tile, and
@@ -12,7 +13,9 @@ driver's JIT does the same on the GPU: ``_numba_cuda.whole_program_dispatcher``;
 PTX ``.version`` lowered to the ptxas's, ``driver_ptx``).  ``count`` disassembles each
 cubin (``cuobjdump -sass``) and prints static opcode counts: HGMMA (wgmma), the TMA
 loads (UTMALDG), mbarrier traffic (SYNCS), local memory (LDL/STL, spills: should be 0),
-MUFU.EX2, the FP32 pipes and the total.
+MUFU.EX2, the FP32 pipes and the total.  ``loops`` prints, per kernel, each backward
+branch's range that holds an HGMMA (the key loops, shortest first) with its opcode counts
+(static, every path of the loop body: a masked tile's branch included).
 """
 
 import collections
@@ -96,10 +99,22 @@ def _ptxas(name, ptx):
     os.remove(name + ".ptx")
 
 
+def _sass(cubin):
+    """The SASS of ``cubin``: ``cuobjdump -sass`` (the GPU machine), else ``nvdisasm -c``
+    (``pip install nvidia-cuda-nvdisasm`` puts one in site-packages' ``nvidia/*/bin``)."""
+    here = glob.glob(os.path.join(sys.prefix, "lib", "python3*", "site-packages", "nvidia", "*", "bin", "nvdisasm"))
+    for cmd in (["cuobjdump", "-sass"], ["nvdisasm", "-c"], *([exe, "-c"] for exe in here)):
+        try:
+            return subprocess.run(cmd + [cubin], capture_output=True, text=True, check=True).stdout
+        except (OSError, subprocess.CalledProcessError):
+            continue
+    raise SystemExit("no cuobjdump or nvdisasm (pip install nvidia-cuda-nvdisasm)")
+
+
 def count(out):
     rows = []
     for cubin in sorted(glob.glob(f"{out}/*.cubin")):
-        sass = subprocess.run(["cuobjdump", "-sass", cubin], capture_output=True, text=True, check=True).stdout
+        sass = _sass(cubin)
         ops = collections.Counter()
         for line in sass.splitlines():
             m = re.match(r"\s+/\*[0-9a-f]{4,}\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_]*)", line)
@@ -115,6 +130,39 @@ def count(out):
         print(name.ljust(width), *(f"{ops[op]:>9}" for op in OPS), f"{total:>7}")
 
 
+def key_loops(sass):
+    """``(start, end, opcode counts)`` of each backward branch's range that holds an
+    HGMMA, shortest first (branch targets are nvdisasm's ``.L_x_N`` labels)."""
+    lines, labels, pending = [], {}, []
+    for ln in sass.splitlines():
+        lab = re.match(r"\s*(\.L_x_\d+):", ln)
+        if lab:
+            pending.append(lab.group(1))
+            continue
+        m = re.match(r"\s*/\*([0-9a-f]+)\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_.]*)(.*)", ln)
+        if m:
+            addr = int(m.group(1), 16)
+            labels.update((name, addr) for name in pending)
+            pending = []
+            lines.append((addr, m.group(2).split(".")[0], m.group(3)))
+    out = []
+    for addr, op, rest in lines:
+        t = re.search(r"(\.L_x_\d+)", rest) if op == "BRA" else None
+        if t is None or labels.get(t.group(1), addr) >= addr:
+            continue
+        body = collections.Counter(o for a, o, _ in lines if labels[t.group(1)] <= a <= addr)
+        if body["HGMMA"]:
+            out.append((labels[t.group(1)], addr, body))
+    return sorted(out, key=lambda x: x[1] - x[0])
+
+
+def loops(out):
+    for cubin in sorted(glob.glob(f"{out}/*.cubin")):
+        for lo, hi, body in key_loops(_sass(cubin))[:3]:
+            print(f"{os.path.basename(cubin)[:-6]} {lo:#x}-{hi:#x}: {sum(body.values())} instructions,",
+                  ", ".join(f"{op} {n}" for op, n in body.most_common(16)))
+
+
 if __name__ == "__main__":
     {"assemble": assemble, "assemble_backward": assemble_backward, "assemble_variants": assemble_variants,
-     "count": count}[sys.argv[1]](sys.argv[2])  # fmt: skip
+     "count": count, "loops": loops}[sys.argv[1]](sys.argv[2])  # fmt: skip
