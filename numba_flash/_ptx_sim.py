@@ -531,11 +531,12 @@ def _cp_state(t):
     return st
 
 
-def _cp_async(dst, src, index, pred, what):
+def _cp_async(dst, src, index, pred, what, offset=0):
     t = _thread()
     view, off = _block(t).smem.resolve(dst, 16, 16, what)
     if pred:
         root, soff = _element(src, index)
+        soff += int(offset)
         sbytes = _bytes_of(root)
         if soff % 16:
             raise ValueError(f"{what}: global source is not 16-byte aligned")
@@ -553,6 +554,10 @@ def cp_async_16(dst, src, index):
 
 def cp_async_16_zfill(dst, src, index, pred):
     _cp_async(dst, src, index, bool(pred), "cp_async_16_zfill")
+
+
+def cp_async_16_zfill_at(dst, src, index, offset, pred):
+    _cp_async(dst, src, index, bool(pred), "cp_async_16_zfill_at", offset)
 
 
 def cp_async_commit():

@@ -101,6 +101,7 @@ __all__ = [
     "smem_addr",
     "cp_async_16",
     "cp_async_16_zfill",
+    "cp_async_16_zfill_at",
     "cp_async_commit",
     "cp_async_wait_group",
     "cp_async_wait_all",
@@ -580,6 +581,33 @@ def cp_async_16_zfill(typingctx, dst, src, index, pred):
         return context.get_dummy_value()
 
     return types.void(dst, src, index, pred), codegen
+
+
+@intrinsic
+def cp_async_16_zfill_at(typingctx, dst, src, index, offset, pred):
+    """``cp_async_16_zfill_at(dst: uint32, src: array, index, offset, pred) -> None``
+
+    ``cp_async_16_zfill`` from the address of ``src[index]`` plus ``offset``
+    bytes (an integer, e.g. a multiple of ``src.strides[1]``): a loop over the
+    rows of a tile computes the element's address once and adds a byte count
+    a row, instead of a product of every index with its stride a copy.  The
+    address must stay inside ``src`` and be 16-byte aligned (not checked on
+    the GPU; the simulator twin checks both).
+    """
+    _require_ints("cp_async_16_zfill_at", dst=dst, offset=offset, pred=pred)
+    _check_array_index("cp_async_16_zfill_at", src, index)
+
+    def codegen(context, builder, sig, args):
+        d = context.cast(builder, args[0], sig.args[0], types.uint32)
+        s = builder.add(_global_ptr(context, builder, sig, args),
+                        context.cast(builder, args[3], sig.args[3], types.int64))
+        p = context.cast(builder, args[4], sig.args[4], types.boolean)
+        size = builder.select(p, ir.Constant(_I32, 16), ir.Constant(_I32, 0))
+        _asm(builder, "cp.async.cg.shared.global [$0], [$1], 16, $2;",
+             "r,l,r,~{memory}", [d, s, size], [], side_effect=True)
+        return context.get_dummy_value()
+
+    return types.void(dst, src, index, offset, pred), codegen
 
 
 @intrinsic

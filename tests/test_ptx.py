@@ -410,6 +410,38 @@ def test_cp_async():
 
 
 @cuda.jit
+def _cp_async_at_kernel(G, valid_rows, out):
+    # The rows of G (uint16[8, 16]) copied from the address of G[0, col] plus a
+    # byte offset of ``row`` rows (``cp_async_16_zfill_at``), rows >= valid_rows
+    # zero-filled; lanes 0-15, two chunks a row; out: uint16[8, 16].
+    lane = cuda.threadIdx.x
+    t = cuda.shared.array((8, 16), uint16, alignment=_ALIGN)
+    for i in range(lane, 128, 32):
+        t[i // 16, i % 16] = 0xFFFF
+    cuda.syncthreads()
+    row = (lane & 15) >> 1
+    col = (lane & 1) * 8
+    if lane < 16:
+        ok = row < valid_rows
+        ptx.cp_async_16_zfill_at(ptx.smem_addr(t, (row, col)), G, (0, col), row * G.strides[0], ok)
+    ptx.cp_async_commit()
+    ptx.cp_async_wait_all()
+    cuda.syncthreads()
+    for i in range(lane, 128, 32):
+        out[i // 16, i % 16] = t[i // 16, i % 16]
+
+
+def test_cp_async_at_offsets_rows_and_zero_fills():
+    G = np.random.default_rng().integers(1, 60000, (8, 16)).astype(np.uint16)
+    valid = 6
+    out = np.full((8, 16), 7, np.uint16)
+    out = _run(_cp_async_at_kernel, 1, 32, G, np.int32(valid), out)[2]
+    expect = G.copy()
+    expect[valid:] = 0
+    np.testing.assert_array_equal(out, expect)
+
+
+@cuda.jit
 def _pipeline_kernel(A, B, D, ntiles):
     # D = sum_j A[j] @ B with the A tiles streamed through a 2-stage cp.async
     # pipeline in dynamic shared memory (2 x 16 x 16 fp16), always read with

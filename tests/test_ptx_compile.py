@@ -70,6 +70,8 @@ _SCRIPT = textwrap.dedent(
         ptx.cp_async_commit()
         ptx.cp_async_16_zfill(ptx.smem_addr(s, (lane, 0)), G, (lane, 0), lane < n)
         ptx.cp_async_commit()
+        ptx.cp_async_16_zfill_at(ptx.smem_addr(s, (lane, 0)), G, (0, 0), lane * G.strides[0], lane < n)
+        ptx.cp_async_commit()
         ptx.cp_async_wait_group(2)
         ptx.cp_async_wait_group(0)
         ptx.cp_async_wait_all()

@@ -40,6 +40,10 @@ SW_16BIT = 1
 SW_TF32 = 2
 SW_CORE = 3  # wgmma's no-swizzle K-major layout: 8 x 8 core matrices (chunk_addr)
 
+#: ``UNROLL`` of :func:`copy_rows` for a thread that keeps one chunk column
+#: (:func:`_copy_lane_rows`; the caller checks :func:`lane_rows_fit`).
+LANE_ROWS = 2
+
 
 @device_function
 def swizzle(r, c, SWIZZLE, ROW_BYTES=128):
@@ -89,7 +93,9 @@ def copy_rows(tile_a, src_a, tile_b, src_b, TWO, b, h, row0, nrows, tid, ROWS, C
     ``TWO`` the same rows of ``src_b`` into ``tile_b`` (same layout, same index
     arithmetic).  Thread ``tid`` takes chunks ``tid + i·THREADS``: in a loop the
     compiler unrolls when ``UNROLL`` (ROWS·CHUNKS a multiple of THREADS: every address
-    computed up front, more registers), else in a counted loop.  When the arrays' rows
+    computed up front, more registers), else in a counted loop; ``UNROLL=LANE_ROWS``
+    (:func:`lane_rows_fit`): the same chunks, a tile whose rows all exist copied by
+    :func:`_copy_lane_rows`.  When the arrays' rows
     hold ``DCOLS`` < CHUNKS·ELEMS elements (a head dim padded up to the tile's; 0: all),
     the columns past them are zero-filled.  ``SYNC``: the source rows are not 16-byte
     aligned, so a chunk is read by plain loads (16-bit elements, ELEMS = 8) and stored
@@ -136,7 +142,10 @@ def page_of(src, row0, ROWS, pg):
 def _copy_rows(tile_a, src_a, tile_b, src_b, TWO, b, h, row0, nrows, tid, ROWS, CHUNKS, ELEMS, ROW_BYTES, SWIZZLE,
                THREADS, UNROLL, DCOLS, SYNC, pg):
     """The loop of :func:`copy_rows` (``pg``: rows looked up one by one, or None)."""
-    if UNROLL:
+    if UNROLL == LANE_ROWS and not SYNC and pg is None and row0 + ROWS <= nrows:
+        _copy_lane_rows(tile_a, src_a, tile_b, src_b, TWO, b, h, row0, tid, ROWS, CHUNKS, ELEMS, ROW_BYTES, SWIZZLE,
+                        THREADS, DCOLS)  # fmt: skip
+    elif UNROLL and UNROLL != LANE_ROWS:
         for i in range(ROWS * CHUNKS // THREADS):
             _copy_chunk(tile_a, src_a, tile_b, src_b, TWO, b, h, row0, nrows, tid + i * THREADS, CHUNKS, ELEMS,
                         ROW_BYTES, SWIZZLE, DCOLS, SYNC, pg)  # fmt: skip
@@ -144,6 +153,41 @@ def _copy_rows(tile_a, src_a, tile_b, src_b, TWO, b, h, row0, nrows, tid, ROWS, 
         for idx in range(tid, ROWS * CHUNKS, THREADS):
             _copy_chunk(tile_a, src_a, tile_b, src_b, TWO, b, h, row0, nrows, idx, CHUNKS, ELEMS, ROW_BYTES, SWIZZLE,
                         DCOLS, SYNC, pg)  # fmt: skip
+
+
+def lane_rows_fit(threads: int, chunks: int, rows: int) -> bool:
+    """Whether a tile of ``rows`` rows of ``chunks`` chunks splits over ``threads``
+    threads with each thread's chunk column fixed (``UNROLL=LANE_ROWS``)."""
+    return threads % chunks == 0 and rows % (threads // chunks) == 0
+
+
+@device_function
+def _copy_lane_rows(tile_a, src_a, tile_b, src_b, TWO, b, h, row0, tid, ROWS, CHUNKS, ELEMS, ROW_BYTES, SWIZZLE,
+                    THREADS, DCOLS):
+    """:func:`_copy_rows` of a tile whose rows all exist (``row0 + ROWS <= nrows``), when
+    ``THREADS`` is a multiple of ``CHUNKS``: thread ``tid`` copies chunk column
+    ``tid % CHUNKS`` of rows ``tid // CHUNKS + i·STEP`` (``STEP = THREADS // CHUNKS``),
+    in an unrolled loop.  The source's address is computed once, and each copy reads
+    ``i·STEP`` rows (a byte count: ``ptx.cp_async_16_zfill_at``) past it, with no row
+    clamped or tested: three or four instructions a 16-byte copy, where the general
+    loop's division of the chunk index, clamp and 64-bit products took about 25 (most
+    of the instructions of the one-warp decode tiles' key tile, 32 copies a lane:
+    docs/benchmarks/2026-12-04-s22)."""
+    STEP = THREADS // CHUNKS
+    c = tid % CHUNKS
+    r = tid // CHUNKS
+    col = c * ELEMS
+    ok = True
+    if DCOLS != 0 and DCOLS < CHUNKS * ELEMS:  # columns past the data: zeros (the source clamped, not read)
+        ok = col < DCOLS
+        col = min(col, DCOLS - ELEMS)
+    step_a = STEP * src_a.strides[1]  # bytes from one of the thread's rows to the next
+    step_b = STEP * src_b.strides[1]
+    for i in range(ROWS // STEP):
+        at = chunk_addr(0, r + i * STEP, c, ROW_BYTES, SWIZZLE)
+        ptx.cp_async_16_zfill_at(tile_a + at, src_a, (b, row0 + r, h, col), i * step_a, ok)
+        if TWO:
+            ptx.cp_async_16_zfill_at(tile_b + at, src_b, (b, row0 + r, h, col), i * step_b, ok)
 
 
 @device_function

@@ -106,14 +106,15 @@ def zero(acc, N):
 
 @device_function
 def prefetch_keys(j, hi, vr, F, k_base, k, v_base, v, b, h, k0, seqlen_k, tid, BLOCK_N, CHUNKS, ELEMS, ROW_BYTES, SWIZZLE,
-                  THREADS, STAGE_BYTES, STAGES, DCOLS=0, SYNC=False, pg=None):
+                  THREADS, STAGE_BYTES, STAGES, DCOLS=0, SYNC=False, pg=None, UNROLL=False):
     """Start copying the key tile at walk position ``j + 1`` (K and V; the sequence starts at row ``k0``)
     into its stage, when there is one, and close the cp.async group (an empty group
-    when there is not); ``DCOLS``, ``SYNC``, ``pg`` (a paged KV cache): ``copy.copy_rows``."""
+    when there is not); ``DCOLS``, ``SYNC``, ``pg`` (a paged KV cache), ``UNROLL``:
+    ``copy.copy_rows``."""
     if j + 1 < hi:
         start_n, k_tile, v_tile = key_stage(j + 1, vr, F, k_base, v_base, BLOCK_N, STAGE_BYTES, STAGES)
         copy.copy_tile_pair(k_tile, k, v_tile, v, b, h, k0 + start_n, k0 + seqlen_k, tid, BLOCK_N, CHUNKS, ELEMS, ROW_BYTES,
-                            SWIZZLE, THREADS, False, DCOLS, SYNC, pg)  # fmt: skip
+                            SWIZZLE, THREADS, UNROLL, DCOLS, SYNC, pg)  # fmt: skip
     ptx.cp_async_commit()
 
 

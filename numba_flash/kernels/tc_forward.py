@@ -94,6 +94,9 @@ def tc_forward_kernel(t: TcTiles, variant: Variant, dtype: str):
     Q_BYTES = BLOCK_M * ROW_BYTES
     KV_BYTES = BLOCK_N * ROW_BYTES  # one stage of K (or V)
     SW = copy.SW_16BIT
+    # one warp (the decode tiles) copies 32 chunks of K and V a tile: a column a lane, so
+    # the address arithmetic is not most of its instructions (copy._copy_lane_rows)
+    KV_COPY = copy.LANE_ROWS if t.warps == 1 and copy.lane_rows_fit(THREADS, CHUNKS, BLOCK_N) else False
     mma = ptx.mma_m16n8k16_f16_acc if dtype == "float16" else ptx.mma_m16n8k16_bf16_acc
     BF16 = dtype == "bfloat16"
     pages = kv_pages if variant.paged else no_pages  # a KV cache's keys through its block table
@@ -137,7 +140,7 @@ def tc_forward_kernel(t: TcTiles, variant: Variant, dtype: str):
                         fragments.load_a(q_frag, mt * Q_TILE + kk * 4, q_base, warp * WARP_ROWS + mt * 16, kk, lane,
                                          ROW_BYTES)  # fmt: skip
             pipeline.prefetch_keys(j + STAGES - 2, n_hi, vr, F, k_base, k, v_base, v, b, hk, k0, seqlen_k, tid, BLOCK_N,
-                                   CHUNKS, 8, ROW_BYTES, SW, THREADS, KV_BYTES, STAGES, DCOLS, SYNC, pg)  # fmt: skip
+                                   CHUNKS, 8, ROW_BYTES, SW, THREADS, KV_BYTES, STAGES, DCOLS, SYNC, pg, KV_COPY)  # fmt: skip
             if j < n_lo:
                 continue
             start_n, k_tile, v_tile = pipeline.key_stage(j, vr, F, k_base, v_base, BLOCK_N, KV_BYTES, STAGES)
