@@ -715,6 +715,31 @@ def st_shared_b32(addr, w):
     view[off:off + 4] = np.array([int(w) & _FULL], dtype=np.uint32).view(np.uint8)
 
 
+def ld_global_cg_f32(src, index):
+    a = _unwrap(src)
+    if a.dtype != np.float32:
+        raise TypeError(f"ld_global_cg_f32: src must be float32, got {a.dtype}")
+    return np.float32(a[index])
+
+
+def ld_global_cg_v4_f32(src, index):
+    what = "ld_global_cg_v4_f32"
+    a = _unwrap(src)
+    if a.dtype != np.float32:
+        raise TypeError(f"{what}: src must be float32, got {a.dtype}")
+    root, off = _element(src, index)
+    if (root.ctypes.data + off) % 16:
+        raise ValueError(f"{what}: the global source is not 16-byte aligned")
+    data = _bytes_of(root)
+    if not 0 <= off <= data.size - 16:
+        raise IndexError(f"{what}: 16 source bytes outside the global array")
+    return tuple(np.float32(x) for x in data[off:off + 16].copy().view(np.float32))
+
+
+def fence_acq_rel_gpu():
+    return None
+
+
 def st_global_v4_b32(dst, index, w0, w1, w2, w3):
     what = "st_global_v4_b32"
     if _unwrap(dst).itemsize != 4:

@@ -79,9 +79,10 @@ SCHEDULER_BUFFERS = {"sched": _scheduler, "sched0": lambda walk=None: _dummies(_
 
 def plain_fx(xp) -> tuple:
     """``fx`` of a call without mods (``kernels.flex``): no mod_args, one-entry lists
-    and order, a one-entry block table and split (never read)."""
+    and order, a one-entry block table, split and split-KV merge outputs (never read)."""
     count, visit, order = xp.zeros((1, 1, 1), np.int32), xp.zeros((1, 1, 1, 1), np.int32), xp.zeros((1,), np.int32)
-    return ((), (), count, visit, count, visit, order, xp.zeros((1, 1), np.int32), xp.zeros((2,), np.int32))
+    return ((), (), count, visit, count, visit, order, xp.zeros((1, 1), np.int32), xp.zeros((5,), np.int32),
+            xp.zeros((1, 1, 1, 1), np.uint32), xp.zeros((1, 1, 1), np.float32), xp.zeros((1,), np.int32))
 
 
 def _device_id() -> int:

@@ -351,13 +351,17 @@ def argtypes(launch, work_dtype: str) -> tuple:
             lists = (types.Array(types.int32, 3, "C"), types.Array(types.int32, 4, "C"))
             out.append(types.Tuple((types.Tuple(()), types.Tuple(())) + lists + lists +
                                    (types.Array(types.int32, 1, "C"), types.Array(types.int32, 2, "C"),
-                                    types.Array(types.int32, 1, "C"))))  # fmt: skip
+                                    types.Array(types.int32, 1, "C"), types.Array(types.uint32, 4, "C"),
+                                    types.Array(types.float32, 3, "C"), types.Array(types.int32, 1, "C"))))  # fmt: skip
         elif a.role == "tmaps":
             out.append(types.Array(types.uint8, 2, "C"))
         elif a.role in ("lse", "delta"):
             out.append(types.Array(types.float32, 3, "C"))
         elif a.role == "stats":
             out.append(types.Array(types.float32, 4, "C"))
+        elif a.role == "out" and not a.view:  # an output in the work dtype, or split-KV's fp32 parts
+            out.append(types.Array(types.float32 if launch.name == "tc_forward" else
+                                   numpy_support.from_dtype(np.dtype(work_dtype)), 4, "A"))  # fmt: skip
         else:
             ty = elem.get(a.view) or numpy_support.from_dtype(np.dtype(work_dtype))
             out.append(types.Array(ty, 4, "A"))

@@ -122,6 +122,31 @@ def _launch_plan(features, swap, dtype, d, causal, aligned, B, heads, rows, max_
 
 
 _UPLOADS: OrderedDict = OrderedDict()  # (device, bytes) -> device array: the small int arrays of recent calls
+_ARRIVALS: dict = {}  # (device, stream) -> int32 counters, zero between calls (kernels.merge.merge_if_last)
+
+
+def _arrivals(n: int, device: int):
+    """Split-KV's arrival counters (``kernels.merge.merge_if_last``): at least ``n``
+    int32, zero between calls (the last block of a row tile resets its own), one buffer
+    per device and stream (the calls on one stream run in turn; two streams must not
+    share counters).  Made (zeroed) once, grown when a call needs more."""
+    stream = 0 if SIMULATOR else A._cupy().cuda.get_current_stream().ptr
+    key = (device, stream)
+    buf = _ARRIVALS.get(key)
+    if buf is None or buf.size < n:
+        buf = _ARRIVALS[key] = (np if SIMULATOR else A._cupy()).zeros((max(n, 1024),), np.int32)
+    return buf
+
+
+def merges_in_kernel(plan, data_dim: int) -> bool:
+    """Whether split-KV's parts are merged by the forward kernel itself (the last split of
+    a row tile to finish: ``kernels.merge.merge_if_last``), not by the merge kernel: the
+    tensor-core forward's decode tiles (``kernels.merge.merges_in_kernel``: 16-bit
+    outputs) at a head dim of a multiple of 4 (16-byte fp32 chunks)."""
+    from numba_flash.kernels import merge
+
+    ln = plan.launches[0]
+    return ln.name == "tc_forward" and merge.merges_in_kernel(ln.tiles) and data_dim % 4 == 0
 
 
 def _upload_ints(packed: np.ndarray, device: int):
@@ -254,15 +279,24 @@ def flash_attention_with_kvcache(q, k_cache, v_cache, k=None, v=None, *, cache_s
         var.features, swap, A.dtype_name(q_op.array.dtype), d, run_causal, aligned, B, heads, rows, max(max_k, 1),
         var.heads_k, int(num_splits), _device_id(), _plan_env(), page_rows)  # fmt: skip
 
-    # the small int arrays in one upload (one wait for the GPU, not five):
-    # start (B) | block table (B, pages) | split (2) | cu_seqlens_q (B + 1) | cu_seqlens_k (B + 1)
+    # split-KV (and the GQA decode swap) on the tensor-core forward: its last split merges
+    # the parts, and the swap reads q's heads in place (no reordered copy of q)
+    merged = splits > 1 or swap
+    in_kernel = merged and merges_in_kernel(plan, d)
+    swap_group = group if in_kernel and swap else 0
+    row_tiles = -(-rows // plan.launches[0].walk[0]) if plan.launches[0].walk else 1
+
+    # the small int arrays in one upload (one wait for the GPU, not five): start (B) |
+    # block table (B, pages) | split (5: key tiles a split, sequences, swap group, merged in
+    # the kernel, row tiles: kernels.flex.SPLIT_AT) | cu_seqlens_q (B + 1) | cu_seqlens_k (B + 1)
     paged = table is not None
     table_h = table.astype(np.int32) if paged else np.asarray(batch_idx, np.int32)[:, None]
-    packed = np.concatenate([lens.astype(np.int32), table_h.ravel(), np.array([per_split, B], np.int32),
+    packed = np.concatenate([lens.astype(np.int32), table_h.ravel(),
+                             np.array([per_split, B, swap_group, int(in_kernel), row_tiles], np.int32),
                              (np.arange(B + 1) * rows).astype(np.int32),
                              np.concatenate([[0], np.cumsum(nk)]).astype(np.int32)])  # fmt: skip
     ints = _upload_ints(packed, _device_id())
-    at = np.cumsum([0, B, table_h.size, 2, B + 1, B + 1])
+    at = np.cumsum([0, B, table_h.size, 5, B + 1, B + 1])
     start, split_at, cu_q, cu_k = (ints[at[i]:at[i + 1]] for i in (0, 2, 3, 4))
     table_d = ints[at[1]:at[2]].reshape(table_h.shape)
 
@@ -293,14 +327,17 @@ def flash_attention_with_kvcache(q, k_cache, v_cache, k=None, v=None, *, cache_s
         by_row = causal or var.window != (-1, -1)
         launch(K.rotary, (B * Nq, H, 1), K.THREADS, 0, q32, cos, sin, start, int(by_row), int(rotary_interleaved))
         qc = q32.astype(qc.dtype)
-    if swap:
-        qc = qc.reshape(B, var.heads_k, group, d).transpose(0, 2, 1, 3)  # (B, group, H_kv, d)
-    q_packed = qc.reshape(total, heads, d) if qc.flags.c_contiguous else qc.copy().reshape(total, heads, d)
+    if swap_group:  # (B, H, 1, d): a sequence's query heads are rows its blocks copy in place
+        q_packed = qc.transpose(0, 2, 1, 3)
+    else:
+        if swap:
+            qc = qc.reshape(B, var.heads_k, group, d).transpose(0, 2, 1, 3)  # (B, group, H_kv, d)
+        q_packed = qc.reshape(total, heads, d) if qc.flags.c_contiguous else qc.copy().reshape(total, heads, d)
 
     # --- 4. the launch and the merge -------------------------------------------------------
-    # split-KV and the GQA decode swap write fp32 partials (Variant.split), which the merge
-    # kernel combines (one split: only puts the swapped rows back) into q's dtype
-    merged = splits > 1 or swap
+    # split-KV and the GQA decode swap write fp32 partials (Variant.split), which the last
+    # split's block (in_kernel) or the merge kernel combines (one split: only puts the
+    # swapped rows back) into q's dtype
     work = A.SUPPORTED_BY_NAME[plan.work_dtype]
     xp = np if SIMULATOR else A._cupy()
     if work != q_op.array.dtype:  # bf16 on fp32 copies (the exact kernels' fallback)
@@ -309,22 +346,35 @@ def flash_attention_with_kvcache(q, k_cache, v_cache, k=None, v=None, *, cache_s
         kc_w, vc_w = kc, vc
     out_parts = A.empty(kind, (splits, total, heads, d), np.float32 if merged else work)
     lse_parts = A.empty(kind, (splits, heads, total), np.float32)
-    if splits == 1:  # (TMA's maps of the Hopper forward take q's strides as they are)
+    if swap_group:  # the blocks index q by sequence
+        q_view = q_packed
+    elif splits == 1:  # (TMA's maps of the Hopper forward take q's strides as they are)
         q_view = q_packed.reshape((1,) + q_packed.shape)
     else:  # every split reads the same queries
         q_view = xp.lib.stride_tricks.as_strided(q_packed, (splits,) + q_packed.shape, (0,) + q_packed.strides)
     alibi0, cu0, fx0 = _dummies(_device_id())
-    fx = fx0[:7] + (table_d, split_at)
+    if in_kernel:
+        out = A.empty(kind, (B, Nq, H, d), q_op.array.dtype)
+        lse = A.empty(kind, (B, H, Nq), np.float32)
+        arrivals = _arrivals(B * heads * row_tiles, _device_id())
+        fx = fx0[:7] + (table_d, split_at, out.view(np.uint32), lse, arrivals)
+    else:
+        fx = fx0[:7] + (table_d, split_at) + fx0[9:]
     buffers = {"q": q_view, "k": kc_w, "v": vc_w, "out": out_parts, "lse": lse_parts, "scale": scale,
                **var.buffers(cu_q, cu_k), **SCHEDULER_BUFFERS}  # fmt: skip
     buffers.update(flex=fx, params=params)
-    _run_checked(plan, buffers, "bshd", var)
-    if merged:  # parts (S, B, rows, heads, d) and (S, B, heads, rows), as views
+    try:
+        _run_checked(plan, buffers, "bshd", var)
+    except BaseException:
+        if in_kernel:  # a launch that failed may have left counters behind: a fresh zeroed buffer next time
+            _ARRIVALS.clear()
+        raise
+    if merged and not in_kernel:  # parts (S, B, rows, heads, d) and (S, B, heads, rows), as views
         out = A.empty(kind, (B, Nq, H, d), q_op.array.dtype)
         lse = A.empty(kind, (B, H, Nq), np.float32)
         merge_into(out_parts.reshape(splits, B, rows, heads, d),
                    lse_parts.reshape(splits, heads, B, rows).transpose(0, 2, 1, 3), out, lse, group if swap else 1)
-    else:
+    elif not merged:
         out = out_parts[0].reshape(B, Nq, H, d)
         if work != q_op.array.dtype:
             out = out.astype(q_op.array.dtype)

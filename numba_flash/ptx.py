@@ -119,6 +119,9 @@ __all__ = [
     "ld_shared_v4_b32",
     "st_shared_b32",
     "st_global_v4_b32",
+    "ld_global_cg_f32",
+    "ld_global_cg_v4_f32",
+    "fence_acq_rel_gpu",
 ]
 
 #: ``alignment=`` for ``cuda.shared.array`` tiles used with ldmatrix/cp.async:
@@ -1000,6 +1003,66 @@ def st_global_v4_b32(typingctx, dst, index, w0, w1, w2, w3):
         return context.get_dummy_value()
 
     return types.void(dst, index, w0, w1, w2, w3), codegen
+
+
+@intrinsic
+def ld_global_cg_f32(typingctx, src, index):
+    """``ld_global_cg_f32(src: float32 array, index) -> float32``
+
+    ``ld.global.cg.f32``: a load cached in L2 only, not in the SM's L1, so it
+    sees what other blocks wrote during this kernel (after their release fence
+    and this block's acquire, ``fence_acq_rel_gpu``): a plain load may hit a
+    line this SM cached before they wrote it.  ``index`` an integer or
+    ndim-tuple, as ``cp_async_16``'s source.
+    """
+    _check_array_index("ld_global_cg_f32", src, index)
+    if src.dtype != types.float32:
+        raise _TypeError(f"ld_global_cg_f32: src must be float32, got {src.dtype}")
+
+    def codegen(context, builder, sig, args):
+        g = _global_ptr(context, builder, sig, args, at=0)
+        return _asm(builder, "ld.global.cg.f32 $0, [$1];", "=f,l,~{memory}", [g], [_F32], side_effect=True)[0]
+
+    return types.float32(src, index), codegen
+
+
+@intrinsic
+def ld_global_cg_v4_f32(typingctx, src, index):
+    """``ld_global_cg_v4_f32(src: float32 array, index) -> (f32, f32, f32, f32)``
+
+    ``ld.global.cg.v4.f32``: ``ld_global_cg_f32`` of ``src[index]`` and the three
+    elements after it in memory (within a row of a contiguous last axis), in one
+    16-byte load; the address must be 16-byte aligned (the simulator raises).
+    """
+    _check_array_index("ld_global_cg_v4_f32", src, index)
+    if src.dtype != types.float32:
+        raise _TypeError(f"ld_global_cg_v4_f32: src must be float32, got {src.dtype}")
+
+    def codegen(context, builder, sig, args):
+        g = _global_ptr(context, builder, sig, args, at=0)
+        vals = _asm(builder, "ld.global.cg.v4.f32 {$0, $1, $2, $3}, [$4];", "=f,=f,=f,=f,l,~{memory}", [g],
+                    [_F32] * 4, side_effect=True)
+        return context.make_tuple(builder, sig.return_type, vals)
+
+    return types.UniTuple(types.float32, 4)(src, index), codegen
+
+
+@intrinsic
+def fence_acq_rel_gpu(typingctx):
+    """``fence_acq_rel_gpu() -> None``
+
+    ``fence.acq_rel.gpu;``: this thread's writes before the fence are seen by
+    any thread of the GPU that observes a write after it (the release side, before
+    an atomic that signals them), and its reads after the fence see what was
+    released before the atomic it observed (the acquire side).  The simulator's
+    threads share one coherent memory: its twin does nothing.
+    """
+
+    def codegen(context, builder, sig, args):
+        _asm(builder, "fence.acq_rel.gpu;", "~{memory}", [], [], side_effect=True)
+        return context.get_dummy_value()
+
+    return types.void(), codegen
 
 
 # ---------------------------------------------------------------------------

@@ -165,9 +165,27 @@ def test_decode_gqa_heads_as_rows(rng):
 
 def test_half_decode_gqa_three_splits(rng):
     """fp16 decoding on the one-warp decode tiles: 4 query heads on each of 2 KV heads
-    as rows, three splits whose fp32 partials the merge kernel reads in their swapped
-    layout and rounds once to fp16."""
+    as rows (read from q in place), three splits whose fp32 partials the last split's
+    block merges and rounds once to fp16."""
     check_kvcache(rng, np.float16, Nq=1, H=8, H_kv=2, n_new=1, page=16, num_splits=3, lens=(9, 40), capacity=48)
+
+
+@pytest.mark.parametrize("Nq,H,page", [(2, 2, 0), (1, 8, 0), (1, 8, 16)])
+def test_half_splits_merged_in_the_kernel(monkeypatch, rng, Nq, H, page):
+    """Split-KV on the tensor-core forward: the last split of a row tile to finish merges
+    the parts (``kernels.merge.merge_if_last``; the merge kernel is not launched).  Two
+    queries a sequence (no swap), or one with the GQA decode swap (q's heads read in
+    place), contiguous and paged; the first sequence's last two splits see no key; two
+    calls in a row, so that the arrival counters must have been reset by the first."""
+    from numba_flash import merge
+
+    def no_merge_kernel(*args):
+        raise AssertionError("the merge kernel ran")
+
+    monkeypatch.setattr(merge, "merge_into", no_merge_kernel)
+    for _ in range(2):
+        check_kvcache(rng, np.float16, causal=True, Nq=Nq, H=H, H_kv=2 if H == 8 else 1, n_new=1, page=page,
+                      num_splits=3, lens=(9, 90), capacity=100)  # fmt: skip
 
 
 def test_half_pages_of_48_rows_some_tiles_across_two(rng):

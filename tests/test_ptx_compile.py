@@ -78,6 +78,12 @@ _SCRIPT = textwrap.dedent(
         cuda.syncthreads()
         out[lane] = s[31 - lane, 3]
 
+    def global_loads(x, y):
+        i = cuda.grid(1)
+        ptx.fence_acq_rel_gpu()
+        a, b, c, d = ptx.ld_global_cg_v4_f32(x, 4 * i)
+        y[i] = a + b + c + d + ptx.ld_global_cg_f32(x, i)
+
     def convert(x, u, y):
         i = cuda.grid(1)
         p = ptx.pack_f16x2(x[2 * i], x[2 * i + 1])
@@ -93,6 +99,7 @@ _SCRIPT = textwrap.dedent(
         "ldmatrix_dynamic": (ldmatrix_dynamic, "void(uint32[:, :])"),
         "cp_async": (cp_async, "void(uint16[:, :], int32, uint16[:])"),
         "convert": (convert, "void(float32[:], uint32[:], float32[:])"),
+        "global_loads": (global_loads, "void(float32[:], float32[:])"),
     }
     result = {}
     for name, (fn, sig) in kernels.items():
@@ -144,6 +151,7 @@ EXPECTED = {
         "cp.async.wait_group 0;",
         "cp.async.wait_all;",
     ],
+    "global_loads": ["fence.acq_rel.gpu;", "ld.global.cg.v4.f32 {", "ld.global.cg.f32 "],
     "convert": [
         "cvt.rn.f16x2.f32 ",
         "cvt.rn.bf16x2.f32 ",

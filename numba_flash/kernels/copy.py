@@ -157,8 +157,9 @@ def _copy_rows(tile_a, src_a, tile_b, src_b, TWO, b, h, row0, nrows, tid, ROWS, 
 
 def lane_rows_fit(threads: int, chunks: int, rows: int) -> bool:
     """Whether a tile of ``rows`` rows of ``chunks`` chunks splits over ``threads``
-    threads with each thread's chunk column fixed (``UNROLL=LANE_ROWS``)."""
-    return threads % chunks == 0 and rows % (threads // chunks) == 0
+    threads with each thread's chunk column fixed (``UNROLL=LANE_ROWS``), in at most 16
+    copies a thread and array (32 at d = 256 in one warp spilled: ``ptxas``)."""
+    return threads % chunks == 0 and rows % (threads // chunks) == 0 and rows // (threads // chunks) <= 16
 
 
 @device_function

@@ -36,7 +36,9 @@ from numba_flash.variant import GRAD_FN, MASK_FN, SCORE_FN, SCORE_MOD
 
 SEQ, HEAD, FX = 4, 5, 6  # where score_info keeps (b, h, fx)
 SCORE_ARGS, MASK_ARGS, COUNT, VISIT, COUNT_T, VISIT_T, ORDER = range(7)  # positions in fx
-PAGES, SPLIT_AT = 7, 8  # a KV cache's block table (B, pages); split-KV's (key tiles a split, sequences) (kvcache)
+PAGES, SPLIT_AT = 7, 8  # a KV cache's block table (B, pages); split-KV's int32 (key tiles a split, sequences,
+# GQA decode swap's group or 0, merged in the kernel 1 or 0, row tiles a sequence) (kvcache)
+OUT_MERGED, LSE_MERGED, ARRIVALS = 9, 10, 11  # split-KV merged in the kernel: out, lse, and a counter a row tile
 
 
 def _no_mod(*args):

@@ -41,7 +41,8 @@ import functools
 import math
 
 from numba_flash import ptx
-from numba_flash._numba_cuda import cuda, float32, int32, uint16, uint32
+from numba_flash._numba_cuda import cuda, device_function, float32, int32, uint16, uint32
+from numba_flash.kernels.flex import ARRIVALS, LSE_MERGED, OUT_MERGED, SPLIT_AT
 
 MAX_WARPS = 8  # warps a block: the parts a block reads at once
 COLUMNS = 128  # output columns a block (4 a lane)
@@ -135,3 +136,157 @@ def merge_kernel(out_dtype: str):
                 lse[b, h, i] = -math.inf
 
     return merge_parts
+
+
+#: Splits :func:`merge_if_last` reads at once: their loads are in flight together (with
+#: ``CHUNKS`` column chunks of 4 fp32 a thread).
+SPLITS_AT_ONCE = 4
+
+
+def merges_in_kernel(t) -> bool:
+    """Whether the tensor-core forward of tiles ``t`` merges split-KV's parts itself
+    (:func:`merge_if_last`): the one-warp decode tiles up to d = 128.  Elsewhere the merge's
+    registers would add to the kernel's spills (128-row tiles at d = 64 and 128, the decode
+    tiles at d = 256: ``ptxas``), and the merge kernel runs after it."""
+    return t.warps == 1 and t.head_dim <= 128
+
+
+def merge_chunks(threads: int, head_dim: int) -> int:
+    """Column chunks (4 fp32 each) a thread of :func:`merge_if_last` merges at once: 4 in a
+    one-warp block up to d = 128 (16 loads of 16 bytes in flight a thread); 1 where more
+    threads share the rows or the kernel's registers are tight (more would spill)."""
+    return 4 if threads == 32 and head_dim <= 128 else 1
+
+
+@device_function
+def no_merge(out_parts, lse_parts, fx, stats, seq, h, q0, start_m, seqlen_q, BLOCK_M, DATA_DIM, tid, THREADS, BF16,
+             CHUNKS):
+    """:func:`merge_if_last`'s stand-in in a kernel without split-KV (whose ``out`` is not
+    fp32 parts: numba types a call even in a branch that cannot run)."""
+    return
+
+
+@device_function
+def merge_if_last(out_parts, lse_parts, fx, stats, seq, h, q0, start_m, seqlen_q, BLOCK_M, DATA_DIM, tid, THREADS,
+                  BF16, CHUNKS):  # fmt: skip
+    """Split-KV merged in the forward kernel (``fx[SPLIT_AT][3]`` = 1; else nothing):
+    after a block has written its split's partial rows (``out_parts[p, q0 + row, h, :]``,
+    ``lse_parts[p, h, q0 + row]``), the last of the S blocks of its row tile to arrive
+    merges the S parts of those rows into ``fx[OUT_MERGED]`` (a uint32 view of fp16 /
+    bf16 pairs) and ``fx[LSE_MERGED]``, as :func:`merge_kernel` does, in split order
+    (deterministic whichever block is last).  It saves the merge's launch, which at
+    4096 keys took 6–8 µs of a 45 µs decode step (docs/benchmarks/2026-12-04-s22).
+
+    Arrival: every thread fences its partial stores (release), thread 0 adds one to the
+    row tile's counter (``fx[ARRIVALS]``, slot (seq·heads + h)·tiles + tile) and the
+    block that reads S − 1 resets it to 0 for the next call and merges, after a fence
+    (acquire); its reads bypass L1 (``ptx.ld_global_cg_*``), where a line fetched
+    earlier in the kernel may be stale.  ``stats``: BLOCK_M + 1 float32 of free shared
+    memory (a row's maximum, 1/sum and NaN flag packed, and the flag).
+
+    Where the merged rows go: row ``row`` of sequence ``seq`` and head ``h``, or with
+    the GQA decode swap (``fx[SPLIT_AT][2]`` = G > 0: the block's rows are query heads
+    ``h·G + row`` of the sequence's one query) ``out[seq, 0, h·G + row]`` and
+    ``lse[seq, h·G + row, 0]``.  Two passes, each reading SPLITS_AT_ONCE splits at a
+    time (their loads in flight together): a thread a row finds the maximum lse and the
+    sum of weights online; then each thread merges CHUNKS column chunks of 4
+    (:func:`merge_chunks`).
+    """
+    sa = fx[SPLIT_AT]
+    if sa[3] == 0:
+        return
+    S = out_parts.shape[0]
+    ptx.fence_acq_rel_gpu()  # release: this thread's partial rows, before the block's arrival
+    cuda.syncthreads()  # every thread's fence, before thread 0 counts the block in
+    if tid == 0:
+        slot = (seq * lse_parts.shape[1] + h) * sa[4] + start_m // BLOCK_M
+        last = cuda.atomic.add(fx[ARRIVALS], slot, 1) == S - 1
+        if last:
+            fx[ARRIVALS][slot] = 0  # every split has arrived: zero for the next call
+        stats[BLOCK_M] = float32(1.0) if last else float32(0.0)
+    cuda.syncthreads()  # the flag, before every thread reads it
+    if stats[BLOCK_M] == float32(0.0):
+        return
+    ptx.fence_acq_rel_gpu()  # acquire: the other splits' rows
+    x = cuda.local.array(SPLITS_AT_ONCE, float32)
+    acc = cuda.local.array((CHUNKS, 4), float32)
+    xs = cuda.local.array((CHUNKS, SPLITS_AT_ONCE), float32)
+    o = cuda.local.array((CHUNKS, SPLITS_AT_ONCE, 4), float32)
+    G = sa[2]
+    rows = min(BLOCK_M, seqlen_q - start_m)
+    # pass 1: a thread a row: the maximum lse m and 1/Σ exp(lse − m), online over the splits
+    for r in range(tid, rows, THREADS):
+        m = float32(-math.inf)
+        tot = float32(0.0)
+        nan = False
+        for s0 in range(0, S, SPLITS_AT_ONCE):
+            for k in range(SPLITS_AT_ONCE):  # loads without a branch between them: in flight together
+                x[k] = ptx.ld_global_cg_f32(lse_parts, (min(s0 + k, S - 1), h, q0 + start_m + r))
+            for k in range(SPLITS_AT_ONCE):
+                xk = x[k] if s0 + k < S else float32(-math.inf)  # (a select: the loads stay ahead of it)
+                if math.isnan(xk) or xk == float32(math.inf):
+                    nan = True
+                elif xk > m:  # a new maximum: the sum so far rescaled
+                    tot = tot * math.exp(m - xk) if m != float32(-math.inf) else float32(0.0)
+                    m = xk
+                if xk != float32(-math.inf) and not math.isnan(xk):
+                    tot += math.exp(xk - m)
+        lse_out = m + math.log(tot) if tot > float32(0.0) else float32(-math.inf)
+        if nan:
+            lse_out = float32(math.nan)
+        if G > 0:
+            fx[LSE_MERGED][seq, h * G + start_m + r, 0] = lse_out
+        else:
+            fx[LSE_MERGED][seq, h, start_m + r] = lse_out
+        stats[r] = lse_out  # the row's lse: weight of split s = exp(lse_s − lse)
+    cuda.syncthreads()  # every row's lse, before the columns are merged
+    # pass 2: out = Σ_s exp(lse_s − lse)·out_s, 4 columns a chunk, split order
+    D4 = DATA_DIM // 4
+    out = fx[OUT_MERGED]
+    for i0 in range(tid, rows * D4, THREADS * CHUNKS):
+        for u in range(CHUNKS):
+            for e in range(4):
+                acc[u, e] = float32(0.0)
+        for s0 in range(0, S, SPLITS_AT_ONCE):
+            # every load first (indices clamped, no branch between them: in flight together)
+            for u in range(CHUNKS):
+                i = min(i0 + u * THREADS, rows * D4 - 1)
+                r = i // D4
+                c = 4 * (i - r * D4)
+                for k in range(SPLITS_AT_ONCE):
+                    sk = min(s0 + k, S - 1)
+                    xs[u, k] = ptx.ld_global_cg_f32(lse_parts, (sk, h, q0 + start_m + r))
+                    o[u, k, 0], o[u, k, 1], o[u, k, 2], o[u, k, 3] = ptx.ld_global_cg_v4_f32(
+                        out_parts, (sk, q0 + start_m + r, h, c))  # fmt: skip
+            for u in range(CHUNKS):  # no branch: selects, so the loads stay ahead of their use
+                r = min(i0 + u * THREADS, rows * D4 - 1) // D4
+                for k in range(SPLITS_AT_ONCE):
+                    w = math.exp(xs[u, k] - stats[r])
+                    # a split that saw no key (weight 0) is not read into the sum: its out may be anything
+                    ok = s0 + k < S and xs[u, k] != float32(-math.inf) and w != float32(0.0)
+                    for e in range(4):
+                        acc[u, e] += w * o[u, k, e] if ok else float32(0.0)
+        for u in range(CHUNKS):
+            i = i0 + u * THREADS
+            if i < rows * D4:
+                r = i // D4
+                c = 4 * (i - r * D4)
+                lse_r = stats[r]
+                if lse_r == float32(-math.inf):  # no split saw a key: 0
+                    for e in range(4):
+                        acc[u, e] = float32(0.0)
+                elif math.isnan(lse_r):
+                    for e in range(4):
+                        acc[u, e] = float32(math.nan)
+                if BF16:
+                    w0 = ptx.pack_bf16x2(acc[u, 0], acc[u, 1])
+                    w1 = ptx.pack_bf16x2(acc[u, 2], acc[u, 3])
+                else:
+                    w0 = ptx.pack_f16x2(acc[u, 0], acc[u, 1])
+                    w1 = ptx.pack_f16x2(acc[u, 2], acc[u, 3])
+                if G > 0:
+                    out[seq, 0, h * G + start_m + r, c // 2] = w0
+                    out[seq, 0, h * G + start_m + r, c // 2 + 1] = w1
+                else:
+                    out[seq, start_m + r, h, c // 2] = w0
+                    out[seq, start_m + r, h, c // 2 + 1] = w1

@@ -61,6 +61,8 @@ from numba_flash.config import TcTiles, tc_array_layout, tc_out_view
 from numba_flash.kernels import copy, fragments, pipeline, score, softmax, spec
 from numba_flash.kernels.block_info import (key_tiles, kv_pages, no_pages, this_block, tile_needs_mask, tile_partial,
                                            walk_list, walk_range)
+from numba_flash.kernels.flex import SPLIT_AT
+from numba_flash.kernels.merge import merge_chunks, merge_if_last, merges_in_kernel, no_merge
 from numba_flash.variant import DROPOUT, SPLIT, VARLEN, Variant
 
 _ALIGN = ptx.SMEM_ALIGN  # a module global, so numba sees a literal (see ptx.SMEM_ALIGN)
@@ -85,6 +87,7 @@ def tc_forward_kernel(t: TcTiles, variant: Variant, dtype: str):
     PSTEPS = BLOCK_N // 16  # k-slices of P·V
     CHUNKS = HEAD_DIM // 8  # 16-byte chunks in a row
     DCOLS, NT_W, SYNC, HALVES = tc_array_layout(t)  # the arrays' head dim against the tile's
+    DATA_DIM = t.data_dim or t.head_dim
     Q_IN_REGS = t.q_in_regs
     MT = t.m_tiles  # 16-row m-tiles per warp: each K/V fragment feeds MT mma
     WARP_ROWS = 16 * MT
@@ -100,6 +103,9 @@ def tc_forward_kernel(t: TcTiles, variant: Variant, dtype: str):
     mma = ptx.mma_m16n8k16_f16_acc if dtype == "float16" else ptx.mma_m16n8k16_bf16_acc
     BF16 = dtype == "bfloat16"
     pages = kv_pages if variant.paged else no_pages  # a KV cache's keys through its block table
+    # split-KV's parts merged by the last split (kernels.merge.merges_in_kernel: the decode tiles)
+    merge_splits = merge_if_last if variant.split and merges_in_kernel(t) else no_merge
+    MERGE_CHUNKS = merge_chunks(THREADS, HEAD_DIM)
 
     @cuda.jit
     def tc_forward(q, k, v, out32, lse, softmax_scale, params, alibi, cu_q, cu_k, fx):
@@ -115,6 +121,7 @@ def tc_forward_kernel(t: TcTiles, variant: Variant, dtype: str):
         # Q | K stages | V stages; addresses are byte offsets in the shared window
         smem = cuda.shared.array(0, uint16, alignment=_ALIGN)
         q_base, k_base, v_base, _ = pipeline.carve(smem, Q_BYTES, STAGES * KV_BYTES, STAGES * KV_BYTES)
+        stats = cuda.shared.array(0, float32, alignment=_ALIGN)  # Q's rows again, once the walk is done (a split's merge)
 
         q_frag = cuda.local.array(Q_REGS, uint32)  # all k-slices, or one (not Q_IN_REGS)
         acc_s = cuda.local.array(S_REGS, float32)
@@ -127,8 +134,14 @@ def tc_forward_kernel(t: TcTiles, variant: Variant, dtype: str):
         # the key tiles to visit: a range, or a block mask's list clipped to it (block_info)
         vr = walk_list(fx, seq, h, start_m // BLOCK_M, False, F)
         n_lo, n_hi = walk_range(*key_tiles(start_m, BLOCK_M, BLOCK_N, mi), vr, F)
-        copy.copy_tile(q_base, q, b, h, q0 + start_m, q0 + seqlen_q, tid, BLOCK_M, CHUNKS, 8, ROW_BYTES, SW, THREADS, False,
-                       DCOLS, SYNC)  # fmt: skip
+        if F[SPLIT] and fx[SPLIT_AT][2] > 0:  # the GQA decode swap: rows are query heads h·G … of the sequence's one
+            # query, q seen as (B, H, 1, d) (kvcache), so its heads are the rows copied
+            G = fx[SPLIT_AT][2]
+            copy.copy_tile(q_base, q, seq, 0, h * G + start_m, h * G + seqlen_q, tid, BLOCK_M, CHUNKS, 8, ROW_BYTES, SW,
+                           THREADS, False, DCOLS, SYNC)  # fmt: skip
+        else:
+            copy.copy_tile(q_base, q, b, h, q0 + start_m, q0 + seqlen_q, tid, BLOCK_M, CHUNKS, 8, ROW_BYTES, SW, THREADS,
+                           False, DCOLS, SYNC)  # fmt: skip
 
         # the walk of STAGES buffers (pipeline's docstring): j < n_lo only starts tiles
         # n_lo .. n_lo + STAGES - 2; step j starts tile j + STAGES - 1
@@ -204,6 +217,9 @@ def tc_forward_kernel(t: TcTiles, variant: Variant, dtype: str):
                                                   BF16, DCOLS, HALVES)  # fmt: skip
                     if tq == 0:
                         lse[b, h, q0 + row] = lse_row
+        # split-KV: the last split of the row tile to finish merges the parts (when the call asks: kvcache)
+        merge_splits(out32, lse, fx, stats, seq, h, q0, start_m, seqlen_q, BLOCK_M, DATA_DIM, tid, THREADS, BF16,
+                     MERGE_CHUNKS)
 
     return tc_forward
 
