@@ -181,17 +181,16 @@ def merge_if_last(out_parts, lse_parts, fx, stats, seq, h, q0, start_m, seqlen_q
     row tile's counter (``fx[ARRIVALS]``, slot (seq·heads + h)·tiles + tile) and the
     block that reads S − 1 resets it to 0 for the next call and merges, after a fence
     (acquire); its reads bypass L1 (``ptx.ld_global_cg_*``), where a line fetched
-    earlier in the kernel may be stale.  ``stats``: free shared memory for the flag
-    that tells the block it is last (one float32, at ``stats[BLOCK_M]``).
+    earlier in the kernel may be stale.  ``stats``: BLOCK_M + 1 float32 of free shared
+    memory (a row's maximum, 1/sum and NaN flag packed, and the flag).
 
     Where the merged rows go: row ``row`` of sequence ``seq`` and head ``h``, or with
     the GQA decode swap (``fx[SPLIT_AT][2]`` = G > 0: the block's rows are query heads
     ``h·G + row`` of the sequence's one query) ``out[seq, 0, h·G + row]`` and
-    ``lse[seq, h·G + row, 0]``.  One pass: each thread merges CHUNKS column chunks of
-    4 (:func:`merge_chunks`) online over the splits in order (a running maximum lse, the
-    sums rescaled when it grows, as the forward's online softmax), SPLITS_AT_ONCE splits
-    at a time, their loads in flight together; the threads of a row find its lse by the
-    same steps, so they agree.
+    ``lse[seq, h·G + row, 0]``.  Two passes, each reading SPLITS_AT_ONCE splits at a
+    time (their loads in flight together): a thread a row finds the maximum lse and the
+    sum of weights online; then each thread merges CHUNKS column chunks of 4
+    (:func:`merge_chunks`).
     """
     sa = fx[SPLIT_AT]
     if sa[3] == 0:
@@ -209,21 +208,43 @@ def merge_if_last(out_parts, lse_parts, fx, stats, seq, h, q0, start_m, seqlen_q
     if stats[BLOCK_M] == float32(0.0):
         return
     ptx.fence_acq_rel_gpu()  # acquire: the other splits' rows
-    m = cuda.local.array(CHUNKS, float32)  # per chunk: its row's running maximum lse, Σ weights, NaN seen
-    tot = cuda.local.array(CHUNKS, float32)
-    bad = cuda.local.array(CHUNKS, int32)
+    x = cuda.local.array(SPLITS_AT_ONCE, float32)
     acc = cuda.local.array((CHUNKS, 4), float32)
     xs = cuda.local.array((CHUNKS, SPLITS_AT_ONCE), float32)
     o = cuda.local.array((CHUNKS, SPLITS_AT_ONCE, 4), float32)
     G = sa[2]
     rows = min(BLOCK_M, seqlen_q - start_m)
+    # pass 1: a thread a row: the maximum lse m and 1/Σ exp(lse − m), online over the splits
+    for r in range(tid, rows, THREADS):
+        m = float32(-math.inf)
+        tot = float32(0.0)
+        nan = False
+        for s0 in range(0, S, SPLITS_AT_ONCE):
+            for k in range(SPLITS_AT_ONCE):  # loads without a branch between them: in flight together
+                x[k] = ptx.ld_global_cg_f32(lse_parts, (min(s0 + k, S - 1), h, q0 + start_m + r))
+            for k in range(SPLITS_AT_ONCE):
+                xk = x[k] if s0 + k < S else float32(-math.inf)  # (a select: the loads stay ahead of it)
+                if math.isnan(xk) or xk == float32(math.inf):
+                    nan = True
+                elif xk > m:  # a new maximum: the sum so far rescaled
+                    tot = tot * math.exp(m - xk) if m != float32(-math.inf) else float32(0.0)
+                    m = xk
+                if xk != float32(-math.inf) and not math.isnan(xk):
+                    tot += math.exp(xk - m)
+        lse_out = m + math.log(tot) if tot > float32(0.0) else float32(-math.inf)
+        if nan:
+            lse_out = float32(math.nan)
+        if G > 0:
+            fx[LSE_MERGED][seq, h * G + start_m + r, 0] = lse_out
+        else:
+            fx[LSE_MERGED][seq, h, start_m + r] = lse_out
+        stats[r] = lse_out  # the row's lse: weight of split s = exp(lse_s − lse)
+    cuda.syncthreads()  # every row's lse, before the columns are merged
+    # pass 2: out = Σ_s exp(lse_s − lse)·out_s, 4 columns a chunk, split order
     D4 = DATA_DIM // 4
     out = fx[OUT_MERGED]
     for i0 in range(tid, rows * D4, THREADS * CHUNKS):
         for u in range(CHUNKS):
-            m[u] = float32(-math.inf)
-            tot[u] = float32(0.0)
-            bad[u] = 0
             for e in range(4):
                 acc[u, e] = float32(0.0)
         for s0 in range(0, S, SPLITS_AT_ONCE):
@@ -237,33 +258,26 @@ def merge_if_last(out_parts, lse_parts, fx, stats, seq, h, q0, start_m, seqlen_q
                     xs[u, k] = ptx.ld_global_cg_f32(lse_parts, (sk, h, q0 + start_m + r))
                     o[u, k, 0], o[u, k, 1], o[u, k, 2], o[u, k, 3] = ptx.ld_global_cg_v4_f32(
                         out_parts, (sk, q0 + start_m + r, h, c))  # fmt: skip
-            # online over the splits, in order (selects, no branch: the loads stay ahead of their use)
-            for u in range(CHUNKS):
+            for u in range(CHUNKS):  # no branch: selects, so the loads stay ahead of their use
+                r = min(i0 + u * THREADS, rows * D4 - 1) // D4
                 for k in range(SPLITS_AT_ONCE):
-                    x = xs[u, k]
-                    ok = s0 + k < S
-                    nan = ok and (math.isnan(x) or x == float32(math.inf))
-                    bad[u] |= 1 if nan else 0
-                    # a split that saw no key (lse −inf) is not read into the sum: its out may be anything
-                    use = ok and not nan and x != float32(-math.inf)
-                    m_new = max(m[u], x) if use else m[u]
-                    scale = math.exp(m[u] - m_new) if m[u] != float32(-math.inf) else float32(0.0)
-                    w = math.exp(x - m_new) if use else float32(0.0)
-                    tot[u] = tot[u] * scale + w
+                    w = math.exp(xs[u, k] - stats[r])
+                    # a split that saw no key (weight 0) is not read into the sum: its out may be anything
+                    ok = s0 + k < S and xs[u, k] != float32(-math.inf) and w != float32(0.0)
                     for e in range(4):
-                        acc[u, e] = acc[u, e] * scale + (w * o[u, k, e] if use else float32(0.0))
-                    m[u] = m_new
+                        acc[u, e] += w * o[u, k, e] if ok else float32(0.0)
         for u in range(CHUNKS):
             i = i0 + u * THREADS
             if i < rows * D4:
                 r = i // D4
                 c = 4 * (i - r * D4)
-                inv = float32(1.0) / tot[u] if tot[u] > float32(0.0) else float32(0.0)  # no key seen: 0
-                lse_r = m[u] + math.log(tot[u]) if tot[u] > float32(0.0) else float32(-math.inf)
-                for e in range(4):
-                    acc[u, e] = float32(math.nan) if bad[u] else acc[u, e] * inv
-                if bad[u]:
-                    lse_r = float32(math.nan)
+                lse_r = stats[r]
+                if lse_r == float32(-math.inf):  # no split saw a key: 0
+                    for e in range(4):
+                        acc[u, e] = float32(0.0)
+                elif math.isnan(lse_r):
+                    for e in range(4):
+                        acc[u, e] = float32(math.nan)
                 if BF16:
                     w0 = ptx.pack_bf16x2(acc[u, 0], acc[u, 1])
                     w1 = ptx.pack_bf16x2(acc[u, 2], acc[u, 3])
@@ -273,10 +287,6 @@ def merge_if_last(out_parts, lse_parts, fx, stats, seq, h, q0, start_m, seqlen_q
                 if G > 0:
                     out[seq, 0, h * G + start_m + r, c // 2] = w0
                     out[seq, 0, h * G + start_m + r, c // 2 + 1] = w1
-                    if c == 0:
-                        fx[LSE_MERGED][seq, h * G + start_m + r, 0] = lse_r
                 else:
                     out[seq, start_m + r, h, c // 2] = w0
                     out[seq, start_m + r, h, c // 2 + 1] = w1
-                    if c == 0:
-                        fx[LSE_MERGED][seq, h, start_m + r] = lse_r

@@ -121,7 +121,7 @@ def tc_forward_kernel(t: TcTiles, variant: Variant, dtype: str):
         # Q | K stages | V stages; addresses are byte offsets in the shared window
         smem = cuda.shared.array(0, uint16, alignment=_ALIGN)
         q_base, k_base, v_base, _ = pipeline.carve(smem, Q_BYTES, STAGES * KV_BYTES, STAGES * KV_BYTES)
-        stats = cuda.shared.array(0, float32, alignment=_ALIGN)  # Q's rows again, once the walk is done (the merge's flag)
+        stats = cuda.shared.array(0, float32, alignment=_ALIGN)  # Q's rows again, once the walk is done (a split's merge)
 
         q_frag = cuda.local.array(Q_REGS, uint32)  # all k-slices, or one (not Q_IN_REGS)
         acc_s = cuda.local.array(S_REGS, float32)
