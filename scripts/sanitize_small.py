@@ -6,6 +6,7 @@
     compute-sanitizer --tool memcheck python3 scripts/sanitize_small.py flex      # FlexAttention only
     compute-sanitizer --tool racecheck python3 scripts/sanitize_small.py flex16   # … its 16-bit cases (wgmma on sm_90a)
     compute-sanitizer --tool memcheck python3 scripts/sanitize_small.py kvcache   # flash_attention_with_kvcache only
+    compute-sanitizer --tool racecheck python3 scripts/sanitize_small.py kvcache16  # … its fp16 cases
     compute-sanitizer --tool racecheck python3 scripts/sanitize_small.py wgmma    # the Hopper forward only (sm_90)
     compute-sanitizer --tool racecheck python3 scripts/sanitize_small.py wgmma_bwd  # the Hopper backward only (sm_90)
     compute-sanitizer --tool racecheck python3 scripts/sanitize_small.py wgmma_bwd wide  # … at d = 256 and 96
@@ -29,8 +30,9 @@ MODES = [(np.float32, False), (np.float32, True), (np.float16, False), (ml_dtype
 FLEX_ONLY = sys.argv[1:] in (["flex"], ["flex16"])
 # flex16: the 16-bit paths alone (on an H100/H200 the Hopper kernels)
 FLEX_DTYPES = MODES[2:] if sys.argv[1:] == ["flex16"] else MODES
-if sys.argv[1:] == ["kvcache"]:  # paged (pages of 16) and contiguous caches, appends with rotary, splits, decode, prefill
-    for dtype in (np.float32, np.float16, ml_dtypes.bfloat16):
+if sys.argv[1:2] in (["kvcache"], ["kvcache16"]):  # paged (pages of 16) and contiguous caches, appends with rotary,
+    # splits, decode, prefill; kvcache16: fp16 only (the decode tiles' split-KV merged in the kernel, in time for a cut)
+    for dtype in (np.float16,) if sys.argv[1] == "kvcache16" else (np.float32, np.float16, ml_dtypes.bfloat16):
         B, H, Hk, d = 3, 4, 2, 64
         lens = np.array([0, 21, 40], np.int32)
         table = rng.permutation(17)[:15].reshape(3, 5).astype(np.int32)
