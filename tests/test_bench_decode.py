@@ -76,8 +76,8 @@ def test_workspace_model_is_what_the_call_allocates(rng, monkeypatch, Nq, H, H_k
 @pytest.mark.gpu
 def test_measured_workspace_is_the_model_and_flat_in_the_cache():
     """H200-sized decode (B = 8, 32/8 heads, d = 128): the pool's high-water mark beyond
-    the output is the model's workspace (within CuPy's 512-byte rounding per array and
-    the swapped q's copy) at 4K and 32K keys alike."""
+    the output is the model's workspace (within CuPy's 512-byte rounding per array and,
+    where the merge kernel runs, the swapped q's copy) at 4K and 32K keys alike."""
     if SIMULATOR:
         pytest.skip("real-size GPU case: needs a CUDA device (the CUDA simulator is on here)")
     rows = D.decode_memory([D.DecodeCase(4096), D.DecodeCase(32768), D.DecodeCase(32768, page_size=256)])

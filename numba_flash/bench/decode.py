@@ -105,7 +105,7 @@ def workspace_model(case: DecodeCase, splits: int) -> dict:
         "partial_out": splits * rows * case.head_dim * 4 if merged else 0,
         "partial_lse": splits * rows * 4,
         "lse": rows * 4 if merged else 0,
-        "ints": 4 * (case.batch * (1 + pages) + 2 + 2 * (case.batch + 1)),
+        "ints": 4 * (case.batch * (1 + pages) + 5 + 2 * (case.batch + 1)),  # (kvcache's packed upload)
     }
     parts["total"] = sum(parts.values())
     return parts
