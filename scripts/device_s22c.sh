@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Session 22, call 3: the in-kernel split-KV merge in one pass (tmp_new) against the two-pass
-# one of call 2 (tmp_old = 0f2b… "device_s22b" commit): GPU tests of the KV cache and the
+# one of call 2 (tmp_old = 78af7f3): GPU tests of the KV cache and the
 # merge; issue #14's decode table at 4096 and 32768 keys (split sweep at 4096), old / new /
 # old / new in turn; the 4096-key step under Nsight Compute (new).
 set -u
