@@ -55,18 +55,24 @@ from numba_flash.traffic import blocks_per_sm
 #: SMs assumed by :func:`split_count` where the device cannot be asked (the simulator).
 DEFAULT_SMS = 132
 MAX_SPLITS = 128
+#: Blocks of the one-warp decode tiles an SM needs in flight to keep its share of DRAM busy:
+#: :func:`split_count` counts these slots, not all the blocks an SM holds (four at d = 128).
+#: Since their K/V copies take ~4 instructions (session 22) two blocks stream what four did:
+#: 4 splits ran 2–5% faster than the 8 that four slots chose at 4096 and 32768 keys
+#: (docs/benchmarks/2026-12-04-s22).
+DECODE_BLOCKS_PER_SM = 2
 
 
 @functools.lru_cache(maxsize=1024)
 def split_count(blocks: int, key_tiles: int, slots: int) -> int:
     """The number of splits ``num_splits=0`` takes (FlashAttention-2's heuristic, over
     the ``slots`` of the device: SMs × the blocks of the kernel an SM holds at once,
-    ``traffic.blocks_per_sm``): 1 when the ``blocks`` of one split (batch · heads ·
+    ``traffic.blocks_per_sm``, at most ``DECODE_BLOCKS_PER_SM`` for the decode tiles): 1 when the ``blocks`` of one split (batch · heads ·
     query tiles) already fill 80% of the slots; else, of the counts up to
     ``min(MAX_SPLITS, slots, key_tiles)``, the smallest whose efficiency (waves of
     blocks ÷ waves rounded up) is within 85% of the best.  (FlashAttention-2 counts SMs,
     its split kernel holding about one block an SM; the decode tiles' one-warp blocks
-    fit three at d = 128, and each needs its own split to be in flight.)"""
+    fit four at d = 128, of which two keep an SM's share of DRAM busy.)"""
     if blocks <= 0 or key_tiles <= 1 or blocks >= 0.8 * slots:
         return 1
     top = max(1, min(MAX_SPLITS, slots, key_tiles))
@@ -113,7 +119,10 @@ def _launch_plan(features, swap, dtype, d, causal, aligned, B, heads, rows, max_
     (walker,) = [ln for ln in plan.launches if ln.walk]
     block_m, block_n = walker.walk[0], walker.walk[1]
     key_tiles = -(-max_k // block_n)
-    slots = _sms(device) * blocks_per_sm(walker)
+    per_sm = blocks_per_sm(walker)
+    if walker.name == "tc_forward" and walker.tiles.warps == 1:  # the decode tiles
+        per_sm = min(per_sm, DECODE_BLOCKS_PER_SM)
+    slots = _sms(device) * per_sm
     splits = num_splits or split_count(B * heads * -(-rows // block_m), key_tiles, slots)
     splits = max(1, min(splits, key_tiles))
     if splits > 1 or swap:
