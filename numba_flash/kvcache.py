@@ -58,8 +58,10 @@ MAX_SPLITS = 128
 #: Blocks of the one-warp decode tiles an SM needs in flight to keep its share of DRAM busy:
 #: :func:`split_count` counts these slots, not all the blocks an SM holds (four at d = 128).
 #: Since their K/V copies take ~4 instructions (session 22) two blocks stream what four did:
-#: 4 splits ran 2–5% faster than the 8 that four slots chose at 4096 and 32768 keys
-#: (docs/benchmarks/2026-12-04-s22).
+#: on a contiguous cache 4 splits ran 2–5% faster than the 8 that four slots chose at 4096
+#: and 32768 keys and 1% at 131072 (docs/benchmarks/2026-12-04-s22).  A sequence across
+#: pages keeps four: with 4 splits pages of 256 rows fell to 0.94 of copy at 131072 keys
+#: (1.06 with 8), each tile's page lookup then in the way.
 DECODE_BLOCKS_PER_SM = 2
 
 
@@ -120,8 +122,8 @@ def _launch_plan(features, swap, dtype, d, causal, aligned, B, heads, rows, max_
     block_m, block_n = walker.walk[0], walker.walk[1]
     key_tiles = -(-max_k // block_n)
     per_sm = blocks_per_sm(walker)
-    if walker.name == "tc_forward" and walker.tiles.warps == 1:  # the decode tiles
-        per_sm = min(per_sm, DECODE_BLOCKS_PER_SM)
+    if walker.name == "tc_forward" and walker.tiles.warps == 1 and not page_rows:  # the decode tiles, one page a
+        per_sm = min(per_sm, DECODE_BLOCKS_PER_SM)  # sequence (across pages, a tile's page lookup wants more blocks)
     slots = _sms(device) * per_sm
     splits = num_splits or split_count(B * heads * -(-rows // block_m), key_tiles, slots)
     splits = max(1, min(splits, key_tiles))

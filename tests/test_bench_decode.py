@@ -76,15 +76,17 @@ def test_workspace_model_is_what_the_call_allocates(rng, monkeypatch, Nq, H, H_k
 @pytest.mark.gpu
 def test_measured_workspace_is_the_model_and_flat_in_the_cache():
     """H200-sized decode (B = 8, 32/8 heads, d = 128): the pool's high-water mark beyond
-    the output is the model's workspace (within CuPy's 512-byte rounding per array and,
-    where the merge kernel runs, the swapped q's copy) at 4K and 32K keys alike."""
+    the output is the model's workspace (within CuPy's 512-byte rounding per array, less
+    the small ints the warm-up call uploaded and the measured call reuses, and, where the
+    merge kernel runs, plus the swapped q's copy) at 4K and 32K keys alike."""
     if SIMULATOR:
         pytest.skip("real-size GPU case: needs a CUDA device (the CUDA simulator is on here)")
     rows = D.decode_memory([D.DecodeCase(4096), D.DecodeCase(32768), D.DecodeCase(32768, page_size=256)])
     assert all(r["status"] == "ok" for r in rows), rows
     q_copy = 8 * 32 * 128 * 2
     for r in rows:
-        assert r["predicted_workspace_bytes"] <= r["workspace_bytes"] <= r["predicted_workspace_bytes"] + q_copy + 8 * 512
+        least = r["predicted_workspace_bytes"] - r["predicted_parts"]["ints"]
+        assert least <= r["workspace_bytes"] <= r["predicted_workspace_bytes"] + q_copy + 8 * 512
     assert rows[0]["workspace_bytes"] == rows[1]["workspace_bytes"]
 
 

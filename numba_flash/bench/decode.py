@@ -82,9 +82,10 @@ def splits_of(case: DecodeCase) -> int:
 
     swap, rows, heads = kvcache.decode_swap(case.seqlen_q, case.heads, case.heads_k)
     features = _features(case)
+    page_rows = case.page_size if case.page_size and case.cache_len > case.page_size else 0  # (as the call's)
     _, splits, _ = kvcache._launch_plan(features, swap, case.dtype, case.head_dim, False, True, case.batch, heads,
                                         rows, case.cache_len, case.heads_k, case.num_splits,
-                                        _device_id(), None)  # fmt: skip
+                                        _device_id(), None, page_rows)  # fmt: skip
     return splits
 
 
