@@ -722,17 +722,23 @@ def ld_global_cg_f32(src, index):
     return np.float32(a[index])
 
 
-def ld_global_cg_v4_f32(src, index):
-    what = "ld_global_cg_v4_f32"
-    a = _unwrap(src)
-    if a.dtype != np.float32:
-        raise TypeError(f"{what}: src must be float32, got {a.dtype}")
-    root, off = _element(src, index)
+def _global_16(ary, index, what):
+    """(the root's bytes, offset) of the 16 bytes at ``ary[index]``: 16-byte aligned and
+    inside the root array, as a vector load or store of the GPU requires."""
+    root, off = _element(ary, index)
     if (root.ctypes.data + off) % 16:
-        raise ValueError(f"{what}: the global source is not 16-byte aligned")
+        raise ValueError(f"{what}: the global address is not 16-byte aligned")
     data = _bytes_of(root)
     if not 0 <= off <= data.size - 16:
-        raise IndexError(f"{what}: 16 source bytes outside the global array")
+        raise IndexError(f"{what}: 16 bytes from the index run past the array")
+    return data, off
+
+
+def ld_global_cg_v4_f32(src, index):
+    what = "ld_global_cg_v4_f32"
+    if _unwrap(src).dtype != np.float32:
+        raise TypeError(f"{what}: src must be float32, got {_unwrap(src).dtype}")
+    data, off = _global_16(src, index, what)
     return tuple(np.float32(x) for x in data[off:off + 16].copy().view(np.float32))
 
 
@@ -744,12 +750,7 @@ def st_global_v4_b32(dst, index, w0, w1, w2, w3):
     what = "st_global_v4_b32"
     if _unwrap(dst).itemsize != 4:
         raise TypeError(f"{what}: dst must have 4-byte elements, got {_unwrap(dst).dtype}")
-    root, off = _element(dst, index)
-    if (root.ctypes.data + off) % 16:
-        raise ValueError(f"{what}: the global destination is not 16-byte aligned")
-    data = _bytes_of(root)
-    if not 0 <= off <= data.size - 16:
-        raise IndexError(f"{what}: 16 bytes from the index run past the array")
+    data, off = _global_16(dst, index, what)
     data[off:off + 16] = np.array([int(w) & _FULL for w in (w0, w1, w2, w3)], dtype=np.uint32).view(np.uint8)
 
 
