@@ -26,9 +26,11 @@ How it runs:
 4. **Split-KV** (``num_splits`` > 1, or chosen by :func:`split_count`): one launch whose
    grid's batch axis runs over (split, sequence) (``Variant.split``); split p walks key
    tiles ``[p·n, p·n + n)`` and writes its partial O (fp32, as FlashAttention-2's) and
-   lse, and the merge kernel (``merge.merge_into``) combines them into q's dtype.  The
-   GQA decode swap goes through the same merge even with one split: it reads the
-   swapped rows in place, so nothing is copied to reorder them.
+   lse.  On the decode tiles (:func:`merges_in_kernel`) the last split of a row tile to
+   finish combines them into q's dtype in the same launch (``kernels.merge.merge_if_last``,
+   counters from :func:`_arrivals`), and the GQA swap's blocks read q's heads in place;
+   elsewhere the merge kernel (``merge.merge_into``) does, reading the swapped rows in
+   place.  The GQA decode swap goes through the same merge even with one split.
 5. **Host time per call** (a decode step is short): the plan and split count are made
    once per shape (:func:`_launch_plan`), and the packed small ints are uploaded once
    while their contents repeat (:func:`_upload_ints`).
@@ -69,8 +71,9 @@ DECODE_BLOCKS_PER_SM = 2
 def split_count(blocks: int, key_tiles: int, slots: int) -> int:
     """The number of splits ``num_splits=0`` takes (FlashAttention-2's heuristic, over
     the ``slots`` of the device: SMs × the blocks of the kernel an SM holds at once,
-    ``traffic.blocks_per_sm``, at most ``DECODE_BLOCKS_PER_SM`` for the decode tiles): 1 when the ``blocks`` of one split (batch · heads ·
-    query tiles) already fill 80% of the slots; else, of the counts up to
+    ``traffic.blocks_per_sm``, at most ``DECODE_BLOCKS_PER_SM`` for the decode tiles on
+    one page a sequence): 1 when the ``blocks`` of one split (batch · heads · query
+    tiles) already fill 80% of the slots; else, of the counts up to
     ``min(MAX_SPLITS, slots, key_tiles)``, the smallest whose efficiency (waves of
     blocks ÷ waves rounded up) is within 85% of the best.  (FlashAttention-2 counts SMs,
     its split kernel holding about one block an SM; the decode tiles' one-warp blocks

@@ -49,6 +49,13 @@ Inputs are passed as uint16 views (cp.async moves bytes; the dtype matters only 
 mma and to the pack of P and O), the output as a uint32 view (two 16-bit values a word;
 uint16 for an odd head dim: ``config.tc_out_view``), but split-KV's partial outputs
 (``Variant.split``) as float32, merged later (``kernels.merge``).
+
+The decode tiles (one warp, ``config.tc_decode_tiles``): a lane copies one 16-byte chunk
+column of each K and V tile (``copy._copy_lane_rows``); with split-KV the last split of a
+row tile to finish merges the parts in this launch (``kernels.merge.merge_if_last``, after
+step 3; the Q tile's shared memory then holds its flag and rows' lse); the GQA decode swap
+(``fx[SPLIT_AT][2]`` = G > 0) reads its rows, query heads h·G … of the sequence's one
+query, from q seen as (B, H, 1, d).
 """
 
 from __future__ import annotations
@@ -121,7 +128,7 @@ def tc_forward_kernel(t: TcTiles, variant: Variant, dtype: str):
         # Q | K stages | V stages; addresses are byte offsets in the shared window
         smem = cuda.shared.array(0, uint16, alignment=_ALIGN)
         q_base, k_base, v_base, _ = pipeline.carve(smem, Q_BYTES, STAGES * KV_BYTES, STAGES * KV_BYTES)
-        stats = cuda.shared.array(0, float32, alignment=_ALIGN)  # Q's rows again, once the walk is done (a split's merge)
+        stats = cuda.shared.array(0, float32, alignment=_ALIGN)  # Q's rows again after the walk (the merge's)
 
         q_frag = cuda.local.array(Q_REGS, uint32)  # all k-slices, or one (not Q_IN_REGS)
         acc_s = cuda.local.array(S_REGS, float32)
@@ -140,8 +147,8 @@ def tc_forward_kernel(t: TcTiles, variant: Variant, dtype: str):
             copy.copy_tile(q_base, q, seq, 0, h * G + start_m, h * G + seqlen_q, tid, BLOCK_M, CHUNKS, 8, ROW_BYTES, SW,
                            THREADS, False, DCOLS, SYNC)  # fmt: skip
         else:
-            copy.copy_tile(q_base, q, b, h, q0 + start_m, q0 + seqlen_q, tid, BLOCK_M, CHUNKS, 8, ROW_BYTES, SW, THREADS,
-                           False, DCOLS, SYNC)  # fmt: skip
+            copy.copy_tile(q_base, q, b, h, q0 + start_m, q0 + seqlen_q, tid, BLOCK_M, CHUNKS, 8, ROW_BYTES, SW,
+                           THREADS, False, DCOLS, SYNC)  # fmt: skip
 
         # the walk of STAGES buffers (pipeline's docstring): j < n_lo only starts tiles
         # n_lo .. n_lo + STAGES - 2; step j starts tile j + STAGES - 1
@@ -153,7 +160,8 @@ def tc_forward_kernel(t: TcTiles, variant: Variant, dtype: str):
                         fragments.load_a(q_frag, mt * Q_TILE + kk * 4, q_base, warp * WARP_ROWS + mt * 16, kk, lane,
                                          ROW_BYTES)  # fmt: skip
             pipeline.prefetch_keys(j + STAGES - 2, n_hi, vr, F, k_base, k, v_base, v, b, hk, k0, seqlen_k, tid, BLOCK_N,
-                                   CHUNKS, 8, ROW_BYTES, SW, THREADS, KV_BYTES, STAGES, DCOLS, SYNC, pg, KV_COPY)  # fmt: skip
+                                   CHUNKS, 8, ROW_BYTES, SW, THREADS, KV_BYTES, STAGES, DCOLS, SYNC, pg,
+                                   KV_COPY)  # fmt: skip
             if j < n_lo:
                 continue
             start_n, k_tile, v_tile = pipeline.key_stage(j, vr, F, k_base, v_base, BLOCK_N, KV_BYTES, STAGES)
