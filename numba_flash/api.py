@@ -23,7 +23,7 @@ from numba_flash._launch import launch
 from numba_flash._numba_cuda import SIMULATOR, target_arch
 from numba_flash.reference import keep_threshold, seed_key
 
-_VIEW_DTYPES = {"u16": np.uint16, "u32": np.uint32}
+_VIEW_DTYPES = {"u16": np.uint16, "u32": np.uint32, "f32": np.float32}
 
 
 def _out_shape(layout: str, B: int, N: int, H: int, d: int):

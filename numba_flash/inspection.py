@@ -336,7 +336,7 @@ def argtypes(launch, work_dtype: str) -> tuple:
     from numba import types
     from numba.np import numpy_support
 
-    elem = {"u16": types.uint16, "u32": types.uint32}
+    elem = {"u16": types.uint16, "u32": types.uint32, "f32": types.float32}
     out = []
     for a in launch.args:
         if a.role == "scale":
@@ -359,9 +359,6 @@ def argtypes(launch, work_dtype: str) -> tuple:
             out.append(types.Array(types.float32, 3, "C"))
         elif a.role == "stats":
             out.append(types.Array(types.float32, 4, "C"))
-        elif a.role == "out" and not a.view:  # an output in the work dtype, or split-KV's fp32 parts
-            out.append(types.Array(types.float32 if launch.name == "tc_forward" else
-                                   numpy_support.from_dtype(np.dtype(work_dtype)), 4, "A"))  # fmt: skip
         else:
             ty = elem.get(a.view) or numpy_support.from_dtype(np.dtype(work_dtype))
             out.append(types.Array(ty, 4, "A"))

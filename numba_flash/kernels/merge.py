@@ -138,9 +138,10 @@ def merge_kernel(out_dtype: str):
     return merge_parts
 
 
-#: Splits :func:`merge_if_last` reads at once: their loads are in flight together (with
-#: ``CHUNKS`` column chunks of 4 fp32 a thread).
+#: Splits, and column chunks of 4 fp32, a thread of :func:`merge_if_last` reads at once: the
+#: 16 loads of 16 bytes are in flight together (one warp at d <= 128: :func:`merges_in_kernel`).
 SPLITS_AT_ONCE = 4
+CHUNKS = 4
 
 
 def merges_in_kernel(t) -> bool:
@@ -151,16 +152,8 @@ def merges_in_kernel(t) -> bool:
     return t.warps == 1 and t.head_dim <= 128
 
 
-def merge_chunks(threads: int, head_dim: int) -> int:
-    """Column chunks (4 fp32 each) a thread of :func:`merge_if_last` merges at once: 4 in a
-    one-warp block up to d = 128 (16 loads of 16 bytes in flight a thread); 1 where more
-    threads share the rows or the kernel's registers are tight (more would spill)."""
-    return 4 if threads == 32 and head_dim <= 128 else 1
-
-
 @device_function
-def no_merge(out_parts, lse_parts, fx, stats, seq, h, q0, start_m, seqlen_q, BLOCK_M, DATA_DIM, tid, THREADS, BF16,
-             CHUNKS):
+def no_merge(out_parts, lse_parts, fx, stats, seq, h, q0, start_m, seqlen_q, BLOCK_M, DATA_DIM, tid, THREADS, BF16):
     """:func:`merge_if_last`'s stand-in in a kernel without split-KV (whose ``out`` is not
     fp32 parts: numba types a call even in a branch that cannot run)."""
     return
@@ -168,7 +161,7 @@ def no_merge(out_parts, lse_parts, fx, stats, seq, h, q0, start_m, seqlen_q, BLO
 
 @device_function
 def merge_if_last(out_parts, lse_parts, fx, stats, seq, h, q0, start_m, seqlen_q, BLOCK_M, DATA_DIM, tid, THREADS,
-                  BF16, CHUNKS):  # fmt: skip
+                  BF16):  # fmt: skip
     """Split-KV merged in the forward kernel (``fx[SPLIT_AT][3]`` = 1; else nothing):
     after a block has written its split's partial rows (``out_parts[p, q0 + row, h, :]``,
     ``lse_parts[p, h, q0 + row]``), the last of the S blocks of its row tile to arrive
@@ -182,15 +175,14 @@ def merge_if_last(out_parts, lse_parts, fx, stats, seq, h, q0, start_m, seqlen_q
     block that reads S − 1 resets it to 0 for the next call and merges, after a fence
     (acquire); its reads bypass L1 (``ptx.ld_global_cg_*``), where a line fetched
     earlier in the kernel may be stale.  ``stats``: BLOCK_M + 1 float32 of free shared
-    memory (a row's maximum, 1/sum and NaN flag packed, and the flag).
+    memory (each row's merged lse, then the flag that tells the block it is last).
 
     Where the merged rows go: row ``row`` of sequence ``seq`` and head ``h``, or with
     the GQA decode swap (``fx[SPLIT_AT][2]`` = G > 0: the block's rows are query heads
     ``h·G + row`` of the sequence's one query) ``out[seq, 0, h·G + row]`` and
     ``lse[seq, h·G + row, 0]``.  Two passes, each reading SPLITS_AT_ONCE splits at a
     time (their loads in flight together): a thread a row finds the maximum lse and the
-    sum of weights online; then each thread merges CHUNKS column chunks of 4
-    (:func:`merge_chunks`).
+    sum of weights online; then each thread merges CHUNKS column chunks of 4.
     """
     sa = fx[SPLIT_AT]
     if sa[3] == 0:

@@ -25,8 +25,9 @@ ROLES = ("q", "k", "v", "out", "lse", "dout", "delta", "dq", "dk", "dv", "scale"
 #: ``stats``: the Hopper backward's (B, H, 2, rows) float32 workspace, lse (as the
 #: backward subtracts it) and delta of each query row, padded (``wgmma_backward.stats_shape``).
 #: How a 4-D buffer is viewed: as it is, 16-bit elements as uint16 (cp.async moves
-#: bytes; the dtype matters only to mma), or pairs of 16-bit elements as uint32.
-VIEWS = ("", "u16", "u32")
+#: bytes; the dtype matters only to mma), pairs of 16-bit elements as uint32, or float32
+#: (split-KV's partial outputs of a 16-bit call: ``Variant.split``).
+VIEWS = ("", "u16", "u32", "f32")
 
 
 @dataclass(frozen=True)

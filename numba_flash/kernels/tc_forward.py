@@ -69,7 +69,7 @@ from numba_flash.kernels import copy, fragments, pipeline, score, softmax, spec
 from numba_flash.kernels.block_info import (key_tiles, kv_pages, no_pages, this_block, tile_needs_mask, tile_partial,
                                            walk_list, walk_range)
 from numba_flash.kernels.flex import SPLIT_AT
-from numba_flash.kernels.merge import merge_chunks, merge_if_last, merges_in_kernel, no_merge
+from numba_flash.kernels.merge import merge_if_last, merges_in_kernel, no_merge
 from numba_flash.variant import DROPOUT, SPLIT, VARLEN, Variant
 
 _ALIGN = ptx.SMEM_ALIGN  # a module global, so numba sees a literal (see ptx.SMEM_ALIGN)
@@ -112,7 +112,6 @@ def tc_forward_kernel(t: TcTiles, variant: Variant, dtype: str):
     pages = kv_pages if variant.paged else no_pages  # a KV cache's keys through its block table
     # split-KV's parts merged by the last split (kernels.merge.merges_in_kernel: the decode tiles)
     merge_splits = merge_if_last if variant.split and merges_in_kernel(t) else no_merge
-    MERGE_CHUNKS = merge_chunks(THREADS, HEAD_DIM)
 
     @cuda.jit
     def tc_forward(q, k, v, out32, lse, softmax_scale, params, alibi, cu_q, cu_k, fx):
@@ -226,8 +225,7 @@ def tc_forward_kernel(t: TcTiles, variant: Variant, dtype: str):
                     if tq == 0:
                         lse[b, h, q0 + row] = lse_row
         # split-KV: the last split of the row tile to finish merges the parts (when the call asks: kvcache)
-        merge_splits(out32, lse, fx, stats, seq, h, q0, start_m, seqlen_q, BLOCK_M, DATA_DIM, tid, THREADS, BF16,
-                     MERGE_CHUNKS)
+        merge_splits(out32, lse, fx, stats, seq, h, q0, start_m, seqlen_q, BLOCK_M, DATA_DIM, tid, THREADS, BF16)
 
     return tc_forward
 
@@ -243,5 +241,5 @@ def launches(t: TcTiles, variant: Variant, dtype: str, sz: spec.Sizes) -> list:
     grid = spec.query_grid(sz, t.block_m, variant.heaviest_first)
     kernel = tc_forward_kernel(t, variant, dtype)
     return [spec.KernelLaunch("tc_forward", kernel, t, grid, t.threads, smem_bytes(t),
-                              spec.forward_args("u16", "" if variant.split else tc_out_view(t)),
+                              spec.forward_args("u16", "f32" if variant.split else tc_out_view(t)),
                               (t.block_m, t.block_n, False))]  # fmt: skip
