@@ -141,11 +141,15 @@ def _scalar_slot(x) -> int:
     raise TypeError(f"kernel argument of type {type(x).__name__} is not supported by launch()")
 
 
-def launch(kernel, grid, threads, shared_bytes: int, *args) -> None:
+def launch(kernel, grid, threads, shared_bytes: int, *args, cluster: int = 1) -> None:
     """``kernel[grid, threads, current CuPy stream, shared_bytes](*args)``.
 
     ``args`` are compute-side arrays (CuPy, or NumPy under the simulator) and Python
-    floats; arrays are passed as they are (zero-copy, any strides)."""
+    floats; arrays are passed as they are (zero-copy, any strides).  ``cluster`` > 1:
+    thread-block clusters of that many CTAs along z (``cuLaunchKernelEx``; sm_90+; the
+    simulator runs one block at a time and has none)."""
+    if cluster > 1 and (SIMULATOR or _NUMBA_PATH):
+        raise ValueError(f"cluster={cluster}: thread-block clusters need the direct launch on an sm_90+ GPU")
     if SIMULATOR:
         kernel[grid, threads, 0, shared_bytes](*_numba_args(args))
         return
@@ -159,19 +163,54 @@ def launch(kernel, grid, threads, shared_bytes: int, *args) -> None:
         kernel[grid, threads, launch_stream(), shared_bytes](*_numba_args(args))
         return
     handle, offsets = prepared
-    _launch_packed(handle, grid, threads, shared_bytes, offsets, _pack(args, offsets.size))
+    _launch_packed(handle, grid, threads, shared_bytes, offsets, _pack(args, offsets.size), cluster)
 
 
-def _launch_packed(handle, grid, threads, shared_bytes: int, offsets, buf) -> None:
+def _launch_packed(handle, grid, threads, shared_bytes: int, offsets, buf, cluster: int = 1) -> None:
     """``cuLaunchKernel`` of function ``handle`` on CuPy's current stream with the
-    parameters packed in ``buf`` (one 8-byte slot each, at byte ``offsets``)."""
-    from cupy.cuda import driver
-
+    parameters packed in ``buf`` (one 8-byte slot each, at byte ``offsets``);
+    ``cuLaunchKernelEx`` with the cluster dimension (1, 1, ``cluster``) when > 1."""
     params = offsets + np.uint64(buf.__array_interface__["data"][0])
     gx, gy, gz = grid if isinstance(grid, tuple) else (grid, 1, 1)
+    if cluster > 1:
+        _launch_cluster(handle, (gx, gy, gz), threads, shared_bytes, params.__array_interface__["data"][0], cluster)
+        return
+    from cupy.cuda import driver
+
     driver.launchKernel(
         handle, gx, gy, gz, threads, 1, 1, shared_bytes, _stream_ptr(), params.__array_interface__["data"][0], 0
     )
+
+
+_cluster_configs: dict = {}  # (grid, threads, smem, cluster, stream) -> cuLaunchKernelEx's CUlaunchConfig
+
+
+def _launch_cluster(handle, grid, threads, shared_bytes: int, params_ptr: int, cluster: int) -> None:
+    """``cuLaunchKernelEx`` (cuda-bindings, which numba-cuda depends on) of ``handle``
+    with thread-block clusters of (1, 1, ``cluster``) CTAs; its launch configuration made
+    once per shape and stream."""
+    from cuda.bindings import driver as cu
+
+    stream = _stream_ptr()
+    key = (grid, threads, shared_bytes, cluster, stream)
+    cfg = _cluster_configs.get(key)
+    if cfg is None:
+        if grid[2] % cluster:
+            raise ValueError(f"cluster={cluster}: the grid's z ({grid[2]}) must be a multiple of it")
+        attr = cu.CUlaunchAttribute()
+        attr.id = cu.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION
+        attr.value.clusterDim.x, attr.value.clusterDim.y, attr.value.clusterDim.z = 1, 1, cluster
+        cfg = cu.CUlaunchConfig()
+        cfg.gridDimX, cfg.gridDimY, cfg.gridDimZ = grid
+        cfg.blockDimX, cfg.blockDimY, cfg.blockDimZ = threads, 1, 1
+        cfg.sharedMemBytes = shared_bytes
+        cfg.hStream = cu.CUstream(stream)
+        cfg.attrs = [attr]
+        cfg.numAttrs = 1
+        _cluster_configs[key] = cfg
+    (err,) = cu.cuLaunchKernelEx(cfg, cu.CUfunction(handle), params_ptr, 0)
+    if err != cu.CUresult.CUDA_SUCCESS:
+        raise RuntimeError(f"cuLaunchKernelEx with clusters of {cluster} CTAs failed: {err!r}")
 
 
 # --- replay: a launch recorded once, its parameters patched per call ----------------------
@@ -201,9 +240,10 @@ class Replay:
     pointers: tuple
     values: tuple
     last: dict = field(default_factory=dict)  # role -> (value, its slots): the last call's, reused when equal
+    cluster: int = 1  # CTAs a thread-block cluster along z (``launch``)
 
 
-def recorded(kernel, grid, threads, shared_bytes: int, args, roles) -> Replay:
+def recorded(kernel, grid, threads, shared_bytes: int, args, roles, cluster: int = 1) -> Replay:
     """The :class:`Replay` of ``launch(kernel, grid, threads, shared_bytes, *args)`` just
     made, argument i coming from role ``roles[i]``."""
     count = sum(_slots(a) for a in args)
@@ -220,7 +260,8 @@ def recorded(kernel, grid, threads, shared_bytes: int, args, roles) -> Replay:
         else:
             values.append((slot, width, role))
         slot += width
-    return Replay(grid, threads, shared_bytes, handle, offsets, _pack(args, count), tuple(pointers), tuple(values))
+    return Replay(grid, threads, shared_bytes, handle, offsets, _pack(args, count), tuple(pointers), tuple(values),
+                  cluster=cluster)
 
 
 def patched(rep: Replay, buffers: dict) -> np.ndarray:
@@ -248,4 +289,4 @@ def patched(rep: Replay, buffers: dict) -> np.ndarray:
 
 def replay(rep: Replay, buffers: dict) -> None:
     """Launch ``rep`` on CuPy's current stream with this call's ``buffers`` (on a GPU)."""
-    _launch_packed(rep.handle, rep.grid, rep.threads, rep.shared_bytes, rep.offsets, patched(rep, buffers))
+    _launch_packed(rep.handle, rep.grid, rep.threads, rep.shared_bytes, rep.offsets, patched(rep, buffers), rep.cluster)

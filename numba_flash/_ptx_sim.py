@@ -1185,6 +1185,54 @@ def named_barrier_sync(bar_id, count):
             nb.cond.wait(0.05)
 
 
+# --- thread-block clusters: the simulator runs one block at a time, so a cluster of one CTA
+
+
+def cluster_arrive_release():
+    t = _thread()
+    st = _block(t)
+    with st.lock:
+        nb = st.named.setdefault("cluster", _NamedBarrier())
+    with nb.cond:
+        t._numba_flash_cluster_round = nb.rounds  # the phase this thread's wait waits for
+        nb.arrive(st.nthreads, "cluster_arrive_release")
+
+
+def cluster_wait_acquire():
+    t = _thread()
+    st = _block(t)
+    round_ = getattr(t, "_numba_flash_cluster_round", None)
+    if round_ is None:
+        raise RuntimeError("cluster_wait_acquire: this thread has not arrived (cluster_arrive_release)")
+    nb = st.named["cluster"]
+    with nb.cond:
+        while nb.rounds == round_:
+            nb.cond.wait(0.05)
+    t._numba_flash_cluster_round = None
+
+
+def cluster_ctarank():
+    _thread()
+    return np.uint32(0)
+
+
+def mapa_shared_cluster(addr, rank):
+    _thread()
+    if int(rank) != 0:
+        raise ValueError(f"mapa_shared_cluster: rank={int(rank)}: the simulator runs clusters of one CTA (rank 0)")
+    return np.uint32(int(addr))
+
+
+def ld_shared_cluster_f32(addr):
+    view, off = _block(_thread()).smem.resolve(addr, 4, 4, "ld_shared_cluster_f32")
+    return np.float32(view[off:off + 4].view(np.float32)[0])
+
+
+def ld_shared_cluster_v4_f32(addr):
+    view, off = _block(_thread()).smem.resolve(addr, 16, 16, "ld_shared_cluster_v4_f32")
+    return tuple(np.float32(x) for x in view[off:off + 16].view(np.float32))
+
+
 def cp_async_bulk_g2s(dst, src, index, nbytes, mbar):
     what = "cp_async_bulk_g2s"
     st = _block(_thread())

@@ -40,7 +40,7 @@ def _plan_env() -> tuple:
         os.environ.get(f"NUMBA_FLASH_{x}") for x in ("WGMMA", "WGMMA_PERSISTENT", "WGMMA_CONSUMERS", "WGMMA_BWD_RING",
                                                       "WGMMA_PINGPONG", "RAW_SCORES", "EX2_EMULATE",
                                                       "ALIBI_PRODUCTS", "WGMMA_OVERLAP",
-                                                      "WGMMA_SCHEDULER"))  # fmt: skip
+                                                      "WGMMA_SCHEDULER", "CLUSTER_MERGE"))  # fmt: skip
 
 
 def _plan(problem: P.Problem) -> P.Plan:
@@ -124,10 +124,10 @@ def _run(plan: P.Plan, buffers: dict, layout: str, rec: _replay.Recording | None
             # q, k, v, out, dout and the grads in the caller's layout; ``stats`` is the
             # backward's own (B, H, 2, rows) workspace, never transposed
             args.append(_bshd(x, layout) if getattr(x, "ndim", 0) == 4 and a.role != "stats" else x)
-        launch(k.kernel, k.grid, k.threads, k.smem, *args)
+        launch(k.kernel, k.grid, k.threads, k.smem, *args, cluster=k.cluster)
         if rec is not None:
             roles = [None if a.role in _PINNED else a.role for a in k.args]
-            rec.launches.append(_launch.recorded(k.kernel, k.grid, k.threads, k.smem, args, roles))
+            rec.launches.append(_launch.recorded(k.kernel, k.grid, k.threads, k.smem, args, roles, k.cluster))
             maker = (lambda bufs, k=k: _tensor_maps(k, bufs, layout)) if "tmaps" in roles else None
             rec.maps.append(None if maker is None else (maker, {}))
 

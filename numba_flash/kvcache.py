@@ -42,6 +42,7 @@ import dataclasses
 import functools
 import math
 import numbers
+import os
 from collections import OrderedDict
 
 import numpy as np
@@ -115,8 +116,8 @@ def _launch_plan(features, swap, dtype, d, causal, aligned, B, heads, rows, max_
 
     features = dataclasses.replace(features, paged=True, gqa=features.gqa and not swap)
 
-    def make_plan(split, splits):
-        feats = dataclasses.replace(features, split=split)
+    def make_plan(split, splits, cluster=0):
+        feats = dataclasses.replace(features, split=split, cluster=cluster)
         return _plan(P.Problem("forward", dtype, d, causal, False, aligned, B * splits, heads, rows, max_k,
                                target_arch(), SIMULATOR, feats, heads_k, B * rows, page_rows))  # fmt: skip
 
@@ -132,7 +133,32 @@ def _launch_plan(features, swap, dtype, d, causal, aligned, B, heads, rows, max_
     splits = max(1, min(splits, key_tiles))
     if splits > 1 or swap:
         plan = make_plan(True, splits)
+        cluster = cluster_of(plan, splits, d)
+        if cluster:
+            plan = make_plan(True, splits, cluster)
     return plan, splits, -(-key_tiles // splits)
+
+
+def cluster_of(plan, splits: int, data_dim: int) -> int:
+    """The thread-block cluster a split-KV launch runs its row tiles' splits as (0: none;
+    ``Variant.cluster``): where the forward merges its parts itself
+    (:func:`merges_in_kernel`), on sm_90+ and with at most ``merge.MAX_CLUSTER`` splits,
+    the S splits of a row tile are one cluster of S CTAs that merge through their shared
+    memory (``kernels.merge.merge_in_cluster``) instead of the last split's global merge
+    (``merge_if_last``: a release fence, an atomic, an acquire fence and two rounds of L2
+    loads at the end of the walk).  The simulator runs one block at a time: a cluster of
+    one there (one split: the GQA swap's), the global merge for more.
+    ``NUMBA_FLASH_CLUSTER_MERGE=0`` turns it off."""
+    from numba_flash._launch import _NUMBA_PATH
+    from numba_flash.kernels import merge
+
+    if os.environ.get("NUMBA_FLASH_CLUSTER_MERGE", "1") == "0" or not merges_in_kernel(plan, data_dim):
+        return 0
+    if SIMULATOR:
+        return 1 if splits == 1 else 0
+    if _NUMBA_PATH or tuple(plan.problem.arch[:2]) < (9, 0):
+        return 0
+    return splits if splits <= merge.MAX_CLUSTER else 0
 
 
 _UPLOADS: OrderedDict = OrderedDict()  # (device, bytes) -> device array: the small int arrays of recent calls
@@ -370,7 +396,8 @@ def flash_attention_with_kvcache(q, k_cache, v_cache, k=None, v=None, *, cache_s
     if in_kernel:
         out = A.empty(kind, (B, Nq, H, d), q_op.array.dtype)
         lse = A.empty(kind, (B, H, Nq), np.float32)
-        arrivals = _arrivals(B * heads * row_tiles, _device_id())
+        # the last split's merge counts arrivals; a cluster's merge meets at its barrier
+        arrivals = fx0[11] if plan.problem.features.cluster else _arrivals(B * heads * row_tiles, _device_id())
         fx = fx0[:7] + (table_d, split_at, out.view(np.uint32), lse, arrivals)
     else:
         fx = fx0[:7] + (table_d, split_at) + fx0[9:]

@@ -1216,6 +1216,95 @@ named_barrier_arrive = _named_barrier("arrive", """``named_barrier_arrive(bar_id
 waiting (it counts towards the ``count`` of the threads that ``named_barrier_sync`` on
 it).  Warp-uniform (aligned).""")
 
+# Thread-block clusters (sm_90): the CTAs of a cluster (the launch's cluster dimension,
+# ``_launch``) run at once on one GPC and read each other's shared memory.  The
+# simulator runs one block at a time, so its twins are those of a cluster of one CTA
+# (rank 0; ``mapa_shared_cluster`` of another rank raises); the GPU tests run clusters
+# of 2 to 8 (tests/test_ptx_cluster.py, the KV cache's split-KV merge).
+
+cluster_arrive_release = _void_asm("barrier.cluster.arrive.release.aligned;", """``cluster_arrive_release() -> None``
+
+``barrier.cluster.arrive.release.aligned;``: this thread arrives on its cluster's
+barrier, releasing its writes before it (shared memory and global) at cluster scope.
+Every thread of every CTA of the cluster arrives once a phase; all threads of the warp
+execute it (aligned).  Then :func:`cluster_wait_acquire`.""")
+
+cluster_wait_acquire = _void_asm("barrier.cluster.wait.acquire.aligned;", """``cluster_wait_acquire() -> None``
+
+``barrier.cluster.wait.acquire.aligned;``: waits until every thread of the cluster has
+arrived in this phase (:func:`cluster_arrive_release`), acquiring what they released:
+after it, this thread's reads of any CTA's shared memory (``ld_shared_cluster_*``) see
+the writes made before the arrivals.  Also a barrier of this CTA's threads.""")
+
+
+@intrinsic
+def cluster_ctarank(typingctx):
+    """``cluster_ctarank() -> uint32``
+
+    ``mov.u32 r, %cluster_ctarank;``: this CTA's rank in its cluster, 0 ..
+    cluster size − 1, x fastest over the cluster's dimensions (a cluster of (1, 1, S)
+    CTAs: ``blockIdx.z % S``).
+    """
+
+    def codegen(context, builder, sig, args):
+        return _asm(builder, "mov.u32 $0, %cluster_ctarank;", "=r", [], [_I32], pure=True)[0]
+
+    return types.uint32(), codegen
+
+
+@intrinsic
+def mapa_shared_cluster(typingctx, addr, rank):
+    """``mapa_shared_cluster(addr: uint32, rank) -> uint32``
+
+    ``mapa.shared::cluster.u32 r, addr, rank;``: the address in the cluster's shared
+    window (``shared::cluster``) of the location at this CTA's shared address ``addr``
+    (from ``smem_addr``) in the CTA of rank ``rank`` of the cluster, for
+    ``ld_shared_cluster_*``.
+    """
+    _require_ints("mapa_shared_cluster", addr=addr, rank=rank)
+
+    def codegen(context, builder, sig, args):
+        a, r = (context.cast(builder, v, t, types.uint32) for v, t in zip(args, sig.args))
+        return _asm(builder, "mapa.shared::cluster.u32 $0, $1, $2;", "=r,r,r", [a, r], [_I32], pure=True)[0]
+
+    return types.uint32(addr, rank), codegen
+
+
+@intrinsic
+def ld_shared_cluster_f32(typingctx, addr):
+    """``ld_shared_cluster_f32(addr: uint32) -> float32``
+
+    ``ld.shared::cluster.f32 r, [addr];``: a float32 from another CTA's shared memory
+    (``addr`` from ``mapa_shared_cluster``: distributed shared memory), ordered with
+    memory (a clobber).
+    """
+    _require_ints("ld_shared_cluster_f32", addr=addr)
+
+    def codegen(context, builder, sig, args):
+        a = context.cast(builder, args[0], sig.args[0], types.uint32)
+        return _asm(builder, "ld.shared::cluster.f32 $0, [$1];", "=f,r,~{memory}", [a], [_F32], side_effect=True)[0]
+
+    return types.float32(addr), codegen
+
+
+@intrinsic
+def ld_shared_cluster_v4_f32(typingctx, addr):
+    """``ld_shared_cluster_v4_f32(addr: uint32) -> (f32, f32, f32, f32)``
+
+    ``ld.shared::cluster.v4.f32``: four consecutive float32 from another CTA's shared
+    memory in one 16-byte load (``addr`` from ``mapa_shared_cluster``, 16-byte
+    aligned; the simulator raises otherwise).
+    """
+    _require_ints("ld_shared_cluster_v4_f32", addr=addr)
+
+    def codegen(context, builder, sig, args):
+        a = context.cast(builder, args[0], sig.args[0], types.uint32)
+        vals = _asm(builder, "ld.shared::cluster.v4.f32 {$0, $1, $2, $3}, [$4];", "=f,=f,=f,=f,r,~{memory}", [a],
+                    [_F32] * 4, side_effect=True)
+        return context.make_tuple(builder, sig.return_type, vals)
+
+    return types.UniTuple(types.float32, 4)(addr), codegen
+
 
 @intrinsic
 def mbarrier_try_wait_parity(typingctx, addr, parity):
@@ -1458,7 +1547,8 @@ for _n in WGMMA_N:
 del _n, _t
 
 #: The Hopper intrinsics (their simulator twins: see the section's comment).
-HOPPER = ("fence_proxy_async", "wgmma_fence", "wgmma_commit_group", "wgmma_wait_group", "setmaxnreg_inc",
+HOPPER = ("cluster_arrive_release", "cluster_wait_acquire", "cluster_ctarank", "mapa_shared_cluster",
+          "ld_shared_cluster_f32", "ld_shared_cluster_v4_f32", "fence_proxy_async", "wgmma_fence", "wgmma_commit_group", "wgmma_wait_group", "setmaxnreg_inc",
           "setmaxnreg_dec", "mbarrier_init", "mbarrier_arrive_expect_tx", "mbarrier_arrive",
           "mbarrier_try_wait_parity", "named_barrier_sync", "named_barrier_arrive", "cp_async_bulk_g2s",
           "cp_async_bulk_tensor_2d_g2s", "cp_async_bulk_tensor_3d_g2s", "cp_async_bulk_tensor_4d_g2s") + tuple(

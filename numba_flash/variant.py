@@ -38,6 +38,7 @@ CAUSAL, HAS_LEFT, HAS_RIGHT, SOFTCAP, ALIBI, DROPOUT, VARLEN, GQA = range(8)
 SCORE_MOD, MASK_MOD, BLOCK_SPARSE, SCORE_FN, GRAD_FN, MASK_FN = range(8, 14)
 HEAVIEST_FIRST = 14  # the grid order of :attr:`Variant.heaviest_first`
 PAGED, SPLIT = 15, 16  # a KV cache's keys through its block table; one split of the keys (kvcache)
+CLUSTER = 17  # split-KV's splits of a row tile as one thread-block cluster of that many CTAs (0: none)
 
 #: Positions in the ``params`` tuple (:func:`params`); every entry is 8 bytes wide
 #: (int64 or float64), as every other kernel parameter.
@@ -64,6 +65,10 @@ class Variant:
             visits key tiles ``[p·n, p·n + n)`` only (``fx[SPLIT_AT] = (n, sequences)``),
             writing its partial O and lse to slot p of out and lse, which
             ``merge_attention`` combines (``block_info.this_block``).
+        cluster: with ``split``, the S splits of a row tile run as one thread-block
+            cluster of S CTAs (S ≤ 8; 0: none), the grid's batch axis then
+            sequence-major over (sequence, split), and merge their parts through
+            distributed shared memory (``kernels.merge.merge_in_cluster``).
         nonpositive_scale: the softmax scale is ≤ 0 (host side only: the wgmma forward
             then keeps scaled scores, ``kernels.softmax.domain``: the raw scores' max
             is the scaled scores' max only for a positive scale).
@@ -80,6 +85,7 @@ class Variant:
     mods: object = None
     paged: bool = False
     split: bool = False
+    cluster: int = 0
     nonpositive_scale: bool = False
 
     @property
@@ -101,8 +107,8 @@ class Variant:
         """The tuple the kernels close over, indexed by ``CAUSAL`` … ``MASK_FN``: the
         flags, then the user's device functions (``kernels.flex.NO_MOD``, never called,
         where a function is absent: a call with no mods compiles to the plain kernel),
-        then ``HEAVIEST_FIRST`` (the grid order the plan launches with), ``PAGED`` and
-        ``SPLIT``."""
+        then ``HEAVIEST_FIRST`` (the grid order the plan launches with), ``PAGED``,
+        ``SPLIT`` and ``CLUSTER``."""
         c, wl, wr, sc, al, dr, vl, g = (self.causal, self.window_left, self.window_right, self.softcap, self.alibi,
                                         self.dropout, self.varlen, self.gqa)  # fmt: skip
         from numba_flash.kernels.flex import NO_MOD  # numba only here, when a kernel is made
@@ -110,7 +116,7 @@ class Variant:
         m = self.mods or Mods()
         fns = tuple(NO_MOD if fn is None else fn for fn in (m.score_fn, m.grad_fn, m.mask_fn))
         return (c, wl, wr or c, sc, al, dr, vl, g, m.score_fn is not None, m.mask_fn is not None,
-                m.block_sparse) + fns + (self.heaviest_first, self.paged, self.split)  # fmt: skip
+                m.block_sparse) + fns + (self.heaviest_first, self.paged, self.split, self.cluster)  # fmt: skip
 
 
 @dataclass(frozen=True)

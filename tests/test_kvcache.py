@@ -11,6 +11,7 @@ issue #14 runs with ``pytest -m gpu``."""
 from __future__ import annotations
 
 import itertools
+import os
 
 import numpy as np
 import pytest
@@ -188,6 +189,59 @@ def test_half_splits_merged_in_the_kernel(monkeypatch, rng, Nq, H, page):
                       num_splits=3, lens=(9, 90), capacity=100)  # fmt: skip
 
 
+@pytest.mark.parametrize("dtype,page", [(np.float16, 0), (BF16, 16)])
+def test_half_decode_merged_in_a_cluster(monkeypatch, rng, dtype, page):
+    """The GQA decode swap with one split runs the cluster merge (``Variant.cluster``,
+    ``kernels.merge.merge_in_cluster``): rows and lse staged in shared memory, the
+    cluster's barriers, each part read through ``mapa``/``ld.shared::cluster`` and the
+    merged rows written in place.  The simulator runs one block at a time, so its
+    clusters have one CTA; a row whose sequence saw no key of the first split is not in
+    this shape (one split sees every key); the GPU runs clusters of 3 and more
+    (``test_half_splits_merged_in_the_kernel`` and the decode tests under ``-m gpu``)."""
+    from numba_flash import kvcache
+
+    clusters = []
+    real = kvcache._launch_plan
+
+    def spy(*args):
+        plan, splits, per_split = real(*args)
+        clusters.append(plan.problem.features.cluster)
+        return plan, splits, per_split
+
+    monkeypatch.setattr(kvcache, "_launch_plan", spy)
+    check_kvcache(rng, dtype, Nq=1, H=8, H_kv=2, n_new=1, page=page, num_splits=1, lens=(9, 40), capacity=48)
+    assert clusters == [1], clusters
+
+
+def test_cluster_of_the_splits():
+    """Where split-KV's splits run as one cluster (``kvcache.cluster_of``): on sm_90+ with
+    at most 8 splits of the decode tiles; not on sm_80, not past 8 splits, not with
+    ``NUMBA_FLASH_CLUSTER_MERGE=0``; in the simulator a cluster of one only."""
+    from numba_flash import api, kvcache
+    from numba_flash import plan as P
+
+    feats = numba_flash.variant.Variant(varlen=True, paged=True, split=True)
+
+    def plan(arch, d=128):
+        return api._plan(P.Problem("forward", "float16", d, False, False, True, 32, 8, 4, 4096, arch, False, feats,
+                                   8, 32, 0))  # fmt: skip
+
+    hopper, ampere = plan((9, 0, "a")), plan((8, 0))
+    assert hopper.launches[0].tiles.warps == 1  # the decode tiles
+    assert kvcache.cluster_of(hopper, 1, 128) == 1 and kvcache.cluster_of(hopper, 4, 128) == 0  # simulator
+    sim = kvcache.SIMULATOR
+    try:
+        kvcache.SIMULATOR = False
+        assert [kvcache.cluster_of(hopper, s, 128) for s in (1, 3, 4, 8, 9)] == [1, 3, 4, 8, 0]
+        assert kvcache.cluster_of(ampere, 4, 128) == 0
+        assert kvcache.cluster_of(hopper, 4, 126) == 0  # 16-byte chunks of fp32: d % 4 == 0
+        os.environ["NUMBA_FLASH_CLUSTER_MERGE"] = "0"
+        assert kvcache.cluster_of(hopper, 4, 128) == 0
+    finally:
+        kvcache.SIMULATOR = sim
+        os.environ.pop("NUMBA_FLASH_CLUSTER_MERGE", None)
+
+
 def test_half_pages_of_48_rows_some_tiles_across_two(rng):
     """fp16 on the decode tiles (32 keys) over pages of 48 rows: tiles [0, 32) lie in page
     0, [32, 64) cross into page 1 (found row by row), [64, 96) lie in page 1
@@ -276,6 +330,35 @@ def test_prefill_matrix_gpu(rng, dtype, page, d):
         check_kvcache(rng, dtype, num_splits=1, B=3, Nq=300, H=8, H_kv=2, d=d, lens=(0, 517, 990), n_new=7,
                       page=page, capacity=1024, rotary=True, alibi=page == 16, poison=True, **variant)  # fmt: skip
     assert ran[-1] == ("wgmma_forward" if tuple(target_arch()) == (9, 0, "a") else "tc_forward"), ran
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("splits,on", [(2, "1"), (5, "1"), (8, "1"), (11, "1"), (4, "0")])
+def test_decode_merges_gpu(monkeypatch, rng, splits, on):
+    """The decode step's two in-kernel merges on the GPU: the splits of a row tile as one
+    thread-block cluster (2, 5 and 8 splits: ``merge_in_cluster``), the last split's
+    global merge past 8 splits or with ``NUMBA_FLASH_CLUSTER_MERGE=0``
+    (``merge_if_last``).  The GQA swap, pages of 64, ragged lengths (the short
+    sequence's last splits see no key); each call twice, the same bits."""
+    from numba_flash import kvcache
+
+    monkeypatch.setenv("NUMBA_FLASH_CLUSTER_MERGE", on)
+    clusters = []
+    real = kvcache._launch_plan
+
+    def spy(*args):
+        plan, n, per_split = real(*args)
+        clusters.append(plan.problem.features.cluster)
+        return plan, n, per_split
+
+    monkeypatch.setattr(kvcache, "_launch_plan", spy)
+    shape = dict(B=3, Nq=1, H=32, H_kv=8, d=128, lens=(5, 700, 1500), n_new=1, page=64, capacity=1600)
+    outs = []
+    for _ in range(2):  # the same inputs twice: rng restarted at its seed
+        rng._gen = np.random.default_rng(rng.seed_value)
+        outs.append(check_kvcache(rng, np.float16, num_splits=splits, **shape))
+    assert np.array_equal(outs[0], outs[1], equal_nan=True)
+    assert set(clusters) == {splits if on == "1" and splits <= 8 else 0}, clusters
 
 
 @pytest.mark.gpu

@@ -26,8 +26,8 @@ from __future__ import annotations
 
 from numba_flash._numba_cuda import cuda, device_function, int32
 from numba_flash.kernels.flex import COUNT, COUNT_T, ORDER, PAGES, SPLIT_AT, VISIT, VISIT_T
-from numba_flash.variant import (BLOCK_SPARSE, CAUSAL, GQA, GROUP, HAS_LEFT, HAS_RIGHT, HEAVIEST_FIRST, LEFT, PAGED,
-                                  RIGHT, SPLIT, VARLEN)
+from numba_flash.variant import (BLOCK_SPARSE, CAUSAL, CLUSTER, GQA, GROUP, HAS_LEFT, HAS_RIGHT, HEAVIEST_FIRST,
+                                  LEFT, PAGED, RIGHT, SPLIT, VARLEN)
 
 
 @device_function
@@ -58,7 +58,7 @@ def block_at(t, h, seq, q, k, params, cu_q, cu_k, fx, BLOCK, F, KV_MAJOR):
     sequence ``seq`` (a persistent kernel's tile: :func:`grid_coords`)."""
     part = 0
     if F[SPLIT]:
-        part, seq = split_of(seq, fx)
+        part, seq = split_of(seq, fx, F)
     if F[VARLEN]:
         b = part  # the arrays' batch: 0, or a split's slot of out and lse (q seen with a stride-0 split axis)
         q0 = cu_q[seq]
@@ -81,10 +81,15 @@ def block_at(t, h, seq, q, k, params, cu_q, cu_k, fx, BLOCK, F, KV_MAJOR):
 
 
 @device_function
-def split_of(z, fx):
+def split_of(z, fx, F):
     """``(split, sequence)`` of position ``z`` of the grid's batch axis under split-KV,
     which runs split-major over (split, sequence): ``fx[SPLIT_AT] = (key tiles a split,
-    sequences)``."""
+    sequences)``; sequence-major when the splits of a row tile form a thread-block
+    cluster (``F[CLUSTER]`` = S CTAs: z and the S − 1 positions after it, the cluster's
+    ranks along z, are the splits of one sequence)."""
+    if F[CLUSTER]:
+        seq = z // F[CLUSTER]
+        return z - seq * F[CLUSTER], seq
     part = z // fx[SPLIT_AT][1]
     return part, z - part * fx[SPLIT_AT][1]
 
@@ -276,7 +281,7 @@ def walk_list(fx, seq, h, t, KEYS_ARE_ROWS, F):
     split_lo = 0
     split_hi = 0
     if F[SPLIT]:
-        split_lo = split_of(block_coords(fx, KEYS_ARE_ROWS, F)[2], fx)[0] * fx[SPLIT_AT][0]
+        split_lo = split_of(block_coords(fx, KEYS_ARE_ROWS, F)[2], fx, F)[0] * fx[SPLIT_AT][0]
         split_hi = split_lo + fx[SPLIT_AT][0]
     return n, row, staged, split_lo, split_hi
 

@@ -282,3 +282,122 @@ def merge_if_last(out_parts, lse_parts, fx, stats, seq, h, q0, start_m, seqlen_q
                 else:
                     out[seq, start_m + r, h, c // 2] = w0
                     out[seq, start_m + r, h, c // 2 + 1] = w1
+
+
+# --- split-KV merged through distributed shared memory (a thread-block cluster a row tile) ---
+
+#: The most splits a cluster holds: the portable cluster size (8 CTAs).
+MAX_CLUSTER = 8
+#: Floats of padding after each staged row (:func:`stage_part_row`): a row stride of
+#: d + 4 words puts the 8 rows of one store instruction on different banks (2-way at
+#: most, against 8-way at a stride of d = 128) and keeps every row 16-byte aligned.
+ROW_PAD = 4
+
+
+def cluster_stage_floats(block_m: int, data_dim: int) -> int:
+    """Floats of shared memory :func:`stage_part_row` and :func:`merge_in_cluster` use:
+    ``block_m`` rows of ``data_dim + ROW_PAD`` floats, then the rows' lse."""
+    return block_m * (data_dim + ROW_PAD) + block_m
+
+
+@device_function
+def stage_part_row(stats, r, acc, A0, NT, tq, scale, lse_row, BLOCK_M, DATA_DIM):
+    """Row ``r`` of a split's partial output (the accumulator n-tiles ``acc[A0 + 4·nt]``,
+    ``+ 1``: columns 8·nt + 2t, + 1 of this lane, times ``scale`` = 1/l) and its
+    ``lse_row`` into this CTA's shared ``stats`` (float32): row r at ``r·(DATA_DIM +
+    ROW_PAD)``, the lse after the ``BLOCK_M`` rows (written by lane t = 0 of the row's
+    quad).  :func:`merge_in_cluster` reads them from the cluster's other CTAs."""
+    ROW = DATA_DIM + ROW_PAD
+    for nt in range(NT):
+        col = nt * 8 + 2 * tq
+        if col < DATA_DIM:
+            stats[r * ROW + col] = acc[A0 + nt * 4] * scale
+        if col + 1 < DATA_DIM:
+            stats[r * ROW + col + 1] = acc[A0 + nt * 4 + 1] * scale
+    if tq == 0:
+        stats[BLOCK_M * ROW + r] = lse_row
+
+
+@device_function
+def merge_in_cluster(stats, fx, seq, h, start_m, seqlen_q, BLOCK_M, DATA_DIM, tid, THREADS, BF16, S):
+    """Split-KV merged in the forward kernel through a thread-block cluster: the S
+    splits of a row tile are the S CTAs of one cluster (``Variant.cluster``; rank =
+    split), each has staged its partial rows and their lse in its shared memory
+    (:func:`stage_part_row`).  After the cluster's barrier (release / acquire: every
+    split's rows are visible to every CTA), CTA ``rank`` merges the 4-column chunks
+    ``i`` with ``(i // THREADS) % S == rank`` of the tile's rows, reading the S parts
+    of its chunks from the S CTAs' shared memory (``mapa`` + ``ld.shared::cluster``, all
+    2·S loads of a chunk in flight together), as :func:`merge_kernel` does and in split
+    order (deterministic).  A second barrier keeps every CTA (its shared memory) alive
+    until the others have read it.  No global fences, no counters, no fp32 parts in HBM:
+    the cost at the end of the walk is two cluster barriers and one round of
+    distributed-shared-memory loads (against :func:`merge_if_last`'s release fence,
+    atomic, acquire fence and two rounds of L2 loads).
+
+    Where the merged rows go: as :func:`merge_if_last` (``fx[OUT_MERGED]``,
+    ``fx[LSE_MERGED]``; the GQA decode swap with ``fx[SPLIT_AT][2]`` = G > 0)."""
+    ptx.cluster_arrive_release()
+    ptx.cluster_wait_acquire()  # every split's staged rows, before any CTA of the cluster reads them
+    ROW = DATA_DIM + ROW_PAD
+    LSE0 = BLOCK_M * ROW
+    rank = int32(ptx.cluster_ctarank())
+    base = ptx.smem_addr(stats, 0)
+    x = cuda.local.array(MAX_CLUSTER, float32)
+    o = cuda.local.array((MAX_CLUSTER, 4), float32)
+    acc = cuda.local.array(4, float32)
+    G = fx[SPLIT_AT][2]
+    out = fx[OUT_MERGED]
+    rows = min(BLOCK_M, seqlen_q - start_m)
+    D4 = DATA_DIM // 4
+    for i in range(rank * THREADS + tid, rows * D4, S * THREADS):
+        r = i // D4
+        c = 4 * (i - r * D4)
+        for s in range(S):  # every load first, no branch between them: in flight together
+            x[s] = ptx.ld_shared_cluster_f32(ptx.mapa_shared_cluster(base + 4 * (LSE0 + r), s))
+            o[s, 0], o[s, 1], o[s, 2], o[s, 3] = ptx.ld_shared_cluster_v4_f32(
+                ptx.mapa_shared_cluster(base + 4 * (r * ROW + c), s))  # fmt: skip
+        m = float32(-math.inf)
+        nan = False
+        for s in range(S):
+            if math.isnan(x[s]) or x[s] == float32(math.inf):
+                nan = True
+            elif x[s] > m:
+                m = x[s]
+        tot = float32(0.0)
+        for s in range(S):  # a part that saw no key (lse −inf) adds nothing
+            if x[s] != float32(-math.inf) and not math.isnan(x[s]):
+                tot += math.exp(x[s] - m)
+        lse_out = m + math.log(tot) if tot > float32(0.0) else float32(-math.inf)
+        if nan:
+            lse_out = float32(math.nan)
+        for e in range(4):
+            acc[e] = float32(0.0)
+        for s in range(S):  # out = Σ_s exp(lse_s − lse)·out_s, split order
+            w = math.exp(x[s] - lse_out)
+            ok = x[s] != float32(-math.inf) and w != float32(0.0)  # weight 0: its out may be anything
+            for e in range(4):
+                acc[e] += w * o[s, e] if ok else float32(0.0)
+        if lse_out == float32(-math.inf):  # no split saw a key: 0
+            for e in range(4):
+                acc[e] = float32(0.0)
+        elif math.isnan(lse_out):
+            for e in range(4):
+                acc[e] = float32(math.nan)
+        if BF16:
+            w0 = ptx.pack_bf16x2(acc[0], acc[1])
+            w1 = ptx.pack_bf16x2(acc[2], acc[3])
+        else:
+            w0 = ptx.pack_f16x2(acc[0], acc[1])
+            w1 = ptx.pack_f16x2(acc[2], acc[3])
+        if G > 0:
+            out[seq, 0, h * G + start_m + r, c // 2] = w0
+            out[seq, 0, h * G + start_m + r, c // 2 + 1] = w1
+            if c == 0:
+                fx[LSE_MERGED][seq, h * G + start_m + r, 0] = lse_out
+        else:
+            out[seq, start_m + r, h, c // 2] = w0
+            out[seq, start_m + r, h, c // 2 + 1] = w1
+            if c == 0:
+                fx[LSE_MERGED][seq, h, start_m + r] = lse_out
+    ptx.cluster_arrive_release()
+    ptx.cluster_wait_acquire()  # no CTA exits (its shared memory goes) while another still reads it

@@ -122,6 +122,9 @@ class KernelLaunch:
     #: (BLOCK_M, BLOCK_N): a paged KV cache's key tile in boxes within a page
     #: (``wgmma_forward.key_box``).  () for the walk's.
     boxes: tuple = ()
+    #: CTAs of a thread-block cluster along z (``Variant.cluster``: the splits of a row
+    #: tile); 1: no cluster.  ``_launch`` launches with the cluster dimension (1, 1, cluster).
+    cluster: int = 1
 
 
 def cdiv(a: int, b: int) -> int:

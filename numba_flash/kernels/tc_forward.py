@@ -69,8 +69,9 @@ from numba_flash.kernels import copy, fragments, pipeline, score, softmax, spec
 from numba_flash.kernels.block_info import (key_tiles, kv_pages, no_pages, this_block, tile_needs_mask, tile_partial,
                                            walk_list, walk_range)
 from numba_flash.kernels.flex import SPLIT_AT
-from numba_flash.kernels.merge import merge_if_last, merges_in_kernel, no_merge
-from numba_flash.variant import DROPOUT, SPLIT, VARLEN, Variant
+from numba_flash.kernels.merge import (cluster_stage_floats, merge_if_last, merge_in_cluster, merges_in_kernel,
+                                       no_merge, stage_part_row)
+from numba_flash.variant import CLUSTER, DROPOUT, SPLIT, VARLEN, Variant
 
 _ALIGN = ptx.SMEM_ALIGN  # a module global, so numba sees a literal (see ptx.SMEM_ALIGN)
 
@@ -112,6 +113,10 @@ def tc_forward_kernel(t: TcTiles, variant: Variant, dtype: str):
     pages = kv_pages if variant.paged else no_pages  # a KV cache's keys through its block table
     # split-KV's parts merged by the last split (kernels.merge.merges_in_kernel: the decode tiles)
     merge_splits = merge_if_last if variant.split and merges_in_kernel(t) else no_merge
+    # or, with the splits of a row tile as one thread-block cluster, through its shared memory
+    CLUSTERED = variant.split and variant.cluster > 0
+    if CLUSTERED:
+        assert merges_in_kernel(t) and 4 * cluster_stage_floats(t.block_m, DATA_DIM) <= smem_bytes(t)
 
     @cuda.jit
     def tc_forward(q, k, v, out32, lse, softmax_scale, params, alibi, cu_q, cu_k, fx):
@@ -208,6 +213,8 @@ def tc_forward_kernel(t: TcTiles, variant: Variant, dtype: str):
                         mma(acc_o, o0 + 4, p_frag, mt * 4, b2, b3)
 
         ptx.cp_async_wait_all()  # no copy may land after the block exits (no key tile)
+        if CLUSTERED:
+            cuda.syncthreads()  # every warp's last reads of the K/V stages, which the staged rows overwrite
         # epilogue: o = acc / l as 16-bit pairs; lse = m·ln2 + ln l
         for mt in range(MT):
             for r in range(2):
@@ -215,7 +222,10 @@ def tc_forward_kernel(t: TcTiles, variant: Variant, dtype: str):
                 inv_l, lse_row = softmax.finalize(m_row, l_i[mt * 2 + r], 4, SOFTMAX)
                 row = start_m + warp * WARP_ROWS + mt * 16 + (lane >> 2) + 8 * r  # lane >> 2, not g: g kept
                 # live through the loop costs the register that tips d = 64 into spilling
-                if row < seqlen_q:
+                if row < seqlen_q and CLUSTERED:  # a split's partial output, staged for its cluster's merge
+                    stage_part_row(stats, row - start_m, acc_o, mt * O_TILE + 2 * r, NT_W, tq, inv_l, lse_row, BLOCK_M,
+                                   DATA_DIM)  # fmt: skip
+                elif row < seqlen_q:
                     if F[SPLIT]:  # a split's partial output, merged later: fp32
                         fragments.store_row_floats(out32, b, q0 + row, h, acc_o, mt * O_TILE + 2 * r, NT_W, tq, inv_l,
                                                    DCOLS)  # fmt: skip
@@ -225,7 +235,10 @@ def tc_forward_kernel(t: TcTiles, variant: Variant, dtype: str):
                     if tq == 0:
                         lse[b, h, q0 + row] = lse_row
         # split-KV: the last split of the row tile to finish merges the parts (when the call asks: kvcache)
-        merge_splits(out32, lse, fx, stats, seq, h, q0, start_m, seqlen_q, BLOCK_M, DATA_DIM, tid, THREADS, BF16)
+        if CLUSTERED:
+            merge_in_cluster(stats, fx, seq, h, start_m, seqlen_q, BLOCK_M, DATA_DIM, tid, THREADS, BF16, F[CLUSTER])
+        else:
+            merge_splits(out32, lse, fx, stats, seq, h, q0, start_m, seqlen_q, BLOCK_M, DATA_DIM, tid, THREADS, BF16)
 
     return tc_forward
 
@@ -242,4 +255,5 @@ def launches(t: TcTiles, variant: Variant, dtype: str, sz: spec.Sizes) -> list:
     kernel = tc_forward_kernel(t, variant, dtype)
     return [spec.KernelLaunch("tc_forward", kernel, t, grid, t.threads, smem_bytes(t),
                               spec.forward_args("u16", "f32" if variant.split else tc_out_view(t)),
-                              (t.block_m, t.block_n, False))]  # fmt: skip
+                              (t.block_m, t.block_n, False),
+                              cluster=variant.cluster if variant.split and variant.cluster else 1)]  # fmt: skip
