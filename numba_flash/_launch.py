@@ -141,14 +141,14 @@ def _scalar_slot(x) -> int:
     raise TypeError(f"kernel argument of type {type(x).__name__} is not supported by launch()")
 
 
-def launch(kernel, grid, threads, shared_bytes: int, *args, cluster: int = 1) -> None:
+def launch(kernel, grid, threads, shared_bytes: int, *args, cluster: tuple = (1, 1, 1)) -> None:
     """``kernel[grid, threads, current CuPy stream, shared_bytes](*args)``.
 
     ``args`` are compute-side arrays (CuPy, or NumPy under the simulator) and Python
-    floats; arrays are passed as they are (zero-copy, any strides).  ``cluster`` > 1:
-    thread-block clusters of that many CTAs along z (``cuLaunchKernelEx``; sm_90+; the
-    simulator runs one block at a time and has none)."""
-    if cluster > 1 and (SIMULATOR or _NUMBA_PATH):
+    floats; arrays are passed as they are (zero-copy, any strides).  ``cluster``: the
+    dimensions of thread-block clusters (``cuLaunchKernelEx``; sm_90+; the simulator runs
+    one block at a time and has none), (1, 1, 1) for none."""
+    if _clustered(cluster) and (SIMULATOR or _NUMBA_PATH):
         raise ValueError(f"cluster={cluster}: thread-block clusters need the direct launch on an sm_90+ GPU")
     if SIMULATOR:
         kernel[grid, threads, 0, shared_bytes](*_numba_args(args))
@@ -166,13 +166,17 @@ def launch(kernel, grid, threads, shared_bytes: int, *args, cluster: int = 1) ->
     _launch_packed(handle, grid, threads, shared_bytes, offsets, _pack(args, offsets.size), cluster)
 
 
-def _launch_packed(handle, grid, threads, shared_bytes: int, offsets, buf, cluster: int = 1) -> None:
+def _clustered(cluster) -> bool:
+    return tuple(cluster) != (1, 1, 1)
+
+
+def _launch_packed(handle, grid, threads, shared_bytes: int, offsets, buf, cluster=(1, 1, 1)) -> None:
     """``cuLaunchKernel`` of function ``handle`` on CuPy's current stream with the
     parameters packed in ``buf`` (one 8-byte slot each, at byte ``offsets``);
-    ``cuLaunchKernelEx`` with the cluster dimension (1, 1, ``cluster``) when > 1."""
+    ``cuLaunchKernelEx`` with the cluster dimensions ``cluster`` when not (1, 1, 1)."""
     params = offsets + np.uint64(buf.__array_interface__["data"][0])
     gx, gy, gz = grid if isinstance(grid, tuple) else (grid, 1, 1)
-    if cluster > 1:
+    if _clustered(cluster):
         _launch_cluster(handle, (gx, gy, gz), threads, shared_bytes, params.__array_interface__["data"][0], cluster)
         return
     from cupy.cuda import driver
@@ -185,21 +189,22 @@ def _launch_packed(handle, grid, threads, shared_bytes: int, offsets, buf, clust
 _cluster_configs: dict = {}  # (grid, threads, smem, cluster, stream) -> cuLaunchKernelEx's CUlaunchConfig
 
 
-def _launch_cluster(handle, grid, threads, shared_bytes: int, params_ptr: int, cluster: int) -> None:
+def _launch_cluster(handle, grid, threads, shared_bytes: int, params_ptr: int, cluster: tuple) -> None:
     """``cuLaunchKernelEx`` (cuda-bindings, which numba-cuda depends on) of ``handle``
-    with thread-block clusters of (1, 1, ``cluster``) CTAs; its launch configuration made
-    once per shape and stream."""
+    with thread-block clusters of ``cluster`` (x, y, z) CTAs; its launch configuration
+    made once per shape and stream."""
     from cuda.bindings import driver as cu
 
     stream = _stream_ptr()
+    cluster = tuple(cluster)
     key = (grid, threads, shared_bytes, cluster, stream)
     cfg = _cluster_configs.get(key)
     if cfg is None:
-        if grid[2] % cluster:
-            raise ValueError(f"cluster={cluster}: the grid's z ({grid[2]}) must be a multiple of it")
+        if any(g % c for g, c in zip(grid, cluster)):
+            raise ValueError(f"cluster={cluster}: every dimension of the grid {grid} must be a multiple of the cluster's")
         attr = cu.CUlaunchAttribute()
         attr.id = cu.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION
-        attr.value.clusterDim.x, attr.value.clusterDim.y, attr.value.clusterDim.z = 1, 1, cluster
+        attr.value.clusterDim.x, attr.value.clusterDim.y, attr.value.clusterDim.z = cluster
         cfg = cu.CUlaunchConfig()
         cfg.gridDimX, cfg.gridDimY, cfg.gridDimZ = grid
         cfg.blockDimX, cfg.blockDimY, cfg.blockDimZ = threads, 1, 1
@@ -240,10 +245,10 @@ class Replay:
     pointers: tuple
     values: tuple
     last: dict = field(default_factory=dict)  # role -> (value, its slots): the last call's, reused when equal
-    cluster: int = 1  # CTAs a thread-block cluster along z (``launch``)
+    cluster: tuple = (1, 1, 1)  # the thread-block cluster's dimensions (``launch``)
 
 
-def recorded(kernel, grid, threads, shared_bytes: int, args, roles, cluster: int = 1) -> Replay:
+def recorded(kernel, grid, threads, shared_bytes: int, args, roles, cluster=(1, 1, 1)) -> Replay:
     """The :class:`Replay` of ``launch(kernel, grid, threads, shared_bytes, *args)`` just
     made, argument i coming from role ``roles[i]``."""
     count = sum(_slots(a) for a in args)
@@ -261,7 +266,7 @@ def recorded(kernel, grid, threads, shared_bytes: int, args, roles, cluster: int
             values.append((slot, width, role))
         slot += width
     return Replay(grid, threads, shared_bytes, handle, offsets, _pack(args, count), tuple(pointers), tuple(values),
-                  cluster=cluster)
+                  cluster=tuple(cluster))
 
 
 def patched(rep: Replay, buffers: dict) -> np.ndarray:

@@ -66,7 +66,7 @@ class Variant:
             writing its partial O and lse to slot p of out and lse, which
             ``merge_attention`` combines (``block_info.this_block``).
         cluster: with ``split``, the S splits of a row tile run as one thread-block
-            cluster of S CTAs (S ≤ 8; 0: none), the grid's batch axis then
+            cluster of S CTAs (S ≤ ``merge.MAX_CLUSTER``; 0: none), the grid's batch axis then
             sequence-major over (sequence, split), and merge their parts through
             distributed shared memory (``kernels.merge.merge_in_cluster``).
         nonpositive_scale: the softmax scale is ≤ 0 (host side only: the wgmma forward

@@ -215,7 +215,7 @@ def test_half_decode_merged_in_a_cluster(monkeypatch, rng, dtype, page):
 
 def test_cluster_of_the_splits():
     """Where split-KV's splits run as one cluster (``kvcache.cluster_of``): on sm_90+ with
-    at most 8 splits of the decode tiles; not on sm_80, not past 8 splits, not with
+    at most 4 splits of the decode tiles; not on sm_80, not past 4 splits, not with
     ``NUMBA_FLASH_CLUSTER_MERGE=0``; in the simulator a cluster of one only."""
     from numba_flash import api, kvcache
     from numba_flash import plan as P
@@ -232,7 +232,7 @@ def test_cluster_of_the_splits():
     sim = kvcache.SIMULATOR
     try:
         kvcache.SIMULATOR = False
-        assert [kvcache.cluster_of(hopper, s, 128) for s in (1, 3, 4, 8, 9)] == [1, 3, 4, 8, 0]
+        assert [kvcache.cluster_of(hopper, s, 128) for s in (1, 3, 4, 5, 8)] == [1, 3, 4, 0, 0]
         assert kvcache.cluster_of(ampere, 4, 128) == 0
         assert kvcache.cluster_of(hopper, 4, 126) == 0  # 16-byte chunks of fp32: d % 4 == 0
         os.environ["NUMBA_FLASH_CLUSTER_MERGE"] = "0"
@@ -333,11 +333,11 @@ def test_prefill_matrix_gpu(rng, dtype, page, d):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("splits,on", [(2, "1"), (5, "1"), (8, "1"), (11, "1"), (4, "0")])
+@pytest.mark.parametrize("splits,on", [(2, "1"), (3, "1"), (4, "1"), (5, "1"), (4, "0")])
 def test_decode_merges_gpu(monkeypatch, rng, splits, on):
     """The decode step's two in-kernel merges on the GPU: the splits of a row tile as one
-    thread-block cluster (2, 5 and 8 splits: ``merge_in_cluster``), the last split's
-    global merge past 8 splits or with ``NUMBA_FLASH_CLUSTER_MERGE=0``
+    thread-block cluster (2, 3 and 4 splits: ``merge_in_cluster``), the last split's
+    global merge past 4 splits or with ``NUMBA_FLASH_CLUSTER_MERGE=0``
     (``merge_if_last``).  The GQA swap, pages of 64, ragged lengths (the short
     sequence's last splits see no key); each call twice, the same bits."""
     from numba_flash import kvcache
@@ -358,7 +358,7 @@ def test_decode_merges_gpu(monkeypatch, rng, splits, on):
         rng._gen = np.random.default_rng(rng.seed_value)
         outs.append(check_kvcache(rng, np.float16, num_splits=splits, **shape))
     assert np.array_equal(outs[0], outs[1], equal_nan=True)
-    assert set(clusters) == {splits if on == "1" and splits <= 8 else 0}, clusters
+    assert set(clusters) == {splits if on == "1" and splits <= 4 else 0}, clusters
 
 
 @pytest.mark.gpu

@@ -53,7 +53,7 @@ def _expected(clusters: int, S: int) -> np.ndarray:
 
 def _run(clusters: int, S: int) -> np.ndarray:
     out = device(np.full((clusters * S, S, 6), np.nan, np.float32))
-    launch(_cluster_probe, (1, 1, clusters * S), 64, 0, out, S, cluster=S)
+    launch(_cluster_probe, (1, 1, clusters * S), 64, 0, out, S, cluster=(1, 1, S))
     return host(out)
 
 
@@ -66,7 +66,7 @@ def test_cluster_of_one_in_the_simulator():
 @pytest.mark.skipif(not SIMULATOR, reason="the twins' limits: simulator only")
 def test_simulator_has_no_clusters_of_more():
     """``mapa`` of rank 1 raises in the simulator, and so does a launch asking for clusters."""
-    with pytest.raises(ValueError, match="cluster=2"):
+    with pytest.raises(ValueError, match=r"cluster=\(1, 1, 2\)"):
         _run(1, 2)
 
     @cuda.jit

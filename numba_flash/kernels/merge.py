@@ -286,8 +286,11 @@ def merge_if_last(out_parts, lse_parts, fx, stats, seq, h, q0, start_m, seqlen_q
 
 # --- split-KV merged through distributed shared memory (a thread-block cluster a row tile) ---
 
-#: The most splits a cluster holds: the portable cluster size (8 CTAs).
-MAX_CLUSTER = 8
+#: The most splits a cluster holds.  The hardware's portable limit is 8 CTAs, but on the
+#: H200 clusters of 8 decode blocks ran slower than the global merge (4096 keys: 0.052
+#: against 0.042 ms; 131072 keys over pages of 256: 1.25 against 0.98 ms), clusters of 4
+#: faster (4096 keys: 0.038 against 0.041): docs/benchmarks/2026-12-04-s23.
+MAX_CLUSTER = 4
 #: Floats of padding after each staged row (:func:`stage_part_row`): a row stride of
 #: d + 4 words puts the 8 rows of one store instruction on different banks (2-way at
 #: most, against 8-way at a stride of d = 128) and keeps every row 16-byte aligned.

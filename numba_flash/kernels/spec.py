@@ -122,9 +122,19 @@ class KernelLaunch:
     #: (BLOCK_M, BLOCK_N): a paged KV cache's key tile in boxes within a page
     #: (``wgmma_forward.key_box``).  () for the walk's.
     boxes: tuple = ()
-    #: CTAs of a thread-block cluster along z (``Variant.cluster``: the splits of a row
-    #: tile); 1: no cluster.  ``_launch`` launches with the cluster dimension (1, 1, cluster).
-    cluster: int = 1
+    #: The thread-block cluster's dimensions (``Variant.cluster``: the splits of a row tile
+    #: along the grid's batch axis, z or, heaviest first, y); (1, 1, 1): no cluster.
+    cluster: tuple = (1, 1, 1)
+
+
+def cluster_dims(variant) -> tuple:
+    """The thread-block cluster of a split-KV launch whose splits of a row tile form one
+    (``Variant.cluster`` = S): S CTAs along the grid's batch axis (:func:`query_grid`'s
+    z, or y when the row tiles run heaviest first); (1, 1, 1) otherwise."""
+    S = variant.cluster if variant.split else 0
+    if S <= 1:
+        return (1, 1, 1)
+    return (1, S, 1) if variant.heaviest_first else (1, 1, S)
 
 
 def cdiv(a: int, b: int) -> int:

@@ -69,8 +69,8 @@ from numba_flash.kernels import copy, fragments, pipeline, score, softmax, spec
 from numba_flash.kernels.block_info import (key_tiles, kv_pages, no_pages, this_block, tile_needs_mask, tile_partial,
                                            walk_list, walk_range)
 from numba_flash.kernels.flex import SPLIT_AT
-from numba_flash.kernels.merge import (cluster_stage_floats, merge_if_last, merge_in_cluster, merges_in_kernel,
-                                       no_merge, stage_part_row)
+from numba_flash.kernels.merge import (MAX_CLUSTER, cluster_stage_floats, merge_if_last, merge_in_cluster,
+                                       merges_in_kernel, no_merge, stage_part_row)
 from numba_flash.variant import CLUSTER, DROPOUT, SPLIT, VARLEN, Variant
 
 _ALIGN = ptx.SMEM_ALIGN  # a module global, so numba sees a literal (see ptx.SMEM_ALIGN)
@@ -116,7 +116,8 @@ def tc_forward_kernel(t: TcTiles, variant: Variant, dtype: str):
     # or, with the splits of a row tile as one thread-block cluster, through its shared memory
     CLUSTERED = variant.split and variant.cluster > 0
     if CLUSTERED:
-        assert merges_in_kernel(t) and 4 * cluster_stage_floats(t.block_m, DATA_DIM) <= smem_bytes(t)
+        assert merges_in_kernel(t) and variant.cluster <= MAX_CLUSTER
+        assert 4 * cluster_stage_floats(t.block_m, DATA_DIM) <= smem_bytes(t)
 
     @cuda.jit
     def tc_forward(q, k, v, out32, lse, softmax_scale, params, alibi, cu_q, cu_k, fx):
@@ -256,4 +257,4 @@ def launches(t: TcTiles, variant: Variant, dtype: str, sz: spec.Sizes) -> list:
     return [spec.KernelLaunch("tc_forward", kernel, t, grid, t.threads, smem_bytes(t),
                               spec.forward_args("u16", "f32" if variant.split else tc_out_view(t)),
                               (t.block_m, t.block_n, False),
-                              cluster=variant.cluster if variant.split and variant.cluster else 1)]  # fmt: skip
+                              cluster=spec.cluster_dims(variant))]  # fmt: skip
