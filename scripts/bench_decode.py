@@ -1,14 +1,15 @@
 """Issue #14's bars: decode bandwidth and prefill against a paged cache (H200, fp16).
 
-    python3 scripts/bench_decode.py out.jsonl [--prefill-only | --decode-only] [--lengths 4096,32768] [--sweep-at L]
-                                              [--pages 16,64,256]
+    python3 scripts/bench_decode.py out.jsonl [--prefill-only | --decode-only] [--lengths 4096,32768] [--sweep-at L,…]
+                                              [--sweep-paged] [--pages 16,64,256]
 
 * **Decode**: Nq = 1, B = 8, 32 query / 8 KV heads, d = 128, caches of 4096, 32768 and
   131072 tokens (full), contiguous and paged (pages of 256).  Bandwidth = bytes of K
   and V read (B·H_kv·L·d·2·2) / time, against the 4.27 TB/s copy bandwidth; beside it
   torch SDPA's flash and cuDNN backends on the same shape (``enable_gqa``, or K/V
   repeated to 32 heads where a backend refuses it).  ``num_splits`` auto, and 1, 4, 8,
-  16 and 32 at 32768 (``--sweep-at L``: at L).
+  16 and 32 at 32768 (``--sweep-at L,…``: at those lengths; ``--sweep-paged``: 3, 4 and 8
+  on the paged cache there too).
 * **Prefill**: Nq = 2048 causal against a paged cache of 16384 (B = 2, same heads; pages
   of 256 rows, or ``--pages``), TFLOP/s against ``flash_attention`` on the same keys as
   contiguous arrays.
@@ -32,9 +33,9 @@ from numba_flash.bench.cases import visible_pairs
 
 rng = np.random.default_rng(14)
 COPY_TBS = 4.27
-SWEEP_L = 32768  # the length at which num_splits 1, 4 and 16 are timed too (--sweep-at L)
+SWEEP_L = (32768,)  # the lengths at which num_splits 1, 4, … are timed too (--sweep-at L,…)
 if "--sweep-at" in sys.argv:
-    SWEEP_L = int(sys.argv[sys.argv.index("--sweep-at") + 1])
+    SWEEP_L = tuple(int(x) for x in sys.argv[sys.argv.index("--sweep-at") + 1].split(","))
 B, H, HK, D = 8, 32, 8, 128
 PAGES = (256,)  # the prefill's page sizes (``--pages 16,64,256``)
 if "--pages" in sys.argv:
@@ -75,7 +76,11 @@ def main(path):
             vp[tb[b]] = vc[b].reshape(per, page, HK, D)
         peers = sdpa(q, kc, vc)
         for layout, args, kw in (("contiguous", (q, kc, vc), {}), ("paged 256", (q, kp, vp), {"block_table": table})):
-            splits = (0, 1, 4, 8, 16, 32) if L == SWEEP_L and layout == "contiguous" else (0,)
+            splits = (0,)
+            if L in SWEEP_L and layout == "contiguous":
+                splits = (0, 1, 4, 8, 16, 32)
+            elif L in SWEEP_L and "--sweep-paged" in sys.argv:
+                splits = (0, 3, 4, 8)
             for s in splits:
                 fn = lambda: numba_flash.flash_attention_with_kvcache(*args, cache_seqlens=L, num_splits=s, **kw)  # noqa: E731
                 queued, single = timed(fn)
