@@ -63,8 +63,11 @@ MAX_SPLITS = 128
 #: Since their K/V copies take ~4 instructions (session 22) two blocks stream what four did:
 #: on a contiguous cache 4 splits ran 2–5% faster than the 8 that four slots chose at 4096
 #: and 32768 keys and 1% at 131072 (docs/benchmarks/2026-12-04-s22).  A sequence across
-#: pages keeps four: with 4 splits pages of 256 rows fell to 0.94 of copy at 131072 keys
-#: (1.06 with 8), each tile's page lookup then in the way.
+#: pages takes two only where its splits then merge in a thread-block cluster
+#: (:func:`cluster_of`): pages of 256 rows with 4 splits in clusters ran 0.039 / 0.248 /
+#: 0.975 ms at 4096 / 32768 / 131072 keys, against 0.044 / 0.257 / 0.993 with 8 splits
+#: (docs/benchmarks/2026-12-04-s23).  With the global merge it keeps four: 4 splits fell to
+#: 0.94 of copy at 131072 keys (1.06 with 8), each tile's page lookup then in the way.
 DECODE_BLOCKS_PER_SM = 2
 
 
@@ -73,7 +76,7 @@ def split_count(blocks: int, key_tiles: int, slots: int) -> int:
     """The number of splits ``num_splits=0`` takes (FlashAttention-2's heuristic, over
     the ``slots`` of the device: SMs × the blocks of the kernel an SM holds at once,
     ``traffic.blocks_per_sm``, at most ``DECODE_BLOCKS_PER_SM`` for the decode tiles on
-    one page a sequence): 1 when the ``blocks`` of one split (batch · heads · query
+    one page a sequence, or across pages where the splits then merge in a cluster): 1 when the ``blocks`` of one split (batch · heads · query
     tiles) already fill 80% of the slots; else, of the counts up to
     ``min(MAX_SPLITS, slots, key_tiles)``, the smallest whose efficiency (waves of
     blocks ÷ waves rounded up) is within 85% of the best.  (FlashAttention-2 counts SMs,
@@ -126,10 +129,18 @@ def _launch_plan(features, swap, dtype, d, causal, aligned, B, heads, rows, max_
     block_m, block_n = walker.walk[0], walker.walk[1]
     key_tiles = -(-max_k // block_n)
     per_sm = blocks_per_sm(walker)
-    if walker.name == "tc_forward" and walker.tiles.warps == 1 and not page_rows:  # the decode tiles, one page a
-        per_sm = min(per_sm, DECODE_BLOCKS_PER_SM)  # sequence (across pages, a tile's page lookup wants more blocks)
-    slots = _sms(device) * per_sm
-    splits = num_splits or split_count(B * heads * -(-rows // block_m), key_tiles, slots)
+    decode = walker.name == "tc_forward" and walker.tiles.warps == 1  # the decode tiles
+
+    def count(per):
+        return split_count(B * heads * -(-rows // block_m), key_tiles, _sms(device) * per)
+
+    if decode and not page_rows:  # one page a sequence (DECODE_BLOCKS_PER_SM)
+        per_sm = min(per_sm, DECODE_BLOCKS_PER_SM)
+    splits = num_splits or count(per_sm)
+    if decode and page_rows and not num_splits:  # across pages: two slots an SM where the splits merge in a cluster
+        fewer = count(min(per_sm, DECODE_BLOCKS_PER_SM))
+        if 1 < fewer < splits and cluster_of(plan, fewer, d) == fewer:
+            splits = fewer
     splits = max(1, min(splits, key_tiles))
     if splits > 1 or swap:
         plan = make_plan(True, splits)

@@ -242,6 +242,27 @@ def test_cluster_of_the_splits():
         os.environ.pop("NUMBA_FLASH_CLUSTER_MERGE", None)
 
 
+def test_decode_split_count_with_the_cluster_merge(monkeypatch):
+    """``num_splits=0`` on the decode tiles of an sm_90 device (132 SMs; B = 8, 8 KV heads,
+    the GQA swap): 4 splits, one cluster a row tile, on a contiguous cache and across
+    pages of 256 alike; across pages with the cluster merge off, 8 (four slots an SM)."""
+    from numba_flash import api, kvcache
+    from numba_flash.variant import Variant
+
+    monkeypatch.setattr(kvcache, "SIMULATOR", False)
+    monkeypatch.setattr(kvcache, "_sms", lambda device: 132)
+
+    def plan(page_rows, L=4096):
+        p, splits, _ = kvcache._launch_plan.__wrapped__(Variant(varlen=True, gqa=True), True, "float16", 128, False,
+                                                         True, 8, 8, 4, L, 8, 0, 0, api._plan_env(), page_rows)
+        return splits, p.problem.features.cluster, p.launches[0].cluster
+
+    for page_rows in (0, 256):
+        assert plan(page_rows) == plan(page_rows, 131072) == (4, 4, (1, 1, 4))
+    monkeypatch.setenv("NUMBA_FLASH_CLUSTER_MERGE", "0")
+    assert plan(0) == (4, 0, (1, 1, 1)) and plan(256) == (8, 0, (1, 1, 1))
+
+
 def test_half_pages_of_48_rows_some_tiles_across_two(rng):
     """fp16 on the decode tiles (32 keys) over pages of 48 rows: tiles [0, 32) lie in page
     0, [32, 64) cross into page 1 (found row by row), [64, 96) lie in page 1
