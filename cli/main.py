@@ -894,7 +894,8 @@ def _memory_decode(max_seqlen, min_seqlen, batch, heads, kv_heads, head_dim, dty
     for col in ("keys", "layout", "cache (K+V)", "splits", "predicted", "measured", "output", "status"):
         t.add_column(col, justify="left" if col in ("layout", "status") else "right", no_wrap=True)
     for r in rows:
-        t.add_row(str(r["cache_len"]), r["layout"], M.human_bytes(r["cache_bytes"]), str(r.get("splits", "—")),
+        splits = str(r.get("splits", "—")) + (" (in a cluster)" if r.get("cluster", 0) > 1 else "")
+        t.add_row(str(r["cache_len"]), r["layout"], M.human_bytes(r["cache_bytes"]), splits,
                   M.human_bytes(r.get("predicted_workspace_bytes")), M.human_bytes(r.get("workspace_bytes")),
                   M.human_bytes(r.get("output_bytes")), escape(r["status"] + (f" {r['detail']}" if r["detail"] else "")))
     out.print(t)

@@ -395,15 +395,18 @@ def flash_attention_with_kvcache(q, k_cache, v_cache, k=None, v=None, *, cache_s
         q_packed, kc_w, vc_w = (x.astype(work) for x in (q_packed, kc, vc))
     else:
         kc_w, vc_w = kc, vc
-    out_parts = A.empty(kind, (splits, total, heads, d), np.float32 if merged else work)
-    lse_parts = A.empty(kind, (splits, heads, total), np.float32)
+    alibi0, cu0, fx0 = _dummies(_device_id())
+    if plan.problem.features.cluster:  # the splits merge through their shared memory: no parts in HBM
+        out_parts, lse_parts = alibi0.reshape(1, 1, 1, 1), alibi0.reshape(1, 1, 1)  # (never written)
+    else:
+        out_parts = A.empty(kind, (splits, total, heads, d), np.float32 if merged else work)
+        lse_parts = A.empty(kind, (splits, heads, total), np.float32)
     if swap_group:  # the blocks index q by sequence
         q_view = q_packed
     elif splits == 1:  # (TMA's maps of the Hopper forward take q's strides as they are)
         q_view = q_packed.reshape((1,) + q_packed.shape)
     else:  # every split reads the same queries
         q_view = xp.lib.stride_tricks.as_strided(q_packed, (splits,) + q_packed.shape, (0,) + q_packed.strides)
-    alibi0, cu0, fx0 = _dummies(_device_id())
     if in_kernel:
         out = A.empty(kind, (B, Nq, H, d), q_op.array.dtype)
         lse = A.empty(kind, (B, H, Nq), np.float32)

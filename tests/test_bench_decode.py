@@ -42,8 +42,10 @@ def test_splits_and_workspace_do_not_grow_with_the_cache():
     assert w[0] == w[1] == w[2]
     paged = D.workspace_model(D.DecodeCase(131072, page_size=256), s)["total"]
     assert paged - w[2] == 4 * 8 * (131072 // 256 - 1)
-    # the fp32 partials: splits · B · H · (d + 1) floats, and the merged lse
+    # the fp32 partials: splits · B · H · (d + 1) floats, and the merged lse; none in a cluster
     assert D.workspace_model(D.DecodeCase(4096), s)["partial_out"] == s * 8 * 32 * 128 * 4
+    in_cluster = D.workspace_model(D.DecodeCase(4096), s, s)
+    assert in_cluster["partial_out"] == in_cluster["partial_lse"] == 0 and in_cluster["lse"] == 8 * 32 * 4
 
 
 @pytest.mark.parametrize("Nq,H,H_kv,num_splits", [(1, 4, 2, 3), (1, 4, 2, 1), (2, 2, 2, 2), (2, 2, 2, 1)])
@@ -67,9 +69,9 @@ def test_workspace_model_is_what_the_call_allocates(rng, monkeypatch, Nq, H, H_k
     kc, vc = (rng.standard_normal((2, 100, H_kv, 16)).astype(np.float16) for _ in range(2))
     out = numba_flash.flash_attention_with_kvcache(q, kc, vc, cache_seqlens=100, num_splits=num_splits)
     assert np.isfinite(host(out)).all()
-    splits = D.splits_of(case)
-    assert splits == num_splits
-    model = D.workspace_model(case, splits)
+    splits, cluster = D.plan_of(case)
+    assert splits == num_splits and cluster == (1 if (Nq, num_splits) == (1, 1) else 0)  # the simulator's clusters
+    model = D.workspace_model(case, splits, cluster)
     assert sum(seen) - out.nbytes == model["total"] - model["ints"], (seen, model)
 
 

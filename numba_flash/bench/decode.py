@@ -18,7 +18,8 @@ Peers on the same shape: torch SDPA's flash (FlashAttention-2) and cuDNN backend
 contiguous cache (``enable_gqa``, or K/V repeated where a backend refuses it).
 
 Workspace (:func:`workspace_model`): what a step allocates beyond its output, fp32
-partial outputs and log-sum-exps of ``splits`` parts of ``B · H`` rows, the merged
+partial outputs and log-sum-exps of ``splits`` parts of ``B · H`` rows (none where the
+splits of a row tile merge in a thread-block cluster, ``kvcache.cluster_of``), the merged
 log-sum-exp, and the small int arrays (with a paged cache, a copy of the block table):
 it grows with B · H · splits, not with the cache length.
 """
@@ -77,16 +78,22 @@ def decode_cases(cache_lens, *, page_sizes=(0, 256), **shape) -> list[DecodeCase
 def splits_of(case: DecodeCase) -> int:
     """The split count the call takes for ``case`` (``kvcache._launch_plan``: the same
     choice, for the current device or the simulator's 132 SMs)."""
+    return plan_of(case)[0]
+
+
+def plan_of(case: DecodeCase) -> tuple[int, int]:
+    """``(splits, cluster)`` of the call for ``case``: :func:`splits_of`, and the CTAs of
+    the thread-block cluster its splits merge in (``Variant.cluster``; 0: none)."""
     from numba_flash import kvcache
     from numba_flash.api import _device_id
 
     swap, rows, heads = kvcache.decode_swap(case.seqlen_q, case.heads, case.heads_k)
     features = _features(case)
     page_rows = case.page_size if case.page_size and case.cache_len > case.page_size else 0  # (as the call's)
-    _, splits, _ = kvcache._launch_plan(features, swap, case.dtype, case.head_dim, False, True, case.batch, heads,
-                                        rows, case.cache_len, case.heads_k, case.num_splits,
-                                        _device_id(), None, page_rows)  # fmt: skip
-    return splits
+    plan, splits, _ = kvcache._launch_plan(features, swap, case.dtype, case.head_dim, False, True, case.batch, heads,
+                                           rows, case.cache_len, case.heads_k, case.num_splits,
+                                           _device_id(), None, page_rows)  # fmt: skip
+    return splits, plan.problem.features.cluster
 
 
 def _features(case: DecodeCase):
@@ -95,16 +102,17 @@ def _features(case: DecodeCase):
     return Variant(varlen=True, gqa=case.heads != case.heads_k)
 
 
-def workspace_model(case: DecodeCase, splits: int) -> dict:
-    """Bytes a step allocates beyond its output (module docstring), by part."""
+def workspace_model(case: DecodeCase, splits: int, cluster: int = 0) -> dict:
+    """Bytes a step allocates beyond its output (module docstring), by part; ``cluster``
+    (:func:`plan_of`): the splits merge in a thread-block cluster, with no parts in HBM."""
     from numba_flash.kvcache import decode_swap
 
     rows = case.batch * case.seqlen_q * case.heads
     merged = splits > 1 or decode_swap(case.seqlen_q, case.heads, case.heads_k)[0]
     pages = case.cache_len // case.page_size if case.page_size else 1
     parts = {
-        "partial_out": splits * rows * case.head_dim * 4 if merged else 0,
-        "partial_lse": splits * rows * 4,
+        "partial_out": splits * rows * case.head_dim * 4 if merged and not cluster else 0,
+        "partial_lse": 0 if cluster else splits * rows * 4,
         "lse": rows * 4 if merged else 0,
         "ints": 4 * (case.batch * (1 + pages) + 5 + 2 * (case.batch + 1)),  # (kvcache's packed upload)
     }
@@ -307,9 +315,9 @@ def decode_memory(cases, *, progress=None) -> list[dict]:
     for n, case in enumerate(cases):
         row = {**asdict(case), "layout": case.layout, "cache_bytes": case.kv_bytes, "status": "ok", "detail": ""}
         try:
-            splits = splits_of(case)
-            model = workspace_model(case, splits)
-            row.update(splits=splits, predicted_workspace_bytes=model["total"], predicted_parts=model)
+            splits, cluster = plan_of(case)
+            model = workspace_model(case, splits, cluster)
+            row.update(splits=splits, cluster=cluster, predicted_workspace_bytes=model["total"], predicted_parts=model)
             peak, out_bytes = measure_workspace(case)
             row.update(peak_bytes=peak, output_bytes=out_bytes, workspace_bytes=max(0, peak - out_bytes))
         except Exception as exc:  # noqa: BLE001 (a failed case is a row, not a crash)
