@@ -26,9 +26,12 @@ How it runs:
 4. **Split-KV** (``num_splits`` > 1, or chosen by :func:`split_count`): one launch whose
    grid's batch axis runs over (split, sequence) (``Variant.split``); split p walks key
    tiles ``[p·n, p·n + n)`` and writes its partial O (fp32, as FlashAttention-2's) and
-   lse.  On the decode tiles (:func:`merges_in_kernel`) the last split of a row tile to
-   finish combines them into q's dtype in the same launch (``kernels.merge.merge_if_last``,
-   counters from :func:`_arrivals`), and the GQA swap's blocks read q's heads in place;
+   lse.  On the decode tiles (:func:`merges_in_kernel`) they are combined into q's dtype in
+   the same launch: on sm_90 with at most 4 splits the splits of a row tile run as one
+   thread-block cluster and merge through their shared memory (:func:`cluster_of`,
+   ``kernels.merge.merge_in_cluster``; no parts in HBM), else the last split of a row tile
+   to finish merges (``kernels.merge.merge_if_last``, counters from :func:`_arrivals`);
+   the GQA swap's blocks read q's heads in place;
    elsewhere the merge kernel (``merge.merge_into``) does, reading the swapped rows in
    place.  The GQA decode swap goes through the same merge even with one split.
 5. **Host time per call** (a decode step is short): the plan and split count are made

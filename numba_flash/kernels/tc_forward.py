@@ -51,9 +51,13 @@ uint16 for an odd head dim: ``config.tc_out_view``), but split-KV's partial outp
 (``Variant.split``) as float32, merged later (``kernels.merge``).
 
 The decode tiles (one warp, ``config.tc_decode_tiles``): a lane copies one 16-byte chunk
-column of each K and V tile (``copy._copy_lane_rows``); with split-KV the last split of a
-row tile to finish merges the parts in this launch (``kernels.merge.merge_if_last``, after
-step 3; the Q tile's shared memory then holds its flag and rows' lse); the GQA decode swap
+column of each K and V tile (``copy._copy_lane_rows``); with split-KV the parts are merged
+in this launch, after step 3: by the S splits of a row tile as one thread-block cluster
+(``Variant.cluster``: each stages its rows and lse in its shared memory, over the Q and K/V
+stages, ``merge.stage_part_row``, and the cluster merges them through distributed shared
+memory, ``merge.merge_in_cluster``), or by the last split to finish
+(``kernels.merge.merge_if_last``; the Q tile's shared memory then holds its flag and rows'
+lse); the GQA decode swap
 (``fx[SPLIT_AT][2]`` = G > 0) reads its rows, query heads h·G … of the sequence's one
 query, from q seen as (B, H, 1, d).
 """
