@@ -156,7 +156,8 @@ def _launch_plan(features, swap, dtype, d, causal, aligned, B, heads, rows, max_
 def cluster_of(plan, splits: int, data_dim: int) -> int:
     """The thread-block cluster a split-KV launch runs its row tiles' splits as (0: none;
     ``Variant.cluster``): where the forward merges its parts itself
-    (:func:`merges_in_kernel`), on sm_90+ and with at most ``merge.MAX_CLUSTER`` splits,
+    (the decode tiles at any head dim of a multiple of 4: ``merge.merges_in_cluster``),
+    on sm_90+ and with at most ``merge.MAX_CLUSTER`` splits,
     the S splits of a row tile are one cluster of S CTAs that merge through their shared
     memory (``kernels.merge.merge_in_cluster``) instead of the last split's global merge
     (``merge_if_last``: a release fence, an atomic, an acquire fence and two rounds of L2
@@ -166,7 +167,10 @@ def cluster_of(plan, splits: int, data_dim: int) -> int:
     from numba_flash._launch import _NUMBA_PATH
     from numba_flash.kernels import merge
 
-    if os.environ.get("NUMBA_FLASH_CLUSTER_MERGE", "1") == "0" or not merges_in_kernel(plan, data_dim):
+    ln = plan.launches[0]
+    if os.environ.get("NUMBA_FLASH_CLUSTER_MERGE", "1") == "0" or ln.name != "tc_forward" or data_dim % 4:
+        return 0
+    if not merge.merges_in_cluster(ln.tiles):
         return 0
     if SIMULATOR:
         return 1 if splits == 1 else 0
@@ -336,7 +340,7 @@ def flash_attention_with_kvcache(q, k_cache, v_cache, k=None, v=None, *, cache_s
     # split-KV (and the GQA decode swap) on the tensor-core forward: its last split merges
     # the parts, and the swap reads q's heads in place (no reordered copy of q)
     merged = splits > 1 or swap
-    in_kernel = merged and merges_in_kernel(plan, d)
+    in_kernel = merged and (plan.problem.features.cluster > 0 or merges_in_kernel(plan, d))
     swap_group = group if in_kernel and swap else 0
     row_tiles = -(-rows // plan.launches[0].walk[0]) if plan.launches[0].walk else 1
 

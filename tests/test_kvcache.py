@@ -189,12 +189,13 @@ def test_half_splits_merged_in_the_kernel(monkeypatch, rng, Nq, H, page):
                       num_splits=3, lens=(9, 90), capacity=100)  # fmt: skip
 
 
-@pytest.mark.parametrize("dtype,page", [(np.float16, 0), (BF16, 16)])
-def test_half_decode_merged_in_a_cluster(monkeypatch, rng, dtype, page):
+@pytest.mark.parametrize("dtype,page,d", [(np.float16, 0, 64), (BF16, 16, 64), (np.float16, 16, 256)])
+def test_half_decode_merged_in_a_cluster(monkeypatch, rng, dtype, page, d):
     """The GQA decode swap with one split runs the cluster merge (``Variant.cluster``,
     ``kernels.merge.merge_in_cluster``): rows and lse staged in shared memory, the
     cluster's barriers, each part read through ``mapa``/``ld.shared::cluster`` and the
-    merged rows written in place.  The simulator runs one block at a time, so its
+    merged rows written in place; at d = 256 too, where the last split's merge is not
+    compiled (it would spill).  The simulator runs one block at a time, so its
     clusters have one CTA; a row whose sequence saw no key of the first split is not in
     this shape (one split sees every key); the GPU runs clusters of 3 and more
     (``test_half_splits_merged_in_the_kernel`` and the decode tests under ``-m gpu``)."""
@@ -209,7 +210,7 @@ def test_half_decode_merged_in_a_cluster(monkeypatch, rng, dtype, page):
         return plan, splits, per_split
 
     monkeypatch.setattr(kvcache, "_launch_plan", spy)
-    check_kvcache(rng, dtype, Nq=1, H=8, H_kv=2, n_new=1, page=page, num_splits=1, lens=(9, 40), capacity=48)
+    check_kvcache(rng, dtype, Nq=1, H=8, H_kv=2, n_new=1, page=page, num_splits=1, lens=(9, 40), capacity=48, d=d)
     assert clusters == [1], clusters
 
 
@@ -354,13 +355,15 @@ def test_prefill_matrix_gpu(rng, dtype, page, d):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("splits,on", [(2, "1"), (3, "1"), (4, "1"), (5, "1"), (4, "0")])
-def test_decode_merges_gpu(monkeypatch, rng, splits, on):
+@pytest.mark.parametrize("splits,on,d", [(2, "1", 128), (3, "1", 128), (4, "1", 128), (5, "1", 128), (4, "0", 128),
+                                         (4, "1", 256), (3, "1", 256), (8, "1", 256)])  # fmt: skip
+def test_decode_merges_gpu(monkeypatch, rng, splits, on, d):
     """The decode step's two in-kernel merges on the GPU: the splits of a row tile as one
     thread-block cluster (2, 3 and 4 splits: ``merge_in_cluster``), the last split's
     global merge past 4 splits or with ``NUMBA_FLASH_CLUSTER_MERGE=0``
     (``merge_if_last``).  The GQA swap, pages of 64, ragged lengths (the short
-    sequence's last splits see no key); each call twice, the same bits."""
+    sequence's last splits see no key); each call twice, the same bits.  At d = 256 only
+    the cluster merges in the kernel (3 and 4 splits; 8 run the merge kernel)."""
     from numba_flash import kvcache
 
     monkeypatch.setenv("NUMBA_FLASH_CLUSTER_MERGE", on)
@@ -373,7 +376,7 @@ def test_decode_merges_gpu(monkeypatch, rng, splits, on):
         return plan, n, per_split
 
     monkeypatch.setattr(kvcache, "_launch_plan", spy)
-    shape = dict(B=3, Nq=1, H=32, H_kv=8, d=128, lens=(5, 700, 1500), n_new=1, page=64, capacity=1600)
+    shape = dict(B=3, Nq=1, H=32, H_kv=8, d=d, lens=(5, 700, 1500), n_new=1, page=64, capacity=1600)
     outs = []
     for _ in range(2):  # the same inputs twice: rng restarted at its seed
         rng._gen = np.random.default_rng(rng.seed_value)

@@ -297,6 +297,15 @@ MAX_CLUSTER = 4
 ROW_PAD = 4
 
 
+def merges_in_cluster(t) -> bool:
+    """Whether the tensor-core forward of tiles ``t`` can merge split-KV's parts in a
+    thread-block cluster (:func:`merge_in_cluster`): the one-warp decode tiles at every
+    head dim (the rows go through shared memory, so the merge adds few registers: at d =
+    256 the kernel keeps its 255 registers and spills nothing, ``ptxas``; where
+    :func:`merge_if_last` would spill, d > 128, it is not compiled)."""
+    return t.warps == 1
+
+
 def cluster_stage_floats(block_m: int, data_dim: int) -> int:
     """Floats of shared memory :func:`stage_part_row` and :func:`merge_in_cluster` use:
     ``block_m`` rows of ``data_dim + ROW_PAD`` floats, then the rows' lse."""

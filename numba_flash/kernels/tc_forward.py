@@ -74,7 +74,7 @@ from numba_flash.kernels.block_info import (key_tiles, kv_pages, no_pages, this_
                                            walk_list, walk_range)
 from numba_flash.kernels.flex import SPLIT_AT
 from numba_flash.kernels.merge import (MAX_CLUSTER, cluster_stage_floats, merge_if_last, merge_in_cluster,
-                                       merges_in_kernel, no_merge, stage_part_row)
+                                       merges_in_cluster, merges_in_kernel, no_merge, stage_part_row)
 from numba_flash.variant import CLUSTER, DROPOUT, SPLIT, VARLEN, Variant
 
 _ALIGN = ptx.SMEM_ALIGN  # a module global, so numba sees a literal (see ptx.SMEM_ALIGN)
@@ -116,11 +116,11 @@ def tc_forward_kernel(t: TcTiles, variant: Variant, dtype: str):
     BF16 = dtype == "bfloat16"
     pages = kv_pages if variant.paged else no_pages  # a KV cache's keys through its block table
     # split-KV's parts merged by the last split (kernels.merge.merges_in_kernel: the decode tiles)
-    merge_splits = merge_if_last if variant.split and merges_in_kernel(t) else no_merge
+    merge_splits = merge_if_last if variant.split and variant.cluster == 0 and merges_in_kernel(t) else no_merge
     # or, with the splits of a row tile as one thread-block cluster, through its shared memory
     CLUSTERED = variant.split and variant.cluster > 0
     if CLUSTERED:
-        assert merges_in_kernel(t) and variant.cluster <= MAX_CLUSTER
+        assert merges_in_cluster(t) and variant.cluster <= MAX_CLUSTER
         assert 4 * cluster_stage_floats(t.block_m, DATA_DIM) <= smem_bytes(t)
 
     @cuda.jit
