@@ -298,12 +298,13 @@ ROW_PAD = 4
 
 
 def merges_in_cluster(t) -> bool:
-    """Whether the tensor-core forward of tiles ``t`` can merge split-KV's parts in a
-    thread-block cluster (:func:`merge_in_cluster`): the one-warp decode tiles at every
-    head dim (the rows go through shared memory, so the merge adds few registers: at d =
-    256 the kernel keeps its 255 registers and spills nothing, ``ptxas``; where
-    :func:`merge_if_last` would spill, d > 128, it is not compiled)."""
-    return t.warps == 1
+    """Whether the tensor-core forward of tiles ``t`` merges split-KV's parts in a
+    thread-block cluster (:func:`merge_in_cluster`): the one-warp decode tiles up to d =
+    128.  It compiles past that too (the rows go through shared memory: at d = 256 the
+    kernel keeps its 255 registers and spills nothing), but on the H200 a d = 256 decode
+    step (B = 8, 16/8 heads, 4096 keys, 4 splits) took 0.237 ms in clusters against 0.125
+    with the merge kernel (docs/benchmarks/2026-12-04-s23, call 6; not profiled)."""
+    return t.warps == 1 and t.head_dim <= 128
 
 
 def cluster_stage_floats(block_m: int, data_dim: int) -> int:
