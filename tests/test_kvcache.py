@@ -189,26 +189,31 @@ def test_half_splits_merged_in_the_kernel(monkeypatch, rng, Nq, H, page):
                       num_splits=3, lens=(9, 90), capacity=100)  # fmt: skip
 
 
+def _clusters_seen(monkeypatch) -> list:
+    """The cluster size (``Variant.cluster``) of each KV-cache call's plan from now on,
+    appended as the calls make them (``kvcache._launch_plan`` wrapped)."""
+    from numba_flash import kvcache
+
+    seen, real = [], kvcache._launch_plan
+
+    def spy(*args):
+        plan, splits, per_split = real(*args)
+        seen.append(plan.problem.features.cluster)
+        return plan, splits, per_split
+
+    monkeypatch.setattr(kvcache, "_launch_plan", spy)
+    return seen
+
+
 @pytest.mark.parametrize("dtype,page,d", [(np.float16, 0, 64), (BF16, 16, 64), (np.float16, 16, 128)])
 def test_half_decode_merged_in_a_cluster(monkeypatch, rng, dtype, page, d):
     """The GQA decode swap with one split runs the cluster merge (``Variant.cluster``,
     ``kernels.merge.merge_in_cluster``): rows and lse staged in shared memory, the
     cluster's barriers, each part read through ``mapa``/``ld.shared::cluster`` and the
     merged rows written in place.  The simulator runs one block at a time, so its
-    clusters have one CTA; a row whose sequence saw no key of the first split is not in
-    this shape (one split sees every key); the GPU runs clusters of 3 and more
-    (``test_half_splits_merged_in_the_kernel`` and the decode tests under ``-m gpu``)."""
-    from numba_flash import kvcache
-
-    clusters = []
-    real = kvcache._launch_plan
-
-    def spy(*args):
-        plan, splits, per_split = real(*args)
-        clusters.append(plan.problem.features.cluster)
-        return plan, splits, per_split
-
-    monkeypatch.setattr(kvcache, "_launch_plan", spy)
+    clusters have one CTA; the GPU runs clusters of 2 to 4 (``test_decode_merges_gpu``,
+    and issue #14's matrix under ``-m gpu``)."""
+    clusters = _clusters_seen(monkeypatch)
     check_kvcache(rng, dtype, Nq=1, H=8, H_kv=2, n_new=1, page=page, num_splits=1, lens=(9, 40), capacity=48, d=d)
     assert clusters == [1], clusters
 
@@ -363,18 +368,8 @@ def test_decode_merges_gpu(monkeypatch, rng, splits, on, d):
     (``merge_if_last``).  The GQA swap, pages of 64, ragged lengths (the short
     sequence's last splits see no key); each call twice, the same bits.  At d = 256 the
     merge kernel runs (``merge.merges_in_cluster``)."""
-    from numba_flash import kvcache
-
     monkeypatch.setenv("NUMBA_FLASH_CLUSTER_MERGE", on)
-    clusters = []
-    real = kvcache._launch_plan
-
-    def spy(*args):
-        plan, n, per_split = real(*args)
-        clusters.append(plan.problem.features.cluster)
-        return plan, n, per_split
-
-    monkeypatch.setattr(kvcache, "_launch_plan", spy)
+    clusters = _clusters_seen(monkeypatch)
     shape = dict(B=3, Nq=1, H=32, H_kv=8, d=d, lens=(5, 700, 1500), n_new=1, page=64, capacity=1600)
     outs = []
     for _ in range(2):  # the same inputs twice: rng restarted at its seed
