@@ -201,7 +201,8 @@ def _launch_cluster(handle, grid, threads, shared_bytes: int, params_ptr: int, c
     cfg = _cluster_configs.get(key)
     if cfg is None:
         if any(g % c for g, c in zip(grid, cluster)):
-            raise ValueError(f"cluster={cluster}: every dimension of the grid {grid} must be a multiple of the cluster's")
+            raise ValueError(f"cluster={cluster}: every dimension of the grid {grid} must be a multiple of "
+                             "the cluster's")
         attr = cu.CUlaunchAttribute()
         attr.id = cu.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION
         attr.value.clusterDim.x, attr.value.clusterDim.y, attr.value.clusterDim.z = cluster

@@ -79,8 +79,9 @@ def split_count(blocks: int, key_tiles: int, slots: int) -> int:
     """The number of splits ``num_splits=0`` takes (FlashAttention-2's heuristic, over
     the ``slots`` of the device: SMs × the blocks of the kernel an SM holds at once,
     ``traffic.blocks_per_sm``, at most ``DECODE_BLOCKS_PER_SM`` for the decode tiles on
-    one page a sequence, or across pages where the splits then merge in a cluster): 1 when the ``blocks`` of one split (batch · heads · query
-    tiles) already fill 80% of the slots; else, of the counts up to
+    one page a sequence, or across pages where the splits then merge in a cluster): 1
+    when the ``blocks`` of one split (batch · heads · query tiles) already fill 80% of
+    the slots; else, of the counts up to
     ``min(MAX_SPLITS, slots, key_tiles)``, the smallest whose efficiency (waves of
     blocks ÷ waves rounded up) is within 85% of the best.  (FlashAttention-2 counts SMs,
     its split kernel holding about one block an SM; the decode tiles' one-warp blocks
@@ -155,11 +156,10 @@ def _launch_plan(features, swap, dtype, d, causal, aligned, B, heads, rows, max_
 
 def cluster_of(plan, splits: int, data_dim: int) -> int:
     """The thread-block cluster a split-KV launch runs its row tiles' splits as (0: none;
-    ``Variant.cluster``): where the forward merges its parts itself
-    (the decode tiles at any head dim of a multiple of 4: ``merge.merges_in_cluster``),
-    on sm_90+ and with at most ``merge.MAX_CLUSTER`` splits,
-    the S splits of a row tile are one cluster of S CTAs that merge through their shared
-    memory (``kernels.merge.merge_in_cluster``) instead of the last split's global merge
+    ``Variant.cluster``): on the decode tiles up to d = 128 (``merge.merges_in_cluster``;
+    a head dim of a multiple of 4), on sm_90+ and with at most ``merge.MAX_CLUSTER``
+    splits, the S splits of a row tile are one cluster of S CTAs that merge through their
+    shared memory (``kernels.merge.merge_in_cluster``) instead of the last split's global merge
     (``merge_if_last``: a release fence, an atomic, an acquire fence and two rounds of L2
     loads at the end of the walk).  The simulator runs one block at a time: a cluster of
     one there (one split: the GQA swap's), the global merge for more.
@@ -337,8 +337,9 @@ def flash_attention_with_kvcache(q, k_cache, v_cache, k=None, v=None, *, cache_s
         var.features, swap, A.dtype_name(q_op.array.dtype), d, run_causal, aligned, B, heads, rows, max(max_k, 1),
         var.heads_k, int(num_splits), _device_id(), _plan_env(), page_rows)  # fmt: skip
 
-    # split-KV (and the GQA decode swap) on the tensor-core forward: its last split merges
-    # the parts, and the swap reads q's heads in place (no reordered copy of q)
+    # split-KV (and the GQA decode swap) on the tensor-core forward: its splits merge the
+    # parts in the kernel (in a cluster, or the last split), and the swap reads q's heads
+    # in place (no reordered copy of q)
     merged = splits > 1 or swap
     in_kernel = merged and (plan.problem.features.cluster > 0 or merges_in_kernel(plan, d))
     swap_group = group if in_kernel and swap else 0
