@@ -1,5 +1,5 @@
 """Hopper intrinsics of ``numba_flash.ptx`` (issue #13): wgmma, mbarrier, bulk copies,
-fences, setmaxnreg.
+fences, setmaxnreg, thread-block clusters.
 
 Without a GPU: a kernel using every one compiles for sm_90a (a subprocess with the
 simulator off, as tests/test_ptx_compile.py does) to the intended instructions, with
@@ -249,6 +249,19 @@ def regs(out):
     cuda.syncthreads()
     ptx.mbarrier_arrive(ptx.smem_addr(bar, 0))
     out[cuda.threadIdx.x] = cuda.threadIdx.x
+
+
+def cluster(out):
+    # thread-block clusters: every CTA's values read by every CTA (tests/test_ptx_cluster.py)
+    sh = cuda.shared.array(8, float32, alignment=_ALIGN)
+    sh[cuda.threadIdx.x % 8] = float32(cuda.blockIdx.x)
+    ptx.cluster_arrive_release()
+    ptx.cluster_wait_acquire()
+    a = ptx.mapa_shared_cluster(ptx.smem_addr(sh, 0), cuda.threadIdx.x % 4)
+    x0, x1, x2, x3 = ptx.ld_shared_cluster_v4_f32(a)
+    out[cuda.threadIdx.x] = x0 + x1 + x2 + x3 + ptx.ld_shared_cluster_f32(a + 16) + float32(ptx.cluster_ctarank())
+    ptx.cluster_arrive_release()
+    ptx.cluster_wait_acquire()
 '''
 
 _COMPILE = textwrap.dedent('''
@@ -264,6 +277,7 @@ _COMPILE = textwrap.dedent('''
         "wgmma_rs": (numba.uint16[:, :], uint32[:], float32[:, :], numba.int32[:]),
         "bulk": (uint32[:], uint32[:], numba.int32),
         "regs": (numba.int32[:],),
+        "cluster": (float32[:],),
         "turns": (numba.int32[:],),
         "tma2d": (numba.uint8[:], uint32[:], numba.int32, numba.int32),
         "tma3d": (numba.uint8[:], uint32[:]),
@@ -311,6 +325,17 @@ def test_wgmma_with_a_from_registers_compiles_for_sm_90a(compiled):
         pat = rf"wgmma\.mma_async\.sync\.aligned\.m64n64k16\.f32\.{t}\.{t}\s*\{{[^}}]*\}},\s*\{{%r\d+, %r\d+, %r\d+, %r\d+\}},\s*%rd\d+"
         assert re.search(pat, ptx), t
     assert "ld.local" not in ptx and "st.local" not in ptx, "the A fragment or the accumulators went to local memory"
+
+
+def test_cluster_intrinsics_compile(compiled):
+    """The cluster barrier, rank, ``mapa`` and distributed-shared-memory loads compile for
+    sm_90a to their instructions, nothing in local memory."""
+    text = compiled["cluster"]["ptx"]
+    for want in ("barrier.cluster.arrive.release.aligned", "barrier.cluster.wait.acquire.aligned",
+                 "%cluster_ctarank", "mapa.shared::cluster.u32", "ld.shared::cluster.v4.f32",
+                 "ld.shared::cluster.f32"):  # fmt: skip
+        assert want in text, want
+    assert "ld.local" not in text and "st.local" not in text
 
 
 def test_mbarrier_bulk_copy_and_setmaxnreg_compile(compiled):
