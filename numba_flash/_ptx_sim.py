@@ -843,7 +843,12 @@ def _install_polite_block_manager():
     about 80 % of the time (py-spy, a 384-thread block of the Hopper backward), while
     the block's threads, which wait on each other often, got the rest.  This is the same
     loop with a short sleep between polls: a ``syncthreads`` is released at most
-    ``_MANAGER_POLL_S`` later."""
+    ``_MANAGER_POLL_S`` later.  And it releases a ``syncthreads`` in two passes, every
+    thread's ``syncthreads_blocked`` flag cleared before any thread's event is set: the
+    simulator's one pass let a thread released early see a lane of its warp still marked
+    blocked while the launching thread was descheduled mid-loop, and a warp collective
+    waiting on that lane then reported it stuck (``_missing_lanes_stuck``; the
+    ``shfl.idx`` failures under heavy load of sessions 22–23)."""
     from numba.cuda.simulator import kernel as sim
 
     if getattr(sim.BlockManager.run, "_numba_flash", False):
@@ -870,9 +875,12 @@ def _install_polite_block_manager():
                         other.syncthreads_blocked = False
                         other.syncthreads_event.set()
                     raise t.exception[0].with_traceback(t.exception[1])
-            if livethreads == blockedthreads:  # every live thread is in syncthreads: release them
+            if livethreads == blockedthreads:  # every live thread is in syncthreads: release them,
+                # every flag cleared before any thread runs on: a lane released first must not see
+                # another still marked blocked (the warp twins' _missing_lanes_stuck would call it stuck)
                 for t in blockedthreads:
                     t.syncthreads_blocked = False
+                for t in blockedthreads:
                     t.syncthreads_event.set()
                 blockedthreads = set()
             livethreads = {t for t in livethreads if t.is_alive()}

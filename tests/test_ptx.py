@@ -647,6 +647,45 @@ def test_sim_reports_misuse():
         _not_shared_kernel[1, 1](np.zeros(8, np.uint16), np.zeros(1, np.uint32))
 
 
+def _lanes_still_marked_blocked():
+    """How many threads of the calling simulated thread's block are marked blocked in
+    ``syncthreads`` (host code the simulator's kernel calls)."""
+    import threading
+
+    me = threading.current_thread()
+    return sum(1 for th in threading.enumerate()
+               if getattr(th, "_manager", None) is me._manager and th.syncthreads_blocked)  # fmt: skip
+
+
+@cuda.jit
+def _released_kernel(out):
+    t = cuda.threadIdx.x
+    cuda.syncthreads()
+    out[t] = _lanes_still_marked_blocked()  # the kernel's only syncthreads: none may be marked now
+
+
+@pytest.mark.skipif(not SIMULATOR, reason="the simulator's syncthreads")
+def test_sim_syncthreads_clears_every_flag_before_any_thread_runs_on():
+    """A thread released from ``syncthreads`` sees no thread of its block still marked
+    blocked there (``_ptx_sim._install_polite_block_manager`` releases in two passes).
+    Released one by one, as numba's simulator does, a thread that ran on while the
+    launching thread was descheduled mid-release saw lanes still marked, and a warp
+    collective waiting on them reported them stuck (``shfl.idx … never joined``, under
+    heavy load).  A tiny switch interval makes the launching thread descheduled often:
+    the one-pass release failed 4 of 6 such launches."""
+    import sys
+
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    try:
+        for _ in range(6):
+            out = np.full(64, -1, np.int64)
+            _released_kernel[1, 64](out)
+            assert (out == 0).all(), f"{int((out > 0).sum())} threads saw lanes still marked blocked"
+    finally:
+        sys.setswitchinterval(interval)
+
+
 # ---------------------------------------------------------------------------
 # vectorised shared-memory access
 # ---------------------------------------------------------------------------
