@@ -690,9 +690,14 @@ mma_m16n8k8_tf32_acc = _mma_acc(mma_m16n8k8_tf32)
 # ---------------------------------------------------------------------------
 
 
+def _shared_f32s(addr, n, what):
+    """``n`` float32 at the shared address ``addr`` (aligned to their size), as a list."""
+    view, off = _block(_thread()).smem.resolve(addr, 4 * n, 4 * n, what)
+    return [np.float32(x) for x in view[off:off + 4 * n].view(np.float32)]
+
+
 def ld_shared_v4_f32(addr):
-    view, off = _block(_thread()).smem.resolve(addr, 16, 16, "ld_shared_v4_f32")
-    return tuple(np.float32(x) for x in view[off:off + 16].view(np.float32))
+    return tuple(_shared_f32s(addr, 4, "ld_shared_v4_f32"))
 
 
 def st_shared_v4_f32(addr, x0, x1, x2, x3):
@@ -1231,14 +1236,12 @@ def mapa_shared_cluster(addr, rank):
     return np.uint32(int(addr))
 
 
-def ld_shared_cluster_f32(addr):
-    view, off = _block(_thread()).smem.resolve(addr, 4, 4, "ld_shared_cluster_f32")
-    return np.float32(view[off:off + 4].view(np.float32)[0])
+def ld_shared_cluster_f32(addr):  # (rank 0's: this CTA's own shared memory)
+    return _shared_f32s(addr, 1, "ld_shared_cluster_f32")[0]
 
 
 def ld_shared_cluster_v4_f32(addr):
-    view, off = _block(_thread()).smem.resolve(addr, 16, 16, "ld_shared_cluster_v4_f32")
-    return tuple(np.float32(x) for x in view[off:off + 16].view(np.float32))
+    return tuple(_shared_f32s(addr, 4, "ld_shared_cluster_v4_f32"))
 
 
 def cp_async_bulk_g2s(dst, src, index, nbytes, mbar):

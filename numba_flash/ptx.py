@@ -1550,7 +1550,8 @@ del _n, _t
 HOPPER = ("cluster_arrive_release", "cluster_wait_acquire", "cluster_ctarank", "mapa_shared_cluster",
           "ld_shared_cluster_f32", "ld_shared_cluster_v4_f32", "fence_proxy_async", "wgmma_fence",
           "wgmma_commit_group", "wgmma_wait_group", "setmaxnreg_inc", "setmaxnreg_dec", "mbarrier_init",
-          "mbarrier_arrive_expect_tx", "mbarrier_arrive", "mbarrier_try_wait_parity", "named_barrier_sync", "named_barrier_arrive", "cp_async_bulk_g2s",
+          "mbarrier_arrive_expect_tx", "mbarrier_arrive", "mbarrier_try_wait_parity", "named_barrier_sync",
+          "named_barrier_arrive", "cp_async_bulk_g2s",
           "cp_async_bulk_tensor_2d_g2s", "cp_async_bulk_tensor_3d_g2s", "cp_async_bulk_tensor_4d_g2s") + tuple(
     f"wgmma_m64n{n}k16_{t}_{how}acc" for n in WGMMA_N for t in ("f16", "bf16") for how in ("", "rs_", "rs_bmn_"))  # fmt: skip
 

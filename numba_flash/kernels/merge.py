@@ -262,26 +262,34 @@ def merge_if_last(out_parts, lse_parts, fx, stats, seq, h, q0, start_m, seqlen_q
             i = i0 + u * THREADS
             if i < rows * D4:
                 r = i // D4
-                c = 4 * (i - r * D4)
-                lse_r = stats[r]
-                if lse_r == float32(-math.inf):  # no split saw a key: 0
-                    for e in range(4):
-                        acc[u, e] = float32(0.0)
-                elif math.isnan(lse_r):
-                    for e in range(4):
-                        acc[u, e] = float32(math.nan)
-                if BF16:
-                    w0 = ptx.pack_bf16x2(acc[u, 0], acc[u, 1])
-                    w1 = ptx.pack_bf16x2(acc[u, 2], acc[u, 3])
-                else:
-                    w0 = ptx.pack_f16x2(acc[u, 0], acc[u, 1])
-                    w1 = ptx.pack_f16x2(acc[u, 2], acc[u, 3])
-                if G > 0:
-                    out[seq, 0, h * G + start_m + r, c // 2] = w0
-                    out[seq, 0, h * G + start_m + r, c // 2 + 1] = w1
-                else:
-                    out[seq, start_m + r, h, c // 2] = w0
-                    out[seq, start_m + r, h, c // 2 + 1] = w1
+                store_merged_chunk(out, seq, h, G, start_m + r, 4 * (i - r * D4), acc[u, 0], acc[u, 1], acc[u, 2],
+                                   acc[u, 3], stats[r], BF16)  # fmt: skip
+
+
+@device_function
+def store_merged_chunk(out, seq, h, G, row, c, a0, a1, a2, a3, lse_row, BF16):
+    """Columns c … c + 3 of merged row ``row`` (``a0`` … ``a3``, the weighted sum of the
+    parts) into ``out`` (``fx[OUT_MERGED]``: a uint32 view of fp16 / bf16 pairs) as
+    :func:`merge_kernel` writes them: 0 where no split saw a key (``lse_row`` −inf), NaN
+    where the row's lse is NaN; at ``out[seq, 0, h·G + row]`` with the GQA decode swap
+    (G > 0), else ``out[seq, row, h]``.  The in-kernel merges' last step
+    (:func:`merge_if_last`, :func:`merge_in_cluster`)."""
+    if lse_row == float32(-math.inf):  # no split saw a key: 0
+        a0 = a1 = a2 = a3 = float32(0.0)
+    elif math.isnan(lse_row):
+        a0 = a1 = a2 = a3 = float32(math.nan)
+    if BF16:
+        w0 = ptx.pack_bf16x2(a0, a1)
+        w1 = ptx.pack_bf16x2(a2, a3)
+    else:
+        w0 = ptx.pack_f16x2(a0, a1)
+        w1 = ptx.pack_f16x2(a2, a3)
+    if G > 0:
+        out[seq, 0, h * G + row, c // 2] = w0
+        out[seq, 0, h * G + row, c // 2 + 1] = w1
+    else:
+        out[seq, row, h, c // 2] = w0
+        out[seq, row, h, c // 2 + 1] = w1
 
 
 # --- split-KV merged through distributed shared memory (a thread-block cluster a row tile) ---
@@ -390,27 +398,10 @@ def merge_in_cluster(stats, fx, seq, h, start_m, seqlen_q, BLOCK_M, DATA_DIM, ti
             ok = x[s] != float32(-math.inf) and w != float32(0.0)  # weight 0: its out may be anything
             for e in range(4):
                 acc[e] += w * o[s, e] if ok else float32(0.0)
-        if lse_out == float32(-math.inf):  # no split saw a key: 0
-            for e in range(4):
-                acc[e] = float32(0.0)
-        elif math.isnan(lse_out):
-            for e in range(4):
-                acc[e] = float32(math.nan)
-        if BF16:
-            w0 = ptx.pack_bf16x2(acc[0], acc[1])
-            w1 = ptx.pack_bf16x2(acc[2], acc[3])
-        else:
-            w0 = ptx.pack_f16x2(acc[0], acc[1])
-            w1 = ptx.pack_f16x2(acc[2], acc[3])
-        if G > 0:
-            out[seq, 0, h * G + start_m + r, c // 2] = w0
-            out[seq, 0, h * G + start_m + r, c // 2 + 1] = w1
-            if c == 0:
-                fx[LSE_MERGED][seq, h * G + start_m + r, 0] = lse_out
-        else:
-            out[seq, start_m + r, h, c // 2] = w0
-            out[seq, start_m + r, h, c // 2 + 1] = w1
-            if c == 0:
-                fx[LSE_MERGED][seq, h, start_m + r] = lse_out
+        store_merged_chunk(out, seq, h, G, start_m + r, c, acc[0], acc[1], acc[2], acc[3], lse_out, BF16)
+        if c == 0 and G > 0:
+            fx[LSE_MERGED][seq, h * G + start_m + r, 0] = lse_out
+        elif c == 0:
+            fx[LSE_MERGED][seq, h, start_m + r] = lse_out
     ptx.cluster_arrive_release()
     ptx.cluster_wait_acquire()  # no CTA exits (its shared memory goes) while another still reads it
