@@ -40,7 +40,7 @@ def _plan_env() -> tuple:
         os.environ.get(f"NUMBA_FLASH_{x}") for x in ("WGMMA", "WGMMA_PERSISTENT", "WGMMA_CONSUMERS", "WGMMA_BWD_RING",
                                                       "WGMMA_PINGPONG", "RAW_SCORES", "EX2_EMULATE",
                                                       "ALIBI_PRODUCTS", "WGMMA_OVERLAP",
-                                                      "WGMMA_SCHEDULER", "CLUSTER_MERGE"))  # fmt: skip
+                                                      "WGMMA_SCHEDULER", "CLUSTER_MERGE", "WGMMA_DQ"))  # fmt: skip
 
 
 def _plan(problem: P.Problem) -> P.Plan:
@@ -99,6 +99,9 @@ def _tensor_maps(k, buffers: dict, layout: str):
     return tma.attention_maps(u16["q"], u16["k"], u16["v"], rows_q, rows_k, dout=u16.get("dout"))
 
 
+#: The backward's own 4-D workspace (``_workspace_shapes``), in no caller's layout.
+_OWN = ("stats", "dqacc")
+
 #: Roles whose arguments a call's signature pins (the scale: softmax_scale and d; the flex
 #: and scheduler's dummies: the device): a replay leaves their recorded slots as they are.
 _PINNED = ("scale", "flex", "sched0")
@@ -121,9 +124,9 @@ def _run(plan: P.Plan, buffers: dict, layout: str, rec: _replay.Recording | None
                 x = x(k.walk)
             if a.view:
                 x = x.view(_VIEW_DTYPES[a.view])
-            # q, k, v, out, dout and the grads in the caller's layout; ``stats`` is the
-            # backward's own (B, H, 2, rows) workspace, never transposed
-            args.append(_bshd(x, layout) if getattr(x, "ndim", 0) == 4 and a.role != "stats" else x)
+            # q, k, v, out, dout and the grads in the caller's layout; ``stats`` and ``dqacc`` are
+            # the backward's own workspace, never transposed
+            args.append(_bshd(x, layout) if getattr(x, "ndim", 0) == 4 and a.role not in _OWN else x)
         launch(k.kernel, k.grid, k.threads, k.smem, *args, cluster=k.cluster)
         if rec is not None:
             roles = [None if a.role in _PINNED else a.role for a in k.args]
@@ -346,7 +349,7 @@ def _backward(ops, lse_arr, dims, causal, scale, var, allow_tf32, layout, shapes
     work_grads = grads if work == q_op.dtype else [A.empty(kind, g.shape, work) for g in grads]
     lse_c = A.to_compute(lse_arr, kind)
     spaces = _workspace_shapes(plan, lse_c.shape, var, B, H, rows_q)
-    workspace = {role: A.empty(kind, shape, np.float32) for role, shape in spaces.items()}
+    workspace = _workspace(kind, spaces)
     rec = None
     if key is not None and work_grads is grads and var.flex is None:
         rec = _replay.Recording(plan, layout, dict(var=var, scale=scale, shapes=shapes, workspace=spaces,
@@ -362,17 +365,33 @@ def _backward(ops, lse_arr, dims, causal, scale, var, allow_tf32, layout, shapes
 
 
 def _workspace_shapes(plan: P.Plan, lse_shape, var, B: int, H: int, rows_q: int) -> dict:
-    """The backward's own float32 buffers by role: ``delta`` (lse's shape), or the
-    Hopper backward's ``stats`` (its lse and delta, padded: ``wgmma_backward.stats_shape``)."""
-    roles = {a.role for k in plan.launches for a in k.args}
+    """The backward's own buffers by role: ``delta`` (lse's shape), or the Hopper
+    backward's ``stats`` (its lse and delta, padded: ``wgmma_backward.stats_shape``) and,
+    when its dK/dV kernel sums dQ, ``dqacc`` and ``dqsem`` (``wgmma_backward.dq_shapes``)."""
+    roles = {a.role: k for k in plan.launches for a in k.args}
     spaces = {}
     if "delta" in roles:
         spaces["delta"] = tuple(lse_shape)
     if "stats" in roles:
-        from numba_flash.kernels.wgmma_backward import stats_shape
+        from numba_flash.kernels.wgmma_backward import dq_shapes, stats_shape
 
         spaces["stats"] = stats_shape(1, H, rows_q, B) if var.features.varlen else stats_shape(*lse_shape)
+        if "dqacc" in roles:
+            spaces.update(dq_shapes(spaces["stats"], roles["dqacc"].tiles.head_dim))
     return spaces
+
+
+def _workspace(kind: str, spaces: dict) -> dict:
+    """The arrays of :func:`_workspace_shapes`: float32, uninitialised, but the dQ
+    semaphores (int32 zeros: a call's count starts at 0)."""
+    out = {}
+    for role, shape in spaces.items():
+        if role == "dqsem":
+            out[role] = A.empty(kind, shape, np.int32)
+            out[role].fill(0)
+        else:
+            out[role] = A.empty(kind, shape, np.float32)
+    return out
 
 
 def _backward_buffers(computed, grads, lse, scale, var, cu, workspace) -> dict:
@@ -380,7 +399,7 @@ def _backward_buffers(computed, grads, lse, scale, var, cu, workspace) -> dict:
     (``stats``: its own (1, H, 2, rows) already)."""
     buffers = dict(zip(("q", "k", "v", "dout", "out"), computed))
     buffers.update(zip(("dq", "dk", "dv"), grads))
-    buffers.update(lse=lse, scale=scale, **var.buffers(*cu), **workspace)
+    buffers.update(lse=lse, scale=scale, **var.buffers(*cu), **workspace, sched0=SCHEDULER_BUFFERS["sched0"])
     if var.features.varlen:
         buffers.update({r: buffers[r][None] for r in ("q", "k", "v", "dout", "out", "dq", "dk", "dv", "lse", "delta")
                         if r in buffers})  # fmt: skip
@@ -392,7 +411,7 @@ def _replay_backward(rec: _replay.Recording, ops, lse, dropout_p, seed, alibi_sl
     st = rec.state
     var = st["var"].again(dropout_p, seed, alibi_slopes)
     grads = [A.empty("device", shape, ops[0].dtype) for shape in st["shapes"]]
-    workspace = {role: A.empty("device", shape, np.float32) for role, shape in st["workspace"].items()}
+    workspace = _workspace("device", st["workspace"])
     rec.run(_backward_buffers(ops, grads, lse, st["scale"], var, cu, workspace), _run)
     return grads
 

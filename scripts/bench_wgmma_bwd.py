@@ -2,7 +2,7 @@
 backward (``NUMBA_FLASH_WGMMA=0``) and torch SDPA's flash (FlashAttention-2) and cuDNN
 backends, same process, fp16 and bf16, the issue's shapes, causal off and on.
 
-    python3 scripts/bench_wgmma_bwd.py out.jsonl [--quick] [--mma]
+    python3 scripts/bench_wgmma_bwd.py out.jsonl [--quick] [--mma] [--dq-ab]
 
 Each row: medians of CUDA-event timings after warm-up, 10
 back-to-back calls between the events ("queued", as torch.utils.benchmark times
@@ -10,7 +10,9 @@ FlashAttention-2), of the backward alone (``flash_attention_backward``; SDPA: au
 of a saved forward); the time of each of our three kernels launched alone
 (``kernel_ms``); and the wgmma backward with other ring tiles
 (``NUMBA_FLASH_WGMMA_BWD_RING``, fp16 non-causal at N = 4096).  FLOPs 2.5 · 4·B·H·N²·d
-(×0.5 causal).  ``--quick``: fp16 only; ``--mma``: the mma.sync backward too.  The
+(×0.5 causal).  ``--quick``: fp16 only; ``--mma``: the mma.sync backward too; ``--dq-ab``:
+the dQ kernel (``NUMBA_FLASH_WGMMA_DQ=pass``) against dQ summed in dK/dV, timed in turn
+(ordered, pass, ordered, pass, ordered: ``ordered_ms`` / ``pass_ms`` the medians).  The
 gradients are checked against the float64 reference by tests/test_wgmma_backward.py.
 """
 
@@ -36,9 +38,10 @@ def queued(fn):
     return median_ms(fn, calls=10, rep=9)
 
 
-def ours(args, causal, wgmma, ring=""):
+def ours(args, causal, wgmma, ring="", dq=""):
     os.environ["NUMBA_FLASH_WGMMA"] = "1" if wgmma else "0"
     os.environ["NUMBA_FLASH_WGMMA_BWD_RING"] = ring
+    os.environ["NUMBA_FLASH_WGMMA_DQ"] = dq
     fn = lambda: numba_flash.flash_attention_backward(*args, causal=causal)  # noqa: E731
     grads = fn()
     return queued(fn), grads
@@ -51,16 +54,25 @@ def kernel_ms(args, causal):
     got = {}
     run = A._run
 
-    def capture(plan, buffers, layout):
+    def capture(plan, buffers, layout, rec=None):
         got.update(plan=plan, buffers=buffers, layout=layout)
         run(plan, buffers, layout)
 
-    with mock.patch.object(A, "_run", capture):
+    from numba_flash import _replay
+
+    # the checked path (a replayed call would not reach ``_run``)
+    with mock.patch.object(A, "_run", capture), mock.patch.object(_replay, "ENABLED", False):
         numba_flash.flash_attention_backward(*args, causal=causal)
     from dataclasses import replace
 
-    return {k.name: queued(lambda: run(replace(got["plan"], launches=(k,)), got["buffers"], got["layout"]))
-            for k in got["plan"].launches}  # fmt: skip
+    bufs = got["buffers"]
+
+    def alone(k):
+        if "dqsem" in bufs and any(a.role == "dqsem" for a in k.args):
+            bufs["dqsem"].fill(0)  # the ordered dQ's semaphores start each launch at 0 (a memset in the time)
+        run(replace(got["plan"], launches=(k,)), bufs, got["layout"])
+
+    return {k.name: queued(lambda k=k: alone(k)) for k in got["plan"].launches}
 
 
 def sdpa_bwd_ms(q, k, v, dout, causal):
@@ -86,7 +98,7 @@ def sdpa_bwd_ms(q, k, v, dout, causal):
     return tuple(got)
 
 
-def main(path, quick=False, mma=False):
+def main(path, quick=False, mma=False, dq_ab=False):
     rows = []
     dtypes = ("float16",) if quick else ("float16", "bfloat16")
     for dtype in dtypes:
@@ -104,6 +116,15 @@ def main(path, quick=False, mma=False):
                 row = dict(dtype=dtype, B=B, H=H, N=N, d=d, causal=causal, wgmma_ms=wg_ms, sdpa_flash_ms=fa2,
                            sdpa_cudnn_ms=cudnn, tflops=fl / wg_ms / 1e9, vs_fa2=fa2 / wg_ms, vs_cudnn=cudnn / wg_ms,
                            kernel_ms=kernel_ms(args, causal))  # fmt: skip
+                if dq_ab:  # in turn: the dQ kernel against dQ summed in dK/dV
+                    times = {"ordered": [wg_ms], "pass": []}
+                    for how in ("pass", "ordered", "pass", "ordered"):
+                        times[how].append(ours(args, causal, True, dq=how if how == "pass" else "")[0])
+                    row.update(ordered_ms=float(np.median(times["ordered"])), pass_ms=float(np.median(times["pass"])),
+                               ordered_tflops=fl / float(np.median(times["ordered"])) / 1e9,
+                               pass_tflops=fl / float(np.median(times["pass"])) / 1e9)  # fmt: skip
+                    row["ordered_vs_pass"] = row["pass_ms"] / row["ordered_ms"]
+                    row["ordered_vs_cudnn"] = cudnn / row["ordered_ms"]
                 if mma:
                     row["mma_ms"] = ours(args, causal, False)[0]
                     row["vs_mma"] = row["mma_ms"] / wg_ms
@@ -128,10 +149,18 @@ def main(path, quick=False, mma=False):
         print(f"{r['dtype']:9} {str((r['B'], r['H'], r['N'], r['d'])):18} {str(r['causal']):6} {r['wgmma_ms']:7.3f} "
               f"{r['tflops']:6.1f} {r['vs_fa2']:6.3f} {r['vs_cudnn']:8.3f} {r.get('vs_mma', float('nan')):6.3f} "
               f"{ks:>20} {rings:>24}")
+    if dq_ab:
+        print("\ndQ summed in dK/dV (ordered) against its own kernel (pass), timed in turn (medians)")
+        print(f"{'dtype':9} {'B,H,N,d':18} {'causal':6} {'ordered ms':>10} {'pass ms':>8} {'speedup':>7} "
+              f"{'TF/s':>6} {'vs FA2':>6} {'vs cuDNN':>8}")
+        for r in rows:
+            print(f"{r['dtype']:9} {str((r['B'], r['H'], r['N'], r['d'])):18} {str(r['causal']):6} "
+                  f"{r['ordered_ms']:10.3f} {r['pass_ms']:8.3f} {r['ordered_vs_pass']:7.3f} {r['ordered_tflops']:6.1f} "
+                  f"{r['sdpa_flash_ms'] / r['ordered_ms']:6.3f} {r['ordered_vs_cudnn']:8.3f}")
 
 
 if __name__ == "__main__":
-    main(sys.argv[1], "--quick" in sys.argv, "--mma" in sys.argv)
+    main(sys.argv[1], "--quick" in sys.argv, "--mma" in sys.argv, "--dq-ab" in sys.argv)
     from numba_flash._numba_cuda import ASSEMBLED
 
     for how in sorted(set(ASSEMBLED.values())):  # whole_program_dispatcher: what assembled the wgmma kernels

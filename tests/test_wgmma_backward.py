@@ -25,7 +25,8 @@ from numba_flash.variant import Mods, Variant
 
 SM90A = (9, 0, "a")  # numba-cuda's target on an H100/H200 (``_numba_cuda.target_arch``)
 DTYPES = {"float16": np.float16, "bfloat16": ml_dtypes.bfloat16}
-KERNELS = ["tc_bwd_stats", "wgmma_bwd_dkdv", "wgmma_bwd_dq"]
+KERNELS = ["tc_bwd_stats", "wgmma_bwd_dkdv", "wgmma_bwd_dq_convert"]  # dK/dV sums dQ (``ordered_dq``)
+KERNELS_PASS = ["tc_bwd_stats", "wgmma_bwd_dkdv", "wgmma_bwd_dq"]  # dQ its own pass
 #: past d = 128 (on d = 256's tiles) dV and dK are two kernels (``wgmma_backward.RINGS``: a thread cannot hold both)
 KERNELS_256 = ["tc_bwd_stats", "wgmma_bwd_dv", "wgmma_bwd_dk", "wgmma_bwd_dq"]
 
@@ -141,9 +142,13 @@ def test_the_switch(monkeypatch):
                   P.Problem("backward", "float16", 64, False, seqlen_q=128, seqlen_k=128, arch=SM90A, aligned=False)):
         assert "wgmma" not in str([k.name for k in P.plan(other).launches]), other
     # FlexAttention's mods run there too (since session 21: the visit lists read by every role)
+    # — a block mask's visit lists on the dQ kernel (dK/dV's ordered dQ needs ``key_tiles``' ranges)
     flex = P.Problem("backward", "float16", 64, False, seqlen_q=128, seqlen_k=128, arch=SM90A,
                      features=Variant(mods=Mods(None, None, None, block_sparse=True)))
-    assert [k.name for k in P.plan(flex).launches] == kernels(64)
+    assert [k.name for k in P.plan(flex).launches] == KERNELS_PASS
+    monkeypatch.setenv("NUMBA_FLASH_WGMMA_DQ", "pass")  # the dQ kernel again
+    p = P.Problem("backward", "bfloat16", 128, True, seqlen_q=128, seqlen_k=128, arch=SM90A)
+    assert [k.name for k in P.plan(p).launches] == KERNELS_PASS
 
 
 def test_the_ring_override_reaches_the_api_plan(monkeypatch):
@@ -231,25 +236,38 @@ def test_wgmma_backward_compiles_for_sm_90a(d, causal):
     without spills."""
     from numba_flash.inspection import inspect_kernels
     from numba_flash.kernels.wgmma_backward import RINGS
+    from numba_flash.kernels.wgmma_backward import ROWS as ROWS_DQ  # dQ's k dimension: the block's keys
 
     reports = inspect_kernels("backward", "float16", d, causal, arch="sm_90a", seqlen_q=4096)
     assert [r.name for r in reports] == kernels(d)
     for r in reports[1:]:
+        if r.name == "wgmma_bwd_dq_convert":  # dqacc's float32 sums to 16-bit dQ: plain loads and stores
+            assert "wgmma.mma_async" not in r.ptx and r.local_bytes_ptx == 0
+            continue
         part = r.name.removeprefix("wgmma_bwd_")
         ring = RINGS[d][part]  # the step of the walk
         products = 1 if part == "dv" else 2  # Sᵀ (and dPᵀ)
         grads = 2 if part == "dkdv" else 1
+        ordered = d <= 128 and part == "dkdv"  # dQ summed here: dQ = dS·K, 64 × 64 a consumer, both operands MN-major
         assert ".target sm_90a" in r.ptx
         # the function carries its launch's name (ncu, the sanitizers and ``traffic.measure`` find it by it)
         assert re.search(r"\.entry\s+\S*" + r.name + r"B", r.ptx), r.name
-        assert r.ptx.count(f"wgmma.mma_async.sync.aligned.m64n{ring}k16.f32.f16.f16 ") == products * d // 16
-        assert r.ptx.count(f"wgmma.mma_async.sync.aligned.m64n{d}k16.f32.f16.f16 ") == grads * ring // 16
+        dq_products = re.findall(r"wgmma\.mma_async\.sync\.aligned\.m64n64k16\.f32\.f16\.f16 [^;]*1, 1, 1, 1;", r.ptx)
+        assert len(dq_products) == (ROWS_DQ // 16 if ordered else 0)
+        assert r.ptx.count(f"wgmma.mma_async.sync.aligned.m64n{ring}k16.f32.f16.f16 ") - (
+            len(dq_products) if ring == 64 else 0) == products * d // 16
+        assert r.ptx.count(f"wgmma.mma_async.sync.aligned.m64n{d}k16.f32.f16.f16 ") - (
+            len(dq_products) if d == 64 else 0) == grads * ring // 16
         assert "cp.async.bulk.tensor.4d.shared::cluster.global.mbarrier::complete_tx::bytes" in r.ptx
         assert ("cp.async.bulk.shared::cluster.global.mbarrier" in r.ptx) == (part != "dq")  # the stats rows
+        # the ordered dQ's writer: a bulk reduction (or copy) of each step's tile, after its semaphore's turn
+        assert ("cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32" in r.ptx) == ordered
+        assert ("ld.acquire.gpu.global.s32" in r.ptx) == ordered
         assert "setmaxnreg.dec.sync.aligned.u32 24" in r.ptx and "setmaxnreg.inc.sync.aligned.u32 240" in r.ptx
         assert r.local_bytes_ptx == 0 and "ld.local" not in r.ptx and "st.local" not in r.ptx
         if r.registers is not None and not r.assembler.startswith("nvJitLink"):
-            assert r.spill_stores == 0, f"{r.name}: {r.spill_stores} bytes of spills"
+            # the ordered dK/dV kernel spills a few words: descriptors reloaded once a step, the writer's walk
+            assert r.spill_stores <= (96 if ordered else 0), f"{r.name}: {r.spill_stores} bytes of spills"
 
 
 @pytest.mark.gpu
@@ -287,10 +305,12 @@ def test_wgmma_backward_varlen_on_the_gpu(rng, dtype, d, causal):
 
 @pytest.mark.gpu
 @pytest.mark.usefixtures("wgmma_on")
-def test_wgmma_backward_gqa_is_deterministic(rng):
-    """Twenty runs of a GQA backward give bitwise the same dQ, dK and dV (no atomics; the
-    group's heads summed in order)."""
-    inputs, first = check_backward(rng, "bfloat16", 128, True, B=1, H=8, H_kv=2, Nq=700, Nk=900)
+@pytest.mark.parametrize("d,causal", [(128, True), (64, False)])
+def test_wgmma_backward_gqa_is_deterministic(rng, d, causal):
+    """Twenty runs of a GQA backward give bitwise the same dQ, dK and dV: the group's
+    heads summed in order, and dQ's key tiles added in their semaphore's order (the walk
+    from the last query tile under causal, from the first without)."""
+    inputs, first = check_backward(rng, "bfloat16", d, causal, B=1, H=8, H_kv=2, Nq=700, Nk=900)
     for _ in range(20):
-        again, _ = run_backward(*inputs, True, {})
+        again, _ = run_backward(*inputs, causal, {})
         assert all(np.array_equal(a.view(np.uint16), b.view(np.uint16)) for a, b in zip(first, again))

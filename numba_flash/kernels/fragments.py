@@ -415,25 +415,26 @@ def pack_a(frag, i, acc, s0, BF16):
 
 
 @device_function
-def store_row_pairs(dst, b, row, h, acc, A0, NT, tq, scale, BF16, DCOLS=0, HALVES=False):
+def store_row_pairs(dst, b, row, h, acc, A0, NT, tq, scale, BF16, DCOLS=0, HALVES=False, NT0=0):
     """One row of NT accumulator n-tiles (``acc[A0 + 4·nt]``, ``acc[A0 + 4·nt + 1]``:
     A0 = 2 for row g + 8), times ``scale``, as 16-bit pairs to ``dst[b, row, h, :]``
     (a uint32 view: word ``4·nt + t`` holds columns 8·nt + 2t, + 1).  ``DCOLS``: the
     row's length when it ends inside the last n-tile (columns past it are not
     written; 0: 8·NT); ``HALVES``: ``dst`` is a uint16 view (an odd head dim), each
-    16-bit value stored alone."""
+    16-bit value stored alone; ``NT0``: the n-tiles are the row's ``NT0`` … (columns
+    from 8·NT0)."""
     for nt in range(NT):
         x0 = acc[A0 + nt * 4] * scale
         x1 = acc[A0 + nt * 4 + 1] * scale
         w = pack16x2(x0, x1, BF16)
-        col = nt * 8 + 2 * tq
+        col = (NT0 + nt) * 8 + 2 * tq
         if HALVES:
             if DCOLS == 0 or col < DCOLS:
                 dst[b, row, h, col] = uint16(w & uint32(0xFFFF))
             if DCOLS == 0 or col + 1 < DCOLS:
                 dst[b, row, h, col + 1] = uint16(w >> uint32(16))
         elif DCOLS == 0 or col < DCOLS:
-            dst[b, row, h, nt * 4 + tq] = w
+            dst[b, row, h, (NT0 + nt) * 4 + tq] = w
 
 
 @device_function

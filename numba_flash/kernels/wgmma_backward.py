@@ -74,7 +74,7 @@ from __future__ import annotations
 
 import functools
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from numba_flash import ptx
 from numba_flash._numba_cuda import SIMULATOR, cuda, device_function, float32, kernel, uint8, uint32
@@ -82,9 +82,9 @@ from numba_flash.config import tc_array_layout
 from numba_flash.kernels import fragments, pipeline, score, spec
 from numba_flash.kernels.block_info import (group_size, key_tiles, query_tiles, read_walk_list, this_block, tile_at,
                                             tile_partial, walk_range)
-from numba_flash.kernels.hopper import (ATOM, land_and_zero, load_rows, past_rows, rs_chain, ss_chain, tile_dim,
-                                        wait_phase)
-from numba_flash.variant import VARLEN, Variant
+from numba_flash.kernels.hopper import (ATOM, land_and_zero, load_rows, mn_chain, past_rows, rs_chain, ss_chain,
+                                        tile_dim, wait_phase)
+from numba_flash.variant import CAUSAL, HAS_RIGHT, HEAVIEST_FIRST, VARLEN, Variant
 
 _ALIGN = None if SIMULATOR else 1024  # a module global, so numba sees a literal; the simulator aligns by itself
 
@@ -110,6 +110,13 @@ NAMES = {"dkdv": "wgmma_bwd_dkdv", "dv": "wgmma_bwd_dv", "dk": "wgmma_bwd_dk", "
 RINGS = {64: {"dkdv": 128, "dq": 128}, 128: {"dkdv": 64, "dq": 64}, 256: {"dv": 64, "dk": 32, "dq": 32}}
 #: The maps of ``tma.attention_maps`` (q, k, v, dout), by role in each kernel.
 Q_MAP, K_MAP, V_MAP, DO_MAP = 0, 1, 2, 3
+#: dQ summed in the dK/dV kernel (``ordered_dq``): two dS tiles and two dQ tiles (float32, a step's
+#: RING·d: 32 KiB at d = 64 and 128) in shared memory, and their four mbarriers (dq_full[2], dq_empty[2]).
+DQ_BUFS = 2
+DQ_FULL, DQ_EMPTY = BARRIER_BYTES, BARRIER_BYTES + 8 * DQ_BUFS
+ORDERED_BARRIER_BYTES = BARRIER_BYTES + 16 * DQ_BUFS
+SEM_ROWS = 64  # query rows a dQ semaphore covers (a step is 64 or 128 rows: its first row // SEM_ROWS)
+SMEM_LIMIT = 227 * 1024  # the dynamic shared memory a block may have on an H100/H200
 
 
 @dataclass(frozen=True)
@@ -128,6 +135,8 @@ class WgmmaBwdTiles:
     data_dim: int = 0
     aligned: bool = True
     part: str = ""
+    #: dK/dV also sums dQ (``ordered_dq``): no dQ kernel, a convert launch after it.
+    ordered_dq: bool = False
 
     def __post_init__(self):
         if not self.part:  # the default: the one kernel of its axis
@@ -205,14 +214,31 @@ def wgmma_bwd_kernel(t: WgmmaBwdTiles, variant: Variant, dtype: str):
     WG_ROWS = 64 * 128  # bytes of a consumer's 64 rows within a fixed atom
     STAT_BYTES = 4 * RING  # one stage's lse (or delta) rows (dK/dV)
     RING_TX = 2 * RING_BYTES + (2 * STAT_BYTES if KEYS_ARE_ROWS else 0)  # bytes landing on full[s]
-    STATS_AT = FIXED * FIX_BYTES + 2 * STAGES * RING_BYTES  # byte offset of the stats stages (dK/dV)
-    BARS_AT = STATS_AT + (2 * STAGES * STAT_BYTES if KEYS_ARE_ROWS else 0)
+    STATS_AT, DS_AT, DQ_AT, BARS_AT, _ = smem_layout(t)  # byte offsets: the stats stages, dS and dQ tiles, barriers
+    # dQ summed here (``ordered_dq``): a step's dQ (RING × d) = dS (RING × 128 keys) · K, the consumers
+    # splitting its rows (d = 64: RING = 128) or its columns (d = 128: RING = 64), 64 × 64 each
+    ORDERED = t.ordered_dq
+    REVERSE = ORDERED and (F[CAUSAL] or F[HAS_RIGHT])  # the walk from the last query tile (``dq_order``)
+    DESC = F[HEAVIEST_FIRST] and not (F[CAUSAL] or F[HAS_RIGHT])  # key tiles start last-first: later tiles add first
+    Q_SPLIT = RING == 128
+    DS_ATOM = ROWS * 128  # a 64-query atom of a dS tile: the block's 128 keys, 128 bytes a row
+    DS_BYTES = (RING // ATOM) * DS_ATOM
+    DQ_BYTES = RING * HEAD_DIM * 4
     # the maps of the fixed and the ring tiles
     FIX1, FIX2, RING1, RING2 = (K_MAP, V_MAP, Q_MAP, DO_MAP) if KEYS_ARE_ROWS else (Q_MAP, DO_MAP, K_MAP, V_MAP)
     kind = "f16" if dtype == "float16" else "bf16"
     BF16 = dtype == "bfloat16"
     issue_t = ss_chain(getattr(ptx, f"wgmma_m64n{RING}k16_{kind}_acc"), KSTEPS, FIX_ATOM, RING_ATOM)
     issue_grad = rs_chain(getattr(ptx, f"wgmma_m64n{HEAD_DIM}k16_{kind}_rs_bmn_acc"), PSTEPS, RING_ATOM)
+    issue_dq = mn_chain(getattr(ptx, f"wgmma_m64n64k16_{kind}_amn_bmn_acc"), ROWS // 16, DS_ATOM, FIX_ATOM)
+
+    @device_function
+    def step_at(it, p_lo, p_hi):
+        """The ring tile of walk position ``it`` in ``[p_lo, p_hi)``: from the last one when
+        ``REVERSE``."""
+        if REVERSE:
+            return p_hi - 1 - (it - p_lo)
+        return it
 
     @device_function
     def block_walk(q, k, params, cu_q, cu_k, fx):
@@ -238,7 +264,68 @@ def wgmma_bwd_kernel(t: WgmmaBwdTiles, variant: Variant, dtype: str):
         p_lo, p_hi = walk_range(lo, hi, vr, F)
         return vr, p_lo, p_hi
 
-    def wgmma_bwd(q, k, v, dout, stats, g1, g2, softmax_scale, params, alibi, cu_q, cu_k, fx, tmaps):
+    @device_function
+    def stage_ds(words, ds_frag, tile, key0, lane):
+        """This warp's dSᵀ rows ``key0 + g`` and ``+ 8`` (``ds_frag``: ``pack_a``'s A fragments,
+        k-slice ps = queries 16ps …) into the dS tile at byte ``tile`` of shared memory: keys
+        are rows (128 bytes), 64 queries an atom (``DS_ATOM``), the 128-byte swizzle; a word a
+        store (a warp's 32 words of one store lie in 32 banks)."""
+        g, tq = lane >> 2, lane & 3
+        for ps in range(PSTEPS):
+            for e in range(4):
+                kr = key0 + g + 8 * (e & 1)
+                qc = 16 * ps + 8 * (e >> 1)  # the first query of the word's 8-query chunk
+                at = tile + (qc // ATOM) * DS_ATOM + kr * 128 + (((qc % ATOM) // 8) ^ (kr % 8)) * 16 + 4 * tq
+                words[at // 4] = ds_frag[ps * 4 + e]
+
+    @device_function
+    def dq_writer(q, k, params, cu_q, cu_k, fx, dqacc, dqsem, dq_tiles, bars, lead):
+        """Warp 1 of the producer warpgroup: for each step of the walk, once both consumers
+        stored its dQ tile (``dq_full``), add it to ``dqacc`` (a bulk reduction, or a copy
+        for the first key tile) after the key tiles before this one in the query tile's
+        order did (``dqsem``: its count of them, ``dq_rank``), count this one, and free the
+        tile (``dq_empty``)."""
+        start, b, h0, hk, q0, k0, mi, seq, lo, hi, group = block_walk(q, k, params, cu_q, cu_k, fx)
+        j = start // ROWS
+        s_row0 = stats_row0(cu_q, seq) if F[VARLEN] else 0
+        pos = 0
+        for hq in range(group):
+            h = h0 + hq
+            for it in range(lo, hi):
+                i = step_at(it, lo, hi)
+                qb = pos % DQ_BUFS
+                wait_phase(bars + DQ_FULL + 8 * qb, (pos // DQ_BUFS) & 1)
+                if lead:
+                    rank = dq_rank(i, j, mi)
+                    row = s_row0 + i * RING
+                    sem = (b, h, row // SEM_ROWS)
+                    spins = 0
+                    while ptx.ld_acquire_gpu_s32(dqsem, sem) != rank:
+                        spins += 1
+                        if SIMULATOR and spins > 20000:  # the simulator runs blocks one by one
+                            raise RuntimeError("dq_writer: waits for a key tile that runs after this one")
+                    if rank == 0:
+                        ptx.cp_async_bulk_s2g(dqacc, (b, h, row, 0), dq_tiles + qb * DQ_BYTES, DQ_BYTES)
+                    else:
+                        ptx.cp_reduce_async_bulk_add_f32(dqacc, (b, h, row, 0), dq_tiles + qb * DQ_BYTES, DQ_BYTES)
+                    ptx.cp_async_bulk_commit_group()
+                    ptx.cp_async_bulk_wait_group(0)  # the sums are in dqacc (and the tile was read)
+                    ptx.fence_acq_rel_gpu()  # … before the count that lets the next key tile add
+                    cuda.atomic.add(dqsem, sem, 1)
+                    ptx.mbarrier_arrive(bars + DQ_EMPTY + 8 * qb)
+                pos += 1
+
+    @device_function
+    def dq_rank(i, j, mi):
+        """Key tile ``j``'s place among the key tiles that add to query tile ``i``'s dQ
+        (``key_tiles``: exactly those whose walk holds ``i``): the order their blocks start
+        in, so a block waits only for blocks started before it."""
+        n_lo, n_hi = key_tiles(i * RING, RING, BLOCK_N, mi)
+        if DESC:
+            return n_hi - 1 - j
+        return j - n_lo
+
+    def wgmma_bwd(q, k, v, dout, stats, g1, g2, softmax_scale, params, alibi, cu_q, cu_k, fx, dqacc, dqsem, tmaps):
         tid = cuda.threadIdx.x
         wg = tid // 128
 
@@ -256,6 +343,10 @@ def wgmma_bwd_kernel(t: WgmmaBwdTiles, variant: Variant, dtype: str):
             for s in range(STAGES):
                 ptx.mbarrier_init(fixed_full + FULL + 8 * s, 1)
                 ptx.mbarrier_init(fixed_full + EMPTY + 8 * s, 128 * CONSUMERS)
+            if ORDERED:
+                for s in range(DQ_BUFS):
+                    ptx.mbarrier_init(fixed_full + DQ_FULL + 8 * s, 128 * CONSUMERS)
+                    ptx.mbarrier_init(fixed_full + DQ_EMPTY + 8 * s, 1)
             ptx.fence_proxy_async()  # the initialised barriers, before TMA completes on them
         cuda.syncthreads()  # the barriers are initialised before anyone waits or arrives on them
 
@@ -269,19 +360,28 @@ def wgmma_bwd_kernel(t: WgmmaBwdTiles, variant: Variant, dtype: str):
                 # the walked rows: queries in dK/dV, keys in dQ (their sequence's length, first row, the array's rows)
                 seqlen, ring0, total = (mi[0], q0, q.shape[1]) if KEYS_ARE_ROWS else (mi[1], k0, k.shape[1])
                 s_row0 = stats_row0(cu_q, seq) if F[VARLEN] else 0  # the sequence's first row of stats
+                # with the ordered dQ the fixed K and V rows past a varlen sequence (the next one's) are
+                # zeroed too: dS of a masked key is 0 only if its S and dP are finite, and dQ sums dS·K
+                fix_first = past_rows(start, ROWS, mi[1], k0, k.shape[1], F) if ORDERED else ROWS
+                fix_bar = fixed_full if fix_first == ROWS else fixed_full + LAND
                 if lead:
-                    ptx.mbarrier_arrive_expect_tx(fixed_full, FIXED * FIX_BYTES)
-                    load_rows(fix1, tmaps[FIX1], fix_row, fix_h, b, fixed_full, ATOMS, FIX_ATOM)
+                    ptx.mbarrier_arrive_expect_tx(fix_bar, FIXED * FIX_BYTES)
+                    load_rows(fix1, tmaps[FIX1], fix_row, fix_h, b, fix_bar, ATOMS, FIX_ATOM)
                     if WANT_G1:
-                        load_rows(fix2, tmaps[FIX2], fix_row, fix_h, b, fixed_full, ATOMS, FIX_ATOM)
+                        load_rows(fix2, tmaps[FIX2], fix_row, fix_h, b, fix_bar, ATOMS, FIX_ATOM)
                 pos = 0  # the ring's position over the whole walk: stage pos mod 2, fill pos // 2
-                zeroed = 0  # the ring tiles zeroed past their sequence (land's phases)
+                zeroed = 0  # the tiles zeroed past their sequence (land's phases)
+                if fix_first < ROWS:
+                    land_and_zero(words, fix1, (fix1 + 0, fix2), fix_first, fix_bar, 0, fixed_full, tid, ROWS, ATOMS,
+                                  FIX_ATOM)  # fmt: skip
+                    zeroed = 1
                 for hq in range(group):
                     h = h0 + hq
                     if KEYS_ARE_ROWS:
                         ring_h = h
                     vr, p_lo, p_hi = head_walk(fx, seq, h, start, lo, hi)
-                    for i in range(p_lo, p_hi):
+                    for it in range(p_lo, p_hi):
+                        i = step_at(it, p_lo, p_hi)
                         s = pos % STAGES
                         other = tile_at(i, vr, F) * RING  # the ring tile's first row
                         full = fixed_full + FULL + 8 * s
@@ -307,6 +407,8 @@ def wgmma_bwd_kernel(t: WgmmaBwdTiles, variant: Variant, dtype: str):
                                           zeroed & 1, full, tid, RING, ATOMS, RING_ATOM)  # fmt: skip
                             zeroed += 1
                         pos += 1
+            elif ORDERED and tid < 64:  # warp 1: the dQ writer
+                dq_writer(q, k, params, cu_q, cu_k, fx, dqacc, dqsem, fix1 + DQ_AT, fixed_full, tid == 32)
             return
 
         ptx.setmaxnreg_inc(CONSUMER_REGS)
@@ -339,7 +441,8 @@ def wgmma_bwd_kernel(t: WgmmaBwdTiles, variant: Variant, dtype: str):
                 for r in range(2):
                     row = s_row0 + row0 + (lane >> 2) + 8 * r
                     row_stats[r], row_stats[2 + r] = stats[b, h, 0, row], stats[b, h, 1, row]
-            for i in range(p_lo, p_hi):
+            for it in range(p_lo, p_hi):
+                i = step_at(it, p_lo, p_hi)
                 s = pos % STAGES
                 other = tile_at(i, vr, F) * RING
                 b1, b2 = ring1 + s * RING_BYTES, ring2 + s * RING_BYTES
@@ -362,13 +465,30 @@ def wgmma_bwd_kernel(t: WgmmaBwdTiles, variant: Variant, dtype: str):
                         fragments.pack_a(p_frag, ps * 4, acc_s, ps * 8, BF16)
                     if WANT_G1:
                         fragments.pack_a(ds_frag, ps * 4, acc_dp, ps * 8, BF16)
+                ds_tile = fix1 + DS_AT + (pos % DQ_BUFS) * DS_BYTES
+                if ORDERED:  # dSᵀ to shared memory, for dQ = dS·K over both consumers' keys
+                    stage_ds(words, ds_frag, ds_tile - fix1, 64 * cw + 16 * warp, lane)
+                    ptx.fence_proxy_async()  # these stores (generic proxy) before the wgmma reads them (async proxy)
+                    ptx.named_barrier_sync(1, 128 * CONSUMERS)  # both halves of dSᵀ are written
                 ptx.wgmma_fence()  # the fragments were written by ordinary instructions
                 if WANT_DV:
                     issue_grad(acc_g2, p_frag, b2)  # dV += Pᵀ·dO_i
                 if WANT_G1:
                     issue_grad(acc_g1, ds_frag, b1)  # dK += dSᵀ·Q_i, or dQ += dS·K_j
+                if ORDERED:  # this consumer's 64 × 64 of dQ into acc_s (Sᵀ was packed: dead until the next step)
+                    issue_dq(acc_s, ds_tile + (cw * DS_ATOM if Q_SPLIT else 0), fix1 + (0 if Q_SPLIT else cw * FIX_ATOM))
                 ptx.wgmma_wait_group(0)
                 ptx.mbarrier_arrive(fixed_full + EMPTY + 8 * s)  # this thread is done with the stage
+                if ORDERED:
+                    qb = pos % DQ_BUFS
+                    if pos >= DQ_BUFS:  # the writer's bulk reduction has read this buffer's last fill
+                        wait_phase(fixed_full + DQ_EMPTY + 8 * qb, ((pos // DQ_BUFS) - 1) & 1)
+                    at = fix1 + DQ_AT + qb * DQ_BYTES + (cw * 4 + warp) * 8 * 512 + lane * 16
+                    for nt in range(8):  # the fragment order (``dq_convert`` reads it back)
+                        ptx.st_shared_v4_f32(at + nt * 512, acc_s[4 * nt], acc_s[4 * nt + 1], acc_s[4 * nt + 2],
+                                             acc_s[4 * nt + 3])  # fmt: skip
+                    ptx.fence_proxy_async()  # these stores before the bulk reduction reads them (async proxy)
+                    ptx.mbarrier_arrive(fixed_full + DQ_FULL + 8 * qb)
                 pos += 1
 
         # epilogue: dK or dQ (times the softmax scale) and dV as 16-bit pairs, written once
@@ -393,12 +513,27 @@ def wgmma_bwd_kernel(t: WgmmaBwdTiles, variant: Variant, dtype: str):
     return kernel(launch_bounds=(THREADS, 1), whole_program=True)(wgmma_bwd)
 
 
-def smem_bytes(t: WgmmaBwdTiles) -> int:
-    """Dynamic shared bytes: the two fixed tiles (one in dv), two stages of the two ring
-    tiles (2 bytes an element), dK/dV's two stages of lse and delta rows, the mbarriers."""
-    stats = 2 * STAGES * 4 * t.ring if t.keys_are_rows else 0
+def smem_layout(t: WgmmaBwdTiles) -> tuple:
+    """Byte offsets in the dynamic shared memory ``(stats, dS, dQ, barriers, total)``: the
+    two fixed tiles (one in dv) and two stages of the two ring tiles (2 bytes an element)
+    from 0, dK/dV's two stages of lse and delta rows, with ``ordered_dq`` two dSᵀ tiles
+    (1024-byte aligned: swizzled; 128 keys × ring queries, 2 bytes) and two float32 dQ
+    tiles (ring × d), then the mbarriers."""
     fixed = 1 if t.part == "dv" else 2
-    return 2 * t.head_dim * (fixed * ROWS + 2 * STAGES * t.ring) + stats + BARRIER_BYTES
+    stats_at = 2 * t.head_dim * (fixed * ROWS + 2 * STAGES * t.ring)
+    ds_at = stats_at + (2 * STAGES * 4 * t.ring if t.keys_are_rows else 0)
+    dq_at = bars_at = ds_at
+    if t.ordered_dq:
+        ds_at = -(-ds_at // 1024) * 1024
+        dq_at = ds_at + DQ_BUFS * 2 * ROWS * t.ring
+        bars_at = dq_at + DQ_BUFS * 4 * t.ring * t.head_dim
+    return stats_at, ds_at, dq_at, bars_at, bars_at + (ORDERED_BARRIER_BYTES if t.ordered_dq else BARRIER_BYTES)
+
+
+def smem_bytes(t: WgmmaBwdTiles) -> int:
+    """Dynamic shared bytes (``smem_layout``): 128 KiB at d = 128 (225.1 KiB with
+    ``ordered_dq``), 96 KiB at d = 64 (226.1 KiB), 192 KiB at d = 256."""
+    return smem_layout(t)[4]
 
 
 #: What each kernel reads and writes (``KernelLaunch.io``), by part.
@@ -406,6 +541,63 @@ _IO = {"dkdv": (("q", "r"), ("k", "r"), ("v", "r"), ("dout", "r"), ("stats", "r"
        "dv": (("q", "r"), ("k", "r"), ("dout", "r"), ("stats", "r"), ("dv", "w")),
        "dk": (("q", "r"), ("k", "r"), ("v", "r"), ("dout", "r"), ("stats", "r"), ("dk", "w")),
        "dq": (("q", "r"), ("k", "r"), ("v", "r"), ("dout", "r"), ("stats", "r"), ("dq", "w"))}  # fmt: skip
+#: With ``ordered_dq`` the dK/dV kernel also sums dqacc (in L2; written back once), the convert reads it.
+_IO_ORDERED = _IO["dkdv"] + (("dqacc", "w"),)
+_IO_CONVERT = (("dqacc", "r"), ("dq", "w"))
+
+
+def ordered_dq(variant: Variant, head_dim: int) -> bool:
+    """Whether the dK/dV kernel sums dQ too (``wgmma_bwd_kernel``'s ``ORDERED``, FlashAttention-3's
+    dQ with its deterministic order) instead of a dQ kernel recomputing S and dP: 5 matrix
+    products, not 7.  Tiles of d = 64 and 128 (a step's dQ is 64 × 128 or 128 × 64, 32 KiB
+    of float32, and the dS and dQ tiles fit beside the ring), not a block mask's visit lists
+    (the key tiles adding to a query tile come from ``key_tiles``).
+    ``NUMBA_FLASH_WGMMA_DQ=pass`` keeps the dQ kernel."""
+    if os.environ.get("NUMBA_FLASH_WGMMA_DQ", "") == "pass":
+        return False
+    if variant.mods is not None and variant.mods.block_sparse:
+        return False
+    t = tiles(head_dim)[0] if tile_dim(head_dim, HEAD_DIMS) in (64, 128) else None
+    return t is not None and t.ring * t.head_dim == 8192
+
+
+@functools.lru_cache(maxsize=None)
+def dq_convert_kernel(t: WgmmaBwdTiles, variant: Variant, dtype: str):
+    """``kernel[grid, 256, stream, 0](q, k, dqacc, dq, softmax_scale, params, alibi, cu_seqlens_q,
+    cu_seqlens_k, fx)``: dQ = softmax_scale · dqacc as 16-bit pairs, a block a query tile
+    of ``t.ring`` rows (``spec.query_grid``), each thread the fragment the consumer thread
+    of its place stored (``wgmma_bwd_kernel``'s dQ tiles, in that order); a query tile no key
+    tile added to (``key_tiles`` empty: dqacc never written there) gets 0."""
+    HEAD_DIM, RING = t.head_dim, t.ring
+    F = variant.flags
+    Q_SPLIT = RING == 128
+    BF16 = dtype == "bfloat16"
+    DCOLS, _, _, HALVES = tc_array_layout(t)
+
+    def wgmma_bwd_dq_convert(q, k, dqacc, dq, softmax_scale, params, alibi, cu_q, cu_k, fx):
+        start, b, h, hk, q0, k0, mi, seq = this_block(q, k, params, cu_q, cu_k, fx, RING, F, False)
+        if start >= mi[0]:
+            return
+        n_lo, n_hi = key_tiles(start, RING, ROWS, mi)
+        row0 = (stats_row0(cu_q, seq) if F[VARLEN] else 0) + start
+        tid = cuda.threadIdx.x
+        cw, warp, lane = tid // 128, (tid // 32) % 4, tid % 32
+        acc = cuda.local.array(32, float32)
+        for nt in range(8):
+            x = (float32(0.0), float32(0.0), float32(0.0), float32(0.0))
+            if n_hi > n_lo:
+                f = ((cw * 4 + warp) * 8 + nt) * 128 + lane * 4  # the float's place in the step's dQ tile
+                x = ptx.ld_global_cg_v4_f32(dqacc, (b, h, row0 + f // HEAD_DIM, f % HEAD_DIM))
+            for e in range(4):
+                acc[4 * nt + e] = x[e]
+        scale = float32(softmax_scale)
+        for r in range(2):
+            row = (64 * cw if Q_SPLIT else 0) + 16 * warp + (lane >> 2) + 8 * r
+            if start + row < mi[0]:
+                fragments.store_row_pairs(dq, b, q0 + start + row, h, acc, 2 * r, 8, lane & 3, scale, BF16, DCOLS,
+                                          HALVES, 0 if Q_SPLIT else 8 * cw)  # fmt: skip
+
+    return kernel(launch_bounds=(256, 1))(wgmma_bwd_dq_convert)
 
 
 def launches(variant: Variant, dtype: str, sz: spec.Sizes, head_dim: int) -> list:
@@ -416,15 +608,37 @@ def launches(variant: Variant, dtype: str, sz: spec.Sizes, head_dim: int) -> lis
     from numba_flash.kernels import tc_backward
 
     ts = tiles(head_dim)
+    ordered = ordered_dq(variant, head_dim)
+    if ordered:  # dK/dV sums dQ too: no dQ kernel
+        ts = (replace(ts[0], ordered_dq=True),)
     out = []
     for t in ts:
         if t.keys_are_rows:
             grid, outs = spec.key_grid(sz, ROWS, variant.heaviest_first), ("dk", "dv")
         else:
             grid, outs = spec.query_grid(sz, ROWS, variant.heaviest_first), ("dq", "dq")
+        # dQ's sums and semaphores (``ordered_dq``), or stand-ins never read
+        dq_args = (spec.Arg("dqacc"), spec.Arg("dqsem")) if t.ordered_dq else (spec.Arg("stats"), spec.Arg("sched0"))
         args = (tuple(spec.Arg(r, "u16") for r in ("q", "k", "v", "dout")) + (spec.Arg("stats"),) +
-                tuple(spec.Arg(g, "u32") for g in outs) + (spec.Arg("scale"),) + spec.VARIANT_ARGS +
+                tuple(spec.Arg(g, "u32") for g in outs) + (spec.Arg("scale"),) + spec.VARIANT_ARGS + dq_args +
                 (spec.Arg("tmaps"),))  # fmt: skip
+        io = _IO_ORDERED if t.ordered_dq else _IO[t.part]
         out.append(spec.KernelLaunch(NAMES[t.part], wgmma_bwd_kernel(t, variant, dtype), t, grid, THREADS,
-                                     smem_bytes(t), args, (t.block_m, t.block_n, t.keys_are_rows), _IO[t.part]))  # fmt: skip
+                                     smem_bytes(t), args, (t.block_m, t.block_n, t.keys_are_rows), io))  # fmt: skip
+    if ordered:
+        t = ts[0]
+        args = (spec.Arg("q", "u16"), spec.Arg("k", "u16"), spec.Arg("dqacc"), spec.Arg("dq", "u32"),
+                spec.Arg("scale")) + spec.VARIANT_ARGS  # fmt: skip
+        out.append(spec.KernelLaunch("wgmma_bwd_dq_convert", dq_convert_kernel(t, variant, dtype), t,
+                                     spec.query_grid(sz, t.ring, variant.heaviest_first), 256, 0, args, (),
+                                     _IO_CONVERT))  # fmt: skip
     return [tc_backward.stats_launch(ts[0], dtype, sz, variant.varlen)] + out
+
+
+def dq_shapes(stats: tuple, head_dim: int) -> dict:
+    """The ordered dQ's workspace by role, from ``stats_shape``'s (batch, heads, 2, rows)
+    and the tiles' head dim: ``dqacc`` (batch, heads, rows, head_dim) float32, a step's
+    tile at its stats row (``dq_writer``), and ``dqsem`` (batch, heads, rows // SEM_ROWS
+    + 1) int32, to be zeroed each call."""
+    batch, heads, _, rows = stats
+    return {"dqacc": (batch, heads, rows, head_dim), "dqsem": (batch, heads, rows // SEM_ROWS + 1)}
