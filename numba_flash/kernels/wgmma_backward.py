@@ -117,6 +117,9 @@ DQ_FULL, DQ_EMPTY = BARRIER_BYTES, BARRIER_BYTES + 8 * DQ_BUFS
 ORDERED_BARRIER_BYTES = BARRIER_BYTES + 16 * DQ_BUFS
 SEM_ROWS = 64  # query rows a dQ semaphore covers (a step is 64 or 128 rows: its first row // SEM_ROWS)
 SMEM_LIMIT = 227 * 1024  # the dynamic shared memory a block may have on an H100/H200
+#: Debugging (``NUMBA_FLASH_DQ_WATCHDOG=N``, read at import): a dQ writer that spun N times on its
+#: semaphore prints what it waits for and goes on (its dQ is then wrong); 0: it waits.
+WATCHDOG = int(os.environ.get("NUMBA_FLASH_DQ_WATCHDOG", "0"))
 
 
 @dataclass(frozen=True)
@@ -300,10 +303,15 @@ def wgmma_bwd_kernel(t: WgmmaBwdTiles, variant: Variant, dtype: str):
                     row = s_row0 + i * RING
                     sem = (b, h, row // SEM_ROWS)
                     spins = 0
-                    while ptx.ld_acquire_gpu_s32(dqsem, sem) != rank:
+                    seen = ptx.ld_acquire_gpu_s32(dqsem, sem)
+                    while seen != rank:
                         spins += 1
                         if SIMULATOR and spins > 20000:  # the simulator runs blocks one by one
                             raise RuntimeError("dq_writer: waits for a key tile that runs after this one")
+                        if WATCHDOG and spins > WATCHDOG:  # a debugging run: say who waits for what, go on
+                            print("dq_writer stuck: b h j i rank seen", b, h, j, i, rank, seen)
+                            break
+                        seen = ptx.ld_acquire_gpu_s32(dqsem, sem)
                     if rank == 0:
                         ptx.cp_async_bulk_s2g(dqacc, (b, h, row, 0), dq_tiles + qb * DQ_BYTES, DQ_BYTES)
                     else:
