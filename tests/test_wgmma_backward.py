@@ -98,6 +98,16 @@ def test_wgmma_backward_matches_the_reference(rng, dtype, d, causal, H_kv, Nq, N
 
 
 @pytest.mark.usefixtures("wgmma_on", "poisoned_outputs")
+def test_wgmma_backward_dq_orders(rng, monkeypatch):
+    """dQ summed in dK/dV in its other order (``NUMBA_FLASH_WGMMA_DQ=light``: causal's key
+    tiles lightest first, each query tile's sums from its last key tile down), over three
+    key tiles, a window and GQA; the simulator runs blocks in launch order, so a block that waits
+    for one started after it raises (``dq_writer``)."""
+    monkeypatch.setenv("NUMBA_FLASH_WGMMA_DQ", "light")
+    check_backward(rng, "bfloat16", 128, True, H=2, H_kv=1, Nq=140, Nk=300, window_size=(130, 40))
+
+
+@pytest.mark.usefixtures("wgmma_on", "poisoned_outputs")
 def test_wgmma_backward_variants(rng):
     """Window + softcap + ALiBi, then dropout (the reference's keep mask), through the
     shared score, mask and dropout steps."""

@@ -80,8 +80,8 @@ from numba_flash import ptx
 from numba_flash._numba_cuda import SIMULATOR, cuda, device_function, float32, kernel, uint8, uint32
 from numba_flash.config import tc_array_layout
 from numba_flash.kernels import fragments, pipeline, score, spec
-from numba_flash.kernels.block_info import (group_size, key_tiles, query_tiles, read_walk_list, this_block, tile_at,
-                                            tile_partial, walk_range)
+from numba_flash.kernels.block_info import (block_at, grid_coords, group_size, key_tiles, query_tiles, read_walk_list,
+                                            this_block, tile_at, tile_partial, walk_range)
 from numba_flash.kernels.hopper import (ATOM, land_and_zero, load_rows, mn_chain, past_rows, rs_chain, ss_chain,
                                         tile_dim, wait_phase)
 from numba_flash.variant import CAUSAL, HAS_RIGHT, HEAVIEST_FIRST, VARLEN, Variant
@@ -140,6 +140,8 @@ class WgmmaBwdTiles:
     part: str = ""
     #: dK/dV also sums dQ (``ordered_dq``): no dQ kernel, a convert launch after it.
     ordered_dq: bool = False
+    #: … its key tiles lightest first under a right bound (``NUMBA_FLASH_WGMMA_DQ=light``; ``wgmma_bwd_kernel``'s LIGHT).
+    light_first: bool = False
 
     def __post_init__(self):
         if not self.part:  # the default: the one kernel of its axis
@@ -221,8 +223,14 @@ def wgmma_bwd_kernel(t: WgmmaBwdTiles, variant: Variant, dtype: str):
     # dQ summed here (``ordered_dq``): a step's dQ (RING × d) = dS (RING × 128 keys) · K, the consumers
     # splitting its rows (d = 64: RING = 128) or its columns (d = 128: RING = 64), 64 × 64 each
     ORDERED = t.ordered_dq
-    REVERSE = ORDERED and (F[CAUSAL] or F[HAS_RIGHT])  # the walk from the last query tile (``dq_order``)
-    DESC = F[HEAVIEST_FIRST] and not (F[CAUSAL] or F[HAS_RIGHT])  # key tiles start last-first: later tiles add first
+    RIGHT = F[CAUSAL] or F[HAS_RIGHT]
+    # the order of a query tile's dQ sums (``dq_rank``), which is the order its key tiles' blocks start in: under a
+    # right bound the walk from the last query tile, the key tiles heaviest (first) first, all of them reaching a
+    # query tile together; or (``light_first``) the key tiles lightest first, each reaching a query tile after the
+    # next one did (FlashAttention-3's deterministic order)
+    LIGHT = ORDERED and RIGHT and t.light_first
+    REVERSE = ORDERED and RIGHT and not LIGHT
+    DESC = (F[HEAVIEST_FIRST] and not RIGHT) or LIGHT  # key tiles start last-first: later tiles add first
     Q_SPLIT = RING == 128
     DS_ATOM = ROWS * 128  # a 64-query atom of a dS tile: the block's 128 keys, 128 bytes a row
     DS_BYTES = (RING // ATOM) * DS_ATOM
@@ -249,7 +257,13 @@ def wgmma_bwd_kernel(t: WgmmaBwdTiles, variant: Variant, dtype: str):
         of this block (``start`` its first row: a key in dK/dV, a query in dQ; ``h0`` the
         group's first query head in dK/dV), the ring tiles ``[lo, hi)`` it visits, and the
         query heads it walks them for (``group``: GQA's in dK/dV, 1 in dQ)."""
-        start, b, h0, hk, q0, k0, mi, seq = this_block(q, k, params, cu_q, cu_k, fx, ROWS, F, KEYS_ARE_ROWS)
+        if LIGHT:  # the grid's key tiles from the last (the lightest under a right bound)
+            tt, hh, sq = grid_coords(cuda.blockIdx.x, cuda.blockIdx.y, cuda.gridDim.z - 1 - cuda.blockIdx.z,
+                                     cuda.gridDim.z, fx, KEYS_ARE_ROWS, F)  # fmt: skip
+            start, b, h0, hk, q0, k0, mi, seq = block_at(tt, hh, sq, q, k, params, cu_q, cu_k, fx, ROWS, F,
+                                                         KEYS_ARE_ROWS)  # fmt: skip
+        else:
+            start, b, h0, hk, q0, k0, mi, seq = this_block(q, k, params, cu_q, cu_k, fx, ROWS, F, KEYS_ARE_ROWS)
         if KEYS_ARE_ROWS:
             lo, hi = query_tiles(start, BLOCK_M, BLOCK_N, mi)
             if start >= mi[1]:  # varlen: a block past its sequence's keys walks nothing
@@ -282,12 +296,14 @@ def wgmma_bwd_kernel(t: WgmmaBwdTiles, variant: Variant, dtype: str):
                 words[at // 4] = ds_frag[ps * 4 + e]
 
     @device_function
-    def dq_writer(q, k, params, cu_q, cu_k, fx, dqacc, dqsem, dq_tiles, bars, lead):
-        """Warp 1 of the producer warpgroup: for each step of the walk, once both consumers
-        stored its dQ tile (``dq_full``), add it to ``dqacc`` (a bulk reduction, or a copy
-        for the first key tile) after the key tiles before this one in the query tile's
-        order did (``dqsem``: its count of them, ``dq_rank``), count this one, and free the
-        tile (``dq_empty``)."""
+    def dq_writer(q, k, params, cu_q, cu_k, fx, dqacc, dqsem, dq_tiles, bars, qb, lead):
+        """Warp 1 + ``qb`` of the producer warpgroup, the writer of dQ tile ``qb``: for each
+        step of the walk that tile holds (every other one), once both consumers stored it
+        (``dq_full``), add it to ``dqacc`` (a bulk reduction, or a copy for the first key
+        tile) after the key tiles before this one in the query tile's order did (``dqsem``:
+        its count of them, ``dq_rank``), count this one, and free the tile (``dq_empty``).
+        Two writers: a reduction waits for its turn and for its writes to land before the
+        count, about as long as a step's products (session 24: one writer set the pace)."""
         start, b, h0, hk, q0, k0, mi, seq, lo, hi, group = block_walk(q, k, params, cu_q, cu_k, fx)
         j = start // ROWS
         s_row0 = stats_row0(cu_q, seq) if F[VARLEN] else 0
@@ -296,7 +312,9 @@ def wgmma_bwd_kernel(t: WgmmaBwdTiles, variant: Variant, dtype: str):
             h = h0 + hq
             for it in range(lo, hi):
                 i = step_at(it, lo, hi)
-                qb = pos % DQ_BUFS
+                if pos % DQ_BUFS != qb:  # the other writer's step
+                    pos += 1
+                    continue
                 wait_phase(bars + DQ_FULL + 8 * qb, (pos // DQ_BUFS) & 1)
                 if lead:
                     rank = dq_rank(i, j, mi)
@@ -415,8 +433,9 @@ def wgmma_bwd_kernel(t: WgmmaBwdTiles, variant: Variant, dtype: str):
                                           zeroed & 1, full, tid, RING, ATOMS, RING_ATOM)  # fmt: skip
                             zeroed += 1
                         pos += 1
-            elif ORDERED and tid < 64:  # warp 1: the dQ writer
-                dq_writer(q, k, params, cu_q, cu_k, fx, dqacc, dqsem, fix1 + DQ_AT, fixed_full, tid == 32)
+            elif ORDERED and tid < 32 * (1 + DQ_BUFS):  # warps 1, 2: the dQ writers, of dQ tiles 0, 1
+                dq_writer(q, k, params, cu_q, cu_k, fx, dqacc, dqsem, fix1 + DQ_AT, fixed_full, tid // 32 - 1,
+                          tid % 32 == 0)  # fmt: skip
             return
 
         ptx.setmaxnreg_inc(CONSUMER_REGS)
@@ -560,7 +579,8 @@ def ordered_dq(variant: Variant, head_dim: int) -> bool:
     products, not 7.  Tiles of d = 64 and 128 (a step's dQ is 64 × 128 or 128 × 64, 32 KiB
     of float32, and the dS and dQ tiles fit beside the ring), not a block mask's visit lists
     (the key tiles adding to a query tile come from ``key_tiles``).
-    ``NUMBA_FLASH_WGMMA_DQ=pass`` keeps the dQ kernel."""
+    ``NUMBA_FLASH_WGMMA_DQ=pass`` keeps the dQ kernel; ``=light`` runs a right bound's key
+    tiles lightest first (``WgmmaBwdTiles.light_first``)."""
     if os.environ.get("NUMBA_FLASH_WGMMA_DQ", "") == "pass":
         return False
     if variant.mods is not None and variant.mods.block_sparse:
@@ -618,7 +638,7 @@ def launches(variant: Variant, dtype: str, sz: spec.Sizes, head_dim: int) -> lis
     ts = tiles(head_dim)
     ordered = ordered_dq(variant, head_dim)
     if ordered:  # dK/dV sums dQ too: no dQ kernel
-        ts = (replace(ts[0], ordered_dq=True),)
+        ts = (replace(ts[0], ordered_dq=True, light_first=os.environ.get("NUMBA_FLASH_WGMMA_DQ", "") == "light"),)
     out = []
     for t in ts:
         if t.keys_are_rows:
