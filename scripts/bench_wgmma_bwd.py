@@ -11,8 +11,8 @@ of a saved forward); the time of each of our three kernels launched alone
 (``kernel_ms``); and the wgmma backward with other ring tiles
 (``NUMBA_FLASH_WGMMA_BWD_RING``, fp16 non-causal at N = 4096).  FLOPs 2.5 · 4·B·H·N²·d
 (×0.5 causal).  ``--quick``: fp16 only; ``--mma``: the mma.sync backward too; ``--dq-ab``:
-the dQ kernel (``NUMBA_FLASH_WGMMA_DQ=pass``) against dQ summed in dK/dV, timed in turn
-(ordered, pass, ordered, pass, ordered: ``ordered_ms`` / ``pass_ms`` the medians).  The
+the dQ kernel (the default) against dQ summed in dK/dV (``NUMBA_FLASH_WGMMA_DQ=ordered``),
+timed in turn (``ordered_ms`` / ``pass_ms``: the medians of three).  The
 gradients are checked against the float64 reference by tests/test_wgmma_backward.py.
 """
 
@@ -117,9 +117,9 @@ def main(path, quick=False, mma=False, dq_ab=False):
                            sdpa_cudnn_ms=cudnn, tflops=fl / wg_ms / 1e9, vs_fa2=fa2 / wg_ms, vs_cudnn=cudnn / wg_ms,
                            kernel_ms=kernel_ms(args, causal))  # fmt: skip
                 if dq_ab:  # in turn: the dQ kernel against dQ summed in dK/dV
-                    times = {"ordered": [wg_ms], "pass": []}
-                    for how in ("pass", "ordered", "pass", "ordered"):
-                        times[how].append(ours(args, causal, True, dq=how if how == "pass" else "")[0])
+                    times = {"ordered": [], "pass": [wg_ms]}
+                    for how in ("ordered", "pass", "ordered", "pass", "ordered"):
+                        times[how].append(ours(args, causal, True, dq=how)[0])
                     row.update(ordered_ms=float(np.median(times["ordered"])), pass_ms=float(np.median(times["pass"])),
                                ordered_tflops=fl / float(np.median(times["ordered"])) / 1e9,
                                pass_tflops=fl / float(np.median(times["pass"])) / 1e9)  # fmt: skip

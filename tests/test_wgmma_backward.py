@@ -10,6 +10,7 @@ same checks at larger shapes, the variants, and determinism.
 
 from __future__ import annotations
 
+import os
 import re
 
 import ml_dtypes
@@ -25,13 +26,15 @@ from numba_flash.variant import Mods, Variant
 
 SM90A = (9, 0, "a")  # numba-cuda's target on an H100/H200 (``_numba_cuda.target_arch``)
 DTYPES = {"float16": np.float16, "bfloat16": ml_dtypes.bfloat16}
-KERNELS = ["tc_bwd_stats", "wgmma_bwd_dkdv", "wgmma_bwd_dq_convert"]  # dK/dV sums dQ (``ordered_dq``)
-KERNELS_PASS = ["tc_bwd_stats", "wgmma_bwd_dkdv", "wgmma_bwd_dq"]  # dQ its own pass
+KERNELS = ["tc_bwd_stats", "wgmma_bwd_dkdv", "wgmma_bwd_dq"]  # dQ its own pass (the default)
+KERNELS_ORDERED = ["tc_bwd_stats", "wgmma_bwd_dkdv", "wgmma_bwd_dq_convert"]  # dK/dV sums dQ (``ordered_dq``)
 #: past d = 128 (on d = 256's tiles) dV and dK are two kernels (``wgmma_backward.RINGS``: a thread cannot hold both)
 KERNELS_256 = ["tc_bwd_stats", "wgmma_bwd_dv", "wgmma_bwd_dk", "wgmma_bwd_dq"]
 
 
 def kernels(d):
+    if d <= 128 and os.environ.get("NUMBA_FLASH_WGMMA_DQ") in ("ordered", "light"):
+        return KERNELS_ORDERED
     return KERNELS_256 if d > 128 else KERNELS
 
 
@@ -98,13 +101,21 @@ def test_wgmma_backward_matches_the_reference(rng, dtype, d, causal, H_kv, Nq, N
 
 
 @pytest.mark.usefixtures("wgmma_on", "poisoned_outputs")
-def test_wgmma_backward_dq_orders(rng, monkeypatch):
-    """dQ summed in dK/dV in its other order (``NUMBA_FLASH_WGMMA_DQ=light``: causal's key
-    tiles lightest first, each query tile's sums from its last key tile down), over three
-    key tiles, a window and GQA; the simulator runs blocks in launch order, so a block that waits
-    for one started after it raises (``dq_writer``)."""
-    monkeypatch.setenv("NUMBA_FLASH_WGMMA_DQ", "light")
-    check_backward(rng, "bfloat16", 128, True, H=2, H_kv=1, Nq=140, Nk=300, window_size=(130, 40))
+@pytest.mark.parametrize("order,case", [("ordered", "full"), ("ordered", "varlen"), ("light", "window")])
+def test_wgmma_backward_dq_orders(rng, monkeypatch, order, case):
+    """dQ summed in dK/dV (``NUMBA_FLASH_WGMMA_DQ=ordered``, opt-in): d = 128's column halves
+    over two key tiles with GQA; varlen at d = 64 (query halves), causal (the walk from the
+    last query tile), the last sequence NaN (the fixed K and V rows past a sequence zeroed:
+    dS · K must not meet them); ``light``: causal's key tiles lightest first, each query tile's
+    sums from its last key tile down, with a window.  The simulator runs blocks in launch
+    order, so a block that waits for one started after it raises (``dq_writer``)."""
+    monkeypatch.setenv("NUMBA_FLASH_WGMMA_DQ", order)
+    if case == "full":
+        check_backward(rng, "float16", 128, False, H=2, H_kv=1, Nq=90, Nk=200)
+    elif case == "varlen":
+        check_varlen_backward(rng, "float16", 64, True, [5, 0, 70, 1, 33], [7, 4, 90, 1, 20])
+    else:
+        check_backward(rng, "bfloat16", 128, True, H=2, H_kv=1, Nq=140, Nk=300, window_size=(130, 40))
 
 
 @pytest.mark.usefixtures("wgmma_on", "poisoned_outputs")
@@ -152,13 +163,13 @@ def test_the_switch(monkeypatch):
                   P.Problem("backward", "float16", 64, False, seqlen_q=128, seqlen_k=128, arch=SM90A, aligned=False)):
         assert "wgmma" not in str([k.name for k in P.plan(other).launches]), other
     # FlexAttention's mods run there too (since session 21: the visit lists read by every role)
-    # — a block mask's visit lists on the dQ kernel (dK/dV's ordered dQ needs ``key_tiles``' ranges)
     flex = P.Problem("backward", "float16", 64, False, seqlen_q=128, seqlen_k=128, arch=SM90A,
                      features=Variant(mods=Mods(None, None, None, block_sparse=True)))
-    assert [k.name for k in P.plan(flex).launches] == KERNELS_PASS
-    monkeypatch.setenv("NUMBA_FLASH_WGMMA_DQ", "pass")  # the dQ kernel again
+    assert [k.name for k in P.plan(flex).launches] == kernels(64)
+    monkeypatch.setenv("NUMBA_FLASH_WGMMA_DQ", "ordered")  # dQ summed in dK/dV (opt-in), not under a block mask
     p = P.Problem("backward", "bfloat16", 128, True, seqlen_q=128, seqlen_k=128, arch=SM90A)
-    assert [k.name for k in P.plan(p).launches] == KERNELS_PASS
+    assert [k.name for k in P.plan(p).launches] == KERNELS_ORDERED
+    assert [k.name for k in P.plan(flex).launches] == KERNELS
 
 
 def test_the_ring_override_reaches_the_api_plan(monkeypatch):
@@ -237,8 +248,8 @@ def test_wgmma_backward_varlen(rng):
     check_varlen_backward(rng, "float16", 64, True, [5, 0, 70, 1, 33], [7, 4, 90, 1, 20])
 
 
-@pytest.mark.parametrize("d,causal", [(128, False), (64, True), (256, True)])
-def test_wgmma_backward_compiles_for_sm_90a(d, causal):
+@pytest.mark.parametrize("d,causal,dq", [(128, False, ""), (64, True, ""), (256, True, ""), (128, True, "ordered")])
+def test_wgmma_backward_compiles_for_sm_90a(d, causal, dq, monkeypatch):
     """``inspect --arch sm_90a`` of the plan: TMA copies (and the bulk copies of the
     stats rows in dK/dV), register reallocation, wgmma for S and dP (both operands from
     shared memory; no dP in d = 256's dV kernel) and for the gradients (A from
@@ -248,6 +259,7 @@ def test_wgmma_backward_compiles_for_sm_90a(d, causal):
     from numba_flash.kernels.wgmma_backward import RINGS
     from numba_flash.kernels.wgmma_backward import ROWS as ROWS_DQ  # dQ's k dimension: the block's keys
 
+    monkeypatch.setenv("NUMBA_FLASH_WGMMA_DQ", dq)
     reports = inspect_kernels("backward", "float16", d, causal, arch="sm_90a", seqlen_q=4096)
     assert [r.name for r in reports] == kernels(d)
     for r in reports[1:]:
@@ -258,7 +270,7 @@ def test_wgmma_backward_compiles_for_sm_90a(d, causal):
         ring = RINGS[d][part]  # the step of the walk
         products = 1 if part == "dv" else 2  # Sᵀ (and dPᵀ)
         grads = 2 if part == "dkdv" else 1
-        ordered = d <= 128 and part == "dkdv"  # dQ summed here: dQ = dS·K, 64 × 64 a consumer, both operands MN-major
+        ordered = dq == "ordered" and part == "dkdv"  # dQ summed here: dQ = dS·K, 64 × 64 a consumer, both operands MN-major
         assert ".target sm_90a" in r.ptx
         # the function carries its launch's name (ncu, the sanitizers and ``traffic.measure`` find it by it)
         assert re.search(r"\.entry\s+\S*" + r.name + r"B", r.ptx), r.name

@@ -338,7 +338,7 @@ def test_info_names_the_wgmma_forward_on_sm_90a():
     and the multiples of 8 between, on the next one's tiles); other head dims,
     unaligned rows and sm_80 keep the mma.sync kernels."""
     rows = {(r["dtype"], r["head_dims"]): r for r in P.table(SM90A)}
-    bwd_128 = "tensor-core: tc_bwd_stats → wgmma_bwd_dkdv → wgmma_bwd_dq_convert"  # dQ summed in dK/dV
+    bwd_128 = "tensor-core: tc_bwd_stats → wgmma_bwd_dkdv → wgmma_bwd_dq"
     bwd_256 = "tensor-core: tc_bwd_stats → wgmma_bwd_dv → wgmma_bwd_dk → wgmma_bwd_dq"
     for half in ("float16", "bfloat16"):
         for dims, fwd, bwd in (("64, 128 (16-byte aligned rows)", "wgmma_forward", bwd_128),
@@ -499,5 +499,4 @@ def test_wgmma_forward_flex(rng, fam, name):
 
     with kernels_launched() as ran:
         check_flex(rng, fam, name, Nq=150, Nk=200)
-    # each case has a block mask: the backward's dQ is its own kernel (the visit lists; ``ordered_dq``)
     assert ran[0] == "wgmma_forward" and "wgmma_bwd_dq" in ran, ran

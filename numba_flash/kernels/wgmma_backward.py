@@ -120,6 +120,10 @@ SMEM_LIMIT = 227 * 1024  # the dynamic shared memory a block may have on an H100
 #: Debugging (``NUMBA_FLASH_DQ_WATCHDOG=N``, read at import): a dQ writer that spun N times on its
 #: semaphore prints what it waits for and goes on (its dQ is then wrong); 0: it waits.
 WATCHDOG = int(os.environ.get("NUMBA_FLASH_DQ_WATCHDOG", "0"))
+#: Timing probes (``NUMBA_FLASH_DQ_PROBE``, read at import; the results are then wrong): "nowait", the writers
+#: never wait for their turn; "nowrite", they wait but issue no reduction; "" (default): neither.
+PROBE = os.environ.get("NUMBA_FLASH_DQ_PROBE", "")
+NO_WAIT, NO_WRITE = PROBE == "nowait", PROBE == "nowrite"
 
 
 @dataclass(frozen=True)
@@ -235,6 +239,8 @@ def wgmma_bwd_kernel(t: WgmmaBwdTiles, variant: Variant, dtype: str):
     DS_ATOM = ROWS * 128  # a 64-query atom of a dS tile: the block's 128 keys, 128 bytes a row
     DS_BYTES = (RING // ATOM) * DS_ATOM
     DQ_BYTES = RING * HEAD_DIM * 4
+    # the debugging knobs as closure values: part of the on-disk cache's key (``_cache``), not module globals
+    WATCH, SKIP_WAIT, SKIP_WRITE = WATCHDOG, NO_WAIT, NO_WRITE
     # the maps of the fixed and the ring tiles
     FIX1, FIX2, RING1, RING2 = (K_MAP, V_MAP, Q_MAP, DO_MAP) if KEYS_ARE_ROWS else (Q_MAP, DO_MAP, K_MAP, V_MAP)
     kind = "f16" if dtype == "float16" else "bf16"
@@ -322,15 +328,19 @@ def wgmma_bwd_kernel(t: WgmmaBwdTiles, variant: Variant, dtype: str):
                     sem = (b, h, row // SEM_ROWS)
                     spins = 0
                     seen = ptx.ld_acquire_gpu_s32(dqsem, sem)
+                    if SKIP_WAIT:
+                        seen = rank
                     while seen != rank:
                         spins += 1
                         if SIMULATOR and spins > 20000:  # the simulator runs blocks one by one
                             raise RuntimeError("dq_writer: waits for a key tile that runs after this one")
-                        if WATCHDOG and spins > WATCHDOG:  # a debugging run: say who waits for what, go on
+                        if WATCH and spins > WATCH:  # a debugging run: say who waits for what, go on
                             print("dq_writer stuck: b h j i rank seen", b, h, j, i, rank, seen)
                             break
                         seen = ptx.ld_acquire_gpu_s32(dqsem, sem)
-                    if rank == 0:
+                    if SKIP_WRITE:
+                        pass
+                    elif rank == 0:
                         ptx.cp_async_bulk_s2g(dqacc, (b, h, row, 0), dq_tiles + qb * DQ_BYTES, DQ_BYTES)
                     else:
                         ptx.cp_reduce_async_bulk_add_f32(dqacc, (b, h, row, 0), dq_tiles + qb * DQ_BYTES, DQ_BYTES)
@@ -581,7 +591,7 @@ def ordered_dq(variant: Variant, head_dim: int) -> bool:
     (the key tiles adding to a query tile come from ``key_tiles``).
     ``NUMBA_FLASH_WGMMA_DQ=pass`` keeps the dQ kernel; ``=light`` runs a right bound's key
     tiles lightest first (``WgmmaBwdTiles.light_first``)."""
-    if os.environ.get("NUMBA_FLASH_WGMMA_DQ", "") == "pass":
+    if os.environ.get("NUMBA_FLASH_WGMMA_DQ", "") not in ("ordered", "light"):  # the dQ kernel unless asked
         return False
     if variant.mods is not None and variant.mods.block_sparse:
         return False
