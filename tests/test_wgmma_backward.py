@@ -326,12 +326,25 @@ def test_wgmma_backward_varlen_on_the_gpu(rng, dtype, d, causal):
 
 
 @pytest.mark.gpu
+@pytest.mark.usefixtures("wgmma_on", "poisoned_outputs")
+@pytest.mark.parametrize("order,dtype,d,causal", [("ordered", "float16", 128, False), ("ordered", "bfloat16", 64, True),
+                                                  ("light", "float16", 128, True)])  # fmt: skip
+def test_wgmma_backward_dq_orders_on_the_gpu(rng, monkeypatch, order, dtype, d, causal):
+    """dQ summed in dK/dV (opt-in) at sizes with many key tiles a query tile, GQA, against
+    the float64 reference, and bitwise the same over five runs (the semaphores' order)."""
+    monkeypatch.setenv("NUMBA_FLASH_WGMMA_DQ", order)
+    inputs, first = check_backward(rng, dtype, d, causal, B=2, H=4, H_kv=2, Nq=1000, Nk=1517)
+    for _ in range(5):
+        again, _ = run_backward(*inputs, causal, {})
+        assert all(np.array_equal(a.view(np.uint16), b.view(np.uint16)) for a, b in zip(first, again))
+
+
+@pytest.mark.gpu
 @pytest.mark.usefixtures("wgmma_on")
 @pytest.mark.parametrize("d,causal", [(128, True), (64, False)])
 def test_wgmma_backward_gqa_is_deterministic(rng, d, causal):
-    """Twenty runs of a GQA backward give bitwise the same dQ, dK and dV: the group's
-    heads summed in order, and dQ's key tiles added in their semaphore's order (the walk
-    from the last query tile under causal, from the first without)."""
+    """Twenty runs of a GQA backward give bitwise the same dQ, dK and dV (no atomics; the
+    group's heads summed in order)."""
     inputs, first = check_backward(rng, "bfloat16", d, causal, B=1, H=8, H_kv=2, Nq=700, Nk=900)
     for _ in range(20):
         again, _ = run_backward(*inputs, causal, {})
