@@ -25,7 +25,17 @@ wgmma m64nN accumulator holds per thread an m16n8 accumulator's values for N/8 n
 
 dQ is its own pass (no atomics: every dQ element is written once, bitwise
 deterministic).  It costs recomputing S and dP there: 7 matrix products where an
-atomic dQ would make 5.
+atomic dQ would make 5.  Opt-in (``ordered_dq``, ``NUMBA_FLASH_WGMMA_DQ=ordered``; session 24),
+the dK/dV kernel sums dQ itself in a deterministic order, then ``wgmma_bwd_dq_convert``:
+    dSᵀ → shared memory (bar.sync 1, 256)   dQ = dS·K   wgmma m64n64k16, both operands MN-major,
+                                            a consumer's 64 × 64 quarter into S's dead registers
+    dQ tile (float32) → shared memory       a writer warp (two, one a tile) waits for the query
+                                            tile's semaphore to count the key tiles started
+                                            before this one (``dq_rank``), adds the tile to
+                                            ``dqacc`` by a bulk reduction (the first copies),
+                                            waits for it and counts itself
+It measured 1.19–1.40× the dQ kernel's time on the H200 (the turns' waits, and an unpipelined
+step: docs/benchmarks/2026-12-04-s24), so the dQ kernel stays the default.
 
 Grid and threads: dK/dV grid = (ceil(Nk / 128), H_kv, B) (``spec.key_grid``), dQ grid =
 (ceil(Nq / 128), H, B) (``spec.query_grid``); 384 threads a block:
@@ -53,13 +63,17 @@ parity is the fill's):
     land         varlen's such steps' copies landed (one at a time: the producer waits)
     empty[s]     256 consumer arrivals after the wait_group that retires their last
                  wgmma on the stage: the producer may overwrite it
+    dq_full[t]   (ordered dQ) 256 consumer arrivals: dQ tile t holds a step's dQ
+    dq_empty[t]  its writer's arrival once the tile's reduction landed
 No ``syncthreads`` after the roles split (one before it: the barriers are initialised).
 
-Shared memory (one dynamic array, 1024-byte aligned: a swizzled tile's repeat): the two
-fixed tiles (128·d·2 bytes each; one in d = 256's dV kernel), two stages of the two ring
-tiles (ring·d·2 each), in dK/dV two stages of lse and delta (ring·8 bytes), the six
-mbarriers: 128 KiB at d = 128 (dK/dV: 64 queries a step, dQ: 64 keys), 96 KiB at
-d = 64 (128 a step), 192 KiB at d = 256 (dK and dQ 32 rows a step, dV 64).
+Shared memory (one dynamic array, 1024-byte aligned: a swizzled tile's repeat; ``smem_layout``):
+the two fixed tiles (128·d·2 bytes each; one in d = 256's dV kernel), two stages of the two
+ring tiles (ring·d·2 each), in dK/dV two stages of lse and delta (ring·8 bytes), with the
+ordered dQ two dSᵀ tiles (128 keys × ring queries, 2 bytes) and two float32 dQ tiles
+(ring × d), then the mbarriers: 128 KiB at d = 128 (dK/dV: 64 queries a step, dQ: 64 keys;
+225.1 KiB with the ordered dQ), 96 KiB at d = 64 (128 a step; 226.1 KiB), 192 KiB at
+d = 256 (dK and dQ 32 rows a step, dV 64).
 
 Not yet (issue #13): the next step's products issued while this step's gradient
 products run; persistent blocks; head dims not a multiple of 8.
