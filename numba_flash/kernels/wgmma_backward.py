@@ -34,7 +34,7 @@ the dK/dV kernel sums dQ itself in a deterministic order, then ``wgmma_bwd_dq_co
                                             before this one (``dq_rank``), adds the tile to
                                             ``dqacc`` by a bulk reduction (the first copies),
                                             waits for it and counts itself
-It measured 1.19–1.40× the dQ kernel's time on the H200 (the turns' waits, and an unpipelined
+It measured 1.18–1.40× the dQ kernel's time on the H200 (the turns' waits, and an unpipelined
 step: docs/benchmarks/2026-12-04-s24), so the dQ kernel stays the default.
 
 Grid and threads: dK/dV grid = (ceil(Nk / 128), H_kv, B) (``spec.key_grid``), dQ grid =
@@ -130,7 +130,6 @@ DQ_BUFS = 2
 DQ_FULL, DQ_EMPTY = BARRIER_BYTES, BARRIER_BYTES + 8 * DQ_BUFS
 ORDERED_BARRIER_BYTES = BARRIER_BYTES + 16 * DQ_BUFS
 SEM_ROWS = 64  # query rows a dQ semaphore covers (a step is 64 or 128 rows: its first row // SEM_ROWS)
-SMEM_LIMIT = 227 * 1024  # the dynamic shared memory a block may have on an H100/H200
 #: Debugging (``NUMBA_FLASH_DQ_WATCHDOG=N``, read at import): a dQ writer that spun N times on its
 #: semaphore prints what it waits for and goes on (its dQ is then wrong); 0: it waits.
 WATCHDOG = int(os.environ.get("NUMBA_FLASH_DQ_WATCHDOG", "0"))
@@ -322,8 +321,8 @@ def wgmma_bwd_kernel(t: WgmmaBwdTiles, variant: Variant, dtype: str):
         (``dq_full``), add it to ``dqacc`` (a bulk reduction, or a copy for the first key
         tile) after the key tiles before this one in the query tile's order did (``dqsem``:
         its count of them, ``dq_rank``), count this one, and free the tile (``dq_empty``).
-        Two writers: a reduction waits for its turn and for its writes to land before the
-        count, about as long as a step's products (session 24: one writer set the pace)."""
+        Two writers, so that one tile's reduction and wait overlap the other's (measured no
+        faster than one: the turns' waits set the pace, docs/benchmarks/2026-12-04-s24)."""
         start, b, h0, hk, q0, k0, mi, seq, lo, hi, group = block_walk(q, k, params, cu_q, cu_k, fx)
         j = start // ROWS
         s_row0 = stats_row0(cu_q, seq) if F[VARLEN] else 0
@@ -603,8 +602,9 @@ def ordered_dq(variant: Variant, head_dim: int) -> bool:
     products, not 7.  Tiles of d = 64 and 128 (a step's dQ is 64 × 128 or 128 × 64, 32 KiB
     of float32, and the dS and dQ tiles fit beside the ring), not a block mask's visit lists
     (the key tiles adding to a query tile come from ``key_tiles``).
-    ``NUMBA_FLASH_WGMMA_DQ=pass`` keeps the dQ kernel; ``=light`` runs a right bound's key
-    tiles lightest first (``WgmmaBwdTiles.light_first``)."""
+    Opt-in: ``NUMBA_FLASH_WGMMA_DQ=ordered`` (or ``=light``: a right bound's key tiles
+    lightest first, ``WgmmaBwdTiles.light_first``); otherwise the dQ kernel, which measured
+    faster on the H200 (docs/benchmarks/2026-12-04-s24)."""
     if os.environ.get("NUMBA_FLASH_WGMMA_DQ", "") not in ("ordered", "light"):  # the dQ kernel unless asked
         return False
     if variant.mods is not None and variant.mods.block_sparse:
