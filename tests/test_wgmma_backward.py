@@ -103,19 +103,20 @@ def test_wgmma_backward_matches_the_reference(rng, dtype, d, causal, H_kv, Nq, N
 @pytest.mark.usefixtures("wgmma_on", "poisoned_outputs")
 @pytest.mark.parametrize("order,case", [("ordered", "full"), ("ordered", "varlen"), ("light", "window")])
 def test_wgmma_backward_dq_orders(rng, monkeypatch, order, case):
-    """dQ summed in dK/dV (``NUMBA_FLASH_WGMMA_DQ=ordered``, opt-in): d = 128's column halves
-    over two key tiles with GQA; varlen at d = 64 (query halves), causal (the walk from the
+    """dQ summed in dK/dV (``NUMBA_FLASH_WGMMA_DQ=ordered``, opt-in): d = 128's column halves,
+    two key tiles adding to one query tile, GQA; varlen at d = 64 (query halves), causal (the walk from the
     last query tile), the last sequence NaN (the fixed K and V rows past a sequence zeroed:
     dS · K must not meet them); ``light``: causal's key tiles lightest first, each query tile's
-    sums from its last key tile down, with a window.  The simulator runs blocks in launch
+    sums from its last key tile down, with a window (both key tiles add to the first query
+    tile).  The simulator runs blocks in launch
     order, so a block that waits for one started after it raises (``dq_writer``)."""
     monkeypatch.setenv("NUMBA_FLASH_WGMMA_DQ", order)
     if case == "full":
-        check_backward(rng, "float16", 128, False, H=2, H_kv=1, Nq=90, Nk=200)
+        check_backward(rng, "float16", 128, False, H=2, H_kv=1, Nq=64, Nk=140)
     elif case == "varlen":
         check_varlen_backward(rng, "float16", 64, True, [5, 0, 70, 1, 33], [7, 4, 90, 1, 20])
     else:
-        check_backward(rng, "bfloat16", 128, True, H=2, H_kv=1, Nq=140, Nk=300, window_size=(130, 40))
+        check_backward(rng, "bfloat16", 128, True, H=2, H_kv=1, Nq=70, Nk=200, window_size=(130, 40))
 
 
 @pytest.mark.usefixtures("wgmma_on", "poisoned_outputs")
