@@ -1246,20 +1246,28 @@ def ld_shared_cluster_v4_f32(addr):
     return tuple(_shared_f32s(addr, 4, "ld_shared_cluster_v4_f32"))
 
 
-def cp_async_bulk_g2s(dst, src, index, nbytes, mbar):
-    what = "cp_async_bulk_g2s"
-    st = _block(_thread())
+def _bulk_global(ary, index, nbytes, what, side):
+    """``(root array, its bytes, byte offset, nbytes)`` of a bulk copy's global side, the
+    ``nbytes`` at ``ary[index]``: a positive multiple of 16, 16-byte aligned, inside the
+    array (``side``, "source" or "destination", names it in the errors)."""
     nbytes = int(nbytes)
     if nbytes <= 0 or nbytes % 16:
         raise ValueError(f"{what}: nbytes={nbytes}: expected a positive multiple of 16")
-    root, off = _element(src, index)
+    root, off = _element(ary, index)
     if (root.ctypes.data + off) % 16:
-        raise ValueError(f"{what}: the global source is not 16-byte aligned")
-    data = _bytes_of(root)[off:off + nbytes]
-    if data.size != nbytes:
-        raise IndexError(f"{what}: {nbytes} bytes from the source index run past the array")
+        raise ValueError(f"{what}: the global {side} is not 16-byte aligned")
+    data = _bytes_of(root)
+    if off + nbytes > data.size:
+        raise IndexError(f"{what}: {nbytes} bytes from the {side} index run past the array")
+    return root, data, off, nbytes
+
+
+def cp_async_bulk_g2s(dst, src, index, nbytes, mbar):
+    what = "cp_async_bulk_g2s"
+    st = _block(_thread())
+    _, data, off, nbytes = _bulk_global(src, index, nbytes, what, "source")
     view, doff = st.smem.resolve(dst, nbytes, 16, what)
-    view[doff:doff + nbytes] = data
+    view[doff:doff + nbytes] = data[off:off + nbytes]
     _mbarrier_update(st, mbar, what, 0, -nbytes)
 
 
@@ -1269,15 +1277,7 @@ def _bulk_s2g_twin(name, reduce):
 
     def twin(dst, index, src, nbytes):
         st = _block(_thread())
-        nbytes = int(nbytes)
-        if nbytes <= 0 or nbytes % 16:
-            raise ValueError(f"{name}: nbytes={nbytes}: expected a positive multiple of 16")
-        root, off = _element(dst, index)
-        if (root.ctypes.data + off) % 16:
-            raise ValueError(f"{name}: the global destination is not 16-byte aligned")
-        data = _bytes_of(root)
-        if off + nbytes > data.size:
-            raise IndexError(f"{name}: {nbytes} bytes from the destination index run past the array")
+        root, data, off, nbytes = _bulk_global(dst, index, nbytes, name, "destination")
         view, soff = st.smem.resolve(src, nbytes, 16, name)
         incoming = view[soff:soff + nbytes].copy()
         with _GLOBAL_LOCK:
