@@ -2,7 +2,7 @@
 backward (``NUMBA_FLASH_WGMMA=0``) and torch SDPA's flash (FlashAttention-2) and cuDNN
 backends, same process, fp16 and bf16, the issue's shapes, causal off and on.
 
-    python3 scripts/bench_wgmma_bwd.py out.jsonl [--quick] [--mma] [--dq-ab]
+    python3 scripts/bench_wgmma_bwd.py out.jsonl [--quick] [--mma] [--dq-ab] [--pipe-ab]
 
 Each row: medians of CUDA-event timings after warm-up, 10
 back-to-back calls between the events ("queued", as torch.utils.benchmark times
@@ -12,7 +12,10 @@ of a saved forward); the time of each of our three kernels launched alone
 (``NUMBA_FLASH_WGMMA_BWD_RING``, fp16 non-causal at N = 4096).  FLOPs 2.5 · 4·B·H·N²·d
 (×0.5 causal).  ``--quick``: fp16 only; ``--mma``: the mma.sync backward too; ``--dq-ab``:
 the dQ kernel (the default) against dQ summed in dK/dV (``NUMBA_FLASH_WGMMA_DQ=ordered``),
-timed in turn (``ordered_ms`` / ``pass_ms``: the medians of three).  The
+timed in turn (``ordered_ms`` / ``pass_ms``: the medians of three); ``--pipe-ab``: the step
+pipelined or not (``NUMBA_FLASH_WGMMA_BWD_PIPE`` 0, 1, 3: ``wgmma_backward.pipelined``) timed
+in turn (``pipe{x}_ms``, medians of three; ``pipe{x}_kernel_ms``: each kernel alone), and
+whether the pipelined gradients equal the unpipelined ones bit for bit.  The
 gradients are checked against the float64 reference by tests/test_wgmma_backward.py.
 """
 
@@ -38,8 +41,14 @@ def queued(fn):
     return median_ms(fn, calls=10, rep=9)
 
 
-def ours(args, causal, wgmma, ring="", dq=""):
+PIPES = ("0", "1", "3")
+
+
+def ours(args, causal, wgmma, ring="", dq="", pipe=""):
     os.environ["NUMBA_FLASH_WGMMA"] = "1" if wgmma else "0"
+    os.environ["NUMBA_FLASH_WGMMA_BWD_PIPE"] = pipe
+    if not pipe:
+        del os.environ["NUMBA_FLASH_WGMMA_BWD_PIPE"]
     os.environ["NUMBA_FLASH_WGMMA_BWD_RING"] = ring
     os.environ["NUMBA_FLASH_WGMMA_DQ"] = dq
     fn = lambda: numba_flash.flash_attention_backward(*args, causal=causal)  # noqa: E731
@@ -98,7 +107,25 @@ def sdpa_bwd_ms(q, k, v, dout, causal):
     return tuple(got)
 
 
-def main(path, quick=False, mma=False, dq_ab=False):
+def pipe_ab(row, args, causal, fl):
+    """The ``--pipe-ab`` columns of ``row``: each ``PIPES`` mode timed in turn, its kernels alone,
+    and whether its gradients equal mode 0's bit for bit."""
+    times, grads = {x: [] for x in PIPES}, {}
+    for _ in range(3):
+        for x in PIPES:
+            ms, g = ours(args, causal, True, pipe=x)
+            times[x].append(ms)
+            grads.setdefault(x, g)
+    for x in PIPES:
+        row[f"pipe{x}_ms"] = float(np.median(times[x]))
+        row[f"pipe{x}_tflops"] = fl / row[f"pipe{x}_ms"] / 1e9
+        os.environ["NUMBA_FLASH_WGMMA_BWD_PIPE"] = x
+        row[f"pipe{x}_kernel_ms"] = kernel_ms(args, causal)
+        row[f"pipe{x}_bitwise"] = all(bool(cp.array_equal(a, b)) for a, b in zip(grads[x], grads["0"]))
+    del os.environ["NUMBA_FLASH_WGMMA_BWD_PIPE"]
+
+
+def main(path, quick=False, mma=False, dq_ab=False, pipe=False):
     rows = []
     dtypes = ("float16",) if quick else ("float16", "bfloat16")
     for dtype in dtypes:
@@ -125,6 +152,8 @@ def main(path, quick=False, mma=False, dq_ab=False):
                                pass_tflops=fl / float(np.median(times["pass"])) / 1e9)  # fmt: skip
                     row["ordered_vs_pass"] = row["pass_ms"] / row["ordered_ms"]
                     row["ordered_vs_cudnn"] = cudnn / row["ordered_ms"]
+                if pipe:
+                    pipe_ab(row, args, causal, fl)
                 if mma:
                     row["mma_ms"] = ours(args, causal, False)[0]
                     row["vs_mma"] = row["mma_ms"] / wg_ms
@@ -149,6 +178,18 @@ def main(path, quick=False, mma=False, dq_ab=False):
         print(f"{r['dtype']:9} {str((r['B'], r['H'], r['N'], r['d'])):18} {str(r['causal']):6} {r['wgmma_ms']:7.3f} "
               f"{r['tflops']:6.1f} {r['vs_fa2']:6.3f} {r['vs_cudnn']:8.3f} {r.get('vs_mma', float('nan')):6.3f} "
               f"{ks:>20} {rings:>24}")
+    if pipe:
+        print("\nthe step pipelined (NUMBA_FLASH_WGMMA_BWD_PIPE 1: two stages, 3: three) against not (0), in turn;"
+              " dq = the dQ kernel alone; bitwise = the gradients equal mode 0's")
+        print(f"{'dtype':9} {'B,H,N,d':18} {'causal':6} " + " ".join(f"{'ms ' + x:>8} {'dq ' + x:>7}" for x in PIPES) +
+              f" {'best/0':>7} {'best TF/s':>9} {'vs cuDNN':>8} {'bitwise':>8}")
+        for r in rows:
+            best = min(r[f"pipe{x}_ms"] for x in PIPES)
+            dq = {x: next((v for kname, v in r[f"pipe{x}_kernel_ms"].items() if "dq" in kname), float("nan")) for x in PIPES}
+            print(f"{r['dtype']:9} {str((r['B'], r['H'], r['N'], r['d'])):18} {str(r['causal']):6} " +
+                  " ".join(f"{r[f'pipe{x}_ms']:8.3f} {dq[x]:7.3f}" for x in PIPES) +
+                  f" {r['pipe0_ms'] / best:7.3f} {r['tflops'] * r['wgmma_ms'] / best:9.1f} "
+                  f"{r['sdpa_cudnn_ms'] / best:8.3f} {str(all(r[f'pipe{x}_bitwise'] for x in PIPES)):>8}")
     if dq_ab:
         print("\ndQ summed in dK/dV (ordered) against its own kernel (pass), timed in turn (medians)")
         print(f"{'dtype':9} {'B,H,N,d':18} {'causal':6} {'ordered ms':>10} {'pass ms':>8} {'speedup':>7} "
@@ -160,7 +201,7 @@ def main(path, quick=False, mma=False, dq_ab=False):
 
 
 if __name__ == "__main__":
-    main(sys.argv[1], "--quick" in sys.argv, "--mma" in sys.argv, "--dq-ab" in sys.argv)
+    main(sys.argv[1], "--quick" in sys.argv, "--mma" in sys.argv, "--dq-ab" in sys.argv, "--pipe-ab" in sys.argv)
     from numba_flash._numba_cuda import ASSEMBLED
 
     for how in sorted(set(ASSEMBLED.values())):  # whole_program_dispatcher: what assembled the wgmma kernels

@@ -120,6 +120,27 @@ def test_wgmma_backward_dq_orders(rng, monkeypatch, order, case):
 
 
 @pytest.mark.usefixtures("wgmma_on", "poisoned_outputs")
+@pytest.mark.parametrize("pipe,dtype,d,causal,Nk,kw", [
+    # three stages: the dQ kernel's 64-key steps, 5 of them (the ring wraps, the last partial); softcap: P and dS
+    # in one pass an element after dP, the mask's partial tiles
+    ("3", "bfloat16", 128, True, 300, {"softcap": 4.0}),
+    # two stages: 128-key steps, 3 of them; P while dP runs
+    ("1", "float16", 64, False, 300, {}),
+])  # fmt: skip
+def test_wgmma_backward_pipelined(rng, monkeypatch, pipe, dtype, d, causal, Nk, kw):
+    """The pipelined step (``NUMBA_FLASH_WGMMA_BWD_PIPE``: each step's gradient products issued
+    behind the next step's S and dP, P computed apart from dS) against the float64 reference,
+    and bitwise the same gradients as the unpipelined step (the same operations in the same
+    order)."""
+    monkeypatch.setenv("NUMBA_FLASH_WGMMA_BWD_PIPE", pipe)
+    inputs, piped = check_backward(rng, dtype, d, causal, H=2, H_kv=1, Nq=40, Nk=Nk, **kw)
+    monkeypatch.setenv("NUMBA_FLASH_WGMMA_BWD_PIPE", "0")
+    plain, _ = run_backward(*inputs, causal, dict(kw, layout="bshd"))
+    for name, a, b in zip(("dq", "dk", "dv"), piped, plain):
+        assert np.array_equal(a.view(np.uint16), b.view(np.uint16)), name
+
+
+@pytest.mark.usefixtures("wgmma_on", "poisoned_outputs")
 def test_wgmma_backward_variants(rng):
     """Window + softcap + ALiBi, then dropout (the reference's keep mask), through the
     shared score, mask and dropout steps."""
@@ -249,18 +270,23 @@ def test_wgmma_backward_varlen(rng):
     check_varlen_backward(rng, "float16", 64, True, [5, 0, 70, 1, 33], [7, 4, 90, 1, 20])
 
 
-@pytest.mark.parametrize("d,causal,dq", [(128, False, ""), (64, True, ""), (256, True, ""), (128, True, "ordered")])
-def test_wgmma_backward_compiles_for_sm_90a(d, causal, dq, monkeypatch):
+@pytest.mark.parametrize("d,causal,dq,pipe", [(128, False, "", "0"), (64, True, "", "1"), (256, True, "", "3"),
+                                              (128, True, "ordered", "0"), (128, True, "", "3")])  # fmt: skip
+def test_wgmma_backward_compiles_for_sm_90a(d, causal, dq, pipe, monkeypatch):
     """``inspect --arch sm_90a`` of the plan: TMA copies (and the bulk copies of the
     stats rows in dK/dV), register reallocation, wgmma for S and dP (both operands from
     shared memory; no dP in d = 256's dV kernel) and for the gradients (A from
     registers), nothing in local memory, and (with a whole-program ptxas) assembled
-    without spills."""
+    without spills; with the pipelined step (``pipe``) too, where it runs (dQ up to d = 128)."""
     from numba_flash.inspection import inspect_kernels
     from numba_flash.kernels.wgmma_backward import RINGS
     from numba_flash.kernels.wgmma_backward import ROWS as ROWS_DQ  # dQ's k dimension: the block's keys
+    from numba_flash.kernels.wgmma_backward import tiles as bwd_tiles
 
     monkeypatch.setenv("NUMBA_FLASH_WGMMA_DQ", dq)
+    monkeypatch.setenv("NUMBA_FLASH_WGMMA_BWD_PIPE", pipe)
+    piped = {t.part: t.pipelined for t in bwd_tiles(d)}
+    assert piped.get("dq") == (pipe != "0" and d <= 128) and not piped.get("dkdv")
     reports = inspect_kernels("backward", "float16", d, causal, arch="sm_90a", seqlen_q=4096)
     assert [r.name for r in reports] == kernels(d)
     for r in reports[1:]:
@@ -272,15 +298,17 @@ def test_wgmma_backward_compiles_for_sm_90a(d, causal, dq, monkeypatch):
         products = 1 if part == "dv" else 2  # Sᵀ (and dPᵀ)
         grads = 2 if part == "dkdv" else 1
         ordered = dq == "ordered" and part == "dkdv"  # dQ summed here: dQ = dS·K, 64 × 64 a consumer, both operands MN-major
+        copies = 2 if piped[part] else 1  # pipelined: the walk's first step and the others issue their own S and dP,
+        # and the others and the last step their gradients' products
         assert ".target sm_90a" in r.ptx
         # the function carries its launch's name (ncu, the sanitizers and ``traffic.measure`` find it by it)
         assert re.search(r"\.entry\s+\S*" + r.name + r"B", r.ptx), r.name
         dq_products = re.findall(r"wgmma\.mma_async\.sync\.aligned\.m64n64k16\.f32\.f16\.f16 [^;]*1, 1, 1, 1;", r.ptx)
         assert len(dq_products) == (ROWS_DQ // 16 if ordered else 0)
         assert r.ptx.count(f"wgmma.mma_async.sync.aligned.m64n{ring}k16.f32.f16.f16 ") - (
-            len(dq_products) if ring == 64 else 0) == products * d // 16
+            len(dq_products) if ring == 64 else 0) == copies * products * d // 16
         assert r.ptx.count(f"wgmma.mma_async.sync.aligned.m64n{d}k16.f32.f16.f16 ") - (
-            len(dq_products) if d == 64 else 0) == grads * ring // 16
+            len(dq_products) if d == 64 else 0) == copies * grads * ring // 16
         assert "cp.async.bulk.tensor.4d.shared::cluster.global.mbarrier::complete_tx::bytes" in r.ptx
         assert ("cp.async.bulk.shared::cluster.global.mbarrier" in r.ptx) == (part != "dq")  # the stats rows
         # the ordered dQ's writer: a bulk reduction (or copy) of each step's tile, after its semaphore's turn

@@ -183,7 +183,8 @@ def softmax_grad_tile(acc_s, acc_dp, NT, stats, LSE_AT, DELTA_AT, q_end, KEYS_AR
     ``stats[DELTA_AT + x]``, where x is the query's column in the tile when
     ``KEYS_ARE_ROWS`` (dK/dV: the query tile's staged rows; columns at or past
     ``q_end`` are padding past the last query, and give exactly 0), else its row half
-    ``e >> 1`` (dQ: rows g and g + 8, held by the lane)."""
+    ``e >> 1`` (dQ: rows g and g + 8, held by the lane).  In one pass (:func:`p_tile`, then
+    :func:`ds_tile` is the same apart: the Hopper backward's pipelined step)."""
     lane = cuda.threadIdx.x & 31
     for nt in range(NT):
         for e in range(4):
@@ -191,6 +192,26 @@ def softmax_grad_tile(acc_s, acc_dp, NT, stats, LSE_AT, DELTA_AT, q_end, KEYS_AR
             acc_s[nt * 4 + e], acc_dp[nt * 4 + e] = softmax.softmax_grad(
                 acc_s[nt * 4 + e], acc_dp[nt * 4 + e], stats[LSE_AT + x], stats[DELTA_AT + x], keep, True
             )
+
+
+@device_function
+def p_tile(acc_s, NT, stats, LSE_AT, q_end, KEYS_ARE_ROWS):
+    """:func:`softmax_grad_tile`'s P, in place of S (``softmax.softmax_p``)."""
+    lane = cuda.threadIdx.x & 31
+    for nt in range(NT):
+        for e in range(4):
+            x, keep = _stat_at(nt, e, lane, q_end, KEYS_ARE_ROWS)
+            acc_s[nt * 4 + e] = softmax.softmax_p(acc_s[nt * 4 + e], stats[LSE_AT + x], keep, True)
+
+
+@device_function
+def ds_tile(acc_s, acc_dp, NT, stats, DELTA_AT, q_end, KEYS_ARE_ROWS):
+    """:func:`softmax_grad_tile`'s dS, in place of dP, from :func:`p_tile`'s P (``softmax.softmax_ds``)."""
+    lane = cuda.threadIdx.x & 31
+    for nt in range(NT):
+        for e in range(4):
+            x, keep = _stat_at(nt, e, lane, q_end, KEYS_ARE_ROWS)
+            acc_dp[nt * 4 + e] = softmax.softmax_ds(acc_s[nt * 4 + e], acc_dp[nt * 4 + e], stats[DELTA_AT + x], keep)
 
 
 @device_function
@@ -215,21 +236,48 @@ def p_and_ds(acc_s, acc_dp, NT, start_m, BLOCK_M, start_n, BLOCK_N, row0, col0, 
     elements in dQ (rows are queries, as the forward's :func:`apply_dropout`) and per 8
     in dK/dV (:func:`_pair_words`); ``col0`` is a multiple of 32 in dQ, of 16 in dK/dV (di:
     ``dropout.dropout_info``).  ``partial``: the tile is a block mask's PARTIAL one
-    (``block_info.tile_partial``)."""
-    needs_mask = tile_needs_mask(start_m, BLOCK_M, start_n, BLOCK_N, mi)
+    (``block_info.tile_partial``).  (:func:`p_first`, then :func:`ds_then`, is the same in two
+    parts: the first reads S only.)"""
+    if F[SOFTCAP] or F[DROPOUT] or F[SCORE_MOD]:
+        ds_then(acc_s, acc_dp, NT, start_m, BLOCK_M, start_n, BLOCK_N, row0, col0, si, mi, stats, LSE_AT, DELTA_AT,
+                KEYS_ARE_ROWS, di, partial, F)  # fmt: skip
+    else:
+        scale_and_mask(acc_s, 0, NT, 1, row0, col0, lane_distance(row0, col0, mi, KEYS_ARE_ROWS), si,
+                       tile_needs_mask(start_m, BLOCK_M, start_n, BLOCK_N, mi), partial, mi, KEYS_ARE_ROWS, True, False,
+                       F)  # fmt: skip
+        softmax_grad_tile(acc_s, acc_dp, NT, stats, LSE_AT, DELTA_AT, mi[0] - start_m, KEYS_ARE_ROWS)
+
+
+@device_function
+def p_first(acc_s, NT, start_m, BLOCK_M, start_n, BLOCK_N, row0, col0, si, mi, stats, LSE_AT, KEYS_ARE_ROWS, partial,
+            F):
+    """:func:`p_and_ds`'s part that needs S alone: S scaled and masked, then P in its place
+    (:func:`p_tile`); nothing with softcap, dropout or a score_mod (their one pass an
+    element is :func:`ds_then`'s).  The Hopper backward runs it while dP is on the tensor cores."""
+    if not (F[SOFTCAP] or F[DROPOUT] or F[SCORE_MOD]):
+        needs_mask = tile_needs_mask(start_m, BLOCK_M, start_n, BLOCK_N, mi)
+        scale_and_mask(acc_s, 0, NT, 1, row0, col0, lane_distance(row0, col0, mi, KEYS_ARE_ROWS), si, needs_mask,
+                       partial, mi, KEYS_ARE_ROWS, True, False, F)  # fmt: skip
+        p_tile(acc_s, NT, stats, LSE_AT, mi[0] - start_m, KEYS_ARE_ROWS)
+
+
+@device_function
+def ds_then(acc_s, acc_dp, NT, start_m, BLOCK_M, start_n, BLOCK_N, row0, col0, si, mi, stats, LSE_AT, DELTA_AT,
+            KEYS_ARE_ROWS, di, partial, F):
+    """:func:`p_and_ds`'s rest, after :func:`p_first` and once dP is there: dS in place of
+    dP (:func:`ds_tile`), or with softcap, dropout or a score_mod the one pass an element
+    (P and dS)."""
     if F[SOFTCAP] or F[DROPOUT] or F[SCORE_MOD]:
         # two copies, so that no element tests ``needs_mask`` (as scale_and_mask's index pass):
         # with the test an element, softcap's backward ran 1.22–1.28× plain on the H200
-        if needs_mask:
+        if tile_needs_mask(start_m, BLOCK_M, start_n, BLOCK_N, mi):
             _p_and_ds_pass(acc_s, acc_dp, NT, start_m, row0, col0, si, mi, stats, LSE_AT, DELTA_AT, KEYS_ARE_ROWS, di,
                            partial, True, F)  # fmt: skip
         else:
             _p_and_ds_pass(acc_s, acc_dp, NT, start_m, row0, col0, si, mi, stats, LSE_AT, DELTA_AT, KEYS_ARE_ROWS, di,
                            partial, False, F)  # fmt: skip
     else:
-        scale_and_mask(acc_s, 0, NT, 1, row0, col0, lane_distance(row0, col0, mi, KEYS_ARE_ROWS), si, needs_mask,
-                       partial, mi, KEYS_ARE_ROWS, True, False, F)  # fmt: skip
-        softmax_grad_tile(acc_s, acc_dp, NT, stats, LSE_AT, DELTA_AT, mi[0] - start_m, KEYS_ARE_ROWS)
+        ds_tile(acc_s, acc_dp, NT, stats, DELTA_AT, mi[0] - start_m, KEYS_ARE_ROWS)
 
 
 @device_function

@@ -189,20 +189,38 @@ def lse_for_recompute(lse, LOG2):
 
 
 @device_function
+def softmax_p(s, lse_r, keep, LOG2, fold=LOG2E_F32):
+    """``p = exp(s − lse_r)`` of one element (:func:`softmax_grad`'s P), exactly 0 where not
+    ``keep``."""
+    if LOG2 == FOLD or LOG2 == CAPPED:
+        p = ptx.ex2_approx(s * fold - lse_r)
+    else:
+        p = softmax_exp(s - lse_r, LOG2)
+    if keep:
+        return p
+    return float32(0.0)
+
+
+@device_function
+def softmax_ds(p, dp, delta, keep):
+    """``ds = p·(dp − delta)`` of one element (:func:`softmax_grad`'s dS, from its
+    :func:`softmax_p`), exactly 0 where not ``keep`` (even for an infinite dp)."""
+    if keep:
+        return p * (dp - delta)
+    return float32(0.0)
+
+
+@device_function
 def softmax_grad(s, dp, lse_r, delta, keep, LOG2, fold=LOG2E_F32):
     """``(p, ds)`` of one element: ``p = exp(s − lse_r)`` recomputed from the scaled,
     masked score ``s`` and the row's ``lse_for_recompute``, ``ds = p·(dp − delta)``;
     exactly (0, 0) where not ``keep``: the padding rows past the end of the queries in
     the dK/dV kernels, whose zero-filled Q and dO make NaN of an infinite K or V (0·inf)
-    and must add nothing to dK and dV.  ``fold``: FOLD's and CAPPED's exponent factor."""
-    if LOG2 == FOLD or LOG2 == CAPPED:
-        p = ptx.ex2_approx(s * fold - lse_r)
-    else:
-        p = softmax_exp(s - lse_r, LOG2)
-    ds = p * (dp - delta)
-    if keep:
-        return p, ds
-    return float32(0.0), float32(0.0)
+    and must add nothing to dK and dV.  ``fold``: FOLD's and CAPPED's exponent factor.
+    :func:`softmax_p` then :func:`softmax_ds` (the Hopper backward calls them apart: P
+    while dP is still on the tensor cores)."""
+    p = softmax_p(s, lse_r, keep, LOG2, fold)
+    return p, softmax_ds(p, dp, delta, keep)
 
 
 @device_function

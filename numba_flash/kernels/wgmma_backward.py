@@ -103,13 +103,10 @@ from numba_flash.variant import CAUSAL, HAS_RIGHT, HEAVIEST_FIRST, VARLEN, Varia
 _ALIGN = None if SIMULATOR else 1024  # a module global, so numba sees a literal; the simulator aligns by itself
 
 HEAD_DIMS = (64, 128, 256)  # the head dims this version runs (wgmma n = d for the gradients)
-CONSUMERS, STAGES = 2, 2
+CONSUMERS = 2
 ROWS = 64 * CONSUMERS  # rows a block owns: 64 a consumer warpgroup (wgmma's m)
 THREADS = 128 * (CONSUMERS + 1)
 PRODUCER_REGS, CONSUMER_REGS = 24, 240  # 128·24 + 256·240 = 64 Ki registers: an SM's
-#: Byte offsets, from fixed_full, of full[0] and empty[0] (stage s: + 8·s), and of land.
-FULL, EMPTY, LAND = 8, 8 + 8 * STAGES, 8 + 16 * STAGES
-BARRIER_BYTES = 8 * (2 + 2 * STAGES)
 #: varlen's ``stats``: sequence s's rows start at row 4·⌈cu_q[s] / 4⌉ + SEQ_PAD·s (``stats_row0``),
 #: 16-byte aligned for the bulk copies, its length rounded up to ``ROWS`` fitting before the next's.
 SEQ_PAD = ROWS + 4
@@ -127,9 +124,18 @@ Q_MAP, K_MAP, V_MAP, DO_MAP = 0, 1, 2, 3
 #: dQ summed in the dK/dV kernel (``ordered_dq``): two dS tiles and two dQ tiles (float32, a step's
 #: RING·d: 32 KiB at d = 64 and 128) in shared memory, and their four mbarriers (dq_full[2], dq_empty[2]).
 DQ_BUFS = 2
-DQ_FULL, DQ_EMPTY = BARRIER_BYTES, BARRIER_BYTES + 8 * DQ_BUFS
-ORDERED_BARRIER_BYTES = BARRIER_BYTES + 16 * DQ_BUFS
+#: The pipelined step by default (``pipelined``).
+PIPE_DEFAULT = "0"
+SMEM_MAX = 227 * 1024  # an sm_90 block's dynamic shared memory
 SEM_ROWS = 64  # query rows a dQ semaphore covers (a step is 64 or 128 rows: its first row // SEM_ROWS)
+
+
+def barrier_layout(stages: int, ordered: bool = False) -> tuple:
+    """Byte offsets, from fixed_full (the first mbarrier), of ``(full[0], empty[0], land, dq_full[0],
+    dq_empty[0], the barriers' bytes)`` for a ring of ``stages`` stages (stage s: + 8·s; dq_full and
+    dq_empty only with the ordered dQ: ``DQ_BUFS`` each)."""
+    full, empty, land, end = 8, 8 + 8 * stages, 8 + 16 * stages, 8 * (2 + 2 * stages)
+    return full, empty, land, end, end + 8 * DQ_BUFS, end + (16 * DQ_BUFS if ordered else 0)
 #: Debugging (``NUMBA_FLASH_DQ_WATCHDOG=N``, read at import): a dQ writer that spun N times on its
 #: semaphore prints what it waits for and goes on (its dQ is then wrong); 0: it waits.
 WATCHDOG = int(os.environ.get("NUMBA_FLASH_DQ_WATCHDOG", "0"))
@@ -159,6 +165,11 @@ class WgmmaBwdTiles:
     ordered_dq: bool = False
     #: … its key tiles lightest first under a right bound (``NUMBA_FLASH_WGMMA_DQ=light``; ``wgmma_bwd_kernel``'s LIGHT).
     light_first: bool = False
+    #: The ring's stages (the walked tiles' buffers in shared memory).
+    stages: int = 2
+    #: The next step's Sᵀ and dPᵀ issued behind this step's gradient products, and P computed while
+    #: dP runs (``wgmma_bwd_kernel``'s PIPE; ``pipelined``).
+    pipelined: bool = False
 
     def __post_init__(self):
         if not self.part:  # the default: the one kernel of its axis
@@ -190,8 +201,25 @@ def tiles(head_dim: int) -> tuple[WgmmaBwdTiles, ...]:
     if forced:
         kv, q = (int(x) for x in forced.split(","))
         rings = {part: (q if part == "dq" else kv) for part in rings}
-    return tuple(WgmmaBwdTiles(tile_d, ring, ROWS, True, data_dim, part=part) if part != "dq" else
-                 WgmmaBwdTiles(tile_d, ROWS, ring, False, data_dim) for part, ring in rings.items())  # fmt: skip
+    ts = tuple(WgmmaBwdTiles(tile_d, ring, ROWS, True, data_dim, part=part) if part != "dq" else
+               WgmmaBwdTiles(tile_d, ROWS, ring, False, data_dim) for part, ring in rings.items())  # fmt: skip
+    return tuple(pipelined(t) for t in ts)
+
+
+def pipelined(t: WgmmaBwdTiles) -> WgmmaBwdTiles:
+    """``t`` with the step pipelined or not (``NUMBA_FLASH_WGMMA_BWD_PIPE``: ``0`` off; ``1`` on, two
+    stages; ``3`` on, three stages where they fit in shared memory, else two; unset: ``PIPE_DEFAULT``).
+    Pipelined, a consumer issues the next step's Sᵀ and dPᵀ right behind this step's gradient
+    products and computes P while dP runs, so that the tensor cores do not wait for the
+    consumer's own steps; it then releases a stage one step later (after the next step's
+    S), which a third stage covers."""
+    mode = os.environ.get("NUMBA_FLASH_WGMMA_BWD_PIPE", PIPE_DEFAULT)
+    if mode not in ("0", "1", "3"):
+        raise ValueError(f"NUMBA_FLASH_WGMMA_BWD_PIPE={mode!r}: expected 0, 1 or 3")
+    if mode == "0" or t.part == "dkdv" or t.head_dim > 128:
+        return t  # dK/dV's step is not pipelined (``wgmma_bwd_kernel``'s PIPE); past d = 128 ptxas spills it
+    three = replace(t, pipelined=True, stages=3)
+    return three if mode == "3" and smem_bytes(three) <= SMEM_MAX else replace(t, pipelined=True)
 
 
 def stats_shape(batch: int, heads: int, seqlen_q: int, sequences: int = 0) -> tuple:
@@ -218,7 +246,8 @@ def wgmma_bwd_kernel(t: WgmmaBwdTiles, variant: Variant, dtype: str):
     touched: one signature for all): ``tc_backward``'s kernels' arguments, ``stats`` for lse and delta, and the
     tensor maps of q, k, v and dout (``tma.attention_maps``)."""
     HEAD_DIM, BLOCK_M, BLOCK_N, KEYS_ARE_ROWS = t.head_dim, t.block_m, t.block_n, t.keys_are_rows
-    RING = t.ring
+    RING, STAGES = t.ring, t.stages
+    FULL, EMPTY, LAND, DQ_FULL, DQ_EMPTY, _ = barrier_layout(STAGES, t.ordered_dq)
     F = variant.flags
     WANT_G1 = t.part != "dv"  # dK (or dQ): dP and dS wanted, the second fixed tile (V, or dO) loaded
     WANT_DV = t.part in ("dkdv", "dv")
@@ -240,6 +269,16 @@ def wgmma_bwd_kernel(t: WgmmaBwdTiles, variant: Variant, dtype: str):
     # dQ summed here (``ordered_dq``): a step's dQ (RING × d) = dS (RING × 128 keys) · K, the consumers
     # splitting its rows (d = 64: RING = 128) or its columns (d = 128: RING = 64), 64 × 64 each
     ORDERED = t.ordered_dq
+    # each step's gradient products behind the next step's Sᵀ and dPᵀ (``pipelined_step``); not in dK/dV,
+    # whose consumer would then hold dK, dV, Sᵀ, dPᵀ and the packed Pᵀ, dSᵀ at once (ptxas: 216 bytes of
+    # spills at d = 128; even P alone while dPᵀ runs made ptxas serialize its wgmma for want of registers)
+    PIPE = t.pipelined and not ORDERED and t.part != "dkdv"
+    # the pipelined step's waits: its groups are Sᵀ, dPᵀ (not in dv), then the previous step's dV (dkdv,
+    # dv) and dK or dQ (not in dv); Sᵀ has landed when at most the others are in flight
+    N_GRADS = int(WANT_DV) + int(WANT_G1)
+    WAIT_DP = N_GRADS
+    WAIT_S = N_GRADS + int(WANT_G1)
+    WAIT_S_FIRST = int(WANT_G1)  # the walk's first step: no products before it
     RIGHT = F[CAUSAL] or F[HAS_RIGHT]
     # the order of a query tile's dQ sums (``dq_rank``), which is the order its key tiles' blocks start in: under a
     # right bound the walk from the last query tile, the key tiles heaviest (first) first, all of them reaching a
@@ -269,6 +308,100 @@ def wgmma_bwd_kernel(t: WgmmaBwdTiles, variant: Variant, dtype: str):
         if REVERSE:
             return p_hi - 1 - (it - p_lo)
         return it
+
+    @device_function
+    def issue_sdp(acc_s, acc_dp, a1, a2, fix1, pos):
+        """Once walk position ``pos``'s ring tiles are in (``full``), issue its Sᵀ = K·Q_iᵀ (or
+        S = Q·K_jᵀ) and dPᵀ = V·dO_iᵀ (or dP = dO·V_jᵀ), a commit group each, with this
+        consumer's fixed rows at ``a1``, ``a2`` (the pipelined step's: ``PIPE``)."""
+        s = pos % STAGES
+        ring1 = fix1 + FIXED * FIX_BYTES
+        wait_phase(fix1 + BARS_AT + FULL + 8 * s, (pos // STAGES) & 1)
+        ptx.wgmma_fence()  # the accumulators were written by ordinary instructions
+        issue_t(acc_s, a1, ring1 + s * RING_BYTES)
+        if WANT_G1:
+            issue_t(acc_dp, a2, ring1 + (STAGES + s) * RING_BYTES)
+
+    @device_function
+    def pack_p_ds(p_frag, ds_frag, acc_s, acc_dp):
+        """P(ᵀ) and dS(ᵀ) packed as the gradients' A fragments: the ring tile's rows 16ps … are
+        their k-slice ps."""
+        for ps in range(PSTEPS):
+            if WANT_DV:
+                fragments.pack_a(p_frag, ps * 4, acc_s, ps * 8, BF16)
+            if WANT_G1:
+                fragments.pack_a(ds_frag, ps * 4, acc_dp, ps * 8, BF16)
+
+    @device_function
+    def issue_grads(acc_g1, acc_g2, p_frag, ds_frag, b1, b2):
+        """dV += Pᵀ·dO_i and dK += dSᵀ·Q_i (or dQ += dS·K_j), a commit group each, B the stage's
+        ring tiles at ``b2``, ``b1``."""
+        if WANT_DV:
+            issue_grad(acc_g2, p_frag, b2)
+        if WANT_G1:
+            issue_grad(acc_g1, ds_frag, b1)
+
+    @device_function
+    def p_part(acc_s, s_rows, row_stats, other, s, start, row0, si, mi, partial):
+        """``fragments.p_first`` of the step at stage ``s`` (ring tile from row ``other``): P(ᵀ)
+        in place of S(ᵀ), from S alone."""
+        if KEYS_ARE_ROWS:
+            at = (STATS_AT + s * 2 * STAT_BYTES) // 4
+            fragments.p_first(acc_s, NT_S, other, BLOCK_M, start, BLOCK_N, row0, other, si, mi, s_rows, at, True,
+                              partial, F)  # fmt: skip
+        else:
+            fragments.p_first(acc_s, NT_S, start, BLOCK_M, other, BLOCK_N, row0, other, si, mi, row_stats, 0, False,
+                              partial, F)  # fmt: skip
+
+    @device_function
+    def ds_part(acc_s, acc_dp, s_rows, row_stats, other, s, start, row0, si, di, mi, partial):
+        """``fragments.ds_then`` of the same step: dS(ᵀ) in place of dP(ᵀ)."""
+        if KEYS_ARE_ROWS:
+            at = (STATS_AT + s * 2 * STAT_BYTES) // 4
+            fragments.ds_then(acc_s, acc_dp, NT_S, other, BLOCK_M, start, BLOCK_N, row0, other, si, mi, s_rows, at,
+                              at + RING, True, di, partial, F)  # fmt: skip
+        else:
+            fragments.ds_then(acc_s, acc_dp, NT_S, start, BLOCK_M, other, BLOCK_N, row0, other, si, mi, row_stats, 0,
+                              2, False, di, partial, F)  # fmt: skip
+
+    @device_function
+    def pipelined_step(acc_s, acc_dp, acc_g1, acc_g2, p_frag, ds_frag, s_rows, row_stats, fix1, a1, a2, vr, it, p_lo,
+                       p_hi, pos, start, row0, si, di, mi):  # fmt: skip
+        """Walk position ``pos`` (the walk's step ``it``, not its first) pipelined (``PIPE``):
+        issue its Sᵀ and dPᵀ, then the previous step's gradient products (their packed P and dS
+        in the fragments) behind them; P once Sᵀ landed, while the rest run; dS once dPᵀ
+        landed; then, the products done, release the previous step's stage and pack this
+        step's P and dS.  Nothing is in flight when it returns (ptxas serializes every wgmma
+        of a kernel where wgmma in flight cross a branch or a loop's back edge)."""
+        i = step_at(it, p_lo, p_hi)
+        s, sp = pos % STAGES, (pos - 1) % STAGES
+        other = tile_at(i, vr, F) * RING
+        ring1 = fix1 + FIXED * FIX_BYTES
+        partial = tile_partial(i, vr, F)
+        issue_sdp(acc_s, acc_dp, a1, a2, fix1, pos)  # (its wgmma.fence also covers the packed fragments)
+        issue_grads(acc_g1, acc_g2, p_frag, ds_frag, ring1 + sp * RING_BYTES, ring1 + (STAGES + sp) * RING_BYTES)
+        ptx.wgmma_wait_group(WAIT_S)  # Sᵀ landed: dPᵀ and the previous step's products may still run
+        p_part(acc_s, s_rows, row_stats, other, s, start, row0, si, mi, partial)
+        ptx.wgmma_wait_group(WAIT_DP)  # dPᵀ landed
+        ds_part(acc_s, acc_dp, s_rows, row_stats, other, s, start, row0, si, di, mi, partial)
+        ptx.wgmma_wait_group(0)  # the previous step's products are done with its stage and the fragments
+        ptx.mbarrier_arrive(fix1 + BARS_AT + EMPTY + 8 * sp)
+        pack_p_ds(p_frag, ds_frag, acc_s, acc_dp)
+
+    @device_function
+    def first_step(acc_s, acc_dp, p_frag, ds_frag, s_rows, row_stats, fix1, a1, a2, vr, it, p_lo, p_hi, pos, start,
+                   row0, si, di, mi):  # fmt: skip
+        """The walk's first step pipelined: :func:`pipelined_step` with no products before it."""
+        i = step_at(it, p_lo, p_hi)
+        s = pos % STAGES
+        other = tile_at(i, vr, F) * RING
+        partial = tile_partial(i, vr, F)
+        issue_sdp(acc_s, acc_dp, a1, a2, fix1, pos)
+        ptx.wgmma_wait_group(WAIT_S_FIRST)  # Sᵀ landed: dPᵀ may still run
+        p_part(acc_s, s_rows, row_stats, other, s, start, row0, si, mi, partial)
+        ptx.wgmma_wait_group(0)
+        ds_part(acc_s, acc_dp, s_rows, row_stats, other, s, start, row0, si, di, mi, partial)
+        pack_p_ds(p_frag, ds_frag, acc_s, acc_dp)
 
     @device_function
     def block_walk(q, k, params, cu_q, cu_k, fx):
@@ -491,6 +624,21 @@ def wgmma_bwd_kernel(t: WgmmaBwdTiles, variant: Variant, dtype: str):
                 for r in range(2):
                     row = s_row0 + row0 + (lane >> 2) + 8 * r
                     row_stats[r], row_stats[2 + r] = stats[b, h, 0, row], stats[b, h, 1, row]
+            if PIPE:  # each step's gradient products issued behind the next step's Sᵀ and dPᵀ
+                if p_lo < p_hi:
+                    first_step(acc_s, acc_dp, p_frag, ds_frag, s_rows, row_stats, fix1, a1, a2, vr, p_lo, p_lo, p_hi,
+                               pos, start, row0, si, di, mi)  # fmt: skip
+                    for it in range(p_lo + 1, p_hi):
+                        pos += 1
+                        pipelined_step(acc_s, acc_dp, acc_g1, acc_g2, p_frag, ds_frag, s_rows, row_stats, fix1, a1, a2,
+                                       vr, it, p_lo, p_hi, pos, start, row0, si, di, mi)  # fmt: skip
+                    s = pos % STAGES  # the last step's products, alone
+                    ptx.wgmma_fence()  # the fragments were written by ordinary instructions
+                    issue_grads(acc_g1, acc_g2, p_frag, ds_frag, ring1 + s * RING_BYTES, ring2 + s * RING_BYTES)
+                    ptx.wgmma_wait_group(0)
+                    ptx.mbarrier_arrive(fixed_full + EMPTY + 8 * s)  # this thread is done with the stage
+                    pos += 1
+                continue
             for it in range(p_lo, p_hi):
                 i = step_at(it, p_lo, p_hi)
                 s = pos % STAGES
@@ -510,21 +658,14 @@ def wgmma_bwd_kernel(t: WgmmaBwdTiles, variant: Variant, dtype: str):
                 else:
                     fragments.p_and_ds(acc_s, acc_dp, NT_S, start, BLOCK_M, other, BLOCK_N, row0, other, si, mi,
                                        row_stats, 0, 2, False, di, tile_partial(i, vr, F), F)  # fmt: skip
-                for ps in range(PSTEPS):  # the ring tile's rows 16ps … are the k-slice ps of the gradients' products
-                    if WANT_DV:
-                        fragments.pack_a(p_frag, ps * 4, acc_s, ps * 8, BF16)
-                    if WANT_G1:
-                        fragments.pack_a(ds_frag, ps * 4, acc_dp, ps * 8, BF16)
+                pack_p_ds(p_frag, ds_frag, acc_s, acc_dp)
                 ds_tile = fix1 + DS_AT + (pos % DQ_BUFS) * DS_BYTES
                 if ORDERED:  # dSᵀ to shared memory, for dQ = dS·K over both consumers' keys
                     stage_ds(words, ds_frag, ds_tile - fix1, 64 * cw + 16 * warp, lane)
                     ptx.fence_proxy_async()  # these stores (generic proxy) before the wgmma reads them (async proxy)
                     ptx.named_barrier_sync(1, 128 * CONSUMERS)  # both halves of dSᵀ are written
                 ptx.wgmma_fence()  # the fragments were written by ordinary instructions
-                if WANT_DV:
-                    issue_grad(acc_g2, p_frag, b2)  # dV += Pᵀ·dO_i
-                if WANT_G1:
-                    issue_grad(acc_g1, ds_frag, b1)  # dK += dSᵀ·Q_i, or dQ += dS·K_j
+                issue_grads(acc_g1, acc_g2, p_frag, ds_frag, b1, b2)
                 if ORDERED:  # this consumer's 64 × 64 of dQ into acc_s (Sᵀ was packed: dead until the next step)
                     issue_dq(acc_s, ds_tile + (cw * DS_ATOM if Q_SPLIT else 0), fix1 + (0 if Q_SPLIT else cw * FIX_ATOM))
                 ptx.wgmma_wait_group(0)
@@ -570,14 +711,14 @@ def smem_layout(t: WgmmaBwdTiles) -> tuple:
     (1024-byte aligned: swizzled; 128 keys × ring queries, 2 bytes) and two float32 dQ
     tiles (ring × d), then the mbarriers."""
     fixed = 1 if t.part == "dv" else 2
-    stats_at = 2 * t.head_dim * (fixed * ROWS + 2 * STAGES * t.ring)
-    ds_at = stats_at + (2 * STAGES * 4 * t.ring if t.keys_are_rows else 0)
+    stats_at = 2 * t.head_dim * (fixed * ROWS + 2 * t.stages * t.ring)
+    ds_at = stats_at + (2 * t.stages * 4 * t.ring if t.keys_are_rows else 0)
     dq_at = bars_at = ds_at
     if t.ordered_dq:
         ds_at = -(-ds_at // 1024) * 1024
         dq_at = ds_at + DQ_BUFS * 2 * ROWS * t.ring
         bars_at = dq_at + DQ_BUFS * 4 * t.ring * t.head_dim
-    return stats_at, ds_at, dq_at, bars_at, bars_at + (ORDERED_BARRIER_BYTES if t.ordered_dq else BARRIER_BYTES)
+    return stats_at, ds_at, dq_at, bars_at, bars_at + barrier_layout(t.stages, t.ordered_dq)[5]
 
 
 def smem_bytes(t: WgmmaBwdTiles) -> int:
@@ -662,7 +803,8 @@ def launches(variant: Variant, dtype: str, sz: spec.Sizes, head_dim: int) -> lis
     ts = tiles(head_dim)
     ordered = ordered_dq(variant, head_dim)
     if ordered:  # dK/dV sums dQ too: no dQ kernel
-        ts = (replace(ts[0], ordered_dq=True, light_first=os.environ.get("NUMBA_FLASH_WGMMA_DQ", "") == "light"),)
+        ts = (replace(ts[0], ordered_dq=True, light_first=os.environ.get("NUMBA_FLASH_WGMMA_DQ", "") == "light",
+                      pipelined=False, stages=2),)  # its dQ products take acc_s: not pipelined
     out = []
     for t in ts:
         if t.keys_are_rows:
