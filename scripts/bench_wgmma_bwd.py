@@ -41,7 +41,10 @@ def queued(fn):
     return median_ms(fn, calls=10, rep=9)
 
 
-PIPES = ("0", "1", "3")
+#: ``--pipe-ab``'s modes: ``NUMBA_FLASH_WGMMA_BWD_PIPE``, with "s" the dK/dV kernel's smaller steps
+#: (``SMALL``: then it is pipelined too); ``PIPE_AB`` (comma-separated) overrides them.
+PIPES = tuple(os.environ.get("PIPE_AB", "0,1,3").split(","))
+SMALL = {128: "32,64", 64: "64,128"}
 
 
 def ours(args, causal, wgmma, ring="", dq="", pipe=""):
@@ -111,18 +114,24 @@ def pipe_ab(row, args, causal, fl):
     """The ``--pipe-ab`` columns of ``row``: each ``PIPES`` mode timed in turn, its kernels alone,
     and whether its gradients equal mode 0's bit for bit."""
     times, grads = {x: [] for x in PIPES}, {}
+    d = args[1].shape[-1]
+    ring = {x: SMALL.get(d, "") if x.endswith("s") else "" for x in PIPES}
     for _ in range(3):
         for x in PIPES:
-            ms, g = ours(args, causal, True, pipe=x)
+            ms, g = ours(args, causal, True, ring=ring[x], pipe=x.rstrip("s"))
             times[x].append(ms)
             grads.setdefault(x, g)
     for x in PIPES:
         row[f"pipe{x}_ms"] = float(np.median(times[x]))
         row[f"pipe{x}_tflops"] = fl / row[f"pipe{x}_ms"] / 1e9
-        os.environ["NUMBA_FLASH_WGMMA_BWD_PIPE"] = x
+        os.environ["NUMBA_FLASH_WGMMA_BWD_PIPE"] = x.rstrip("s")
+        os.environ["NUMBA_FLASH_WGMMA_BWD_RING"] = ring[x]
         row[f"pipe{x}_kernel_ms"] = kernel_ms(args, causal)
-        row[f"pipe{x}_bitwise"] = all(bool(cp.array_equal(a, b)) for a, b in zip(grads[x], grads["0"]))
+        row[f"pipe{x}_bitwise"] = all(bool(cp.array_equal(a, b)) for a, b in zip(grads[x], grads[PIPES[0]]))
+        row[f"pipe{x}_maxdiff"] = max(float(cp.abs(a.astype(cp.float32) - b.astype(cp.float32)).max())
+                                      for a, b in zip(grads[x], grads[PIPES[0]]))  # fmt: skip
     del os.environ["NUMBA_FLASH_WGMMA_BWD_PIPE"]
+    os.environ["NUMBA_FLASH_WGMMA_BWD_RING"] = ""
 
 
 def main(path, quick=False, mma=False, dq_ab=False, pipe=False):
@@ -179,17 +188,19 @@ def main(path, quick=False, mma=False, dq_ab=False, pipe=False):
               f"{r['tflops']:6.1f} {r['vs_fa2']:6.3f} {r['vs_cudnn']:8.3f} {r.get('vs_mma', float('nan')):6.3f} "
               f"{ks:>20} {rings:>24}")
     if pipe:
-        print("\nthe step pipelined (NUMBA_FLASH_WGMMA_BWD_PIPE 1: two stages, 3: three) against not (0), in turn;"
-              " dq = the dQ kernel alone; bitwise = the gradients equal mode 0's")
-        print(f"{'dtype':9} {'B,H,N,d':18} {'causal':6} " + " ".join(f"{'ms ' + x:>8} {'dq ' + x:>7}" for x in PIPES) +
-              f" {'best/0':>7} {'best TF/s':>9} {'vs cuDNN':>8} {'bitwise':>8}")
+        print("\nthe step pipelined (NUMBA_FLASH_WGMMA_BWD_PIPE 1: two stages, 3: three; s: dK/dV's smaller steps "
+              f"{SMALL}, pipelined too) against {PIPES[0]}, in turn; kv / dq = the dK/dV / dQ kernels alone; diff = the "
+              "largest gradient difference from the first mode's")
+        print(f"{'dtype':9} {'B,H,N,d':18} {'causal':6} " + " ".join(f"{'ms ' + x:>8} {'kv':>6} {'dq':>6}" for x in PIPES) +
+              f" {'best':>5} {'/first':>6} {'TF/s':>6} {'vs cuDNN':>8} {'max diff':>8}")
         for r in rows:
-            best = min(r[f"pipe{x}_ms"] for x in PIPES)
-            dq = {x: next((v for kname, v in r[f"pipe{x}_kernel_ms"].items() if "dq" in kname), float("nan")) for x in PIPES}
+            best = min(PIPES, key=lambda x: r[f"pipe{x}_ms"])
+            kms = {x: list(r[f"pipe{x}_kernel_ms"].values()) for x in PIPES}
             print(f"{r['dtype']:9} {str((r['B'], r['H'], r['N'], r['d'])):18} {str(r['causal']):6} " +
-                  " ".join(f"{r[f'pipe{x}_ms']:8.3f} {dq[x]:7.3f}" for x in PIPES) +
-                  f" {r['pipe0_ms'] / best:7.3f} {r['tflops'] * r['wgmma_ms'] / best:9.1f} "
-                  f"{r['sdpa_cudnn_ms'] / best:8.3f} {str(all(r[f'pipe{x}_bitwise'] for x in PIPES)):>8}")
+                  " ".join(f"{r[f'pipe{x}_ms']:8.3f} {sum(kms[x][1:-1]):6.3f} {kms[x][-1]:6.3f}" for x in PIPES) +
+                  f" {best:>5} {r[f'pipe{PIPES[0]}_ms'] / r[f'pipe{best}_ms']:6.3f} "
+                  f"{r['tflops'] * r['wgmma_ms'] / r[f'pipe{best}_ms']:6.1f} {r['sdpa_cudnn_ms'] / r[f'pipe{best}_ms']:8.3f} "
+                  f"{max(r[f'pipe{x}_maxdiff'] for x in PIPES):8.2g}")
     if dq_ab:
         print("\ndQ summed in dK/dV (ordered) against its own kernel (pass), timed in turn (medians)")
         print(f"{'dtype':9} {'B,H,N,d':18} {'causal':6} {'ordered ms':>10} {'pass ms':>8} {'speedup':>7} "

@@ -124,8 +124,11 @@ Q_MAP, K_MAP, V_MAP, DO_MAP = 0, 1, 2, 3
 #: dQ summed in the dK/dV kernel (``ordered_dq``): two dS tiles and two dQ tiles (float32, a step's
 #: RING·d: 32 KiB at d = 64 and 128) in shared memory, and their four mbarriers (dq_full[2], dq_empty[2]).
 DQ_BUFS = 2
-#: The pipelined step by default (``pipelined``).
+#: The pipelined step by default (``pipelined``), and the most wgmma registers it may hold
+#: (``pipelined_registers``: dK/dV at d = 128 with 64-query steps would hold 224 of 240, and ptxas
+#: then spilled 216 bytes; 32-query steps hold 176).
 PIPE_DEFAULT = "0"
+PIPE_REGS = 192
 SMEM_MAX = 227 * 1024  # an sm_90 block's dynamic shared memory
 SEM_ROWS = 64  # query rows a dQ semaphore covers (a step is 64 or 128 rows: its first row // SEM_ROWS)
 
@@ -206,6 +209,14 @@ def tiles(head_dim: int) -> tuple[WgmmaBwdTiles, ...]:
     return tuple(pipelined(t) for t in ts)
 
 
+def pipelined_registers(t: WgmmaBwdTiles) -> int:
+    """A consumer thread's wgmma registers in the pipelined step (all live while the products run):
+    S and dP (ring/2 each), P and dS packed (ring/4 each), and its gradients (d/2 each: dK and dV
+    in dK/dV, dQ alone in dQ)."""
+    grads = 2 if t.part == "dkdv" else 1
+    return 2 * (t.ring // 2) + 2 * (t.ring // 4) + grads * t.head_dim // 2
+
+
 def pipelined(t: WgmmaBwdTiles) -> WgmmaBwdTiles:
     """``t`` with the step pipelined or not (``NUMBA_FLASH_WGMMA_BWD_PIPE``: ``0`` off; ``1`` on, two
     stages; ``3`` on, three stages where they fit in shared memory, else two; unset: ``PIPE_DEFAULT``).
@@ -216,8 +227,8 @@ def pipelined(t: WgmmaBwdTiles) -> WgmmaBwdTiles:
     mode = os.environ.get("NUMBA_FLASH_WGMMA_BWD_PIPE", PIPE_DEFAULT)
     if mode not in ("0", "1", "3"):
         raise ValueError(f"NUMBA_FLASH_WGMMA_BWD_PIPE={mode!r}: expected 0, 1 or 3")
-    if mode == "0" or t.part == "dkdv" or t.head_dim > 128:
-        return t  # dK/dV's step is not pipelined (``wgmma_bwd_kernel``'s PIPE); past d = 128 ptxas spills it
+    if mode == "0" or t.head_dim > 128 or pipelined_registers(t) > PIPE_REGS:
+        return t  # past d = 128 ptxas spills it; dK/dV's at its default steps would hold too much
     three = replace(t, pipelined=True, stages=3)
     return three if mode == "3" and smem_bytes(three) <= SMEM_MAX else replace(t, pipelined=True)
 
@@ -269,10 +280,9 @@ def wgmma_bwd_kernel(t: WgmmaBwdTiles, variant: Variant, dtype: str):
     # dQ summed here (``ordered_dq``): a step's dQ (RING × d) = dS (RING × 128 keys) · K, the consumers
     # splitting its rows (d = 64: RING = 128) or its columns (d = 128: RING = 64), 64 × 64 each
     ORDERED = t.ordered_dq
-    # each step's gradient products behind the next step's Sᵀ and dPᵀ (``pipelined_step``); not in dK/dV,
-    # whose consumer would then hold dK, dV, Sᵀ, dPᵀ and the packed Pᵀ, dSᵀ at once (ptxas: 216 bytes of
-    # spills at d = 128; even P alone while dPᵀ runs made ptxas serialize its wgmma for want of registers)
-    PIPE = t.pipelined and not ORDERED and t.part != "dkdv"
+    # each step's gradient products behind the next step's Sᵀ and dPᵀ (``pipelined_step``; ``pipelined`` chose
+    # the tiles whose registers allow it)
+    PIPE = t.pipelined and not ORDERED
     # the pipelined step's waits: its groups are Sᵀ, dPᵀ (not in dv), then the previous step's dV (dkdv,
     # dv) and dK or dQ (not in dv); Sᵀ has landed when at most the others are in flight
     N_GRADS = int(WANT_DV) + int(WANT_G1)
