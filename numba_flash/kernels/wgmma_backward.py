@@ -67,16 +67,28 @@ parity is the fill's):
     dq_empty[t]  its writer's arrival once the tile's reduction landed
 No ``syncthreads`` after the roles split (one before it: the barriers are initialised).
 
+The pipelined step (``pipelined``, on by default: the dQ kernel up to d = 128, session 25): the
+walk's first step issues its Sᵀ and dPᵀ alone; every next step issues its S and dP, then the previous
+step's gradient products behind them (``pipelined_step``), waits for S (``wgmma_wait_group``: the
+groups complete in order), computes P (``fragments.p_first``), waits for dP, computes dS
+(``fragments.ds_then``), waits for the products, releases the previous step's stage and packs its P
+and dS; the last step's products go alone.  Nothing is in flight across a branch or the loop's back
+edge: ptxas serializes every wgmma of a kernel where in-flight wgmma cross one (C7514/C7515).  A
+stage is released a step later than unpipelined, so the ring has three stages.  The gradients are
+bitwise those of the unpipelined step; the dQ kernel ran 0.97–1.31× faster, the backward
+0.998–1.046× (docs/benchmarks/2026-12-04-s25).  Not in dK/dV (``pipelined``: its registers).
+
 Shared memory (one dynamic array, 1024-byte aligned: a swizzled tile's repeat; ``smem_layout``):
-the two fixed tiles (128·d·2 bytes each; one in d = 256's dV kernel), two stages of the two
+the two fixed tiles (128·d·2 bytes each; one in d = 256's dV kernel), ``t.stages`` stages (two, or
+three in the pipelined dQ kernel) of the two
 ring tiles (ring·d·2 each), in dK/dV two stages of lse and delta (ring·8 bytes), with the
 ordered dQ two dSᵀ tiles (128 keys × ring queries, 2 bytes) and two float32 dQ tiles
-(ring × d), then the mbarriers: 128 KiB at d = 128 (dK/dV: 64 queries a step, dQ: 64 keys;
-225.1 KiB with the ordered dQ), 96 KiB at d = 64 (128 a step; 226.1 KiB), 192 KiB at
-d = 256 (dK and dQ 32 rows a step, dV 64).
+(ring × d), then the mbarriers: 128 KiB at d = 128 (dK/dV: 64 queries a step, dQ: 64 keys, 160
+KiB with its three stages; 225.1 KiB with the ordered dQ), 96 KiB at d = 64 (128 a step; dQ 128 KiB;
+226.1 KiB), 192 KiB at d = 256 (dK and dQ 32 rows a step, dV 64).
 
-Not yet (issue #13): the next step's products issued while this step's gradient
-products run; persistent blocks; head dims not a multiple of 8.
+Not yet (issue #13): dK/dV's step pipelined (with steps of half the queries its registers allow
+it; measured slower); persistent blocks; head dims not a multiple of 8.
 
 FlexAttention's mods come with the shared steps (``fragments.p_and_ds``: the score_mod
 and its derivative, a mask_mod on PARTIAL tiles); a block mask's visit lists (key-major
@@ -124,11 +136,9 @@ Q_MAP, K_MAP, V_MAP, DO_MAP = 0, 1, 2, 3
 #: dQ summed in the dK/dV kernel (``ordered_dq``): two dS tiles and two dQ tiles (float32, a step's
 #: RING·d: 32 KiB at d = 64 and 128) in shared memory, and their four mbarriers (dq_full[2], dq_empty[2]).
 DQ_BUFS = 2
-#: The pipelined step by default (``pipelined``), and the most wgmma registers it may hold
-#: (``pipelined_registers``: dK/dV at d = 128 with 64-query steps would hold 224 of 240, and ptxas
-#: then spilled 216 bytes; 32-query steps hold 176).
-PIPE_DEFAULT = "0"
-PIPE_REGS = 192
+#: The pipelined step by default (``pipelined``): backwards 0.998–1.046× faster on the H200 (the dQ
+#: kernel 0.97–1.33×), bitwise the same gradients (docs/benchmarks/2026-12-04-s25).
+PIPE_DEFAULT = "3"
 SMEM_MAX = 227 * 1024  # an sm_90 block's dynamic shared memory
 SEM_ROWS = 64  # query rows a dQ semaphore covers (a step is 64 or 128 rows: its first row // SEM_ROWS)
 
@@ -209,28 +219,27 @@ def tiles(head_dim: int) -> tuple[WgmmaBwdTiles, ...]:
     return tuple(pipelined(t) for t in ts)
 
 
-def pipelined_registers(t: WgmmaBwdTiles) -> int:
-    """A consumer thread's wgmma registers in the pipelined step (all live while the products run):
-    S and dP (ring/2 each), P and dS packed (ring/4 each), and its gradients (d/2 each: dK and dV
-    in dK/dV, dQ alone in dQ)."""
-    grads = 2 if t.part == "dkdv" else 1
-    return 2 * (t.ring // 2) + 2 * (t.ring // 4) + grads * t.head_dim // 2
-
-
 def pipelined(t: WgmmaBwdTiles) -> WgmmaBwdTiles:
-    """``t`` with the step pipelined or not (``NUMBA_FLASH_WGMMA_BWD_PIPE``: ``0`` off; ``1`` on, two
-    stages; ``3`` on, three stages where they fit in shared memory, else two; unset: ``PIPE_DEFAULT``).
-    Pipelined, a consumer issues the next step's Sᵀ and dPᵀ right behind this step's gradient
-    products and computes P while dP runs, so that the tensor cores do not wait for the
-    consumer's own steps; it then releases a stage one step later (after the next step's
-    S), which a third stage covers."""
+    """``t`` with the step pipelined or not (``NUMBA_FLASH_WGMMA_BWD_PIPE``; unset: ``PIPE_DEFAULT``):
+    ``0`` off; ``1`` on, two stages; ``3`` on, three stages where they fit in shared memory (else
+    two); ``3k`` as ``3``, and dK/dV's ring three stages too (not pipelined).  Pipelined, a
+    consumer issues each step's gradient products behind the next step's Sᵀ and dPᵀ, so that the
+    tensor cores do not wait for its own step; it then releases a stage a step later, which a
+    third stage covers (two stages measured slower than none).  The dQ, dk and dv kernels up to
+    d = 128 only: past it ptxas spilled them, and dK/dV's consumer would hold dK, dV, Sᵀ, dPᵀ and
+    the packed Pᵀ and dSᵀ at once (224 of its 240 registers at d = 128: ptxas spilled 216 bytes;
+    with steps of half the queries it fits, and its kernel measured 1.05–1.16× slower: docs/benchmarks/2026-12-04-s25)."""
     mode = os.environ.get("NUMBA_FLASH_WGMMA_BWD_PIPE", PIPE_DEFAULT)
-    if mode not in ("0", "1", "3"):
-        raise ValueError(f"NUMBA_FLASH_WGMMA_BWD_PIPE={mode!r}: expected 0, 1 or 3")
-    if mode == "0" or t.head_dim > 128 or pipelined_registers(t) > PIPE_REGS:
-        return t  # past d = 128 ptxas spills it; dK/dV's at its default steps would hold too much
-    three = replace(t, pipelined=True, stages=3)
-    return three if mode == "3" and smem_bytes(three) <= SMEM_MAX else replace(t, pipelined=True)
+    if mode not in ("0", "1", "3", "3k"):
+        raise ValueError(f"NUMBA_FLASH_WGMMA_BWD_PIPE={mode!r}: expected 0, 1, 3 or 3k")
+    three = replace(t, stages=3)
+    if t.part == "dkdv":
+        return three if mode == "3k" and smem_bytes(three) <= SMEM_MAX else t
+    if mode == "0" or t.head_dim > 128:
+        return t
+    if mode != "1" and smem_bytes(three) <= SMEM_MAX:
+        return replace(three, pipelined=True)
+    return replace(t, pipelined=True)
 
 
 def stats_shape(batch: int, heads: int, seqlen_q: int, sequences: int = 0) -> tuple:
