@@ -253,7 +253,7 @@ def p_first(acc_s, NT, start_m, BLOCK_M, start_n, BLOCK_N, row0, col0, si, mi, s
             F):
     """:func:`p_and_ds`'s part that needs S alone: S scaled and masked, then P in its place
     (:func:`p_tile`); nothing with softcap, dropout or a score_mod (their one pass an
-    element is :func:`ds_then`'s).  The Hopper backward runs it while dP is on the tensor cores."""
+    element is :func:`ds_then`'s).  The Hopper backward calls it before it waits for dP."""
     if not (F[SOFTCAP] or F[DROPOUT] or F[SCORE_MOD]):
         needs_mask = tile_needs_mask(start_m, BLOCK_M, start_n, BLOCK_N, mi)
         scale_and_mask(acc_s, 0, NT, 1, row0, col0, lane_distance(row0, col0, mi, KEYS_ARE_ROWS), si, needs_mask,

@@ -217,8 +217,8 @@ def softmax_grad(s, dp, lse_r, delta, keep, LOG2, fold=LOG2E_F32):
     exactly (0, 0) where not ``keep``: the padding rows past the end of the queries in
     the dK/dV kernels, whose zero-filled Q and dO make NaN of an infinite K or V (0·inf)
     and must add nothing to dK and dV.  ``fold``: FOLD's and CAPPED's exponent factor.
-    :func:`softmax_p` then :func:`softmax_ds` (the Hopper backward calls them apart: P
-    while dP is still on the tensor cores)."""
+    :func:`softmax_p` then :func:`softmax_ds` (the Hopper backward's pipelined step calls
+    them apart: P before it waits for dP)."""
     p = softmax_p(s, lse_r, keep, LOG2, fold)
     return p, softmax_ds(p, dp, delta, keep)
 

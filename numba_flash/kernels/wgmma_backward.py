@@ -76,7 +76,9 @@ and dS; the last step's products go alone.  Nothing is in flight across a branch
 edge: ptxas serializes every wgmma of a kernel where in-flight wgmma cross one (C7514/C7515).  A
 stage is released a step later than unpipelined, so the ring has three stages.  The gradients are
 bitwise those of the unpipelined step; over three calls the dQ kernel ran 0.97–1.31× as fast
-(median 1.04×), the backward 0.98–1.05× (median 1.014×; docs/benchmarks/2026-12-04-s25).  Not in dK/dV (``pipelined``: its registers).
+(median 1.04×), the backward 0.98–1.05× (median 1.014×; docs/benchmarks/2026-12-04-s25).  ptxas
+hoists the waits for dP and for the products up to P's first exponentials, so P does not
+overlap them: the gain is the tensor cores' queue.  Not in dK/dV (``pipelined``: its registers).
 
 Shared memory (one dynamic array, 1024-byte aligned: a swizzled tile's repeat; ``smem_layout``):
 the two fixed tiles (128·d·2 bytes each; one in d = 256's dV kernel), ``t.stages`` stages (two, or
@@ -136,11 +138,19 @@ Q_MAP, K_MAP, V_MAP, DO_MAP = 0, 1, 2, 3
 #: dQ summed in the dK/dV kernel (``ordered_dq``): two dS tiles and two dQ tiles (float32, a step's
 #: RING·d: 32 KiB at d = 64 and 128) in shared memory, and their four mbarriers (dq_full[2], dq_empty[2]).
 DQ_BUFS = 2
-#: The pipelined step by default (``pipelined``): backwards 0.998–1.046× faster on the H200 (the dQ
-#: kernel 0.97–1.33×), bitwise the same gradients (docs/benchmarks/2026-12-04-s25).
+#: The pipelined step by default (``pipelined``): backwards 0.98–1.05× as fast on the H200, median
+#: 1.014× (the dQ kernel 0.97–1.31×, median 1.04×), bitwise the same gradients
+#: (docs/benchmarks/2026-12-04-s25).
 PIPE_DEFAULT = "3"
 SMEM_MAX = 227 * 1024  # an sm_90 block's dynamic shared memory
 SEM_ROWS = 64  # query rows a dQ semaphore covers (a step is 64 or 128 rows: its first row // SEM_ROWS)
+#: Debugging (``NUMBA_FLASH_DQ_WATCHDOG=N``, read at import): a dQ writer that spun N times on its
+#: semaphore prints what it waits for and goes on (its dQ is then wrong); 0: it waits.
+WATCHDOG = int(os.environ.get("NUMBA_FLASH_DQ_WATCHDOG", "0"))
+#: Timing probes (``NUMBA_FLASH_DQ_PROBE``, read at import; the results are then wrong): "nowait", the writers
+#: never wait for their turn; "nowrite", they wait but issue no reduction; "" (default): neither.
+PROBE = os.environ.get("NUMBA_FLASH_DQ_PROBE", "")
+NO_WAIT, NO_WRITE = PROBE == "nowait", PROBE == "nowrite"
 
 
 def barrier_layout(stages: int, ordered: bool = False) -> tuple:
@@ -149,13 +159,6 @@ def barrier_layout(stages: int, ordered: bool = False) -> tuple:
     dq_empty only with the ordered dQ: ``DQ_BUFS`` each)."""
     full, empty, land, end = 8, 8 + 8 * stages, 8 + 16 * stages, 8 * (2 + 2 * stages)
     return full, empty, land, end, end + 8 * DQ_BUFS, end + (16 * DQ_BUFS if ordered else 0)
-#: Debugging (``NUMBA_FLASH_DQ_WATCHDOG=N``, read at import): a dQ writer that spun N times on its
-#: semaphore prints what it waits for and goes on (its dQ is then wrong); 0: it waits.
-WATCHDOG = int(os.environ.get("NUMBA_FLASH_DQ_WATCHDOG", "0"))
-#: Timing probes (``NUMBA_FLASH_DQ_PROBE``, read at import; the results are then wrong): "nowait", the writers
-#: never wait for their turn; "nowrite", they wait but issue no reduction; "" (default): neither.
-PROBE = os.environ.get("NUMBA_FLASH_DQ_PROBE", "")
-NO_WAIT, NO_WRITE = PROBE == "nowait", PROBE == "nowrite"
 
 
 @dataclass(frozen=True)
@@ -180,8 +183,8 @@ class WgmmaBwdTiles:
     light_first: bool = False
     #: The ring's stages (the walked tiles' buffers in shared memory).
     stages: int = 2
-    #: The next step's Sᵀ and dPᵀ issued behind this step's gradient products, and P computed while
-    #: dP runs (``wgmma_bwd_kernel``'s PIPE; ``pipelined``).
+    #: Each step's gradient products issued behind the next step's Sᵀ and dPᵀ, P computed apart from
+    #: dS (``wgmma_bwd_kernel``'s PIPE; ``pipelined``).
     pipelined: bool = False
 
     def __post_init__(self):
@@ -225,10 +228,11 @@ def pipelined(t: WgmmaBwdTiles) -> WgmmaBwdTiles:
     two); ``3k`` as ``3``, and dK/dV's ring three stages too (not pipelined).  Pipelined, a
     consumer issues each step's gradient products behind the next step's Sᵀ and dPᵀ, so that the
     tensor cores do not wait for its own step; it then releases a stage a step later, which a
-    third stage covers (two stages measured slower than none).  The dQ, dk and dv kernels up to
-    d = 128 only: past it ptxas spilled them, and dK/dV's consumer would hold dK, dV, Sᵀ, dPᵀ and
-    the packed Pᵀ and dSᵀ at once (224 of its 240 registers at d = 128: ptxas spilled 216 bytes;
-    with steps of half the queries it fits, and its kernel measured 1.05–1.16× slower: docs/benchmarks/2026-12-04-s25)."""
+    third stage covers (two stages measured slower than none).  The dQ kernel up to d = 128 only:
+    past it (d = 256's dQ, dk and dv kernels) ptxas spilled them, and dK/dV's consumer would hold
+    dK, dV, Sᵀ, dPᵀ and the packed Pᵀ and dSᵀ at once (224 of its 240 registers at d = 128: ptxas
+    spilled 216 bytes; with steps of half the queries it fits, and its kernel measured 1.05–1.16×
+    slower: docs/benchmarks/2026-12-04-s25)."""
     mode = os.environ.get("NUMBA_FLASH_WGMMA_BWD_PIPE", PIPE_DEFAULT)
     if mode not in ("0", "1", "3", "3k"):
         raise ValueError(f"NUMBA_FLASH_WGMMA_BWD_PIPE={mode!r}: expected 0, 1, 3 or 3k")
