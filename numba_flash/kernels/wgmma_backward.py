@@ -729,8 +729,8 @@ def wgmma_bwd_kernel(t: WgmmaBwdTiles, variant: Variant, dtype: str):
 
 def smem_layout(t: WgmmaBwdTiles) -> tuple:
     """Byte offsets in the dynamic shared memory ``(stats, dS, dQ, barriers, total)``: the
-    two fixed tiles (one in dv) and two stages of the two ring tiles (2 bytes an element)
-    from 0, dK/dV's two stages of lse and delta rows, with ``ordered_dq`` two dSᵀ tiles
+    two fixed tiles (one in dv) and ``t.stages`` stages of the two ring tiles (2 bytes an
+    element) from 0, dK/dV's stages of lse and delta rows, with ``ordered_dq`` two dSᵀ tiles
     (1024-byte aligned: swizzled; 128 keys × ring queries, 2 bytes) and two float32 dQ
     tiles (ring × d), then the mbarriers."""
     fixed = 1 if t.part == "dv" else 2
@@ -746,7 +746,8 @@ def smem_layout(t: WgmmaBwdTiles) -> tuple:
 
 def smem_bytes(t: WgmmaBwdTiles) -> int:
     """Dynamic shared bytes (``smem_layout``): 128 KiB at d = 128 (225.1 KiB with
-    ``ordered_dq``), 96 KiB at d = 64 (226.1 KiB), 192 KiB at d = 256."""
+    ``ordered_dq``; the pipelined dQ kernel's three stages 160 KiB), 96 KiB at d = 64 (226.1 KiB;
+    dQ's three stages 128 KiB), 192 KiB at d = 256."""
     return smem_layout(t)[4]
 
 
