@@ -77,9 +77,9 @@ edge: ptxas serializes every wgmma of a kernel where in-flight wgmma cross one (
 stage is released a step later than unpipelined, so the ring has three stages.  The gradients are
 bitwise those of the unpipelined step; over three calls the dQ kernel ran 0.97–1.31× as fast
 (median 1.04×), the backward 0.98–1.05× (median 1.014×; docs/benchmarks/2026-12-04-s25).  In the
-SASS (d = 128) only P's scaling and masking, one of its 32 exponentials before the wait for dP and
-six before the wait for the products; ptxas sinks the rest below: the gain is mostly the tensor
-cores' queue.  Not in dK/dV (``pipelined``: its registers).
+SASS (d = 128) P's scaling and masking come before the waits, but of its 32 exponentials only one
+comes before the wait for dP and six before the wait for the products (ptxas sinks the rest
+below): the gain is mostly the tensor cores' queue.  Not in dK/dV (``pipelined``: its registers).
 
 Shared memory (one dynamic array, 1024-byte aligned: a swizzled tile's repeat; ``smem_layout``):
 the two fixed tiles (128·d·2 bytes each; one in d = 256's dV kernel), ``t.stages`` stages (two, or
