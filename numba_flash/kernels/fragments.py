@@ -242,10 +242,17 @@ def p_and_ds(acc_s, acc_dp, NT, start_m, BLOCK_M, start_n, BLOCK_N, row0, col0, 
         ds_then(acc_s, acc_dp, NT, start_m, BLOCK_M, start_n, BLOCK_N, row0, col0, si, mi, stats, LSE_AT, DELTA_AT,
                 KEYS_ARE_ROWS, di, partial, F)  # fmt: skip
     else:
-        scale_and_mask(acc_s, 0, NT, 1, row0, col0, lane_distance(row0, col0, mi, KEYS_ARE_ROWS), si,
-                       tile_needs_mask(start_m, BLOCK_M, start_n, BLOCK_N, mi), partial, mi, KEYS_ARE_ROWS, True, False,
-                       F)  # fmt: skip
+        _scores_for_p(acc_s, NT, start_m, BLOCK_M, start_n, BLOCK_N, row0, col0, si, mi, KEYS_ARE_ROWS, partial, F)
         softmax_grad_tile(acc_s, acc_dp, NT, stats, LSE_AT, DELTA_AT, mi[0] - start_m, KEYS_ARE_ROWS)
+
+
+@device_function
+def _scores_for_p(acc_s, NT, start_m, BLOCK_M, start_n, BLOCK_N, row0, col0, si, mi, KEYS_ARE_ROWS, partial, F):
+    """The backward's S scaled and masked where the tile needs it (:func:`scale_and_mask`),
+    ready for P (:func:`p_and_ds`, :func:`p_first`)."""
+    scale_and_mask(acc_s, 0, NT, 1, row0, col0, lane_distance(row0, col0, mi, KEYS_ARE_ROWS), si,
+                   tile_needs_mask(start_m, BLOCK_M, start_n, BLOCK_N, mi), partial, mi, KEYS_ARE_ROWS, True, False,
+                   F)  # fmt: skip
 
 
 @device_function
@@ -255,9 +262,7 @@ def p_first(acc_s, NT, start_m, BLOCK_M, start_n, BLOCK_N, row0, col0, si, mi, s
     (:func:`p_tile`); nothing with softcap, dropout or a score_mod (their one pass an
     element is :func:`ds_then`'s).  The Hopper backward calls it before it waits for dP."""
     if not (F[SOFTCAP] or F[DROPOUT] or F[SCORE_MOD]):
-        needs_mask = tile_needs_mask(start_m, BLOCK_M, start_n, BLOCK_N, mi)
-        scale_and_mask(acc_s, 0, NT, 1, row0, col0, lane_distance(row0, col0, mi, KEYS_ARE_ROWS), si, needs_mask,
-                       partial, mi, KEYS_ARE_ROWS, True, False, F)  # fmt: skip
+        _scores_for_p(acc_s, NT, start_m, BLOCK_M, start_n, BLOCK_N, row0, col0, si, mi, KEYS_ARE_ROWS, partial, F)
         p_tile(acc_s, NT, stats, LSE_AT, mi[0] - start_m, KEYS_ARE_ROWS)
 
 

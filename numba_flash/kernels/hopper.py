@@ -27,6 +27,7 @@ ATOM = 64  # columns of a 128-byte swizzle atom (16-bit elements): a TMA box's w
 FULL_MASK = 0xFFFFFFFF  # every lane of a warp (its shuffles)
 ROW_GROUP = 1024  # bytes of 8 swizzled rows: a descriptor's stride between 8-row groups
 K_SLICE = 16 * 128  # bytes of 16 rows of an atom: one k-slice of an MN-major B operand
+SMEM_LIMIT = 227 * 1024  # the dynamic shared memory a block may have on an H100/H200
 
 
 def tile_dim(head_dim: int, dims: tuple) -> int:

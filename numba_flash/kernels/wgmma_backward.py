@@ -111,8 +111,8 @@ from numba_flash.config import tc_array_layout
 from numba_flash.kernels import fragments, pipeline, score, spec
 from numba_flash.kernels.block_info import (block_at, grid_coords, group_size, key_tiles, query_tiles, read_walk_list,
                                             this_block, tile_at, tile_partial, walk_range)
-from numba_flash.kernels.hopper import (ATOM, land_and_zero, load_rows, mn_chain, past_rows, rs_chain, ss_chain,
-                                        tile_dim, wait_phase)
+from numba_flash.kernels.hopper import (ATOM, SMEM_LIMIT, land_and_zero, load_rows, mn_chain, past_rows, rs_chain,
+                                        ss_chain, tile_dim, wait_phase)
 from numba_flash.variant import CAUSAL, HAS_RIGHT, HEAVIEST_FIRST, VARLEN, Variant
 
 _ALIGN = None if SIMULATOR else 1024  # a module global, so numba sees a literal; the simulator aligns by itself
@@ -143,7 +143,6 @@ DQ_BUFS = 2
 #: 1.014× (the dQ kernel 0.97–1.31×, median 1.04×), bitwise the same gradients
 #: (docs/benchmarks/2026-12-04-s25).
 PIPE_DEFAULT = "3"
-SMEM_MAX = 227 * 1024  # an sm_90 block's dynamic shared memory
 SEM_ROWS = 64  # query rows a dQ semaphore covers (a step is 64 or 128 rows: its first row // SEM_ROWS)
 #: Debugging (``NUMBA_FLASH_DQ_WATCHDOG=N``, read at import): a dQ writer that spun N times on its
 #: semaphore prints what it waits for and goes on (its dQ is then wrong); 0: it waits.
@@ -239,10 +238,10 @@ def pipelined(t: WgmmaBwdTiles) -> WgmmaBwdTiles:
         raise ValueError(f"NUMBA_FLASH_WGMMA_BWD_PIPE={mode!r}: expected 0, 1, 3 or 3k")
     three = replace(t, stages=3)
     if t.part == "dkdv":
-        return three if mode == "3k" and smem_bytes(three) <= SMEM_MAX else t
+        return three if mode == "3k" and smem_bytes(three) <= SMEM_LIMIT else t
     if mode == "0" or t.head_dim > 128:
         return t
-    if mode != "1" and smem_bytes(three) <= SMEM_MAX:
+    if mode != "1" and smem_bytes(three) <= SMEM_LIMIT:
         return replace(three, pipelined=True)
     return replace(t, pipelined=True)
 
@@ -334,17 +333,24 @@ def wgmma_bwd_kernel(t: WgmmaBwdTiles, variant: Variant, dtype: str):
         return it
 
     @device_function
+    def stage_tiles(fix1, s):
+        """The shared-memory addresses of stage ``s``'s two ring tiles (Q and dO in dK/dV, K and V
+        in dQ): the ring's first tiles follow the fixed ones, its second tiles the first."""
+        ring1 = fix1 + FIXED * FIX_BYTES
+        return ring1 + s * RING_BYTES, ring1 + (STAGES + s) * RING_BYTES
+
+    @device_function
     def issue_sdp(acc_s, acc_dp, a1, a2, fix1, pos):
         """Once walk position ``pos``'s ring tiles are in (``full``), issue its Sᵀ = K·Q_iᵀ (or
         S = Q·K_jᵀ) and dPᵀ = V·dO_iᵀ (or dP = dO·V_jᵀ), a commit group each, with this
         consumer's fixed rows at ``a1``, ``a2`` (the pipelined step's: ``PIPE``)."""
         s = pos % STAGES
-        ring1 = fix1 + FIXED * FIX_BYTES
+        b1, b2 = stage_tiles(fix1, s)
         wait_phase(fix1 + BARS_AT + FULL + 8 * s, (pos // STAGES) & 1)
         ptx.wgmma_fence()  # the accumulators were written by ordinary instructions
-        issue_t(acc_s, a1, ring1 + s * RING_BYTES)
+        issue_t(acc_s, a1, b1)
         if WANT_G1:
-            issue_t(acc_dp, a2, ring1 + (STAGES + s) * RING_BYTES)
+            issue_t(acc_dp, a2, b2)
 
     @device_function
     def pack_p_ds(p_frag, ds_frag, acc_s, acc_dp):
@@ -400,10 +406,10 @@ def wgmma_bwd_kernel(t: WgmmaBwdTiles, variant: Variant, dtype: str):
         i = step_at(it, p_lo, p_hi)
         s, sp = pos % STAGES, (pos - 1) % STAGES
         other = tile_at(i, vr, F) * RING
-        ring1 = fix1 + FIXED * FIX_BYTES
         partial = tile_partial(i, vr, F)
         issue_sdp(acc_s, acc_dp, a1, a2, fix1, pos)  # (its wgmma.fence also covers the packed fragments)
-        issue_grads(acc_g1, acc_g2, p_frag, ds_frag, ring1 + sp * RING_BYTES, ring1 + (STAGES + sp) * RING_BYTES)
+        b1, b2 = stage_tiles(fix1, sp)
+        issue_grads(acc_g1, acc_g2, p_frag, ds_frag, b1, b2)
         ptx.wgmma_wait_group(WAIT_S)  # Sᵀ landed: dPᵀ and the previous step's products may still run
         p_part(acc_s, s_rows, row_stats, other, s, start, row0, si, mi, partial)
         ptx.wgmma_wait_group(WAIT_DP)  # dPᵀ landed
@@ -540,8 +546,6 @@ def wgmma_bwd_kernel(t: WgmmaBwdTiles, variant: Variant, dtype: str):
         words = cuda.shared.array(0, uint32, alignment=_ALIGN)  # … and as words (varlen's zeroed rows)
         fix1 = ptx.smem_addr(smem, 0)
         fix2 = fix1 + FIX_BYTES  # (dv: not there, never read)
-        ring1 = fix1 + FIXED * FIX_BYTES  # stage s at + s·RING_BYTES
-        ring2 = ring1 + STAGES * RING_BYTES
         fixed_full = fix1 + BARS_AT  # then full[s] at + FULL + 8s, empty[s] at + EMPTY + 8s
         if tid == 0:
             ptx.mbarrier_init(fixed_full, 1)
@@ -597,20 +601,19 @@ def wgmma_bwd_kernel(t: WgmmaBwdTiles, variant: Variant, dtype: str):
                         # (masked P and dS are 0, and 0 · inf is NaN); the copies land on ``land`` first
                         first = past_rows(other, RING, seqlen, ring0, total, F)
                         bar = full if first == RING else fixed_full + LAND
+                        b1, b2 = stage_tiles(fix1, s)
                         if lead:
                             ptx.mbarrier_arrive_expect_tx(bar, RING_TX)
-                            load_rows(ring1 + s * RING_BYTES, tmaps[RING1], ring0 + other, ring_h, b, bar, ATOMS,
-                                      RING_ATOM)  # fmt: skip
-                            load_rows(ring2 + s * RING_BYTES, tmaps[RING2], ring0 + other, ring_h, b, bar, ATOMS,
-                                      RING_ATOM)  # fmt: skip
+                            load_rows(b1, tmaps[RING1], ring0 + other, ring_h, b, bar, ATOMS, RING_ATOM)
+                            load_rows(b2, tmaps[RING2], ring0 + other, ring_h, b, bar, ATOMS, RING_ATOM)
                             if KEYS_ARE_ROWS:  # the tile's lse and delta rows (stats is padded: whole copies)
                                 at = fix1 + STATS_AT + s * 2 * STAT_BYTES
                                 ptx.cp_async_bulk_g2s(at, stats, (b, h, 0, s_row0 + other), STAT_BYTES, bar)
                                 ptx.cp_async_bulk_g2s(at + STAT_BYTES, stats, (b, h, 1, s_row0 + other), STAT_BYTES,
                                                       bar)  # fmt: skip
                         if first < RING:
-                            land_and_zero(words, fix1, (ring1 + s * RING_BYTES, ring2 + s * RING_BYTES), first, bar,
-                                          zeroed & 1, full, tid, RING, ATOMS, RING_ATOM)  # fmt: skip
+                            land_and_zero(words, fix1, (b1, b2), first, bar, zeroed & 1, full, tid, RING, ATOMS,
+                                          RING_ATOM)  # fmt: skip
                             zeroed += 1
                         pos += 1
             elif ORDERED and tid < 32 * (1 + DQ_BUFS):  # warps 1, 2: the dQ writers, of dQ tiles 0, 1
@@ -658,7 +661,8 @@ def wgmma_bwd_kernel(t: WgmmaBwdTiles, variant: Variant, dtype: str):
                                        vr, it, p_lo, p_hi, pos, start, row0, si, di, mi)  # fmt: skip
                     s = pos % STAGES  # the last step's products, alone
                     ptx.wgmma_fence()  # the fragments were written by ordinary instructions
-                    issue_grads(acc_g1, acc_g2, p_frag, ds_frag, ring1 + s * RING_BYTES, ring2 + s * RING_BYTES)
+                    b1, b2 = stage_tiles(fix1, s)
+                    issue_grads(acc_g1, acc_g2, p_frag, ds_frag, b1, b2)
                     ptx.wgmma_wait_group(0)
                     ptx.mbarrier_arrive(fixed_full + EMPTY + 8 * s)  # this thread is done with the stage
                     pos += 1
@@ -667,7 +671,7 @@ def wgmma_bwd_kernel(t: WgmmaBwdTiles, variant: Variant, dtype: str):
                 i = step_at(it, p_lo, p_hi)
                 s = pos % STAGES
                 other = tile_at(i, vr, F) * RING
-                b1, b2 = ring1 + s * RING_BYTES, ring2 + s * RING_BYTES
+                b1, b2 = stage_tiles(fix1, s)
                 wait_phase(fixed_full + FULL + 8 * s, (pos // STAGES) & 1)
                 ptx.wgmma_fence()  # the accumulators were written by ordinary instructions
                 issue_t(acc_s, a1, b1)  # Sᵀ = K·Q_iᵀ, or S = Q·K_jᵀ

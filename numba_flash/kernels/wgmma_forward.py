@@ -155,8 +155,8 @@ from numba_flash._numba_cuda import (SIMULATOR, cuda, device_function, float32, 
                                      kernel, uint8, uint32)
 from numba_flash.config import TcTiles, tc_array_layout, tc_out_view
 from numba_flash.kernels import dropout, fragments, score, softmax, spec
-from numba_flash.kernels.hopper import (ATOM, land_and_zero, load_page_boxes, load_rows, page_of_box, past_rows,
-                                        rs_chain, ss_chain, sw128_desc, tile_dim, wait_phase)
+from numba_flash.kernels.hopper import (ATOM, SMEM_LIMIT, land_and_zero, load_page_boxes, load_rows, page_of_box,
+                                        past_rows, rs_chain, ss_chain, sw128_desc, tile_dim, wait_phase)
 from numba_flash.kernels.block_info import (block_at, grid_coords, key_tiles, kv_pages, linear_coords, query_grid_dims,
                                            read_walk_list, tile_at, tile_needs_mask, tile_partial, walk_range)
 from numba_flash.variant import ALIBI, DROPOUT, HEAVIEST_FIRST, PAGED, Variant
@@ -171,7 +171,6 @@ BLOCK_N, WIDE_BLOCK_N, STAGES = 128, 64, 2
 REGS = {2: (24, 240), 3: (32, 160)}
 HEAD_DIMS = (64, 128, 192, 256)  # the head dims this version runs (wgmma n = d for P·V)
 BARRIER_BYTES = 128  # q_full, k_full[2], v_full[2], k_empty[2], v_empty[2], q_empty, v_land: 8 bytes each
-SMEM_LIMIT = 227 * 1024  # the dynamic shared memory a block may have on an H100/H200
 #: Byte offsets from q_full of each stage-0 barrier (stage s: + 8·s), of q_empty and v_land.
 K_FULL, V_FULL, K_EMPTY, V_EMPTY, Q_EMPTY, V_LAND = (8 + 8 * STAGES * j for j in range(6))
 #: Byte offset from q_full of the dynamic scheduler's two tile slots (int32; after v_land, within BARRIER_BYTES).
