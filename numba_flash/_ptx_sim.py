@@ -1085,7 +1085,7 @@ def _wgmma_twin(n, kind, a_in_regs, b_mn=False, a_mn=False):
     return twin
 
 
-for _n in (8, 16, 32, 64, 128, 192, 256):  # ptx.WGMMA_N
+for _n in (8, 16, 32, 64, 80, 128, 160, 192, 256):  # ptx.WGMMA_N
     for _k in ("f16", "bf16"):
         globals()[f"wgmma_m64n{_n}k16_{_k}_acc"] = _wgmma_twin(_n, _k, False)
         globals()[f"wgmma_m64n{_n}k16_{_k}_rs_acc"] = _wgmma_twin(_n, _k, True)

@@ -40,7 +40,8 @@ def _plan_env() -> tuple:
         os.environ.get(f"NUMBA_FLASH_{x}") for x in ("WGMMA", "WGMMA_PERSISTENT", "WGMMA_CONSUMERS", "WGMMA_BWD_RING",
                                                       "WGMMA_PINGPONG", "RAW_SCORES", "EX2_EMULATE",
                                                       "ALIBI_PRODUCTS", "WGMMA_OVERLAP",
-                                                      "WGMMA_SCHEDULER", "CLUSTER_MERGE", "WGMMA_DQ", "WGMMA_BWD_PIPE"))  # fmt: skip
+                                                      "WGMMA_SCHEDULER", "CLUSTER_MERGE", "WGMMA_DQ", "WGMMA_BWD_PIPE",
+                                                      "WGMMA_WIDE_KEYS"))  # fmt: skip
 
 
 def _plan(problem: P.Problem) -> P.Plan:

@@ -198,7 +198,7 @@ def plan(p: Problem) -> Plan:
         from numba_flash.kernels import wgmma_forward as W
 
         sparse = v.mods is not None and v.mods.block_sparse  # 128-row tiles on a block mask's 128-blocks
-        return Plan(fam, p.dtype, tuple(W.launches(W.tiles(d, causal, p.seqlen_q, sparse), v, p.dtype, sz,
+        return Plan(fam, p.dtype, tuple(W.launches(W.tiles(d, causal, p.seqlen_q, sparse, v), v, p.dtype, sz,
                                                    p.page_rows)),
                     note, p)
     if fam == "tensor-core" and wgmma_backward(p):

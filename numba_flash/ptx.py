@@ -1627,7 +1627,7 @@ def _wgmma_rs_intrinsic(n, ptx_type, b_mn=False):
     return impl
 
 
-WGMMA_N = (8, 16, 32, 64, 128, 192, 256)  # the N of the wgmma shapes exported below
+WGMMA_N = (8, 16, 32, 64, 80, 128, 160, 192, 256)  # the N of the wgmma shapes exported below
 for _n in WGMMA_N:
     for _t in ("f16", "bf16"):
         globals()[f"wgmma_m64n{_n}k16_{_t}_acc"] = _wgmma_intrinsic(_n, _t)

@@ -3,6 +3,7 @@ the switch, on issue #13's shapes (fp16, causal off and on, and bf16) and a drop
 
     python3 scripts/bench_ab.py out.jsonl NAME=a,b [--dropout]
 
+``--wide``: ``WIDE_CASES``, non-causal (the wider key tiles' cases).
 ``--dropout``: the cases with dropout 0.1 instead (the four shapes causal off and on, fp16,
 and bf16 at (4, 16, 4096, 128)), with plain (4, 16, 4096, 128) causal as a reference row.
 
@@ -36,6 +37,14 @@ DROPOUT_CASES = [(s, "float16", c, DROPOUT) for s in SHAPES for c in (False, Tru
     ((4, 16, 4096, 128), "bfloat16", True, DROPOUT),
     ((4, 16, 4096, 128), "float16", True, {}),
 ]
+
+#: ``--wide``: where ``wgmma_forward.wide_keys`` widens the key tiles (no causal or window), and N = 1024,
+#: where 160-key tiles leave 96 of 1120 keys of the last tile empty
+WIDE_CASES = [((4, 16, 4096, 128), "float16", False, {}), ((1, 16, 16384, 128), "float16", False, {}),
+              ((16, 32, 1024, 128), "float16", False, {}), ((4, 16, 4096, 128), "bfloat16", False, {}),
+              ((4, 8, 4096, 256), "float16", False, {}), ((4, 16, 4096, 128), "float16", False, {"softcap": 30.0}),
+              ((4, 16, 4096, 128), "float16", False, DROPOUT), ((4, 16, 4096, 96), "float16", False, {}),
+              ((4, 8, 4096, 256), "bfloat16", False, {}), ((4, 16, 4096, 128), "float16", True, {})]
 
 
 def main(path, switch, cases=CASES):
@@ -76,4 +85,5 @@ def main(path, switch, cases=CASES):
 
 
 if __name__ == "__main__":
-    main(sys.argv[1], sys.argv[2], DROPOUT_CASES if "--dropout" in sys.argv else CASES)
+    main(sys.argv[1], sys.argv[2], DROPOUT_CASES if "--dropout" in sys.argv else WIDE_CASES if "--wide" in sys.argv
+         else CASES)

@@ -102,6 +102,79 @@ def test_wgmma_forward_dynamic_scheduler(monkeypatch, rng, d, causal, lens_q, le
         check_varlen_forward(rng, "float16", d, causal, lens_q, lens_k)
 
 
+def test_wide_key_tiles_only_where_nothing_bounds_the_walk(monkeypatch):
+    """``wgmma_forward.wide_keys``: 160 keys a tile at d = 128 and 80 at d = 256 with
+    ``NUMBA_FLASH_WGMMA_WIDE_KEYS=1``, where no causal bound, window, block mask or
+    paged cache bounds the walk (and at d = 256 no dropout: 32 keys a Philox call);
+    128 and 64 otherwise, and with the switch off."""
+    from numba_flash.kernels import wgmma_forward as W
+
+    def keys(d, **features):
+        (launch,) = P.plan(P.Problem("forward", "float16", d, features.get("causal", False), seqlen_q=4096,
+                                     seqlen_k=4096, arch=SM90A, features=Variant(**features))).launches
+        assert launch.smem <= W.SMEM_LIMIT
+        return launch.tiles.block_n
+
+    monkeypatch.setenv("NUMBA_FLASH_WGMMA", "1")
+    monkeypatch.setenv("NUMBA_FLASH_WGMMA_WIDE_KEYS", "1")
+    assert keys(128) == 160 and keys(96) == 160 and keys(256) == 80 and keys(200) == 80
+    assert keys(128, softcap=True, alibi=True, dropout=True, gqa=True) == 160
+    assert keys(128, causal=True) == 128 and keys(128, window_left=True) == 128 and keys(64) == 128
+    assert keys(256, dropout=True) == 64 and keys(256, causal=True) == 64 and keys(192) == 64
+    monkeypatch.setenv("NUMBA_FLASH_WGMMA_WIDE_KEYS", "0")
+    assert keys(128) == 128 and keys(256) == 64
+
+
+@pytest.mark.usefixtures("wgmma_on", "poisoned_outputs")
+@pytest.mark.parametrize("dtype,d,Nq,Nk,kw", [
+    # 160-key tiles: two whole, the third 30 keys (TMA zero-fills past Nk); two persistent blocks
+    ("float16", 128, 150, 350, {}),
+    ("bfloat16", 112, 40, 200, {"softcap": 4.0, "alibi": True, "H_kv": 1}),  # d = 112 on d = 128's tiles, GQA
+    ("float16", 128, 30, 330, {"dropout_p": 0.2}),  # keep bits of 32-key stretches at 160·j
+    ("bfloat16", 256, 70, 170, {}),  # 80-key tiles: 80, 80, 10; O staged in Q's rows
+])  # fmt: skip
+def test_wgmma_forward_wide_key_tiles(monkeypatch, rng, dtype, d, Nq, Nk, kw):
+    """The walk on ``wide_keys``'s tiles (160 keys at d = 128, 80 at d = 256), against the
+    reference: partial last tiles, softcap + ALiBi + GQA, dropout bit for bit through
+    the reference's mask, two persistent blocks handing Q on."""
+    monkeypatch.setenv("NUMBA_FLASH_WGMMA_PERSISTENT", "2")
+    check_wide(monkeypatch, rng, dtype, d, Nq, Nk, kw)
+
+
+def check_wide(monkeypatch, rng, dtype, d, Nq, Nk, kw):
+    """check_forward, non-causal, with ``wide_keys`` on; ``kw``'s ``H_kv`` and ``alibi``
+    (random slopes) are the test's, a dropout case gets a fresh seed."""
+    monkeypatch.setenv("NUMBA_FLASH_WGMMA_WIDE_KEYS", "1")
+    kw = dict(kw)
+    H_kv = kw.pop("H_kv", 2)
+    if kw.pop("alibi", False):
+        kw["alibi_slopes"] = _slopes(rng, 2)
+    if "dropout_p" in kw:
+        kw["seed"] = int(rng.integers(0, 2**63))
+    check_forward(rng, dtype, d, False, H_kv=H_kv, Nq=Nq, Nk=Nk, **kw)
+
+
+@pytest.mark.gpu
+@pytest.mark.usefixtures("wgmma_on", "poisoned_outputs")
+@pytest.mark.parametrize("dtype,d,Nq,Nk,kw", [
+    ("float16", 128, 1000, 1000, {}), ("bfloat16", 128, 777, 4100, {}),  # 7 and 26 tiles, the last partial
+    ("float16", 128, 1000, 1017, {"softcap": 30.0, "alibi": True, "dropout_p": 0.1, "H_kv": 1}),
+    ("float16", 256, 1000, 1000, {}), ("bfloat16", 200, 300, 1017, {"softcap": 30.0}),
+])  # fmt: skip
+def test_wgmma_forward_wide_key_tiles_on_the_gpu(monkeypatch, rng, dtype, d, Nq, Nk, kw):
+    """``wide_keys``'s tiles at sizes of many tiles and blocks (the default persistent
+    grid), against the reference."""
+    check_wide(monkeypatch, rng, dtype, d, Nq, Nk, kw)
+
+
+@pytest.mark.usefixtures("poisoned_outputs")
+def test_wgmma_forward_wide_varlen(monkeypatch, rng):
+    """Varlen on 160-key tiles: V's rows past a sequence zeroed in a 160-row tile."""
+    monkeypatch.setenv("NUMBA_FLASH_WGMMA", "1")
+    monkeypatch.setenv("NUMBA_FLASH_WGMMA_WIDE_KEYS", "1")
+    check_varlen_forward(rng, "float16", 128, False, [30, 0, 70], [170, 5, 200])
+
+
 @pytest.mark.usefixtures("wgmma_on", "poisoned_outputs")
 def test_wgmma_forward_variants(rng):
     """GQA + window + softcap + ALiBi through the shared score and mask steps."""

@@ -206,27 +206,57 @@ def consumers(head_dim: int, causal: bool = False, seqlen_q: int = 4096, block_m
     return 3
 
 
-def tiles(head_dim: int, causal: bool = False, seqlen_q: int = 4096, block_mask: bool = False) -> TcTiles:
+def tiles(head_dim: int, causal: bool = False, seqlen_q: int = 4096, block_mask: bool = False,
+          variant: Variant | None = None) -> TcTiles:
     """The tile shape for arrays of ``head_dim`` columns (on ``hopper.tile_dim``'s tiles:
     one of ``HEAD_DIMS``, ``data_dim`` the arrays' when they differ; ``consumers`` picks
-    the rows): ``warps`` counts the consumer warps (the producer warpgroup is
-    ``threads(t)`` − 128·consumers more)."""
+    the rows, ``key_tile`` the keys: wider for ``variant``'s unbounded walks): ``warps``
+    counts the consumer warps (the producer warpgroup is ``threads(t)`` − 128·consumers
+    more)."""
     tile_d = tile_dim(head_dim, HEAD_DIMS)
     if not tile_d:
         raise ValueError(f"head_dim={head_dim}: the wgmma forward runs d in {HEAD_DIMS} and other multiples of 8 "
                          f"below {HEAD_DIMS[-1]}")
     c = consumers(tile_d, causal, seqlen_q, block_mask)
-    return TcTiles(tile_d, 64 * c, key_tile(tile_d), 4 * c, m_tiles=1, stages=STAGES, q_in_regs=False,
-                   data_dim=head_dim if head_dim != tile_d else 0)
+    t = TcTiles(tile_d, 64 * c, key_tile(tile_d, variant), 4 * c, m_tiles=1, stages=STAGES, q_in_regs=False,
+                data_dim=head_dim if head_dim != tile_d else 0)
+    assert smem_bytes(t) <= SMEM_LIMIT, t
+    return t
 
 
-def key_tile(head_dim: int) -> int:
+#: Keys a K/V tile where a walk has no bound (``wide_keys``), by the tile's d: fewer,
+#: longer steps (FlashAttention-3 takes 176 at d = 128 and 80 at d = 256 there).
+WIDE_KEYS = {128: 160, 256: 80}
+
+
+def key_tile(head_dim: int, variant: Variant | None = None) -> int:
     """Keys a K/V tile at ``head_dim`` (a tile's d): 128 up to d = 128, as FlashAttention-3;
     64 past it, where a stage of K and V is 64·d·2 bytes each (d = 256: Q's 64 KiB and two
     stages, 192 KiB of the 227; 128 keys would need 320).  A multiple of 32 (dropout's
     keep bits come 32 keys a Philox call, ``fragments.drop_packed``), so not
-    FlashAttention-3's 80."""
+    FlashAttention-3's 80 — except where :func:`wide_keys` allows ``WIDE_KEYS``."""
+    if variant is not None and wide_keys(head_dim, variant):
+        return WIDE_KEYS[head_dim]
     return BLOCK_N if head_dim <= 128 else WIDE_BLOCK_N
+
+
+def wide_keys(head_dim: int, variant: Variant) -> bool:
+    """``WIDE_KEYS[head_dim]`` keys a tile (FlashAttention-3's longer steps where a walk
+    is long and unbounded): a step's fixed work (the barriers' waits, the row max and
+    sum's shuffles, acc's rescale: 64 FMUL a lane at d = 128 for 64 or 80 exponentials)
+    is then spread over more keys.  Only where nothing bounds the walk: no causal or
+    window (their diagonal tiles would be wider: FlashAttention-3 keeps 128 there), no
+    block mask (FlexAttention's 128-blocks), no paged cache (its boxes divide the tile);
+    at d = 256 (80 keys) no dropout either (its keep bits come 32 keys a Philox call).
+    Shared memory: d = 128, 160 keys: Q 32 KiB, K and V 2 × 2 × 40 KiB, O's staging
+    rows 32 KiB: 224.1 KiB of 227 (176 would need 240); d = 256, 80 keys: Q 64 KiB and
+    2 × 2 × 40 KiB (O in Q's rows): 224.1 KiB.
+    ``NUMBA_FLASH_WGMMA_WIDE_KEYS=1`` turns it on, ``=0`` off."""
+    if os.environ.get("NUMBA_FLASH_WGMMA_WIDE_KEYS", "0") != "1" or head_dim not in WIDE_KEYS:
+        return False
+    bounded = variant.causal or variant.window_left or variant.window_right or variant.paged or variant.split
+    sparse = variant.mods is not None and variant.mods.block_sparse
+    return not (bounded or sparse or (variant.dropout and WIDE_KEYS[head_dim] % 32))
 
 
 def o_in_q(t: TcTiles) -> bool:
