@@ -45,8 +45,6 @@ from numba_flash.kernels.mask import NEG_INF
 
 POS_INF = float32(math.inf)
 NEG_ZERO = float32(-0.0)
-#: Independent chains of a row's max and sum (``softmax_row_step``'s default).
-CHAINS = 4
 LOG2E = 1.4426950408889634
 LN2 = 0.6931471805599453
 FULL_MASK = 0xFFFFFFFF
@@ -111,8 +109,7 @@ def online_softmax_row(s, S0, S_STEP, S_N, S_PAIR, acc, O0, O_STEP, O_N, O_PAIR,
 
 
 @device_function
-def softmax_row_step(s, S0, S_STEP, S_N, S_PAIR, m_i, l_i, r, LANES, LOG2, fold=LOG2E_F32, EMULATE=0,
-                     CHAINS=CHAINS):
+def softmax_row_step(s, S0, S_STEP, S_N, S_PAIR, m_i, l_i, r, LANES, LOG2, fold=LOG2E_F32, EMULATE=0):
     """``online_softmax_row`` without touching the accumulator: P in place of the
     row's scores, ``m_i[r]`` and ``l_i[r]`` updated, and alpha returned for
     ``rescale_row`` (a kernel whose accumulator is still being written by an
@@ -120,31 +117,18 @@ def softmax_row_step(s, S0, S_STEP, S_N, S_PAIR, m_i, l_i, r, LANES, LOG2, fold=
     factor with FOLD (log2 e) and CAPPED (softcap's cap·log2 e).  ``EMULATE`` (a
     literal, FOLD and CAPPED only): every EMULATE-th group of the row's values (n)
     exponentiates on the FMA pipe (``ptx.ex2_emulated``), the rest on the SFU; 0: all
-    on the SFU.  ``CHAINS`` (a literal, 1 … 4): the row's max and its sum run as that many
-    independent chains (value k of the row in chain k mod CHAINS), combined at the end, so
-    that their dependency chains are S_N·S_PAIR / CHAINS FMNMX (FADD) long instead of
-    S_N·S_PAIR: an SMSP of the Hopper forward has two warps to hide FMNMX's latency with."""
-    m0, m1, m2, m3 = NEG_INF, NEG_INF, NEG_INF, NEG_INF
+    on the SFU."""
+    mx = NEG_INF
     for n in range(S_N):
         for e in range(S_PAIR):
-            k = n * S_PAIR + e
-            x = s[S0 + n * S_STEP + e]
-            if k % CHAINS == 0:
-                m0 = max(m0, x)
-            elif k % CHAINS == 1:
-                m1 = max(m1, x)
-            elif k % CHAINS == 2:
-                m2 = max(m2, x)
-            else:
-                m3 = max(m3, x)
-    mx = max(max(m0, m1), max(m2, m3))
+            mx = max(mx, s[S0 + n * S_STEP + e])
     m_new, m_use, alpha = online_rescale(m_i[r], allreduce_max(mx, LANES), LOG2, fold)
     m_i[r] = m_new
     m_scaled = m_use * fold  # FOLD's and CAPPED's
-    s0, s1, s2, s3 = NEG_ZERO, NEG_ZERO, NEG_ZERO, NEG_ZERO  # −0 + x is x: the first adds fold away
+    row_sum = NEG_ZERO  # −0 + x is x: the first add folds away
     for n in range(S_N):
+        part = NEG_ZERO  # a pair's sum first: shorter dependency chains
         for e in range(S_PAIR):
-            k = n * S_PAIR + e
             if (LOG2 == FOLD or LOG2 == CAPPED) and EMULATE and n % EMULATE == EMULATE - 1:
                 p = ptx.ex2_emulated(s[S0 + n * S_STEP + e] * fold - m_scaled)
             elif LOG2 == FOLD or LOG2 == CAPPED:  # one FFMA
@@ -152,15 +136,9 @@ def softmax_row_step(s, S0, S_STEP, S_N, S_PAIR, m_i, l_i, r, LANES, LOG2, fold=
             else:
                 p = softmax_exp(s[S0 + n * S_STEP + e] - m_use, LOG2)
             s[S0 + n * S_STEP + e] = p
-            if k % CHAINS == 0:
-                s0 += p
-            elif k % CHAINS == 1:
-                s1 += p
-            elif k % CHAINS == 2:
-                s2 += p
-            else:
-                s3 += p
-    l_i[r] = l_i[r] * alpha + ((s0 + s1) + (s2 + s3))
+            part += p
+        row_sum += part
+    l_i[r] = l_i[r] * alpha + row_sum
     return alpha
 
 

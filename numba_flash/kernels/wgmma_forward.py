@@ -278,7 +278,7 @@ def threads(t: TcTiles) -> int:
 @functools.lru_cache(maxsize=None)
 def wgmma_forward_kernel(t: TcTiles, variant: Variant, dtype: str, persistent: bool = True, pingpong: bool = False,
                          domain: int = 1, emulate: int = 0, alibi_mma: bool = False, key_rows: int = 0,
-                         overlap: bool = False, dynamic: bool = False, chains: int = softmax.CHAINS):
+                         overlap: bool = False, dynamic: bool = False):
     """``kernel[grid, threads(t), stream, smem_bytes(t)](q, k, v, out32, lse, softmax_scale, params, alibi,
     cu_seqlens_q, cu_seqlens_k, fx, sched, tmaps)``: ``tc_forward_kernel``'s arguments and outputs, the
     scheduler's counter (a zeroed int32 pair; read only when ``dynamic``) and the tensor
@@ -290,8 +290,7 @@ def wgmma_forward_kernel(t: TcTiles, variant: Variant, dtype: str, persistent: b
     ``alibi_mma``: ALiBi's bias on the tensor cores (:func:`alibi_on_products`; raw scores);
     ``key_rows``: a paged cache's K/V boxes (:func:`key_box`; the maps' key boxes);
     ``overlap``: the epilogue under the next tile's first S (:func:`overlap_epilogue`);
-    ``dynamic``: persistent blocks take their tiles from a counter (:func:`dynamic_tiles`);
-    ``chains``: the softmax's row max and sum in that many chains (:func:`softmax_chains`)."""
+    ``dynamic``: persistent blocks take their tiles from a counter (:func:`dynamic_tiles`)."""
     HEAD_DIM, BLOCK_M, PERSISTENT, PINGPONG = t.head_dim, t.block_m, persistent, pingpong
     CONSUMERS = BLOCK_M // 64
     THREADS, CONSUMER_THREADS = threads(t), 128 * CONSUMERS
@@ -302,7 +301,6 @@ def wgmma_forward_kernel(t: TcTiles, variant: Variant, dtype: str, persistent: b
     F_S = tuple(False if i == ALIBI else f for i, f in enumerate(F)) if ALIBI_MMA else F
     SOFTMAX = domain  # softcap: the cap in the exponent's FFMA
     EMULATE = emulate  # softcap: some of the exponentials off the SFU
-    CHAINS = chains  # the row max's and sum's independent chains (``softmax.softmax_row_step``)
     BLOCK_N = t.block_n  # keys a K/V tile (``key_tile``)
     KEY_BOX = key_rows or BLOCK_N  # a paged cache's K/V tile: BLOCK_N / KEY_BOX TMA boxes, each within a page
     KX_BYTES = BLOCK_N * 128  # ALiBi on the tensor cores: its key ramp, one swizzled atom (``alibi_on_products``)
@@ -358,7 +356,7 @@ def wgmma_forward_kernel(t: TcTiles, variant: Variant, dtype: str, persistent: b
                 shift = -si[2] * (d0 + float32(2 * (cuda.threadIdx.x & 3) + 8 * r))
                 m_i[r] -= shift
             alpha[r] = softmax.softmax_row_step(acc_s, 2 * r, 4, NT_S, 2, m_i, l_i, r, 4, SOFTMAX,
-                                                score.exponent_factor(si, SOFTMAX), EMULATE, CHAINS)  # fmt: skip
+                                                score.exponent_factor(si, SOFTMAX), EMULATE)  # fmt: skip
             if ALIBI_MMA:
                 m_i[r] += shift
 
@@ -832,14 +830,6 @@ def pingpong(t: TcTiles, variant: Variant = Variant()) -> bool:
     return wanted and t.block_m == 128
 
 
-def softmax_chains() -> int:
-    """Independent chains of the softmax's row max and row sum (``softmax.softmax_row_step``):
-    4 (``softmax.CHAINS``), or ``NUMBA_FLASH_SOFTMAX_CHAINS`` (1 … 4; 1 is the single chain
-    of sessions 11–25, 32 FMNMX deep at 128 keys)."""
-    forced = os.environ.get("NUMBA_FLASH_SOFTMAX_CHAINS", "")
-    return int(forced) if forced in ("1", "2", "3", "4") else softmax.CHAINS
-
-
 def dynamic_tiles() -> bool:
     """Persistent blocks take their tiles in turn from a counter in global memory
     (FlashAttention-3's dynamic scheduler) instead of tiles blockIdx.x, + gridDim.x, …:
@@ -928,7 +918,7 @@ def launches(t: TcTiles, variant: Variant, dtype: str, sz: spec.Sizes, page_rows
     box = key_box(page_rows, t.block_n) if variant.paged else t.block_n
     dyn = n < tiles and dynamic_tiles()
     kern = wgmma_forward_kernel(t, variant, dtype, n < tiles, pingpong(t, variant), dom, ex2_emulated_every(variant),
-                                bias, box, overlap_epilogue() and not dyn, dyn, softmax_chains())  # fmt: skip
+                                bias, box, overlap_epilogue() and not dyn, dyn)  # fmt: skip
     # the scheduler's counter: a zeroed one a call (``sched``), or a stand-in it never reads
     args = spec.forward_args("u16", tc_out_view(t)) + (spec.Arg("sched" if dyn else "sched0"), spec.Arg("tmaps"))
     return [spec.KernelLaunch("wgmma_forward", kern, t, (n, 1, 1), threads(t), smem_bytes(t, bias), args,
