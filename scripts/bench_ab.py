@@ -1,7 +1,11 @@
 """A/B of an environment switch in one process: the forward's time with each value of
 the switch, on issue #13's shapes (fp16, causal off and on, and bf16) and a dropout case.
 
-    python3 scripts/bench_ab.py out.jsonl NAME=a,b [--dropout]
+    python3 scripts/bench_ab.py out.jsonl NAME=a,b [NAME2=c,d ...] [--dropout | --wide]
+
+Several switches take their values together, by position (NAME=a with NAME2=c, then b with d);
+an empty value leaves the variable unset (e.g. ``NUMBA_FLASH_WGMMA_KEYS=,64
+NUMBA_FLASH_WGMMA_CONSUMERS=,3``: the default, then three consumers on 64-key tiles).
 
 ``--wide``: ``WIDE_CASES``, non-causal (the wider key tiles' cases).
 ``--dropout``: the cases with dropout 0.1 instead (the four shapes causal off and on, fp16,
@@ -38,8 +42,8 @@ DROPOUT_CASES = [(s, "float16", c, DROPOUT) for s in SHAPES for c in (False, Tru
     ((4, 16, 4096, 128), "float16", True, {}),
 ]
 
-#: ``--wide``: where ``wgmma_forward.wide_keys`` widens the key tiles (no causal or window), and N = 1024,
-#: where 160-key tiles leave 96 of 1120 keys of the last tile empty
+#: ``--wide``: where ``wgmma_forward.forced_keys``' ``wide`` widens the key tiles (no causal or
+#: window), and N = 1024, where 160-key tiles leave 96 of 1120 keys of the last tile empty
 WIDE_CASES = [((4, 16, 4096, 128), "float16", False, {}), ((1, 16, 16384, 128), "float16", False, {}),
               ((16, 32, 1024, 128), "float16", False, {}), ((4, 16, 4096, 128), "bfloat16", False, {}),
               ((4, 8, 4096, 256), "float16", False, {}), ((4, 16, 4096, 128), "float16", False, {"softcap": 30.0}),
@@ -47,9 +51,29 @@ WIDE_CASES = [((4, 16, 4096, 128), "float16", False, {}), ((1, 16, 16384, 128), 
               ((4, 8, 4096, 256), "bfloat16", False, {}), ((4, 16, 4096, 128), "float16", True, {})]
 
 
-def main(path, switch, cases=CASES):
-    name, values = switch.split("=")
-    values = values.split(",")
+def settings(switches):
+    """``["A=a1,a2", "B=b1,b2"]`` → the labels ``["a1+b1", "a2+b2"]`` (``-`` for an empty
+    value) and per label its environment: ``{A: a1, B: b1}``, … (an empty value unsets
+    the variable)."""
+    parsed = [(sw.split("=", 1)[0], sw.split("=", 1)[1].split(",")) for sw in switches]
+    n = len(parsed[0][1])
+    if any(len(v) != n for _, v in parsed):
+        raise SystemExit(f"switches {switches}: each needs {n} values")
+    labels = ["+".join(vals[i] or "-" for _, vals in parsed) for i in range(n)]
+    return labels, {labels[i]: {name: vals[i] for name, vals in parsed} for i in range(n)}
+
+
+def apply(env):
+    for name, value in env.items():
+        if value:
+            os.environ[name] = value
+        else:
+            os.environ.pop(name, None)
+
+
+def main(path, switches, cases=CASES):
+    values, envs = settings(switches)
+    name = " ".join(sw.split("=", 1)[0] for sw in switches)
     rows = []
     for (B, H, N, d), dtype, causal, kw in cases:
         dt = np.dtype(ml_dtypes.bfloat16) if dtype == "bfloat16" else np.dtype(dtype)
@@ -58,11 +82,11 @@ def main(path, switch, cases=CASES):
         fn = lambda: numba_flash.flash_attention(q, k, v, causal=causal, **kw)  # noqa: E731
         times = {x: [] for x in values}
         for x in values:  # compiled and warm
-            os.environ[name] = x
+            apply(envs[x])
             fn()
         for _ in range(5):
             for x in values:
-                os.environ[name] = x
+                apply(envs[x])
                 times[x].append(median_ms(fn, warmup=1, rep=7, calls=10))
         flops = 4 * B * H * N * N * d * (0.5 if causal else 1.0)
         row = dict(B=B, H=H, N=N, d=d, dtype=dtype, causal=causal, kw=str(kw), switch=name)
@@ -85,5 +109,5 @@ def main(path, switch, cases=CASES):
 
 
 if __name__ == "__main__":
-    main(sys.argv[1], sys.argv[2], DROPOUT_CASES if "--dropout" in sys.argv else WIDE_CASES if "--wide" in sys.argv
-         else CASES)
+    main(sys.argv[1], [a for a in sys.argv[2:] if "=" in a],
+         DROPOUT_CASES if "--dropout" in sys.argv else WIDE_CASES if "--wide" in sys.argv else CASES)

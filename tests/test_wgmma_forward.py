@@ -103,8 +103,8 @@ def test_wgmma_forward_dynamic_scheduler(monkeypatch, rng, d, causal, lens_q, le
 
 
 def test_wide_key_tiles_only_where_nothing_bounds_the_walk(monkeypatch):
-    """``wgmma_forward.wide_keys``: 160 keys a tile at d = 128 and 80 at d = 256 with
-    ``NUMBA_FLASH_WGMMA_WIDE_KEYS=1``, where no causal bound, window, block mask or
+    """``wgmma_forward.forced_keys``' ``wide``: 160 keys a tile at d = 128 and 80 at d = 256 with
+    ``NUMBA_FLASH_WGMMA_KEYS=wide``, where no causal bound, window, block mask or
     paged cache bounds the walk (and at d = 256 no dropout: 32 keys a Philox call);
     128 and 64 otherwise, and with the switch off."""
     from numba_flash.kernels import wgmma_forward as W
@@ -116,13 +116,22 @@ def test_wide_key_tiles_only_where_nothing_bounds_the_walk(monkeypatch):
         return launch.tiles.block_n
 
     monkeypatch.setenv("NUMBA_FLASH_WGMMA", "1")
-    monkeypatch.setenv("NUMBA_FLASH_WGMMA_WIDE_KEYS", "1")
+    monkeypatch.setenv("NUMBA_FLASH_WGMMA_KEYS", "wide")
     assert keys(128) == 160 and keys(96) == 160 and keys(256) == 80 and keys(200) == 80
     assert keys(128, softcap=True, alibi=True, dropout=True, gqa=True) == 160
     assert keys(128, causal=True) == 128 and keys(128, window_left=True) == 128 and keys(64) == 128
     assert keys(256, dropout=True) == 64 and keys(256, causal=True) == 64 and keys(192) == 64
-    monkeypatch.setenv("NUMBA_FLASH_WGMMA_WIDE_KEYS", "0")
+    monkeypatch.delenv("NUMBA_FLASH_WGMMA_KEYS")
     assert keys(128) == 128 and keys(256) == 64
+    # a number: those keys at every d (a multiple of 32 with dropout), tiles that fit or a ValueError
+    monkeypatch.setenv("NUMBA_FLASH_WGMMA_KEYS", "64")
+    assert keys(128) == 64 and keys(128, causal=True, dropout=True) == 64 and keys(64) == 64
+    monkeypatch.setenv("NUMBA_FLASH_WGMMA_KEYS", "80")
+    assert keys(128) == 80 and keys(128, dropout=True) == 128
+    for bad, match in (("256", "shared memory"), ("7", "expected 'wide' or one of"), ("16", "expected")):
+        monkeypatch.setenv("NUMBA_FLASH_WGMMA_KEYS", bad)
+        with pytest.raises(ValueError, match=match):
+            keys(128)
 
 
 @pytest.mark.usefixtures("wgmma_on", "poisoned_outputs")
@@ -134,7 +143,7 @@ def test_wide_key_tiles_only_where_nothing_bounds_the_walk(monkeypatch):
     ("bfloat16", 256, 70, 170, {}),  # 80-key tiles: 80, 80, 10; O staged in Q's rows
 ])  # fmt: skip
 def test_wgmma_forward_wide_key_tiles(monkeypatch, rng, dtype, d, Nq, Nk, kw):
-    """The walk on ``wide_keys``'s tiles (160 keys at d = 128, 80 at d = 256), against the
+    """The walk on ``forced_keys``' wide tiles (160 keys at d = 128, 80 at d = 256), against the
     reference: partial last tiles, softcap + ALiBi + GQA, dropout bit for bit through
     the reference's mask, two persistent blocks handing Q on."""
     monkeypatch.setenv("NUMBA_FLASH_WGMMA_PERSISTENT", "2")
@@ -142,9 +151,9 @@ def test_wgmma_forward_wide_key_tiles(monkeypatch, rng, dtype, d, Nq, Nk, kw):
 
 
 def check_wide(monkeypatch, rng, dtype, d, Nq, Nk, kw):
-    """check_forward, non-causal, with ``wide_keys`` on; ``kw``'s ``H_kv`` and ``alibi``
+    """check_forward, non-causal, on ``forced_keys``' wide tiles; ``kw``'s ``H_kv`` and ``alibi``
     (random slopes) are the test's, a dropout case gets a fresh seed."""
-    monkeypatch.setenv("NUMBA_FLASH_WGMMA_WIDE_KEYS", "1")
+    monkeypatch.setenv("NUMBA_FLASH_WGMMA_KEYS", "wide")
     kw = dict(kw)
     H_kv = kw.pop("H_kv", 2)
     if kw.pop("alibi", False):
@@ -162,16 +171,45 @@ def check_wide(monkeypatch, rng, dtype, d, Nq, Nk, kw):
     ("float16", 256, 1000, 1000, {}), ("bfloat16", 200, 300, 1017, {"softcap": 30.0}),
 ])  # fmt: skip
 def test_wgmma_forward_wide_key_tiles_on_the_gpu(monkeypatch, rng, dtype, d, Nq, Nk, kw):
-    """``wide_keys``'s tiles at sizes of many tiles and blocks (the default persistent
+    """``forced_keys``' wide tiles at sizes of many tiles and blocks (the default persistent
     grid), against the reference."""
     check_wide(monkeypatch, rng, dtype, d, Nq, Nk, kw)
+
+
+@pytest.mark.usefixtures("wgmma_on", "poisoned_outputs")
+def test_wgmma_forward_three_consumers_on_64_keys_at_d_128(monkeypatch, rng):
+    """``NUMBA_FLASH_WGMMA_KEYS=64`` with three consumers at d = 128 (192 query rows, 64-key
+    tiles: the A/B's other configuration), causal, against the reference: the second
+    query tile partial, three key tiles, the last partial."""
+    monkeypatch.setenv("NUMBA_FLASH_WGMMA_KEYS", "64")
+    monkeypatch.setenv("NUMBA_FLASH_WGMMA_CONSUMERS", "3")
+    p = P.Problem("forward", "float16", 128, True, seqlen_q=200, seqlen_k=150, arch=SM90A)
+    (launch,) = P.plan(p).launches
+    assert (launch.tiles.block_m, launch.tiles.block_n, launch.threads) == (192, 64, 512)
+    check_forward(rng, "float16", 128, True, H=1, H_kv=1, Nq=200, Nk=150)
+
+
+@pytest.mark.gpu
+@pytest.mark.usefixtures("wgmma_on", "poisoned_outputs")
+@pytest.mark.parametrize("dtype,causal,kw", [("float16", False, {}), ("bfloat16", True, {}),
+                                             ("float16", True, {"softcap": 30.0, "dropout_p": 0.1, "H_kv": 1})])
+def test_wgmma_forward_three_consumers_on_64_keys_on_the_gpu(monkeypatch, rng, dtype, causal, kw):
+    """Three consumers on 64-key tiles at d = 128 (``forced_keys``) over many tiles and
+    blocks, against the reference."""
+    monkeypatch.setenv("NUMBA_FLASH_WGMMA_KEYS", "64")
+    monkeypatch.setenv("NUMBA_FLASH_WGMMA_CONSUMERS", "3")
+    kw = dict(kw)
+    H_kv = kw.pop("H_kv", 2)
+    if "dropout_p" in kw:
+        kw["seed"] = int(rng.integers(0, 2**63))
+    check_forward(rng, dtype, 128, causal, H_kv=H_kv, Nq=1000, Nk=1017, **kw)
 
 
 @pytest.mark.usefixtures("poisoned_outputs")
 def test_wgmma_forward_wide_varlen(monkeypatch, rng):
     """Varlen on 160-key tiles: V's rows past a sequence zeroed in a 160-row tile."""
     monkeypatch.setenv("NUMBA_FLASH_WGMMA", "1")
-    monkeypatch.setenv("NUMBA_FLASH_WGMMA_WIDE_KEYS", "1")
+    monkeypatch.setenv("NUMBA_FLASH_WGMMA_KEYS", "wide")
     check_varlen_forward(rng, "float16", 128, False, [30, 0, 70], [170, 5, 200])
 
 

@@ -210,7 +210,7 @@ def tiles(head_dim: int, causal: bool = False, seqlen_q: int = 4096, block_mask:
           variant: Variant | None = None) -> TcTiles:
     """The tile shape for arrays of ``head_dim`` columns (on ``hopper.tile_dim``'s tiles:
     one of ``HEAD_DIMS``, ``data_dim`` the arrays' when they differ; ``consumers`` picks
-    the rows, ``key_tile`` the keys: wider for ``variant``'s unbounded walks): ``warps``
+    the rows, ``key_tile`` the keys: ``variant``'s, for ``forced_keys``): ``warps``
     counts the consumer warps (the producer warpgroup is ``threads(t)`` − 128·consumers
     more)."""
     tile_d = tile_dim(head_dim, HEAD_DIMS)
@@ -220,11 +220,13 @@ def tiles(head_dim: int, causal: bool = False, seqlen_q: int = 4096, block_mask:
     c = consumers(tile_d, causal, seqlen_q, block_mask)
     t = TcTiles(tile_d, 64 * c, key_tile(tile_d, variant), 4 * c, m_tiles=1, stages=STAGES, q_in_regs=False,
                 data_dim=head_dim if head_dim != tile_d else 0)
-    assert smem_bytes(t) <= SMEM_LIMIT, t
+    if smem_bytes(t) > SMEM_LIMIT:  # (only a forced key tile gets here: the defaults fit)
+        raise ValueError(f"NUMBA_FLASH_WGMMA_KEYS={os.environ.get('NUMBA_FLASH_WGMMA_KEYS')!r}: {t.block_n} keys a "
+                         f"tile at d = {tile_d} need {smem_bytes(t)} bytes of shared memory, more than {SMEM_LIMIT}")
     return t
 
 
-#: Keys a K/V tile where a walk has no bound (``wide_keys``), by the tile's d: fewer,
+#: Keys a K/V tile where a walk has no bound (``forced_keys``' ``wide``), by the tile's d: fewer,
 #: longer steps (FlashAttention-3 takes 176 at d = 128 and 80 at d = 256 there).
 WIDE_KEYS = {128: 160, 256: 80}
 
@@ -234,29 +236,44 @@ def key_tile(head_dim: int, variant: Variant | None = None) -> int:
     64 past it, where a stage of K and V is 64·d·2 bytes each (d = 256: Q's 64 KiB and two
     stages, 192 KiB of the 227; 128 keys would need 320).  A multiple of 32 (dropout's
     keep bits come 32 keys a Philox call, ``fragments.drop_packed``), so not
-    FlashAttention-3's 80 — except where :func:`wide_keys` allows ``WIDE_KEYS``."""
-    if variant is not None and wide_keys(head_dim, variant):
-        return WIDE_KEYS[head_dim]
+    FlashAttention-3's 80 — except where :func:`forced_keys` (an A/B switch) says other."""
+    forced = forced_keys(head_dim, variant) if variant is not None else 0
+    if forced:
+        return forced
     return BLOCK_N if head_dim <= 128 else WIDE_BLOCK_N
 
 
-def wide_keys(head_dim: int, variant: Variant) -> bool:
-    """``WIDE_KEYS[head_dim]`` keys a tile (FlashAttention-3's longer steps where a walk
-    is long and unbounded): a step's fixed work (the barriers' waits, the row max and
-    sum's shuffles, acc's rescale: 64 FMUL a lane at d = 128 for 64 or 80 exponentials)
-    is then spread over more keys.  Only where nothing bounds the walk: no causal or
-    window (their diagonal tiles would be wider: FlashAttention-3 keeps 128 there), no
-    block mask (FlexAttention's 128-blocks), no paged cache (its boxes divide the tile);
-    at d = 256 (80 keys) no dropout either (its keep bits come 32 keys a Philox call).
-    Shared memory: d = 128, 160 keys: Q 32 KiB, K and V 2 × 2 × 40 KiB, O's staging
-    rows 32 KiB: 224.1 KiB of 227 (176 would need 240); d = 256, 80 keys: Q 64 KiB and
-    2 × 2 × 40 KiB (O in Q's rows): 224.1 KiB.
-    ``NUMBA_FLASH_WGMMA_WIDE_KEYS=1`` turns it on, ``=0`` off."""
-    if os.environ.get("NUMBA_FLASH_WGMMA_WIDE_KEYS", "0") != "1" or head_dim not in WIDE_KEYS:
-        return False
-    bounded = variant.causal or variant.window_left or variant.window_right or variant.paged or variant.split
+def forced_keys(head_dim: int, variant: Variant) -> int:
+    """``NUMBA_FLASH_WGMMA_KEYS``, the key tile of an A/B (0: the default's):
+
+    * ``wide``: ``WIDE_KEYS[head_dim]`` keys (FlashAttention-3's longer steps) where nothing
+      bounds the walk — no causal or window (their diagonal tiles would be wider:
+      FlashAttention-3 keeps 128 there), no block mask (FlashAttention's 128-blocks), no
+      paged cache (its boxes divide the tile), no split; at d = 256 (80 keys) no dropout
+      either (its keep bits come 32 keys a Philox call).  A step's fixed work (the
+      barriers' waits, the row max and sum's shuffles, acc's rescale) is then spread over
+      more keys.  Shared memory: d = 128, 160 keys: Q 32 KiB, K and V 2 × 2 × 40 KiB, O's
+      staging rows 32 KiB: 224.1 KiB of 227 (176 would need 240); d = 256, 80 keys: Q
+      64 KiB and 2 × 2 × 40 KiB (O in Q's rows): 224.1 KiB.  Measured 0.84–1.00× the
+      default's speed (docs/benchmarks/2026-12-04-s26, call 1).
+    * a number n of ``ptx.WGMMA_N`` from 32 up (a multiple of 32 with dropout): n keys at
+      every d, but not with a block mask, a paged cache or a split; e.g. ``64`` with
+      ``NUMBA_FLASH_WGMMA_CONSUMERS=3`` at d = 128 (three consumers of 160 registers: S
+      32, O 64 and P 16 a thread; 160 KiB of shared memory; ptxas: no spills).
+      ``tiles`` raises ValueError when the tiles do not fit in shared memory."""
+    env = os.environ.get("NUMBA_FLASH_WGMMA_KEYS", "")
     sparse = variant.mods is not None and variant.mods.block_sparse
-    return not (bounded or sparse or (variant.dropout and WIDE_KEYS[head_dim] % 32))
+    if not env or sparse or variant.paged or variant.split:
+        return 0
+    if env == "wide":
+        bounded = variant.causal or variant.window_left or variant.window_right
+        n = WIDE_KEYS.get(head_dim, 0)
+        return 0 if bounded or (variant.dropout and n % 32) else n
+    n = int(env) if env.isdigit() else 0
+    if n not in ptx.WGMMA_N or n < 32:
+        raise ValueError(f"NUMBA_FLASH_WGMMA_KEYS={env!r}: expected 'wide' or one of "
+                         f"{[x for x in ptx.WGMMA_N if x >= 32]}")
+    return 0 if variant.dropout and n % 32 else n
 
 
 def o_in_q(t: TcTiles) -> bool:
