@@ -150,17 +150,18 @@ def test_wgmma_forward_wide_key_tiles(monkeypatch, rng, dtype, d, Nq, Nk, kw):
     check_wide(monkeypatch, rng, dtype, d, Nq, Nk, kw)
 
 
-def check_wide(monkeypatch, rng, dtype, d, Nq, Nk, kw):
-    """check_forward, non-causal, on ``forced_keys``' wide tiles; ``kw``'s ``H_kv`` and ``alibi``
-    (random slopes) are the test's, a dropout case gets a fresh seed."""
-    monkeypatch.setenv("NUMBA_FLASH_WGMMA_KEYS", "wide")
+def check_wide(monkeypatch, rng, dtype, d, Nq, Nk, kw, causal=False, keys="wide"):
+    """check_forward on ``forced_keys``' tiles (``NUMBA_FLASH_WGMMA_KEYS=keys``), non-causal
+    unless said; ``kw``'s ``H_kv`` and ``alibi`` (random slopes) are the test's, a dropout
+    case gets a fresh seed."""
+    monkeypatch.setenv("NUMBA_FLASH_WGMMA_KEYS", keys)
     kw = dict(kw)
     H_kv = kw.pop("H_kv", 2)
     if kw.pop("alibi", False):
         kw["alibi_slopes"] = _slopes(rng, 2)
     if "dropout_p" in kw:
         kw["seed"] = int(rng.integers(0, 2**63))
-    check_forward(rng, dtype, d, False, H_kv=H_kv, Nq=Nq, Nk=Nk, **kw)
+    check_forward(rng, dtype, d, causal, H_kv=H_kv, Nq=Nq, Nk=Nk, **kw)
 
 
 @pytest.mark.gpu
@@ -196,13 +197,8 @@ def test_wgmma_forward_three_consumers_on_64_keys_at_d_128(monkeypatch, rng):
 def test_wgmma_forward_three_consumers_on_64_keys_on_the_gpu(monkeypatch, rng, dtype, causal, kw):
     """Three consumers on 64-key tiles at d = 128 (``forced_keys``) over many tiles and
     blocks, against the reference."""
-    monkeypatch.setenv("NUMBA_FLASH_WGMMA_KEYS", "64")
     monkeypatch.setenv("NUMBA_FLASH_WGMMA_CONSUMERS", "3")
-    kw = dict(kw)
-    H_kv = kw.pop("H_kv", 2)
-    if "dropout_p" in kw:
-        kw["seed"] = int(rng.integers(0, 2**63))
-    check_forward(rng, dtype, 128, causal, H_kv=H_kv, Nq=1000, Nk=1017, **kw)
+    check_wide(monkeypatch, rng, dtype, 128, 1000, 1017, kw, causal, keys="64")
 
 
 @pytest.mark.usefixtures("poisoned_outputs")

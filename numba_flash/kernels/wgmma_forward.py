@@ -248,7 +248,7 @@ def forced_keys(head_dim: int, variant: Variant) -> int:
 
     * ``wide``: ``WIDE_KEYS[head_dim]`` keys (FlashAttention-3's longer steps) where nothing
       bounds the walk — no causal or window (their diagonal tiles would be wider:
-      FlashAttention-3 keeps 128 there), no block mask (FlashAttention's 128-blocks), no
+      FlashAttention-3 keeps 128 there), no block mask (FlexAttention's 128-blocks), no
       paged cache (its boxes divide the tile), no split; at d = 256 (80 keys) no dropout
       either (its keep bits come 32 keys a Philox call).  A step's fixed work (the
       barriers' waits, the row max and sum's shuffles, acc's rescale) is then spread over
