@@ -7,7 +7,7 @@ cd tmp_new || exit 1
 export PYTHONPATH=$PWD:$PYTHONPATH
 unset NUMBA_FLASH_WGMMA
 nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm --format=csv > "$out/gpu.txt" 2>&1
-timeout 550 python3 -m pytest -v -rf -n 16 -m gpu -p no:cacheprovider --dist loadfile --durations=25 \
+timeout 550 python3 -m pytest -v -rf -n 16 -m gpu -p no:cacheprovider --durations=25 \
   tests/test_wgmma_forward.py tests/test_wgmma_backward.py tests/test_kernels.py tests/test_variants.py \
   tests/test_kvcache.py tests/test_flex_kernels.py tests/test_numerics.py tests/test_tf32.py \
   tests/test_determinism.py tests/test_ptx_hopper.py tests/test_ptx.py tests/test_ptx_cluster.py \
