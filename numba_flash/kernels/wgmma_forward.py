@@ -28,7 +28,10 @@ specialization and tile sizes; past d = 128 two, on 64-key tiles):
   consumers) and one
   thread of it issues every copy: Q once, then K_j and V_j into a two-stage ring, by
   TMA (``tma.attention_maps``: boxes of 64 columns, the 128-byte swizzle), each stage
-  filling after its consumers released it;
+  filling after its consumers released it; with dropout its warps 1–3 (idle otherwise)
+  write each key tile's keep bits for every consumer thread (``keep_bits``: the
+  consumers' Philox calls move off their path between one product and the next;
+  setmaxnreg 56 / 224 with two consumers);
 * warpgroups 1, 2 (, 3), the consumers (``setmaxnreg`` 240, 160 with three), own query
   rows 0–63, 64–127 (, 128–191) of the block.  Warp w of a consumer owns 16 rows: a wgmma m64nN accumulator
   holds, per thread, exactly an m16n8 accumulator's values for N/8 n-tiles of its
@@ -60,6 +63,9 @@ and per tile t of the block (parity t mod 2):
     tile slots             the dynamic scheduler's (``dynamic_tiles``): int32 slot t mod 2 holds
                            the block's t-th tile (or n_tiles: the end), written by the producer
                            before its arrival on q_full, read by the consumers after q_full
+    bits_full[s]           dropout (``keep_bits``): the producer's warps 1–3 wrote the stage's
+                           keep words (96 arrivals; the tile's ring position is K's)
+    bits_empty[s]          128·consumers arrivals after each thread read its words
     v_land                 varlen: a V tile whose rows past the sequence the producer's warp
                            zeroes once it landed (``hopper.land_and_zero``), then arrives on
                            v_full[s]: a neighbour's inf or NaN never meets P's masked 0
@@ -81,7 +87,9 @@ Shared memory (one dynamic array, 1024-byte aligned: a swizzled tile's repeat), 
 128·d·2 each, with causal ALiBi on the tensor cores its key ramp (one atom of 128 rows,
 16 KiB), then the eleven 8-byte mbarriers (128 bytes), then the staging rows of O,
 16·d·2 bytes a consumer warp (warp w of consumer c at (4c + w)·16·d·2; 16-byte aligned;
-row r's 16-byte chunk j at r·d·2 + (j XOR r mod 8)·16: both sides conflict-free).
+row r's 16-byte chunk j at r·d·2 + (j XOR r mod 8)·16: both sides conflict-free); with
+dropout, the keep bits' two stages (``keep_bits_bytes``: 16 bytes per consumer thread and
+32-key stretch, 16 KiB a stage at d = 128; not where they do not fit).
 ``smem_bytes``: d = 128, two consumers: 160 KiB + 8 warps × 4 KiB = 192.1 KiB; d = 64,
 three consumers: 88 KiB + 12 × 2 KiB = 112.1 KiB (two, causal ≤ 2048 rows: 80 + 16 =
 96.1 KiB); d = 192 (64-key tiles): 48 + 96 + 48 KiB = 192.1 KiB; d = 256 (64-key tiles):
@@ -892,7 +900,8 @@ def smem_bytes(t: TcTiles, alibi_mma: bool = False, bits: bool = False) -> int:
     """Dynamic shared bytes: Q, two stages of K and of V, ALiBi's key ramp (``alibi_mma``:
     a key tile's rows × 128 bytes, 16 KiB at 128 keys), the mbarriers, then the consumer
     warps' staging rows of O (16 rows each; 2 bytes an element; none at d = 256, which
-    stages O in Q: ``o_in_q``).  d = 192: 48 + 96 + 48 KiB; d = 256: 64 + 128 KiB.  At
+    stages O in Q: ``o_in_q``), then dropout's keep bits (``bits``: ``keep_bits_bytes``;
+    d = 128: 192.2 + 32 = 224.2 KiB).  d = 192: 48 + 96 + 48 KiB; d = 256: 64 + 128 KiB.  At
     most 224.1 KiB (d = 128 with three consumers, only by ``NUMBA_FLASH_WGMMA_CONSUMERS``;
     no key ramp there) of an H100/H200 block's 227 KiB."""
     return (2 * t.head_dim * (t.block_m + 2 * STAGES * t.block_n) + (t.block_n * 128 if alibi_mma else 0)
