@@ -275,45 +275,12 @@ def test_wgmma_forward_causal_alibi_column_frame(monkeypatch, rng, dtype, d, Nq,
     check_forward(rng, dtype, d, True, Nq=Nq, Nk=Nk, alibi_slopes=slopes)
 
 
-def test_keep_bits_where_their_stages_fit(monkeypatch):
-    """``wgmma_forward.keep_bits``: with dropout, the producer's warps write the keep bits
-    (their two stages in the plan's shared memory, 16 bytes per consumer thread and 32-key
-    stretch) at every tile d, causal or not, with GQA and softcap; not without dropout,
-    not where the stages do not fit (ALiBi's key ramp on the tensor cores at d = 128, the
-    forced 160-key tiles), and not with ``NUMBA_FLASH_KEEP_BITS=0``."""
-    from numba_flash.kernels import wgmma_forward as W
-
-    def bits(d, **features):
-        (launch,) = P.plan(P.Problem("forward", "float16", d, features.get("causal", False), seqlen_q=4096,
-                                     seqlen_k=4096, arch=SM90A, features=Variant(**features))).launches
-        t = launch.tiles
-        assert launch.smem <= W.SMEM_LIMIT
-        extra = launch.smem - W.smem_bytes(t, W.alibi_on_products(t, Variant(**features)))
-        assert extra in (0, W.keep_bits_bytes(t)), extra
-        return extra > 0
-
-    monkeypatch.setenv("NUMBA_FLASH_WGMMA", "1")
-    for d in (64, 96, 128, 192, 256):
-        assert bits(d, dropout=True) and bits(d, dropout=True, causal=True) and not bits(d)
-    assert bits(128, dropout=True, gqa=True, softcap=True) and bits(64, dropout=True, alibi=True, causal=True)
-    assert not bits(128, dropout=True, alibi=True, causal=True)  # + the key ramp: 240 KiB
-    assert W.keep_bits_bytes(W.tiles(128)) == 32 * 1024
-    monkeypatch.setenv("NUMBA_FLASH_WGMMA_KEYS", "wide")
-    assert not bits(128, dropout=True)
-    monkeypatch.delenv("NUMBA_FLASH_WGMMA_KEYS")
-    monkeypatch.setenv("NUMBA_FLASH_KEEP_BITS", "0")
-    assert not bits(128, dropout=True)
-
-
 @pytest.mark.usefixtures("wgmma_on", "poisoned_outputs")
-@pytest.mark.parametrize("Nq,Nk,keep_bits", [(20, 64, "1"), (300, 128, "1"), (300, 128, "0")])
-def test_wgmma_forward_dropout_keeps_the_reference_mask(monkeypatch, rng, Nq, Nk, keep_bits):
+@pytest.mark.parametrize("Nq,Nk", [(20, 64), (300, 128)])
+def test_wgmma_forward_dropout_keeps_the_reference_mask(monkeypatch, rng, Nq, Nk):
     """Scale 0 (P = 1/Nk) and V the identity (d = Nk): O[i, j] = Z_ij / ((1 − p)·Nk).
-    d = 64: three consumers; d = 128: two, one persistent block over three tiles; the keep
-    bits from the producer's warps (``keep_bits``), and at d = 128 from the consumers' own
-    Philox calls too."""
+    d = 64: three consumers; d = 128: two, one persistent block over three tiles."""
     monkeypatch.setenv("NUMBA_FLASH_WGMMA_PERSISTENT", "1")
-    monkeypatch.setenv("NUMBA_FLASH_KEEP_BITS", keep_bits)
     B, H, p, seed = 1, 2, 0.3, int(rng.integers(0, 2**63))
     q = rng.standard_normal((B, Nq, H, Nk)).astype(np.float16)
     k = rng.standard_normal((B, Nk, H, Nk)).astype(np.float16)

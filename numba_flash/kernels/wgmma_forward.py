@@ -28,10 +28,7 @@ specialization and tile sizes; past d = 128 two, on 64-key tiles):
   consumers) and one
   thread of it issues every copy: Q once, then K_j and V_j into a two-stage ring, by
   TMA (``tma.attention_maps``: boxes of 64 columns, the 128-byte swizzle), each stage
-  filling after its consumers released it; with dropout its warps 1–3 (idle otherwise)
-  write each key tile's keep bits for every consumer thread (``keep_bits``: the
-  consumers' Philox calls move off their path between one product and the next;
-  setmaxnreg 56 / 224 with two consumers);
+  filling after its consumers released it;
 * warpgroups 1, 2 (, 3), the consumers (``setmaxnreg`` 240, 160 with three), own query
   rows 0–63, 64–127 (, 128–191) of the block.  Warp w of a consumer owns 16 rows: a wgmma m64nN accumulator
   holds, per thread, exactly an m16n8 accumulator's values for N/8 n-tiles of its
@@ -63,9 +60,6 @@ and per tile t of the block (parity t mod 2):
     tile slots             the dynamic scheduler's (``dynamic_tiles``): int32 slot t mod 2 holds
                            the block's t-th tile (or n_tiles: the end), written by the producer
                            before its arrival on q_full, read by the consumers after q_full
-    bits_full[s]           dropout (``keep_bits``): the producer's warps 1–3 wrote the stage's
-                           keep words (96 arrivals; the tile's ring position is K's)
-    bits_empty[s]          128·consumers arrivals after each thread read its words
     v_land                 varlen: a V tile whose rows past the sequence the producer's warp
                            zeroes once it landed (``hopper.land_and_zero``), then arrives on
                            v_full[s]: a neighbour's inf or NaN never meets P's masked 0
@@ -87,9 +81,7 @@ Shared memory (one dynamic array, 1024-byte aligned: a swizzled tile's repeat), 
 128·d·2 each, with causal ALiBi on the tensor cores its key ramp (one atom of 128 rows,
 16 KiB), then the eleven 8-byte mbarriers (128 bytes), then the staging rows of O,
 16·d·2 bytes a consumer warp (warp w of consumer c at (4c + w)·16·d·2; 16-byte aligned;
-row r's 16-byte chunk j at r·d·2 + (j XOR r mod 8)·16: both sides conflict-free); with
-dropout, the keep bits' two stages (``keep_bits_bytes``: 16 bytes per consumer thread and
-32-key stretch, 16 KiB a stage at d = 128; not where they do not fit).
+row r's 16-byte chunk j at r·d·2 + (j XOR r mod 8)·16: both sides conflict-free).
 ``smem_bytes``: d = 128, two consumers: 160 KiB + 8 warps × 4 KiB = 192.1 KiB; d = 64,
 three consumers: 88 KiB + 12 × 2 KiB = 112.1 KiB (two, causal ≤ 2048 rows: 80 + 16 =
 96.1 KiB); d = 192 (64-key tiles): 48 + 96 + 48 KiB = 192.1 KiB; d = 256 (64-key tiles):
@@ -177,21 +169,12 @@ BLOCK_N, WIDE_BLOCK_N, STAGES = 128, 64, 2
 #: setmaxnreg of (the producer, each consumer) by the consumers a block: 128·24 + 256·240
 #: and 128·32 + 384·160 are the 65536 registers of an SM (FlashAttention-3's split).
 REGS = {2: (24, 240), 3: (32, 160)}
-#: The same with dropout's keep bits written by the producer's warps 1–3 (``keep_bits``): two
-#: consumers give them 32 registers (ptxas: 24 spilled 76 bytes, 48 still 8, 56 none; the consumers,
-#: no Philox calls of their own, spill none at 224); three cannot (152 serializes their wgmma), so the
-#: producer spills 32 bytes there (its warps' loop over the tile's chunks).
-BITS_REGS = {2: (56, 224), 3: (32, 160)}
 HEAD_DIMS = (64, 128, 192, 256)  # the head dims this version runs (wgmma n = d for P·V)
-BARRIER_BYTES = 160  # q_full, k_full[2], v_full[2], k_empty[2], v_empty[2], q_empty, v_land, bits_full[2], bits_empty[2]
+BARRIER_BYTES = 128  # q_full, k_full[2], v_full[2], k_empty[2], v_empty[2], q_empty, v_land: 8 bytes each
 #: Byte offsets from q_full of each stage-0 barrier (stage s: + 8·s), of q_empty and v_land.
 K_FULL, V_FULL, K_EMPTY, V_EMPTY, Q_EMPTY, V_LAND = (8 + 8 * STAGES * j for j in range(6))
 #: Byte offset from q_full of the dynamic scheduler's two tile slots (int32; after v_land, within BARRIER_BYTES).
 TILE_SLOT = V_LAND + 8
-#: Byte offsets from q_full of the keep bits' stage-0 barriers (``keep_bits``; stage s: + 8·s).
-BITS_FULL, BITS_EMPTY = 128, 128 + 8 * STAGES
-#: Bytes of the keep words a consumer thread takes for one 32-key stretch (``keep_bits``).
-BITS_CHUNK = 16
 
 
 def consumers(head_dim: int, causal: bool = False, seqlen_q: int = 4096, block_mask: bool = False) -> int:
@@ -312,7 +295,7 @@ def threads(t: TcTiles) -> int:
 @functools.lru_cache(maxsize=None)
 def wgmma_forward_kernel(t: TcTiles, variant: Variant, dtype: str, persistent: bool = True, pingpong: bool = False,
                          domain: int = 1, emulate: int = 0, alibi_mma: bool = False, key_rows: int = 0,
-                         overlap: bool = False, dynamic: bool = False, bits: bool = False):
+                         overlap: bool = False, dynamic: bool = False):
     """``kernel[grid, threads(t), stream, smem_bytes(t)](q, k, v, out32, lse, softmax_scale, params, alibi,
     cu_seqlens_q, cu_seqlens_k, fx, sched, tmaps)``: ``tc_forward_kernel``'s arguments and outputs, the
     scheduler's counter (a zeroed int32 pair; read only when ``dynamic``) and the tensor
@@ -324,16 +307,11 @@ def wgmma_forward_kernel(t: TcTiles, variant: Variant, dtype: str, persistent: b
     ``alibi_mma``: ALiBi's bias on the tensor cores (:func:`alibi_on_products`; raw scores);
     ``key_rows``: a paged cache's K/V boxes (:func:`key_box`; the maps' key boxes);
     ``overlap``: the epilogue under the next tile's first S (:func:`overlap_epilogue`);
-    ``dynamic``: persistent blocks take their tiles from a counter (:func:`dynamic_tiles`);
-    ``bits``: dropout's keep bits from the producer's warps 1–3 (:func:`keep_bits`)."""
+    ``dynamic``: persistent blocks take their tiles from a counter (:func:`dynamic_tiles`)."""
     HEAD_DIM, BLOCK_M, PERSISTENT, PINGPONG = t.head_dim, t.block_m, persistent, pingpong
     CONSUMERS = BLOCK_M // 64
     THREADS, CONSUMER_THREADS = threads(t), 128 * CONSUMERS
-    BITS = bits  # dropout's keep bits written by the producer's warps 1–3 (``keep_bits``)
-    PRODUCER_REGS, CONSUMER_REGS = (BITS_REGS if BITS else REGS)[CONSUMERS]
-    STRETCHES = t.block_n // 32  # 32-key stretches of a key tile: a Philox call each (``dropout.keep_chunk``)
-    BITS_STAGE = CONSUMER_THREADS * STRETCHES * BITS_CHUNK  # bytes of one stage of keep bits
-    BITS_THREADS = 96  # the producer's warps 1–3
+    PRODUCER_REGS, CONSUMER_REGS = REGS[CONSUMERS]
     F = variant.flags
     ALIBI_MMA = alibi_mma
     # the score step's flags: with ALiBi on the tensor cores, S holds the bias's column term already
@@ -368,8 +346,6 @@ def wgmma_forward_kernel(t: TcTiles, variant: Variant, dtype: str, persistent: b
     Q_BYTES, KV_BYTES = ATOMS * Q_ATOM, ATOMS * KV_ATOM
     WG_ROWS = 64 * 128  # bytes of a consumer's 64 rows within a Q atom
     O_WARP = 16 * HEAD_DIM * 2  # bytes of a consumer warp's staging rows of O (16 rows × d, 16-bit)
-    # BITS: the keep bits' stages after the staging rows of O (16-byte aligned), from q_full
-    BITS_BASE = BARRIER_BYTES + (0 if O_IN_Q else t.warps * O_WARP)
     kind = "f16" if dtype == "float16" else "bf16"
     wgmma_s = getattr(ptx, f"wgmma_m64n{BLOCK_N}k16_{kind}_acc")
     wgmma_o = getattr(ptx, f"wgmma_m64n{HEAD_DIM}k16_{kind}_rs_bmn_acc")
@@ -402,40 +378,14 @@ def wgmma_forward_kernel(t: TcTiles, variant: Variant, dtype: str, persistent: b
                 m_i[r] += shift
 
     @device_function
-    def pack_p(p_frag, acc_s, row0, start_n, di, q_full, g):
+    def pack_p(p_frag, acc_s, row0, start_n, di):
         """P's k-slice ps is S's n-tiles 2ps, 2ps + 1 packed to 16-bit pairs (V's keys 16ps …);
         with dropout, the dropped values zeroed in the pairs (the epilogue scales O by
-        1 / (1 − p); l_i kept the undropped P): BITS, by the keep words the producer's warps
-        wrote for this thread into stage g mod 2 of the keep bits (``g``: the tile's ring
-        position; waited for here, released after), else by this thread's Philox calls."""
+        1 / (1 − p); l_i kept the undropped P)."""
         for ps in range(PSTEPS):
             fragments.pack_a(p_frag, ps * 4, acc_s, ps * 8, BF16)
-        if F[DROPOUT] and BITS:
-            s = g % STAGES
-            wait_phase(q_full + BITS_FULL + 8 * s, (g // STAGES) & 1)
-            at = q_full + BITS_BASE + s * BITS_STAGE + (cuda.threadIdx.x - 128) * BITS_CHUNK
-            for a in range(STRETCHES):
-                ka0, kb0, ka1, kb1 = ptx.ld_shared_v4_b32(at + a * CONSUMER_THREADS * BITS_CHUNK)
-                dropout.apply_keep(p_frag, 8 * a, ka0, kb0)
-                dropout.apply_keep(p_frag, 8 * a + 4, ka1, kb1)
-            ptx.mbarrier_arrive(q_full + BITS_EMPTY + 8 * s)  # this thread read its words of the stage
-        elif F[DROPOUT]:
+        if F[DROPOUT]:
             fragments.drop_packed(p_frag, PSTEPS, row0, start_n, di)
-
-    @device_function
-    def write_keep_bits(stage, start_m, start_n, di, t0):
-        """BITS: the producer's warps 1–3 (thread ``t0`` of their 96) write the keep words of
-        key tile ``start_n`` … of query tile ``start_m`` … into the keep bits' ``stage``:
-        chunk c = a·CONSUMER_THREADS + ct holds consumer thread ct's four words of 32-key
-        stretch a (``dropout.keep_chunk`` of its row pair and group, as ``drop_packed``
-        takes them), 16 bytes each, so that both sides move whole 16-byte chunks, lane
-        after lane, without bank conflicts."""
-        for c in range(t0, CONSUMER_THREADS * STRETCHES, BITS_THREADS):
-            ct = c % CONSUMER_THREADS
-            i = start_m + 16 * (ct >> 5) + ((ct & 31) >> 2)  # its row g: consumer ct // 128, warp, lane // 4
-            group = (((start_n >> 5) + c // CONSUMER_THREADS) << 2) | (ct & 3)
-            ka0, kb0, ka1, kb1 = dropout.keep_chunk(i, group, di)
-            ptx.st_shared_v4_b32(stage + c * BITS_CHUNK, ka0, kb0, ka1, kb1)
 
     @device_function
     def issue_bias(acc_s, bias_frag, kx_base):
@@ -606,10 +556,6 @@ def wgmma_forward_kernel(t: TcTiles, variant: Variant, dtype: str, persistent: b
             ptx.mbarrier_init(q_full, 1)
             ptx.mbarrier_init(q_full + Q_EMPTY, CONSUMER_THREADS)
             ptx.mbarrier_init(q_full + V_LAND, 1)
-            if BITS:
-                for s in range(STAGES):
-                    ptx.mbarrier_init(q_full + BITS_FULL + 8 * s, BITS_THREADS)
-                    ptx.mbarrier_init(q_full + BITS_EMPTY + 8 * s, CONSUMER_THREADS)
             for s in range(STAGES):
                 ptx.mbarrier_init(q_full + K_FULL + 8 * s, 1)
                 ptx.mbarrier_init(q_full + V_FULL + 8 * s, 1)
@@ -684,31 +630,6 @@ def wgmma_forward_kernel(t: TcTiles, variant: Variant, dtype: str, persistent: b
                     done += 1
                     if DYNAMIC:
                         tile = next_tile(sched, lead)
-            elif BITS:  # warps 1–3: dropout's keep bits, a key tile ahead of the consumers (``keep_bits``)
-                pos = 0  # the ring's position, as the TMA warp's and the consumers'
-                done = 0
-                for it in range(tiles_start, tiles_end, tiles_step):
-                    tile = it
-                    if DYNAMIC:  # the tile the TMA warp handed over, as the consumers take it
-                        wait_phase(q_full, done & 1)
-                        w0, w1, _, _ = ptx.ld_shared_v4_b32(q_full + TILE_SLOT)
-                        tile = int64(w1 if done % 2 else w0)
-                        if tile >= n_tiles:
-                            break
-                    start_m, b, h, hk, q0, k0, mi, seq, vr, n_lo, n_hi, live = tile_walk(tile, gx, gy, gz, q, k,
-                                                                                         params, cu_q, cu_k, fx)
-                    if not live:
-                        continue
-                    di = dropout.dropout_info(params, seq, h, mi)
-                    for j in range(n_lo, n_hi):
-                        s = pos % STAGES
-                        if pos >= STAGES:  # every consumer thread read this stage's last fill
-                            wait_phase(q_full + BITS_EMPTY + 8 * s, ((pos // STAGES) - 1) & 1)
-                        write_keep_bits(q_full + BITS_BASE + s * BITS_STAGE, start_m, tile_at(j, vr, F) * BLOCK_N, di,
-                                        tid - 32)  # fmt: skip
-                        ptx.mbarrier_arrive(q_full + BITS_FULL + 8 * s)  # (release: the words before the arrival)
-                        pos += 1
-                    done += 1
             return
 
         ptx.setmaxnreg_inc(CONSUMER_REGS)
@@ -767,9 +688,6 @@ def wgmma_forward_kernel(t: TcTiles, variant: Variant, dtype: str, persistent: b
                     ptx.mbarrier_arrive(q_full + K_EMPTY + 8 * s)
                     wait_phase(q_full + V_FULL + 8 * s, (g // STAGES) & 1)
                     ptx.mbarrier_arrive(q_full + V_EMPTY + 8 * s)
-                    if BITS:
-                        wait_phase(q_full + BITS_FULL + 8 * s, (g // STAGES) & 1)
-                        ptx.mbarrier_arrive(q_full + BITS_EMPTY + 8 * s)
                 if n_hi > n_lo:  # the last P·V's turn
                     take_turn(cw)
                     pass_turn(cw)
@@ -797,7 +715,7 @@ def wgmma_forward_kernel(t: TcTiles, variant: Variant, dtype: str, persistent: b
                 else:  # issued and waited for at the end of the block's previous tile
                     d0 = fragments.lane_distance(row0, start_n, mi, False)
                 scores_to_p(acc_s, alpha, m_i, l_i, n_lo, start_n, d0, row0, rows0, si, di, mi, vr)
-                pack_p(p_frag, acc_s, row0, start_n, di, q_full, pos)  # acc_o is 0: no rescale
+                pack_p(p_frag, acc_s, row0, start_n, di)  # acc_o is 0: no rescale
             prefetched = False
             for j in range(n_lo + 1, n_hi):
                 g = pos + j - n_lo
@@ -819,7 +737,7 @@ def wgmma_forward_kernel(t: TcTiles, variant: Variant, dtype: str, persistent: b
                 ptx.mbarrier_arrive(q_full + V_EMPTY + 8 * sp)  # … and with V_{i−1}
                 for r in range(2):
                     softmax.rescale_row(acc_o, 2 * r, 4, NT_O, 2, alpha[r])
-                pack_p(p_frag, acc_s, row0, start_n, di, q_full, g)
+                pack_p(p_frag, acc_s, row0, start_n, di)
             if not O_IN_Q:  # every S of the tile is done: the producer may load the next Q (O_IN_Q: after O)
                 ptx.mbarrier_arrive(q_full + Q_EMPTY)
             # The epilogue's factors now (m_i and l_i are final; the last P·V does not change them)
@@ -873,40 +791,15 @@ def ex2_emulated_every(variant: Variant) -> int:
     return int(forced) if forced.isdigit() else 0
 
 
-def keep_bits_bytes(t: TcTiles) -> int:
-    """Shared bytes of the keep bits' two stages (``keep_bits``): a 16-byte chunk per consumer
-    thread and 32-key stretch of a key tile (d = 128: 2 × 256 × 4 × 16 = 32 KiB)."""
-    return STAGES * 32 * t.warps * (t.block_n // 32) * BITS_CHUNK
-
-
-def keep_bits(t: TcTiles, variant: Variant, alibi_mma: bool = False) -> bool:
-    """Dropout's keep bits come from the producer warpgroup's warps 1–3 (idle otherwise:
-    warp 0 issues the copies) instead of from each consumer thread's own Philox calls: for
-    each key tile they make every consumer thread's 4 keep words a 32-key stretch
-    (``dropout.keep_chunk``: one Philox call, the same bits) into a two-stage ring of
-    shared memory (``keep_bits_bytes``, bits_full / bits_empty), a tile ahead, and the
-    consumer reads them with one ``ld.shared.v4`` a stretch where it drops P
-    (``dropout.apply_keep``).  A Philox call is about 50 integer instructions for 16
-    elements, on the consumers' critical path between one product and the next (dropout
-    cost the forward 1.22–1.29× the plain time, session 20).  Where the stages fit in
-    shared memory (not with ALiBi's key ramp at d = 128, nor 160-key tiles).
-    ``NUMBA_FLASH_KEEP_BITS=0`` turns it off (each consumer's own calls)."""
-    if not variant.dropout or t.block_n % 32 or os.environ.get("NUMBA_FLASH_KEEP_BITS") == "0":
-        return False
-    return smem_bytes(t, alibi_mma) + keep_bits_bytes(t) <= SMEM_LIMIT
-
-
-def smem_bytes(t: TcTiles, alibi_mma: bool = False, bits: bool = False) -> int:
+def smem_bytes(t: TcTiles, alibi_mma: bool = False) -> int:
     """Dynamic shared bytes: Q, two stages of K and of V, ALiBi's key ramp (``alibi_mma``:
     a key tile's rows × 128 bytes, 16 KiB at 128 keys), the mbarriers, then the consumer
     warps' staging rows of O (16 rows each; 2 bytes an element; none at d = 256, which
-    stages O in Q: ``o_in_q``), then dropout's keep bits (``bits``: ``keep_bits_bytes``;
-    d = 128: 192.2 + 32 = 224.2 KiB).  d = 192: 48 + 96 + 48 KiB; d = 256: 64 + 128 KiB.  At
+    stages O in Q: ``o_in_q``).  d = 192: 48 + 96 + 48 KiB; d = 256: 64 + 128 KiB.  At
     most 224.1 KiB (d = 128 with three consumers, only by ``NUMBA_FLASH_WGMMA_CONSUMERS``;
     no key ramp there) of an H100/H200 block's 227 KiB."""
     return (2 * t.head_dim * (t.block_m + 2 * STAGES * t.block_n) + (t.block_n * 128 if alibi_mma else 0)
-            + BARRIER_BYTES + (0 if o_in_q(t) else t.warps * 16 * 2 * t.head_dim)
-            + (keep_bits_bytes(t) if bits else 0))  # fmt: skip
+            + BARRIER_BYTES + (0 if o_in_q(t) else t.warps * 16 * 2 * t.head_dim))  # fmt: skip
 
 
 def alibi_on_products(t: TcTiles, variant: Variant) -> bool:
@@ -1041,10 +934,9 @@ def launches(t: TcTiles, variant: Variant, dtype: str, sz: spec.Sizes, page_rows
     dom = softmax.CAPPED if bias else softmax.domain(variant, capped=True)  # raw scores there too
     box = key_box(page_rows, t.block_n) if variant.paged else t.block_n
     dyn = n < tiles and dynamic_tiles()
-    bits = keep_bits(t, variant, bias)
     kern = wgmma_forward_kernel(t, variant, dtype, n < tiles, pingpong(t, variant), dom, ex2_emulated_every(variant),
-                                bias, box, overlap_epilogue() and not dyn, dyn, bits)  # fmt: skip
+                                bias, box, overlap_epilogue() and not dyn, dyn)  # fmt: skip
     # the scheduler's counter: a zeroed one a call (``sched``), or a stand-in it never reads
     args = spec.forward_args("u16", tc_out_view(t)) + (spec.Arg("sched" if dyn else "sched0"), spec.Arg("tmaps"))
-    return [spec.KernelLaunch("wgmma_forward", kern, t, (n, 1, 1), threads(t), smem_bytes(t, bias, bits), args,
+    return [spec.KernelLaunch("wgmma_forward", kern, t, (n, 1, 1), threads(t), smem_bytes(t, bias), args,
                               (t.block_m, t.block_n, False), boxes=(t.block_m, box))]  # fmt: skip
