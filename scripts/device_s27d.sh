@@ -7,13 +7,13 @@ set -u
 out=$1
 . scripts/device_ab.sh
 nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm --format=csv > "$out/gpu.txt" 2>&1
-timeout 150 python3 -m pytest -v -rf -n 16 -m gpu -p no:cacheprovider tests/test_kernels.py -k forward \
+timeout 130 python3 -m pytest -v -rf -n 16 -m gpu -p no:cacheprovider tests/test_kernels.py -k forward \
   > "$out/c_pytest.txt" 2>&1
 echo "pytest rc=$? at ${SECONDS}s" >> "$out/c_pytest.txt"
-timeout 100 python3 -m pytest -v -rf -n 8 -m gpu -p no:cacheprovider tests/test_wgmma_forward.py -k "keys or wide" \
+timeout 90 python3 -m pytest -v -rf -n 8 -m gpu -p no:cacheprovider tests/test_wgmma_forward.py -k "keys or wide" \
   > "$out/a_pytest.txt" 2>&1
 echo "pytest rc=$? at ${SECONDS}s" >> "$out/a_pytest.txt"
-side new 220 b scripts/bench_ab.py NUMBA_FLASH_WGMMA_KEYS=,64 NUMBA_FLASH_WGMMA_CONSUMERS=,3
+side new 200 b scripts/bench_ab.py NUMBA_FLASH_WGMMA_KEYS=,64 NUMBA_FLASH_WGMMA_CONSUMERS=,3
 sanitize synccheck "wgmma keys64" 40
 sanitize racecheck "wgmma keys64" 60
 grep -E "FAILED|passed|failed|rc=" "$out/c_pytest.txt" "$out/a_pytest.txt" | tail -20
