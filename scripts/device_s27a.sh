@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Planned in session 26 for the next device call (not run yet): three consumers on 64-key tiles at
+# Planned in session 26 (never run as such: session 27 ran its parts as scripts/device_s27d.sh): three consumers on 64-key tiles at
 # d = 128 (NUMBA_FLASH_WGMMA_KEYS=64 with NUMBA_FLASH_WGMMA_CONSUMERS=3: three warpgroups to hide
 # each other's softmax, since ptxas puts each consumer's wait for its P·V before its exponentials)
 # — its GPU tests, racecheck / synccheck, and the A/B against the default on issue #13's shapes;

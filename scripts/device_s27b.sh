@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Session 27, call 1: the whole `pytest -m gpu` suite (not run in full since session 24), the
 # Hopper files first so that a cut leaves them complete; names session 26's 3 unnamed failures.
+# (Refused twice in session 27 before any machine started; not run. Calls 2–4 ran parts of it.)
 set -u
 out=$1
 cd tmp_new || exit 1
