@@ -151,6 +151,11 @@ def _launch_plan(features, swap, dtype, d, causal, aligned, B, heads, rows, max_
         cluster = cluster_of(plan, splits, d)
         if cluster:
             plan = make_plan(True, splits, cluster)
+        # a split's key tiles are the split plan's, whose tiles may be narrower than the plan
+        # the count was made on (sm_90a: the Hopper forward's 128 keys, the split's mma.sync
+        # forward 64): counted in the wider ones, the splits covered half of the keys
+        (walker,) = [ln for ln in plan.launches if ln.walk]
+        key_tiles = -(-max_k // walker.walk[1])
     return plan, splits, -(-key_tiles // splits)
 
 

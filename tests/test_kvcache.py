@@ -291,6 +291,20 @@ def test_prefill_on_the_hopper_forward(monkeypatch, rng, page, dtype):
     assert ran[-1] == "wgmma_forward", ran
 
 
+@pytest.mark.parametrize("num_splits", [2, 3])
+def test_prefill_splits_cover_every_key(monkeypatch, rng, num_splits):
+    """A prefill (more query rows than the decode tiles take) with split-KV on an sm_90a
+    target: the split count is made on the Hopper forward's tiles (128 keys), the splits
+    run the mma.sync forward (64 keys a tile), so each split's key tiles must be counted
+    in the latter's (session 27: counted in the former's, the splits covered half of the
+    keys and the output was silently wrong)."""
+    monkeypatch.setenv("NUMBA_FLASH_WGMMA", "1")
+    with kernels_launched() as ran:
+        check_kvcache(rng, np.float16, causal=True, num_splits=num_splits, B=2, Nq=20, H=2, H_kv=1, d=64,
+                      lens=(150, 300), page=0, capacity=320)  # fmt: skip
+    assert "tc_forward" in ran, ran
+
+
 def test_split_count_heuristic():
     """1 split when the blocks fill 80% of the SMs; otherwise enough splits to fill
     waves, never more than the key tiles."""
@@ -337,6 +351,16 @@ def test_matrix_gpu(rng, dtype, page, n_new, splits):
     shape = dict(B=3, Nq=4, H=8, H_kv=2, d=128, lens=(0, 517, 990), n_new=n_new, page=page, capacity=1024,
                  rotary=bool(n_new == 1), alibi=page == 64)  # fmt: skip
     check_kvcache(rng, dtype, num_splits=splits, **variant, **shape)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype,page,d,splits", [(np.float16, 0, 128, 3), (BF16, 16, 64, 0), (np.float16, 256, 128, 0)])
+def test_prefill_splits_gpu(rng, dtype, page, d, splits):
+    """Split-KV under a prefill of 300 query rows of one sequence among three (few row
+    tiles: auto picks several splits) on the GPU: every key in some split (the split count's
+    tiles and the split kernel's may differ on an sm_90a target)."""
+    check_kvcache(rng, dtype, num_splits=splits, causal=True, B=3, Nq=300, H=8, H_kv=2, d=d, lens=(0, 517, 2000),
+                  n_new=7, page=page, capacity=2048, poison=True)  # fmt: skip
 
 
 @pytest.mark.gpu
