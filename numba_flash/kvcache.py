@@ -19,15 +19,17 @@ How it runs:
    to that length.  On an H100/H200 more than ``config.DECODE_ROWS`` query rows (a
    prefill) without splits run the Hopper forward, which copies a key tile by TMA in
    boxes that lie within a page (``wgmma_forward.key_box``: pages of a multiple of 8
-   rows, or a contiguous cache); the rest run the mma.sync kernels.
+   rows, or a contiguous cache); with splits too where ``NUMBA_FLASH_WGMMA_SPLIT=1``
+   (``plan.wgmma_split``: not yet measured on the GPU); the rest run the mma.sync kernels.
    Decoding with GQA (one query, no window, no ALiBi) runs a KV head's query heads as
    the rows of one sequence, so a block reads each K/V tile once for the group
    (FlashAttention-2's ``seqlenq_ngroups_swapped``).
 4. **Split-KV** (``num_splits`` > 1, or chosen by :func:`split_count`): one launch whose
    grid's batch axis runs over (split, sequence) (``Variant.split``); split p walks key
-   tiles ``[p·n, p·n + n)`` and writes its partial O (fp32, as FlashAttention-2's) and
-   lse.  On the decode tiles (:func:`merges_in_kernel`) they are combined into q's dtype in
-   the same launch: on sm_90 with at most 4 splits the splits of a row tile run as one
+   tiles ``[p·n, p·n + n)`` (n counted in the tiles of the kernel that runs the splits,
+   which may be narrower than those the count was made on) and writes its partial O
+   (fp32, as FlashAttention-2's) and lse.  On the decode tiles (:func:`merges_in_kernel`)
+   they are combined into q's dtype in the same launch: on sm_90 with at most 4 splits the splits of a row tile run as one
    thread-block cluster and merge through their shared memory (:func:`cluster_of`,
    ``kernels.merge.merge_in_cluster``; no parts in HBM), else the last split of a row tile
    to finish merges (``kernels.merge.merge_if_last``, counters from :func:`_arrivals`);

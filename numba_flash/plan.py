@@ -163,7 +163,7 @@ def wgmma_forward(p: Problem) -> bool:
     (``wgmma_switch``), on sm_90a (``arch`` (9, 0, "a"): numba-cuda's target on an
     H100/H200; wgmma exists on no other), fp16/bf16 at d = 64, 128, 192 or 256 and every other
     multiple of 8 below 256 (on the next one's tiles: ``hopper.tile_dim``) on 16-byte-aligned
-    rows (TMA's strides), no KV cache's split, and no decode tiles (issue #13).
+    rows (TMA's strides), no KV cache's split (unless ``wgmma_split``), and no decode tiles (issue #13).
     FlexAttention's mods run there (a block mask's visit lists read from global memory:
     ``block_info.read_walk_list``), varlen too (its V rows past a sequence zeroed after the copy:
     ``hopper.past_rows``), and a KV cache's pages whose key boxes are 8 rows or more
@@ -175,9 +175,18 @@ def wgmma_forward(p: Problem) -> bool:
     tile_d = tile_dim(p.head_dim, HEAD_DIMS)
     return (wgmma_switch(p) and p.pass_ == "forward" and tuple(p.arch) == (9, 0, "a")
             and p.dtype in ("float16", "bfloat16") and tile_d > 0 and p.aligned
-            and not p.features.split
+            and (not p.features.split or wgmma_split())
             and (not p.features.paged or key_box(p.page_rows, key_tile(tile_d)) >= 8)
             and not decode_tiles(p))  # fmt: skip
+
+
+def wgmma_split() -> bool:
+    """``NUMBA_FLASH_WGMMA_SPLIT=1``: a KV cache's split-KV runs the Hopper forward too (each
+    split's parts in fp32, merged by the merge kernel after it), where the plan would take
+    it without the split (more query rows than the decode tiles take).  Off by default
+    until measured on the GPU (session 27 wrote it and tested it in the simulator): the
+    mma.sync forward runs the splits."""
+    return os.environ.get("NUMBA_FLASH_WGMMA_SPLIT") == "1"
 
 
 def wgmma_switch(p: Problem) -> bool:

@@ -291,18 +291,21 @@ def test_prefill_on_the_hopper_forward(monkeypatch, rng, page, dtype):
     assert ran[-1] == "wgmma_forward", ran
 
 
-@pytest.mark.parametrize("num_splits", [2, 3])
-def test_prefill_splits_cover_every_key(monkeypatch, rng, num_splits):
+@pytest.mark.parametrize("num_splits,on,page", [(2, "0", 0), (3, "0", 0), (3, "1", 0), (2, "1", 16)])
+def test_prefill_splits_cover_every_key(monkeypatch, rng, num_splits, on, page):
     """A prefill (more query rows than the decode tiles take) with split-KV on an sm_90a
     target: the split count is made on the Hopper forward's tiles (128 keys), the splits
     run the mma.sync forward (64 keys a tile), so each split's key tiles must be counted
     in the latter's (session 27: counted in the former's, the splits covered half of the
-    keys and the output was silently wrong)."""
+    keys and the output was silently wrong).  With ``NUMBA_FLASH_WGMMA_SPLIT=1`` the
+    splits run the Hopper forward (persistent blocks over the (split, sequence) tiles,
+    each part fp32, then the merge kernel), contiguous and paged."""
     monkeypatch.setenv("NUMBA_FLASH_WGMMA", "1")
+    monkeypatch.setenv("NUMBA_FLASH_WGMMA_SPLIT", on)
     with kernels_launched() as ran:
         check_kvcache(rng, np.float16, causal=True, num_splits=num_splits, B=2, Nq=20, H=2, H_kv=1, d=64,
-                      lens=(150, 300), page=0, capacity=320)  # fmt: skip
-    assert "tc_forward" in ran, ran
+                      lens=(150, 300), page=page, capacity=320)  # fmt: skip
+    assert ran == ["wgmma_forward" if on == "1" else "tc_forward"], ran  # (the merge kernel after it)
 
 
 def test_split_count_heuristic():
@@ -354,13 +357,22 @@ def test_matrix_gpu(rng, dtype, page, n_new, splits):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("dtype,page,d,splits", [(np.float16, 0, 128, 3), (BF16, 16, 64, 0), (np.float16, 256, 128, 0)])
-def test_prefill_splits_gpu(rng, dtype, page, d, splits):
+@pytest.mark.parametrize("dtype,page,d,splits,on", [(np.float16, 0, 128, 3, "0"), (BF16, 16, 64, 0, "0"),
+                                                    (np.float16, 256, 128, 0, "1"), (BF16, 0, 64, 3, "1"),
+                                                    (np.float16, 48, 128, 0, "1")])  # fmt: skip
+def test_prefill_splits_gpu(monkeypatch, rng, dtype, page, d, splits, on):
     """Split-KV under a prefill of 300 query rows of one sequence among three (few row
     tiles: auto picks several splits) on the GPU: every key in some split (the split count's
-    tiles and the split kernel's may differ on an sm_90a target)."""
-    check_kvcache(rng, dtype, num_splits=splits, causal=True, B=3, Nq=300, H=8, H_kv=2, d=d, lens=(0, 517, 2000),
-                  n_new=7, page=page, capacity=2048, poison=True)  # fmt: skip
+    tiles and the split kernel's may differ on an sm_90a target); the splits on the
+    mma.sync forward, or with ``NUMBA_FLASH_WGMMA_SPLIT=1`` on the Hopper forward."""
+    from numba_flash._numba_cuda import target_arch
+
+    monkeypatch.setenv("NUMBA_FLASH_WGMMA_SPLIT", on)
+    with kernels_launched() as ran:
+        check_kvcache(rng, dtype, num_splits=splits, causal=True, B=3, Nq=300, H=8, H_kv=2, d=d, lens=(0, 517, 2000),
+                      n_new=7, page=page, capacity=2048, poison=True)  # fmt: skip
+    if on == "1" and tuple(target_arch()) == (9, 0, "a"):  # (with "0", auto may take one split: the Hopper forward)
+        assert ran == ["wgmma_forward"], ran
 
 
 @pytest.mark.gpu

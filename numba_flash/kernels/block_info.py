@@ -287,12 +287,19 @@ def walk_list(fx, seq, h, t, KEYS_ARE_ROWS, F):
 
 
 @device_function
-def read_walk_list(fx, seq, h, t, KEYS_ARE_ROWS, F):
+def read_walk_list(fx, seq, h, t, KEYS_ARE_ROWS, F, part=0):
     """:func:`walk_list` for a warp-specialized kernel, whose roles walk a tile at
     different times and cannot stage the list together: its entries read from global
-    memory (the second and third entries both the list), and no split (0, 0)."""
+    memory (the second and third entries both the list); with split-KV (``F[SPLIT]``)
+    the key tiles of split ``part`` (the tile's, not the block's: a persistent block
+    runs tiles of several splits), else (0, 0)."""
     n, row, _ = visit_row(fx, seq, h, t, KEYS_ARE_ROWS, F)
-    return n, row, row, 0, 0
+    split_lo = 0
+    split_hi = 0
+    if F[SPLIT]:
+        split_lo = part * fx[SPLIT_AT][0]
+        split_hi = split_lo + fx[SPLIT_AT][0]
+    return n, row, row, split_lo, split_hi
 
 
 @device_function

@@ -140,7 +140,9 @@ Not yet (issue #13): a ping-pong of the consumers that pays (``pingpong``: measu
 slower, off); head dims not a multiple of 8 (TMA needs 16-byte row strides; the others run
 on the next of d = 64's, 128's, 192's or 256's tiles: ``hopper.tile_dim``); FlashAttention-3's
 80-key tiles at d = 256 (dropout's keep bits come 32 keys a Philox call); a KV cache's
-splits and pages whose rows are not a multiple of 8 (the plan sends those to the mma.sync forward); O's
+splits by default (``NUMBA_FLASH_WGMMA_SPLIT=1``: each split's part in fp32 from the accumulators,
+the merge kernel after; simulator-tested, not yet measured) and pages whose rows are not a
+multiple of 8 (the plan sends those to the mma.sync forward); O's
 staged rows stored by TMA (the warps store them with 16-byte ``st.global.v4``).
 """
 
@@ -159,7 +161,7 @@ from numba_flash.kernels.hopper import (ATOM, SMEM_LIMIT, land_and_zero, load_pa
                                         past_rows, rs_chain, ss_chain, sw128_desc, tile_dim, wait_phase)
 from numba_flash.kernels.block_info import (block_at, grid_coords, key_tiles, kv_pages, linear_coords, query_grid_dims,
                                            read_walk_list, tile_at, tile_needs_mask, tile_partial, walk_range)
-from numba_flash.variant import ALIBI, DROPOUT, HEAVIEST_FIRST, PAGED, Variant
+from numba_flash.variant import ALIBI, DROPOUT, HEAVIEST_FIRST, PAGED, SPLIT, Variant
 
 _ALIGN = None if SIMULATOR else 1024  # a module global, so numba sees a literal; the simulator aligns by itself
 
@@ -337,7 +339,7 @@ def wgmma_forward_kernel(t: TcTiles, variant: Variant, dtype: str, persistent: b
     STAGED_WORDS = 2 * NT_O  # the epilogue's staged words a lane (``fragments.store_staged_rows``)
     STAGE_IN_P = P_REGS >= STAGED_WORDS and not OVERLAP  # p_frag, spent by then, holds them (not at d = 256)
     assert not (OVERLAP and O_IN_Q)  # the next tile's Q cannot land before this tile's O left its rows
-    DCOLS, _, _, HALVES = tc_array_layout(t)
+    DCOLS, NT_W, _, HALVES = tc_array_layout(t)
     if DCOLS % 8 or HALVES:  # the epilogue stores 16-byte chunks of 8 columns
         raise ValueError(f"tiles {t}: the wgmma forward writes rows of a multiple of 8 columns")
     CHUNKS = (DCOLS or HEAD_DIM) // 8  # 16-byte chunks of out's rows (the tile's past data_dim are not written)
@@ -472,14 +474,18 @@ def wgmma_forward_kernel(t: TcTiles, variant: Variant, dtype: str, persistent: b
         flight, and ptxas serializes every wgmma when ordinary instructions write a
         wgmma's operands then."""
         for r in range(2):
-            fragments.stage_row_pairs(o_stage, acc_o, r, NT_O, fin[r], BF16)
             lane = cuda.threadIdx.x & 31  # read here: held across the key walk, it spilled at d = 64 causal
             row = row0 + (lane >> 2) + 8 * r
+            if F[SPLIT]:  # a split's part b, fp32 (the merge kernel combines them): straight from acc
+                if row < seqlen_q:
+                    fragments.store_row_floats(out32, b, q0 + row, h, acc_o, 2 * r, NT_W, lane & 3, fin[r], DCOLS)
+            else:
+                fragments.stage_row_pairs(o_stage, acc_o, r, NT_O, fin[r], BF16)
             if row < seqlen_q and (lane & 3) == 0:
                 lse[b, h, q0 + row] = fin[2 + r]
-        if STAGE_IN_P:  # nothing in flight: P's registers, spent by now (fewer registers: no spills added)
+        if STAGE_IN_P and not F[SPLIT]:  # nothing in flight: P's registers, spent by now (no spills added)
             fragments.store_staged_rows(out32, b, q0 + row0, h, o_stage, seqlen_q - row0, NT_O, p_frag, CHUNKS)
-        else:  # OVERLAP (the next S in flight), or more words than P has (d = 256: acc_o's, dead by now)
+        elif not F[SPLIT]:  # OVERLAP (the next S in flight), or more words than P has (d = 256: acc_o's, dead by now)
             words = cuda.local.array(STAGED_WORDS, uint32)
             fragments.store_staged_rows(out32, b, q0 + row0, h, o_stage, seqlen_q - row0, NT_O, words, CHUNKS)
         if O_IN_Q:  # the staged rows were read: the producer may load the next Q over them (TMA, the async proxy)
@@ -535,7 +541,8 @@ def wgmma_forward_kernel(t: TcTiles, variant: Variant, dtype: str, persistent: b
         x, y, z = linear_coords(min(tile, n_tiles - 1), gx, gy)
         tm, th, tb = grid_coords(x, y, z, gz, fx, False, F)
         start_m, b, h, hk, q0, k0, mi, seq = block_at(tm, th, tb, q, k, params, cu_q, cu_k, fx, BLOCK_M, F, False)
-        vr = read_walk_list(fx, seq, h, tm, False, F)  # a block mask's list (the roles walk apart: not staged)
+        # a block mask's list (the roles walk apart: not staged), or a split's key tiles (varlen: b is the split)
+        vr = read_walk_list(fx, seq, h, tm, False, F, b if F[SPLIT] else 0)
         n_lo, n_hi = walk_range(*key_tiles(start_m, BLOCK_M, BLOCK_N, mi), vr, F)
         return start_m, b, h, hk, q0, k0, mi, seq, vr, n_lo, n_hi, tile < n_tiles and start_m < mi[0]
 
@@ -570,6 +577,8 @@ def wgmma_forward_kernel(t: TcTiles, variant: Variant, dtype: str, persistent: b
         # The virtual grid (``spec.query_grid``'s): this block runs its tiles blockIdx.x,
         # blockIdx.x + gridDim.x, … (one, when the grid is the whole virtual grid).
         m_blocks, n_seq = query_grid_dims(q, cu_q, BLOCK_M, F)
+        if F[SPLIT]:  # split-major over (split, sequence): out holds a part a split
+            n_seq *= out32.shape[0]
         gx, gy, gz = (q.shape[2], n_seq, m_blocks) if F[HEAVIEST_FIRST] else (m_blocks, q.shape[2], n_seq)
         n_tiles = gx * gy * gz
         if DYNAMIC:  # trips enough for any share of the tiles (and the end's): the slots say which
@@ -602,7 +611,7 @@ def wgmma_forward_kernel(t: TcTiles, variant: Variant, dtype: str, persistent: b
                             tile = next_tile(sched, lead)
                         continue
                     if not Q_LATE or n_hi == n_lo:
-                        load_q(q_base, tmaps[0], q0 + start_m, h, b, q_full, done, lead, tile)
+                        load_q(q_base, tmaps[0], q0 + start_m, h, 0 if F[SPLIT] else b, q_full, done, lead, tile)
                     page, row = look_up_pages(k, n_lo, n_hi, vr, mi, fx, seq, tid)  # a paged cache's first tile
                     for j in range(n_lo, n_hi):
                         s = pos % STAGES
@@ -619,7 +628,7 @@ def wgmma_forward_kernel(t: TcTiles, variant: Variant, dtype: str, persistent: b
                         v_bar = q_full + (V_FULL + 8 * s if first == BLOCK_N else V_LAND)
                         load_keys(v_base + s * KV_BYTES, tmaps[2], start_n, mi[1], k0, hk, b, page, row, v_bar, lead)
                         if Q_LATE and j == n_lo:  # the tile's first K and V are on their way: now its Q
-                            load_q(q_base, tmaps[0], q0 + start_m, h, b, q_full, done, lead, tile)
+                            load_q(q_base, tmaps[0], q0 + start_m, h, 0 if F[SPLIT] else b, q_full, done, lead, tile)
                         # the next tile's pages, while this tile's copies land and the stage's next release comes
                         page, row = look_up_pages(k, j + 1, n_hi, vr, mi, fx, seq, tid)
                         if first < BLOCK_N:
@@ -937,6 +946,8 @@ def launches(t: TcTiles, variant: Variant, dtype: str, sz: spec.Sizes, page_rows
     kern = wgmma_forward_kernel(t, variant, dtype, n < tiles, pingpong(t, variant), dom, ex2_emulated_every(variant),
                                 bias, box, overlap_epilogue() and not dyn, dyn)  # fmt: skip
     # the scheduler's counter: a zeroed one a call (``sched``), or a stand-in it never reads
-    args = spec.forward_args("u16", tc_out_view(t)) + (spec.Arg("sched" if dyn else "sched0"), spec.Arg("tmaps"))
+    # (split-KV: out and lse are the parts, fp32, that the merge kernel combines)
+    args = spec.forward_args("u16", "f32" if variant.split else tc_out_view(t)) + (
+        spec.Arg("sched" if dyn else "sched0"), spec.Arg("tmaps"))
     return [spec.KernelLaunch("wgmma_forward", kern, t, (n, 1, 1), threads(t), smem_bytes(t, bias), args,
                               (t.block_m, t.block_n, False), boxes=(t.block_m, box))]  # fmt: skip
