@@ -29,10 +29,11 @@ How it runs:
    tiles ``[p·n, p·n + n)`` (n counted in the tiles of the kernel that runs the splits,
    which may be narrower than those the count was made on) and writes its partial O
    (fp32, as FlashAttention-2's) and lse.  On the decode tiles (:func:`merges_in_kernel`)
-   they are combined into q's dtype in the same launch: on sm_90 with at most 4 splits the splits of a row tile run as one
-   thread-block cluster and merge through their shared memory (:func:`cluster_of`,
-   ``kernels.merge.merge_in_cluster``; no parts in HBM), else the last split of a row tile
-   to finish merges (``kernels.merge.merge_if_last``, counters from :func:`_arrivals`);
+   they are combined into q's dtype in the same launch: on sm_90 with at most 4 splits the
+   splits of a row tile run as one thread-block cluster and merge through their shared
+   memory (:func:`cluster_of`, ``kernels.merge.merge_in_cluster``; no parts in HBM), else
+   the last split of a row tile to finish merges (``kernels.merge.merge_if_last``,
+   counters from :func:`_arrivals`);
    the GQA swap's blocks read q's heads in place;
    elsewhere the merge kernel (``merge.merge_into``) does, reading the swapped rows in
    place.  The GQA decode swap goes through the same merge even with one split.
