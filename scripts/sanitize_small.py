@@ -14,6 +14,7 @@
     compute-sanitizer --tool racecheck python3 scripts/sanitize_small.py wgmma keys  # … on its wider key tiles
     compute-sanitizer --tool racecheck python3 scripts/sanitize_small.py wgmma keys64  # … three consumers, 64 keys
     compute-sanitizer --tool racecheck python3 scripts/sanitize_small.py wgmma_varlen  # both Hopper passes, varlen
+    compute-sanitizer --tool racecheck python3 scripts/sanitize_small.py kvsplit  # a prefill's splits, Hopper forward
 
 Shapes are small and not multiples of any tile; causal on and off, Nq != Nk, both layouts.
 """
@@ -32,6 +33,22 @@ MODES = [(np.float32, False), (np.float32, True), (np.float16, False), (ml_dtype
 FLEX_ONLY = sys.argv[1:] in (["flex"], ["flex16"])
 # flex16: the 16-bit paths alone (on an H100/H200 the Hopper kernels)
 FLEX_DTYPES = MODES[2:] if sys.argv[1:] == ["flex16"] else MODES
+if sys.argv[1:] == ["kvsplit"]:  # prefills' split-KV on the Hopper forward (NUMBA_FLASH_WGMMA_SPLIT=1), fp16
+    import os
+
+    os.environ["NUMBA_FLASH_WGMMA_SPLIT"] = "1"
+    B, H, Hk, d, Nq = 2, 4, 2, 64, 20
+    lens = np.array([150, 300], np.int32)
+    table = rng.permutation(48)[:40].reshape(2, 20).astype(np.int32)
+    paged = [cp.asarray(rng.standard_normal((48, 16, Hk, d)).astype(np.float16)) for _ in range(2)]
+    contig = [cp.asarray(rng.standard_normal((2, 320, Hk, d)).astype(np.float16)) for _ in range(2)]
+    q = cp.asarray(rng.standard_normal((B, Nq, H, d)).astype(np.float16))
+    for caches, kw in ((contig, {}), (paged, dict(block_table=table))):
+        out = numba_flash.flash_attention_with_kvcache(q, *caches, cache_seqlens=lens, causal=True, num_splits=3, **kw)
+        cp.cuda.runtime.deviceSynchronize()
+        print("float16 kvsplit", "paged" if kw else "contiguous", "finite:", bool(cp.isfinite(out).all()))
+    print("sanitize_small: done")
+    sys.exit(0)
 if sys.argv[1:2] in (["kvcache"], ["kvcache16"]):  # paged (pages of 16) and contiguous caches, appends with rotary,
     # splits, decode, prefill; kvcache16: fp16 only (the decode tiles' split-KV merged in the kernel, in time for a cut)
     for dtype in (np.float16,) if sys.argv[1] == "kvcache16" else (np.float32, np.float16, ml_dtypes.bfloat16):
