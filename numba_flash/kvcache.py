@@ -419,7 +419,8 @@ def flash_attention_with_kvcache(q, k_cache, v_cache, k=None, v=None, *, cache_s
         lse_parts = A.empty(kind, (splits, heads, total), np.float32)
     if swap_group:  # the blocks index q by sequence
         q_view = q_packed
-    elif splits == 1:  # (TMA's maps of the Hopper forward take q's strides as they are)
+    elif splits == 1 or plan.launches[0].name == "wgmma_forward":
+        # (TMA's maps of the Hopper forward take q's strides as they are; its splits copy Q at batch 0)
         q_view = q_packed.reshape((1,) + q_packed.shape)
     else:  # every split reads the same queries
         q_view = xp.lib.stride_tricks.as_strided(q_packed, (splits,) + q_packed.shape, (0,) + q_packed.strides)

@@ -141,8 +141,6 @@ def attention_maps(q, k, v, block_m: int, block_n: int, swizzle: int = 128, dout
     sequence zero-filled by TMA.  On a GPU they are cached by what they encode (address,
     shape, strides, boxes): a map holds no data, so a new array at the same address with
     the same layout reuses it correctly."""
-    if q.shape[0] > 1 and q.strides[0] == 0:  # split-KV's parts all read one q (a stride-0 split axis)
-        q = q[:1]  # (the Hopper forward copies Q at batch 0 then)
     arrays = (q, k, v) + (() if dout is None else (dout,))
     rows = (block_m, block_n, block_n, block_m)[: len(arrays)]
     if SIMULATOR:

@@ -611,6 +611,7 @@ def wgmma_forward_kernel(t: TcTiles, variant: Variant, dtype: str, persistent: b
                             tile = next_tile(sched, lead)
                         continue
                     if not Q_LATE or n_hi == n_lo:
+                        # (split-KV: b is the split's part of out; every split reads q's one batch)
                         load_q(q_base, tmaps[0], q0 + start_m, h, 0 if F[SPLIT] else b, q_full, done, lead, tile)
                     page, row = look_up_pages(k, n_lo, n_hi, vr, mi, fx, seq, tid)  # a paged cache's first tile
                     for j in range(n_lo, n_hi):
