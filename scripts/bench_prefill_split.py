@@ -20,6 +20,7 @@ import numpy as np
 from bench_table import median_ms
 
 import numba_flash
+from numba_flash._report import write_jsonl
 from numba_flash.bench.cases import visible_pairs
 
 rng = np.random.default_rng(27)
@@ -60,11 +61,7 @@ def main(path):
         row["max |diff| vs one split"] = {n: float(np.abs(o - ref).max()) for n, o in outs.items()}
         rows.append(row)
         print(json.dumps(row), flush=True)
-        del q, kc, vc
-        cp.get_default_memory_pool().free_all_blocks()
-    with open(path, "w") as f:
-        for r in rows:
-            f.write(json.dumps(r) + "\n")
+    write_jsonl(rows, path)
     print("\n| B,H/H_kv,d | Nq | L | one split TF/s | mma.sync splits TF/s | wgmma splits TF/s | wgmma / mma.sync |")
     print("|---|---|---|---|---|---|---|")
     for r in rows:
