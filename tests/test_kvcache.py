@@ -308,6 +308,20 @@ def test_prefill_splits_cover_every_key(monkeypatch, rng, num_splits, on, page):
     assert ran == ["wgmma_forward" if on == "1" else "tc_forward"], ran  # (the merge kernel after it)
 
 
+@pytest.mark.parametrize("on", ["0", "1"])
+def test_mqa_decode_swap_past_the_decode_tiles(monkeypatch, rng, on):
+    """Decoding with 32 query heads a KV head: the swap makes them 32 rows of a sequence,
+    more than the decode tiles take, so on an sm_90a target the 128-row tiles run it
+    (the mma.sync forward, or with ``NUMBA_FLASH_WGMMA_SPLIT=1`` the Hopper forward),
+    three splits, the merge kernel putting the rows back in place."""
+    monkeypatch.setenv("NUMBA_FLASH_WGMMA", "1")
+    monkeypatch.setenv("NUMBA_FLASH_WGMMA_SPLIT", on)
+    with kernels_launched() as ran:
+        check_kvcache(rng, np.float16, num_splits=3, B=2, Nq=1, H=32, H_kv=1, d=64, lens=(300, 170), page=0,
+                      capacity=320)  # fmt: skip
+    assert ran == ["wgmma_forward" if on == "1" else "tc_forward"], ran
+
+
 def test_split_count_heuristic():
     """1 split when the blocks fill 80% of the SMs; otherwise enough splits to fill
     waves, never more than the key tiles."""
