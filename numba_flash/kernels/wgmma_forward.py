@@ -483,11 +483,12 @@ def wgmma_forward_kernel(t: TcTiles, variant: Variant, dtype: str, persistent: b
                 fragments.stage_row_pairs(o_stage, acc_o, r, NT_O, fin[r], BF16)
             if row < seqlen_q and (lane & 3) == 0:
                 lse[b, h, q0 + row] = fin[2 + r]
-        if STAGE_IN_P and not F[SPLIT]:  # nothing in flight: P's registers, spent by now (no spills added)
-            fragments.store_staged_rows(out32, b, q0 + row0, h, o_stage, seqlen_q - row0, NT_O, p_frag, CHUNKS)
-        elif not F[SPLIT]:  # OVERLAP (the next S in flight), or more words than P has (d = 256: acc_o's, dead by now)
-            words = cuda.local.array(STAGED_WORDS, uint32)
-            fragments.store_staged_rows(out32, b, q0 + row0, h, o_stage, seqlen_q - row0, NT_O, words, CHUNKS)
+        if not F[SPLIT]:  # the staged rows to HBM
+            if STAGE_IN_P:  # nothing in flight: P's registers, spent by now (fewer registers: no spills added)
+                fragments.store_staged_rows(out32, b, q0 + row0, h, o_stage, seqlen_q - row0, NT_O, p_frag, CHUNKS)
+            else:  # OVERLAP (the next S in flight), or more words than P has (d = 256: acc_o's, dead by now)
+                words = cuda.local.array(STAGED_WORDS, uint32)
+                fragments.store_staged_rows(out32, b, q0 + row0, h, o_stage, seqlen_q - row0, NT_O, words, CHUNKS)
         if O_IN_Q:  # the staged rows were read: the producer may load the next Q over them (TMA, the async proxy)
             ptx.fence_proxy_async()
             ptx.mbarrier_arrive(q_full + Q_EMPTY)
@@ -610,9 +611,9 @@ def wgmma_forward_kernel(t: TcTiles, variant: Variant, dtype: str, persistent: b
                         if DYNAMIC:
                             tile = next_tile(sched, lead)
                         continue
+                    qb = 0 if F[SPLIT] else b  # split-KV: b is the split's part of out; every split reads q's one batch
                     if not Q_LATE or n_hi == n_lo:
-                        # (split-KV: b is the split's part of out; every split reads q's one batch)
-                        load_q(q_base, tmaps[0], q0 + start_m, h, 0 if F[SPLIT] else b, q_full, done, lead, tile)
+                        load_q(q_base, tmaps[0], q0 + start_m, h, qb, q_full, done, lead, tile)
                     page, row = look_up_pages(k, n_lo, n_hi, vr, mi, fx, seq, tid)  # a paged cache's first tile
                     for j in range(n_lo, n_hi):
                         s = pos % STAGES
@@ -629,7 +630,7 @@ def wgmma_forward_kernel(t: TcTiles, variant: Variant, dtype: str, persistent: b
                         v_bar = q_full + (V_FULL + 8 * s if first == BLOCK_N else V_LAND)
                         load_keys(v_base + s * KV_BYTES, tmaps[2], start_n, mi[1], k0, hk, b, page, row, v_bar, lead)
                         if Q_LATE and j == n_lo:  # the tile's first K and V are on their way: now its Q
-                            load_q(q_base, tmaps[0], q0 + start_m, h, 0 if F[SPLIT] else b, q_full, done, lead, tile)
+                            load_q(q_base, tmaps[0], q0 + start_m, h, qb, q_full, done, lead, tile)
                         # the next tile's pages, while this tile's copies land and the stage's next release comes
                         page, row = look_up_pages(k, j + 1, n_hi, vr, mi, fx, seq, tid)
                         if first < BLOCK_N:
