@@ -3,6 +3,7 @@
     python3 scripts/sass_mix.py assemble DIR   # here, no GPU: PTX (inspection, sm_90a) -> ptxas -> DIR/*.cubin
     python3 scripts/sass_mix.py assemble_backward DIR   # the same for the backward's dK/dV and dQ kernels
     python3 scripts/sass_mix.py assemble_variants DIR   # d = 128 causal, plain / softcap / dropout, both passes
+    python3 scripts/sass_mix.py assemble_masks DIR   # the built-in masks' configurations (MASK_CASES), both passes
     python3 scripts/sass_mix.py count DIR      # the opcode table (cuobjdump, or nvdisasm: pip install nvidia-cuda-nvdisasm)
     python3 scripts/sass_mix.py loops DIR      # each kernel's key loops: opcodes between a branch back and its target
 
@@ -86,6 +87,35 @@ def assemble_variants(out):
                     _ptxas(f"{out}/{r.name}_{label}", r.ptx)
 
 
+#: The configurations whose key loops hold a masked tile's branch (causal, a window, with softcap),
+#: as the issue's shapes plan them (4096 query rows; d = 64 three consumers, a block a tile; d = 128
+#: persistent):
+#: label -> (d, causal, variants).  Session 28's lane frame (``mask.frame``) is measured on them.
+MASK_CASES = {
+    "d64_causal": (64, True, {}), "d64_causal_softcap": (64, True, {"softcap": True}),
+    "d64_causal_window": (64, True, {"window_left": True}),
+    "d64_window_softcap": (64, False, {"softcap": True, "window_left": True}),
+    "d128_causal": (128, True, {}), "d128_causal_window": (128, True, {"window_left": True}),
+    "d128_causal_softcap": (128, True, {"softcap": True}),
+    "d128_every_variant": (128, True, {"softcap": True, "alibi": True, "dropout": True, "window_left": True,
+                                       "gqa": True, "varlen": True}),
+}  # fmt: skip
+
+
+def assemble_masks(out):
+    """``assemble`` for :data:`MASK_CASES`, forward and backward (the Hopper kernels)."""
+    os.environ["NUMBA_FLASH_WGMMA"] = "1"
+    from numba_flash.inspection import inspect_kernels
+
+    os.makedirs(out, exist_ok=True)
+    for label, (d, causal, variants) in MASK_CASES.items():
+        os.environ["NUMBA_FLASH_WGMMA_PERSISTENT"] = "3" if d == 128 else "0"  # as ``CASES``
+        for pass_ in ("forward", "backward"):
+            for r in inspect_kernels(pass_, "float16", d, causal, arch="sm_90a", variants=variants, seqlen_q=4096):
+                if r.name.startswith("wgmma") and r.name != "wgmma_bwd_dq_convert":
+                    _ptxas(f"{out}/{r.name}_{label}", r.ptx)
+
+
 def _ptxas(name, ptx):
     """Assemble ``ptx`` whole (``.version`` 9.0, as the driver gets it) to ``name``.cubin; report registers and spills."""
     with open(name + ".ptx", "w") as f:
@@ -165,4 +195,4 @@ def loops(out):
 
 if __name__ == "__main__":
     {"assemble": assemble, "assemble_backward": assemble_backward, "assemble_variants": assemble_variants,
-     "count": count, "loops": loops}[sys.argv[1]](sys.argv[2])  # fmt: skip
+     "assemble_masks": assemble_masks, "count": count, "loops": loops}[sys.argv[1]](sys.argv[2])  # fmt: skip

@@ -196,6 +196,50 @@ def test_variant_combinations(rng, fam, causal, left, right, softcap, alibi, dro
     check_variant(rng, fam, variant, Nq=Nq, Nk=Nk)
 
 
+@pytest.mark.skipif(not SIMULATOR, reason="device functions are plain Python calls only in the simulator")
+@settings(max_examples=400, deadline=None, derandomize=True)
+@given(
+    lengths=st.tuples(st.integers(1, 1 << 30), st.integers(1, 1 << 30)) | st.tuples(st.integers(1, 300),
+                                                                                    st.integers(1, 300)),
+    corner=st.tuples(st.integers(-64, 1 << 30), st.integers(-64, 1 << 30)) | st.tuples(st.integers(0, 300),
+                                                                                      st.integers(0, 300)),
+    bounds=st.tuples(st.booleans(), st.integers(0, 1 << 62) | st.integers(0, 300), st.booleans(),
+                     st.integers(0, 1 << 62) | st.integers(0, 300)),
+    offsets=st.tuples(st.integers(0, 255), st.integers(0, 255)),
+)
+def test_mask_frame_is_visible(lengths, corner, bounds, offsets):
+    """The tensor-core kernels' mask through a lane's frame (``mask.frame``, ``mask.visible_at``:
+    int32 bounds a tile, compared with the element's compile-time offsets) answers as
+    ``mask.visible`` for every (query, key), window bounds up to 2**62 included."""
+    from numba_flash.kernels import mask
+
+    (seqlen_q, seqlen_k), (q0, k0), (has_left, left, has_right, right), (dq, dk) = lengths, corner, bounds, offsets
+    mi = (seqlen_q, seqlen_k, seqlen_k - seqlen_q, has_left, left if has_left else 0, has_right,
+          right if has_right else 0)  # as block_info.mask_info  # fmt: skip
+    assert bool(mask.visible_at(mask.frame(q0, k0, mi), dq, dk, mi)) == bool(mask.visible(q0 + dq, k0 + dk, mi))
+
+
+@pytest.mark.skipif(not SIMULATOR, reason="device functions are plain Python calls only in the simulator")
+def test_mask_frame_edges():
+    """:func:`test_mask_frame_is_visible` on every element of small tiles around the
+    diagonal and the window's edges (where an off-by-one shows), both ways round."""
+    from numba_flash.kernels import mask
+
+    seen = set()
+    for seqlen_q, seqlen_k in [(9, 9), (5, 13), (13, 5)]:
+        for has_left, left, has_right, right in [(False, 0, True, 0), (True, 3, True, 0), (True, 0, True, 2),
+                                                 (True, 4, False, 0), (False, 0, True, 1 << 40)]:  # fmt: skip
+            mi = (seqlen_q, seqlen_k, seqlen_k - seqlen_q, has_left, left, has_right, right)
+            for q0, k0 in [(0, 0), (3, 0), (0, 4), (8, 8)]:
+                fr = mask.frame(q0, k0, mi)
+                for dq in range(0, 12, 1):
+                    for dk in range(0, 12, 1):
+                        ok = bool(mask.visible(q0 + dq, k0 + dk, mi))
+                        assert bool(mask.visible_at(fr, dq, dk, mi)) == ok, (mi, q0, k0, dq, dk)
+                        seen.add(ok)
+    assert seen == {True, False}
+
+
 # --- any head dim ---------------------------------------------------------------------------
 
 

@@ -47,6 +47,28 @@ def lane_distance(row0, col0, mi, KEYS_ARE_ROWS):
 
 
 @device_function
+def mask_frame(row0, col0, mi):
+    """``mask.frame`` of this lane's element 0 of an accumulator whose rows start at
+    query ``row0`` and columns at key ``col0``, for :func:`element_visible`."""
+    r0, c0 = acc_row_col(0, 0, cuda.threadIdx.x & 31)
+    return mask.frame(row0 + r0, col0 + c0, mi)
+
+
+@device_function
+def element_visible(fr, mt, nt, e, q_idx, k_idx, mi, KEYS_ARE_ROWS):
+    """``mask.visible`` of element e of n-tile nt of m-tile mt (query ``q_idx``, key
+    ``k_idx``): where rows are queries through the lane's frame ``fr``
+    (:func:`mask_frame`; the element's offsets from the lane's element 0 are
+    compile-time once the loops unroll: a 32-bit compare with an immediate a bound);
+    in the dK/dV kernels' Sᵀ (``KEYS_ARE_ROWS``) from the indices, because there the
+    frame made ptxas spill: 16 bytes in the d = 64 causal Hopper dK/dV kernel's key loop,
+    which had none."""
+    if KEYS_ARE_ROWS:
+        return mask.visible(q_idx, k_idx, mi)
+    return mask.visible_at(fr, 16 * mt + 8 * (e >> 1), nt * 8 + (e & 1), mi)
+
+
+@device_function
 def scale_and_mask(acc, S0, NT, MT, row0, col0, d0, si, needs_mask, partial, mi, KEYS_ARE_ROWS, LOG2, FRAME, F):
     """The score step on MT m-tiles of NT n-tiles each (m-tile ``mt`` at
     ``acc[S0 + 4·NT·mt]``, rows ``row0 + 16·mt + ...``; ``d0``: :func:`lane_distance` of
@@ -95,6 +117,7 @@ def _index_pass(acc, S0, NT, MT, row0, col0, d0, si, MASK, mi, KEYS_ARE_ROWS, LO
     # the column frame: column c's bias −slope·(d0 − c) = slope·c + bias0, an FFMA a column
     # (the lane's rows share it) that the scaling's multiply then fuses with (one FFMA an element)
     bias0 = -(si[2] * d0)
+    fr = mask_frame(row0, col0, mi)  # the built-in masks' bounds (with MASK; rows are queries)
     for mt in range(MT):
         for nt in range(NT):
             for e in range(4):
@@ -114,7 +137,9 @@ def _index_pass(acc, S0, NT, MT, row0, col0, d0, si, MASK, mi, KEYS_ARE_ROWS, LO
                 else:
                     x = score.alibi(acc[i], dist, si, F)  # index_step's, from the precomputed distance
                 x, _ = flex.modded(x, q_idx, k_idx, si, mi, False, F)
-                acc[i] = mask.masked(x, q_idx, k_idx, MASK, False, si, mi, F)
+                if MASK and not element_visible(fr, mt, nt, e, q_idx, k_idx, mi, KEYS_ARE_ROWS):
+                    x = mask.NEG_INF
+                acc[i] = x
 
 
 @device_function
@@ -291,16 +316,17 @@ def _p_and_ds_pass(acc_s, acc_dp, NT, start_m, row0, col0, si, mi, stats, LSE_AT
     """:func:`p_and_ds`'s per-element pass (softcap, dropout, score_mod), the built-in
     masks applied when ``MASK`` (a literal)."""
     lane = cuda.threadIdx.x & 31
+    fr = mask_frame(row0, col0, mi)  # the built-in masks' bounds (with MASK; rows are queries)
     if KEYS_ARE_ROWS:  # dK/dV: one Philox call per two n-tiles, shared by a lane pair
         for u in range(NT // 2):  # (NT even: col0 and the query tile are multiples of 16)
             wa, wb, pa, pb = _pair_words(u, row0, col0, lane, di, F)
             for e in range(4):
                 zf = _pair_scale(wa, wb, pa, pb, 0, e, lane, di, F)
-                _p_and_ds_at(acc_s, acc_dp, 2 * u, e, lane, zf, row0, col0, si, MASK, partial, mi, stats,
+                _p_and_ds_at(acc_s, acc_dp, 2 * u, e, lane, zf, row0, col0, si, MASK, fr, partial, mi, stats,
                              LSE_AT, DELTA_AT, start_m, KEYS_ARE_ROWS, F)  # fmt: skip
             for e in range(4):
                 zf = _pair_scale(wa, wb, pa, pb, 1, e, lane, di, F)
-                _p_and_ds_at(acc_s, acc_dp, 2 * u + 1, e, lane, zf, row0, col0, si, MASK, partial, mi,
+                _p_and_ds_at(acc_s, acc_dp, 2 * u + 1, e, lane, zf, row0, col0, si, MASK, fr, partial, mi,
                              stats, LSE_AT, DELTA_AT, start_m, KEYS_ARE_ROWS, F)  # fmt: skip
     else:  # dQ: one Philox call per 32-key stretch and m-tile, as the forward's apply_dropout
         for a in range((NT + 3) // 4):
@@ -312,15 +338,16 @@ def _p_and_ds_pass(acc_s, acc_dp, NT, start_m, row0, col0, si, mi, stats, LSE_AT
                         zf = float32(1.0)
                         if F[DROPOUT]:
                             zf = dropout.scale_of(x0, x1, x2, x3, 8 * (e >> 1) + 2 * c + (e & 1), di)
-                        _p_and_ds_at(acc_s, acc_dp, nt, e, lane, zf, row0, col0, si, MASK, partial, mi,
+                        _p_and_ds_at(acc_s, acc_dp, nt, e, lane, zf, row0, col0, si, MASK, fr, partial, mi,
                                      stats, LSE_AT, DELTA_AT, start_m, KEYS_ARE_ROWS, F)  # fmt: skip
 
 
 @device_function
-def _p_and_ds_at(acc_s, acc_dp, nt, e, lane, zf, row0, col0, si, needs_mask, partial, mi, stats, LSE_AT, DELTA_AT,
+def _p_and_ds_at(acc_s, acc_dp, nt, e, lane, zf, row0, col0, si, MASK, fr, partial, mi, stats, LSE_AT, DELTA_AT,
                  start_m, KEYS_ARE_ROWS, F):
     """:func:`p_and_ds`'s per-element step on element ``e`` of n-tile ``nt``, with the
-    dropout factor ``zf`` (1 / (1 − p), 0, or 1 without dropout)."""
+    dropout factor ``zf`` (1 / (1 − p), 0, or 1 without dropout); the built-in masks
+    from the lane's frame ``fr`` when ``MASK`` (a literal)."""
     r, c = acc_row_col(nt, e, lane)
     q_idx, k_idx = row0 + r, col0 + c
     if KEYS_ARE_ROWS:
@@ -328,7 +355,10 @@ def _p_and_ds_at(acc_s, acc_dp, nt, e, lane, zf, row0, col0, si, needs_mask, par
     i = nt * 4 + e
     DOM = score.backward_domain(F)
     x, dx = score.softcap_grad(acc_s[i], si, DOM, F)
-    x, dm = score.index_step(x, q_idx, k_idx, mi[2], needs_mask, partial, si, mi, True, F)
+    ok = True
+    if MASK:
+        ok = element_visible(fr, 0, nt, e, q_idx, k_idx, mi, KEYS_ARE_ROWS)
+    x, dm = score.index_step_if(x, ok, q_idx, k_idx, mi[2], partial, si, mi, True, F)
     dx *= dm
     at, keep = _stat_at(nt, e, lane, mi[0] - start_m, KEYS_ARE_ROWS)
     p, ds = softmax.softmax_grad(x, acc_dp[i] * zf, stats[LSE_AT + at], stats[DELTA_AT + at], keep, DOM,

@@ -193,6 +193,17 @@ def index_step(x, q_idx, k_idx, diag, needs_mask, partial, si, mi, GRAD, F):
     only when ``GRAD``), then −inf where the element is masked: by the built-in
     masks on tiles that ``needs_mask``, by the block mask's ``mask_mod`` on
     ``partial`` ones (``mask.masked``)."""
+    ok = True
+    if needs_mask:
+        ok = mask.visible(q_idx, k_idx, mi)
+    return index_step_if(x, ok, q_idx, k_idx, diag, partial, si, mi, GRAD, F)
+
+
+@device_function
+def index_step_if(x, ok, q_idx, k_idx, diag, partial, si, mi, GRAD, F):
+    """:func:`index_step` with the built-in masks' answer given (``ok``:
+    ``mask.visible_at`` in the tensor-core kernels' fragments, True on a tile that
+    needs no mask)."""
     x = biased(x, q_idx, k_idx, diag, si, F)
     x, dx = flex.modded(x, q_idx, k_idx, si, mi, GRAD, F)
-    return mask.masked(x, q_idx, k_idx, needs_mask, partial, si, mi, F), dx
+    return mask.masked_if(x, ok, q_idx, k_idx, partial, si, mi, F), dx
