@@ -208,15 +208,22 @@ def _is_int(x) -> bool:
     return isinstance(x, numbers.Integral) and not isinstance(x, (bool, np.bool_))
 
 
+#: A window side at least this wide is unbounded (−1): for any sequences of fewer than
+#: 2**30 tokens it hides no key (query i sees key j iff i + diag − left ≤ j ≤ i + diag +
+#: right), and the kernels never add it to a 64-bit index (2**63 − 1 wrapped around there).
+UNBOUNDED_WINDOW = 1 << 31
+
+
 def check_window(window_size) -> tuple:
-    """``window_size`` as ``(left, right)`` ints, each −1 (unbounded) or ≥ 0."""
+    """``window_size`` as ``(left, right)`` ints, each −1 (unbounded) or ≥ 0; a side of
+    ``UNBOUNDED_WINDOW`` or more becomes −1 (any size, a Python int past int64 too)."""
     if not isinstance(window_size, (tuple, list)) or len(window_size) != 2 or not all(map(_is_int, window_size)):
         raise TypeError(f"window_size: expected a pair of ints (left, right), -1 meaning unbounded, got "
                         f"{window_size!r}")  # fmt: skip
     left, right = (int(x) for x in window_size)
     if left < -1 or right < -1:
         raise ValueError(f"window_size: expected each side -1 (unbounded) or >= 0, got {(left, right)}")
-    return left, right
+    return tuple(-1 if side >= UNBOUNDED_WINDOW else side for side in (left, right))
 
 
 def check_softcap(softcap) -> float:

@@ -576,6 +576,21 @@ def test_variant_arguments_are_checked(kw, exc, match):
         numba_flash.flash_attention_backward(q, q, k, v, q, np.zeros((1, 2, 5), np.float32), **kw)
 
 
+@pytest.mark.usefixtures("poisoned_outputs")
+@pytest.mark.parametrize("window,causal", [((1 << 31, 0), True), ((2**63 - 1, 2**63 - 1), False), ((2**70, 3), False)])
+def test_huge_window_sides_are_unbounded(rng, window, causal):
+    """A window side of 2**31 or more (a Python int past int64 too) is unbounded: the same
+    numbers as −1, where before 2**70 raised an OverflowError and 2**63 − 1 wrapped around
+    in the kernels' 64-bit index sums (``variant.UNBOUNDED_WINDOW``)."""
+    q, k, v = (rng.standard_normal((1, 9, 2, 16)).astype(np.float32) for _ in range(3))
+    same = tuple(-1 if side >= 1 << 31 else side for side in window)
+    out = numba_flash.flash_attention(q, k, v, window_size=window)
+    ref, _ = reference.attention(q.astype(np.float64), k.astype(np.float64), v.astype(np.float64),
+                                 causal=causal, window_size=same)  # fmt: skip
+    assert np.abs(out - ref).max() <= 1e-5 * np.abs(ref).max()
+    assert np.array_equal(out, numba_flash.flash_attention(q, k, v, window_size=same, causal=causal))
+
+
 @pytest.mark.parametrize(
     "cu_q,cu_k,max_q,exc,match",
     [
