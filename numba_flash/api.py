@@ -208,9 +208,10 @@ def _check_offsets(q_op, total_q, total_k, cu_seqlens_q, cu_seqlens_k, max_seqle
 class _Variants:
     """A call's checked variant arguments: the kernels' flags and run-time values."""
 
-    def __init__(self, q_op, k_op, B, H, causal, window_size, softcap, alibi_slopes, dropout_p, seed, varlen=False,
-                 flex=None):  # fmt: skip
-        self.window = V.check_window(window_size)
+    def __init__(self, q_op, k_op, B, H, causal, window_size, softcap, alibi_slopes, dropout_p, seed, seqlen_k,
+                 varlen=False, flex=None):  # fmt: skip
+        # ``seqlen_k``: what FlashAttention-2 compares the window's sides with (``variant.fa2_window``)
+        self.window = V.fa2_window(V.check_window(window_size), seqlen_k)
         self.softcap = V.check_softcap(softcap)
         self.dropout_p, self.seed = V.check_dropout(dropout_p, seed)
         self.alibi = None if alibi_slopes is None else A.check_alibi(alibi_slopes, q_op, B, H)
@@ -438,7 +439,9 @@ def flash_attention(q, k, v, *, causal=False, softmax_scale=None, window_size=(-
         softmax_scale: multiplies Q·Kᵀ before the softmax; default 1/sqrt(headdim).
         window_size: ``(left, right)``, −1 meaning unbounded: query i sees key j iff
             ``i + Nk − Nq − left <= j <= i + Nk − Nq + right`` (FlashAttention-2's sliding
-            window; with ``causal`` right is 0).  Key tiles outside the band are not
+            window; with ``causal`` right is 0).  As FlashAttention-2, a side of Nk or more
+            is unbounded (``variant.fa2_window``: it differs from the formula only for a
+            right side ≥ Nk with Nq > right + 1).  Key tiles outside the band are not
             visited.  Rows that see nothing get 0 and lse −inf.
         softcap: > 0 replaces each score ``s = scale·q·k`` by ``softcap·tanh(s/softcap)``
             (Gemma-2, Grok); 0 is off.
@@ -492,7 +495,7 @@ def flash_attention(q, k, v, *, causal=False, softmax_scale=None, window_size=(-
     allow_tf32 = A.check_flag("allow_tf32", allow_tf32)
     B, Nq, Nk, H, d = dims
     flex = _flex(score_mod, None, block_mask, mod_args, B, H, Nq, Nk, False)
-    var = _Variants(q_op, k_op, B, H, causal, window_size, softcap, alibi_slopes, dropout_p, seed, flex=flex)
+    var = _Variants(q_op, k_op, B, H, causal, window_size, softcap, alibi_slopes, dropout_p, seed, Nk, flex=flex)
     out, lse = _forward(q_op, k_op, v_op, dims, causal, scale, var, allow_tf32, layout,
                         _out_shape(layout, B, Nq, H, d), (B, H, Nq), key=key)  # fmt: skip
     out = A.to_caller(out, q_op.kind)
@@ -545,7 +548,7 @@ def flash_attention_backward(dout, q, k, v, out, lse, *, causal=False, softmax_s
     lse_arr = A.check_lse(lse, q_op, B, H, Nq)
     allow_tf32 = A.check_flag("allow_tf32", allow_tf32)
     flex = _flex(score_mod, score_mod_grad, block_mask, mod_args, B, H, Nq, Nk, True)
-    var = _Variants(q_op, k_op, B, H, causal, window_size, softcap, alibi_slopes, dropout_p, seed, flex=flex)
+    var = _Variants(q_op, k_op, B, H, causal, window_size, softcap, alibi_slopes, dropout_p, seed, Nk, flex=flex)
     H_kv = var.heads_k
     shapes = (_out_shape(layout, B, Nq, H, d), _out_shape(layout, B, Nk, H_kv, d), _out_shape(layout, B, Nk, H_kv, d))
     grads = _backward((q_op, k_op, v_op, do_op, o_op), lse_arr, dims, causal, scale, var, allow_tf32, layout, shapes,
@@ -598,8 +601,8 @@ def flash_attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
                                                     max_seqlen_k)  # fmt: skip
     B = len(lens)
     flex = _flex(score_mod, None, block_mask, mod_args, B, H, max_q, max_k, False, lens)
-    var = _Variants(q_op, k_op, B, H, causal, window_size, softcap, alibi_slopes, dropout_p, seed, varlen=True,
-                    flex=flex)  # fmt: skip
+    var = _Variants(q_op, k_op, B, H, causal, window_size, softcap, alibi_slopes, dropout_p, seed, max_k,
+                    varlen=True, flex=flex)  # fmt: skip
     vdims = (B, max_q, max_k, H, d)
     out, lse = _forward(q_op, k_op, v_op, vdims, causal, scale, var, allow_tf32, "bshd", (total_q, H, d),
                         (H, total_q), (cu_q, cu_k), total_q, key)  # fmt: skip
@@ -635,8 +638,8 @@ def flash_attention_varlen_backward(dout, q, k, v, out, lse, cu_seqlens_q, cu_se
     lse_arr = A.check_lse_packed(lse, q_op, H, total_q)
     allow_tf32 = A.check_flag("allow_tf32", allow_tf32)
     flex = _flex(score_mod, score_mod_grad, block_mask, mod_args, B, H, max_q, max_k, True, lens)
-    var = _Variants(q_op, k_op, B, H, causal, window_size, softcap, alibi_slopes, dropout_p, seed, varlen=True,
-                    flex=flex)  # fmt: skip
+    var = _Variants(q_op, k_op, B, H, causal, window_size, softcap, alibi_slopes, dropout_p, seed, max_k,
+                    varlen=True, flex=flex)  # fmt: skip
     shapes = ((total_q, H, d), (total_k, var.heads_k, d), (total_k, var.heads_k, d))
     grads = _backward((q_op, k_op, v_op, do_op, o_op), lse_arr, (B, max_q, max_k, H, d), causal, scale, var,
                       allow_tf32, "bshd", shapes, (cu_q, cu_k), total_q, key)  # fmt: skip

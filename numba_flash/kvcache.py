@@ -321,7 +321,8 @@ def flash_attention_with_kvcache(q, k_cache, v_cache, k=None, v=None, *, cache_s
         raise ValueError(f"v_cache: head dim {vc_op.array.shape[3]}: expected k_cache's {kc_op.array.shape[3]}")
     B, Nq, H, d = q_op.array.shape
     scale = A.check_scale(softmax_scale, d)
-    var = _Variants(q_op, kc_op, B, H, causal, window_size, softcap, alibi_slopes, 0.0, None, varlen=True)
+    capacity = kc_op.array.shape[1] * (1 if table is None else table.shape[1])  # FlashAttention-2's seqlen_k here
+    var = _Variants(q_op, kc_op, B, H, causal, window_size, softcap, alibi_slopes, 0.0, None, capacity, varlen=True)
     kind = q_op.kind
     if B == 0 or Nq == 0 or H == 0:
         out = np.zeros((B, Nq, H, d), q_op.array.dtype)

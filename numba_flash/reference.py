@@ -90,8 +90,10 @@ for bit.  Per (batch ``b``, query head ``h``), with ``diag = Nk - Nq``::
     S_ij = S_ij - slope[b, h] * |i + diag - j|   ALiBi (after the softcap)
     S_ij = -inf  unless  i + diag - left <= j <= i + diag + right
                                                  window_size = (left, right), -1
-                                                 leaves a side open; causal sets
-                                                 right = 0 (causal and window)
+                                                 leaves a side open, as does a
+                                                 side >= Nk (FlashAttention-2's
+                                                 mha_fwd); causal sets right = 0
+                                                 (causal and window)
     P = softmax(S), lse = log sum_j exp(S_ij)    (the undropped softmax)
     O = (P * Z / (1 - p)) V                      dropout p, Z = dropout_mask(...)
 
@@ -256,7 +258,7 @@ def _prepare(q, k, v, softmax_scale, layout, causal, window_size, softcap,
             f"v: {_dims(v)}: expected the batch, heads and seqlen of k ({_dims(k)})")
     scale = _resolve_scale(softmax_scale, q.shape[3])
     var = _variants(causal, window_size, softcap, alibi_slopes, dropout_p, seed,
-                    batch=q.shape[0], heads=q.shape[1], **(mods or {}))
+                    batch=q.shape[0], heads=q.shape[1], seqlen_k=k.shape[2], **(mods or {}))
     _check_block_mask(var.block_mask, q.shape[0], q.shape[1], q.shape[2], k.shape[2])
     return q, k, v, scale, var
 
@@ -323,13 +325,15 @@ class _Variants:
         return replace(self, slopes=slopes, batch_ids=self.batch_ids[b:b + 1])
 
 
-def _check_window(window_size, causal):
+def _check_window(window_size, causal, seqlen_k):
+    """``(left, right)`` as FlashAttention-2 runs it: a side of ``seqlen_k`` or more open
+    (-1), then ``right = 0`` with causal (the module docstring)."""
     ok = (isinstance(window_size, (tuple, list)) and len(window_size) == 2
           and all(_is_int(w) and w >= -1 for w in window_size))
     if not ok:
         raise ValueError(f"window_size={_shown(window_size)}: expected a tuple "
                          "(left, right) of two ints >= -1 (-1: that side unbounded)")
-    left, right = (int(w) for w in window_size)
+    left, right = (-1 if int(w) >= seqlen_k else int(w) for w in window_size)
     return left, 0 if causal else right
 
 
@@ -366,9 +370,9 @@ def _check_dropout(dropout_p, seed):
 
 
 def _variants(causal, window_size, softcap, alibi_slopes, dropout_p, seed, *,
-              batch, heads, score_mod=None, score_mod_grad=None, block_mask=None,
+              batch, heads, seqlen_k, score_mod=None, score_mod_grad=None, block_mask=None,
               mod_args=()):
-    window = _check_window(window_size, causal)
+    window = _check_window(window_size, causal, seqlen_k)
     softcap = _check_softcap(softcap)
     slopes = _check_alibi(alibi_slopes, batch, heads)
     p, key = _check_dropout(dropout_p, seed)
@@ -712,8 +716,8 @@ def window_mask(seqlen_q, seqlen_k, window_size=(-1, -1), *, causal=False):
     """Sliding-window (local) mask, bool ``(seqlen_q, seqlen_k)``, bottom-right
     aligned as :func:`causal_mask`: query ``i`` sees key ``j`` iff
     ``i + diag - left <= j <= i + diag + right`` with ``diag = seqlen_k - seqlen_q``
-    and ``(left, right) = window_size``; -1 leaves that side open, and causal
-    sets right = 0.
+    and ``(left, right) = window_size``; -1 leaves that side open, as does a side of
+    ``seqlen_k`` or more (FlashAttention-2's ``mha_fwd``), and causal sets right = 0.
 
     >>> window_mask(4, 4, (1, 0)).astype(int)
     array([[1, 0, 0, 0],
@@ -723,7 +727,7 @@ def window_mask(seqlen_q, seqlen_k, window_size=(-1, -1), *, causal=False):
     """
     seqlen_q = _check_seqlen("seqlen_q", seqlen_q)
     seqlen_k = _check_seqlen("seqlen_k", seqlen_k)
-    window = _check_window(window_size, _check_causal(causal))
+    window = _check_window(window_size, _check_causal(causal), seqlen_k)
     return _visible(np.arange(seqlen_q), np.arange(seqlen_k), seqlen_k - seqlen_q, window)
 
 
@@ -1153,7 +1157,7 @@ def _prepare_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqle
     _check_max_seqlen("max_seqlen_k", max_seqlen_k, bk, "cu_seqlens_k")
     scale = _resolve_scale(softmax_scale, q.shape[2])
     var = _variants(causal, window_size, softcap, alibi_slopes, dropout_p, seed,
-                    batch=len(bq), heads=q.shape[1], **(mods or {}))
+                    batch=len(bq), heads=q.shape[1], seqlen_k=max_seqlen_k, **(mods or {}))
     _check_block_mask(var.block_mask, len(bq), q.shape[1], max_seqlen_q, max_seqlen_k,
                       "max_seqlen_q and max_seqlen_k")
     bounds = [(a, e, c, f) for (a, e), (c, f) in zip(bq, bk)]
@@ -1422,7 +1426,9 @@ def attention_with_kvcache(q, k_cache, v_cache, k=None, v=None, *, cache_seqlens
         raise ValueError(f"num_splits={_shown(num_splits)}: expected an int >= 1")
     B, nq, heads, d = q.shape
     scale = _resolve_scale(softmax_scale, d)
-    var = _variants(causal, window_size, softcap, alibi_slopes, 0.0, None, batch=B, heads=heads)
+    capacity = k_cache.shape[1] * (1 if block_table is None else block_table.shape[1])  # FA2's seqlen_k
+    var = _variants(causal, window_size, softcap, alibi_slopes, 0.0, None, batch=B, heads=heads,
+                    seqlen_k=capacity)
     rotate_q_by_row = causal or var.window != (-1, -1)
     out = np.zeros(q.shape[:3] + (v_cache.shape[3],))
     lse = np.empty((B, heads, nq))

@@ -214,6 +214,17 @@ def _is_int(x) -> bool:
 UNBOUNDED_WINDOW = 1 << 31
 
 
+def fa2_window(window: tuple, seqlen_k: int) -> tuple:
+    """``window`` (checked) as FlashAttention-2's ``flash_attn_func`` runs it: a side of
+    ``seqlen_k`` or more is unbounded, −1 (``mha_fwd``, ``mha_bwd``; ``max_seqlen_k`` for
+    varlen, a KV cache's capacity for ``flash_attn_with_kvcache``).  The mask is the
+    formula's (``Variant``) but where ``right ≥ seqlen_k`` and ``seqlen_q > right + 1``:
+    there the formula hides keys from the first ``seqlen_q − right − 1`` rows (every key
+    from the first ``seqlen_q − seqlen_k − right``), and FlashAttention-2, so this
+    library too, shows them every key."""
+    return tuple(-1 if side >= seqlen_k else side for side in window)
+
+
 def check_window(window_size) -> tuple:
     """``window_size`` as ``(left, right)`` ints, each −1 (unbounded) or ≥ 0; a side of
     ``UNBOUNDED_WINDOW`` or more becomes −1 (any size, a Python int past int64 too)."""

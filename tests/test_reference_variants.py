@@ -384,6 +384,29 @@ def seq(x, cu, b):
     return x[cu[b]:cu[b + 1]][None]
 
 
+@pytest.mark.parametrize("fn", ["attention", "window_mask"])
+def test_window_side_of_seqlen_k_is_open_as_flash_attn(rnd, fn):
+    """FlashAttention-2's rule (``mha_fwd``): a window side of seqlen_k or more is open.
+    With Nq = 12 > Nk = 3 and right = 5 ≥ Nk the formula alone would hide keys from rows
+    0..5 (every key from rows 0..3); FlashAttention-2, so the reference, shows them all."""
+    nq, nk = 12, 3
+    if fn == "window_mask":
+        assert R.window_mask(nq, nk, (-1, 5)).all() and R.window_mask(nq, nk, (7, 5)).all()
+        assert R.window_mask(nq, nk, (-1, 2)).sum(1).tolist() == [0] * 7 + [1, 2, 3, 3, 3]  # 2 < Nk: the formula
+        return
+    q, k, v = rnd.normal((1, nq, 2, 8)), rnd.normal((1, nk, 2, 8)), rnd.normal((1, nk, 2, 8))
+    full, full_lse = R.attention(q, k, v)
+    out, lse = R.attention(q, k, v, window_size=(-1, 5))
+    assert np.array_equal(out, full) and np.array_equal(lse, full_lse)
+    out, lse = R.attention(q, k, v, window_size=(-1, 2))
+    assert np.isneginf(lse[:, :, :7]).all() and np.isfinite(lse[:, :, 7:]).all()
+
+
+def _fa2(window, seqlen_k):
+    """FlashAttention-2's window: a side of seqlen_k or more open (variant.fa2_window)."""
+    return tuple(-1 if side >= seqlen_k else side for side in window)
+
+
 @pytest.mark.parametrize("kw", [
     {}, dict(causal=True), dict(window_size=(2, 1)), dict(causal=True, window_size=(3, -1)),
     dict(softcap=1.2, alibi="batch"), dict(alibi="heads", causal=True), dict(softmax_scale=0.4),
@@ -404,7 +427,14 @@ def test_varlen_equals_per_sequence_attention(rnd, kw):
                                         alibi_slopes=slopes, **kw)
     for g, x in zip(grads, (q, k, v)):
         assert g.shape == x.shape
+    compared = 0
     for b in range(len(len_q)):
+        window = kw.get("window_size", (-1, -1))
+        if _fa2(_fa2(window, 10), len_k[b]) != _fa2(window, 10):
+            # FlashAttention-2 opens a side of max_seqlen_k (10) or more in varlen, of seqlen_k
+            # or more in a dense call: a sequence shorter than a side differs between the two
+            continue
+        compared += 1
         s_slopes = None if slopes is None else slopes if slopes.ndim == 1 else slopes[b]
         args = [seq(x, cu, b) for x, cu in ((q, cu_q), (k, cu_k), (v, cu_k))]
         s_out, s_lse = R.attention(*args, alibi_slopes=s_slopes, **kw)
@@ -414,6 +444,7 @@ def test_varlen_equals_per_sequence_attention(rnd, kw):
                                        alibi_slopes=s_slopes, **kw)
         for name, g, sg, cu in zip(("dq", "dk", "dv"), grads, s_grads, (cu_q, cu_k, cu_k)):
             assert np.array_equal(g[cu[b]:cu[b + 1]], sg[0]), (name, b, str(rnd))
+    assert compared >= 3  # the sequences of 7, 4 and 9 keys at least
     # An empty query sequence writes nothing; an empty key sequence gives 0 and -inf.
     assert np.all(out[cu_q[2]:cu_q[3]] == 0) and np.all(np.isneginf(lse[:, cu_q[2]:cu_q[3]]))
 

@@ -591,6 +591,30 @@ def test_huge_window_sides_are_unbounded(rng, window, causal):
     assert np.array_equal(out, numba_flash.flash_attention(q, k, v, window_size=same, causal=causal))
 
 
+@pytest.mark.usefixtures("poisoned_outputs")
+def test_window_side_of_seqlen_k_is_open_as_flash_attn(rng):
+    """FlashAttention-2 opens a window side of seqlen_k or more (``variant.fa2_window``):
+    at Nq = 12 > Nk = 3, window (−1, 5) is plain attention (the formula alone would hide
+    keys from rows 0..5), forward and backward; varlen compares with max_seqlen_k, so
+    there the same sequence with max_seqlen_k = 8 keeps the formula's mask."""
+    q = rng.standard_normal((1, 12, 2, 16)).astype(np.float32)
+    k, v = (rng.standard_normal((1, 3, 2, 16)).astype(np.float32) for _ in range(2))
+    out, lse = numba_flash.flash_attention(q, k, v, window_size=(-1, 5), return_lse=True)
+    full, full_lse = numba_flash.flash_attention(q, k, v, return_lse=True)
+    assert np.array_equal(out, full) and np.array_equal(lse, full_lse)
+    dout = rng.standard_normal(out.shape).astype(np.float32)
+    for g, g_full in zip(numba_flash.flash_attention_backward(dout, q, k, v, out, lse, window_size=(-1, 5)),
+                         numba_flash.flash_attention_backward(dout, q, k, v, full, full_lse)):  # fmt: skip
+        assert np.array_equal(g, g_full)
+    cu_q, cu_k = np.array([0, 12], np.int32), np.array([0, 3], np.int32)
+    out_v, lse_v = numba_flash.flash_attention_varlen(q[0], k[0], v[0], cu_q, cu_k, 12, 8, window_size=(-1, 5),
+                                                      return_lse=True)  # fmt: skip
+    ref, ref_lse = reference.attention_varlen(q[0].astype(np.float64), k[0].astype(np.float64),
+                                              v[0].astype(np.float64), cu_q, cu_k, 12, 8, window_size=(-1, 5))
+    assert np.isneginf(lse_v[:, :4]).all() and np.isneginf(ref_lse[:, :4]).all()  # rows 0..3 see no key
+    assert np.abs(out_v - ref).max() <= 1e-5 * np.abs(ref).max()
+
+
 @pytest.mark.parametrize(
     "cu_q,cu_k,max_q,exc,match",
     [
