@@ -760,7 +760,7 @@ def st_global_v4_b32(dst, index, w0, w1, w2, w3):
 
 
 # ---------------------------------------------------------------------------
-# warp shuffles and syncwarp (numba's simulator has neither)
+# warp shuffles, vote.any and syncwarp (numba's simulator has none of them)
 # ---------------------------------------------------------------------------
 
 
@@ -800,12 +800,18 @@ def shfl_up_sync(mask, value, delta):
     return _shuffle(f"shfl.up {d}", value, lambda lane: lane - d if lane >= d else lane, mask)
 
 
+def any_sync(mask, predicate):
+    """``vote.sync.any``: True in every lane of ``mask`` when the predicate holds in one."""
+    return _warp_exchange("vote.any", bool(predicate),
+                          lambda inputs: [any(bool(x) for x in inputs if x is not None)] * len(inputs), mask)
+
+
 def syncwarp(mask=_FULL):
     _warp_exchange("syncwarp", None, lambda inputs: [None] * 32, mask)
 
 
 def install_warp_twins():
-    """Add the shuffle and syncwarp twins to the simulator's fake ``cuda`` module, and
+    """Add the shuffle, vote.any and syncwarp twins to the simulator's fake ``cuda`` module, and
     have its threads record their exit for the rendezvous (idempotent)."""
     from numba.cuda.simulator.kernel import BlockThread
     from numba.cuda.simulator.kernelapi import FakeCUDAModule
@@ -830,6 +836,7 @@ def install_warp_twins():
         ("shfl_sync", shfl_sync),
         ("shfl_down_sync", shfl_down_sync),
         ("shfl_up_sync", shfl_up_sync),
+        ("any_sync", any_sync),
     ):
         if not hasattr(FakeCUDAModule, name):
             setattr(FakeCUDAModule, name, staticmethod(fn))

@@ -226,6 +226,50 @@ def test_wgmma_forward_raw_scores_and_signed_scales(rng, scale):
 
 
 @pytest.mark.usefixtures("wgmma_on", "poisoned_outputs")
+@pytest.mark.parametrize("dtype,growth,kw", [("float16", 1.0, {}), ("bfloat16", 2.5, dict(causal_window=True)),
+                                             ("float16", 12.0, dict(softcap=20.0))])  # fmt: skip
+def test_wgmma_forward_lazy_rescale(monkeypatch, rng, dtype, growth, kw):
+    """FlashAttention-4's lazy rescaling (``NUMBA_FLASH_LAZY_RESCALE=8``): three key tiles
+    whose keys grow by ``growth`` a tile, so that rows keep a stale max (P up to 256:
+    1.0 and 2.5) or must rescale (12.0: scores up 12× past the first tile, far more than
+    2**8); against the reference, plain, causal with a window, and softcap (CAPPED units)."""
+    monkeypatch.setenv("NUMBA_FLASH_LAZY_RESCALE", "8")
+    dt = DTYPES[dtype]
+    Nq, Nk, d = 40, 300, 64
+    q = rng.standard_normal((1, Nq, 2, d)).astype(dt)
+    k = rng.standard_normal((1, Nk, 2, d))
+    k *= (growth ** (np.arange(Nk) // 128))[None, :, None, None] / np.sqrt(growth ** 2)  # tile t: growth**(t-1)
+    k = k.astype(dt)
+    v = rng.standard_normal((1, Nk, 2, d)).astype(dt)
+    extra = dict(softcap=kw["softcap"]) if "softcap" in kw else {}
+    if kw.get("causal_window"):
+        extra.update(causal=True, window_size=(200, -1))
+    with kernels_launched() as ran:
+        out, lse = numba_flash.flash_attention(device(q), device(k), device(v), return_lse=True, **extra)
+    assert ran == ["wgmma_forward"], ran
+    ref, ref_lse = R.attention(q, k, v, **extra)
+    tol = 2 * R.rel_error(R.attention_lowp(q, k, v, dtype=dt, **extra)[0], ref) + FLOOR
+    err = R.rel_error(host(out).astype(np.float64), ref)
+    assert err <= tol, f"{dtype} growth {growth} {kw}: O rel error {err:.3g} > {tol:.3g}"
+    assert np.allclose(host(lse), ref_lse, rtol=1e-3, atol=1e-3), f"{dtype} growth {growth} {kw}: lse"
+
+
+def test_lazy_rescale_switch(monkeypatch):
+    """``NUMBA_FLASH_LAZY_RESCALE``: off (0) by default, a number of powers of 2 up to 15
+    (P ≤ 2**15 in fp16), else a ValueError naming the variable."""
+    from numba_flash.kernels.wgmma_forward import lazy_rescale
+
+    monkeypatch.delenv("NUMBA_FLASH_LAZY_RESCALE", raising=False)
+    assert lazy_rescale() == 0.0
+    monkeypatch.setenv("NUMBA_FLASH_LAZY_RESCALE", "8")
+    assert lazy_rescale() == 8.0
+    for bad in ("x", "16", "-1"):
+        monkeypatch.setenv("NUMBA_FLASH_LAZY_RESCALE", bad)
+        with pytest.raises(ValueError, match="NUMBA_FLASH_LAZY_RESCALE"):
+            lazy_rescale()
+
+
+@pytest.mark.usefixtures("wgmma_on", "poisoned_outputs")
 @pytest.mark.parametrize("every", [1, 2])
 def test_wgmma_forward_softcap_with_emulated_exponentials(monkeypatch, rng, every):
     """softcap with every (every)-th n-tile's exponentials on the FMA pipe

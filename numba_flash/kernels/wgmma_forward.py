@@ -297,7 +297,7 @@ def threads(t: TcTiles) -> int:
 @functools.lru_cache(maxsize=None)
 def wgmma_forward_kernel(t: TcTiles, variant: Variant, dtype: str, persistent: bool = True, pingpong: bool = False,
                          domain: int = 1, emulate: int = 0, alibi_mma: bool = False, key_rows: int = 0,
-                         overlap: bool = False, dynamic: bool = False):
+                         overlap: bool = False, dynamic: bool = False, lazy: float = 0.0):
     """``kernel[grid, threads(t), stream, smem_bytes(t)](q, k, v, out32, lse, softmax_scale, params, alibi,
     cu_seqlens_q, cu_seqlens_k, fx, sched, tmaps)``: ``tc_forward_kernel``'s arguments and outputs, the
     scheduler's counter (a zeroed int32 pair; read only when ``dynamic``) and the tensor
@@ -309,7 +309,8 @@ def wgmma_forward_kernel(t: TcTiles, variant: Variant, dtype: str, persistent: b
     ``alibi_mma``: ALiBi's bias on the tensor cores (:func:`alibi_on_products`; raw scores);
     ``key_rows``: a paged cache's K/V boxes (:func:`key_box`; the maps' key boxes);
     ``overlap``: the epilogue under the next tile's first S (:func:`overlap_epilogue`);
-    ``dynamic``: persistent blocks take their tiles from a counter (:func:`dynamic_tiles`)."""
+    ``dynamic``: persistent blocks take their tiles from a counter (:func:`dynamic_tiles`);
+    ``lazy``: :func:`lazy_rescale`'s threshold (0: acc rescaled every tile)."""
     HEAD_DIM, BLOCK_M, PERSISTENT, PINGPONG = t.head_dim, t.block_m, persistent, pingpong
     CONSUMERS = BLOCK_M // 64
     THREADS, CONSUMER_THREADS = threads(t), 128 * CONSUMERS
@@ -320,6 +321,7 @@ def wgmma_forward_kernel(t: TcTiles, variant: Variant, dtype: str, persistent: b
     F_S = tuple(False if i == ALIBI else f for i, f in enumerate(F)) if ALIBI_MMA else F
     SOFTMAX = domain  # softcap: the cap in the exponent's FFMA
     EMULATE = emulate  # softcap: some of the exponentials off the SFU
+    LAZY = float(lazy)  # the running max kept until it grows by more than LAZY (log2 units): ``lazy_rescale``
     BLOCK_N = t.block_n  # keys a K/V tile (``key_tile``)
     KEY_BOX = key_rows or BLOCK_N  # a paged cache's K/V tile: BLOCK_N / KEY_BOX TMA boxes, each within a page
     KX_BYTES = BLOCK_N * 128  # ALiBi on the tensor cores: its key ramp, one swizzled atom (``alibi_on_products``)
@@ -375,7 +377,7 @@ def wgmma_forward_kernel(t: TcTiles, variant: Variant, dtype: str, persistent: b
                 shift = -si[2] * (d0 + float32(2 * (cuda.threadIdx.x & 3) + 8 * r))
                 m_i[r] -= shift
             alpha[r] = softmax.softmax_row_step(acc_s, 2 * r, 4, NT_S, 2, m_i, l_i, r, 4, SOFTMAX,
-                                                score.exponent_factor(si, SOFTMAX), EMULATE)  # fmt: skip
+                                                score.exponent_factor(si, SOFTMAX), EMULATE, LAZY)  # fmt: skip
             if ALIBI_MMA:
                 m_i[r] += shift
 
@@ -746,8 +748,9 @@ def wgmma_forward_kernel(t: TcTiles, variant: Variant, dtype: str, persistent: b
                 scores_to_p(acc_s, alpha, m_i, l_i, j, start_n, d0, row0, rows0, si, di, mi, vr)
                 ptx.wgmma_wait_group(0)  # the previous P·V landed in acc_o and is done with p_frag
                 ptx.mbarrier_arrive(q_full + V_EMPTY + 8 * sp)  # … and with V_{i−1}
-                for r in range(2):
-                    softmax.rescale_row(acc_o, 2 * r, 4, NT_O, 2, alpha[r])
+                if not LAZY or softmax.needs_rescale(alpha, 2):  # (no wgmma in flight here: a branch is safe)
+                    for r in range(2):
+                        softmax.rescale_row(acc_o, 2 * r, 4, NT_O, 2, alpha[r])
                 pack_p(p_frag, acc_s, row0, start_n, di)
             if not O_IN_Q:  # every S of the tile is done: the producer may load the next Q (O_IN_Q: after O)
                 ptx.mbarrier_arrive(q_full + Q_EMPTY)
@@ -827,6 +830,23 @@ def alibi_on_products(t: TcTiles, variant: Variant) -> bool:
             and softmax.domain(variant) != softmax.FOLD  # a score_mod must see the true score
             and os.environ.get("NUMBA_FLASH_ALIBI_PRODUCTS", "1") != "0"
             and t.block_m == 128 and smem_bytes(t, True) <= SMEM_LIMIT)  # fmt: skip
+
+
+def lazy_rescale() -> float:
+    """FlashAttention-4's lazy rescaling (``softmax.softmax_row_step``'s ``LAZY``): a
+    row keeps its running max until a tile raises it by more than this many powers of 2
+    (8: P ≤ 256 against the stale max), and a warp whose rows all kept theirs skips the
+    rescale of acc (64 FMUL a thread a tile at d = 128, 32 at d = 64), which lies between
+    a tile's P·V completing and the next P·V's issue.  ``NUMBA_FLASH_LAZY_RESCALE=x``
+    sets the threshold; 0 (the default until the H200 measures it) rescales every tile."""
+    raw = os.environ.get("NUMBA_FLASH_LAZY_RESCALE", "0")
+    try:
+        value = float(raw)
+    except ValueError:
+        raise ValueError(f"NUMBA_FLASH_LAZY_RESCALE={raw!r}: expected a number of powers of 2 (0: off)") from None
+    if not 0 <= value <= 15:  # P ≤ 2**15: fp16's largest value is 65504
+        raise ValueError(f"NUMBA_FLASH_LAZY_RESCALE={raw!r}: expected 0 (off) to 15 (P up to 2**15 in fp16)")
+    return value
 
 
 def overlap_epilogue() -> bool:
@@ -946,7 +966,7 @@ def launches(t: TcTiles, variant: Variant, dtype: str, sz: spec.Sizes, page_rows
     box = key_box(page_rows, t.block_n) if variant.paged else t.block_n
     dyn = n < tiles and dynamic_tiles()
     kern = wgmma_forward_kernel(t, variant, dtype, n < tiles, pingpong(t, variant), dom, ex2_emulated_every(variant),
-                                bias, box, overlap_epilogue() and not dyn, dyn)  # fmt: skip
+                                bias, box, overlap_epilogue() and not dyn, dyn, lazy_rescale())  # fmt: skip
     # the scheduler's counter: a zeroed one a call (``sched``), or a stand-in it never reads
     # (split-KV: out and lse are the parts, fp32, that the merge kernel combines)
     args = spec.forward_args("u16", "f32" if variant.split else tc_out_view(t)) + (
