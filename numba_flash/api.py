@@ -41,7 +41,8 @@ def _plan_env() -> tuple:
                                                       "WGMMA_PINGPONG", "RAW_SCORES", "EX2_EMULATE",
                                                       "ALIBI_PRODUCTS", "WGMMA_OVERLAP",
                                                       "WGMMA_SCHEDULER", "CLUSTER_MERGE", "WGMMA_DQ", "WGMMA_BWD_PIPE",
-                                                      "WGMMA_KEYS", "WGMMA_SPLIT", "LAZY_RESCALE"))  # fmt: skip
+                                                      "WGMMA_KEYS", "WGMMA_SPLIT", "LAZY_RESCALE",
+                                                      "SOFTCAP_PRESCALE"))  # fmt: skip
 
 
 def _plan(problem: P.Problem) -> P.Plan:

@@ -1,13 +1,14 @@
 """A/B of an environment switch in one process: the forward's time with each value of
 the switch, on issue #13's shapes (fp16, causal off and on, and bf16) and a dropout case.
 
-    python3 scripts/bench_ab.py out.jsonl NAME=a,b [NAME2=c,d ...] [--dropout | --wide]
+    python3 scripts/bench_ab.py out.jsonl NAME=a,b [NAME2=c,d ...] [--dropout | --wide | --softcap]
 
 Several switches take their values together, by position (NAME=a with NAME2=c, then b with d);
 an empty value leaves the variable unset (e.g. ``NUMBA_FLASH_WGMMA_KEYS=,64
 NUMBA_FLASH_WGMMA_CONSUMERS=,3``: the default, then three consumers on 64-key tiles).
 
 ``--wide``: ``WIDE_CASES``, non-causal (the wider key tiles' cases).
+``--softcap``: ``SOFTCAP_CASES``, the four shapes with softcap 30 (and plain causal as a reference row).
 ``--dropout``: the cases with dropout 0.1 instead (the four shapes causal off and on, fp16,
 and bf16 at (4, 16, 4096, 128)), with plain (4, 16, 4096, 128) causal as a reference row.
 
@@ -39,6 +40,14 @@ CASES = [(s, "float16", c, {}) for s in SHAPES for c in (False, True)] + [
 DROPOUT = {"dropout_p": 0.1, "seed": 7}
 DROPOUT_CASES = [(s, "float16", c, DROPOUT) for s in SHAPES for c in (False, True)] + [
     ((4, 16, 4096, 128), "bfloat16", True, DROPOUT),
+    ((4, 16, 4096, 128), "float16", True, {}),
+]
+
+SOFTCAP = {"softcap": 30.0}
+#: ``--softcap``: the four shapes with softcap 30, causal off and on, fp16, and bf16 at (4, 16, 4096, 128),
+#: with plain (4, 16, 4096, 128) causal as a reference row
+SOFTCAP_CASES = [(s, "float16", c, SOFTCAP) for s in SHAPES for c in (False, True)] + [
+    ((4, 16, 4096, 128), "bfloat16", True, SOFTCAP),
     ((4, 16, 4096, 128), "float16", True, {}),
 ]
 
@@ -110,4 +119,5 @@ def main(path, switches, cases=CASES):
 
 if __name__ == "__main__":
     main(sys.argv[1], [a for a in sys.argv[2:] if "=" in a],
-         DROPOUT_CASES if "--dropout" in sys.argv else WIDE_CASES if "--wide" in sys.argv else CASES)
+         DROPOUT_CASES if "--dropout" in sys.argv else WIDE_CASES if "--wide" in sys.argv
+         else SOFTCAP_CASES if "--softcap" in sys.argv else CASES)  # fmt: skip

@@ -25,12 +25,15 @@ variants new
 # forward +2-5% at d = 128 (64 FMUL a thread a tile skipped, between a P·V's completion and the
 # next P·V's issue; 699 -> ~648 instructions a tile executed), +1-2% at d = 64 (32 FMUL)
 side new 150 l scripts/bench_ab.py NUMBA_FLASH_LAZY_RESCALE=0,8
+# softcap's Q prescaled (opt-in): expected (written first) softcap's forward +4-8% at d = 128 (the key
+# loop 911 -> 847 instructions causal, 826 -> 762 not), a little less at d = 64 (849 -> 787, one spilled word)
+side new 150 p scripts/bench_ab.py NUMBA_FLASH_SOFTCAP_PRESCALE=0,1 --softcap
 timeout 150 python3 -m pytest -v -rf -n 16 -m gpu -p no:cacheprovider tests/test_variants.py tests/test_wgmma_forward.py \
   -k "window or causal or softcap or all" > "$out/a_pytest.txt" 2>&1
 echo "pytest rc=$? at ${SECONDS}s" >> "$out/a_pytest.txt"
-timeout 60 python3 -m pytest -v -rf -n 4 -p no:cacheprovider tests/test_wgmma_forward.py -k lazy >> "$out/a_pytest.txt" 2>&1
+timeout 60 python3 -m pytest -v -rf -n 4 -p no:cacheprovider tests/test_wgmma_forward.py -k "lazy or prescaled" >> "$out/a_pytest.txt" 2>&1
 echo "pytest lazy rc=$? at ${SECONDS}s" >> "$out/a_pytest.txt"
 sanitize synccheck "wgmma" 40
 grep -E "FAILED|passed|failed|rc=" "$out/a_pytest.txt" | tail -12
 grep -E "ERROR SUMMARY|RACECHECK SUMMARY|rc=|Error" "$out/b_sanitize.txt" | tail -6
-for f in "$out"/w*_*.txt "$out"/c_*.txt "$out"/l_new.txt; do echo "== $f"; tail -n 6 "$f"; done
+for f in "$out"/w*_*.txt "$out"/c_*.txt "$out"/l_new.txt "$out"/p_new.txt; do echo "== $f"; tail -n 6 "$f"; done

@@ -254,6 +254,25 @@ def test_wgmma_forward_lazy_rescale(monkeypatch, rng, dtype, growth, kw):
     assert np.allclose(host(lse), ref_lse, rtol=1e-3, atol=1e-3), f"{dtype} growth {growth} {kw}: lse"
 
 
+@pytest.mark.usefixtures("wgmma_on", "poisoned_outputs")
+@pytest.mark.parametrize("dtype,d,causal,persistent,kw", [
+    ("float16", 64, True, "", dict(softcap=3.0)),  # three consumers, a block a tile
+    ("bfloat16", 128, False, "2", dict(softcap=30.0, H=3, H_kv=3)),  # persistent: each tile's fresh Q scaled once
+    ("float16", 128, True, "2", dict(softcap=5.0, H=4, H_kv=2, alibi_slopes=True, window_size=(60, -1))),
+])  # fmt: skip
+def test_wgmma_forward_softcap_prescaled_q(monkeypatch, rng, dtype, d, causal, persistent, kw):
+    """softcap with Q times scale / cap in shared memory (``NUMBA_FLASH_SOFTCAP_PRESCALE=1``,
+    ``wgmma_forward.softcap_prescale``), against the reference at FlashAttention-2's
+    tolerance: three consumers, persistent blocks running several tiles (a Q scaled twice
+    would fail), with GQA, ALiBi and a window."""
+    monkeypatch.setenv("NUMBA_FLASH_SOFTCAP_PRESCALE", "1")
+    monkeypatch.setenv("NUMBA_FLASH_WGMMA_PERSISTENT", persistent)
+    kw = dict(kw)
+    if kw.pop("alibi_slopes", False):
+        kw["alibi_slopes"] = _slopes(rng, kw.get("H", 2))
+    check_forward(rng, dtype, d, causal, Nq=150, Nk=200, **kw)
+
+
 def test_lazy_rescale_switch(monkeypatch):
     """``NUMBA_FLASH_LAZY_RESCALE``: off (0) by default, a number of powers of 2 up to 15
     (P ≤ 2**15 in fp16), else a ValueError naming the variable."""

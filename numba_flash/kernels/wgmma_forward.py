@@ -161,7 +161,7 @@ from numba_flash.kernels.hopper import (ATOM, SMEM_LIMIT, land_and_zero, load_pa
                                         past_rows, rs_chain, ss_chain, sw128_desc, tile_dim, wait_phase)
 from numba_flash.kernels.block_info import (block_at, grid_coords, key_tiles, kv_pages, linear_coords, query_grid_dims,
                                            read_walk_list, tile_at, tile_needs_mask, tile_partial, walk_range)
-from numba_flash.variant import ALIBI, DROPOUT, HEAVIEST_FIRST, PAGED, SPLIT, Variant
+from numba_flash.variant import ALIBI, DROPOUT, HEAVIEST_FIRST, PAGED, SOFTCAP, SPLIT, Variant
 
 _ALIGN = None if SIMULATOR else 1024  # a module global, so numba sees a literal; the simulator aligns by itself
 
@@ -297,7 +297,7 @@ def threads(t: TcTiles) -> int:
 @functools.lru_cache(maxsize=None)
 def wgmma_forward_kernel(t: TcTiles, variant: Variant, dtype: str, persistent: bool = True, pingpong: bool = False,
                          domain: int = 1, emulate: int = 0, alibi_mma: bool = False, key_rows: int = 0,
-                         overlap: bool = False, dynamic: bool = False, lazy: float = 0.0):
+                         overlap: bool = False, dynamic: bool = False, lazy: float = 0.0, prescale: bool = False):
     """``kernel[grid, threads(t), stream, smem_bytes(t)](q, k, v, out32, lse, softmax_scale, params, alibi,
     cu_seqlens_q, cu_seqlens_k, fx, sched, tmaps)``: ``tc_forward_kernel``'s arguments and outputs, the
     scheduler's counter (a zeroed int32 pair; read only when ``dynamic``) and the tensor
@@ -310,7 +310,8 @@ def wgmma_forward_kernel(t: TcTiles, variant: Variant, dtype: str, persistent: b
     ``key_rows``: a paged cache's K/V boxes (:func:`key_box`; the maps' key boxes);
     ``overlap``: the epilogue under the next tile's first S (:func:`overlap_epilogue`);
     ``dynamic``: persistent blocks take their tiles from a counter (:func:`dynamic_tiles`);
-    ``lazy``: :func:`lazy_rescale`'s threshold (0: acc rescaled every tile)."""
+    ``lazy``: :func:`lazy_rescale`'s threshold (0: acc rescaled every tile);
+    ``prescale``: softcap's Q times scale / cap in shared memory once a tile (:func:`prescale_q`)."""
     HEAD_DIM, BLOCK_M, PERSISTENT, PINGPONG = t.head_dim, t.block_m, persistent, pingpong
     CONSUMERS = BLOCK_M // 64
     THREADS, CONSUMER_THREADS = threads(t), 128 * CONSUMERS
@@ -322,6 +323,10 @@ def wgmma_forward_kernel(t: TcTiles, variant: Variant, dtype: str, persistent: b
     SOFTMAX = domain  # softcap: the cap in the exponent's FFMA
     EMULATE = emulate  # softcap: some of the exponentials off the SFU
     LAZY = float(lazy)  # the running max kept until it grows by more than LAZY (log2 units): ``lazy_rescale``
+    # softcap: each consumer multiplies its rows of Q by scale / cap once a tile, so that S is the
+    # tanh's argument (one FMUL an element less in the key loop); not with the overlapped epilogue,
+    # whose next tile's first S is issued before the consumer could scale that tile's Q
+    PRESCALE = prescale and F[SOFTCAP] and not (persistent and overlap)
     BLOCK_N = t.block_n  # keys a K/V tile (``key_tile``)
     KEY_BOX = key_rows or BLOCK_N  # a paged cache's K/V tile: BLOCK_N / KEY_BOX TMA boxes, each within a page
     KX_BYTES = BLOCK_N * 128  # ALiBi on the tensor cores: its key ramp, one swizzled atom (``alibi_on_products``)
@@ -380,6 +385,32 @@ def wgmma_forward_kernel(t: TcTiles, variant: Variant, dtype: str, persistent: b
                                                 score.exponent_factor(si, SOFTMAX), EMULATE, LAZY)  # fmt: skip
             if ALIBI_MMA:
                 m_i[r] += shift
+
+    @device_function
+    def scaled_pair(w, mul):
+        """The two 16-bit values of ``w`` times ``mul``, each rounded once from its fp32 product."""
+        if BF16:
+            lo, hi = ptx.unpack_bf16x2(w)
+        else:
+            lo, hi = ptx.unpack_f16x2(w)
+        return fragments.pack16x2(lo * mul, hi * mul, BF16)
+
+    @device_function
+    def scale_q_rows(q_wg, mul, cw):
+        """``PRESCALE``: this consumer's 64 rows of Q (``WG_ROWS`` bytes of each 64-column
+        atom: the swizzle moves chunks within a row, so every byte is Q's) times ``mul`` in
+        place, 16 bytes a thread at a time; then each thread's fence.proxy.async (these
+        generic-proxy writes, before wgmma, the async proxy, reads them) and a barrier over
+        the consumer's 128 threads (named barrier 4 + cw: every row written before any S)."""
+        lane128 = cuda.threadIdx.x % 128
+        for a in range(ATOMS):
+            for i in range(WG_ROWS // (16 * 128)):
+                at = q_wg + a * Q_ATOM + (i * 128 + lane128) * 16
+                w0, w1, w2, w3 = ptx.ld_shared_v4_b32(at)
+                ptx.st_shared_v4_b32(at, scaled_pair(w0, mul), scaled_pair(w1, mul), scaled_pair(w2, mul),
+                                     scaled_pair(w3, mul))  # fmt: skip
+        ptx.fence_proxy_async()
+        ptx.named_barrier_sync(4 + cw, 128)
 
     @device_function
     def pack_p(p_frag, acc_s, row0, start_n, di):
@@ -709,6 +740,9 @@ def wgmma_forward_kernel(t: TcTiles, variant: Variant, dtype: str, persistent: b
                 continue
             row0 = rows0 + 16 * warp  # the warp's first query row
             si, di = score.head_info(params, alibi, fx, seq, h, softmax_scale, mi, SOFTMAX, F)
+            if PRESCALE:  # Q·(scale / cap) in shared memory: the score step's multiply is then by 1
+                scale_q_rows(q_wg, si[0], cw)
+                si = (float32(1.0),) + si[1:]
             if ALIBI_MMA:  # v = slope / scale (raw scores) split in three 16-bit values
                 fragments.bias_fragment(bias_frag, si[2], BF16)
             softmax.start_rows(acc_o, O_REGS, m_i, l_i, 2)
@@ -830,6 +864,15 @@ def alibi_on_products(t: TcTiles, variant: Variant) -> bool:
             and softmax.domain(variant) != softmax.FOLD  # a score_mod must see the true score
             and os.environ.get("NUMBA_FLASH_ALIBI_PRODUCTS", "1") != "0"
             and t.block_m == 128 and smem_bytes(t, True) <= SMEM_LIMIT)  # fmt: skip
+
+
+def softcap_prescale() -> bool:
+    """With softcap, each consumer multiplies its 64 rows of Q by scale / cap in shared
+    memory once a tile (``scale_q_rows``: one rounding of each product to fp16 / bf16), so
+    that S is the tanh's argument and the key loop loses one FMUL an element (64 a
+    thread a tile at d = 128, of ~713).  Off by default until the H200 measures it:
+    ``NUMBA_FLASH_SOFTCAP_PRESCALE=1`` turns it on."""
+    return os.environ.get("NUMBA_FLASH_SOFTCAP_PRESCALE", "0") == "1"
 
 
 def lazy_rescale() -> float:
@@ -966,7 +1009,8 @@ def launches(t: TcTiles, variant: Variant, dtype: str, sz: spec.Sizes, page_rows
     box = key_box(page_rows, t.block_n) if variant.paged else t.block_n
     dyn = n < tiles and dynamic_tiles()
     kern = wgmma_forward_kernel(t, variant, dtype, n < tiles, pingpong(t, variant), dom, ex2_emulated_every(variant),
-                                bias, box, overlap_epilogue() and not dyn, dyn, lazy_rescale())  # fmt: skip
+                                bias, box, overlap_epilogue() and not dyn, dyn, lazy_rescale(),
+                                softcap_prescale())  # fmt: skip
     # the scheduler's counter: a zeroed one a call (``sched``), or a stand-in it never reads
     # (split-KV: out and lse are the parts, fp32, that the merge kernel combines)
     args = spec.forward_args("u16", "f32" if variant.split else tc_out_view(t)) + (
