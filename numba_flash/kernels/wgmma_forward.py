@@ -144,6 +144,8 @@ splits by default (``NUMBA_FLASH_WGMMA_SPLIT=1``: each split's part in fp32 from
 the merge kernel after; simulator-tested, not yet measured) and pages whose rows are not a
 multiple of 8 (the plan sends those to the mma.sync forward); O's
 staged rows stored by TMA (the warps store them with 16-byte ``st.global.v4``).
+Opt-in and simulator-tested, not yet timed: FlashAttention-4's lazy rescaling
+(:func:`lazy_rescale`) and softcap's Q prescaled in shared memory (:func:`softcap_prescale`).
 """
 
 from __future__ import annotations
@@ -311,7 +313,7 @@ def wgmma_forward_kernel(t: TcTiles, variant: Variant, dtype: str, persistent: b
     ``overlap``: the epilogue under the next tile's first S (:func:`overlap_epilogue`);
     ``dynamic``: persistent blocks take their tiles from a counter (:func:`dynamic_tiles`);
     ``lazy``: :func:`lazy_rescale`'s threshold (0: acc rescaled every tile);
-    ``prescale``: softcap's Q times scale / cap in shared memory once a tile (:func:`prescale_q`)."""
+    ``prescale``: softcap's Q times scale / cap in shared memory once a tile (:func:`softcap_prescale`)."""
     HEAD_DIM, BLOCK_M, PERSISTENT, PINGPONG = t.head_dim, t.block_m, persistent, pingpong
     CONSUMERS = BLOCK_M // 64
     THREADS, CONSUMER_THREADS = threads(t), 128 * CONSUMERS
