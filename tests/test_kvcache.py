@@ -332,6 +332,30 @@ def test_split_count_heuristic():
     assert split_count(8, 3, 132) <= 3 and split_count(0, 10, 132) == 1
 
 
+@pytest.mark.usefixtures("poisoned_outputs")
+def test_window_side_of_the_capacity_is_open_as_flash_attn(rng):
+    """FlashAttention-2's ``mha_fwd_kvcache`` compares the window's sides with the cache's
+    capacity (``variant.fa2_window``): 12 queries over 3 cached keys with window (−1, 5)
+    is plain attention in a cache of 3 rows (5 ≥ 3), and the formula's mask in a cache of
+    8 (rows 0–3 see no key); both as the reference."""
+    xp = _xp()
+    q = rng.standard_normal((1, 12, 2, 16)).astype(np.float32)
+    for capacity, blind_rows in ((3, 0), (8, 4)):
+        k_cache, v_cache = (rng.standard_normal((1, capacity, 2, 16)).astype(np.float32) for _ in range(2))
+        kw = dict(cache_seqlens=np.array([3], np.int32), window_size=(-1, 5), return_lse=True)
+        out, lse = (host(x) for x in numba_flash.flash_attention_with_kvcache(
+            xp.asarray(q), xp.asarray(k_cache), xp.asarray(v_cache), **kw))  # fmt: skip
+        ref, ref_lse = reference.attention_with_kvcache(q, k_cache.astype(np.float64), v_cache.astype(np.float64),
+                                                        **kw)  # fmt: skip
+        assert np.isneginf(lse).sum(axis=2).tolist() == [[blind_rows] * 2]
+        assert np.array_equal(np.isneginf(ref_lse), np.isneginf(lse))
+        assert reference.rel_error(out, ref) <= FWD_TOL
+        if capacity == 3:
+            plain, _ = reference.attention_with_kvcache(q, k_cache.astype(np.float64), v_cache.astype(np.float64),
+                                                        cache_seqlens=np.array([3], np.int32), return_lse=True)
+            assert np.array_equal(ref, plain)
+
+
 def test_bad_calls_raise_before_any_write(rng):
     """Writes past the cache, a page past the cache, a dtype or side mismatch and a bad
     split count: ValueError/TypeError naming the argument, and the cache untouched."""
