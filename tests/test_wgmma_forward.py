@@ -227,12 +227,14 @@ def test_wgmma_forward_raw_scores_and_signed_scales(rng, scale):
 
 @pytest.mark.usefixtures("wgmma_on", "poisoned_outputs")
 @pytest.mark.parametrize("dtype,growth,kw", [("float16", 1.0, {}), ("bfloat16", 2.5, dict(causal_window=True)),
-                                             ("float16", 12.0, dict(softcap=20.0))])  # fmt: skip
+                                             ("float16", 12.0, dict(softcap=20.0)),
+                                             ("float16", 2.5, dict(causal_alibi=True))])  # fmt: skip
 def test_wgmma_forward_lazy_rescale(monkeypatch, rng, dtype, growth, kw):
     """FlashAttention-4's lazy rescaling (``NUMBA_FLASH_LAZY_RESCALE=8``): three key tiles
     whose keys grow by ``growth`` a tile, so that rows keep a stale max (P up to 256:
     1.0 and 2.5) or must rescale (12.0: scores up 12× past the first tile, far more than
-    2**8); against the reference, plain, causal with a window, and softcap (CAPPED units)."""
+    2**8); against the reference, plain, causal with a window, softcap (CAPPED units), and
+    causal ALiBi (on the tensor cores: the max kept in S's frame)."""
     monkeypatch.setenv("NUMBA_FLASH_LAZY_RESCALE", "8")
     dt = DTYPES[dtype]
     Nq, Nk, d = 40, 300, 64
@@ -244,6 +246,8 @@ def test_wgmma_forward_lazy_rescale(monkeypatch, rng, dtype, growth, kw):
     extra = dict(softcap=kw["softcap"]) if "softcap" in kw else {}
     if kw.get("causal_window"):
         extra.update(causal=True, window_size=(200, -1))
+    if kw.get("causal_alibi"):
+        extra.update(causal=True, alibi_slopes=_slopes(rng, 2))
     with kernels_launched() as ran:
         out, lse = numba_flash.flash_attention(device(q), device(k), device(v), return_lse=True, **extra)
     assert ran == ["wgmma_forward"], ran
