@@ -140,7 +140,9 @@ def visible_pairs(seqlen_q: int, seqlen_k: int, causal: bool = False, window=(-1
     ..  i + diag + right`` within ``[0, seqlen_k)`` (``diag = seqlen_k − seqlen_q``;
     causal: right = 0; −1 unbounded; a side of seqlen_k or more unbounded, as
     FlashAttention-2 runs it: ``variant.fa2_window``)."""
-    left, right = (-1 if side >= seqlen_k else side for side in window)
+    from numba_flash.variant import fa2_window
+
+    left, right = fa2_window(tuple(window), seqlen_k)
     right = 0 if causal else right
     i = np.arange(seqlen_q, dtype=np.int64) + (seqlen_k - seqlen_q)
     lo = np.zeros_like(i) if left < 0 else np.clip(i - left, 0, seqlen_k)
