@@ -1,13 +1,14 @@
 """A/B of an environment switch in one process: the forward's time with each value of
 the switch, on issue #13's shapes (fp16, causal off and on, and bf16) and a dropout case.
 
-    python3 scripts/bench_ab.py out.jsonl NAME=a,b [NAME2=c,d ...] [--dropout | --wide | --softcap]
+    python3 scripts/bench_ab.py out.jsonl NAME=a,b [NAME2=c,d ...] [--dropout | --wide | --softcap | --window]
 
 Several switches take their values together, by position (NAME=a with NAME2=c, then b with d);
 an empty value leaves the variable unset (e.g. ``NUMBA_FLASH_WGMMA_KEYS=,64
 NUMBA_FLASH_WGMMA_CONSUMERS=,3``: the default, then three consumers on 64-key tiles).
 
 ``--wide``: ``WIDE_CASES``, non-causal (the wider key tiles' cases).
+``--window``: ``WINDOW_CASES``, d = 64 windows (the consumers' count).
 ``--softcap``: ``SOFTCAP_CASES``, the four shapes with softcap 30 (and plain causal as a reference row).
 ``--dropout``: the cases with dropout 0.1 instead (the four shapes causal off and on, fp16,
 and bf16 at (4, 16, 4096, 128)), with plain (4, 16, 4096, 128) causal as a reference row.
@@ -58,6 +59,15 @@ WIDE_CASES = [((4, 16, 4096, 128), "float16", False, {}), ((1, 16, 16384, 128), 
               ((4, 8, 4096, 256), "float16", False, {}), ((4, 16, 4096, 128), "float16", False, {"softcap": 30.0}),
               ((4, 16, 4096, 128), "float16", False, DROPOUT), ((4, 16, 4096, 96), "float16", False, {}),
               ((4, 8, 4096, 256), "bfloat16", False, {}), ((4, 16, 4096, 128), "float16", True, {})]
+
+#: ``--window``: d = 64 sliding windows (causal), where three consumers' 192-row tiles visit more keys
+#: than two consumers' 128-row ones and, with softcap, spill (session 29: 276 bytes); plain causal last
+WINDOW_CASES = [((4, 32, 4096, 64), "float16", True, {"window_size": (256, 0)}),
+                ((4, 32, 4096, 64), "float16", True, {"window_size": (1024, 0)}),
+                ((1, 32, 16384, 64), "float16", True, {"window_size": (1024, 0)}),
+                ((4, 32, 4096, 64), "float16", True, {"window_size": (1024, 0), "softcap": 30.0}),
+                ((4, 32, 4096, 64), "float16", False, {"window_size": (512, 512)}),
+                ((4, 32, 4096, 64), "float16", True, {})]
 
 
 def settings(switches):
@@ -120,4 +130,5 @@ def main(path, switches, cases=CASES):
 if __name__ == "__main__":
     main(sys.argv[1], [a for a in sys.argv[2:] if "=" in a],
          DROPOUT_CASES if "--dropout" in sys.argv else WIDE_CASES if "--wide" in sys.argv
-         else SOFTCAP_CASES if "--softcap" in sys.argv else CASES)  # fmt: skip
+         else SOFTCAP_CASES if "--softcap" in sys.argv else WINDOW_CASES if "--window" in sys.argv
+         else CASES)  # fmt: skip
