@@ -181,12 +181,14 @@ def wgmma_forward(p: Problem) -> bool:
 
 
 def wgmma_split() -> bool:
-    """``NUMBA_FLASH_WGMMA_SPLIT=1``: a KV cache's split-KV runs the Hopper forward too (each
-    split's parts in fp32, merged by the merge kernel after it), where the plan would take
-    it without the split (more query rows than the decode tiles take).  Off by default
-    until measured on the GPU (session 27 wrote it and tested it in the simulator): the
-    mma.sync forward runs the splits."""
-    return os.environ.get("NUMBA_FLASH_WGMMA_SPLIT") == "1"
+    """A KV cache's split-KV runs the Hopper forward too (each split's parts in fp32, merged
+    by the merge kernel after it), where the plan would take it without the split (more
+    query rows than the decode tiles take).  On by default since session 29 (H100,
+    ``scripts/bench_prefill_split.py``, docs/benchmarks/2026-12-06-s29): 1.37–2.02× the
+    mma.sync forward's splits where the GPU's time shows (caches of 32768–65536 tokens),
+    0.93× in a call of 8192 tokens the host's time bounds.  ``NUMBA_FLASH_WGMMA_SPLIT=0``
+    runs the splits on the mma.sync forward."""
+    return os.environ.get("NUMBA_FLASH_WGMMA_SPLIT", "1") != "0"
 
 
 def wgmma_switch(p: Problem) -> bool:

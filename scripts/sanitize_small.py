@@ -13,6 +13,7 @@
     compute-sanitizer --tool racecheck python3 scripts/sanitize_small.py wgmma wide  # the forward past d = 128
     compute-sanitizer --tool racecheck python3 scripts/sanitize_small.py wgmma keys  # … on its wider key tiles
     compute-sanitizer --tool racecheck python3 scripts/sanitize_small.py wgmma keys64  # … three consumers, 64 keys
+    compute-sanitizer --tool synccheck python3 scripts/sanitize_small.py wgmma softcap  # … softcap's Q prescaled
     compute-sanitizer --tool racecheck python3 scripts/sanitize_small.py wgmma_varlen  # both Hopper passes, varlen
     compute-sanitizer --tool racecheck python3 scripts/sanitize_small.py kvsplit  # a prefill's splits, Hopper forward
 
@@ -33,10 +34,7 @@ MODES = [(np.float32, False), (np.float32, True), (np.float16, False), (ml_dtype
 FLEX_ONLY = sys.argv[1:] in (["flex"], ["flex16"])
 # flex16: the 16-bit paths alone (on an H100/H200 the Hopper kernels)
 FLEX_DTYPES = MODES[2:] if sys.argv[1:] == ["flex16"] else MODES
-if sys.argv[1:] == ["kvsplit"]:  # prefills' split-KV on the Hopper forward (NUMBA_FLASH_WGMMA_SPLIT=1), fp16
-    import os
-
-    os.environ["NUMBA_FLASH_WGMMA_SPLIT"] = "1"
+if sys.argv[1:] == ["kvsplit"]:  # prefills' split-KV on the Hopper forward (the default since session 29), fp16
     B, H, Hk, d, Nq = 2, 4, 2, 64, 20
     lens = np.array([150, 300], np.int32)
     table = rng.permutation(48)[:40].reshape(2, 20).astype(np.int32)
@@ -90,6 +88,10 @@ if sys.argv[1:2] == ["wgmma"]:  # issue #13's Hopper forward: TMA ring, mbarrier
         cases = ((200, 350, 128, False, {}), (130, 333, 128, False, dict(alibi_slopes=slopes, softcap=4.0,
                                                                         dropout_p=0.2, seed=3)),
                  (150, 250, 256, False, {}), (70, 170, 200, False, dict(softcap=4.0)))
+    elif sys.argv[2:] == ["softcap"]:  # softcap's Q scaled in shared memory (``softcap_prescale``, session 29's
+        # default): three consumers, two with a window (d = 64's window tiles), persistent blocks rescaling each Q
+        cases = ((77, 300, 64, True, dict(softcap=4.0)), (130, 260, 64, True, dict(window_size=(50, 0), softcap=4.0)),
+                 (200, 131, 128, False, dict(softcap=30.0, alibi_slopes=slopes)))
     elif sys.argv[2:] == ["keys64"]:  # three consumers on 64-key tiles at d = 128 (``forced_keys``)
         os.environ["NUMBA_FLASH_WGMMA_KEYS"] = "64"
         os.environ["NUMBA_FLASH_WGMMA_CONSUMERS"] = "3"

@@ -259,17 +259,18 @@ def test_wgmma_forward_lazy_rescale(monkeypatch, rng, dtype, growth, kw):
 
 
 @pytest.mark.usefixtures("wgmma_on", "poisoned_outputs")
-@pytest.mark.parametrize("dtype,d,causal,persistent,kw", [
-    ("float16", 64, True, "", dict(softcap=3.0)),  # three consumers, a block a tile
-    ("bfloat16", 128, False, "2", dict(softcap=30.0, H=3, H_kv=3)),  # persistent: each tile's fresh Q scaled once
-    ("float16", 128, True, "2", dict(softcap=5.0, H=4, H_kv=2, alibi_slopes=True, window_size=(60, -1))),
+@pytest.mark.parametrize("prescale,dtype,d,causal,persistent,kw", [
+    ("1", "float16", 64, True, "", dict(softcap=3.0)),  # three consumers, a block a tile
+    ("1", "bfloat16", 128, False, "2", dict(softcap=30.0, H=3, H_kv=3)),  # persistent: each tile's fresh Q scaled once
+    ("1", "float16", 128, True, "2", dict(softcap=5.0, H=4, H_kv=2, alibi_slopes=True, window_size=(60, -1))),
+    ("0", "float16", 64, True, "", dict(softcap=3.0)),  # switched off: the scale in the tanh's FMUL
 ])  # fmt: skip
-def test_wgmma_forward_softcap_prescaled_q(monkeypatch, rng, dtype, d, causal, persistent, kw):
-    """softcap with Q times scale / cap in shared memory (``NUMBA_FLASH_SOFTCAP_PRESCALE=1``,
-    ``wgmma_forward.softcap_prescale``), against the reference at FlashAttention-2's
-    tolerance: three consumers, persistent blocks running several tiles (a Q scaled twice
-    would fail), with GQA, ALiBi and a window."""
-    monkeypatch.setenv("NUMBA_FLASH_SOFTCAP_PRESCALE", "1")
+def test_wgmma_forward_softcap_prescaled_q(monkeypatch, rng, prescale, dtype, d, causal, persistent, kw):
+    """softcap with Q times scale / cap in shared memory (``wgmma_forward.softcap_prescale``,
+    on by default; ``NUMBA_FLASH_SOFTCAP_PRESCALE=0`` turns it off), against the reference
+    at FlashAttention-2's tolerance: three consumers, persistent blocks running several
+    tiles (a Q scaled twice would fail), with GQA, ALiBi and a window; and switched off."""
+    monkeypatch.setenv("NUMBA_FLASH_SOFTCAP_PRESCALE", prescale)
     monkeypatch.setenv("NUMBA_FLASH_WGMMA_PERSISTENT", persistent)
     kw = dict(kw)
     if kw.pop("alibi_slopes", False):
@@ -487,10 +488,16 @@ def test_the_switch(monkeypatch):
                   P.Problem("forward", "float16", 64, False, seqlen_q=8, seqlen_k=128, arch=SM90A),  # decode tiles
                   P.Problem("forward", "float16", 64, False, seqlen_q=128, seqlen_k=128, arch=SM90A,
                             features=Variant(paged=True), page_rows=20),  # pages of 20 rows: boxes of 4
-                  P.Problem("forward", "float16", 64, False, seqlen_q=128, seqlen_k=128, arch=SM90A,
-                            features=Variant(paged=True, split=True)),  # a KV cache's splits
                   P.Problem("backward", "float16", 64, False, seqlen_q=128, seqlen_k=128, arch=SM90A)):
         assert "wgmma_forward" not in [k.name for k in P.plan(other).launches], other
+    # a KV cache's splits: on the Hopper forward by default since session 29, on the mma.sync forward with
+    # NUMBA_FLASH_WGMMA_SPLIT=0
+    split = P.Problem("forward", "float16", 64, False, seqlen_q=128, seqlen_k=128, arch=SM90A,
+                      features=Variant(paged=True, split=True))
+    assert [k.name for k in P.plan(split).launches] == ["wgmma_forward"]
+    monkeypatch.setenv("NUMBA_FLASH_WGMMA_SPLIT", "0")
+    assert "wgmma_forward" not in [k.name for k in P.plan(split).launches]
+    monkeypatch.delenv("NUMBA_FLASH_WGMMA_SPLIT")
     for d, page_rows, box in ((64, 0, 128), (64, 16, 16), (64, 48, 16), (64, 8, 8), (64, 256, 128), (64, 1000, 8),
                               (256, 256, 64), (256, 48, 16), (256, 0, 64)):  # a page's rows: key boxes (d = 256: 64)
         (k,) = P.plan(P.Problem("forward", "float16", d, False, seqlen_q=128, seqlen_k=128, arch=SM90A,
@@ -504,6 +511,16 @@ def test_the_switch(monkeypatch):
         (k,) = P.plan(P.Problem("forward", "float16", 64, False, seqlen_q=4096, seqlen_k=4096, arch=SM90A,
                                 features=Variant(mods=Mods(None, None, None, block_sparse=block_sparse)))).launches
         assert k.name == "wgmma_forward" and k.tiles.block_m == rows, (block_sparse, k.tiles)
+    # a sliding window at d = 64 on 128-row tiles too (``consumers``' ``window``; session 29: 1.08–1.25× with three)
+    for features, rows in ((Variant(causal=True, window_left=True), 128), (Variant(window_right=True), 128),
+                           (Variant(causal=True, window_left=True, softcap=True), 128), (Variant(causal=True), 192)):
+        (k,) = P.plan(P.Problem("forward", "float16", 64, features.causal, seqlen_q=4096, seqlen_k=4096, arch=SM90A,
+                                features=features)).launches
+        assert k.name == "wgmma_forward" and k.tiles.block_m == rows, (features, k.tiles)
+    monkeypatch.setenv("NUMBA_FLASH_WGMMA_CONSUMERS", "3")  # the A/B's override still rules
+    (k,) = P.plan(P.Problem("forward", "float16", 64, True, seqlen_q=4096, seqlen_k=4096, arch=SM90A,
+                            features=Variant(causal=True, window_left=True))).launches
+    assert k.tiles.block_m == 192, k.tiles
 
 
 def test_info_names_the_wgmma_forward_on_sm_90a():

@@ -181,7 +181,8 @@ K_FULL, V_FULL, K_EMPTY, V_EMPTY, Q_EMPTY, V_LAND = (8 + 8 * STAGES * j for j in
 TILE_SLOT = V_LAND + 8
 
 
-def consumers(head_dim: int, causal: bool = False, seqlen_q: int = 4096, block_mask: bool = False) -> int:
+def consumers(head_dim: int, causal: bool = False, seqlen_q: int = 4096, block_mask: bool = False,
+              window: bool = False) -> int:
     """Consumer warpgroups a block (64 query rows each), chosen by what the H200
     measured (docs/benchmarks/2026-12-02-s12, queued calls against FlashAttention-2):
 
@@ -199,13 +200,20 @@ def consumers(head_dim: int, causal: bool = False, seqlen_q: int = 4096, block_m
       128-blocks, where 192-row tiles straddle two block rows, visit the union of their
       key tiles and evaluate the mask in the straddled ones (session 21, call 3: a 50%
       random pattern at (1, 8, 16384, 64) ran its forward 2.05× slower than dense).
+    * with a sliding window (``window``: a finite left or right side) two: a 128-row tile's
+      band crosses fewer key tiles a row than a 192-row tile's (window (1024, 0): 9 tiles
+      of 128 keys a 128-row tile, 10–11 a 192-row one), and with softcap three consumers
+      spill (276 bytes at d = 64 causal).  Session 29 (H100, one process, in turn:
+      docs/benchmarks/2026-12-06-s29): 1.08–1.25× the forward's speed with three at
+      (4, 32, 4096, 64) windows (256, 0), (1024, 0), (512, 512), 1.09× at (1, 32, 16384, 64)
+      (1024, 0), 1.18× with softcap 30 and (1024, 0); plain causal there 1.002×.
 
     ``NUMBA_FLASH_WGMMA_CONSUMERS=2`` (or 3) sets it (the benchmark's comparison,
     ``scripts/bench_wgmma.py``)."""
     forced = os.environ.get("NUMBA_FLASH_WGMMA_CONSUMERS")
     if forced in ("2", "3"):
         return int(forced)
-    if head_dim > 64 or (causal and seqlen_q <= 2048) or block_mask:
+    if head_dim > 64 or (causal and seqlen_q <= 2048) or block_mask or window:
         return 2
     return 3
 
@@ -221,7 +229,8 @@ def tiles(head_dim: int, causal: bool = False, seqlen_q: int = 4096, block_mask:
     if not tile_d:
         raise ValueError(f"head_dim={head_dim}: the wgmma forward runs d in {HEAD_DIMS} and other multiples of 8 "
                          f"below {HEAD_DIMS[-1]}")
-    c = consumers(tile_d, causal, seqlen_q, block_mask)
+    window = variant is not None and (variant.window_left or variant.window_right)
+    c = consumers(tile_d, causal, seqlen_q, block_mask, window)
     t = TcTiles(tile_d, 64 * c, key_tile(tile_d, variant), 4 * c, m_tiles=1, stages=STAGES, q_in_regs=False,
                 data_dim=head_dim if head_dim != tile_d else 0)
     if smem_bytes(t) > SMEM_LIMIT:  # (only a forced key tile gets here: the defaults fit)
@@ -872,9 +881,11 @@ def softcap_prescale() -> bool:
     """With softcap, each consumer multiplies its 64 rows of Q by scale / cap in shared
     memory once a tile (``scale_q_rows``: one rounding of each product to fp16 / bf16), so
     that S is the tanh's argument and the key loop loses one FMUL an element (64 a
-    thread a tile at d = 128, of ~713).  Off by default until the H200 measures it:
-    ``NUMBA_FLASH_SOFTCAP_PRESCALE=1`` turns it on."""
-    return os.environ.get("NUMBA_FLASH_SOFTCAP_PRESCALE", "0") == "1"
+    thread a tile at d = 128, of ~713).  On by default since session 29 (H100, one process,
+    in turn: 1.00–1.14× the softcap forward's speed without it, never slower; 1.08–1.14× at
+    d = 64, 1.00–1.04× at d = 128: docs/benchmarks/2026-12-06-s29).
+    ``NUMBA_FLASH_SOFTCAP_PRESCALE=0`` turns it off."""
+    return os.environ.get("NUMBA_FLASH_SOFTCAP_PRESCALE", "1") != "0"
 
 
 def lazy_rescale() -> float:
@@ -883,7 +894,9 @@ def lazy_rescale() -> float:
     (8: P ≤ 256 against the stale max), and a warp whose rows all kept theirs skips the
     rescale of acc (64 FMUL a thread a tile at d = 128, 32 at d = 64), which lies between
     a tile's P·V completing and the next P·V's issue.  ``NUMBA_FLASH_LAZY_RESCALE=x``
-    sets the threshold; 0 (the default until the H200 measures it) rescales every tile."""
+    sets the threshold; 0 (the default) rescales every tile: session 29 measured it no
+    faster (H100, one process, in turn: 0.955–1.015× the forward's speed with 8,
+    docs/benchmarks/2026-12-06-s29)."""
     raw = os.environ.get("NUMBA_FLASH_LAZY_RESCALE", "0")
     try:
         value = float(raw)
