@@ -19,8 +19,8 @@ How it runs:
    to that length.  On an H100/H200 more than ``config.DECODE_ROWS`` query rows (a
    prefill) without splits run the Hopper forward, which copies a key tile by TMA in
    boxes that lie within a page (``wgmma_forward.key_box``: pages of a multiple of 8
-   rows, or a contiguous cache); with splits too where ``NUMBA_FLASH_WGMMA_SPLIT=1``
-   (``plan.wgmma_split``: not yet measured on the GPU); the rest run the mma.sync kernels.
+   rows, or a contiguous cache), with splits too (``plan.wgmma_split``, since session 29;
+   ``NUMBA_FLASH_WGMMA_SPLIT=0`` sends splits to mma.sync); the rest run the mma.sync kernels.
    Decoding with GQA (one query, no window, no ALiBi) runs a KV head's query heads as
    the rows of one sequence, so a block reads each K/V tile once for the group
    (FlashAttention-2's ``seqlenq_ngroups_swapped``).

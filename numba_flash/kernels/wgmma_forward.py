@@ -139,13 +139,13 @@ tile's pages a tile ahead, boxes past the sequence are not copied), so pages of 
 Not yet (issue #13): a ping-pong of the consumers that pays (``pingpong``: measured
 slower, off); head dims not a multiple of 8 (TMA needs 16-byte row strides; the others run
 on the next of d = 64's, 128's, 192's or 256's tiles: ``hopper.tile_dim``); FlashAttention-3's
-80-key tiles at d = 256 (dropout's keep bits come 32 keys a Philox call); a KV cache's
-splits by default (``NUMBA_FLASH_WGMMA_SPLIT=1``: each split's part in fp32 from the accumulators,
-the merge kernel after; simulator-tested, not yet measured) and pages whose rows are not a
-multiple of 8 (the plan sends those to the mma.sync forward); O's
+80-key tiles at d = 256 (dropout's keep bits come 32 keys a Philox call); pages whose rows
+are not a multiple of 8 (the plan sends those to the mma.sync forward); O's
 staged rows stored by TMA (the warps store them with 16-byte ``st.global.v4``).
-Opt-in and simulator-tested, not yet timed: FlashAttention-4's lazy rescaling
-(:func:`lazy_rescale`) and softcap's Q prescaled in shared memory (:func:`softcap_prescale`).
+A KV cache's splits run here since session 29 (each split's part in fp32 from the
+accumulators, the merge kernel after; ``plan.wgmma_split``), and so does softcap's Q
+prescaled in shared memory (:func:`softcap_prescale`); FlashAttention-4's lazy rescaling
+(:func:`lazy_rescale`) stays opt-in: measured no faster.
 """
 
 from __future__ import annotations
