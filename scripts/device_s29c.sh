@@ -10,7 +10,7 @@ out=$1
 nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm --format=csv > "$out/gpu.txt" 2>&1
 timeout 150 python3 -m pytest -v -rf -n 16 -m gpu -p no:cacheprovider tests/test_wgmma_forward.py > "$out/a_pytest.txt" 2>&1
 echo "pytest wgmma_forward rc=$? at ${SECONDS}s" >> "$out/a_pytest.txt"
-timeout 90 python3 -m pytest -v -rf -n 16 -m gpu -p no:cacheprovider tests/test_kvcache.py -k "prefill or split or swap" \
+timeout 100 python3 -m pytest -v -rf -n 16 -m gpu -p no:cacheprovider tests/test_kvcache.py -k "prefill or split or swap or matrix" \
   >> "$out/a_pytest.txt" 2>&1
 echo "pytest kvcache rc=$? at ${SECONDS}s" >> "$out/a_pytest.txt"
 sanitize synccheck "wgmma softcap" 60
