@@ -69,6 +69,27 @@ def element_visible(fr, mt, nt, e, q_idx, k_idx, mi, KEYS_ARE_ROWS):
 
 
 @device_function
+def mask_frame_any(row0, col0, mi, KEYS_ARE_ROWS):
+    """:func:`mask_frame` of this lane's element 0, rows queries or, in the dK/dV
+    kernels' Sᵀ (``KEYS_ARE_ROWS``), keys (the frame's query then from the columns)."""
+    r0, c0 = acc_row_col(0, 0, cuda.threadIdx.x & 31)
+    if KEYS_ARE_ROWS:
+        return mask.frame(col0 + c0, row0 + r0, mi)
+    return mask.frame(row0 + r0, col0 + c0, mi)
+
+
+@device_function
+def element_visible_any(fr, nt, e, mi, KEYS_ARE_ROWS):
+    """``mask.visible`` of element e of n-tile nt of one m-tile through the lane's frame
+    (:func:`mask_frame_any`), rows queries or keys (``KEYS_ARE_ROWS``): the per-element
+    pass of softcap, dropout and score_mod (:func:`_p_and_ds_pass`), where dK/dV's 64-bit
+    index compares kept its loop from unrolling."""
+    if KEYS_ARE_ROWS:
+        return mask.visible_at(fr, nt * 8 + (e & 1), 8 * (e >> 1), mi)
+    return mask.visible_at(fr, 8 * (e >> 1), nt * 8 + (e & 1), mi)
+
+
+@device_function
 def scale_and_mask(acc, S0, NT, MT, row0, col0, d0, si, needs_mask, partial, mi, KEYS_ARE_ROWS, LOG2, FRAME, F):
     """The score step on MT m-tiles of NT n-tiles each (m-tile ``mt`` at
     ``acc[S0 + 4·NT·mt]``, rows ``row0 + 16·mt + ...``; ``d0``: :func:`lane_distance` of
@@ -316,18 +337,14 @@ def _p_and_ds_pass(acc_s, acc_dp, NT, start_m, row0, col0, si, mi, stats, LSE_AT
     """:func:`p_and_ds`'s per-element pass (softcap, dropout, score_mod), the built-in
     masks applied when ``MASK`` (a literal)."""
     lane = cuda.threadIdx.x & 31
-    fr = mask_frame(row0, col0, mi)  # the built-in masks' bounds (with MASK; rows are queries)
+    fr = mask_frame_any(row0, col0, mi, KEYS_ARE_ROWS)  # the built-in masks' bounds (with MASK)
     if KEYS_ARE_ROWS:  # dK/dV: one Philox call per two n-tiles, shared by a lane pair
-        for u in range(NT // 2):  # (NT even: col0 and the query tile are multiples of 16)
-            wa, wb, pa, pb = _pair_words(u, row0, col0, lane, di, F)
-            for e in range(4):
-                zf = _pair_scale(wa, wb, pa, pb, 0, e, lane, di, F)
-                _p_and_ds_at(acc_s, acc_dp, 2 * u, e, lane, zf, row0, col0, si, MASK, fr, partial, mi, stats,
-                             LSE_AT, DELTA_AT, start_m, KEYS_ARE_ROWS, F)  # fmt: skip
-            for e in range(4):
-                zf = _pair_scale(wa, wb, pa, pb, 1, e, lane, di, F)
-                _p_and_ds_at(acc_s, acc_dp, 2 * u + 1, e, lane, zf, row0, col0, si, MASK, fr, partial, mi,
-                             stats, LSE_AT, DELTA_AT, start_m, KEYS_ARE_ROWS, F)  # fmt: skip
+        # (NT even: col0 and the query tile are multiples of 16); in two loops of NT // 4 pairs, each short
+        # enough for the compiler to unroll with dropout's Philox calls in it
+        _pair_steps(acc_s, acc_dp, 0, NT // 4, lane, fr, row0, col0, si, mi, stats, LSE_AT, DELTA_AT, start_m, di,
+                    partial, MASK, KEYS_ARE_ROWS, F)  # fmt: skip
+        _pair_steps(acc_s, acc_dp, NT // 4, NT // 2, lane, fr, row0, col0, si, mi, stats, LSE_AT, DELTA_AT, start_m,
+                    di, partial, MASK, KEYS_ARE_ROWS, F)  # fmt: skip
     else:  # dQ: one Philox call per 32-key stretch and m-tile, as the forward's apply_dropout
         for a in range((NT + 3) // 4):
             x0, x1, x2, x3 = _stretch_words(a, row0, col0, lane, di, F)
@@ -340,6 +357,23 @@ def _p_and_ds_pass(acc_s, acc_dp, NT, start_m, row0, col0, si, mi, stats, LSE_AT
                             zf = dropout.scale_of(x0, x1, x2, x3, 8 * (e >> 1) + 2 * c + (e & 1), di)
                         _p_and_ds_at(acc_s, acc_dp, nt, e, lane, zf, row0, col0, si, MASK, fr, partial, mi,
                                      stats, LSE_AT, DELTA_AT, start_m, KEYS_ARE_ROWS, F)  # fmt: skip
+
+
+@device_function
+def _pair_steps(acc_s, acc_dp, u0, u1, lane, fr, row0, col0, si, mi, stats, LSE_AT, DELTA_AT, start_m, di, partial,
+                MASK, KEYS_ARE_ROWS, F):
+    """:func:`_p_and_ds_pass`'s dK/dV steps on the n-tile pairs ``u0 ≤ u < u1``: one Philox
+    call a pair (:func:`_pair_words`), then its 8 elements (:func:`_p_and_ds_at`)."""
+    for u in range(u0, u1):
+        wa, wb, pa, pb = _pair_words(u, row0, col0, lane, di, F)
+        for e in range(4):
+            zf = _pair_scale(wa, wb, pa, pb, 0, e, lane, di, F)
+            _p_and_ds_at(acc_s, acc_dp, 2 * u, e, lane, zf, row0, col0, si, MASK, fr, partial, mi, stats,
+                         LSE_AT, DELTA_AT, start_m, KEYS_ARE_ROWS, F)  # fmt: skip
+        for e in range(4):
+            zf = _pair_scale(wa, wb, pa, pb, 1, e, lane, di, F)
+            _p_and_ds_at(acc_s, acc_dp, 2 * u + 1, e, lane, zf, row0, col0, si, MASK, fr, partial, mi,
+                         stats, LSE_AT, DELTA_AT, start_m, KEYS_ARE_ROWS, F)  # fmt: skip
 
 
 @device_function
@@ -357,7 +391,7 @@ def _p_and_ds_at(acc_s, acc_dp, nt, e, lane, zf, row0, col0, si, MASK, fr, parti
     x, dx = score.softcap_grad(acc_s[i], si, DOM, F)
     ok = True
     if MASK:
-        ok = element_visible(fr, 0, nt, e, q_idx, k_idx, mi, KEYS_ARE_ROWS)
+        ok = element_visible_any(fr, nt, e, mi, KEYS_ARE_ROWS)
     x, dm = score.index_step_if(x, ok, q_idx, k_idx, mi[2], partial, si, mi, True, F)
     dx *= dm
     at, keep = _stat_at(nt, e, lane, mi[0] - start_m, KEYS_ARE_ROWS)
