@@ -11,11 +11,13 @@ set -u
 out=$1
 . scripts/device_ab.sh
 nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm --format=csv > "$out/gpu.txt" 2>&1
-timeout 200 python3 -m pytest -v -rf -n 16 -m gpu -p no:cacheprovider tests/test_wgmma_forward.py \
-  tests/test_wgmma_backward.py > "$out/a_pytest.txt" 2>&1
-echo "pytest wgmma rc=$? at ${SECONDS}s" >> "$out/a_pytest.txt"
+# (in order of need: the device time left may cut the call)
+timeout 120 python3 -m pytest -v -rf -n 16 -m gpu -p no:cacheprovider tests/test_wgmma_backward.py > "$out/a_pytest.txt" 2>&1
+echo "pytest wgmma_backward rc=$? at ${SECONDS}s" >> "$out/a_pytest.txt"
 side old 70 d scripts/bench_bwd_variants_ab.py
 side new 70 d scripts/bench_bwd_variants_ab.py
+timeout 120 python3 -m pytest -v -rf -n 16 -m gpu -p no:cacheprovider tests/test_wgmma_forward.py >> "$out/a_pytest.txt" 2>&1
+echo "pytest wgmma_forward rc=$? at ${SECONDS}s" >> "$out/a_pytest.txt"
 timeout 100 python3 -m pytest -v -rf -n 16 -m gpu -p no:cacheprovider tests/test_kvcache.py -k "prefill or split or swap or matrix" \
   >> "$out/a_pytest.txt" 2>&1
 echo "pytest kvcache rc=$? at ${SECONDS}s" >> "$out/a_pytest.txt"
