@@ -3,14 +3,15 @@
 calls (10 back-to-back between two events, median of 7), three rounds with the cases in turn;
 milliseconds a call, medians over the rounds.
 
-    python3 scripts/bench_bwd_variants_ab.py out.jsonl
+    python3 scripts/bench_bwd_variants_ab.py out.jsonl [--d64]    # --d64: the first shape alone
 """
 import json, sys
 import cupy as cp, numpy as np
 from bench_table import median_ms  # (scripts/ is on sys.path)
 import numba_flash
 rows = []
-for B, H, N, d in ((4, 32, 4096, 64), (4, 16, 4096, 128)):
+SHAPES = ((4, 32, 4096, 64),) if "--d64" in sys.argv else ((4, 32, 4096, 64), (4, 16, 4096, 128))
+for B, H, N, d in SHAPES:
     rng = np.random.default_rng(0)
     q, k, v, do = (cp.asarray(rng.standard_normal((B, N, H, d), np.float32)).astype(cp.float16) for _ in range(4))
     cases = {"plain": {}, "softcap": {"softcap": 30.0}, "dropout": {"dropout_p": 0.1, "seed": 3}}

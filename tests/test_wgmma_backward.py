@@ -321,6 +321,20 @@ def test_wgmma_backward_compiles_for_sm_90a(d, causal, dq, pipe, monkeypatch):
             assert r.spill_stores <= (96 if ordered else 0), f"{r.name}: {r.spill_stores} bytes of spills"
 
 
+@pytest.mark.parametrize("features", [dict(causal=True, softcap=True), dict(causal=True, dropout=True)])
+def test_wgmma_backward_variant_passes_stay_in_registers(features):
+    """The d = 64 dK/dV kernel with softcap (the masked copy of the per-element pass, its
+    mask through the lane's frame) and with dropout (a Philox call an n-tile pair, the
+    pairs in two loops): every loop of ``fragments._p_and_ds_pass`` unrolls, so S and dP
+    stay in registers (session 29: with 64-bit index compares, or the pairs in one loop, a
+    512-byte local array held them and ptxas serialized the kernel's wgmma)."""
+    from numba_flash.inspection import inspect_kernels
+
+    (r,) = [r for r in inspect_kernels("backward", "float16", 64, True, arch="sm_90a", variants=features)
+            if r.name == "wgmma_bwd_dkdv"]
+    assert r.local_bytes_ptx == 0 and "ld.local" not in r.ptx and "st.local" not in r.ptx, features
+
+
 @pytest.mark.gpu
 @pytest.mark.usefixtures("wgmma_on", "poisoned_outputs")
 @pytest.mark.parametrize("dtype", list(DTYPES))
