@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Session 29's last device call, on the ~4 minutes left after refused starts (device_s29c.sh cut
-# down): the Hopper backward's variant GPU tests (the dK/dV per-element pass changed), then the d = 64
+# Prepared in session 29 for its last ~4 minutes of device time (not run: refused starts left less;
+# device_s29c.sh cut down): the Hopper backward's variant GPU tests (the dK/dV per-element pass changed), then the d = 64
 # backward's variants on the tree before the change (tmp_old) and after (tmp_new).
 # Expected (written before the run): d = 64 softcap and dropout backward 5-20% faster; plain equal.
 set -u
