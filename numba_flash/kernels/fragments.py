@@ -50,8 +50,7 @@ def lane_distance(row0, col0, mi, KEYS_ARE_ROWS):
 def mask_frame(row0, col0, mi):
     """``mask.frame`` of this lane's element 0 of an accumulator whose rows start at
     query ``row0`` and columns at key ``col0``, for :func:`element_visible`."""
-    r0, c0 = acc_row_col(0, 0, cuda.threadIdx.x & 31)
-    return mask.frame(row0 + r0, col0 + c0, mi)
+    return mask_frame_any(row0, col0, mi, False)
 
 
 @device_function
@@ -62,7 +61,8 @@ def element_visible(fr, mt, nt, e, q_idx, k_idx, mi, KEYS_ARE_ROWS):
     compile-time once the loops unroll: a 32-bit compare with an immediate a bound);
     in the dK/dV kernels' Sᵀ (``KEYS_ARE_ROWS``) from the indices, because there the
     frame made ptxas spill: 16 bytes in the d = 64 causal Hopper dK/dV kernel's key loop,
-    which had none."""
+    which had none.  (The per-element pass of softcap, dropout and score_mod takes the
+    frame in Sᵀ too: :func:`element_visible_any`.)"""
     if KEYS_ARE_ROWS:
         return mask.visible(q_idx, k_idx, mi)
     return mask.visible_at(fr, 16 * mt + 8 * (e >> 1), nt * 8 + (e & 1), mi)

@@ -7,7 +7,8 @@ step every kernel applies to a score that may be invisible: the score, or −inf
 softmax and in the backward's recomputation of P alike).
 
 The tensor-core kernels' score step (``fragments.element_visible``: the forwards and
-dQ, where a fragment's rows are queries) asks the same question through a lane's
+dQ, where a fragment's rows are queries; ``fragments.element_visible_any`` in the
+backward's per-element pass, dK/dV's Sᵀ included) asks the same question through a lane's
 *frame* (:func:`frame`, :func:`visible_at`): an accumulator fragment's elements are
 ``(q0 + dq, k0 + dk)``, one (q0, k0) a lane and tile and compile-time offsets dq, dk
 of at most a few hundred, so each bound of :func:`visible` becomes one 32-bit integer
