@@ -65,7 +65,7 @@ def element_visible(fr, mt, nt, e, q_idx, k_idx, mi, KEYS_ARE_ROWS):
     frame in Sᵀ too: :func:`element_visible_any`.)"""
     if KEYS_ARE_ROWS:
         return mask.visible(q_idx, k_idx, mi)
-    return mask.visible_at(fr, 16 * mt + 8 * (e >> 1), nt * 8 + (e & 1), mi)
+    return element_visible_any(fr, mt, nt, e, mi, False)
 
 
 @device_function
@@ -79,14 +79,16 @@ def mask_frame_any(row0, col0, mi, KEYS_ARE_ROWS):
 
 
 @device_function
-def element_visible_any(fr, nt, e, mi, KEYS_ARE_ROWS):
-    """``mask.visible`` of element e of n-tile nt of one m-tile through the lane's frame
-    (:func:`mask_frame_any`), rows queries or keys (``KEYS_ARE_ROWS``): the per-element
-    pass of softcap, dropout and score_mod (:func:`_p_and_ds_pass`), where dK/dV's 64-bit
-    index compares kept its loop from unrolling."""
+def element_visible_any(fr, mt, nt, e, mi, KEYS_ARE_ROWS):
+    """``mask.visible`` of element e of n-tile nt of m-tile mt through the lane's frame
+    (:func:`mask_frame_any`), rows queries or keys (``KEYS_ARE_ROWS``; the per-element
+    pass of softcap, dropout and score_mod, :func:`_p_and_ds_pass`, where dK/dV's 64-bit
+    index compares kept its loop from unrolling): the element's row and column offsets
+    from the lane's element 0, compile-time once the loops unroll."""
+    dr, dc = 16 * mt + 8 * (e >> 1), nt * 8 + (e & 1)
     if KEYS_ARE_ROWS:
-        return mask.visible_at(fr, nt * 8 + (e & 1), 8 * (e >> 1), mi)
-    return mask.visible_at(fr, 8 * (e >> 1), nt * 8 + (e & 1), mi)
+        return mask.visible_at(fr, dc, dr, mi)
+    return mask.visible_at(fr, dr, dc, mi)
 
 
 @device_function
@@ -391,7 +393,7 @@ def _p_and_ds_at(acc_s, acc_dp, nt, e, lane, zf, row0, col0, si, MASK, fr, parti
     x, dx = score.softcap_grad(acc_s[i], si, DOM, F)
     ok = True
     if MASK:
-        ok = element_visible_any(fr, nt, e, mi, KEYS_ARE_ROWS)
+        ok = element_visible_any(fr, 0, nt, e, mi, KEYS_ARE_ROWS)
     x, dm = score.index_step_if(x, ok, q_idx, k_idx, mi[2], partial, si, mi, True, F)
     dx *= dm
     at, keep = _stat_at(nt, e, lane, mi[0] - start_m, KEYS_ARE_ROWS)
