@@ -88,7 +88,7 @@ if sys.argv[1:2] == ["wgmma"]:  # issue #13's Hopper forward: TMA ring, mbarrier
         cases = ((200, 350, 128, False, {}), (130, 333, 128, False, dict(alibi_slopes=slopes, softcap=4.0,
                                                                         dropout_p=0.2, seed=3)),
                  (150, 250, 256, False, {}), (70, 170, 200, False, dict(softcap=4.0)))
-    elif sys.argv[2:] == ["softcap"]:  # softcap's Q scaled in shared memory (``softcap_prescale``, the default):
+    elif sys.argv[2:] == ["softcap"]:  # softcap's Q scaled in shared memory (``softcap_prescale``, opt-in):
         # three consumers, two with a window (d = 64's window tiles), persistent blocks rescaling each Q
         os.environ["NUMBA_FLASH_SOFTCAP_PRESCALE"] = "1"
         cases = ((77, 300, 64, True, dict(softcap=4.0)), (130, 260, 64, True, dict(window_size=(50, 0), softcap=4.0)),

@@ -143,9 +143,9 @@ on the next of d = 64's, 128's, 192's or 256's tiles: ``hopper.tile_dim``); Flas
 are not a multiple of 8 (the plan sends those to the mma.sync forward); O's
 staged rows stored by TMA (the warps store them with 16-byte ``st.global.v4``).
 A KV cache's splits run here since session 29 (each split's part in fp32 from the
-accumulators, the merge kernel after; ``plan.wgmma_split``), and softcap's Q is prescaled in
-shared memory since session 30 (:func:`softcap_prescale`).  Opt-in: FlashAttention-4's lazy
-rescaling (:func:`lazy_rescale`: measured no faster).
+accumulators, the merge kernel after; ``plan.wgmma_split``).  Opt-in, for timing: softcap's
+Q prescaled in shared memory (:func:`softcap_prescale`: faster, but its LSE is off by Q's
+extra rounding) and FlashAttention-4's lazy rescaling (:func:`lazy_rescale`: no faster).
 """
 
 from __future__ import annotations
@@ -883,10 +883,14 @@ def softcap_prescale() -> bool:
     that S is the tanh's argument and the key loop loses one FMUL an element (64 a
     thread a tile at d = 128, of ~713).  Session 29 timed it (H100, one process, in turn:
     1.00–1.14× the softcap forward's speed without it, never slower; 1.08–1.14× at d = 64,
-    1.00–1.04× at d = 128: docs/benchmarks/2026-12-06-s29); on by default since session 30,
-    whose GPU run checked it against the reference (docs/benchmarks/2026-12-06-s30).
-    ``NUMBA_FLASH_SOFTCAP_PRESCALE=0`` turns it off."""
-    return os.environ.get("NUMBA_FLASH_SOFTCAP_PRESCALE", "1") != "0"
+    1.00–1.04× at d = 128: docs/benchmarks/2026-12-06-s29), but it is not exact: the
+    rounding of q·scale/cap to fp16 / bf16 moves S and so the LSE (relative error ~3e-5 in
+    fp16, 2–4e-4 in bf16 at 1000 × 1000, against ≤ 1e-5 from the inputs' own Q), and the
+    backward, which recomputes P from the unscaled Q and that LSE, no longer matches.
+    Session 30's GPU run failed 16 softcap cases with it on (fp16 and bf16, 1000-key
+    sizes; all pass with it off: docs/benchmarks/2026-12-06-s30), so it stays off;
+    ``NUMBA_FLASH_SOFTCAP_PRESCALE=1`` turns it on, for timing only."""
+    return os.environ.get("NUMBA_FLASH_SOFTCAP_PRESCALE", "0") == "1"
 
 
 def lazy_rescale() -> float:
