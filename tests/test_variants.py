@@ -328,7 +328,10 @@ def check_head_dim(rng, dtype, d, B, H, H_kv, Nq, Nk, family):
         low = reference.attention_backward_lowp(dout, q, k, v, o_in, lse_in, dtype=dtype, **kw)
         tols = [3 * b + FLOOR for b in grad_errors(low, refs)]
     assert reference.rel_error(host(out), ref_out) <= tol, f"d={d}: O, seed {rng.seed_value}"
-    assert np.allclose(host(lse), ref_lse, rtol=1e-3, atol=1e-3), f"d={d}: lse, seed {rng.seed_value}"
+    blind = np.isneginf(ref_lse)
+    assert np.array_equal(np.isneginf(host(lse)), blind), f"d={d}: rows that see no key, seed {rng.seed_value}"
+    lse_err = reference.rel_error(np.where(blind, 0, host(lse)), np.where(blind, 0, ref_lse))
+    assert lse_err <= FWD_TOL, f"d={d}: LSE {lse_err:.3g}, seed {rng.seed_value}"  # fp32's, as check_variant
     for name, e, t in zip(("dq", "dk", "dv"), grad_errors(grads, refs), tols):
         assert e <= t, f"d={d}: {name} {e:.3g} > {t:.3g}, seed {rng.seed_value}"
 

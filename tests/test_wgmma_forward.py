@@ -13,7 +13,7 @@ from __future__ import annotations
 import ml_dtypes
 import numpy as np
 import pytest
-from conftest import device, device_kw, host, kernels_launched
+from conftest import FWD_TOL, device, device_kw, host, kernels_launched, lse_error
 
 import numba_flash
 from numba_flash import plan as P
@@ -34,7 +34,10 @@ def _slopes(rng, H):
     return (0.01 + 0.1 * np.abs(rng.standard_normal(H))).astype(np.float32)
 
 
-def check_forward(rng, dtype, d, causal, B=1, H=2, H_kv=2, Nq=70, Nk=90, **kw):
+def check_forward(rng, dtype, d, causal, B=1, H=2, H_kv=2, Nq=70, Nk=90, lse_tol=FWD_TOL, **kw):
+    """O to FlashAttention-2's tolerance; the LSE, which carries the scores' fp32 rounding only
+    (the inputs are exact in fp32), to fp32's (``lse_error``: session 30's GPU run caught a Q
+    rounded once more, which the old ``allclose(rtol=1e-3, atol=1e-3)`` let pass here)."""
     dt = DTYPES[dtype]
     q = rng.standard_normal((B, Nq, H, d)).astype(dt)
     k = rng.standard_normal((B, Nk, H_kv, d)).astype(dt)
@@ -50,7 +53,8 @@ def check_forward(rng, dtype, d, causal, B=1, H=2, H_kv=2, Nq=70, Nk=90, **kw):
     tol = 2 * R.rel_error(R.attention_lowp(q, k, v, dtype=dt, causal=causal, **kw)[0], ref) + FLOOR
     err = R.rel_error(host(out).astype(np.float64), ref)
     assert err <= tol, f"{dtype} d={d} causal={causal} {kw}: O rel error {err:.3g} > {tol:.3g}"
-    assert np.allclose(host(lse), ref_lse, rtol=1e-3, atol=1e-3), f"{dtype} d={d} causal={causal} {kw}: lse"
+    lse_err = lse_error(host(lse), ref_lse)
+    assert lse_err <= lse_tol, f"{dtype} d={d} causal={causal} {kw}: LSE error {lse_err:.3g} > {lse_tol:.3g}"
     return host(out)
 
 
@@ -255,7 +259,8 @@ def test_wgmma_forward_lazy_rescale(monkeypatch, rng, dtype, growth, kw):
     tol = 2 * R.rel_error(R.attention_lowp(q, k, v, dtype=dt, **extra)[0], ref) + FLOOR
     err = R.rel_error(host(out).astype(np.float64), ref)
     assert err <= tol, f"{dtype} growth {growth} {kw}: O rel error {err:.3g} > {tol:.3g}"
-    assert np.allclose(host(lse), ref_lse, rtol=1e-3, atol=1e-3), f"{dtype} growth {growth} {kw}: lse"
+    lse_err = lse_error(host(lse), ref_lse)
+    assert lse_err <= FWD_TOL, f"{dtype} growth {growth} {kw}: LSE error {lse_err:.3g}"
 
 
 @pytest.mark.usefixtures("wgmma_on", "poisoned_outputs")
@@ -276,7 +281,10 @@ def test_wgmma_forward_softcap_prescaled_q(monkeypatch, rng, prescale, dtype, d,
     kw = dict(kw)
     if kw.pop("alibi_slopes", False):
         kw["alibi_slopes"] = _slopes(rng, kw.get("H", 2))
-    check_forward(rng, dtype, d, causal, Nq=150, Nk=200, **kw)
+    # on, q·scale/cap is rounded to the dtype once more: S, and so the LSE, move by up to about
+    # the dtype's epsilon (here 1.9e-5 to 1.9e-4 against fp32's 1e-5: why it is off by default)
+    lse_tol = FWD_TOL if prescale == "0" else float(ml_dtypes.finfo(DTYPES[dtype]).eps)
+    check_forward(rng, dtype, d, causal, Nq=150, Nk=200, lse_tol=lse_tol, **kw)
 
 
 def test_lazy_rescale_switch(monkeypatch):
@@ -429,7 +437,8 @@ def check_varlen_forward(rng, dtype, d, causal, lens_q, lens_k, H=2, H_kv=1, **k
     assert err <= tol, f"{dtype} d={d} causal={causal} {kw}: O rel error {err:.3g} > {tol:.3g}"
     assert np.array_equal(np.isnan(out), np.isnan(ref)), "NaN where a standard attention has none, or none where it has"
     assert np.isnan(ref[cu_q[-2]:]).any()  # the last sequence sees its NaN V
-    assert np.allclose(lse, ref_lse, rtol=1e-3, atol=1e-3, equal_nan=True)
+    lse_err = lse_error(lse, ref_lse)  # V's NaN leaves the LSE finite
+    assert lse_err <= FWD_TOL, f"{dtype} d={d} causal={causal} {kw}: LSE error {lse_err:.3g}"
 
 
 @pytest.mark.usefixtures("wgmma_on", "poisoned_outputs")
