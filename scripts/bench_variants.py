@@ -22,7 +22,9 @@ varlen ones, under 1 ms) also count the API's host time.
 * softcap 30 and ALiBi against plain (4, 16, 4096, 128) causal (each ≤ 10% slower);
   dropout 0.1 against plain (forward ≤ 15% slower), SDPA flash with the same dropout.
   These four are timed in turn over five rounds (``interleaved``: medians), so that the
-  GPU's clocks drifting over the run do not fall on the variants timed last.
+  GPU's clocks drifting over the run do not fall on the variants timed last; since session
+  30 the GQA / MHA, window / causal and varlen / padded / uniform groups too, over three
+  rounds (session 30's H100 run timed MHA's causal row alone at 1.53 ms against GQA's 1.01).
 """
 
 import json
@@ -50,22 +52,12 @@ def queued_ms(fn):
     return median_ms(fn, warmup=1, rep=7, calls=10)
 
 
-def time_pair(fwd, bwd):
-    out, lse = fwd()
-    timer = queued_ms if QUEUED else median_ms
-    return timer(fwd), timer(lambda: bwd(out, lse))
-
-
 def calls(q, k, v, dout, **kw):
     """(forward, backward) of our API on the inputs: ``forward()`` gives (out, lse),
     ``backward(out, lse)`` the gradients."""
     fwd = lambda: numba_flash.flash_attention(q, k, v, return_lse=True, **kw)  # noqa: E731
     bwd = lambda o, l: numba_flash.flash_attention_backward(dout, q, k, v, o, l, **kw)  # noqa: E731
     return fwd, bwd
-
-
-def ours(q, k, v, dout, **kw):
-    return time_pair(*calls(q, k, v, dout, **kw))
 
 
 def interleaved(cases, rounds=5):
@@ -132,8 +124,9 @@ def main(path):
             q, dout = randn(B, N, H, d), randn(B, N, H, d)
             k, v = randn(B, N, Hk, d), randn(B, N, Hk, d)
             km, vm = randn(B, N, H, d), randn(B, N, H, d)
-            mha = ours(q, km, vm, dout, causal=causal)
-            gqa = ours(q, k, v, dout, causal=causal)
+            ms = interleaved({"mha": calls(q, km, vm, dout, causal=causal), "gqa": calls(q, k, v, dout, causal=causal)},
+                             rounds=3)  # fmt: skip
+            mha, gqa = ms["mha"], ms["gqa"]
             pairs = B * H * visible_pairs(N, N, causal)
             record(rows, f"gqa 32/8 {'causal' if causal else 'full'}", pairs, d, gqa, "mha", mha, "time <= 1.05x mha",
                    sdpa(q, k, v, dout, causal, gqa=True))  # fmt: skip
@@ -141,9 +134,10 @@ def main(path):
         # window (1024, 0) vs causal
         B, H, N, d = 1, 16, 16384, 128
         q, k, v, dout = randn(B, N, H, d), randn(B, N, H, d), randn(B, N, H, d), randn(B, N, H, d)
-        causal_ms = ours(q, k, v, dout, causal=True)
+        ms = interleaved({"causal": calls(q, k, v, dout, causal=True),
+                          "window": calls(q, k, v, dout, causal=True, window_size=(1024, 0))}, rounds=3)  # fmt: skip
+        causal_ms, win = ms["causal"], ms["window"]
         record(rows, "causal 16384", B * H * visible_pairs(N, N, True), d, causal_ms, peer=sdpa(q, k, v, dout, True))
-        win = ours(q, k, v, dout, causal=True, window_size=(1024, 0))
         record(rows, "window (1024,0) 16384", B * H * visible_pairs(N, N, True, (1024, 0)), d, win, "causal", causal_ms,
                "visible TFLOP/s >= 0.9x causal")  # fmt: skip
         del q, k, v, dout
@@ -156,19 +150,24 @@ def main(path):
         cu_host = np.concatenate([[0], np.cumsum(lens)]).astype(np.int32)
         q, k, v, dout = (randn(total, H, d) for _ in range(4))
 
-        def varlen_ms(cu):
+        def varlen_calls(cu):
             fwd = lambda: numba_flash.flash_attention_varlen(q, k, v, cu, cu, int(lens.max()), int(lens.max()),  # noqa: E731
                                                              causal=True, return_lse=True)  # fmt: skip
             bwd = lambda o, l: numba_flash.flash_attention_varlen_backward(dout, q, k, v, o, l, cu, cu,  # noqa: E731
                                                                            int(lens.max()), int(lens.max()), causal=True)
-            return time_pair(fwd, bwd)
+            return fwd, bwd
 
-        var_ms = varlen_ms(cp.asarray(cu_host))  # device offsets: copied to the host to be checked (a sync a call)
-        host_ms = varlen_ms(cu_host)  # NumPy offsets: checked on the host, uploaded without waiting for the GPU
         pairs = H * sum(visible_pairs(n, n, True) for n in lens)
         Np = int(lens.max())
+        Nu = total // len(lens)
         qp, kp, vp, dop = (randn(len(lens), Np, H, d) for _ in range(4))
-        pad_ms = ours(qp, kp, vp, dop, causal=True)
+        qu, ku, vu, dou = (randn(len(lens), Nu, H, d) for _ in range(4))
+        # device offsets: copied to the host to be checked (a sync a call); NumPy offsets: checked
+        # on the host, uploaded without waiting for the GPU; all five timed in turn
+        ms = interleaved({"device": varlen_calls(cp.asarray(cu_host)), "host": varlen_calls(cu_host),
+                          "padded": calls(qp, kp, vp, dop, causal=True),
+                          "uniform": calls(qu, ku, vu, dou, causal=True)}, rounds=3)  # fmt: skip
+        var_ms, host_ms, pad_ms, uni_ms = ms["device"], ms["host"], ms["padded"], ms["uniform"]
         pad_pairs = len(lens) * H * visible_pairs(Np, Np, True)
         record(rows, f"padded batch 16x{Np}", pad_pairs, d, pad_ms)
         record(rows, f"varlen 16 seqs total {total}", pairs, d, var_ms, "padded", pad_ms, "TFLOP/s >= 0.9x padded")
@@ -180,9 +179,6 @@ def main(path):
         # the same tokens as 16 sequences of the mean length: what the varlen kernels lose to
         # their ragged lengths alone (not to shorter sequences than the padded batch's)
         del qp, kp, vp, dop
-        Nu = total // len(lens)
-        qu, ku, vu, dou = (randn(len(lens), Nu, H, d) for _ in range(4))
-        uni_ms = ours(qu, ku, vu, dou, causal=True)
         record(rows, f"uniform batch 16x{Nu}", len(lens) * H * visible_pairs(Nu, Nu, True), d, uni_ms)
         record(rows, "varlen vs uniform", pairs, d, var_ms, "uniform", uni_ms, "TFLOP/s (no bar: diagnosis)")
         del qu, ku, vu, dou
