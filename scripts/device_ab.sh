@@ -7,6 +7,9 @@ root=$PWD
 cd tmp_new || exit 1
 . scripts/device_cli.sh
 unset NUMBA_FLASH_WGMMA
+# each failing test's traceback into $out/failures.txt as it fails (tests/conftest.py): kept
+# when a time limit kills pytest before its summary
+[ -n "${out:-}" ] && export NUMBA_FLASH_FAILURE_LOG=$out/failures.txt
 base=$PYTHONPATH
 export PYTHONPATH=$PWD:$base
 

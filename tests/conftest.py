@@ -44,6 +44,17 @@ def pytest_report_header(config):
     return "numba-flash kernels run in: " + ("the CUDA simulator (no GPU)" if SIMULATOR else "a CUDA GPU")
 
 
+def pytest_runtest_logreport(report):
+    """``NUMBA_FLASH_FAILURE_LOG=path``: each failure's traceback appended to ``path`` as the
+    test ends (under pytest-xdist, in the controller, one at a time), so that a run a time
+    limit kills still leaves its failures' reasons; pytest prints them only at the end
+    (session 30's device calls lost all but one that way)."""
+    path = os.environ.get("NUMBA_FLASH_FAILURE_LOG")
+    if path and report.failed and "PYTEST_XDIST_WORKER" not in os.environ:  # a worker's report reaches the controller
+        with open(path, "a") as f:
+            f.write(f"==== {report.nodeid} ({report.when})\n{report.longreprtext}\n")
+
+
 def pytest_collection_modifyitems(config, items):
     if not SIMULATOR:
         return
