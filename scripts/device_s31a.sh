@@ -13,3 +13,4 @@ bash tmp_new/scripts/device_s30d.sh "$out"
 side old 110 d scripts/bench_bwd_variants_ab.py --d64
 side new 110 d scripts/bench_bwd_variants_ab.py --d64
 for f in "$out"/d_*.txt; do echo "== $f"; tail -n 3 "$f"; done
+[ -f "$out/failures.txt" ] && grep "^====" "$out/failures.txt" | head -20

@@ -13,3 +13,4 @@ sanitize racecheck wgmma 100
 sanitize synccheck wgmma_bwd 100
 grep -E "ERROR SUMMARY|RACECHECK SUMMARY|rc=|Error" "$out/b_sanitize.txt" | tail -6
 tail -n 16 "$out/v_new.txt"
+[ -f "$out/failures.txt" ] && grep "^====" "$out/failures.txt" | head -20
