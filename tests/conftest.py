@@ -157,6 +157,15 @@ def lse_error(lse, ref_lse):
     return reference.max_abs_error(lse, ref_lse) / max(float(ref.max()) if ref.size else 0.0, 1.0)
 
 
+def seen_lse_error(lse, ref_lse):
+    """lse's relative error (``reference.rel_error``) over the rows that see a key: the rows
+    where ``ref_lse`` is −inf count 0 on both sides (callers assert those rows apart)."""
+    from numba_flash import reference
+
+    blind = np.isneginf(ref_lse)
+    return reference.rel_error(np.where(blind, 0, lse), np.where(blind, 0, ref_lse))
+
+
 def grad_errors(grads, ref_grads):
     """Relative errors of (dq, dk, dv), each normalised by max(max |ref|, 1e-3 · the
     largest reference gradient of the problem).  The floor matters when a gradient is
