@@ -88,8 +88,6 @@ def main(path):
                                 f"{part}_vs_cudnn": med["cudnn", p] / med["ours", p]})  # fmt: skip
                 rows.append(row)
                 print(json.dumps(row), flush=True)
-                del fns, out, lse
-            del q, k, v, dout
             cp.get_default_memory_pool().free_all_blocks()
     with open(path, "w") as f:
         for r in rows:
