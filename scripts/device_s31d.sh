@@ -10,15 +10,15 @@ out=$1
 export NUMBA_CACHE_DIR=/tmp/nbcache
 . scripts/device_ab.sh
 nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm --format=csv > "$out/gpu.txt" 2>&1
-sanitize racecheck wgmma 80
-sanitize synccheck wgmma_bwd 80
-side new 190 t scripts/bench_hopper_bars.py
+sanitize racecheck wgmma 75
+sanitize synccheck wgmma_bwd 75
+side new 220 t scripts/bench_hopper_bars.py
 gmma=$(ncu --query-metrics --chip gh100 2>/dev/null | grep -o "sm__pipe_tensor_op_gmma_cycles_active" | head -1)
 extra=""
 if [ -n "$gmma" ]; then extra=",$gmma.avg.pct_of_peak_sustained_active"; fi
 for part in forward backward; do
-  name=wgmma_forward; args=""; limit=100
-  [ $part = backward ] && { name=wgmma_bwd; args=backward; limit=110; }
+  name=wgmma_forward; args=""; limit=95
+  [ $part = backward ] && { name=wgmma_bwd; args=backward; limit=105; }
   timeout $limit ncu --clock-control none --kernel-name regex:$name \
     --section SpeedOfLight --section ComputeWorkloadAnalysis --section WarpStateStats \
     --metrics "regex:smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio$extra" \
