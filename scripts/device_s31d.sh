@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Session 31, second device call: racecheck of the Hopper forward, synccheck of the Hopper
+# Session 31, second device call (the sanitizers last, on the time left): racecheck of the Hopper forward, synccheck of the Hopper
 # backward; issue #13's 16 rows against FlashAttention-2 and cuDNN in turn
 # (bench_hopper_bars.py); ncu of the Hopper forward and backward on the issue's shapes (fp16,
 # causal off and on: SM busy, the gmma pipe's active cycles, stall reasons), as session 13's.
@@ -10,8 +10,6 @@ out=$1
 export NUMBA_CACHE_DIR=/tmp/nbcache
 . scripts/device_ab.sh
 nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm --format=csv > "$out/gpu.txt" 2>&1
-sanitize racecheck wgmma 75
-sanitize synccheck wgmma_bwd 75
 side new 220 t scripts/bench_hopper_bars.py
 gmma=$(ncu --query-metrics --chip gh100 2>/dev/null | grep -o "sm__pipe_tensor_op_gmma_cycles_active" | head -1)
 extra=""
@@ -28,6 +26,9 @@ done
 python3 scripts/ncu_stalls.py "$out/n_ncu_forward.txt" > "$out/n_stalls_forward.md" 2>&1
 python3 scripts/ncu_stalls.py "$out/n_ncu_backward.txt" backward > "$out/n_stalls_backward.md" 2>&1
 grep -E "gmma_cycles_active" "$out"/n_ncu_*.txt | head -32 > "$out/n_gmma.txt"
+# the sanitizers last, on what is left of the call's 600 s
+sanitize racecheck wgmma $(( (585 - SECONDS) / 2 ))
+sanitize synccheck wgmma_bwd $(( 585 - SECONDS ))
 grep -E "ERROR SUMMARY|RACECHECK SUMMARY|rc=" "$out/b_sanitize.txt" | tail -6
 tail -n 20 "$out/t_new.txt"
 cat "$out/n_stalls_forward.md" "$out/n_stalls_backward.md"
