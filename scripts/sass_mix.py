@@ -70,7 +70,7 @@ def assemble_backward(out):
 
 
 #: The variants whose per-element cost issue #11 bounds (softcap ≤ 1.10×, dropout ≤ 1.15× plain).
-VARIANT_CASES = {"plain": {}, "softcap": {"softcap": True}, "dropout": {"dropout": True}}
+VARIANT_CASES = {"plain": {}, "softcap": {"softcap": True}, "dropout": {"dropout": True}, "alibi": {"alibi": True}}
 
 
 def assemble_variants(out):

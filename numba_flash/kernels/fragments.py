@@ -722,12 +722,13 @@ def store_tf32_row(dst, b, row, h, acc, r, tq, OGROUPS, scale):
 
 # --- ALiBi on the tensor cores (the wgmma forward, causal) --------------------------------
 # With causal, every visible key j of row i has j ≤ i + diag, and ALiBi's bias in raw-score
-# units is v·(j − col0) − v·(i + diag − col0), v = slope / scale: a column term of the tile
-# and a row term.  The column term is one more k-slice of S's products: A (registers, every
-# row the same) = (hi, mid, lo, 0, …) with v ≈ hi + mid + lo in three 16-bit values, B (one
-# constant swizzled tile in shared memory) = (j − col0, j − col0, j − col0, 0, …) for the
-# tile's key j: integers below 256, exact in fp16 and bf16.  The row term goes into the
-# running max once a row (the wgmma forward's ``scores_to_p``).
+# units is v·(j − c) − v·(i + diag − c), v = slope / scale, c = col0 + BLOCK_N / 2 the tile's
+# middle key: a column term of the tile and a row term.  The column term is one more k-slice
+# of S's products, issued after Q·Kᵀ's: A (registers, every row the same) = (hi, mid, lo, 0,
+# …) with v ≈ hi + mid + lo in three 16-bit values, B (one constant swizzled tile in shared
+# memory) = (j − c, j − c, j − c, 0, …) for the tile's key j: integers in [−64, 64), exact in
+# fp16 and bf16.  The row term goes into the running max once a row (the wgmma forward's
+# ``scores_to_p``).
 
 
 @device_function
@@ -762,15 +763,17 @@ def bias_fragment(frag, v, BF16):
 def stage_key_ramp(base, tid, THREADS, ROWS, BF16):
     """The B operand of :func:`bias_fragment`'s k-slice for a ``ROWS``-key tile: one
     128-byte-swizzled atom at the shared address ``base`` (``ROWS`` rows of 128 bytes, row
-    r's 16-byte chunk c at ``(c XOR r mod 8)·16``) whose row r is ``(r, r, r, 0, …)`` in
-    16-bit values; the ``THREADS`` threads of the block (``tid``) share the words.  The
-    caller fences (``fence.proxy.async``: wgmma reads it through the async proxy) and
-    syncs before the first product reads it."""
+    r's 16-byte chunk c at ``(c XOR r mod 8)·16``) whose row r is ``(x, x, x, 0, …)`` in
+    16-bit values, ``x = r − ROWS / 2`` (the key's offset from the tile's middle: at most
+    ``ROWS / 2`` in size, so S's rounding after the column term is added is half what it
+    would be from the tile's first key); the ``THREADS`` threads of the block (``tid``)
+    share the words.  The caller fences (``fence.proxy.async``: wgmma reads it through the
+    async proxy) and syncs before the first product reads it."""
     for w in range(tid, ROWS * 32, THREADS):
         r = w >> 5  # the row (key j − col0) and, within it, the 16-byte chunk and the word
         chunk = (w >> 2) & 7
         k = w & 3
-        x = float32(r)
+        x = float32(r - ROWS // 2)
         val = uint32(0)
         if (chunk ^ (r & 7)) == 0:  # the row's logical chunk 0: columns 0–7
             if k == 0:
