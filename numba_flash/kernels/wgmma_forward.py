@@ -371,7 +371,7 @@ def wgmma_forward_kernel(t: TcTiles, variant: Variant, dtype: str, persistent: b
     wgmma_o = getattr(ptx, f"wgmma_m64n{HEAD_DIM}k16_{kind}_rs_bmn_acc")
     BF16 = dtype == "bfloat16"
 
-    # (acc_s, q_wg, k_tile): S = Q·Kᵀ (added to ALiBi's k-slice, issued first into the same group)
+    # (acc_s, q_wg, k_tile): S = Q·Kᵀ (with ALiBi on the tensor cores its k-slice follows, and issue_bias commits)
     issue_scores = ss_chain(wgmma_s, KSTEPS, Q_ATOM, KV_ATOM, not ALIBI_MMA)  # ALiBi: issue_bias commits
     wgmma_bias = getattr(ptx, f"wgmma_m64n{BLOCK_N}k16_{kind}_rs_acc")  # ALiBi's k-slice: A from registers
     issue_pv = rs_chain(wgmma_o, PSTEPS, KV_ATOM)  # (acc_o, p_frag, v_tile): acc += P·V
@@ -436,12 +436,13 @@ def wgmma_forward_kernel(t: TcTiles, variant: Variant, dtype: str, persistent: b
 
     @device_function
     def issue_bias(acc_s, bias_frag, kx_base):
-        """ALiBi on the tensor cores (``ALIBI_MMA``): S += the bias's column term, v·(j − start_n)
-        for key j, one wgmma of a k-slice (``fragments.bias_fragment`` times the key ramp,
-        ``fragments.stage_key_ramp``) after ``issue_scores``' Q·Kᵀ, closing S's commit group.
-        Last, not first: Q·Kᵀ's k-slices then accumulate at their own magnitude, and the
-        column term (up to v·127 raw) is added with one rounding, not with each k-slice's
-        (at d = 128 and slope 2, the LSE's error 1.6e-5 → see ``issue_scores``' tests)."""
+        """ALiBi on the tensor cores (``ALIBI_MMA``): S += the bias's column term,
+        v·(j − start_n − BLOCK_N / 2) for key j, one wgmma of a k-slice (``fragments.bias_fragment``
+        times the key ramp, ``fragments.stage_key_ramp``) after ``issue_scores``' Q·Kᵀ, closing
+        S's commit group.  Last, not first: Q·Kᵀ's k-slices then accumulate at their own
+        magnitude and the column term (at most v·64 raw) is added with one rounding, not with
+        each k-slice's (issued first, the LSE's error reached 4–5e-5 on an H100 with slopes
+        near 2: ``test_wgmma_forward_causal_alibi_column_frame``)."""
         if ALIBI_MMA:
             wgmma_bias(acc_s, 0, bias_frag, 0, sw128_desc(kx_base), 1)
             ptx.wgmma_commit_group()
