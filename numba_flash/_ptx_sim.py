@@ -1344,9 +1344,11 @@ def _tma_twin(rank):
             raise ValueError(f"{name}: the innermost coordinate {coords[0]} is not 16 bytes into a row")
         out = np.zeros(box, dtype=array.dtype)
         lo = coords[::-1]  # outermost first, as the array
-        src = tuple(slice(max(c, 0), max(min(c + b, n), 0)) for c, b, n in zip(lo, box, array.shape))
-        dst_sl = tuple(slice(s_.start - c, s_.stop - c) for s_, c in zip(src, lo))
-        out[dst_sl] = array[src]
+        # the box's part inside the tensor (TMA zero-fills the rest, and a box wholly past an edge
+        # is all zeros: a varlen walk's boxes past the last rows)
+        src = tuple(slice(min(max(c, 0), n), min(max(c + b, 0), n)) for c, b, n in zip(lo, box, array.shape))
+        if all(s_.stop > s_.start for s_ in src):
+            out[tuple(slice(s_.start - c, s_.stop - c) for s_, c in zip(src, lo))] = array[src]
         data = out.reshape(-1).view(np.uint8)
         nbytes = data.size
         view, doff = st.smem.resolve(dst, nbytes, 16, name)

@@ -264,6 +264,48 @@ def check_varlen_backward(rng, dtype, d, causal, lens_q, lens_k, H=2, H_kv=1, **
 
 
 @pytest.mark.usefixtures("wgmma_on", "poisoned_outputs")
+@pytest.mark.parametrize("case", ["gqa", "varlen"])
+def test_wgmma_backward_persistent_dkdv(rng, monkeypatch, case):
+    """The persistent dK/dV kernel (``NUMBA_FLASH_WGMMA_BWD_PERSISTENT``, opt-in; here 2 blocks
+    running every block of the virtual grid): GQA over two batches (6 key blocks: each launched
+    block runs 3, so both K/V buffers are refilled after their consumers released them),
+    and varlen with empty and length-1 sequences, causal (the blocks past a sequence skipped by
+    both roles alike), against the reference."""
+    from numba_flash.kernels import wgmma_backward as WB
+
+    monkeypatch.setenv("NUMBA_FLASH_WGMMA_BWD_PERSISTENT", "2")
+    d = 64 if case == "gqa" else 128
+    (t,) = [x for x in WB.tiles(d) if x.keys_are_rows]
+    assert t.persistent and WB.smem_bytes(t) == WB.smem_bytes(WB.replace(t, persistent=False)) + 2 * 2 * 128 * d + 24
+    p = P.Problem("backward", "float16", d, False, batch=2, heads=2, seqlen_q=70, seqlen_k=300, heads_k=1, arch=SM90A)
+    dkdv = [x for x in P.plan(p).launches if x.name == "wgmma_bwd_dkdv"][0]
+    assert dkdv.grid == (2, 1, 1), dkdv.grid
+    if case == "gqa":
+        check_backward(rng, "float16", 64, False, B=2, H=2, H_kv=1, Nq=70, Nk=300)
+    else:
+        check_varlen_backward(rng, "bfloat16", 128, True, [5, 0, 150, 1, 33], [7, 4, 200, 1, 20])
+
+
+def test_wgmma_backward_persistent_compiles_for_sm_90a(monkeypatch):
+    """The persistent dK/dV kernel for sm_90a (d = 128, causal): the one-block kernel's wgmma (Sᵀ
+    and dPᵀ m64n64, dK and dV m64n128, once each in the code), nothing in local memory, no
+    spills where a whole-program ptxas reports them, and each lane's lse and delta pairs read
+    with ``ld.shared.v2`` (``stats_word``: through int64 the ring's position, carried across
+    blocks, hid that the index is non-negative and split every pair in two loads)."""
+    from numba_flash.inspection import inspect_kernels
+
+    monkeypatch.setenv("NUMBA_FLASH_WGMMA_BWD_PERSISTENT", "on")
+    reports = inspect_kernels("backward", "float16", 128, True, arch="sm_90a", seqlen_q=4096)
+    (r,) = [x for x in reports if x.name == "wgmma_bwd_dkdv"]
+    assert r.ptx.count("wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 ") == 2 * 128 // 16
+    assert r.ptx.count("wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 ") == 2 * 64 // 16
+    assert r.ptx.count("ld.shared.v2.f32") == 16 and not re.search(r"ld\.shared\.f32\s", r.ptx)
+    assert r.local_bytes_ptx == 0 and "ld.local" not in r.ptx and "st.local" not in r.ptx
+    if r.registers is not None and not r.assembler.startswith("nvJitLink"):
+        assert r.spill_stores == 0, f"{r.spill_stores} bytes of spills"
+
+
+@pytest.mark.usefixtures("wgmma_on", "poisoned_outputs")
 def test_wgmma_backward_varlen(rng):
     """Empty, length-1 and partial sequences, Nq ≠ Nk, GQA (dK/dV sums two query heads),
     causal; blocks past a sequence walk nothing; dK/dV of keys no query sees are 0."""

@@ -109,8 +109,9 @@ from numba_flash import ptx
 from numba_flash._numba_cuda import SIMULATOR, cuda, device_function, float32, kernel, uint8, uint32
 from numba_flash.config import tc_array_layout
 from numba_flash.kernels import fragments, pipeline, score, spec
-from numba_flash.kernels.block_info import (block_at, grid_coords, group_size, key_tiles, query_tiles, read_walk_list,
-                                            this_block, tile_at, tile_partial, walk_range)
+from numba_flash.kernels.block_info import (block_at, grid_coords, group_size, key_tiles, linear_coords,
+                                            query_grid_dims, query_tiles, read_walk_list, this_block, tile_at,
+                                            tile_partial, walk_range)
 from numba_flash.kernels.hopper import (ATOM, SMEM_LIMIT, land_and_zero, load_rows, mn_chain, past_rows, rs_chain,
                                         ss_chain, tile_dim, wait_phase)
 from numba_flash.variant import CAUSAL, HAS_RIGHT, HEAVIEST_FIRST, VARLEN, Variant
@@ -153,12 +154,15 @@ PROBE = os.environ.get("NUMBA_FLASH_DQ_PROBE", "")
 NO_WAIT, NO_WRITE = PROBE == "nowait", PROBE == "nowrite"
 
 
-def barrier_layout(stages: int, ordered: bool = False) -> tuple:
+def barrier_layout(stages: int, ordered: bool = False, persistent: bool = False) -> tuple:
     """Byte offsets, from fixed_full (the first mbarrier), of ``(full[0], empty[0], land, dq_full[0],
     dq_empty[0], the barriers' bytes)`` for a ring of ``stages`` stages (stage s: + 8·s; dq_full and
-    dq_empty only with the ordered dQ: ``DQ_BUFS`` each)."""
+    dq_empty only with the ordered dQ: ``DQ_BUFS`` each).  A persistent kernel (never with the
+    ordered dQ) has three more where dq_full[0] would be: the second fixed buffer's full barrier,
+    then both buffers' empty barriers (``FIX_FULL1``, ``FIX_EMPTY``: ``wgmma_bwd_kernel``)."""
     full, empty, land, end = 8, 8 + 8 * stages, 8 + 16 * stages, 8 * (2 + 2 * stages)
-    return full, empty, land, end, end + 8 * DQ_BUFS, end + (16 * DQ_BUFS if ordered else 0)
+    extra = 16 * DQ_BUFS if ordered else (24 if persistent else 0)
+    return full, empty, land, end, end + 8 * DQ_BUFS, end + extra
 
 
 @dataclass(frozen=True)
@@ -186,6 +190,9 @@ class WgmmaBwdTiles:
     #: Each step's gradient products issued behind the next step's Sᵀ and dPᵀ, P computed apart from
     #: dS (``wgmma_bwd_kernel``'s PIPE; ``pipelined``).
     pipelined: bool = False
+    #: A block an SM running the virtual grid's blocks blockIdx.x, + gridDim.x, …, two buffers of the
+    #: fixed tiles so that the next block's load under the current walk (``persistent``).
+    persistent: bool = False
 
     def __post_init__(self):
         if not self.part:  # the default: the one kernel of its axis
@@ -219,7 +226,7 @@ def tiles(head_dim: int) -> tuple[WgmmaBwdTiles, ...]:
         rings = {part: (q if part == "dq" else kv) for part in rings}
     ts = tuple(WgmmaBwdTiles(tile_d, ring, ROWS, True, data_dim, part=part) if part != "dq" else
                WgmmaBwdTiles(tile_d, ROWS, ring, False, data_dim) for part, ring in rings.items())  # fmt: skip
-    return tuple(pipelined(t) for t in ts)
+    return tuple(persistent(pipelined(t)) for t in ts)
 
 
 def pipelined(t: WgmmaBwdTiles) -> WgmmaBwdTiles:
@@ -244,6 +251,33 @@ def pipelined(t: WgmmaBwdTiles) -> WgmmaBwdTiles:
     if mode != "1" and smem_bytes(three) <= SMEM_LIMIT:
         return replace(three, pipelined=True)
     return replace(t, pipelined=True)
+
+
+def persistent(t: WgmmaBwdTiles) -> WgmmaBwdTiles:
+    """``t`` persistent or not (``NUMBA_FLASH_WGMMA_BWD_PERSISTENT``: unset or ``0`` off, ``on`` a
+    block an SM, a number n at most n blocks: the tests' small shapes, so that a block runs several):
+    the dK/dV kernel at d ≤ 128 (``part`` "dkdv"), not with the ordered dQ.  A block then runs the
+    virtual grid's blocks blockIdx.x, + gridDim.x, … (the order a full grid's would start in), with
+    two buffers of K and V: the producer loads the next block's while the consumers walk this one,
+    and its ring runs on, so a block's fixed costs (K and V's load, the ring's fill) hide under the
+    previous block's walk and epilogue, and blocks past a varlen sequence cost nothing.  Shared
+    memory: 192 KiB at d = 128, 128 KiB at d = 64.  Opt-in until measured."""
+    mode = os.environ.get("NUMBA_FLASH_WGMMA_BWD_PERSISTENT", "0")
+    if mode != "on" and not mode.isdigit():
+        raise ValueError(f"NUMBA_FLASH_WGMMA_BWD_PERSISTENT={mode!r}: expected 0, on or a number of blocks")
+    if mode == "0" or t.part != "dkdv" or t.ordered_dq:
+        return t
+    on = replace(t, persistent=True)
+    return on if smem_bytes(on) <= SMEM_LIMIT else t
+
+
+def persistent_blocks(blocks: int) -> int:
+    """The blocks a persistent kernel launches for a virtual grid of ``blocks``: one an SM
+    (``wgmma_forward._sms``: 2 in the simulator), or at most ``NUMBA_FLASH_WGMMA_BWD_PERSISTENT``."""
+    from numba_flash.kernels.wgmma_forward import _sms
+
+    mode = os.environ.get("NUMBA_FLASH_WGMMA_BWD_PERSISTENT", "0")
+    return max(1, min(blocks, int(mode) if mode.isdigit() else _sms()))
 
 
 def stats_shape(batch: int, heads: int, seqlen_q: int, sequences: int = 0) -> tuple:
@@ -271,7 +305,12 @@ def wgmma_bwd_kernel(t: WgmmaBwdTiles, variant: Variant, dtype: str):
     tensor maps of q, k, v and dout (``tma.attention_maps``)."""
     HEAD_DIM, BLOCK_M, BLOCK_N, KEYS_ARE_ROWS = t.head_dim, t.block_m, t.block_n, t.keys_are_rows
     RING, STAGES = t.ring, t.stages
-    FULL, EMPTY, LAND, DQ_FULL, DQ_EMPTY, _ = barrier_layout(STAGES, t.ordered_dq)
+    FULL, EMPTY, LAND, DQ_FULL, DQ_EMPTY, _ = barrier_layout(STAGES, t.ordered_dq, t.persistent)
+    # persistent (``persistent``): two buffers of the fixed tiles, buffer u's full barrier at fixed_full
+    # + u·FIX_FULL1 and its empty one at fixed_full + FIX_EMPTY + 8u (where the ordered dQ's would be)
+    PERSIST = t.persistent
+    NFIX = 2 if PERSIST else 1
+    FIX_FULL1, FIX_EMPTY = DQ_FULL, DQ_FULL + 8
     F = variant.flags
     WANT_G1 = t.part != "dv"  # dK (or dQ): dP and dS wanted, the second fixed tile (V, or dO) loaded
     WANT_DV = t.part in ("dkdv", "dv")
@@ -333,10 +372,21 @@ def wgmma_bwd_kernel(t: WgmmaBwdTiles, variant: Variant, dtype: str):
         return it
 
     @device_function
+    def stats_word(s):
+        """The index in ``s_rows`` (floats) of stage ``s``'s lse rows (its delta rows follow,
+        ``RING`` on).  PERSIST: through uint32, so that LLVM sees it non-negative (the ring's
+        position carried across blocks hides that ``s`` is) and pairs the lse and delta loads
+        as ``ld.shared.v2`` (else each pair is two loads behind a negative index's wraparound);
+        not otherwise, where ptxas then spent 30 more LOP3 a step (d = 128)."""
+        if PERSIST:
+            return (STATS_AT + uint32(s) * 2 * STAT_BYTES) // 4
+        return (STATS_AT + s * 2 * STAT_BYTES) // 4
+
+    @device_function
     def stage_tiles(fix1, s):
         """The shared-memory addresses of stage ``s``'s two ring tiles (Q and dO in dK/dV, K and V
         in dQ): the ring's first tiles follow the fixed ones, its second tiles the first."""
-        ring1 = fix1 + FIXED * FIX_BYTES
+        ring1 = fix1 + NFIX * FIXED * FIX_BYTES
         return ring1 + s * RING_BYTES, ring1 + (STAGES + s) * RING_BYTES
 
     @device_function
@@ -376,7 +426,7 @@ def wgmma_bwd_kernel(t: WgmmaBwdTiles, variant: Variant, dtype: str):
         """``fragments.p_first`` of the step at stage ``s`` (ring tile from row ``other``): P(ᵀ)
         in place of S(ᵀ), from S alone."""
         if KEYS_ARE_ROWS:
-            at = (STATS_AT + s * 2 * STAT_BYTES) // 4
+            at = stats_word(s)
             fragments.p_first(acc_s, NT_S, other, BLOCK_M, start, BLOCK_N, row0, other, si, mi, s_rows, at, True,
                               partial, F)  # fmt: skip
         else:
@@ -387,7 +437,7 @@ def wgmma_bwd_kernel(t: WgmmaBwdTiles, variant: Variant, dtype: str):
     def ds_part(acc_s, acc_dp, s_rows, row_stats, other, s, start, row0, si, di, mi, partial):
         """``fragments.ds_then`` of the same step: dS(ᵀ) in place of dP(ᵀ)."""
         if KEYS_ARE_ROWS:
-            at = (STATS_AT + s * 2 * STAT_BYTES) // 4
+            at = stats_word(s)
             fragments.ds_then(acc_s, acc_dp, NT_S, other, BLOCK_M, start, BLOCK_N, row0, other, si, mi, s_rows, at,
                               at + RING, True, di, partial, F)  # fmt: skip
         else:
@@ -434,12 +484,18 @@ def wgmma_bwd_kernel(t: WgmmaBwdTiles, variant: Variant, dtype: str):
         pack_p_ds(p_frag, ds_frag, acc_s, acc_dp)
 
     @device_function
-    def block_walk(q, k, params, cu_q, cu_k, fx):
+    def block_walk(q, k, params, cu_q, cu_k, fx, item, gx, gy, gz):
         """``(start, b, h0, hk, q0, k0, mi, seq, lo, hi, group)``: ``block_info.this_block``
         of this block (``start`` its first row: a key in dK/dV, a query in dQ; ``h0`` the
         group's first query head in dK/dV), the ring tiles ``[lo, hi)`` it visits, and the
-        query heads it walks them for (``group``: GQA's in dK/dV, 1 in dQ)."""
-        if LIGHT:  # the grid's key tiles from the last (the lightest under a right bound)
+        query heads it walks them for (``group``: GQA's in dK/dV, 1 in dQ).  ``PERSIST``: of
+        block ``item`` of the virtual grid (gx, gy, gz) instead (``block_info.linear_coords``)."""
+        if PERSIST:
+            x, y, z = linear_coords(item, gx, gy)
+            tt, hh, sq = grid_coords(x, y, z, gz, fx, KEYS_ARE_ROWS, F)
+            start, b, h0, hk, q0, k0, mi, seq = block_at(tt, hh, sq, q, k, params, cu_q, cu_k, fx, ROWS, F,
+                                                         KEYS_ARE_ROWS)  # fmt: skip
+        elif LIGHT:  # the grid's key tiles from the last (the lightest under a right bound)
             tt, hh, sq = grid_coords(cuda.blockIdx.x, cuda.blockIdx.y, cuda.gridDim.z - 1 - cuda.blockIdx.z,
                                      cuda.gridDim.z, fx, KEYS_ARE_ROWS, F)  # fmt: skip
             start, b, h0, hk, q0, k0, mi, seq = block_at(tt, hh, sq, q, k, params, cu_q, cu_k, fx, ROWS, F,
@@ -486,7 +542,8 @@ def wgmma_bwd_kernel(t: WgmmaBwdTiles, variant: Variant, dtype: str):
         its count of them, ``dq_rank``), count this one, and free the tile (``dq_empty``).
         Two writers, so that one tile's reduction and wait overlap the other's (measured no
         faster than one: the turns' waits set the pace, docs/benchmarks/2026-12-04-s24)."""
-        start, b, h0, hk, q0, k0, mi, seq, lo, hi, group = block_walk(q, k, params, cu_q, cu_k, fx)
+        # (the ordered dQ: never persistent)
+        start, b, h0, hk, q0, k0, mi, seq, lo, hi, group = block_walk(q, k, params, cu_q, cu_k, fx, 0, 1, 1, 1)
         j = start // ROWS
         s_row0 = stats_row0(cu_q, seq) if F[VARLEN] else 0
         pos = 0
@@ -537,111 +594,31 @@ def wgmma_bwd_kernel(t: WgmmaBwdTiles, variant: Variant, dtype: str):
             return n_hi - 1 - j
         return j - n_lo
 
-    def wgmma_bwd(q, k, v, dout, stats, g1, g2, softmax_scale, params, alibi, cu_q, cu_k, fx, dqacc, dqsem, tmaps):
-        tid = cuda.threadIdx.x
-        wg = tid // 128
-
-        smem = cuda.shared.array(0, uint8, alignment=_ALIGN)
-        s_rows = cuda.shared.array(0, float32, alignment=_ALIGN)  # the same memory: the stats stages as floats
-        words = cuda.shared.array(0, uint32, alignment=_ALIGN)  # … and as words (varlen's zeroed rows)
-        fix1 = ptx.smem_addr(smem, 0)
-        fix2 = fix1 + FIX_BYTES  # (dv: not there, never read)
-        fixed_full = fix1 + BARS_AT  # then full[s] at + FULL + 8s, empty[s] at + EMPTY + 8s
-        if tid == 0:
-            ptx.mbarrier_init(fixed_full, 1)
-            ptx.mbarrier_init(fixed_full + LAND, 1)
-            for s in range(STAGES):
-                ptx.mbarrier_init(fixed_full + FULL + 8 * s, 1)
-                ptx.mbarrier_init(fixed_full + EMPTY + 8 * s, 128 * CONSUMERS)
-            if ORDERED:
-                for s in range(DQ_BUFS):
-                    ptx.mbarrier_init(fixed_full + DQ_FULL + 8 * s, 128 * CONSUMERS)
-                    ptx.mbarrier_init(fixed_full + DQ_EMPTY + 8 * s, 1)
-            ptx.fence_proxy_async()  # the initialised barriers, before TMA completes on them
-        cuda.syncthreads()  # the barriers are initialised before anyone waits or arrives on them
-
-        # each role finds its block after the split: nothing is live across it
-        if wg == 0:  # the producer: warp 0 (its lane 0 issues the copies; the warp zeroes varlen's tails)
-            ptx.setmaxnreg_dec(PRODUCER_REGS)
-            if tid < 32:
-                lead = tid == 0
-                start, b, h0, hk, q0, k0, mi, seq, lo, hi, group = block_walk(q, k, params, cu_q, cu_k, fx)
-                fix_row, fix_h, ring_h = (k0 + start, hk, hk) if KEYS_ARE_ROWS else (q0 + start, h0, hk)
-                # the walked rows: queries in dK/dV, keys in dQ (their sequence's length, first row, the array's rows)
-                seqlen, ring0, total = (mi[0], q0, q.shape[1]) if KEYS_ARE_ROWS else (mi[1], k0, k.shape[1])
-                s_row0 = stats_row0(cu_q, seq) if F[VARLEN] else 0  # the sequence's first row of stats
-                # with the ordered dQ the fixed K and V rows past a varlen sequence (the next one's) are
-                # zeroed too: dS of a masked key is 0 only if its S and dP are finite, and dQ sums dS·K
-                fix_first = past_rows(start, ROWS, mi[1], k0, k.shape[1], F) if ORDERED else ROWS
-                fix_bar = fixed_full if fix_first == ROWS else fixed_full + LAND
-                if lead:
-                    ptx.mbarrier_arrive_expect_tx(fix_bar, FIXED * FIX_BYTES)
-                    load_rows(fix1, tmaps[FIX1], fix_row, fix_h, b, fix_bar, ATOMS, FIX_ATOM)
-                    if WANT_G1:
-                        load_rows(fix2, tmaps[FIX2], fix_row, fix_h, b, fix_bar, ATOMS, FIX_ATOM)
-                pos = 0  # the ring's position over the whole walk: stage pos mod 2, fill pos // 2
-                zeroed = 0  # the tiles zeroed past their sequence (land's phases)
-                if fix_first < ROWS:
-                    land_and_zero(words, fix1, (fix1 + 0, fix2), fix_first, fix_bar, 0, fixed_full, tid, ROWS, ATOMS,
-                                  FIX_ATOM)  # fmt: skip
-                    zeroed = 1
-                for hq in range(group):
-                    h = h0 + hq
-                    if KEYS_ARE_ROWS:
-                        ring_h = h
-                    vr, p_lo, p_hi = head_walk(fx, seq, h, start, lo, hi)
-                    for it in range(p_lo, p_hi):
-                        i = step_at(it, p_lo, p_hi)
-                        s = pos % STAGES
-                        other = tile_at(i, vr, F) * RING  # the ring tile's first row
-                        full = fixed_full + FULL + 8 * s
-                        if pos >= STAGES:  # both consumers released this stage's last fill
-                            wait_phase(fixed_full + EMPTY + 8 * s, ((pos // STAGES) - 1) & 1)
-                        # varlen: rows past the sequence (the next one's) are zeroed after they land
-                        # (masked P and dS are 0, and 0 · inf is NaN); the copies land on ``land`` first
-                        first = past_rows(other, RING, seqlen, ring0, total, F)
-                        bar = full if first == RING else fixed_full + LAND
-                        b1, b2 = stage_tiles(fix1, s)
-                        if lead:
-                            ptx.mbarrier_arrive_expect_tx(bar, RING_TX)
-                            load_rows(b1, tmaps[RING1], ring0 + other, ring_h, b, bar, ATOMS, RING_ATOM)
-                            load_rows(b2, tmaps[RING2], ring0 + other, ring_h, b, bar, ATOMS, RING_ATOM)
-                            if KEYS_ARE_ROWS:  # the tile's lse and delta rows (stats is padded: whole copies)
-                                at = fix1 + STATS_AT + s * 2 * STAT_BYTES
-                                ptx.cp_async_bulk_g2s(at, stats, (b, h, 0, s_row0 + other), STAT_BYTES, bar)
-                                ptx.cp_async_bulk_g2s(at + STAT_BYTES, stats, (b, h, 1, s_row0 + other), STAT_BYTES,
-                                                      bar)  # fmt: skip
-                        if first < RING:
-                            land_and_zero(words, fix1, (b1, b2), first, bar, zeroed & 1, full, tid, RING, ATOMS,
-                                          RING_ATOM)  # fmt: skip
-                            zeroed += 1
-                        pos += 1
-            elif ORDERED and tid < 32 * (1 + DQ_BUFS):  # warps 1, 2: the dQ writers, of dQ tiles 0, 1
-                dq_writer(q, k, params, cu_q, cu_k, fx, dqacc, dqsem, fix1 + DQ_AT, fixed_full, tid // 32 - 1,
-                          tid % 32 == 0)  # fmt: skip
-            return
-
-        ptx.setmaxnreg_inc(CONSUMER_REGS)
-        start, b, h0, hk, q0, k0, mi, seq, lo, hi, group = block_walk(q, k, params, cu_q, cu_k, fx)
-        cw = wg - 1  # this consumer's 64 rows of the block
-        wtid = tid - 128 * wg
-        warp, lane = wtid // 32, wtid % 32
+    @device_function
+    def consume_block(q, k, stats, g1, g2, softmax_scale, params, alibi, cu_q, cu_k, fx, fix1, fixed_full, s_rows,
+                      words, acc_s, acc_dp, acc_g1, acc_g2, p_frag, ds_frag, row_stats, cw, warp, lane, item, gx, gy,
+                      gz, pos, done):  # fmt: skip
+        """A consumer's part of one block (block ``item`` of the virtual grid when PERSIST): its walk
+        from ring position ``pos`` and, PERSIST, its K and V in buffer ``done`` mod 2, then the
+        epilogue; returns ``(pos, done)`` after it.  A function, so that the kernel calls it once
+        without a loop when not PERSIST: a one-trip loop around the walk made ptxas recompute the
+        fixed tiles' wgmma descriptors every step (the d = 128 causal dK/dV step 719 → 769
+        instructions)."""
+        start, b, h0, hk, q0, k0, mi, seq, lo, hi, group = block_walk(q, k, params, cu_q, cu_k, fx, item, gx, gy,
+                                                                      gz)  # fmt: skip
+        if PERSIST and start >= (mi[1] if KEYS_ARE_ROWS else mi[0]):  # past its sequence: nothing
+            return pos, done
+        u = 0  # the fixed tiles' buffer
+        if PERSIST:
+            u = done & 1
         row0 = start + 64 * cw + 16 * warp  # the warp's first row (key or query)
-        a1, a2 = fix1 + cw * WG_ROWS, fix2 + cw * WG_ROWS  # this consumer's rows of the fixed tiles
-
-        acc_s = cuda.local.array(S_REGS, float32)
-        acc_dp = cuda.local.array(S_REGS, float32)
-        acc_g1 = cuda.local.array(G1_REGS, float32)  # dK, or dQ
-        acc_g2 = cuda.local.array(G2_REGS, float32)  # dV
-        p_frag = cuda.local.array(P_REGS, uint32)  # P(ᵀ) and dS(ᵀ) packed, one A fragment a k-slice
-        ds_frag = cuda.local.array(P_REGS, uint32)
-        row_stats = cuda.local.array(4, float32)  # dQ: lse of rows g, g + 8, then their delta
+        a1 = fix1 + u * (FIXED * FIX_BYTES) + cw * WG_ROWS  # this consumer's rows of the fixed tiles
+        a2 = a1 + FIX_BYTES
         pipeline.zero(acc_g1, G1_REGS)
         pipeline.zero(acc_g2, G2_REGS)
         if not WANT_G1:  # dv: no dPᵀ; p_and_ds's dS of these zeros is never read
             pipeline.zero(acc_dp, S_REGS)
-        wait_phase(fixed_full, 0)
-        pos = 0
+        wait_phase(fixed_full + u * FIX_FULL1, (done >> 1) & 1)
         for hq in range(group):
             h = h0 + hq
             vr, p_lo, p_hi = head_walk(fx, seq, h, start, lo, hi)
@@ -680,7 +657,7 @@ def wgmma_bwd_kernel(t: WgmmaBwdTiles, variant: Variant, dtype: str):
                 ptx.wgmma_wait_group(0)
                 # P(ᵀ) and dS(ᵀ): element e of n-tile nt is (row g + 8·(e >> 1), column nt·8 + 2·tq + (e & 1))
                 if KEYS_ARE_ROWS:
-                    at = (STATS_AT + s * 2 * STAT_BYTES) // 4
+                    at = stats_word(s)
                     fragments.p_and_ds(acc_s, acc_dp, NT_S, other, BLOCK_M, start, BLOCK_N, row0, other, si, mi,
                                        s_rows, at, at + RING, True, di, tile_partial(i, vr, F), F)  # fmt: skip
                 else:
@@ -709,6 +686,8 @@ def wgmma_bwd_kernel(t: WgmmaBwdTiles, variant: Variant, dtype: str):
                     ptx.fence_proxy_async()  # these stores before the bulk reduction reads them (async proxy)
                     ptx.mbarrier_arrive(fixed_full + DQ_FULL + 8 * qb)
                 pos += 1
+        if PERSIST:  # every wgmma reading this buffer's K and V has completed (wait_group(0))
+            ptx.mbarrier_arrive(fixed_full + FIX_EMPTY + 8 * u)
 
         # epilogue: dK or dQ (times the softmax scale) and dV as 16-bit pairs, written once
         scale = float32(softmax_scale)
@@ -726,6 +705,144 @@ def wgmma_bwd_kernel(t: WgmmaBwdTiles, variant: Variant, dtype: str):
             elif row < mi[0]:
                 fragments.store_row_pairs(g1, b, q0 + row, h0, acc_g1, 2 * r, NT_W, tq, scale, BF16, DCOLS, HALVES)
 
+        return pos, done + 1
+
+    def wgmma_bwd(q, k, v, dout, stats, g1, g2, softmax_scale, params, alibi, cu_q, cu_k, fx, dqacc, dqsem, tmaps):
+        tid = cuda.threadIdx.x
+        wg = tid // 128
+
+        smem = cuda.shared.array(0, uint8, alignment=_ALIGN)
+        s_rows = cuda.shared.array(0, float32, alignment=_ALIGN)  # the same memory: the stats stages as floats
+        words = cuda.shared.array(0, uint32, alignment=_ALIGN)  # … and as words (varlen's zeroed rows)
+        fix1 = ptx.smem_addr(smem, 0)  # the fixed tiles (persistent: buffer 0's), and the base of the rest
+        fixed_full = fix1 + BARS_AT  # then full[s] at + FULL + 8s, empty[s] at + EMPTY + 8s
+        if tid == 0:
+            ptx.mbarrier_init(fixed_full, 1)
+            ptx.mbarrier_init(fixed_full + LAND, 1)
+            for s in range(STAGES):
+                ptx.mbarrier_init(fixed_full + FULL + 8 * s, 1)
+                ptx.mbarrier_init(fixed_full + EMPTY + 8 * s, 128 * CONSUMERS)
+            if ORDERED:
+                for s in range(DQ_BUFS):
+                    ptx.mbarrier_init(fixed_full + DQ_FULL + 8 * s, 128 * CONSUMERS)
+                    ptx.mbarrier_init(fixed_full + DQ_EMPTY + 8 * s, 1)
+            if PERSIST:  # the second fixed buffer's full barrier, both buffers' empty ones
+                ptx.mbarrier_init(fixed_full + FIX_FULL1, 1)
+                for u in range(2):
+                    ptx.mbarrier_init(fixed_full + FIX_EMPTY + 8 * u, 128 * CONSUMERS)
+            ptx.fence_proxy_async()  # the initialised barriers, before TMA completes on them
+        cuda.syncthreads()  # the barriers are initialised before anyone waits or arrives on them
+
+        # persistent: the virtual grid (``spec.key_grid``'s, from the arrays), this block running its
+        # blocks blockIdx.x, blockIdx.x + gridDim.x, … (the order a full grid's start in); else one trip
+        if PERSIST:
+            n_tiles, n_seq = query_grid_dims(k, cu_k, ROWS, F)  # the key tiles of the longest sequence
+            gx, gy, gz = (k.shape[2], n_seq, n_tiles) if F[HEAVIEST_FIRST] else (n_tiles, k.shape[2], n_seq)
+            items_start, items_end, items_step = cuda.blockIdx.x, gx * gy * gz, cuda.gridDim.x
+        else:
+            gx, gy, gz = 1, 1, 1
+            items_start, items_end, items_step = 0, 1, 1
+
+        # each role finds its block after the split: nothing is live across it
+        if wg == 0:  # the producer: warp 0 (its lane 0 issues the copies; the warp zeroes varlen's tails)
+            ptx.setmaxnreg_dec(PRODUCER_REGS)
+            if tid < 32:
+                lead = tid == 0
+                pos = 0  # the ring's position over the block's whole walk: stage pos mod 2, fill pos // 2
+                zeroed = 0  # the tiles zeroed past their sequence (land's phases)
+                done = 0  # the blocks of the virtual grid this one ran (persistent)
+                for item in range(items_start, items_end, items_step):
+                    walk = block_walk(q, k, params, cu_q, cu_k, fx, item, gx, gy, gz)
+                    start, b, h0, hk, q0, k0, mi, seq, lo, hi, group = walk
+                    if PERSIST and start >= (mi[1] if KEYS_ARE_ROWS else mi[0]):  # past its sequence: nothing
+                        continue
+                    # the fixed tiles' buffer (persistent: two, alternating; its last block's consumers released it)
+                    u = 0
+                    if PERSIST:
+                        u = done & 1
+                    fk1 = fix1 + u * (FIXED * FIX_BYTES)
+                    fk2 = fk1 + FIX_BYTES  # (dv: not there, never read)
+                    if PERSIST and done >= 2:
+                        wait_phase(fixed_full + FIX_EMPTY + 8 * u, ((done >> 1) - 1) & 1)
+                    fix_row, fix_h, ring_h = (k0 + start, hk, hk) if KEYS_ARE_ROWS else (q0 + start, h0, hk)
+                    # the walked rows: queries in dK/dV, keys in dQ (their sequence's length, first row, the
+                    # array's rows)
+                    seqlen, ring0, total = (mi[0], q0, q.shape[1]) if KEYS_ARE_ROWS else (mi[1], k0, k.shape[1])
+                    s_row0 = stats_row0(cu_q, seq) if F[VARLEN] else 0  # the sequence's first row of stats
+                    # with the ordered dQ the fixed K and V rows past a varlen sequence (the next one's) are
+                    # zeroed too: dS of a masked key is 0 only if its S and dP are finite, and dQ sums dS·K
+                    fix_first = past_rows(start, ROWS, mi[1], k0, k.shape[1], F) if ORDERED else ROWS
+                    fix_bar = fixed_full + u * FIX_FULL1 if fix_first == ROWS else fixed_full + LAND
+                    if lead:
+                        ptx.mbarrier_arrive_expect_tx(fix_bar, FIXED * FIX_BYTES)
+                        load_rows(fk1, tmaps[FIX1], fix_row, fix_h, b, fix_bar, ATOMS, FIX_ATOM)
+                        if WANT_G1:
+                            load_rows(fk2, tmaps[FIX2], fix_row, fix_h, b, fix_bar, ATOMS, FIX_ATOM)
+                    if fix_first < ROWS:  # (the ordered dQ: never persistent, one block, zeroed is 0)
+                        land_and_zero(words, fix1, (fk1 + 0, fk2), fix_first, fix_bar, 0, fixed_full, tid, ROWS, ATOMS,
+                                      FIX_ATOM)  # fmt: skip
+                        zeroed = 1
+                    for hq in range(group):
+                        h = h0 + hq
+                        if KEYS_ARE_ROWS:
+                            ring_h = h
+                        vr, p_lo, p_hi = head_walk(fx, seq, h, start, lo, hi)
+                        for it in range(p_lo, p_hi):
+                            i = step_at(it, p_lo, p_hi)
+                            s = pos % STAGES
+                            other = tile_at(i, vr, F) * RING  # the ring tile's first row
+                            full = fixed_full + FULL + 8 * s
+                            if pos >= STAGES:  # both consumers released this stage's last fill
+                                wait_phase(fixed_full + EMPTY + 8 * s, ((pos // STAGES) - 1) & 1)
+                            # varlen: rows past the sequence (the next one's) are zeroed after they land
+                            # (masked P and dS are 0, and 0 · inf is NaN); the copies land on ``land`` first
+                            first = past_rows(other, RING, seqlen, ring0, total, F)
+                            bar = full if first == RING else fixed_full + LAND
+                            b1, b2 = stage_tiles(fix1, s)
+                            if lead:
+                                ptx.mbarrier_arrive_expect_tx(bar, RING_TX)
+                                load_rows(b1, tmaps[RING1], ring0 + other, ring_h, b, bar, ATOMS, RING_ATOM)
+                                load_rows(b2, tmaps[RING2], ring0 + other, ring_h, b, bar, ATOMS, RING_ATOM)
+                                if KEYS_ARE_ROWS:  # the tile's lse and delta rows (stats is padded: whole copies)
+                                    at = fix1 + STATS_AT + s * 2 * STAT_BYTES
+                                    ptx.cp_async_bulk_g2s(at, stats, (b, h, 0, s_row0 + other), STAT_BYTES, bar)
+                                    ptx.cp_async_bulk_g2s(at + STAT_BYTES, stats, (b, h, 1, s_row0 + other), STAT_BYTES,
+                                                          bar)  # fmt: skip
+                            if first < RING:
+                                land_and_zero(words, fix1, (b1, b2), first, bar, zeroed & 1, full, tid, RING, ATOMS,
+                                              RING_ATOM)  # fmt: skip
+                                zeroed += 1
+                            pos += 1
+                    done += 1
+            elif ORDERED and tid < 32 * (1 + DQ_BUFS):  # warps 1, 2: the dQ writers, of dQ tiles 0, 1
+                dq_writer(q, k, params, cu_q, cu_k, fx, dqacc, dqsem, fix1 + DQ_AT, fixed_full, tid // 32 - 1,
+                          tid % 32 == 0)  # fmt: skip
+            return
+
+        ptx.setmaxnreg_inc(CONSUMER_REGS)
+        cw = wg - 1  # this consumer's 64 rows of the block
+        wtid = tid - 128 * wg
+        warp, lane = wtid // 32, wtid % 32
+
+        acc_s = cuda.local.array(S_REGS, float32)
+        acc_dp = cuda.local.array(S_REGS, float32)
+        acc_g1 = cuda.local.array(G1_REGS, float32)  # dK, or dQ
+        acc_g2 = cuda.local.array(G2_REGS, float32)  # dV
+        p_frag = cuda.local.array(P_REGS, uint32)  # P(ᵀ) and dS(ᵀ) packed, one A fragment a k-slice
+        ds_frag = cuda.local.array(P_REGS, uint32)
+        row_stats = cuda.local.array(4, float32)  # dQ: lse of rows g, g + 8, then their delta
+        pos = 0
+        done = 0  # the blocks of the virtual grid this one ran (persistent)
+        if PERSIST:
+            for item in range(items_start, items_end, items_step):
+                pos, done = consume_block(q, k, stats, g1, g2, softmax_scale, params, alibi, cu_q, cu_k, fx, fix1,
+                                          fixed_full, s_rows, words, acc_s, acc_dp, acc_g1, acc_g2, p_frag, ds_frag,
+                                          row_stats, cw, warp, lane, item, gx, gy, gz, pos, done)  # fmt: skip
+        else:
+            consume_block(q, k, stats, g1, g2, softmax_scale, params, alibi, cu_q, cu_k, fx, fix1, fixed_full, s_rows,
+                          words, acc_s, acc_dp, acc_g1, acc_g2, p_frag, ds_frag, row_stats, cw, warp, lane, 0, 1, 1, 1,
+                          pos, done)  # fmt: skip
+
     # the kernel's name in the PTX, ncu and the sanitizers: its launch's (``traffic.measure`` picks kernels by it)
     wgmma_bwd.__name__ = NAMES[t.part]
     wgmma_bwd.__qualname__ = f"wgmma_bwd_kernel.<locals>.{wgmma_bwd.__name__}"
@@ -738,7 +855,7 @@ def smem_layout(t: WgmmaBwdTiles) -> tuple:
     element) from 0, dK/dV's stages of lse and delta rows, with ``ordered_dq`` two dSᵀ tiles
     (1024-byte aligned: swizzled; 128 keys × ring queries, 2 bytes) and two float32 dQ
     tiles (ring × d), then the mbarriers."""
-    fixed = 1 if t.part == "dv" else 2
+    fixed = (1 if t.part == "dv" else 2) * (2 if t.persistent else 1)  # persistent: two buffers of them
     stats_at = 2 * t.head_dim * (fixed * ROWS + 2 * t.stages * t.ring)
     ds_at = stats_at + (2 * t.stages * 4 * t.ring if t.keys_are_rows else 0)
     dq_at = bars_at = ds_at
@@ -746,7 +863,7 @@ def smem_layout(t: WgmmaBwdTiles) -> tuple:
         ds_at = -(-ds_at // 1024) * 1024
         dq_at = ds_at + DQ_BUFS * 2 * ROWS * t.ring
         bars_at = dq_at + DQ_BUFS * 4 * t.ring * t.head_dim
-    return stats_at, ds_at, dq_at, bars_at, bars_at + barrier_layout(t.stages, t.ordered_dq)[5]
+    return stats_at, ds_at, dq_at, bars_at, bars_at + barrier_layout(t.stages, t.ordered_dq, t.persistent)[5]
 
 
 def smem_bytes(t: WgmmaBwdTiles) -> int:
@@ -833,11 +950,13 @@ def launches(variant: Variant, dtype: str, sz: spec.Sizes, head_dim: int) -> lis
     ordered = ordered_dq(variant, head_dim)
     if ordered:  # dK/dV sums dQ too: no dQ kernel
         ts = (replace(ts[0], ordered_dq=True, light_first=os.environ.get("NUMBA_FLASH_WGMMA_DQ", "") == "light",
-                      pipelined=False, stages=2),)  # its dQ products take acc_s: not pipelined
+                      pipelined=False, stages=2, persistent=False),)  # its dQ products take acc_s: not pipelined
     out = []
     for t in ts:
         if t.keys_are_rows:
             grid, outs = spec.key_grid(sz, ROWS, variant.heaviest_first), ("dk", "dv")
+            if t.persistent:  # the virtual grid's blocks, blockIdx.x + gridDim.x, … in a block an SM
+                grid = (persistent_blocks(grid[0] * grid[1] * grid[2]), 1, 1)
         else:
             grid, outs = spec.query_grid(sz, ROWS, variant.heaviest_first), ("dq", "dq")
         # dQ's sums and semaphores (``ordered_dq``), or stand-ins never read
