@@ -90,8 +90,12 @@ ordered dQ two dSᵀ tiles (128 keys × ring queries, 2 bytes) and two float32 d
 KiB with its three stages; 225.1 KiB with the ordered dQ), 96 KiB at d = 64 (128 a step; dQ 128 KiB;
 226.1 KiB), 192 KiB at d = 256 (dK and dQ 32 rows a step, dV 64).
 
+Persistent dK/dV (``persistent``, opt-in, session 31, not yet measured): a block an SM runs the
+virtual grid's key blocks in turn, K and V in two buffers (``fixed_full`` and buffer 1's full
+barrier, each buffer's ``fix_empty``: 256 consumer arrivals once its block's walk is done).
+
 Not yet (issue #13): dK/dV's step pipelined (with steps of half the queries its registers allow
-it; measured slower); persistent blocks; head dims not a multiple of 8.
+it; measured slower); persistent blocks by default, and in dQ; head dims not a multiple of 8.
 
 FlexAttention's mods come with the shared steps (``fragments.p_and_ds``: the score_mod
 and its derivative, a mask_mod on PARTIAL tiles); a block mask's visit lists (key-major
@@ -190,8 +194,8 @@ class WgmmaBwdTiles:
     #: Each step's gradient products issued behind the next step's Sᵀ and dPᵀ, P computed apart from
     #: dS (``wgmma_bwd_kernel``'s PIPE; ``pipelined``).
     pipelined: bool = False
-    #: A block an SM running the virtual grid's blocks blockIdx.x, + gridDim.x, …, two buffers of the
-    #: fixed tiles so that the next block's load under the current walk (``persistent``).
+    #: A block an SM running the virtual grid's blocks blockIdx.x, + gridDim.x, …, with two buffers of
+    #: the fixed tiles, so that the next block's load under the current one's walk (``persistent``).
     persistent: bool = False
 
     def __post_init__(self):
