@@ -387,6 +387,20 @@ def wgmma_bwd_kernel(t: WgmmaBwdTiles, variant: Variant, dtype: str):
         return (STATS_AT + s * 2 * STAT_BYTES) // 4
 
     @device_function
+    def skipped(start, mi):
+        """PERSIST: whether the block at ``start`` (``block_walk``) lies past its varlen sequence, so
+        that the producer and the consumers skip it alike (one block a tile: never)."""
+        return PERSIST and start >= (mi[1] if KEYS_ARE_ROWS else mi[0])
+
+    @device_function
+    def fixed_buffer(done):
+        """The buffer of the fixed tiles of a role's ``done``-th block (PERSIST: two, alternating,
+        ``FIXED · FIX_BYTES`` apart; else 0)."""
+        if PERSIST:
+            return done & 1
+        return 0
+
+    @device_function
     def stage_tiles(fix1, s):
         """The shared-memory addresses of stage ``s``'s two ring tiles (Q and dO in dK/dV, K and V
         in dQ): the ring's first tiles follow the fixed ones, its second tiles the first."""
@@ -610,11 +624,9 @@ def wgmma_bwd_kernel(t: WgmmaBwdTiles, variant: Variant, dtype: str):
         instructions)."""
         start, b, h0, hk, q0, k0, mi, seq, lo, hi, group = block_walk(q, k, params, cu_q, cu_k, fx, item, gx, gy,
                                                                       gz)  # fmt: skip
-        if PERSIST and start >= (mi[1] if KEYS_ARE_ROWS else mi[0]):  # past its sequence: nothing
+        if skipped(start, mi):
             return pos, done
-        u = 0  # the fixed tiles' buffer
-        if PERSIST:
-            u = done & 1
+        u = fixed_buffer(done)
         row0 = start + 64 * cw + 16 * warp  # the warp's first row (key or query)
         a1 = fix1 + u * (FIXED * FIX_BYTES) + cw * WG_ROWS  # this consumer's rows of the fixed tiles
         a2 = a1 + FIX_BYTES
@@ -758,15 +770,12 @@ def wgmma_bwd_kernel(t: WgmmaBwdTiles, variant: Variant, dtype: str):
                 for item in range(items_start, items_end, items_step):
                     walk = block_walk(q, k, params, cu_q, cu_k, fx, item, gx, gy, gz)
                     start, b, h0, hk, q0, k0, mi, seq, lo, hi, group = walk
-                    if PERSIST and start >= (mi[1] if KEYS_ARE_ROWS else mi[0]):  # past its sequence: nothing
+                    if skipped(start, mi):
                         continue
-                    # the fixed tiles' buffer (persistent: two, alternating; its last block's consumers released it)
-                    u = 0
-                    if PERSIST:
-                        u = done & 1
+                    u = fixed_buffer(done)
                     fk1 = fix1 + u * (FIXED * FIX_BYTES)
                     fk2 = fk1 + FIX_BYTES  # (dv: not there, never read)
-                    if PERSIST and done >= 2:
+                    if PERSIST and done >= 2:  # the buffer's last block's consumers released it
                         wait_phase(fixed_full + FIX_EMPTY + 8 * u, ((done >> 1) - 1) & 1)
                     fix_row, fix_h, ring_h = (k0 + start, hk, hk) if KEYS_ARE_ROWS else (q0 + start, h0, hk)
                     # the walked rows: queries in dK/dV, keys in dQ (their sequence's length, first row, the
