@@ -163,6 +163,24 @@ def compute_capability() -> tuple:
 
 _CC: dict = {}
 
+def l2_cache_bytes() -> int:
+    """The current device's L2 size in bytes (``DEFAULT_L2_BYTES`` in the simulator),
+    which sizes a heaviest-first grid's L2 sections (``kernels.spec.l2_sections``)."""
+    from numba_flash.kernels.spec import DEFAULT_L2_BYTES
+
+    if SIMULATOR:
+        return DEFAULT_L2_BYTES
+    import cupy
+
+    dev = cupy.cuda.Device()
+    size = _L2.get(dev.id)
+    if size is None:
+        size = _L2[dev.id] = int(dev.attributes.get("L2CacheSize", DEFAULT_L2_BYTES))
+    return size
+
+
+_L2: dict = {}
+
 
 def target_arch() -> tuple:
     """The current device's compile target as the launch plan sees it (``target_of``)."""

@@ -20,7 +20,8 @@ from numba_flash import _launch, _replay
 from numba_flash import plan as P
 from numba_flash import variant as V
 from numba_flash._launch import launch
-from numba_flash._numba_cuda import SIMULATOR, target_arch
+from numba_flash._numba_cuda import SIMULATOR, l2_cache_bytes, target_arch
+from numba_flash.kernels import spec
 from numba_flash.reference import keep_threshold, seed_key
 
 _VIEW_DTYPES = {"u16": np.uint16, "u32": np.uint32, "f32": np.float32}
@@ -35,14 +36,15 @@ def _bshd(arr, layout: str):
 
 
 def _plan_env() -> tuple:
-    """The environment the plan reads: the tuning override and the wgmma kernels' switches."""
+    """The environment the plan reads: the tuning override and the wgmma kernels' switches
+    (and ``L2_SECTIONS``, which the call's ``params`` read: a replayed call keeps its own)."""
     return (os.environ.get("NUMBA_FLASH_TILES"),) + tuple(
         os.environ.get(f"NUMBA_FLASH_{x}") for x in ("WGMMA", "WGMMA_PERSISTENT", "WGMMA_CONSUMERS", "WGMMA_BWD_RING",
                                                       "WGMMA_PINGPONG", "RAW_SCORES", "EX2_EMULATE",
                                                       "ALIBI_PRODUCTS", "WGMMA_OVERLAP",
                                                       "WGMMA_SCHEDULER", "CLUSTER_MERGE", "WGMMA_DQ", "WGMMA_BWD_PIPE",
                                                       "WGMMA_KEYS", "WGMMA_SPLIT", "LAZY_RESCALE",
-                                                      "SOFTCAP_PRESCALE", "WGMMA_BWD_PERSISTENT"))  # fmt: skip
+                                                      "SOFTCAP_PRESCALE", "WGMMA_BWD_PERSISTENT", "L2_SECTIONS"))  # fmt: skip
 
 
 def _plan(problem: P.Problem) -> P.Plan:
@@ -210,7 +212,7 @@ class _Variants:
     """A call's checked variant arguments: the kernels' flags and run-time values."""
 
     def __init__(self, q_op, k_op, B, H, causal, window_size, softcap, alibi_slopes, dropout_p, seed, seqlen_k,
-                 varlen=False, flex=None):  # fmt: skip
+                 varlen=False, flex=None, seqlen_q=0):  # fmt: skip
         # ``seqlen_k``: what FlashAttention-2 compares the window's sides with (``variant.fa2_window``)
         self.window = V.fa2_window(V.check_window(window_size), seqlen_k)
         self.softcap = V.check_softcap(softcap)
@@ -223,13 +225,19 @@ class _Variants:
         self.features = V.variant_of(False, self.window, self.softcap, self.alibi is not None, self.dropout_p,
                                      varlen, self.group, self.flex.mods if self.flex else None)  # fmt: skip
         self.causal = causal
+        # a heaviest-first grid's L2 sections (none without ``seqlen_q``, a KV cache's calls, or
+        # with NUMBA_FLASH_L2_SECTIONS=off: every head in one, the order before session 32)
+        d = q_op.view.shape[-1]
+        sectioned = seqlen_q and os.environ.get("NUMBA_FLASH_L2_SECTIONS", "on") != "off"
+        self.sections = (spec.l2_sections(seqlen_q, seqlen_k, d, q_op.dtype.itemsize, self.group, l2_cache_bytes())
+                         if sectioned else (0, 0))  # fmt: skip
         self.params = self._params()
 
     def _params(self) -> tuple:
         """The kernels' run-time ``params`` (``variant.params``)."""
         keep = dict(keep_threshold=keep_threshold(self.dropout_p), seed_key=seed_key(self.seed),
                     keep_scale=1.0 / (1.0 - self.dropout_p)) if self.dropout_p > 0 else {}  # fmt: skip
-        return V.params(self.group, self.window, self.causal, self.softcap, **keep)
+        return V.params(self.group, self.window, self.causal, self.softcap, sections=self.sections, **keep)
 
     def again(self, dropout_p, seed, alibi_slopes) -> "_Variants":
         """These variants for a replayed call (``_replay``), whose signature pinned every
@@ -496,7 +504,8 @@ def flash_attention(q, k, v, *, causal=False, softmax_scale=None, window_size=(-
     allow_tf32 = A.check_flag("allow_tf32", allow_tf32)
     B, Nq, Nk, H, d = dims
     flex = _flex(score_mod, None, block_mask, mod_args, B, H, Nq, Nk, False)
-    var = _Variants(q_op, k_op, B, H, causal, window_size, softcap, alibi_slopes, dropout_p, seed, Nk, flex=flex)
+    var = _Variants(q_op, k_op, B, H, causal, window_size, softcap, alibi_slopes, dropout_p, seed, Nk, flex=flex,
+                    seqlen_q=Nq)  # fmt: skip
     out, lse = _forward(q_op, k_op, v_op, dims, causal, scale, var, allow_tf32, layout,
                         _out_shape(layout, B, Nq, H, d), (B, H, Nq), key=key)  # fmt: skip
     out = A.to_caller(out, q_op.kind)
@@ -549,7 +558,8 @@ def flash_attention_backward(dout, q, k, v, out, lse, *, causal=False, softmax_s
     lse_arr = A.check_lse(lse, q_op, B, H, Nq)
     allow_tf32 = A.check_flag("allow_tf32", allow_tf32)
     flex = _flex(score_mod, score_mod_grad, block_mask, mod_args, B, H, Nq, Nk, True)
-    var = _Variants(q_op, k_op, B, H, causal, window_size, softcap, alibi_slopes, dropout_p, seed, Nk, flex=flex)
+    var = _Variants(q_op, k_op, B, H, causal, window_size, softcap, alibi_slopes, dropout_p, seed, Nk, flex=flex,
+                    seqlen_q=Nq)  # fmt: skip
     H_kv = var.heads_k
     shapes = (_out_shape(layout, B, Nq, H, d), _out_shape(layout, B, Nk, H_kv, d), _out_shape(layout, B, Nk, H_kv, d))
     grads = _backward((q_op, k_op, v_op, do_op, o_op), lse_arr, dims, causal, scale, var, allow_tf32, layout, shapes,
@@ -603,7 +613,7 @@ def flash_attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
     B = len(lens)
     flex = _flex(score_mod, None, block_mask, mod_args, B, H, max_q, max_k, False, lens)
     var = _Variants(q_op, k_op, B, H, causal, window_size, softcap, alibi_slopes, dropout_p, seed, max_k,
-                    varlen=True, flex=flex)  # fmt: skip
+                    varlen=True, flex=flex, seqlen_q=max_q)  # fmt: skip
     vdims = (B, max_q, max_k, H, d)
     out, lse = _forward(q_op, k_op, v_op, vdims, causal, scale, var, allow_tf32, "bshd", (total_q, H, d),
                         (H, total_q), (cu_q, cu_k), total_q, key)  # fmt: skip
@@ -640,7 +650,7 @@ def flash_attention_varlen_backward(dout, q, k, v, out, lse, cu_seqlens_q, cu_se
     allow_tf32 = A.check_flag("allow_tf32", allow_tf32)
     flex = _flex(score_mod, score_mod_grad, block_mask, mod_args, B, H, max_q, max_k, True, lens)
     var = _Variants(q_op, k_op, B, H, causal, window_size, softcap, alibi_slopes, dropout_p, seed, max_k,
-                    varlen=True, flex=flex)  # fmt: skip
+                    varlen=True, flex=flex, seqlen_q=max_q)  # fmt: skip
     shapes = ((total_q, H, d), (total_k, var.heads_k, d), (total_k, var.heads_k, d))
     grads = _backward((q_op, k_op, v_op, do_op, o_op), lse_arr, (B, max_q, max_k, H, d), causal, scale, var,
                       allow_tf32, "bshd", shapes, (cu_q, cu_k), total_q, key)  # fmt: skip

@@ -48,6 +48,7 @@ from dataclasses import dataclass
 
 from numba_flash import plan as P
 from numba_flash import variant as V
+from numba_flash.kernels import spec
 
 #: Roles whose rows are queries, and keys (what a block's rows are in a walk).
 QUERY_ROLES = ("q", "dout", "out", "lse", "delta", "stats", "dq")
@@ -185,15 +186,19 @@ def blocks_per_sm(launch, regs: int = REGS) -> int:
     return max(1, min(by_smem, 65536 // (launch.threads * regs), 2048 // launch.threads, 32))
 
 
-def _issue_order(launch, variant, heads_grid: int, batch: int, tiles: int) -> list:
+def _issue_order(launch, variant, heads_grid: int, batch: int, tiles: int, section: int = 0) -> list:
     """``(batch, head, row tile)`` of the blocks in the order the hardware starts them
-    (linear blockIdx, x fastest), with ``block_info.block_coords``' mapping."""
+    (linear blockIdx, x fastest), with ``block_info.block_coords``' mapping: a
+    heaviest-first grid's (head, batch) pairs ``section`` at a time (``l2_section``)."""
     keys_are_rows = launch.walk[2]
     if not variant.heaviest_first:
         return [(b, h, t) for b in range(batch) for h in range(heads_grid) for t in range(tiles)]
     reverse = (variant.causal or variant.window_right) != keys_are_rows  # as block_coords: F[CAUSAL] or F[HAS_RIGHT]
-    return [(b, h, tiles - 1 - p if reverse else p) for p in range(tiles) for b in range(batch)
-            for h in range(heads_grid)]  # fmt: skip
+    pairs = heads_grid * batch
+    width = section if 0 < section < pairs else pairs
+    return [(pair // heads_grid, pair % heads_grid, tiles - 1 - p if reverse else p)
+            for first in range(0, pairs, width) for p in range(tiles)
+            for pair in range(first, min(first + width, pairs))]  # fmt: skip
 
 
 def dram(pass_: str, dtype: str, batch: int, heads: int, seqlen_q: int, seqlen_k: int, head_dim: int,
@@ -221,6 +226,7 @@ def dram(pass_: str, dtype: str, batch: int, heads: int, seqlen_q: int, seqlen_k
                      allow_tf32, arch)  # fmt: skip
     d, h_kv = head_dim, heads_k or heads
     group = heads // h_kv
+    sections = spec.l2_sections(seqlen_q, seqlen_k, d, _ITEM[dtype], group, spec.DEFAULT_L2_BYTES)  # as the API's
     out = []
     for k, tiles_model in zip(plan.launches, modelled):
         if not k.walk:
@@ -236,7 +242,7 @@ def dram(pass_: str, dtype: str, batch: int, heads: int, seqlen_q: int, seqlen_k
         ranges = _tile_ranges(rows_tile, other_tile, keys_are_rows, seqlen_q, seqlen_k, win)
         tiles = len(ranges)
         slots = sms * blocks_per_sm(k, regs)
-        order = _issue_order(k, problem.variant, heads_grid, batch, tiles)
+        order = _issue_order(k, problem.variant, heads_grid, batch, tiles, sections[1 if keys_are_rows else 0])
         tile_bytes = other_tile * other_row
         cache = OrderedDict()  # (batch, head, tile) in L2, least recently used first
         misses = 0  # rows of the other axis read from DRAM

@@ -43,7 +43,10 @@ CLUSTER = 17  # split-KV's splits of a row tile as one thread-block cluster of t
 #: Positions in the ``params`` tuple (:func:`params`); every entry is 8 bytes wide
 #: (int64 or float64), as every other kernel parameter.
 GROUP, LEFT, RIGHT, SOFTCAP_VALUE, KEEP_THRESHOLD, SEED_K0, SEED_K1, KEEP_SCALE = range(8)
-PARAM_KINDS = ("int", "int", "int", "float", "int", "int", "int", "float")
+#: L2 sections of a heaviest-first grid (``kernels.spec.l2_sections``, ``block_info.l2_section``):
+#: (head, batch) positions a section, of grids whose rows are queries / keys; 0: one section.
+SECTION_Q, SECTION_K = 8, 9
+PARAM_KINDS = ("int", "int", "int", "float", "int", "int", "int", "float", "int", "int")
 
 
 @dataclass(frozen=True)
@@ -138,13 +141,13 @@ class Mods:
 
 
 def params(group=1, window=(-1, -1), causal=False, softcap=0.0, keep_threshold=1 << 16, seed_key=(0, 0),
-           keep_scale=1.0) -> tuple:
-    """The run-time ``params`` tuple of a call (positions ``GROUP`` … ``KEEP_SCALE``)."""
+           keep_scale=1.0, sections=(0, 0)) -> tuple:
+    """The run-time ``params`` tuple of a call (positions ``GROUP`` … ``SECTION_K``)."""
     left, right = window
     if causal:
         right = 0
     return (int(group), int(left), int(right), float(softcap), int(keep_threshold), int(seed_key[0]),
-            int(seed_key[1]), float(keep_scale))  # fmt: skip
+            int(seed_key[1]), float(keep_scale), int(sections[0]), int(sections[1]))  # fmt: skip
 
 
 def variant_args(device: int = 0) -> list:

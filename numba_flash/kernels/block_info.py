@@ -27,7 +27,7 @@ from __future__ import annotations
 from numba_flash._numba_cuda import cuda, device_function, int32
 from numba_flash.kernels.flex import COUNT, COUNT_T, ORDER, PAGES, SPLIT_AT, VISIT, VISIT_T
 from numba_flash.variant import (BLOCK_SPARSE, CAUSAL, CLUSTER, GQA, GROUP, HAS_LEFT, HAS_RIGHT, HEAVIEST_FIRST,
-                                  LEFT, PAGED, RIGHT, SPLIT, VARLEN)
+                                  LEFT, PAGED, RIGHT, SECTION_K, SECTION_Q, SPLIT, VARLEN)
 
 
 @device_function
@@ -48,7 +48,7 @@ def this_block(q, k, params, cu_q, cu_k, fx, BLOCK, F, KV_MAJOR):
     (:func:`kv_pages`), so ``k0`` is 0.  With split-KV (``F[SPLIT]``) the grid's batch
     axis is split-major over (split, sequence), and ``b`` is the split: the slot of
     out and lse it writes (:func:`walk_list` clips its key tiles)."""
-    t, h, seq = block_coords(fx, KV_MAJOR, F)
+    t, h, seq = block_coords(section_of(params, KV_MAJOR, F), fx, KV_MAJOR, F)
     return block_at(t, h, seq, q, k, params, cu_q, cu_k, fx, BLOCK, F, KV_MAJOR)
 
 
@@ -95,28 +95,42 @@ def split_of(z, fx, F):
 
 
 @device_function
-def block_coords(fx, KEYS_ARE_ROWS, F):
+def block_coords(section, fx, KEYS_ARE_ROWS, F):
     """``(row tile, head, batch)`` of this block (query tile, or key tile when
     ``KEYS_ARE_ROWS``; the KV head for the dK/dV kernels; the batch or varlen
     sequence).  The hardware starts blocks in linear blockIdx order (x fastest), so
     the last ones started should be short, or a long block finishes alone after the
     rest (the tail of the grid).  When row tiles differ in work (a bound, a block
     mask: ``Variant.heaviest_first``) the grid is (heads, batch, row tiles) and
-    position ``blockIdx.z`` runs for every head and sequence before the next, its row
-    tile the heaviest first: a block mask's ``ORDER`` (``fx``: its row tiles by list
-    length, longest first); under a right bound (causal) the last query tiles, which
-    see the most keys, and the first key tiles; under a left bound alone the reverse.
-    Otherwise the grid is (row tiles, heads, batch) and concurrent blocks share a
-    head's K and V in L2.  blockIdx only (no extra live registers)."""
-    return grid_coords(cuda.blockIdx.x, cuda.blockIdx.y, cuda.blockIdx.z, cuda.gridDim.z, fx, KEYS_ARE_ROWS, F)
+    position ``blockIdx.z`` runs for every head and sequence of an L2 section
+    (:func:`l2_section`, ``section`` (head, batch) positions: :func:`section_of`) before
+    the next, its row tile the heaviest first: a block mask's ``ORDER`` (``fx``: its row
+    tiles by list length, longest first); under a right bound (causal) the last query
+    tiles, which see the most keys, and the first key tiles; under a left bound alone
+    the reverse.  Otherwise the grid is (row tiles, heads, batch) and concurrent blocks
+    share a head's K and V in L2.  blockIdx only (no extra live registers)."""
+    return grid_coords(cuda.blockIdx.x, cuda.blockIdx.y, cuda.blockIdx.z, cuda.gridDim.x, cuda.gridDim.y,
+                       cuda.gridDim.z, section, fx, KEYS_ARE_ROWS, F)  # fmt: skip
 
 
 @device_function
-def grid_coords(x, y, z, gz, fx, KEYS_ARE_ROWS, F):
-    """:func:`block_coords` of the block at (x, y, z) of a grid of ``gz`` positions in z:
-    blockIdx, or a tile of a persistent kernel's virtual grid (:func:`linear_coords`)."""
+def section_of(params, KEYS_ARE_ROWS, F):
+    """The L2 section of a heaviest-first grid (``params[SECTION_Q]`` for query rows,
+    ``[SECTION_K]`` for key rows: ``spec.l2_sections``); 0 (one section) for other
+    grids, and for split-KV's, whose batch axis holds a row tile's splits (a cluster's
+    CTAs along z)."""
+    if not F[HEAVIEST_FIRST] or F[SPLIT] or F[CLUSTER]:
+        return 0
+    return params[SECTION_K] if KEYS_ARE_ROWS else params[SECTION_Q]
+
+
+@device_function
+def grid_coords(x, y, z, gx, gy, gz, section, fx, KEYS_ARE_ROWS, F):
+    """:func:`block_coords` of the block at (x, y, z) of a grid (gx, gy, gz): blockIdx,
+    or a tile of a persistent kernel's virtual grid (:func:`linear_coords`)."""
     if not F[HEAVIEST_FIRST]:
         return x, y, z
+    x, y, z = l2_section(x, y, z, gx, gy, gz, section)
     if F[BLOCK_SPARSE]:
         t = fx[ORDER][z]
     elif (F[CAUSAL] or F[HAS_RIGHT]) != KEYS_ARE_ROWS:  # causal queries, or a left bound's keys: the last tiles first
@@ -124,6 +138,32 @@ def grid_coords(x, y, z, gz, fx, KEYS_ARE_ROWS, F):
     else:
         t = z
     return t, x, y
+
+
+@device_function
+def l2_section(x, y, z, gx, gy, gz, section):
+    """Position (x, y, z) of a heaviest-first grid (heads, batch, row-tile positions),
+    started in linear order ``at = x + gx·(y + gy·z)``, as the (head, batch, position) it
+    runs when the gx·gy (head, batch) pairs are taken ``section`` at a time: the first
+    ``section·gz`` positions run every position of the first section's pairs (all their
+    row tiles, position by position: heaviest first within it), and so on, the last
+    section holding the rest.  Concurrent blocks then stream the K/V (or Q/dO) of a few
+    heads, which stay in L2 (``spec.l2_sections``).  A bijection of the grid; the
+    identity when one section holds every pair (``section`` ≥ gx·gy, or 0)."""
+    pairs = int32(gx * gy)
+    sec = int32(section)
+    if sec <= 0 or sec >= pairs:
+        return x, y, z
+    # int32: a grid's positions fit, and a 64-bit division is a call that spills in the producer warp
+    at = int32(x + gx * (y + gy * z))
+    span = sec * int32(gz)  # the grid positions of a whole section
+    s = at // span
+    r = at - s * span
+    width = min(sec, pairs - s * sec)  # the pairs of section s (the last may hold fewer)
+    p = r // width
+    pair = s * sec + r - p * width
+    yy = pair // int32(gx)
+    return pair - yy * int32(gx), yy, p
 
 
 @device_function
@@ -281,7 +321,7 @@ def walk_list(fx, seq, h, t, KEYS_ARE_ROWS, F):
     split_lo = 0
     split_hi = 0
     if F[SPLIT]:
-        split_lo = split_of(block_coords(fx, KEYS_ARE_ROWS, F)[2], fx, F)[0] * fx[SPLIT_AT][0]
+        split_lo = split_of(block_coords(0, fx, KEYS_ARE_ROWS, F)[2], fx, F)[0] * fx[SPLIT_AT][0]
         split_hi = split_lo + fx[SPLIT_AT][0]
     return n, row, staged, split_lo, split_hi
 

@@ -96,6 +96,37 @@ def _grid(tiles: int, heads: int, batch: int, heaviest_first: bool, name: str, b
     return (heads, batch, tiles)
 
 
+#: L2 bytes where no device says (the simulator, ``traffic``'s models): an H100's / H200's 50 MB.
+DEFAULT_L2_BYTES = 50 * 2**20
+
+#: The share of L2 one section's streamed tiles may take (the rest: the blocks' own rows,
+#: outputs, the next section's first tiles).
+L2_SECTION_SHARE = 3
+
+
+def l2_sections(seqlen_q: int, seqlen_k: int, head_dim: int, itemsize: int, group: int, l2_bytes: int) -> tuple:
+    """``(SECTION_Q, SECTION_K)`` of ``variant.params``: how many (head, batch) positions
+    of a heaviest-first grid run as one L2 section (``block_info.l2_section``).
+
+    A heaviest-first grid is (heads, batch, row tiles), so the blocks that run at once
+    hold the same row tile of every head: under causal each streams its own head's K and
+    V (keys: Q and dO), and 128 heads × 2 MiB of K/V (4096 keys, d = 128, fp16) do not
+    stay in a 50 MB L2: ``traffic.dram`` counts 4.56 GB of DRAM reads for the causal
+    forward at (4, 32, 4096, 128), 17× the 0.27 GB of the non-causal grid, whose row
+    tiles run fastest.  Split into sections of heads whose streamed tiles take at most
+    ``l2_bytes / L2_SECTION_SHARE``, each run heaviest first before the next (as
+    FlashAttention-3's scheduler swizzles heads by L2 size), the model counts 0.54 GB.
+
+    Query-row grids (forward, dQ) stream K and V, ``2·seqlen_k·d·itemsize`` bytes a KV
+    head shared by ``group`` consecutive query heads, so a section holds whole groups;
+    key-row grids (dK/dV, KV heads) stream Q and dO of the group's query heads.
+    Sections of one position are the floor (a head's tiles larger than the share)."""
+    share = l2_bytes // L2_SECTION_SHARE
+    kv_head = 2 * seqlen_k * head_dim * itemsize
+    q_group = 2 * group * seqlen_q * head_dim * itemsize
+    return group * max(1, share // max(kv_head, 1)), max(1, share // max(q_group, 1))
+
+
 def preprocess_grid(sz: Sizes, threads: int) -> tuple:
     """delta = rowsum(dO∘O): a thread per row of the arrays (varlen: the packed rows)."""
     return (cdiv(sz.rows_q, threads), sz.heads, sz.batch_arrays)

@@ -114,8 +114,8 @@ from numba_flash._numba_cuda import SIMULATOR, cuda, device_function, float32, k
 from numba_flash.config import tc_array_layout
 from numba_flash.kernels import fragments, pipeline, score, spec
 from numba_flash.kernels.block_info import (block_at, grid_coords, group_size, key_tiles, linear_coords,
-                                            query_grid_dims, query_tiles, read_walk_list, this_block, tile_at,
-                                            tile_partial, walk_range)
+                                            query_grid_dims, query_tiles, read_walk_list, section_of, this_block,
+                                            tile_at, tile_partial, walk_range)
 from numba_flash.kernels.hopper import (ATOM, SMEM_LIMIT, land_and_zero, load_rows, mn_chain, past_rows, rs_chain,
                                         ss_chain, tile_dim, wait_phase)
 from numba_flash.variant import CAUSAL, HAS_RIGHT, HEAVIEST_FIRST, VARLEN, Variant
@@ -510,12 +510,13 @@ def wgmma_bwd_kernel(t: WgmmaBwdTiles, variant: Variant, dtype: str):
         block ``item`` of the virtual grid (gx, gy, gz) instead (``block_info.linear_coords``)."""
         if PERSIST:
             x, y, z = linear_coords(item, gx, gy)
-            tt, hh, sq = grid_coords(x, y, z, gz, fx, KEYS_ARE_ROWS, F)
+            tt, hh, sq = grid_coords(x, y, z, gx, gy, gz, section_of(params, KEYS_ARE_ROWS, F), fx, KEYS_ARE_ROWS, F)
             start, b, h0, hk, q0, k0, mi, seq = block_at(tt, hh, sq, q, k, params, cu_q, cu_k, fx, ROWS, F,
                                                          KEYS_ARE_ROWS)  # fmt: skip
         elif LIGHT:  # the grid's key tiles from the last (the lightest under a right bound)
             tt, hh, sq = grid_coords(cuda.blockIdx.x, cuda.blockIdx.y, cuda.gridDim.z - 1 - cuda.blockIdx.z,
-                                     cuda.gridDim.z, fx, KEYS_ARE_ROWS, F)  # fmt: skip
+                                     cuda.gridDim.x, cuda.gridDim.y, cuda.gridDim.z,
+                                     section_of(params, KEYS_ARE_ROWS, F), fx, KEYS_ARE_ROWS, F)  # fmt: skip
             start, b, h0, hk, q0, k0, mi, seq = block_at(tt, hh, sq, q, k, params, cu_q, cu_k, fx, ROWS, F,
                                                          KEYS_ARE_ROWS)  # fmt: skip
         else:

@@ -162,7 +162,8 @@ from numba_flash.kernels import dropout, fragments, score, softmax, spec
 from numba_flash.kernels.hopper import (ATOM, SMEM_LIMIT, land_and_zero, load_page_boxes, load_rows, page_of_box,
                                         past_rows, rs_chain, ss_chain, sw128_desc, tile_dim, wait_phase)
 from numba_flash.kernels.block_info import (block_at, grid_coords, key_tiles, kv_pages, linear_coords, query_grid_dims,
-                                           read_walk_list, tile_at, tile_needs_mask, tile_partial, walk_range)
+                                            read_walk_list, section_of, tile_at, tile_needs_mask, tile_partial,
+                                            walk_range)
 from numba_flash.variant import ALIBI, DROPOUT, HEAVIEST_FIRST, PAGED, SOFTCAP, SPLIT, Variant
 
 _ALIGN = None if SIMULATOR else 1024  # a module global, so numba sees a literal; the simulator aligns by itself
@@ -590,7 +591,7 @@ def wgmma_forward_kernel(t: TcTiles, variant: Variant, dtype: str, persistent: b
         a sequence); the producer and the consumers walk the same."""
         n_tiles = gx * gy * gz
         x, y, z = linear_coords(min(tile, n_tiles - 1), gx, gy)
-        tm, th, tb = grid_coords(x, y, z, gz, fx, False, F)
+        tm, th, tb = grid_coords(x, y, z, gx, gy, gz, section_of(params, False, F), fx, False, F)
         start_m, b, h, hk, q0, k0, mi, seq = block_at(tm, th, tb, q, k, params, cu_q, cu_k, fx, BLOCK_M, F, False)
         # a block mask's list (the roles walk apart: not staged), or a split's key tiles (varlen: b is the split)
         vr = read_walk_list(fx, seq, h, tm, False, F, b if F[SPLIT] else 0)

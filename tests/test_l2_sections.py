@@ -1,0 +1,104 @@
+"""L2 sections of a heaviest-first grid (``block_info.l2_section``, ``spec.l2_sections``):
+the order is a bijection of the grid, the one ``traffic``'s DRAM model walks, and every
+kernel family computes the same numbers with the heads split into sections (a tiny L2
+forces several, the last one partial).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from conftest import SIMULATOR
+from test_variants import VARIANTS, check_variant
+from test_wgmma_backward import check_backward
+from test_wgmma_forward import check_forward
+
+from numba_flash import api, traffic
+from numba_flash._numba_cuda import cuda
+from numba_flash.kernels import spec
+from numba_flash.kernels.block_info import grid_coords
+from numba_flash.variant import Variant
+
+
+def test_sections_hold_whole_groups_and_shrink_with_the_heads_tiles():
+    """(4, 32, 4096, 128) fp16 in 50 MB: K and V are 2 MiB a head, so 8 heads a section
+    (16.7 MB); with GQA groups of 4, 8 KV heads (32 query heads); dK/dV's Q and dO of a
+    group of 4 are 8 MiB, 2 KV heads.  At least one, however long the sequence."""
+    l2 = 50 * 2**20
+    assert spec.l2_sections(4096, 4096, 128, 2, 1, l2) == (8, 8)
+    assert spec.l2_sections(4096, 4096, 128, 2, 4, l2) == (32, 2)
+    assert spec.l2_sections(2**20, 2**20, 256, 4, 2, l2) == (2, 1)
+
+
+@pytest.mark.parametrize("keys_are_rows", [False, True])
+@pytest.mark.parametrize("gx,gy,gz,section", [(3, 2, 4, 2), (3, 2, 4, 4), (5, 1, 3, 1), (2, 3, 5, 0), (2, 2, 3, 9)])
+def test_order_is_a_bijection_and_the_models(gx, gy, gz, section, keys_are_rows):
+    """Every block of a causal grid (heads gx, batch gy, tiles gz) gets its own (tile,
+    head, batch), in the order ``traffic._issue_order`` models: sections of ``section``
+    (head, batch) pairs (the last of (3, 2) in fours: two), heaviest tile first in each."""
+    F = Variant(causal=True).flags
+    n = gx * gy * gz
+
+    @cuda.jit
+    def coords(out, fx):
+        x, y, z = cuda.blockIdx.x, cuda.blockIdx.y, cuda.blockIdx.z
+        t, h, b = grid_coords(x, y, z, cuda.gridDim.x, cuda.gridDim.y, cuda.gridDim.z, section, fx,
+                              keys_are_rows, F)  # fmt: skip
+        at = x + cuda.gridDim.x * (y + cuda.gridDim.y * z)
+        out[at, 0], out[at, 1], out[at, 2] = b, h, t
+
+    out = np.full((n, 3), -1, np.int64)
+    d_out = cuda.to_device(out)
+    coords[(gx, gy, gz), 1](d_out, api._dummies(0)[2])
+    got = [tuple(int(c) for c in r) for r in d_out.copy_to_host()]
+    assert sorted(got) == sorted((b, h, t) for b in range(gy) for h in range(gx) for t in range(gz))
+    walk = type("Launch", (), {"walk": (64, 64, keys_are_rows)})
+    assert got == traffic._issue_order(walk, Variant(causal=True), gx, gy, gz, section)
+
+
+def test_sections_cut_the_models_causal_dram_reads():
+    """The DRAM model of the causal forward and dQ at (4, 32, 4096, 128): K and V
+    re-read by every wave without sections, read about once with them."""
+    (fwd,) = traffic.dram("forward", "float16", 4, 32, 4096, 4096, 128, causal=True)
+    (plain,) = traffic.dram("forward", "float16", 4, 32, 4096, 4096, 128)
+    assert fwd.read <= 2 * plain.read
+
+
+@pytest.fixture
+def tiny_l2(monkeypatch):
+    """An L2 of one byte: sections of one KV head's group (query rows) or one KV head (key rows)."""
+    monkeypatch.setattr(api, "l2_cache_bytes", lambda: 1)
+
+
+@pytest.mark.usefixtures("poisoned_outputs", "tiny_l2")
+@pytest.mark.parametrize("fam,name,Nq,Nk", [("fp32-blocked", "all", 40, 50), ("fp32-blocked", "window", 40, 30),
+                                            pytest.param("fp16", "gqa-causal", 70, 90, marks=pytest.mark.gpu)])
+def test_sectioned_variants(rng, fam, name, Nq, Nk):
+    """Two batches of 4 query heads over 2 KV heads, several row tiles: forward sections
+    of 2 query heads (4 of them), dK/dV's of 1 KV head (4), against the float64 reference
+    (a section order that dropped a tile leaves NaN: ``poisoned_outputs``)."""
+    check_variant(rng, fam, dict(VARIANTS[name], H=4, H_kv=2), B=2, Nq=Nq, Nk=Nk)
+
+
+@pytest.mark.usefixtures("poisoned_outputs", "tiny_l2")
+@pytest.mark.skipif(not SIMULATOR, reason="a simulator case; the GPU runs the sectioned Hopper tests at sizes")
+def test_sectioned_hopper_kernels(rng, monkeypatch):
+    """The Hopper forward and backward (their twins) with sections, GQA and causal: the
+    forward's persistent virtual grid and the backward's blocks go through them, two row
+    tiles a head (128 queries a forward tile, 128 keys a dK/dV tile)."""
+    monkeypatch.setenv("NUMBA_FLASH_WGMMA", "1")
+    check_forward(rng, "float16", 64, True, B=2, H=4, H_kv=2, Nq=150, Nk=140)
+    check_backward(rng, "bfloat16", 64, True, B=2, H=4, H_kv=2, Nq=140, Nk=150)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(SIMULATOR, reason="sections of a size the GPU's L2 makes: needs a CUDA device")
+@pytest.mark.usefixtures("poisoned_outputs")
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_sectioned_hopper_kernels_at_size(rng, dtype, monkeypatch):
+    """(2, 8 / 2 KV heads, 1000, 64) causal with a 1 MB L2: sections of 4 query heads
+    (forward) and 1 KV head (dK/dV), several of them and many blocks each."""
+    monkeypatch.setenv("NUMBA_FLASH_WGMMA", "1")
+    monkeypatch.setattr(api, "l2_cache_bytes", lambda: 2**20)
+    check_forward(rng, dtype, 64, True, B=2, H=8, H_kv=2, Nq=1000, Nk=1000)
+    check_backward(rng, dtype, 64, True, B=2, H=8, H_kv=2, Nq=1000, Nk=1000)
