@@ -225,12 +225,14 @@ class _Variants:
         self.features = V.variant_of(False, self.window, self.softcap, self.alibi is not None, self.dropout_p,
                                      varlen, self.group, self.flex.mods if self.flex else None)  # fmt: skip
         self.causal = causal
-        # a heaviest-first grid's L2 sections (none without ``seqlen_q``, a KV cache's calls, or
-        # with NUMBA_FLASH_L2_SECTIONS=off: every head in one, the order before session 32)
+        # a heaviest-first grid's L2 sections (none without ``seqlen_q``: a KV cache's calls);
+        # NUMBA_FLASH_L2_SECTIONS=off: every head in one, the order before session 32; =queries,
+        # =keys: the query-row (forward, dQ) or key-row (dK/dV) grids' only
         d = q_op.view.shape[-1]
-        sectioned = seqlen_q and os.environ.get("NUMBA_FLASH_L2_SECTIONS", "on") != "off"
-        self.sections = (spec.l2_sections(seqlen_q, seqlen_k, d, q_op.dtype.itemsize, self.group, l2_cache_bytes())
-                         if sectioned else (0, 0))  # fmt: skip
+        which = os.environ.get("NUMBA_FLASH_L2_SECTIONS", "on")
+        sq, sk = (spec.l2_sections(seqlen_q, seqlen_k, d, q_op.dtype.itemsize, self.group, l2_cache_bytes())
+                  if seqlen_q and which != "off" else (0, 0))  # fmt: skip
+        self.sections = (0 if which == "keys" else sq, 0 if which == "queries" else sk)
         self.params = self._params()
 
     def _params(self) -> tuple:

@@ -2,7 +2,10 @@
 forward and backward with ``NUMBA_FLASH_L2_SECTIONS=off`` (every head in one section, the
 order before session 32) and on (the default), with torch SDPA's cuDNN backend beside them.
 
-    python3 scripts/bench_sections_ab.py out.jsonl
+    python3 scripts/bench_sections_ab.py out.jsonl [--split]
+
+``--split``: ``SPLIT_CASES``, and a third setting, ``keys`` (the dK/dV grids' sections only),
+to tell which of the backward's kernels a change comes from.
 
 The sections are a run-time parameter: both orders run the same compiled kernels.  Per case
 the three are timed in turn over three rounds (``bench_table.median_ms``: 10 queued calls
@@ -27,6 +30,8 @@ CASES = [((4, 32, 32, 4096, 128), True, None), ((4, 16, 16, 4096, 128), True, No
          ((4, 32, 8, 4096, 128), True, None), ((1, 16, 16, 16384, 128), True, None),
          ((1, 16, 16, 16384, 128), True, (1024, 0)), ((4, 32, 32, 4096, 64), True, None),
          ((16, 32, 32, 1024, 64), True, None), ((4, 16, 16, 4096, 128), False, None)]  # fmt: skip
+SPLIT_CASES = [((4, 16, 16, 4096, 128), True, None), ((4, 32, 32, 4096, 64), True, None),
+               ((16, 32, 32, 1024, 64), True, None), ((4, 32, 32, 4096, 128), True, None)]  # fmt: skip
 ROUNDS = 3
 
 
@@ -37,9 +42,9 @@ def visible_pairs(N, causal, window):
     return N * (N + 1) // 2 if causal else N * N
 
 
-def main(path):
+def main(path, cases=CASES, settings=("off", "on")):
     rows = []
-    for (B, H, H_kv, N, d), causal, window in CASES:
+    for (B, H, H_kv, N, d), causal, window in cases:
         gen = cp.random.default_rng(3)
         q, dout = (gen.standard_normal((B, N, H, d), dtype=cp.float32).astype(cp.float16) for _ in range(2))
         k, v = (gen.standard_normal((B, N, H_kv, d), dtype=cp.float32).astype(cp.float16) for _ in range(2))
@@ -47,16 +52,16 @@ def main(path):
         out, lse = numba_flash.flash_attention(q, k, v, return_lse=True, **kw)
         ours = (lambda: numba_flash.flash_attention(q, k, v, **kw),
                 lambda: numba_flash.flash_attention_backward(dout, q, k, v, out, lse, **kw))
-        fns = {"off": ours, "on": ours}
+        fns = {x: ours for x in settings}
         if H == H_kv and window is None:
             fns["cudnn"] = sdpa_fns(q, k, v, dout, causal)["cudnn"]
         ms = {(n, p): [] for n in fns for p in (0, 1)}
-        for name in ("off", "on"):  # compiled and recorded under each setting
+        for name in settings:  # compiled and recorded under each setting
             os.environ["NUMBA_FLASH_L2_SECTIONS"] = name
             ours[0](), ours[1]()
         for _ in range(ROUNDS):
             for name, pair in fns.items():
-                os.environ["NUMBA_FLASH_L2_SECTIONS"] = "off" if name == "off" else "on"
+                os.environ["NUMBA_FLASH_L2_SECTIONS"] = "on" if name == "cudnn" else name
                 for p in (0, 1):
                     ms[name, p].append(median_ms(pair[p], calls=10, rep=5, warmup=1) if pair else float("nan"))
         med = {key: float(np.median(x)) for key, x in ms.items()}
@@ -85,7 +90,15 @@ def main(path):
             cells += [f"{off:.1f}", f"{on:.1f}", f"{on / off:.3f}", f"{on / cud:.3f}" if cud else "—"]
         mask = f"window {r['window']}" if r["window"] else ("causal" if r["causal"] else "none")
         print(f"| ({r['B']},{r['H']}/{r['H_kv']},{r['N']},{r['d']}) | {mask} | " + " | ".join(cells) + " |")
+    for x in settings[1:-1]:  # --split: the middle setting's backward against off and on
+        print(f"\nbackward TF/s with sections {x} only: / off, / on")
+        for r in rows:
+            print(f"({r['B']},{r['H']},{r['N']},{r['d']}): {r[f'bwd_{x}_tflops']:.1f}, "
+                  f"{r[f'bwd_{x}_tflops'] / r['bwd_off_tflops']:.3f}, {r[f'bwd_{x}_tflops'] / r['bwd_on_tflops']:.3f}")
 
 
 if __name__ == "__main__":
-    main(sys.argv[1])
+    if "--split" in sys.argv:
+        main(sys.argv[1], SPLIT_CASES, ("off", "keys", "on"))
+    else:
+        main(sys.argv[1])
