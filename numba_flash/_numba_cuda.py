@@ -163,20 +163,23 @@ def compute_capability() -> tuple:
 
 _CC: dict = {}
 
-def l2_cache_bytes() -> int:
-    """The current device's L2 size in bytes (``DEFAULT_L2_BYTES`` in the simulator),
-    which sizes a heaviest-first grid's L2 sections (``kernels.spec.l2_sections``)."""
-    from numba_flash.kernels.spec import DEFAULT_L2_BYTES
+def l2_cache() -> tuple:
+    """The current device's ``(L2 bytes, SMs)``, which size a heaviest-first grid's L2
+    sections (``kernels.spec.l2_sections``); an H100's / H200's (``DEFAULT_L2_BYTES``,
+    ``DEFAULT_SMS``) in the simulator."""
+    from numba_flash.kernels.spec import DEFAULT_L2_BYTES, DEFAULT_SMS
 
     if SIMULATOR:
-        return DEFAULT_L2_BYTES
+        return DEFAULT_L2_BYTES, DEFAULT_SMS
     import cupy
 
     dev = cupy.cuda.Device()
-    size = _L2.get(dev.id)
-    if size is None:
-        size = _L2[dev.id] = int(dev.attributes.get("L2CacheSize", DEFAULT_L2_BYTES))
-    return size
+    got = _L2.get(dev.id)
+    if got is None:
+        attrs = dev.attributes
+        got = _L2[dev.id] = (int(attrs.get("L2CacheSize", DEFAULT_L2_BYTES)),
+                             int(attrs.get("MultiProcessorCount", DEFAULT_SMS)))  # fmt: skip
+    return got
 
 
 _L2: dict = {}

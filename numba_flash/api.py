@@ -20,7 +20,7 @@ from numba_flash import _launch, _replay
 from numba_flash import plan as P
 from numba_flash import variant as V
 from numba_flash._launch import launch
-from numba_flash._numba_cuda import SIMULATOR, l2_cache_bytes, target_arch
+from numba_flash._numba_cuda import SIMULATOR, l2_cache, target_arch
 from numba_flash.kernels import spec
 from numba_flash.reference import keep_threshold, seed_key
 
@@ -212,7 +212,7 @@ class _Variants:
     """A call's checked variant arguments: the kernels' flags and run-time values."""
 
     def __init__(self, q_op, k_op, B, H, causal, window_size, softcap, alibi_slopes, dropout_p, seed, seqlen_k,
-                 varlen=False, flex=None, seqlen_q=0):  # fmt: skip
+                 varlen=False, flex=None, seqlen_q=0, pass_="forward"):  # fmt: skip
         # ``seqlen_k``: what FlashAttention-2 compares the window's sides with (``variant.fa2_window``)
         self.window = V.fa2_window(V.check_window(window_size), seqlen_k)
         self.softcap = V.check_softcap(softcap)
@@ -230,7 +230,7 @@ class _Variants:
         # =keys: the query-row (forward, dQ) or key-row (dK/dV) grids' only
         d = q_op.view.shape[-1]
         which = os.environ.get("NUMBA_FLASH_L2_SECTIONS", "on")
-        sq, sk = (spec.l2_sections(seqlen_q, seqlen_k, d, q_op.dtype.itemsize, self.group, l2_cache_bytes())
+        sq, sk = (spec.l2_sections(pass_, B, H, self.group, seqlen_q, seqlen_k, d, q_op.dtype.itemsize, *l2_cache())
                   if seqlen_q and which != "off" else (0, 0))  # fmt: skip
         self.sections = (0 if which == "keys" else sq, 0 if which == "queries" else sk)
         self.params = self._params()
@@ -561,7 +561,7 @@ def flash_attention_backward(dout, q, k, v, out, lse, *, causal=False, softmax_s
     allow_tf32 = A.check_flag("allow_tf32", allow_tf32)
     flex = _flex(score_mod, score_mod_grad, block_mask, mod_args, B, H, Nq, Nk, True)
     var = _Variants(q_op, k_op, B, H, causal, window_size, softcap, alibi_slopes, dropout_p, seed, Nk, flex=flex,
-                    seqlen_q=Nq)  # fmt: skip
+                    seqlen_q=Nq, pass_="backward")  # fmt: skip
     H_kv = var.heads_k
     shapes = (_out_shape(layout, B, Nq, H, d), _out_shape(layout, B, Nk, H_kv, d), _out_shape(layout, B, Nk, H_kv, d))
     grads = _backward((q_op, k_op, v_op, do_op, o_op), lse_arr, dims, causal, scale, var, allow_tf32, layout, shapes,
@@ -652,7 +652,7 @@ def flash_attention_varlen_backward(dout, q, k, v, out, lse, cu_seqlens_q, cu_se
     allow_tf32 = A.check_flag("allow_tf32", allow_tf32)
     flex = _flex(score_mod, score_mod_grad, block_mask, mod_args, B, H, max_q, max_k, True, lens)
     var = _Variants(q_op, k_op, B, H, causal, window_size, softcap, alibi_slopes, dropout_p, seed, max_k,
-                    varlen=True, flex=flex, seqlen_q=max_q)  # fmt: skip
+                    varlen=True, flex=flex, seqlen_q=max_q, pass_="backward")  # fmt: skip
     shapes = ((total_q, H, d), (total_k, var.heads_k, d), (total_k, var.heads_k, d))
     grads = _backward((q_op, k_op, v_op, do_op, o_op), lse_arr, (B, max_q, max_k, H, d), causal, scale, var,
                       allow_tf32, "bshd", shapes, (cu_q, cu_k), total_q, key)  # fmt: skip

@@ -226,7 +226,8 @@ def dram(pass_: str, dtype: str, batch: int, heads: int, seqlen_q: int, seqlen_k
                      allow_tf32, arch)  # fmt: skip
     d, h_kv = head_dim, heads_k or heads
     group = heads // h_kv
-    sections = spec.l2_sections(seqlen_q, seqlen_k, d, _ITEM[dtype], group, spec.DEFAULT_L2_BYTES)  # as the API's
+    sections = spec.l2_sections(pass_, batch, heads, group, seqlen_q, seqlen_k, d, _ITEM[dtype], spec.DEFAULT_L2_BYTES,
+                                spec.DEFAULT_SMS)  # as the API's on an H100 / H200
     out = []
     for k, tiles_model in zip(plan.launches, modelled):
         if not k.walk:

@@ -5,7 +5,8 @@ order before session 32) and on (the default), with torch SDPA's cuDNN backend b
     python3 scripts/bench_sections_ab.py out.jsonl [--split]
 
 ``--split``: ``SPLIT_CASES``, and a third setting, ``keys`` (the dK/dV grids' sections only),
-to tell which of the backward's kernels a change comes from.
+to tell which of the backward's kernels a change comes from.  ``--rule``: ``RULE_CASES`` only
+(where ``spec.l2_sections`` keeps the forward in one section, and where not).
 
 The sections are a run-time parameter: both orders run the same compiled kernels.  Per case
 the three are timed in turn over three rounds (``bench_table.median_ms``: 10 queued calls
@@ -32,6 +33,7 @@ CASES = [((4, 32, 32, 4096, 128), True, None), ((4, 16, 16, 4096, 128), True, No
          ((16, 32, 32, 1024, 64), True, None), ((4, 16, 16, 4096, 128), False, None)]  # fmt: skip
 SPLIT_CASES = [((4, 16, 16, 4096, 128), True, None), ((4, 32, 32, 4096, 64), True, None),
                ((16, 32, 32, 1024, 64), True, None), ((4, 32, 32, 4096, 128), True, None)]  # fmt: skip
+RULE_CASES = [((4, 16, 16, 4096, 128), True, None), ((4, 32, 32, 4096, 128), True, None)]
 ROUNDS = 3
 
 
@@ -100,5 +102,7 @@ def main(path, cases=CASES, settings=("off", "on")):
 if __name__ == "__main__":
     if "--split" in sys.argv:
         main(sys.argv[1], SPLIT_CASES, ("off", "keys", "on"))
+    elif "--rule" in sys.argv:
+        main(sys.argv[1], RULE_CASES)
     else:
         main(sys.argv[1])

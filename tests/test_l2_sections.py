@@ -20,14 +20,22 @@ from numba_flash.kernels.block_info import grid_coords
 from numba_flash.variant import Variant
 
 
-def test_sections_hold_whole_groups_and_shrink_with_the_heads_tiles():
-    """(4, 32, 4096, 128) fp16 in 50 MB: K and V are 2 MiB a head, so 8 heads a section
-    (16.7 MB); with GQA groups of 4, 8 KV heads (32 query heads); dK/dV's Q and dO of a
-    group of 4 are 8 MiB, 2 KV heads.  At least one, however long the sequence."""
-    l2 = 50 * 2**20
-    assert spec.l2_sections(4096, 4096, 128, 2, 1, l2) == (8, 8)
-    assert spec.l2_sections(4096, 4096, 128, 2, 4, l2) == (32, 2)
-    assert spec.l2_sections(2**20, 2**20, 256, 4, 2, l2) == (2, 1)
+def test_sections_where_the_heads_streamed_at_once_outgrow_l2():
+    """fp16 in a 50 MB L2 with 132 SMs.  (4, 32, 4096, 128): the 128 heads' K and V (2 MiB
+    each) streamed at once are 5 L2s, so the forward runs 8 heads a section (16.7 MB), and
+    so does the backward's dQ; dK/dV streams Q and dO of a KV head (2 MiB): 8 KV heads.
+    At 16 heads (2.6 L2s) the forward keeps one section, the backward's grids not; with
+    GQA groups of 4 the sections hold whole groups (32 query heads: 8 KV heads) and dK/dV
+    streams a group's Q and dO (8 MiB: 2 KV heads).  (16, 32, 1024, 64): 132 heads of
+    256 KiB at once fit, one section.  At least one group or KV head, however long."""
+    l2, sms = 50 * 2**20, 132
+    assert spec.l2_sections("forward", 4, 32, 1, 4096, 4096, 128, 2, l2, sms) == (8, 0)
+    assert spec.l2_sections("backward", 4, 32, 1, 4096, 4096, 128, 2, l2, sms) == (8, 8)
+    assert spec.l2_sections("forward", 4, 16, 1, 4096, 4096, 128, 2, l2, sms) == (0, 0)
+    assert spec.l2_sections("backward", 4, 16, 1, 4096, 4096, 128, 2, l2, sms) == (8, 8)
+    assert spec.l2_sections("backward", 4, 32, 4, 4096, 4096, 128, 2, l2, sms) == (32, 2)
+    assert spec.l2_sections("backward", 16, 32, 1, 1024, 1024, 64, 2, l2, sms) == (0, 0)
+    assert spec.l2_sections("backward", 1, 2, 2, 2**20, 2**20, 256, 4, l2, sms) == (2, 1)
 
 
 @pytest.mark.parametrize("keys_are_rows", [False, True])
@@ -57,8 +65,8 @@ def test_order_is_a_bijection_and_the_models(gx, gy, gz, section, keys_are_rows)
 
 
 def test_sections_cut_the_models_causal_dram_reads():
-    """The DRAM model of the causal forward and dQ at (4, 32, 4096, 128): K and V
-    re-read by every wave without sections, read about once with them."""
+    """The DRAM model of the causal forward at (4, 32, 4096, 128), which runs in sections:
+    K and V re-read by every wave without them (4.56 GB), read about once with them."""
     (fwd,) = traffic.dram("forward", "float16", 4, 32, 4096, 4096, 128, causal=True)
     (plain,) = traffic.dram("forward", "float16", 4, 32, 4096, 4096, 128)
     assert fwd.read <= 2 * plain.read
@@ -67,15 +75,15 @@ def test_sections_cut_the_models_causal_dram_reads():
 @pytest.fixture
 def tiny_l2(monkeypatch):
     """An L2 of one byte: sections of one KV head's group (query rows) or one KV head (key rows)."""
-    monkeypatch.setattr(api, "l2_cache_bytes", lambda: 1)
+    monkeypatch.setattr(api, "l2_cache", lambda: (1, 132))
 
 
 @pytest.mark.usefixtures("poisoned_outputs", "tiny_l2")
 @pytest.mark.parametrize("fam,name,Nq,Nk", [("fp32-blocked", "all", 40, 50), ("fp32-blocked", "window", 40, 30),
                                             pytest.param("fp16", "gqa-causal", 70, 90, marks=pytest.mark.gpu)])
 def test_sectioned_variants(rng, fam, name, Nq, Nk):
-    """Two batches of 4 query heads over 2 KV heads, several row tiles: forward sections
-    of 2 query heads (4 of them), dK/dV's of 1 KV head (4), against the float64 reference
+    """Two batches of 4 query heads over 2 KV heads, several row tiles: forward and dQ
+    sections of 2 query heads (4 of them), dK/dV's of 1 KV head (4), against the float64 reference
     (a section order that dropped a tile leaves NaN: ``poisoned_outputs``)."""
     check_variant(rng, fam, dict(VARIANTS[name], H=4, H_kv=2), B=2, Nq=Nq, Nk=Nk)
 
@@ -96,9 +104,10 @@ def test_sectioned_hopper_kernels(rng, monkeypatch):
 @pytest.mark.usefixtures("poisoned_outputs")
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
 def test_sectioned_hopper_kernels_at_size(rng, dtype, monkeypatch):
-    """(2, 8 / 2 KV heads, 1000, 64) causal with a 1 MB L2: sections of 4 query heads
-    (forward) and 1 KV head (dK/dV), several of them and many blocks each."""
+    """(2, 8 / 2 KV heads, 1000, 64) causal with a 256 KiB L2: sections of 4 query heads
+    (forward, dQ: a KV head's group) and 1 KV head (dK/dV), several of them and many
+    blocks each."""
     monkeypatch.setenv("NUMBA_FLASH_WGMMA", "1")
-    monkeypatch.setattr(api, "l2_cache_bytes", lambda: 2**20)
+    monkeypatch.setattr(api, "l2_cache", lambda: (2**18, 132))
     check_forward(rng, dtype, 64, True, B=2, H=8, H_kv=2, Nq=1000, Nk=1000)
     check_backward(rng, dtype, 64, True, B=2, H=8, H_kv=2, Nq=1000, Nk=1000)

@@ -96,35 +96,53 @@ def _grid(tiles: int, heads: int, batch: int, heaviest_first: bool, name: str, b
     return (heads, batch, tiles)
 
 
-#: L2 bytes where no device says (the simulator, ``traffic``'s models): an H100's / H200's 50 MB.
-DEFAULT_L2_BYTES = 50 * 2**20
+#: L2 bytes and SMs where no device says (the simulator, ``traffic``'s models): an H100's / H200's.
+DEFAULT_L2_BYTES, DEFAULT_SMS = 50 * 2**20, 132
 
 #: The share of L2 one section's streamed tiles may take (the rest: the blocks' own rows,
 #: outputs, the next section's first tiles).
 L2_SECTION_SHARE = 3
+#: The forward's grid runs in sections only when the heads its blocks stream at once hold
+#: more than this many L2s (the backward's grids: more than one).
+FORWARD_SECTIONS_OVER = 3
 
 
-def l2_sections(seqlen_q: int, seqlen_k: int, head_dim: int, itemsize: int, group: int, l2_bytes: int) -> tuple:
+def l2_sections(pass_: str, batch: int, heads: int, group: int, seqlen_q: int, seqlen_k: int, head_dim: int,
+                itemsize: int, l2_bytes: int, sms: int) -> tuple:  # fmt: skip
     """``(SECTION_Q, SECTION_K)`` of ``variant.params``: how many (head, batch) positions
-    of a heaviest-first grid run as one L2 section (``block_info.l2_section``).
+    of a heaviest-first grid run as one L2 section (``block_info.l2_section``); 0 for one
+    section (the plain heaviest-first order).
 
     A heaviest-first grid is (heads, batch, row tiles), so the blocks that run at once
-    hold the same row tile of every head: under causal each streams its own head's K and
-    V (keys: Q and dO), and 128 heads × 2 MiB of K/V (4096 keys, d = 128, fp16) do not
-    stay in a 50 MB L2: ``traffic.dram`` counts 4.56 GB of DRAM reads for the causal
-    forward at (4, 32, 4096, 128), 17× the 0.27 GB of the non-causal grid, whose row
-    tiles run fastest.  Split into sections of heads whose streamed tiles take at most
-    ``l2_bytes / L2_SECTION_SHARE``, each run heaviest first before the next (as
-    FlashAttention-3's scheduler swizzles heads by L2 size), the model counts 0.54 GB.
+    hold the same row tile of up to ``sms`` heads: under causal each streams its own
+    head's K and V (keys: Q and dO).  At (4, 32, 4096, 128) fp16 that is 128 heads × 2 MiB
+    of K/V, 5× a 50 MB L2: ``traffic.dram`` counts 4.56 GB of DRAM reads for the causal
+    forward, 17× the 0.27 GB of the non-causal grid, whose row tiles run fastest, and
+    the H100 ran it at 360 TF/s against 495 at 16 heads.  Split into sections of heads
+    whose streamed tiles take at most ``l2_bytes / L2_SECTION_SHARE``, each run heaviest
+    first before the next (as FlashAttention-3's scheduler swizzles heads by L2 size),
+    the model counts 0.54 GB and the forward ran 1.32× / 1.36× (two runs, session 32).
+
+    Where the heads streamed at once hold 2.6 L2s (128 MB: (4, 16, 4096, 128),
+    (4, 32, 4096, 64), (1, 16, 16384, 128)), sections made the forward 1–4.5% slower and
+    the backward 1.07–1.10× faster (its dQ grid most, dK/dV's 1.02–1.03×); at 33 MB
+    ((16, 32, 1024, 64): 132 heads of 256 KiB) both slower (dK/dV 0.96×).  So the forward
+    takes sections over ``FORWARD_SECTIONS_OVER`` L2s, the backward's grids over one.
 
     Query-row grids (forward, dQ) stream K and V, ``2·seqlen_k·d·itemsize`` bytes a KV
     head shared by ``group`` consecutive query heads, so a section holds whole groups;
     key-row grids (dK/dV, KV heads) stream Q and dO of the group's query heads.
-    Sections of one position are the floor (a head's tiles larger than the share)."""
+    Sections of one group or KV head are the floor (a head's tiles larger than the share)."""
     share = l2_bytes // L2_SECTION_SHARE
     kv_head = 2 * seqlen_k * head_dim * itemsize
     q_group = 2 * group * seqlen_q * head_dim * itemsize
-    return group * max(1, share // max(kv_head, 1)), max(1, share // max(q_group, 1))
+    kv_pairs = batch * (heads // group)
+    over = FORWARD_SECTIONS_OVER if pass_ == "forward" else 1
+    at_once_q = max(1, min(batch * heads, sms) // group) * kv_head  # the K/V the forward's or dQ's blocks stream
+    at_once_k = min(kv_pairs, sms) * q_group  # the Q/dO dK/dV's blocks stream
+    section_q = group * max(1, share // max(kv_head, 1)) if at_once_q > over * l2_bytes else 0
+    section_k = max(1, share // max(q_group, 1)) if pass_ != "forward" and at_once_k > l2_bytes else 0
+    return section_q, section_k
 
 
 def preprocess_grid(sz: Sizes, threads: int) -> tuple:
