@@ -243,7 +243,8 @@ def dram(pass_: str, dtype: str, batch: int, heads: int, seqlen_q: int, seqlen_k
         ranges = _tile_ranges(rows_tile, other_tile, keys_are_rows, seqlen_q, seqlen_k, win)
         tiles = len(ranges)
         slots = sms * blocks_per_sm(k, regs)
-        order = _issue_order(k, problem.variant, heads_grid, batch, tiles, sections[1 if keys_are_rows else 0])
+        section = sections[1 if keys_are_rows else 0] if k.name.startswith("wgmma") else 0  # the Hopper kernels'
+        order = _issue_order(k, problem.variant, heads_grid, batch, tiles, section)
         tile_bytes = other_tile * other_row
         cache = OrderedDict()  # (batch, head, tile) in L2, least recently used first
         misses = 0  # rows of the other axis read from DRAM

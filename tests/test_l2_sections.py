@@ -1,7 +1,7 @@
 """L2 sections of a heaviest-first grid (``block_info.l2_section``, ``spec.l2_sections``):
-the order is a bijection of the grid, the one ``traffic``'s DRAM model walks, and every
-kernel family computes the same numbers with the heads split into sections (a tiny L2
-forces several, the last one partial).
+the order is a bijection of the grid, the one ``traffic``'s DRAM model walks, and the
+Hopper kernels compute the same numbers with the heads split into sections (a tiny L2
+forces several); the other families keep one.
 """
 
 from __future__ import annotations
@@ -65,11 +65,15 @@ def test_order_is_a_bijection_and_the_models(gx, gy, gz, section, keys_are_rows)
 
 
 def test_sections_cut_the_models_causal_dram_reads():
-    """The DRAM model of the causal forward at (4, 32, 4096, 128), which runs in sections:
-    K and V re-read by every wave without them (4.56 GB), read about once with them."""
-    (fwd,) = traffic.dram("forward", "float16", 4, 32, 4096, 4096, 128, causal=True)
-    (plain,) = traffic.dram("forward", "float16", 4, 32, 4096, 4096, 128)
-    assert fwd.read <= 2 * plain.read
+    """The DRAM model of the causal forward at (4, 32, 4096, 128): the Hopper kernel runs
+    in sections and reads K and V about once (0.54 GB, within 2× the non-causal grid's);
+    the mma.sync kernel keeps one section and its waves read them again (4.4 GB)."""
+    hopper = (9, 0, "a")
+    (fwd,) = traffic.dram("forward", "float16", 4, 32, 4096, 4096, 128, causal=True, arch=hopper)
+    (plain,) = traffic.dram("forward", "float16", 4, 32, 4096, 4096, 128, arch=hopper)
+    assert fwd.name == "wgmma_forward" and fwd.read <= 2 * plain.read
+    (mma,) = traffic.dram("forward", "float16", 4, 32, 4096, 4096, 128, causal=True, arch=(9, 0))
+    assert mma.name == "tc_forward" and mma.read > 5 * fwd.read
 
 
 @pytest.fixture
@@ -79,24 +83,31 @@ def tiny_l2(monkeypatch):
 
 
 @pytest.mark.usefixtures("poisoned_outputs", "tiny_l2")
-@pytest.mark.parametrize("fam,name,Nq,Nk", [("fp32-blocked", "all", 40, 50), ("fp32-blocked", "window", 40, 30),
-                                            pytest.param("fp16", "gqa-causal", 70, 90, marks=pytest.mark.gpu)])
-def test_sectioned_variants(rng, fam, name, Nq, Nk):
-    """Two batches of 4 query heads over 2 KV heads, several row tiles: forward and dQ
-    sections of 2 query heads (4 of them), dK/dV's of 1 KV head (4), against the float64 reference
+@pytest.mark.skipif(not SIMULATOR, reason="a simulator case; the GPU runs the sectioned Hopper tests at sizes")
+def test_sectioned_hopper_forward(rng, monkeypatch):
+    """The Hopper forward's twin with sections of one group (2 query heads; 4 sections),
+    GQA and causal, two query tiles a head: its persistent virtual grid goes through them
     (a section order that dropped a tile leaves NaN: ``poisoned_outputs``)."""
-    check_variant(rng, fam, dict(VARIANTS[name], H=4, H_kv=2), B=2, Nq=Nq, Nk=Nk)
+    monkeypatch.setenv("NUMBA_FLASH_WGMMA", "1")
+    check_forward(rng, "float16", 64, True, B=2, H=4, H_kv=2, Nq=150, Nk=140)
 
 
 @pytest.mark.usefixtures("poisoned_outputs", "tiny_l2")
 @pytest.mark.skipif(not SIMULATOR, reason="a simulator case; the GPU runs the sectioned Hopper tests at sizes")
-def test_sectioned_hopper_kernels(rng, monkeypatch):
-    """The Hopper forward and backward (their twins) with sections, GQA and causal: the
-    forward's persistent virtual grid and the backward's blocks go through them, two row
-    tiles a head (128 queries a forward tile, 128 keys a dK/dV tile)."""
+@pytest.mark.parametrize("persistent", ["0", "on"])
+def test_sectioned_hopper_backward(rng, monkeypatch, persistent):
+    """The Hopper backward's twins with sections (dQ: 2 query heads, dK/dV: 1 KV head; 4
+    each), two key tiles a head, a block a tile and the persistent dK/dV kernel."""
     monkeypatch.setenv("NUMBA_FLASH_WGMMA", "1")
-    check_forward(rng, "float16", 64, True, B=2, H=4, H_kv=2, Nq=150, Nk=140)
+    monkeypatch.setenv("NUMBA_FLASH_WGMMA_BWD_PERSISTENT", persistent)
     check_backward(rng, "bfloat16", 64, True, B=2, H=4, H_kv=2, Nq=140, Nk=150)
+
+
+@pytest.mark.usefixtures("poisoned_outputs", "tiny_l2")
+def test_other_families_keep_one_section(rng):
+    """The mma.sync and fp32 kernels keep the plain heaviest-first order (``block_coords``:
+    the computed coordinates cost them a register): correct with the sections passed."""
+    check_variant(rng, "fp32-blocked", dict(VARIANTS["all"], H=4, H_kv=2), B=2, Nq=40, Nk=50)
 
 
 @pytest.mark.gpu

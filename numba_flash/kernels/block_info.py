@@ -48,7 +48,7 @@ def this_block(q, k, params, cu_q, cu_k, fx, BLOCK, F, KV_MAJOR):
     (:func:`kv_pages`), so ``k0`` is 0.  With split-KV (``F[SPLIT]``) the grid's batch
     axis is split-major over (split, sequence), and ``b`` is the split: the slot of
     out and lse it writes (:func:`walk_list` clips its key tiles)."""
-    t, h, seq = block_coords(section_of(params, KV_MAJOR, F), fx, KV_MAJOR, F)
+    t, h, seq = block_coords(fx, KV_MAJOR, F)
     return block_at(t, h, seq, q, k, params, cu_q, cu_k, fx, BLOCK, F, KV_MAJOR)
 
 
@@ -95,30 +95,33 @@ def split_of(z, fx, F):
 
 
 @device_function
-def block_coords(section, fx, KEYS_ARE_ROWS, F):
+def block_coords(fx, KEYS_ARE_ROWS, F):
     """``(row tile, head, batch)`` of this block (query tile, or key tile when
     ``KEYS_ARE_ROWS``; the KV head for the dK/dV kernels; the batch or varlen
     sequence).  The hardware starts blocks in linear blockIdx order (x fastest), so
     the last ones started should be short, or a long block finishes alone after the
     rest (the tail of the grid).  When row tiles differ in work (a bound, a block
     mask: ``Variant.heaviest_first``) the grid is (heads, batch, row tiles) and
-    position ``blockIdx.z`` runs for every head and sequence of an L2 section
-    (:func:`l2_section`, ``section`` (head, batch) positions: :func:`section_of`) before
-    the next, its row tile the heaviest first: a block mask's ``ORDER`` (``fx``: its row
-    tiles by list length, longest first); under a right bound (causal) the last query
-    tiles, which see the most keys, and the first key tiles; under a left bound alone
-    the reverse.  Otherwise the grid is (row tiles, heads, batch) and concurrent blocks
-    share a head's K and V in L2.  blockIdx only (no extra live registers)."""
+    position ``blockIdx.z`` runs for every head and sequence before the next, its row
+    tile the heaviest first: a block mask's ``ORDER`` (``fx``: its row tiles by list
+    length, longest first); under a right bound (causal) the last query tiles, which see
+    the most keys, and the first key tiles; under a left bound alone the reverse.
+    Otherwise the grid is (row tiles, heads, batch) and concurrent blocks share a head's
+    K and V in L2.  blockIdx only (no extra live registers): the heads in one L2 section.
+    The Hopper kernels take their tiles through :func:`grid_coords` with the call's
+    sections (:func:`section_of`), where they were measured; on the mma.sync kernels the
+    computed coordinates cost a register (the sm_80 d = 128 causal dK/dV kernel at 255,
+    28 bytes spilled under nvJitLink 13.5)."""
     return grid_coords(cuda.blockIdx.x, cuda.blockIdx.y, cuda.blockIdx.z, cuda.gridDim.x, cuda.gridDim.y,
-                       cuda.gridDim.z, section, fx, KEYS_ARE_ROWS, F)  # fmt: skip
+                       cuda.gridDim.z, 0, fx, KEYS_ARE_ROWS, F)  # fmt: skip
 
 
 @device_function
 def section_of(params, KEYS_ARE_ROWS, F):
-    """The L2 section of a heaviest-first grid (``params[SECTION_Q]`` for query rows,
-    ``[SECTION_K]`` for key rows: ``spec.l2_sections``); 0 (one section) for other
-    grids, and for split-KV's, whose batch axis holds a row tile's splits (a cluster's
-    CTAs along z)."""
+    """The L2 section of a Hopper kernel's heaviest-first grid (``params[SECTION_Q]`` for
+    query rows, ``[SECTION_K]`` for key rows: ``spec.l2_sections``); 0 (one section) for
+    other grids, and for split-KV's, whose batch axis holds a row tile's splits (a
+    cluster's CTAs along z)."""
     if not F[HEAVIEST_FIRST] or F[SPLIT] or F[CLUSTER]:
         return 0
     return params[SECTION_K] if KEYS_ARE_ROWS else params[SECTION_Q]
@@ -321,7 +324,7 @@ def walk_list(fx, seq, h, t, KEYS_ARE_ROWS, F):
     split_lo = 0
     split_hi = 0
     if F[SPLIT]:
-        split_lo = split_of(block_coords(0, fx, KEYS_ARE_ROWS, F)[2], fx, F)[0] * fx[SPLIT_AT][0]
+        split_lo = split_of(block_coords(fx, KEYS_ARE_ROWS, F)[2], fx, F)[0] * fx[SPLIT_AT][0]
         split_hi = split_lo + fx[SPLIT_AT][0]
     return n, row, staged, split_lo, split_hi
 

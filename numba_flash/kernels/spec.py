@@ -121,13 +121,15 @@ def l2_sections(pass_: str, batch: int, heads: int, group: int, seqlen_q: int, s
     the H100 ran it at 360 TF/s against 495 at 16 heads.  Split into sections of heads
     whose streamed tiles take at most ``l2_bytes / L2_SECTION_SHARE``, each run heaviest
     first before the next (as FlashAttention-3's scheduler swizzles heads by L2 size),
-    the model counts 0.54 GB and the forward ran 1.32× / 1.36× (two runs, session 32).
+    the model counts 0.54 GB and the H100 ran the forward 1.25–1.36× (three runs,
+    docs/benchmarks/2026-12-06-s32), the backward 1.06–1.17×.
 
     Where the heads streamed at once hold 2.6 L2s (128 MB: (4, 16, 4096, 128),
-    (4, 32, 4096, 64), (1, 16, 16384, 128)), sections made the forward 1–4.5% slower and
-    the backward 1.07–1.10× faster (its dQ grid most, dK/dV's 1.02–1.03×); at 33 MB
-    ((16, 32, 1024, 64): 132 heads of 256 KiB) both slower (dK/dV 0.96×).  So the forward
-    takes sections over ``FORWARD_SECTIONS_OVER`` L2s, the backward's grids over one.
+    (4, 32, 4096, 64), (1, 16, 16384, 128)), the backward ran 1.06–1.10× with sections
+    (its dQ grid most, dK/dV's 1.02–1.03×) and the forward 0.95–0.99×, within the noise
+    of an A/B of two identical settings (0.946); at 33 MB ((16, 32, 1024, 64): 132 heads
+    of 256 KiB) both ran slower (dK/dV 0.96×).  So the forward takes sections over
+    ``FORWARD_SECTIONS_OVER`` L2s, where they measured faster, the backward's grids over one.
 
     Query-row grids (forward, dQ) stream K and V, ``2·seqlen_k·d·itemsize`` bytes a KV
     head shared by ``group`` consecutive query heads, so a section holds whole groups;

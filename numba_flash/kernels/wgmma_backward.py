@@ -513,14 +513,13 @@ def wgmma_bwd_kernel(t: WgmmaBwdTiles, variant: Variant, dtype: str):
             tt, hh, sq = grid_coords(x, y, z, gx, gy, gz, section_of(params, KEYS_ARE_ROWS, F), fx, KEYS_ARE_ROWS, F)
             start, b, h0, hk, q0, k0, mi, seq = block_at(tt, hh, sq, q, k, params, cu_q, cu_k, fx, ROWS, F,
                                                          KEYS_ARE_ROWS)  # fmt: skip
-        elif LIGHT:  # the grid's key tiles from the last (the lightest under a right bound)
-            tt, hh, sq = grid_coords(cuda.blockIdx.x, cuda.blockIdx.y, cuda.gridDim.z - 1 - cuda.blockIdx.z,
-                                     cuda.gridDim.x, cuda.gridDim.y, cuda.gridDim.z,
-                                     section_of(params, KEYS_ARE_ROWS, F), fx, KEYS_ARE_ROWS, F)  # fmt: skip
+        else:  # LIGHT: the grid's key tiles from the last (the lightest under a right bound)
+            z = cuda.gridDim.z - 1 - cuda.blockIdx.z if LIGHT else cuda.blockIdx.z
+            tt, hh, sq = grid_coords(cuda.blockIdx.x, cuda.blockIdx.y, z, cuda.gridDim.x, cuda.gridDim.y,
+                                     cuda.gridDim.z, section_of(params, KEYS_ARE_ROWS, F), fx, KEYS_ARE_ROWS,
+                                     F)  # fmt: skip
             start, b, h0, hk, q0, k0, mi, seq = block_at(tt, hh, sq, q, k, params, cu_q, cu_k, fx, ROWS, F,
                                                          KEYS_ARE_ROWS)  # fmt: skip
-        else:
-            start, b, h0, hk, q0, k0, mi, seq = this_block(q, k, params, cu_q, cu_k, fx, ROWS, F, KEYS_ARE_ROWS)
         if KEYS_ARE_ROWS:
             lo, hi = query_tiles(start, BLOCK_M, BLOCK_N, mi)
             if start >= mi[1]:  # varlen: a block past its sequence's keys walks nothing
