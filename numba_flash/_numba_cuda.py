@@ -163,6 +163,7 @@ def compute_capability() -> tuple:
 
 _CC: dict = {}
 
+
 def l2_cache() -> tuple:
     """The current device's ``(L2 bytes, SMs)``, which size a heaviest-first grid's L2
     sections (``kernels.spec.l2_sections``); an H100's / H200's (``DEFAULT_L2_BYTES``,

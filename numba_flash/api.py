@@ -230,6 +230,8 @@ class _Variants:
         # =keys: the query-row (forward, dQ) or key-row (dK/dV) grids' only
         d = q_op.view.shape[-1]
         which = os.environ.get("NUMBA_FLASH_L2_SECTIONS", "on")
+        if which not in ("on", "off", "queries", "keys"):
+            raise ValueError(f"NUMBA_FLASH_L2_SECTIONS={which!r}: expected on, off, queries or keys")
         sq, sk = (spec.l2_sections(pass_, B, H, self.group, seqlen_q, seqlen_k, d, q_op.dtype.itemsize, *l2_cache())
                   if seqlen_q and which != "off" else (0, 0))  # fmt: skip
         self.sections = (0 if which == "keys" else sq, 0 if which == "queries" else sk)

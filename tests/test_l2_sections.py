@@ -122,3 +122,14 @@ def test_sectioned_hopper_kernels_at_size(rng, dtype, monkeypatch):
     monkeypatch.setattr(api, "l2_cache", lambda: (2**18, 132))
     check_forward(rng, dtype, 64, True, B=2, H=8, H_kv=2, Nq=1000, Nk=1000)
     check_backward(rng, dtype, 64, True, B=2, H=8, H_kv=2, Nq=1000, Nk=1000)
+
+
+def test_a_bad_sections_switch_is_named(monkeypatch):
+    """``NUMBA_FLASH_L2_SECTIONS`` takes on, off, queries or keys; another value is a
+    ValueError naming the variable, before any launch."""
+    import numba_flash
+
+    monkeypatch.setenv("NUMBA_FLASH_L2_SECTIONS", "sideways")
+    q = np.ones((1, 3, 1, 8), np.float32)
+    with pytest.raises(ValueError, match="NUMBA_FLASH_L2_SECTIONS='sideways': expected on, off, queries or keys"):
+        numba_flash.flash_attention(q, q, q, causal=True)
