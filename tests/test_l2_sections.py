@@ -94,12 +94,11 @@ def test_sectioned_hopper_forward(rng, monkeypatch):
 
 @pytest.mark.usefixtures("poisoned_outputs", "tiny_l2")
 @pytest.mark.skipif(not SIMULATOR, reason="a simulator case; the GPU runs the sectioned Hopper tests at sizes")
-@pytest.mark.parametrize("persistent", ["0", "on"])
-def test_sectioned_hopper_backward(rng, monkeypatch, persistent):
+def test_sectioned_hopper_backward(rng, monkeypatch):
     """The Hopper backward's twins with sections (dQ: 2 query heads, dK/dV: 1 KV head; 4
-    each), two key tiles a head, a block a tile and the persistent dK/dV kernel."""
+    each), two key tiles a head (the opt-in persistent and ordered-dQ dK/dV kernels keep
+    one section: ``wgmma_backward``'s ``SECTIONED``)."""
     monkeypatch.setenv("NUMBA_FLASH_WGMMA", "1")
-    monkeypatch.setenv("NUMBA_FLASH_WGMMA_BWD_PERSISTENT", persistent)
     check_backward(rng, "bfloat16", 64, True, B=2, H=4, H_kv=2, Nq=140, Nk=150)
 
 
