@@ -70,6 +70,16 @@ def test_judge_lse_of_half_inputs(dtype):
     assert not C.judge("lse", dtype, nan, ref).passed
 
 
+def test_judge_lse_near_zero_is_judged_on_the_scores_scale():
+    """One key whose score nearly cancels: lse 0.00175 off by 3.26e-8 (a CI run's case, fp32
+    N = 1, d = 16) is 1.9e-5 of itself but 3.3e-8 of the scores' scale, 1: it passes; an
+    error of 2e-5 still fails."""
+    ref = np.array([[[0.00175]]])
+    r = C.judge("lse", "float32", ref + 3.26e-8, ref)
+    assert r.passed and r.rel == pytest.approx(3.26e-8), r
+    assert not C.judge("lse", "float32", ref + 2e-5, ref).passed
+
+
 def test_judge_out_of_half_inputs_still_needs_its_baseline():
     ref = np.ones((1, 3, 1, 8))
     with pytest.raises(ValueError, match="same-dtype"):
