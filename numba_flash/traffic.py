@@ -243,9 +243,9 @@ def dram(pass_: str, dtype: str, batch: int, heads: int, seqlen_q: int, seqlen_k
         ranges = _tile_ranges(rows_tile, other_tile, keys_are_rows, seqlen_q, seqlen_k, win)
         tiles = len(ranges)
         slots = sms * blocks_per_sm(k, regs)
-        # the Hopper kernels' sections, but in the opt-in persistent and ordered-dQ dK/dV kernels
-        opt_in = getattr(k.tiles, "persistent", False) or getattr(k.tiles, "ordered_dq", False)
-        section = sections[1 if keys_are_rows else 0] if k.name.startswith("wgmma") and not opt_in else 0
+        # the Hopper kernels' sections (a backward kernel's tiles say whether it takes them)
+        sectioned = k.name.startswith("wgmma") and getattr(k.tiles, "l2_sections", True)
+        section = sections[1 if keys_are_rows else 0] if sectioned else 0
         order = _issue_order(k, problem.variant, heads_grid, batch, tiles, section)
         tile_bytes = other_tile * other_row
         cache = OrderedDict()  # (batch, head, tile) in L2, least recently used first

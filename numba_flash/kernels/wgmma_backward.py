@@ -207,6 +207,14 @@ class WgmmaBwdTiles:
         """Rows of the walked tiles."""
         return self.block_m if self.keys_are_rows else self.block_n
 
+    @property
+    def l2_sections(self) -> bool:
+        """Whether the kernel runs its heaviest-first grid in the call's L2 sections
+        (``block_info.l2_section``): the default kernels, where they were measured; not the
+        opt-in persistent and ordered-dQ dK/dV kernels, where the section math spilled 92 /
+        132 bytes (``traffic.dram`` asks this too)."""
+        return not (self.persistent or self.ordered_dq)
+
 
 def tiles(head_dim: int) -> tuple[WgmmaBwdTiles, ...]:
     """The tiles for arrays of ``head_dim`` columns (on ``hopper.tile_dim``'s, ``data_dim``
@@ -351,9 +359,7 @@ def wgmma_bwd_kernel(t: WgmmaBwdTiles, variant: Variant, dtype: str):
     # query tile together; or (``light_first``) the key tiles lightest first, each reaching a query tile after the
     # next one did (FlashAttention-3's deterministic order)
     LIGHT = ORDERED and RIGHT and t.light_first
-    # L2 sections (``block_info.l2_section``) in the default kernels, where they were measured; the
-    # opt-in persistent and ordered-dQ dK/dV kernels keep one: the section math spilled 92 / 132 bytes there
-    SECTIONED = not (PERSIST or ORDERED)
+    SECTIONED = t.l2_sections
     REVERSE = ORDERED and RIGHT and not LIGHT
     DESC = (F[HEAVIEST_FIRST] and not RIGHT) or LIGHT  # key tiles start last-first: later tiles add first
     Q_SPLIT = RING == 128
@@ -511,18 +517,15 @@ def wgmma_bwd_kernel(t: WgmmaBwdTiles, variant: Variant, dtype: str):
         group's first query head in dK/dV), the ring tiles ``[lo, hi)`` it visits, and the
         query heads it walks them for (``group``: GQA's in dK/dV, 1 in dQ).  ``PERSIST``: of
         block ``item`` of the virtual grid (gx, gy, gz) instead (``block_info.linear_coords``)."""
-        if PERSIST:  # one L2 section (the section math spilled 92 bytes here: ``SECTIONED``)
+        if PERSIST:  # one L2 section (``t.l2_sections``)
             x, y, z = linear_coords(item, gx, gy)
             tt, hh, sq = grid_coords(x, y, z, gx, gy, gz, 0, fx, KEYS_ARE_ROWS, F)
-            start, b, h0, hk, q0, k0, mi, seq = block_at(tt, hh, sq, q, k, params, cu_q, cu_k, fx, ROWS, F,
-                                                         KEYS_ARE_ROWS)  # fmt: skip
         else:  # LIGHT: the grid's key tiles from the last (the lightest under a right bound)
             z = cuda.gridDim.z - 1 - cuda.blockIdx.z if LIGHT else cuda.blockIdx.z
             section = section_of(params, KEYS_ARE_ROWS, F) if SECTIONED else 0
             tt, hh, sq = grid_coords(cuda.blockIdx.x, cuda.blockIdx.y, z, cuda.gridDim.x, cuda.gridDim.y,
                                      cuda.gridDim.z, section, fx, KEYS_ARE_ROWS, F)  # fmt: skip
-            start, b, h0, hk, q0, k0, mi, seq = block_at(tt, hh, sq, q, k, params, cu_q, cu_k, fx, ROWS, F,
-                                                         KEYS_ARE_ROWS)  # fmt: skip
+        start, b, h0, hk, q0, k0, mi, seq = block_at(tt, hh, sq, q, k, params, cu_q, cu_k, fx, ROWS, F, KEYS_ARE_ROWS)
         if KEYS_ARE_ROWS:
             lo, hi = query_tiles(start, BLOCK_M, BLOCK_N, mi)
             if start >= mi[1]:  # varlen: a block past its sequence's keys walks nothing
