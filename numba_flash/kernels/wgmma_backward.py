@@ -90,7 +90,8 @@ ordered dQ two dSᵀ tiles (128 keys × ring queries, 2 bytes) and two float32 d
 KiB with its three stages; 225.1 KiB with the ordered dQ), 96 KiB at d = 64 (128 a step; dQ 128 KiB;
 226.1 KiB), 192 KiB at d = 256 (dK and dQ 32 rows a step, dV 64).
 
-Persistent dK/dV (``persistent``, opt-in, session 31, not yet measured): a block an SM runs the
+Persistent dK/dV (``persistent``, opt-in, session 31; measured in session 32: 1.05–1.07× at
+(16, 32, 1024, 64), 0.93–1.02× on long and varlen batches, docs/benchmarks/2026-12-06-s32): a block an SM runs the
 virtual grid's key blocks in turn, K and V in two buffers (``fixed_full`` and buffer 1's full
 barrier, each buffer's ``fix_empty``: 256 consumer arrivals once its block's walk is done).
 
@@ -273,7 +274,8 @@ def persistent(t: WgmmaBwdTiles) -> WgmmaBwdTiles:
     two buffers of K and V: the producer loads the next block's while the consumers walk this one,
     and its ring runs on, so a block's fixed costs (K and V's load, the ring's fill) hide under the
     previous block's walk and epilogue, and blocks past a varlen sequence cost nothing.  Shared
-    memory: 192 KiB at d = 128, 128 KiB at d = 64.  Opt-in until measured."""
+    memory: 192 KiB at d = 128, 128 KiB at d = 64.  Opt-in: measured 1.05–1.07× only at 1024 rows
+    (0.93× on the varlen backward it aimed at; docs/benchmarks/2026-12-06-s32 §4)."""
     mode = os.environ.get("NUMBA_FLASH_WGMMA_BWD_PERSISTENT", "0")
     if mode != "on" and not mode.isdigit():
         raise ValueError(f"NUMBA_FLASH_WGMMA_BWD_PERSISTENT={mode!r}: expected 0, on or a number of blocks")
