@@ -146,21 +146,19 @@ def sw128_desc(addr):
     return ptx.wgmma_desc(addr, 16, ROW_GROUP, ptx.SWIZZLE_128B)
 
 
-def ss_chain(wgmma, KSTEPS, A_ATOM, B_ATOM, COMMIT=True, FIRST=0, ACCUMULATE=False):
+def ss_chain(wgmma, KSTEPS, A_ATOM, B_ATOM, COMMIT=True):
     """A device function ``(acc, a_tile, b_tile)``: ``acc`` (64 × N) = A·Bᵀ, A's 64 rows
     at ``a_tile`` and B's N rows at ``b_tile`` (tiles whose atoms are ``A_ATOM`` and
     ``B_ATOM`` bytes), ``KSTEPS`` = d / 16 wgmma (``wgmma``: an
     ``m64nNk16_*_acc`` of ``ptx``) chained on one accumulator (the first overwrites
-    it), one commit group (not ``COMMIT``: the caller adds a product to it and commits).
-    ``FIRST``: only k-slices ``FIRST`` … ``KSTEPS − 1``; ``ACCUMULATE``: the first of
-    them adds to ``acc`` too (a product issued before it in the same group)."""
+    it), one commit group (not ``COMMIT``: the caller adds a product to it and commits)."""
 
     @device_function
     def chain(acc, a_tile, b_tile):
-        for kk in range(FIRST, KSTEPS):
+        for kk in range(KSTEPS):
             at = (kk % 4) * 32  # the k-slice's 32 bytes within its atom's rows
             wgmma(acc, 0, sw128_desc(a_tile + (kk // 4) * A_ATOM + at), sw128_desc(b_tile + (kk // 4) * B_ATOM + at),
-                  1 if kk > FIRST or ACCUMULATE else 0)  # fmt: skip
+                  1 if kk > 0 else 0)  # fmt: skip
         if COMMIT:
             ptx.wgmma_commit_group()
 

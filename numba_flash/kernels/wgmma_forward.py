@@ -309,8 +309,7 @@ def threads(t: TcTiles) -> int:
 @functools.lru_cache(maxsize=None)
 def wgmma_forward_kernel(t: TcTiles, variant: Variant, dtype: str, persistent: bool = True, pingpong: bool = False,
                          domain: int = 1, emulate: int = 0, alibi_mma: bool = False, key_rows: int = 0,
-                         overlap: bool = False, dynamic: bool = False, lazy: float = 0.0, prescale: bool = False,
-                         alibi_after: int = -1):
+                         overlap: bool = False, dynamic: bool = False, lazy: float = 0.0, prescale: bool = False):
     """``kernel[grid, threads(t), stream, smem_bytes(t)](q, k, v, out32, lse, softmax_scale, params, alibi,
     cu_seqlens_q, cu_seqlens_k, fx, sched, tmaps)``: ``tc_forward_kernel``'s arguments and outputs, the
     scheduler's counter (a zeroed int32 pair; read only when ``dynamic``) and the tensor
@@ -324,9 +323,7 @@ def wgmma_forward_kernel(t: TcTiles, variant: Variant, dtype: str, persistent: b
     ``overlap``: the epilogue under the next tile's first S (:func:`overlap_epilogue`);
     ``dynamic``: persistent blocks take their tiles from a counter (:func:`dynamic_tiles`);
     ``lazy``: :func:`lazy_rescale`'s threshold (0: acc rescaled every tile);
-    ``prescale``: softcap's Q times scale / cap in shared memory once a tile (:func:`softcap_prescale`);
-    ``alibi_after``: with ``alibi_mma``, how many of Q·Kᵀ's k-slices precede ALiBi's
-    (:func:`alibi_after`; −1: all of them)."""
+    ``prescale``: softcap's Q times scale / cap in shared memory once a tile (:func:`softcap_prescale`)."""
     HEAD_DIM, BLOCK_M, PERSISTENT, PINGPONG = t.head_dim, t.block_m, persistent, pingpong
     CONSUMERS = BLOCK_M // 64
     THREADS, CONSUMER_THREADS = threads(t), 128 * CONSUMERS
@@ -375,12 +372,8 @@ def wgmma_forward_kernel(t: TcTiles, variant: Variant, dtype: str, persistent: b
     wgmma_o = getattr(ptx, f"wgmma_m64n{HEAD_DIM}k16_{kind}_rs_bmn_acc")
     BF16 = dtype == "bfloat16"
 
-    # (acc_s, q_wg, k_tile): S = Q·Kᵀ; with ALiBi on the tensor cores, its k-slice after
-    # Q·Kᵀ's first BIAS_AT (``issue_biased_scores``): scores_head, the bias, scores_tail
-    BIAS_AT = KSTEPS if alibi_after < 0 else min(alibi_after, KSTEPS)
-    issue_scores = ss_chain(wgmma_s, KSTEPS, Q_ATOM, KV_ATOM)
-    scores_head = ss_chain(wgmma_s, BIAS_AT, Q_ATOM, KV_ATOM, False)
-    scores_tail = ss_chain(wgmma_s, KSTEPS, Q_ATOM, KV_ATOM, False, BIAS_AT, True)
+    # (acc_s, q_wg, k_tile): S = Q·Kᵀ (with ALiBi on the tensor cores its k-slice follows, and issue_bias commits)
+    issue_scores = ss_chain(wgmma_s, KSTEPS, Q_ATOM, KV_ATOM, not ALIBI_MMA)  # ALiBi: issue_bias commits
     wgmma_bias = getattr(ptx, f"wgmma_m64n{BLOCK_N}k16_{kind}_rs_acc")  # ALiBi's k-slice: A from registers
     issue_pv = rs_chain(wgmma_o, PSTEPS, KV_ATOM)  # (acc_o, p_frag, v_tile): acc += P·V
 
@@ -443,21 +436,17 @@ def wgmma_forward_kernel(t: TcTiles, variant: Variant, dtype: str, persistent: b
             fragments.drop_packed(p_frag, PSTEPS, row0, start_n, di)
 
     @device_function
-    def issue_biased_scores(acc_s, q_wg, k_tile, bias_frag, kx_base):
-        """S = Q·Kᵀ in one commit group; with ALiBi on the tensor cores (``ALIBI_MMA``) plus
-        the bias's column term, v·(j − start_n − BLOCK_N / 2) for key j, one wgmma of a
-        k-slice (``fragments.bias_fragment`` times the key ramp, ``fragments.stage_key_ramp``)
-        after Q·Kᵀ's first ``BIAS_AT`` k-slices (by default all: then Q·Kᵀ accumulates at
-        its own magnitude and the column term, at most v·64 raw, is added with one
-        rounding, not with each later k-slice's: issued first, the LSE's error reached
-        4–5e-5 on an H100 with slopes near 2, ``test_wgmma_forward_causal_alibi_column_frame``)."""
+    def issue_bias(acc_s, bias_frag, kx_base):
+        """ALiBi on the tensor cores (``ALIBI_MMA``): S += the bias's column term,
+        v·(j − start_n − BLOCK_N / 2) for key j, one wgmma of a k-slice (``fragments.bias_fragment``
+        times the key ramp, ``fragments.stage_key_ramp``) after ``issue_scores``' Q·Kᵀ, closing
+        S's commit group.  Last, not first: Q·Kᵀ's k-slices then accumulate at their own
+        magnitude and the column term (at most v·64 raw) is added with one rounding, not with
+        each k-slice's (issued first, the LSE's error reached 4–5e-5 on an H100 with slopes
+        near 2: ``test_wgmma_forward_causal_alibi_column_frame``)."""
         if ALIBI_MMA:
-            scores_head(acc_s, q_wg, k_tile)
-            wgmma_bias(acc_s, 0, bias_frag, 0, sw128_desc(kx_base), 1 if BIAS_AT > 0 else 0)
-            scores_tail(acc_s, q_wg, k_tile)
+            wgmma_bias(acc_s, 0, bias_frag, 0, sw128_desc(kx_base), 1)
             ptx.wgmma_commit_group()
-        else:
-            issue_scores(acc_s, q_wg, k_tile)
 
     @device_function
     def load_keys(dst, tmap, start_n, seqlen_k, k0, hk, b, page, row, bar, lead):
@@ -563,7 +552,8 @@ def wgmma_forward_kernel(t: TcTiles, variant: Variant, dtype: str, persistent: b
         wait_phase(q_full + K_FULL + 8 * s, (pos // STAGES) & 1)
         take_turn(cw)
         ptx.wgmma_fence()  # acc_s was written by ordinary instructions
-        issue_biased_scores(acc_s, q_wg, k_base + s * KV_BYTES, bias_frag, kx_base)
+        issue_scores(acc_s, q_wg, k_base + s * KV_BYTES)
+        issue_bias(acc_s, bias_frag, kx_base)
         pass_turn(cw)
 
     @device_function
@@ -799,7 +789,8 @@ def wgmma_forward_kernel(t: TcTiles, variant: Variant, dtype: str, persistent: b
                 wait_phase(q_full + V_FULL + 8 * sp, ((g - 1) // STAGES) & 1)
                 take_turn(cw)
                 ptx.wgmma_fence()  # acc_o and p_frag were written by ordinary instructions
-                issue_biased_scores(acc_s, q_wg, k_base + s * KV_BYTES, bias_frag, kx_base)
+                issue_scores(acc_s, q_wg, k_base + s * KV_BYTES)
+                issue_bias(acc_s, bias_frag, kx_base)
                 issue_pv(acc_o, p_frag, v_base + sp * KV_BYTES)  # the previous tile's, behind this S
                 pass_turn(cw)
                 start_n = tile_at(j, vr, F) * BLOCK_N
@@ -891,21 +882,6 @@ def alibi_on_products(t: TcTiles, variant: Variant) -> bool:
             and softmax.domain(variant) != softmax.FOLD  # a score_mod must see the true score
             and os.environ.get("NUMBA_FLASH_ALIBI_PRODUCTS", "1") != "0"
             and t.block_m == 128 and smem_bytes(t, True) <= SMEM_LIMIT)  # fmt: skip
-
-
-def alibi_after() -> int:
-    """How many of Q·Kᵀ's k-slices precede ALiBi's on the tensor cores (``issue_biased_scores``):
-    −1 (the default), all of them, the exact order; ``NUMBA_FLASH_ALIBI_AFTER=k`` puts it after
-    the first k (0: first, the order before session 31, whose LSE was off by up to 5e-5 at
-    slopes near 2), for timing the order."""
-    raw = os.environ.get("NUMBA_FLASH_ALIBI_AFTER", "-1")
-    try:
-        value = int(raw)
-    except ValueError:
-        raise ValueError(f"NUMBA_FLASH_ALIBI_AFTER={raw!r}: expected an int, -1 (last) or k >= 0") from None
-    if value < -1:
-        raise ValueError(f"NUMBA_FLASH_ALIBI_AFTER={raw!r}: expected -1 (last) or k >= 0")
-    return value
 
 
 def softcap_prescale() -> bool:
@@ -1062,7 +1038,7 @@ def launches(t: TcTiles, variant: Variant, dtype: str, sz: spec.Sizes, page_rows
     dyn = n < tiles and dynamic_tiles()
     kern = wgmma_forward_kernel(t, variant, dtype, n < tiles, pingpong(t, variant), dom, ex2_emulated_every(variant),
                                 bias, box, overlap_epilogue() and not dyn, dyn, lazy_rescale(),
-                                softcap_prescale(), alibi_after() if bias else -1)  # fmt: skip
+                                softcap_prescale())  # fmt: skip
     # the scheduler's counter: a zeroed one a call (``sched``), or a stand-in it never reads
     # (split-KV: out and lse are the parts, fp32, that the merge kernel combines)
     args = spec.forward_args("u16", "f32" if variant.split else tc_out_view(t)) + (
