@@ -1,0 +1,79 @@
+"""Issue #11's window and ALiBi rows under the Hopper forward's switches, one process a
+setting (the switches are read when a call is planned; the caller sets them):
+
+    NUMBA_FLASH_WGMMA_SCHEDULER=static NUMBA_FLASH_WGMMA_OVERLAP=1 \\
+        python3 scripts/bench_knobs.py out.jsonl window LABEL
+    NUMBA_FLASH_ALIBI_PRODUCTS=0 python3 scripts/bench_knobs.py out.jsonl alibi LABEL
+
+``window``: (1, 16, 16384, 128) fp16, causal and window (1024, 0), forward and backward,
+timed in turn over three rounds (10 queued calls, medians), visible TFLOP/s and the
+window's ratio to causal (the bar: ≥ 0.9).  ``alibi``: (4, 16, 4096, 128) causal, plain and
+ALiBi (slopes 2^-1 … 2^-16), forward and backward, five rounds, ALiBi's time over plain's
+(the bar: ≤ 1.10).  Appends one JSON line and prints a one-line summary.
+"""
+
+import json
+import sys
+
+import cupy as cp
+import numpy as np
+
+import numba_flash
+from numba_flash.bench.cases import visible_pairs
+from bench_table import median_ms  # scripts/ is on sys.path
+
+rng = np.random.default_rng(20261206)
+
+
+def randn(*shape):
+    return cp.asarray(rng.standard_normal(shape, dtype=np.float32)).astype(cp.float16)
+
+
+def timed(cases, rounds):
+    """``{name: (forward ms, backward ms)}``, every case timed in turn each round (medians)."""
+    outs = {name: fn() for name, fn in cases.items()}
+    times = {name: ([], []) for name in cases}
+    for _ in range(rounds):
+        for name, fn in cases.items():
+            times[name][0].append(median_ms(fn, warmup=1, rep=7, calls=10))
+            times[name][1].append(median_ms(outs[name][1], warmup=1, rep=7, calls=10))
+    return {name: (float(np.median(f)), float(np.median(b))) for name, (f, b) in times.items()}
+
+
+def case(q, k, v, dout, **kw):
+    """A forward that returns (out, lse), with a backward of that output as its second item."""
+    def fwd():
+        out, lse = numba_flash.flash_attention(q, k, v, return_lse=True, **kw)
+        return out, lambda: numba_flash.flash_attention_backward(dout, q, k, v, out, lse, **kw)
+    return fwd
+
+
+def main(path, group, label):
+    if group == "window":
+        B, H, N, d = 1, 16, 16384, 128
+        q, k, v, dout = (randn(B, N, H, d) for _ in range(4))
+        ms = timed({"causal": case(q, k, v, dout, causal=True),
+                    "window": case(q, k, v, dout, causal=True, window_size=(1024, 0))}, 3)
+        pairs = {"causal": B * H * visible_pairs(N, N, True), "window": B * H * visible_pairs(N, N, True, (1024, 0))}
+        tf = {n: (4 * d * pairs[n] / ms[n][0] / 1e9, 10 * d * pairs[n] / ms[n][1] / 1e9) for n in ms}
+        ratio = (tf["window"][0] / tf["causal"][0], tf["window"][1] / tf["causal"][1])
+    elif group == "alibi":
+        B, H, N, d = 4, 16, 4096, 128
+        q, k, v, dout = (randn(B, N, H, d) for _ in range(4))
+        slopes = cp.asarray((2.0 ** -np.arange(1, H + 1)).astype(np.float32))
+        ms = timed({"plain": case(q, k, v, dout, causal=True),
+                    "alibi": case(q, k, v, dout, causal=True, alibi_slopes=slopes)}, 5)
+        tf = {}
+        ratio = (ms["alibi"][0] / ms["plain"][0], ms["alibi"][1] / ms["plain"][1])
+    else:
+        raise SystemExit(f"group={group!r}: expected window or alibi")
+    row = {"group": group, "label": label, "ms": ms, "tflops": tf, "ratio": ratio}
+    with open(path, "a") as f:
+        f.write(json.dumps(row) + "\n")
+    print(json.dumps(row))
+    print(f"{group:7s} {label:16s} " + "  ".join(f"{n} {f:.4f}/{b:.4f} ms" for n, (f, b) in ms.items())
+          + f"  ratio fwd {ratio[0]:.3f} bwd {ratio[1]:.3f}")
+
+
+if __name__ == "__main__":
+    main(*sys.argv[1:4])
