@@ -9,7 +9,8 @@ setting (the switches are read when a call is planned; the caller sets them):
 timed in turn over three rounds (10 queued calls, medians), visible TFLOP/s and the
 window's ratio to causal (the bar: ≥ 0.9).  ``alibi``: (4, 16, 4096, 128) causal, plain and
 ALiBi (slopes 2^-1 … 2^-16), forward and backward, five rounds, ALiBi's time over plain's
-(the bar: ≤ 1.10).  Appends one JSON line and prints a one-line summary.
+(the bar: ≤ 1.10).  ``short``: four short shapes' forward and backward (512 and 1024 rows),
+three rounds each, TFLOP/s (the persistent dK/dV kernel's A/B; no ratio).  Appends one JSON line and prints a one-line summary.
 """
 
 import json
@@ -65,8 +66,20 @@ def main(path, group, label):
                     "alibi": case(q, k, v, dout, causal=True, alibi_slopes=slopes)}, 5)
         tf = {}
         ratio = (ms["alibi"][0] / ms["plain"][0], ms["alibi"][1] / ms["plain"][1])
+    elif group == "short":
+        # short walks of the backward's dK/dV blocks: 512 and 1024 rows, causal and not
+        ms, tf = {}, {}
+        for B, H, N, d, causal in ((16, 32, 1024, 64, True), (16, 16, 1024, 128, True), (16, 16, 1024, 128, False),
+                                   (32, 16, 512, 128, True)):
+            q, k, v, dout = (randn(B, N, H, d) for _ in range(4))
+            name = f"{B}x{H}x{N}x{d}{' causal' if causal else ''}"
+            ms.update(timed({name: case(q, k, v, dout, causal=causal)}, 3))
+            pairs = B * H * visible_pairs(N, N, causal)
+            tf[name] = (4 * d * pairs / ms[name][0] / 1e9, 10 * d * pairs / ms[name][1] / 1e9)
+            del q, k, v, dout
+        ratio = (0.0, 0.0)
     else:
-        raise SystemExit(f"group={group!r}: expected window or alibi")
+        raise SystemExit(f"group={group!r}: expected window, alibi or short")
     row = {"group": group, "label": label, "ms": ms, "tflops": tf, "ratio": ratio}
     with open(path, "a") as f:
         f.write(json.dumps(row) + "\n")
