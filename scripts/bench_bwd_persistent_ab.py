@@ -6,7 +6,10 @@ rounds (10 back-to-back calls between CUDA events, median of 7: ``bench_table.me
 medians over the rounds.  The gradients of both values are compared bit for bit (the
 persistent kernel runs each block's walk as the one-block kernel does).
 
-    python3 scripts/bench_bwd_persistent_ab.py out.jsonl
+    python3 scripts/bench_bwd_persistent_ab.py out.jsonl [--d64]
+
+``--d64`` (session 33): ``0`` against ``auto`` (the default since then: persistent at d <= 64 and
+<= 1024 query rows) on d = 64 shapes of 1024, 512 and 256 rows, no varlen batch.
 """
 
 import json
@@ -19,8 +22,10 @@ from bench_table import median_ms
 
 import numba_flash
 
-SHAPES = [(4, 16, 4096, 128), (4, 32, 4096, 64), (1, 16, 16384, 128), (16, 32, 1024, 64)]
-VALUES = ("0", "on")
+D64 = "--d64" in sys.argv
+SHAPES = ([(16, 32, 1024, 64), (32, 32, 512, 64), (64, 16, 256, 64)] if D64 else
+          [(4, 16, 4096, 128), (4, 32, 4096, 64), (1, 16, 16384, 128), (16, 32, 1024, 64)])
+VALUES = ("0", "auto") if D64 else ("0", "on")
 
 
 def main(path):
@@ -30,7 +35,8 @@ def main(path):
     lens = gen.integers(1, 2048, 16)
     lens = np.maximum(1, np.round(lens * 16384 / lens.sum())).astype(np.int32)
     lens[-1] += 16384 - lens.sum()
-    cases.append(((1, 16, int(lens.sum()), 128), True, lens))
+    if not D64:
+        cases.append(((1, 16, int(lens.sum()), 128), True, lens))
     for (B, H, N, d), causal, vl in cases:
         q, k, v, do = (cp.asarray(gen.standard_normal((B, N, H, d), np.float32)).astype(cp.float16) for _ in range(4))
         if vl is None:
@@ -53,8 +59,8 @@ def main(path):
                 grads.setdefault(x, [g.copy() for g in call()])
                 times[x].append(median_ms(call, warmup=1, rep=7, calls=10))
         ms = {x: float(np.median(t)) for x, t in times.items()}
-        same = all(bool(cp.array_equal(a, b)) for a, b in zip(grads["0"], grads["on"]))
-        row = dict(shape=[B, H, N, d], causal=causal, varlen=vl is not None, ms=ms, on_vs_off=ms["0"] / ms["on"],
+        same = all(bool(cp.array_equal(a, b)) for a, b in zip(grads["0"], grads[VALUES[1]]))
+        row = dict(shape=[B, H, N, d], causal=causal, varlen=vl is not None, ms=ms, on_vs_off=ms["0"] / ms[VALUES[1]],
                    bitwise=same)
         rows.append(row)
         print(json.dumps(row), flush=True)
@@ -64,7 +70,7 @@ def main(path):
     print("\n| (B,H,N,d) | causal | varlen | ms, one block a tile | ms, persistent | speed-up | bitwise |")
     print("|---|---|---|---|---|---|---|")
     for r in rows:
-        print(f"| {tuple(r['shape'])} | {r['causal']} | {r['varlen']} | {r['ms']['0']:.3f} | {r['ms']['on']:.3f} | "
+        print(f"| {tuple(r['shape'])} | {r['causal']} | {r['varlen']} | {r['ms']['0']:.3f} | {r['ms'][VALUES[1]]:.3f} | "
               f"{r['on_vs_off']:.3f} | {r['bitwise']} |")
 
 

@@ -266,7 +266,7 @@ def check_varlen_backward(rng, dtype, d, causal, lens_q, lens_k, H=2, H_kv=1, **
 @pytest.mark.usefixtures("wgmma_on", "poisoned_outputs")
 @pytest.mark.parametrize("case", ["gqa", "varlen"])
 def test_wgmma_backward_persistent_dkdv(rng, monkeypatch, case):
-    """The persistent dK/dV kernel (``NUMBA_FLASH_WGMMA_BWD_PERSISTENT``, opt-in; here 2 blocks
+    """The persistent dK/dV kernel (``NUMBA_FLASH_WGMMA_BWD_PERSISTENT``; here forced to 2 blocks
     running every block of the virtual grid): GQA over two batches (6 key blocks: each launched
     block runs 3, so both K/V buffers are refilled after their consumers released them),
     and varlen with empty and length-1 sequences, causal (the blocks past a sequence skipped by
@@ -285,6 +285,40 @@ def test_wgmma_backward_persistent_dkdv(rng, monkeypatch, case):
         check_backward(rng, "float16", 64, False, B=2, H=2, H_kv=1, Nq=70, Nk=300)
     else:
         check_varlen_backward(rng, "bfloat16", 128, True, [5, 0, 150, 1, 33], [7, 4, 200, 1, 20])
+
+
+@pytest.mark.parametrize("d,seqlen,varlen,env,want", [
+    (64, 1024, False, None, True),  # d <= 64, <= 1024 rows: persistent by default (measured 1.05-1.08x)
+    (64, 512, False, None, True),
+    (64, 1025, False, None, False),  # past 1024 rows: a block a key tile
+    (128, 1024, False, None, False),  # d = 128: 0.98-1.01x, not by default
+    (64, 1024, True, None, False),  # varlen: 0.93x
+    (64, 1024, "softcap", None, False),  # a variant: its d = 64 persistent kernel spills (ptxas)
+    (64, 1024, False, "0", False),  # the switch off
+    (128, 4096, False, "on", True),  # the switch on
+])  # fmt: skip
+def test_wgmma_backward_persistent_by_default_on_short_walks(monkeypatch, d, seqlen, varlen, env, want):
+    """``launches``' rule: the persistent dK/dV kernel where its walks are short (d <= 64, at
+    most 1024 query rows, no variant but causal), a block a key tile elsewhere, and the switch above it;
+    the persistent launch has one block an SM (2 in the simulator) on its virtual grid."""
+    from numba_flash.kernels import spec
+    from numba_flash.kernels import wgmma_backward as WB
+
+    if env is None:
+        monkeypatch.delenv("NUMBA_FLASH_WGMMA_BWD_PERSISTENT", raising=False)
+    else:
+        monkeypatch.setenv("NUMBA_FLASH_WGMMA_BWD_PERSISTENT", env)
+    sz = spec.Sizes(4, 8, seqlen, seqlen)
+    variant = Variant(causal=True, softcap=True) if varlen == "softcap" else Variant(causal=True, varlen=varlen)
+    (dkdv,) = [x for x in WB.launches(variant, "float16", sz, d) if x.name == "wgmma_bwd_dkdv"]
+    assert dkdv.tiles.persistent == want, (d, seqlen, varlen, env)
+    if want:
+        assert dkdv.grid[1:] == (1, 1) and dkdv.grid[0] <= 132
+    else:
+        assert dkdv.grid == spec.key_grid(sz, WB.ROWS, True)
+    monkeypatch.setenv("NUMBA_FLASH_WGMMA_BWD_PERSISTENT", "sometimes")
+    with pytest.raises(ValueError, match="NUMBA_FLASH_WGMMA_BWD_PERSISTENT='sometimes'"):
+        WB.launches(Variant(causal=True), "float16", sz, d)
 
 
 def test_wgmma_backward_persistent_compiles_for_sm_90a(monkeypatch):

@@ -90,13 +90,14 @@ ordered dQ two dSᵀ tiles (128 keys × ring queries, 2 bytes) and two float32 d
 KiB with its three stages; 225.1 KiB with the ordered dQ), 96 KiB at d = 64 (128 a step; dQ 128 KiB;
 226.1 KiB), 192 KiB at d = 256 (dK and dQ 32 rows a step, dV 64).
 
-Persistent dK/dV (``persistent``, opt-in, session 31; measured in session 32: 1.05–1.07× at
-(16, 32, 1024, 64), 0.93–1.02× on long and varlen batches, docs/benchmarks/2026-12-06-s32): a block an SM runs the
+Persistent dK/dV (``persistent``, session 31; by default since session 33 at d ≤ 64 and ≤ 1024 query
+rows, not varlen, where it measured 1.05–1.08× at (16, 32, 1024, 64); 0.93–1.02× on long and varlen
+batches, 0.98–1.01× at d = 128 and ≤ 1024 rows: docs/benchmarks/2026-12-06-s32, -s33): a block an SM runs the
 virtual grid's key blocks in turn, K and V in two buffers (``fixed_full`` and buffer 1's full
 barrier, each buffer's ``fix_empty``: 256 consumer arrivals once its block's walk is done).
 
 Not yet (issue #13): dK/dV's step pipelined (with steps of half the queries its registers allow
-it; measured slower); persistent blocks by default, and in dQ; head dims not a multiple of 8.
+it; measured slower); persistent blocks past d = 64's short walks, and in dQ; head dims not a multiple of 8.
 
 FlexAttention's mods come with the shared steps (``fragments.p_and_ds``: the score_mod
 and its derivative, a mask_mod on PARTIAL tiles); a block mask's visit lists (key-major
@@ -266,20 +267,31 @@ def pipelined(t: WgmmaBwdTiles) -> WgmmaBwdTiles:
     return replace(t, pipelined=True)
 
 
-def persistent(t: WgmmaBwdTiles) -> WgmmaBwdTiles:
-    """``t`` persistent or not (``NUMBA_FLASH_WGMMA_BWD_PERSISTENT``: unset or ``0`` off, ``on`` a
-    block an SM, a number n at most n blocks: the tests' small shapes, so that a block runs several):
-    the dK/dV kernel at d ≤ 128 (``part`` "dkdv"), not with the ordered dQ.  A block then runs the
-    virtual grid's blocks blockIdx.x, + gridDim.x, … (the order a full grid's would start in), with
-    two buffers of K and V: the producer loads the next block's while the consumers walk this one,
-    and its ring runs on, so a block's fixed costs (K and V's load, the ring's fill) hide under the
-    previous block's walk and epilogue, and blocks past a varlen sequence cost nothing.  Shared
-    memory: 192 KiB at d = 128, 128 KiB at d = 64.  Opt-in: measured 1.05–1.07× only at 1024 rows
-    (0.93× on the varlen backward it aimed at; docs/benchmarks/2026-12-06-s32 §4)."""
-    mode = os.environ.get("NUMBA_FLASH_WGMMA_BWD_PERSISTENT", "0")
-    if mode != "on" and not mode.isdigit():
-        raise ValueError(f"NUMBA_FLASH_WGMMA_BWD_PERSISTENT={mode!r}: expected 0, on or a number of blocks")
-    if mode == "0" or t.part != "dkdv" or t.ordered_dq:
+#: The persistent dK/dV kernel by default (``persistent``'s ``auto``) for d ≤ this and query
+#: rows ≤ ``PERSISTENT_MAX_ROWS``, plain or causal attention only: where its walks are short and
+#: its blocks many.  With a variant (softcap, dropout, ALiBi, a window, GQA) its d = 64 kernel
+#: spills 24–168 bytes (ptxas, offline, session 33); varlen measured 0.93× (at d = 128).
+PERSISTENT_MAX_DIM, PERSISTENT_MAX_ROWS = 64, 1024
+
+
+def persistent(t: WgmmaBwdTiles, short: bool = False) -> WgmmaBwdTiles:
+    """``t`` persistent or not (``NUMBA_FLASH_WGMMA_BWD_PERSISTENT``: unset or ``auto`` where
+    ``short``, ``0`` off, ``on`` a block an SM, a number n at most n blocks: the tests' small
+    shapes, so that a block runs several): the dK/dV kernel at d ≤ 128 (``part`` "dkdv"), not
+    with the ordered dQ.  A block then runs the virtual grid's blocks blockIdx.x, + gridDim.x,
+    … (the order a full grid's would start in), with two buffers of K and V: the producer
+    loads the next block's while the consumers walk this one, and its ring runs on, so a
+    block's fixed costs (K and V's load, the ring's fill) hide under the previous block's walk
+    and epilogue, and blocks past a varlen sequence cost nothing.  Shared memory: 192 KiB at
+    d = 128, 128 KiB at d = 64.  ``short`` (:func:`launches`: d ≤ ``PERSISTENT_MAX_DIM``, at
+    most ``PERSISTENT_MAX_ROWS`` query rows, no variant but causal) is where it measured faster: (16, 32,
+    1024, 64) causal 1.046–1.075× in three runs (sessions 32 and 33); at d = 128 with 512 or
+    1024 rows 0.98–1.01×, past 1024 rows 0.93–1.02×, the varlen backward 0.93×
+    (docs/benchmarks/2026-12-06-s32 §4, 2026-12-06-s33)."""
+    mode = os.environ.get("NUMBA_FLASH_WGMMA_BWD_PERSISTENT", "auto")
+    if mode not in ("on", "auto") and not mode.isdigit():
+        raise ValueError(f"NUMBA_FLASH_WGMMA_BWD_PERSISTENT={mode!r}: expected auto, 0, on or a number of blocks")
+    if mode == "0" or (mode == "auto" and not short) or t.part != "dkdv" or t.ordered_dq:
         return t
     on = replace(t, persistent=True)
     return on if smem_bytes(on) <= SMEM_LIMIT else t
@@ -290,8 +302,8 @@ def persistent_blocks(blocks: int) -> int:
     (``wgmma_forward._sms``: 2 in the simulator), or at most ``NUMBA_FLASH_WGMMA_BWD_PERSISTENT``."""
     from numba_flash.kernels.wgmma_forward import _sms
 
-    mode = os.environ.get("NUMBA_FLASH_WGMMA_BWD_PERSISTENT", "0")
-    return max(1, min(blocks, int(mode) if mode.isdigit() else _sms()))
+    mode = os.environ.get("NUMBA_FLASH_WGMMA_BWD_PERSISTENT", "auto")
+    return max(1, min(blocks, int(mode) if mode.isdigit() and mode != "0" else _sms()))
 
 
 def stats_shape(batch: int, heads: int, seqlen_q: int, sequences: int = 0) -> tuple:
@@ -967,7 +979,9 @@ def launches(variant: Variant, dtype: str, sz: spec.Sizes, head_dim: int) -> lis
     tensor maps (``spec.Arg("tmaps")``)."""
     from numba_flash.kernels import tc_backward
 
-    ts = tiles(head_dim)
+    short = (head_dim <= PERSISTENT_MAX_DIM and sz.seqlen_q <= PERSISTENT_MAX_ROWS
+             and replace(variant, causal=False, nonpositive_scale=False) == Variant())  # fmt: skip
+    ts = tuple(persistent(t, True) if short and not t.persistent else t for t in tiles(head_dim))
     ordered = ordered_dq(variant, head_dim)
     if ordered:  # dK/dV sums dQ too: no dQ kernel
         ts = (replace(ts[0], ordered_dq=True, light_first=os.environ.get("NUMBA_FLASH_WGMMA_DQ", "") == "light",
