@@ -287,20 +287,22 @@ def test_wgmma_backward_persistent_dkdv(rng, monkeypatch, case):
         check_varlen_backward(rng, "bfloat16", 128, True, [5, 0, 150, 1, 33], [7, 4, 200, 1, 20])
 
 
-@pytest.mark.parametrize("d,seqlen,varlen,env,want", [
-    (64, 1024, False, None, True),  # d <= 64, <= 1024 rows: persistent by default (measured 1.05-1.08x)
-    (64, 512, False, None, True),
-    (64, 1025, False, None, False),  # past 1024 rows: a block a key tile
-    (128, 1024, False, None, False),  # d = 128: 0.98-1.01x, not by default
-    (64, 1024, True, None, False),  # varlen: 0.93x
-    (64, 1024, "softcap", None, False),  # a variant: its d = 64 persistent kernel spills (ptxas)
-    (64, 1024, False, "0", False),  # the switch off
-    (128, 4096, False, "on", True),  # the switch on
+@pytest.mark.parametrize("d,seqlen,features,env,want", [
+    (64, 1024, {}, None, True),  # d <= 64, <= 1024 rows, causal: persistent by default (1.05-1.12x)
+    (64, 512, {}, None, True),
+    (64, 1025, {}, None, False),  # past 1024 rows: a block a key tile
+    (128, 1024, {}, None, False),  # d = 128: 0.98-1.01x, not by default
+    (64, 1024, {"varlen": True}, None, False),  # varlen: 0.93x
+    (64, 1024, {"softcap": True}, None, False),  # a variant: its d = 64 persistent kernel spills (ptxas)
+    (64, 1024, {"gqa": True}, None, False),
+    (64, 1024, {}, "0", False),  # the switch off
+    (128, 4096, {}, "on", True),  # the switch on
 ])  # fmt: skip
-def test_wgmma_backward_persistent_by_default_on_short_walks(monkeypatch, d, seqlen, varlen, env, want):
+def test_wgmma_backward_persistent_by_default_on_short_walks(monkeypatch, d, seqlen, features, env, want):
     """``launches``' rule: the persistent dK/dV kernel where its walks are short (d <= 64, at
-    most 1024 query rows, no variant but causal), a block a key tile elsewhere, and the switch above it;
-    the persistent launch has one block an SM (2 in the simulator) on its virtual grid."""
+    most 1024 query rows, no variant but causal), a block a key tile elsewhere, and the
+    switch above it; the persistent launch has one block an SM (2 in the simulator) on its
+    virtual grid; a switch of another value is an error that names it."""
     from numba_flash.kernels import spec
     from numba_flash.kernels import wgmma_backward as WB
 
@@ -309,9 +311,9 @@ def test_wgmma_backward_persistent_by_default_on_short_walks(monkeypatch, d, seq
     else:
         monkeypatch.setenv("NUMBA_FLASH_WGMMA_BWD_PERSISTENT", env)
     sz = spec.Sizes(4, 8, seqlen, seqlen)
-    variant = Variant(causal=True, softcap=True) if varlen == "softcap" else Variant(causal=True, varlen=varlen)
-    (dkdv,) = [x for x in WB.launches(variant, "float16", sz, d) if x.name == "wgmma_bwd_dkdv"]
-    assert dkdv.tiles.persistent == want, (d, seqlen, varlen, env)
+    launches = WB.launches(Variant(causal=True, **features), "float16", sz, d)
+    (dkdv,) = [x for x in launches if x.name == "wgmma_bwd_dkdv"]
+    assert dkdv.tiles.persistent == want, (d, seqlen, features, env)
     if want:
         assert dkdv.grid[1:] == (1, 1) and dkdv.grid[0] <= 132
     else:

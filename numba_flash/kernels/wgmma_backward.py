@@ -91,8 +91,9 @@ KiB with its three stages; 225.1 KiB with the ordered dQ), 96 KiB at d = 64 (128
 226.1 KiB), 192 KiB at d = 256 (dK and dQ 32 rows a step, dV 64).
 
 Persistent dK/dV (``persistent``, session 31; by default since session 33 at d ≤ 64 and ≤ 1024 query
-rows, not varlen, where it measured 1.05–1.08× at (16, 32, 1024, 64); 0.93–1.02× on long and varlen
-batches, 0.98–1.01× at d = 128 and ≤ 1024 rows: docs/benchmarks/2026-12-06-s32, -s33): a block an SM runs the
+rows with no variant but causal, where the backward measured 1.05–1.12× (256–1024 rows); 0.93–1.02× on
+long and varlen batches, 0.98–1.01× at d = 128 and ≤ 1024 rows: docs/benchmarks/2026-12-06-s32, -s33):
+a block an SM runs the
 virtual grid's key blocks in turn, K and V in two buffers (``fixed_full`` and buffer 1's full
 barrier, each buffer's ``fix_empty``: 256 consumer arrivals once its block's walk is done).
 
@@ -284,10 +285,11 @@ def persistent(t: WgmmaBwdTiles, short: bool = False) -> WgmmaBwdTiles:
     block's fixed costs (K and V's load, the ring's fill) hide under the previous block's walk
     and epilogue, and blocks past a varlen sequence cost nothing.  Shared memory: 192 KiB at
     d = 128, 128 KiB at d = 64.  ``short`` (:func:`launches`: d ≤ ``PERSISTENT_MAX_DIM``, at
-    most ``PERSISTENT_MAX_ROWS`` query rows, no variant but causal) is where it measured faster: (16, 32,
-    1024, 64) causal 1.046–1.075× in three runs (sessions 32 and 33); at d = 128 with 512 or
+    most ``PERSISTENT_MAX_ROWS`` query rows, no variant but causal) is where it measured faster:
+    the backward 1.046–1.075× at (16, 32, 1024, 64) causal in three runs (sessions 32 and 33),
+    1.05–1.12× at d = 64 with 1024, 512 and 256 rows, causal and not; at d = 128 with 512 or
     1024 rows 0.98–1.01×, past 1024 rows 0.93–1.02×, the varlen backward 0.93×
-    (docs/benchmarks/2026-12-06-s32 §4, 2026-12-06-s33)."""
+    (docs/benchmarks/2026-12-06-s32 §4, 2026-12-06-s33 §4–5)."""
     mode = os.environ.get("NUMBA_FLASH_WGMMA_BWD_PERSISTENT", "auto")
     if mode not in ("on", "auto") and not mode.isdigit():
         raise ValueError(f"NUMBA_FLASH_WGMMA_BWD_PERSISTENT={mode!r}: expected auto, 0, on or a number of blocks")
