@@ -44,7 +44,8 @@ def _plan_env() -> tuple:
                                                       "ALIBI_PRODUCTS", "WGMMA_OVERLAP",
                                                       "WGMMA_SCHEDULER", "CLUSTER_MERGE", "WGMMA_DQ", "WGMMA_BWD_PIPE",
                                                       "WGMMA_KEYS", "WGMMA_SPLIT", "LAZY_RESCALE",
-                                                      "SOFTCAP_PRESCALE", "WGMMA_BWD_PERSISTENT", "L2_SECTIONS"))  # fmt: skip
+                                                      "SOFTCAP_PRESCALE", "WGMMA_BWD_PERSISTENT", "L2_SECTIONS",
+                                                      "DESC_ADDS"))  # fmt: skip
 
 
 def _plan(problem: P.Problem) -> P.Plan:

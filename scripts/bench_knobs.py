@@ -10,7 +10,9 @@ timed in turn over three rounds (10 queued calls, medians), visible TFLOP/s and 
 window's ratio to causal (the bar: ≥ 0.9).  ``alibi``: (4, 16, 4096, 128) causal, plain and
 ALiBi (slopes 2^-1 … 2^-16), forward and backward, five rounds, ALiBi's time over plain's
 (the bar: ≤ 1.10).  ``short``: four short shapes' forward and backward (512 and 1024 rows),
-three rounds each, TFLOP/s (the persistent dK/dV kernel's A/B; no ratio).  Appends one JSON line and prints a one-line summary.
+three rounds each, TFLOP/s (the persistent dK/dV kernel's A/B; no ratio).  ``shapes``: issue
+#13's (4, 16, 4096, 128), (4, 32, 4096, 64) and (16, 32, 1024, 64), full and causal, the
+same way (``NUMBA_FLASH_DESC_ADDS``' A/B).  Appends one JSON line and prints a one-line summary.
 """
 
 import json
@@ -78,8 +80,20 @@ def main(path, group, label):
             tf[name] = (4 * d * pairs / ms[name][0] / 1e9, 10 * d * pairs / ms[name][1] / 1e9)
             del q, k, v, dout
         ratio = (0.0, 0.0)
+    elif group == "shapes":
+        # issue #13's shapes (a switch that touches every Hopper kernel), forward and backward
+        ms, tf = {}, {}
+        for B, H, N, d in ((4, 16, 4096, 128), (4, 32, 4096, 64), (16, 32, 1024, 64)):
+            q, k, v, dout = (randn(B, N, H, d) for _ in range(4))
+            for causal in (False, True):
+                name = f"{B}x{H}x{N}x{d}{' causal' if causal else ''}"
+                ms.update(timed({name: case(q, k, v, dout, causal=causal)}, 3))
+                pairs = B * H * visible_pairs(N, N, causal)
+                tf[name] = (4 * d * pairs / ms[name][0] / 1e9, 10 * d * pairs / ms[name][1] / 1e9)
+            del q, k, v, dout
+        ratio = (0.0, 0.0)
     else:
-        raise SystemExit(f"group={group!r}: expected window, alibi or short")
+        raise SystemExit(f"group={group!r}: expected window, alibi, short or shapes")
     row = {"group": group, "label": label, "ms": ms, "tflops": tf, "ratio": ratio}
     with open(path, "a") as f:
         f.write(json.dumps(row) + "\n")

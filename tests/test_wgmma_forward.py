@@ -72,6 +72,21 @@ def test_wgmma_forward_matches_the_reference(rng, dtype, d, causal, Nq, Nk):
 
 
 @pytest.mark.usefixtures("wgmma_on", "poisoned_outputs")
+@pytest.mark.parametrize("dtype,d,causal,Nq,Nk,kw", [
+    ("float16", 128, True, 150, 300, {"alibi": True}),  # two blocks, three key tiles; ALiBi's k-slice from the ramp's tile
+    ("bfloat16", 64, False, 200, 90, {"H_kv": 1}),  # three consumers, GQA
+])  # fmt: skip
+def test_wgmma_forward_with_descriptor_adds(monkeypatch, rng, dtype, d, causal, Nq, Nk, kw):
+    """``NUMBA_FLASH_DESC_ADDS=1`` (``hopper.descriptor_adds``, opt-in): S's and P·V's k-slice
+    descriptors as 32-bit adds to their tiles' (``hopper.desc_plus``), against the reference."""
+    monkeypatch.setenv("NUMBA_FLASH_DESC_ADDS", "1")
+    kw = dict(kw)
+    if kw.pop("alibi", False):
+        kw["alibi_slopes"] = _slopes(rng, 2)
+    check_forward(rng, dtype, d, causal, Nq=Nq, Nk=Nk, **kw)
+
+
+@pytest.mark.usefixtures("wgmma_on", "poisoned_outputs")
 @pytest.mark.parametrize("dtype,d,causal,Nq,Nk", [
     # d = 256: 64-key tiles, O staged in Q's rows, Q loaded after K_0 and V_0 (``o_in_q``); 2 query
     # tiles × 2 heads on 2 persistent blocks: each hands its Q over once

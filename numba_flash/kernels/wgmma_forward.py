@@ -159,8 +159,8 @@ from numba_flash._numba_cuda import (SIMULATOR, cuda, device_function, float32, 
                                      kernel, uint8, uint32)
 from numba_flash.config import TcTiles, tc_array_layout, tc_out_view
 from numba_flash.kernels import dropout, fragments, score, softmax, spec
-from numba_flash.kernels.hopper import (ATOM, SMEM_LIMIT, land_and_zero, load_page_boxes, load_rows, page_of_box,
-                                        past_rows, rs_chain, ss_chain, sw128_desc, tile_dim, wait_phase)
+from numba_flash.kernels.hopper import (ATOM, SMEM_LIMIT, descriptor_adds, land_and_zero, load_page_boxes, load_rows,
+                                        page_of_box, past_rows, rs_chain, ss_chain, sw128_desc, tile_dim, wait_phase)
 from numba_flash.kernels.block_info import (block_at, grid_coords, key_tiles, kv_pages, linear_coords, query_grid_dims,
                                             read_walk_list, section_of, tile_at, tile_needs_mask, tile_partial,
                                             walk_range)
@@ -309,7 +309,8 @@ def threads(t: TcTiles) -> int:
 @functools.lru_cache(maxsize=None)
 def wgmma_forward_kernel(t: TcTiles, variant: Variant, dtype: str, persistent: bool = True, pingpong: bool = False,
                          domain: int = 1, emulate: int = 0, alibi_mma: bool = False, key_rows: int = 0,
-                         overlap: bool = False, dynamic: bool = False, lazy: float = 0.0, prescale: bool = False):
+                         overlap: bool = False, dynamic: bool = False, lazy: float = 0.0, prescale: bool = False,
+                         desc_adds: bool = False):
     """``kernel[grid, threads(t), stream, smem_bytes(t)](q, k, v, out32, lse, softmax_scale, params, alibi,
     cu_seqlens_q, cu_seqlens_k, fx, sched, tmaps)``: ``tc_forward_kernel``'s arguments and outputs, the
     scheduler's counter (a zeroed int32 pair; read only when ``dynamic``) and the tensor
@@ -323,7 +324,8 @@ def wgmma_forward_kernel(t: TcTiles, variant: Variant, dtype: str, persistent: b
     ``overlap``: the epilogue under the next tile's first S (:func:`overlap_epilogue`);
     ``dynamic``: persistent blocks take their tiles from a counter (:func:`dynamic_tiles`);
     ``lazy``: :func:`lazy_rescale`'s threshold (0: acc rescaled every tile);
-    ``prescale``: softcap's Q times scale / cap in shared memory once a tile (:func:`softcap_prescale`)."""
+    ``prescale``: softcap's Q times scale / cap in shared memory once a tile (:func:`softcap_prescale`);
+    ``desc_adds``: each k-slice's wgmma descriptors a 32-bit add from its tile's (``hopper.descriptor_adds``)."""
     HEAD_DIM, BLOCK_M, PERSISTENT, PINGPONG = t.head_dim, t.block_m, persistent, pingpong
     CONSUMERS = BLOCK_M // 64
     THREADS, CONSUMER_THREADS = threads(t), 128 * CONSUMERS
@@ -373,9 +375,9 @@ def wgmma_forward_kernel(t: TcTiles, variant: Variant, dtype: str, persistent: b
     BF16 = dtype == "bfloat16"
 
     # (acc_s, q_wg, k_tile): S = Q·Kᵀ (with ALiBi on the tensor cores its k-slice follows, and issue_bias commits)
-    issue_scores = ss_chain(wgmma_s, KSTEPS, Q_ATOM, KV_ATOM, not ALIBI_MMA)  # ALiBi: issue_bias commits
+    issue_scores = ss_chain(wgmma_s, KSTEPS, Q_ATOM, KV_ATOM, not ALIBI_MMA, desc_adds)  # ALiBi: issue_bias commits
     wgmma_bias = getattr(ptx, f"wgmma_m64n{BLOCK_N}k16_{kind}_rs_acc")  # ALiBi's k-slice: A from registers
-    issue_pv = rs_chain(wgmma_o, PSTEPS, KV_ATOM)  # (acc_o, p_frag, v_tile): acc += P·V
+    issue_pv = rs_chain(wgmma_o, PSTEPS, KV_ATOM, desc_adds)  # (acc_o, p_frag, v_tile): acc += P·V
 
     @device_function
     def scores_to_p(acc_s, alpha, m_i, l_i, j, start_n, d0, row0, rows0, si, di, mi, vr):
@@ -1038,7 +1040,7 @@ def launches(t: TcTiles, variant: Variant, dtype: str, sz: spec.Sizes, page_rows
     dyn = n < tiles and dynamic_tiles()
     kern = wgmma_forward_kernel(t, variant, dtype, n < tiles, pingpong(t, variant), dom, ex2_emulated_every(variant),
                                 bias, box, overlap_epilogue() and not dyn, dyn, lazy_rescale(),
-                                softcap_prescale())  # fmt: skip
+                                softcap_prescale(), descriptor_adds())  # fmt: skip
     # the scheduler's counter: a zeroed one a call (``sched``), or a stand-in it never reads
     # (split-KV: out and lse are the parts, fp32, that the merge kernel combines)
     args = spec.forward_args("u16", "f32" if variant.split else tc_out_view(t)) + (

@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# Prepared in session 33 for the next device call: NUMBA_FLASH_DESC_ADDS (each k-slice's wgmma
+# descriptors a 32-bit add from its tile's; the same bits; offline SASS 2.7-10% fewer instructions
+# a key step: forward d = 128 820 -> 772, dK/dV 710 -> 691, persistent dK/dV d = 128 797 -> 716,
+# dQ 496 -> 457) timed against off on issue #13's shapes and issue #11's window, one process a
+# setting, in turn twice (the second pair: the noise), then the Hopper GPU tests with it on.
+# Expected (written before the run): 0-5% faster where the consumers issue-bind (d = 64, short
+# shapes, the persistent dK/dV kernel), within noise elsewhere; every test passes.
+set -u
+out=$1
+export NUMBA_CACHE_DIR=/tmp/nbcache
+. scripts/device_ab.sh
+run() {  # run LABEL GROUP [ENV=VALUE ...]
+  local label=$1 group=$2
+  shift 2
+  [ "$SECONDS" -gt 330 ] && { echo "$label skipped at ${SECONDS}s"; return; }
+  env "$@" timeout 150 python3 scripts/bench_knobs.py "$out/knobs.jsonl" "$group" "$label" > "$out/k_$label.txt" 2>&1
+  echo "$label rc=$? at ${SECONDS}s" >> "$out/k_$label.txt"
+  tail -n 2 "$out/k_$label.txt"
+}
+run shapes_off shapes NUMBA_FLASH_DESC_ADDS=0
+run shapes_adds shapes NUMBA_FLASH_DESC_ADDS=1
+run window_off window NUMBA_FLASH_DESC_ADDS=0
+run window_adds window NUMBA_FLASH_DESC_ADDS=1
+run shapes_off2 shapes NUMBA_FLASH_DESC_ADDS=0
+run shapes_adds2 shapes NUMBA_FLASH_DESC_ADDS=1
+NUMBA_FLASH_DESC_ADDS=1 timeout $(( 590 - SECONDS )) python3 -m pytest -q -rf -n 16 -m gpu -p no:cacheprovider \
+  tests/test_wgmma_forward.py tests/test_wgmma_backward.py > "$out/d_pytest.txt" 2>&1
+echo "pytest rc=$? at ${SECONDS}s" >> "$out/d_pytest.txt"
+tail -n 3 "$out/d_pytest.txt"
+exit 0
