@@ -51,6 +51,20 @@ def case(q, k, v, dout, **kw):
     return fwd
 
 
+def shape_rows(shapes):
+    """``(ms, tflops)`` by name of each ``(B, H, N, d, causal)``: forward and backward, three
+    rounds each (fresh inputs a shape)."""
+    ms, tf = {}, {}
+    for B, H, N, d, causal in shapes:
+        q, k, v, dout = (randn(B, N, H, d) for _ in range(4))
+        name = f"{B}x{H}x{N}x{d}{' causal' if causal else ''}"
+        ms.update(timed({name: case(q, k, v, dout, causal=causal)}, 3))
+        pairs = B * H * visible_pairs(N, N, causal)
+        tf[name] = (4 * d * pairs / ms[name][0] / 1e9, 10 * d * pairs / ms[name][1] / 1e9)
+        del q, k, v, dout
+    return ms, tf
+
+
 def main(path, group, label):
     if group == "window":
         B, H, N, d = 1, 16, 16384, 128
@@ -70,27 +84,13 @@ def main(path, group, label):
         ratio = (ms["alibi"][0] / ms["plain"][0], ms["alibi"][1] / ms["plain"][1])
     elif group == "short":
         # short walks of the backward's dK/dV blocks: 512 and 1024 rows, causal and not
-        ms, tf = {}, {}
-        for B, H, N, d, causal in ((16, 32, 1024, 64, True), (16, 16, 1024, 128, True), (16, 16, 1024, 128, False),
-                                   (32, 16, 512, 128, True)):
-            q, k, v, dout = (randn(B, N, H, d) for _ in range(4))
-            name = f"{B}x{H}x{N}x{d}{' causal' if causal else ''}"
-            ms.update(timed({name: case(q, k, v, dout, causal=causal)}, 3))
-            pairs = B * H * visible_pairs(N, N, causal)
-            tf[name] = (4 * d * pairs / ms[name][0] / 1e9, 10 * d * pairs / ms[name][1] / 1e9)
-            del q, k, v, dout
+        ms, tf = shape_rows([(16, 32, 1024, 64, True), (16, 16, 1024, 128, True), (16, 16, 1024, 128, False),
+                             (32, 16, 512, 128, True)])
         ratio = (0.0, 0.0)
     elif group == "shapes":
-        # issue #13's shapes (a switch that touches every Hopper kernel), forward and backward
-        ms, tf = {}, {}
-        for B, H, N, d in ((4, 16, 4096, 128), (4, 32, 4096, 64), (16, 32, 1024, 64)):
-            q, k, v, dout = (randn(B, N, H, d) for _ in range(4))
-            for causal in (False, True):
-                name = f"{B}x{H}x{N}x{d}{' causal' if causal else ''}"
-                ms.update(timed({name: case(q, k, v, dout, causal=causal)}, 3))
-                pairs = B * H * visible_pairs(N, N, causal)
-                tf[name] = (4 * d * pairs / ms[name][0] / 1e9, 10 * d * pairs / ms[name][1] / 1e9)
-            del q, k, v, dout
+        # issue #13's shapes (a switch that touches every Hopper kernel), full and causal
+        ms, tf = shape_rows([(B, H, N, d, c) for B, H, N, d in ((4, 16, 4096, 128), (4, 32, 4096, 64), (16, 32, 1024, 64))
+                             for c in (False, True)])
         ratio = (0.0, 0.0)
     else:
         raise SystemExit(f"group={group!r}: expected window, alibi, short or shapes")

@@ -11,20 +11,13 @@ set -u
 out=$1
 export NUMBA_CACHE_DIR=/tmp/nbcache
 . scripts/device_ab.sh
-run() {  # run LABEL GROUP [ENV=VALUE ...]
-  local label=$1 group=$2
-  shift 2
-  [ "$SECONDS" -gt 450 ] && { echo "$label skipped at ${SECONDS}s"; return; }
-  env "$@" timeout 150 python3 scripts/bench_knobs.py "$out/knobs.jsonl" "$group" "$label" > "$out/k_$label.txt" 2>&1
-  echo "$label rc=$? at ${SECONDS}s" >> "$out/k_$label.txt"
-  tail -n 2 "$out/k_$label.txt"
-}
-run alibi_products alibi
-run alibi_column alibi NUMBA_FLASH_ALIBI_PRODUCTS=0
-run window_default window
-run window_static window NUMBA_FLASH_WGMMA_SCHEDULER=static
-run window_overlap window NUMBA_FLASH_WGMMA_SCHEDULER=static NUMBA_FLASH_WGMMA_OVERLAP=1
-run window_blocks window NUMBA_FLASH_WGMMA_PERSISTENT=0
-run alibi_products2 alibi
-run alibi_column2 alibi NUMBA_FLASH_ALIBI_PRODUCTS=0
+KNOB_UNTIL=450  # (`knob`: scripts/device_ab.sh; until session 33's end each script held its own copy)
+knob alibi_products alibi
+knob alibi_column alibi NUMBA_FLASH_ALIBI_PRODUCTS=0
+knob window_default window
+knob window_static window NUMBA_FLASH_WGMMA_SCHEDULER=static
+knob window_overlap window NUMBA_FLASH_WGMMA_SCHEDULER=static NUMBA_FLASH_WGMMA_OVERLAP=1
+knob window_blocks window NUMBA_FLASH_WGMMA_PERSISTENT=0
+knob alibi_products2 alibi
+knob alibi_column2 alibi NUMBA_FLASH_ALIBI_PRODUCTS=0
 exit 0

@@ -8,18 +8,11 @@ set -u
 out=$1
 export NUMBA_CACHE_DIR=/tmp/nbcache
 . scripts/device_ab.sh
-run() {  # run LABEL GROUP [ENV=VALUE ...]
-  local label=$1 group=$2
-  shift 2
-  [ "$SECONDS" -gt 420 ] && { echo "$label skipped at ${SECONDS}s"; return; }
-  env "$@" timeout 150 python3 scripts/bench_knobs.py "$out/knobs.jsonl" "$group" "$label" > "$out/k_$label.txt" 2>&1
-  echo "$label rc=$? at ${SECONDS}s" >> "$out/k_$label.txt"
-  tail -n 2 "$out/k_$label.txt"
-}
-run window_off window
-run window_persistent window NUMBA_FLASH_WGMMA_BWD_PERSISTENT=on
-run short_off short
-run short_persistent short NUMBA_FLASH_WGMMA_BWD_PERSISTENT=on
-run window_off2 window
-run window_persistent2 window NUMBA_FLASH_WGMMA_BWD_PERSISTENT=on
+KNOB_UNTIL=420  # (`knob`: scripts/device_ab.sh; until session 33's end each script held its own copy)
+knob window_off window
+knob window_persistent window NUMBA_FLASH_WGMMA_BWD_PERSISTENT=on
+knob short_off short
+knob short_persistent short NUMBA_FLASH_WGMMA_BWD_PERSISTENT=on
+knob window_off2 window
+knob window_persistent2 window NUMBA_FLASH_WGMMA_BWD_PERSISTENT=on
 exit 0

@@ -10,20 +10,13 @@ set -u
 out=$1
 export NUMBA_CACHE_DIR=/tmp/nbcache
 . scripts/device_ab.sh
-run() {  # run LABEL GROUP [ENV=VALUE ...]
-  local label=$1 group=$2
-  shift 2
-  [ "$SECONDS" -gt 330 ] && { echo "$label skipped at ${SECONDS}s"; return; }
-  env "$@" timeout 150 python3 scripts/bench_knobs.py "$out/knobs.jsonl" "$group" "$label" > "$out/k_$label.txt" 2>&1
-  echo "$label rc=$? at ${SECONDS}s" >> "$out/k_$label.txt"
-  tail -n 2 "$out/k_$label.txt"
-}
-run shapes_off shapes NUMBA_FLASH_DESC_ADDS=0
-run shapes_adds shapes NUMBA_FLASH_DESC_ADDS=1
-run window_off window NUMBA_FLASH_DESC_ADDS=0
-run window_adds window NUMBA_FLASH_DESC_ADDS=1
-run shapes_off2 shapes NUMBA_FLASH_DESC_ADDS=0
-run shapes_adds2 shapes NUMBA_FLASH_DESC_ADDS=1
+KNOB_UNTIL=330  # (`knob`: scripts/device_ab.sh; until session 33's end each script held its own copy)
+knob shapes_off shapes NUMBA_FLASH_DESC_ADDS=0
+knob shapes_adds shapes NUMBA_FLASH_DESC_ADDS=1
+knob window_off window NUMBA_FLASH_DESC_ADDS=0
+knob window_adds window NUMBA_FLASH_DESC_ADDS=1
+knob shapes_off2 shapes NUMBA_FLASH_DESC_ADDS=0
+knob shapes_adds2 shapes NUMBA_FLASH_DESC_ADDS=1
 NUMBA_FLASH_DESC_ADDS=1 timeout $(( 590 - SECONDS )) python3 -m pytest -q -rf -n 16 -m gpu -p no:cacheprovider \
   tests/test_wgmma_forward.py tests/test_wgmma_backward.py > "$out/d_pytest.txt" 2>&1
 echo "pytest rc=$? at ${SECONDS}s" >> "$out/d_pytest.txt"
