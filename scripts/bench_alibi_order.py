@@ -5,6 +5,10 @@ after the first k).
 
     NUMBA_FLASH_ALIBI_AFTER=0 python3 scripts/bench_alibi_order.py out.jsonl
 
+The switch existed at ``69a04ed`` only (session 33's call 1 ran there): the other orders ran
+1.50–1.60× plain and less exact, so ``a434373`` removed it; at later commits every process
+times the default order (still a plain / ALiBi A/B with the LSE check).
+
 Prints and appends one JSON line: the forward's milliseconds, plain causal and causal ALiBi
 (4, 16, 4096, 128) fp16, timed in turn over five rounds (10 queued calls, medians; the
 slopes 2^-1 … 2^-16 of ``bench_variants``), their ratio, and the ALiBi forward's LSE and O
