@@ -18,9 +18,9 @@ starts 1024-byte aligned (the swizzle's repeat).
 
 from __future__ import annotations
 
-from numba_flash import ptx
 import os
 
+from numba_flash import ptx
 from numba_flash._numba_cuda import cuda, device_function, int32, uint32, uint64
 from numba_flash.kernels.copy import source_at
 from numba_flash.variant import PAGED, VARLEN
