@@ -413,6 +413,24 @@ def test_wgmma_backward_compiles_for_sm_90a(d, causal, dq, pipe, monkeypatch):
             assert r.spill_stores <= (96 if ordered else 0), f"{r.name}: {r.spill_stores} bytes of spills"
 
 
+@pytest.mark.parametrize("causal", [False, True])
+def test_wgmma_backward_short_d64_default_is_persistent_and_compiles(monkeypatch, causal):
+    """The persistent dK/dV kernel the plan takes by default at d = 64 and 1024 rows
+    (``launches``' rule): its three more mbarriers (the second K/V buffer's), nothing in local
+    memory, and (with a whole-program ptxas) no spills (session 33: 0 bytes, plain and
+    causal; with a variant 24-168, which is why variants keep a block a tile)."""
+    from numba_flash.inspection import inspect_kernels
+
+    monkeypatch.delenv("NUMBA_FLASH_WGMMA_BWD_PERSISTENT", raising=False)
+    (r,) = [r for r in inspect_kernels("backward", "float16", 64, causal, arch="sm_90a", seqlen_q=1024)
+            if r.name == "wgmma_bwd_dkdv"]
+    # the persistent kernel's second K/V buffer: its full barrier and each buffer's empty one (6 -> 9)
+    assert r.ptx.count("mbarrier.init.shared::cta.b64") == 9, "not the persistent kernel"
+    assert r.local_bytes_ptx == 0 and "ld.local" not in r.ptx and "st.local" not in r.ptx
+    if r.registers is not None and not r.assembler.startswith("nvJitLink"):
+        assert r.spill_stores == 0, f"{r.spill_stores} bytes of spills"
+
+
 @pytest.mark.parametrize("features", [dict(causal=True, softcap=True), dict(causal=True, dropout=True)])
 def test_wgmma_backward_variant_passes_stay_in_registers(features):
     """The d = 64 dK/dV kernel with softcap (the masked copy of the per-element pass, its
