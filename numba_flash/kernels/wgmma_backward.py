@@ -213,13 +213,13 @@ class WgmmaBwdTiles:
     @property
     def l2_sections(self) -> bool:
         """Whether the kernel runs its heaviest-first grid in the call's L2 sections
-        (``block_info.l2_section``): the default kernels, where they were measured; not the
-        opt-in persistent and ordered-dQ dK/dV kernels, where the section math spilled 92 /
+        (``block_info.l2_section``): the one-block-a-tile kernels, where they were measured;
+        not the persistent and ordered-dQ dK/dV kernels, where the section math spilled 92 /
         132 bytes (``traffic.dram`` asks this too)."""
         return not (self.persistent or self.ordered_dq)
 
 
-def tiles(head_dim: int) -> tuple[WgmmaBwdTiles, ...]:
+def tiles(head_dim: int, short: bool = False) -> tuple[WgmmaBwdTiles, ...]:
     """The tiles for arrays of ``head_dim`` columns (on ``hopper.tile_dim``'s, ``data_dim``
     the arrays'): the dK/dV kernel(s), then dQ's (``RINGS``): 64 rows a step at
     d = 128 and 128 at d = 64.  A consumer thread holds its gradients (d/2 floats each:
@@ -228,7 +228,7 @@ def tiles(head_dim: int) -> tuple[WgmmaBwdTiles, ...]:
     would need 256 (ptxas: 848 bytes of spills); at d = 64 the ring is not larger than
     the fixed tile; at d = 256 (dV, then dK: ``RINGS``) shared memory sets them.
     ``NUMBA_FLASH_WGMMA_BWD_RING=kv,q`` sets the dK/dV kernels' and dQ's (the
-    benchmark's comparison)."""
+    benchmark's comparison).  ``short``: :func:`persistent`'s (the call's walks are short)."""
     tile_d = tile_dim(head_dim, HEAD_DIMS)
     if not tile_d:
         raise ValueError(f"head_dim={head_dim}: the wgmma backward runs d in {HEAD_DIMS} and other multiples of 8 "
@@ -241,7 +241,7 @@ def tiles(head_dim: int) -> tuple[WgmmaBwdTiles, ...]:
         rings = {part: (q if part == "dq" else kv) for part in rings}
     ts = tuple(WgmmaBwdTiles(tile_d, ring, ROWS, True, data_dim, part=part) if part != "dq" else
                WgmmaBwdTiles(tile_d, ROWS, ring, False, data_dim) for part, ring in rings.items())  # fmt: skip
-    return tuple(persistent(pipelined(t)) for t in ts)
+    return tuple(persistent(pipelined(t), short) for t in ts)
 
 
 def pipelined(t: WgmmaBwdTiles) -> WgmmaBwdTiles:
@@ -305,7 +305,7 @@ def persistent_blocks(blocks: int) -> int:
     from numba_flash.kernels.wgmma_forward import _sms
 
     mode = os.environ.get("NUMBA_FLASH_WGMMA_BWD_PERSISTENT", "auto")
-    return max(1, min(blocks, int(mode) if mode.isdigit() and mode != "0" else _sms()))
+    return max(1, min(blocks, int(mode) if mode.isdigit() else _sms()))
 
 
 def stats_shape(batch: int, heads: int, seqlen_q: int, sequences: int = 0) -> tuple:
@@ -984,7 +984,7 @@ def launches(variant: Variant, dtype: str, sz: spec.Sizes, head_dim: int) -> lis
 
     short = (head_dim <= PERSISTENT_MAX_DIM and sz.seqlen_q <= PERSISTENT_MAX_ROWS
              and replace(variant, causal=False, nonpositive_scale=False) == Variant())  # fmt: skip
-    ts = tuple(persistent(t, True) if short and not t.persistent else t for t in tiles(head_dim))
+    ts = tiles(head_dim, short)
     ordered = ordered_dq(variant, head_dim)
     if ordered:  # dK/dV sums dQ too: no dQ kernel
         ts = (replace(ts[0], ordered_dq=True, light_first=os.environ.get("NUMBA_FLASH_WGMMA_DQ", "") == "light",
