@@ -12,7 +12,9 @@ ALiBi (slopes 2^-1 … 2^-16), forward and backward, five rounds, ALiBi's time o
 (the bar: ≤ 1.10).  ``short``: four short shapes' forward and backward (512 and 1024 rows),
 three rounds each, TFLOP/s (the persistent dK/dV kernel's A/B; no ratio).  ``shapes``: issue
 #13's (4, 16, 4096, 128), (4, 32, 4096, 64) and (16, 32, 1024, 64), full and causal, the
-same way (``NUMBA_FLASH_DESC_ADDS``' A/B).  Appends one JSON line and prints a one-line summary.
+same way (``NUMBA_FLASH_DESC_ADDS``' A/B).  ``walks``: ``window``'s two and 16 varlen sequences
+(NumPy offsets, mean 1024) against the padded batch of the same tokens, three rounds, both
+ratios (``NUMBA_FLASH_WGMMA_Q_BUFFERS``' A/B).  Appends one JSON line and prints a one-line summary.
 """
 
 import json
@@ -82,6 +84,36 @@ def main(path, group, label):
                     "alibi": case(q, k, v, dout, causal=True, alibi_slopes=slopes)}, 5)
         tf = {}
         ratio = (ms["alibi"][0] / ms["plain"][0], ms["alibi"][1] / ms["plain"][1])
+    elif group == "walks":
+        # the short walks (session 34's two Q buffers): window (1024, 0) against causal at
+        # (1, 16, 16384, 128), and 16 varlen sequences (NumPy offsets, lengths of mean 1024)
+        # against the padded batch of the same tokens, as bench_variants.py's rows
+        B, H, N, d = 1, 16, 16384, 128
+        q, k, v, dout = (randn(B, N, H, d) for _ in range(4))
+        cases = {"causal": case(q, k, v, dout, causal=True),
+                 "window": case(q, k, v, dout, causal=True, window_size=(1024, 0))}
+        pairs = {"causal": B * H * visible_pairs(N, N, True), "window": B * H * visible_pairs(N, N, True, (1024, 0))}
+        lens = rng.integers(256, 1793, 16)
+        lens = np.round(lens * 16384 / lens.sum()).astype(int)
+        lens[-1] += 16384 - lens.sum()
+        cu = np.concatenate([[0], np.cumsum(lens)]).astype(np.int32)
+        n_max = int(lens.max())
+        vq, vk, vv, vdo = (randn(int(lens.sum()), H, d) for _ in range(4))
+
+        def varlen():
+            out, lse = numba_flash.flash_attention_varlen(vq, vk, vv, cu, cu, n_max, n_max, causal=True,
+                                                          return_lse=True)  # fmt: skip
+            return out, lambda: numba_flash.flash_attention_varlen_backward(vdo, vq, vk, vv, out, lse, cu, cu, n_max,
+                                                                            n_max, causal=True)  # fmt: skip
+
+        pq, pk, pv, pdo = (randn(len(lens), n_max, H, d) for _ in range(4))
+        cases.update(padded=case(pq, pk, pv, pdo, causal=True), varlen=varlen)
+        pairs.update(padded=len(lens) * H * visible_pairs(n_max, n_max, True),
+                     varlen=H * sum(visible_pairs(int(n), int(n), True) for n in lens))
+        ms = timed(cases, 3)
+        tf = {n: (4 * d * pairs[n] / ms[n][0] / 1e9, 10 * d * pairs[n] / ms[n][1] / 1e9) for n in ms}
+        ratio = (tf["window"][0] / tf["causal"][0], tf["window"][1] / tf["causal"][1],
+                 tf["varlen"][0] / tf["padded"][0], tf["varlen"][1] / tf["padded"][1])
     elif group == "short":
         # short walks of the backward's dK/dV blocks: 512 and 1024 rows, causal and not
         ms, tf = shape_rows([(16, 32, 1024, 64, True), (16, 16, 1024, 128, True), (16, 16, 1024, 128, False),
@@ -93,13 +125,14 @@ def main(path, group, label):
                              for c in (False, True)])
         ratio = (0.0, 0.0)
     else:
-        raise SystemExit(f"group={group!r}: expected window, alibi, short or shapes")
+        raise SystemExit(f"group={group!r}: expected window, walks, alibi, short or shapes")
     row = {"group": group, "label": label, "ms": ms, "tflops": tf, "ratio": ratio}
     with open(path, "a") as f:
         f.write(json.dumps(row) + "\n")
     print(json.dumps(row))
     print(f"{group:7s} {label:16s} " + "  ".join(f"{n} {f:.4f}/{b:.4f} ms" for n, (f, b) in ms.items())
-          + f"  ratio fwd {ratio[0]:.3f} bwd {ratio[1]:.3f}")
+          + f"  ratio fwd {ratio[0]:.3f} bwd {ratio[1]:.3f}"
+          + (f"  varlen/padded fwd {ratio[2]:.3f} bwd {ratio[3]:.3f}" if len(ratio) > 2 else ""))
 
 
 if __name__ == "__main__":
