@@ -358,7 +358,7 @@ def wgmma_forward_kernel(t: TcTiles, variant: Variant, dtype: str, persistent: b
     DYNAMIC = persistent and dynamic
     # persistent blocks, switched on (``q_buffers``): tile t's Q in buffer t mod QB, its own q_full and
     # q_empty, so that the producer loads a tile's Q while the block's previous tile still runs
-    QB = q_buffers if persistent else 1
+    QB = q_buffers if persistent else 1  # (a power of 2: buffer done & (QB − 1), its fill done >> (QB − 1))
     assert QB in (1, 2) and not (QB == 2 and o_in_q(t))  # d = 256 stages O in Q's rows: no room for two
     KSTEPS = HEAD_DIM // 16  # k-slices of Q·Kᵀ
     NT_S = BLOCK_N // 8
@@ -473,17 +473,17 @@ def wgmma_forward_kernel(t: TcTiles, variant: Variant, dtype: str, persistent: b
     @device_function
     def q_full_of(q_full, done):
         """The q_full barrier of the block's ``done``-th tile's Q buffer (``QB``)."""
-        return q_full + Q_FULL_NEXT * (done % QB)
+        return q_full + Q_FULL_NEXT * (done & (QB - 1))
 
     @device_function
     def q_empty_of(q_full, done):
         """The q_empty barrier of the block's ``done``-th tile's Q buffer."""
-        return q_full + Q_EMPTY + Q_EMPTY_NEXT * (done % QB)
+        return q_full + Q_EMPTY + Q_EMPTY_NEXT * (done & (QB - 1))
 
     @device_function
     def q_phase(done):
         """The parity of the ``done``-th tile's phase of its buffer's q_full (the buffer's fill)."""
-        return (done // QB) & 1
+        return (done >> (QB - 1)) & 1
 
     @device_function
     def hand_over(q_full, done, tile, lead):
@@ -492,7 +492,7 @@ def wgmma_forward_kernel(t: TcTiles, variant: Variant, dtype: str, persistent: b
         and DYNAMIC, lane 0 writes ``tile`` into its slot (q_full's completion publishes
         it; n_tiles: the end)."""
         if done >= QB:
-            wait_phase(q_empty_of(q_full, done), ((done // QB) - 1) & 1)
+            wait_phase(q_empty_of(q_full, done), ((done >> (QB - 1)) - 1) & 1)
         if DYNAMIC and lead:
             ptx.st_shared_b32(q_full + TILE_SLOT + 4 * (done % 2), tile)
 
@@ -503,7 +503,7 @@ def wgmma_forward_kernel(t: TcTiles, variant: Variant, dtype: str, persistent: b
         hand_over(q_full, done, tile, lead)
         if lead:
             ptx.mbarrier_arrive_expect_tx(q_full_of(q_full, done), Q_BYTES)
-            load_rows(q_base + (done % QB) * Q_BYTES, tmap, rows0, h, b, q_full_of(q_full, done), ATOMS, Q_ATOM)
+            load_rows(q_base + (done & (QB - 1)) * Q_BYTES, tmap, rows0, h, b, q_full_of(q_full, done), ATOMS, Q_ATOM)
 
     @device_function
     def next_tile(sched, lead):
@@ -768,7 +768,7 @@ def wgmma_forward_kernel(t: TcTiles, variant: Variant, dtype: str, persistent: b
             # q_full's phase first, then q_empty's arrival (it must not count towards the previous tile's)
             if not DYNAMIC:
                 wait_phase(q_full_of(q_full, done), q_phase(done))
-            q_wg = q_wg0 + (done % QB) * Q_BYTES
+            q_wg = q_wg0 + (done & (QB - 1)) * Q_BYTES
             if rows0 >= seqlen_q:  # rows past the sequence (the last block): release each tile, compute nothing
                 ptx.mbarrier_arrive(q_empty_of(q_full, done))
                 for j in range(n_lo, n_hi):
@@ -862,7 +862,7 @@ def wgmma_forward_kernel(t: TcTiles, variant: Variant, dtype: str, persistent: b
                                                                                   cu_q, cu_k, fx)  # fmt: skip
                     if nlive and nm + 64 * cw < nmi[0] and nhi > nlo:
                         first_scores(params, alibi, softmax_scale, fx, nseq, nh, nmi, cw, q_full, done, pos, acc_s,
-                                     bias_frag, q_wg0 + (done % QB) * Q_BYTES, k_base, kx_base)  # fmt: skip
+                                     bias_frag, q_wg0 + (done & (QB - 1)) * Q_BYTES, k_base, kx_base)  # fmt: skip
                         # this tile's P·V landed (the next S, committed after it, may still run); the
                         # epilogue while that S runs; then the S done
                         ptx.wgmma_wait_group(1)
