@@ -673,9 +673,10 @@ def wgmma_forward_kernel(t: TcTiles, variant: Variant, dtype: str, persistent: b
             ptx.setmaxnreg_dec(PRODUCER_REGS)
             if tid < 32:
                 lead = tid == 0
-                pos = 0  # the K/V ring's position, over all of this block's tiles: stage pos mod 2, fill pos // 2
-                done = 0  # the tiles this block loaded Q for
-                zeroed = 0  # the V tiles zeroed past their sequence (v_land's phases)
+                # (int32 counters: the producer has 24 registers)
+                pos = int32(0)  # the K/V ring's position, over all of this block's tiles: stage pos mod 2, fill pos // 2
+                done = int32(0)  # the tiles this block loaded Q for
+                zeroed = int32(0)  # the V tiles zeroed past their sequence (v_land's phases)
                 tile = int64(cuda.blockIdx.x)  # DYNAMIC: each block's first, then the counter's
                 for it in range(tiles_start, tiles_end, tiles_step):
                     if not DYNAMIC:
@@ -716,9 +717,9 @@ def wgmma_forward_kernel(t: TcTiles, variant: Variant, dtype: str, persistent: b
                         if first < BLOCK_N:
                             land_and_zero(words, q_base, (v_base + s * KV_BYTES,), first, v_bar, zeroed & 1,
                                           q_full + V_FULL + 8 * s, tid, BLOCK_N, ATOMS, KV_ATOM)  # fmt: skip
-                            zeroed += 1
-                        pos += 1
-                    done += 1
+                            zeroed = int32(zeroed + 1)
+                        pos = int32(pos + 1)
+                    done = int32(done + 1)
                     if DYNAMIC:
                         tile = next_tile(sched, lead)
             return
