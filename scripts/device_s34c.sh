@@ -14,12 +14,12 @@ export NUMBA_CACHE_DIR=/tmp/nbcache
 KNOB_UNTIL=300
 knob walks_default walks
 knob walks_q2_overlap walks NUMBA_FLASH_WGMMA_Q_BUFFERS=2 NUMBA_FLASH_WGMMA_OVERLAP=1
-knob shapes_off shapes NUMBA_FLASH_DESC_ADDS=0
-knob shapes_adds shapes NUMBA_FLASH_DESC_ADDS=1
 knob walks_q2 walks NUMBA_FLASH_WGMMA_Q_BUFFERS=2
-knob walks_overlap walks NUMBA_FLASH_WGMMA_OVERLAP=1
 knob walks_default2 walks
 knob walks_q2_overlap2 walks NUMBA_FLASH_WGMMA_Q_BUFFERS=2 NUMBA_FLASH_WGMMA_OVERLAP=1
+knob walks_overlap walks NUMBA_FLASH_WGMMA_OVERLAP=1
+knob shapes_off shapes NUMBA_FLASH_DESC_ADDS=0
+knob shapes_adds shapes NUMBA_FLASH_DESC_ADDS=1
 [ $(( 480 - SECONDS )) -gt 60 ] && timeout $(( 480 - SECONDS )) python3 -m pytest -q -rf -n 8 -m gpu -p no:cacheprovider \
   tests/test_wgmma_forward.py -k "two_q_buffers or varlen_on or persistent_blocks" > "$out/c_pytest.txt" 2>&1
 echo "pytest rc=$? at ${SECONDS}s" >> "$out/c_pytest.txt"
