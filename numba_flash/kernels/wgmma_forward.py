@@ -77,7 +77,7 @@ past the sequence are not written; the lanes t = 0 write lse as before.  The war
 again before its next tile (persistent blocks) stages into the same rows.
 
 Shared memory (one dynamic array, 1024-byte aligned: a swizzled tile's repeat), per
-64-column atom of d a block of rows × 128 bytes: Q BLOCK_M·d·2, K and V 2 stages of
+64-column atom of d a block of rows × 128 bytes: Q BLOCK_M·d·2 (twice with ``q_buffers``), K and V 2 stages of
 128·d·2 each, with causal ALiBi on the tensor cores its key ramp (one atom of 128 rows,
 16 KiB), then the eleven 8-byte mbarriers (128 bytes), then the staging rows of O,
 16·d·2 bytes a consumer warp (warp w of consumer c at (4c + w)·16·d·2; 16-byte aligned;
@@ -116,6 +116,12 @@ in flight, and no ordinary instruction writes a wgmma's registers while one is: 
 otherwise serializes every wgmma of the kernel, silently (the SASS then has a
 ``WARPGROUP.DEPBAR`` after each HGMMA: a first version that deferred the wait across the
 tile loop's header ran 26% slower, docs/benchmarks/2026-12-03-s19).
+Switched on (``q_buffers``, off by default until measured), two Q buffers: tile t's Q in
+buffer t mod 2 (its own q_full and q_empty after the ring's barriers; the buffer and its fill
+``done & 1`` and ``done >> 1``), so the producer loads a tile's Q as soon as it reaches the
+tile, not after the previous tile's last S, and the overlap's next S need not wait for it;
+with the dynamic scheduler the overlap takes its next tile from the slot, which that Q's
+q_full publishes.
 With fewer tiles, a block a tile and the loop is compiled away.
 
 varlen: the virtual grid is (tiles of the longest sequence, heads, sequences), from
