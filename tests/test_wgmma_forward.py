@@ -474,7 +474,7 @@ def test_wgmma_forward_epilogue_under_the_next_s(monkeypatch, rng, causal):
     """``NUMBA_FLASH_WGMMA_OVERLAP=1``: two persistent blocks over 10 varlen tiles (empty,
     single-row and partial sequences, four tiles past their sequence, GQA, ALiBi), each
     tile's first S issued behind the previous tile's last P·V where it can be, its O
-    written under that S (the static order: the overlap walks its next tile)."""
+    written under that S, on the static order (the dynamic one: ``test_wgmma_forward_two_q_buffers``)."""
     monkeypatch.setenv("NUMBA_FLASH_WGMMA_OVERLAP", "1")
     monkeypatch.setenv("NUMBA_FLASH_WGMMA_SCHEDULER", "static")
     slopes = (0.05 + 0.95 * rng.random(2)).astype(np.float32)

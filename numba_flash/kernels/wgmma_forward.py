@@ -1023,8 +1023,8 @@ def dynamic_tiles() -> bool:
     0.910× (0.261 against 0.328 ms), the rest of the forward table within ±3% but causal;
     in one process (call 7, ``scripts/ab_scheduler.py``) causal (1, 16, 16384, 128) 1.069×
     and (4, 16, 4096, 128) 1.030× the static order's TF/s.  On
-    by default; ``NUMBA_FLASH_WGMMA_SCHEDULER=static`` walks the static order (and lets the
-    off-by-default ``overlap_epilogue`` run)."""
+    by default; ``NUMBA_FLASH_WGMMA_SCHEDULER=static`` walks the static order (until session 34
+    the only order the off-by-default ``overlap_epilogue`` ran on)."""
     return os.environ.get("NUMBA_FLASH_WGMMA_SCHEDULER", "dynamic") != "static"
 
 
