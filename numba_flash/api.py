@@ -45,7 +45,7 @@ def _plan_env() -> tuple:
                                                       "WGMMA_SCHEDULER", "CLUSTER_MERGE", "WGMMA_DQ", "WGMMA_BWD_PIPE",
                                                       "WGMMA_KEYS", "WGMMA_SPLIT", "LAZY_RESCALE",
                                                       "SOFTCAP_PRESCALE", "WGMMA_BWD_PERSISTENT", "L2_SECTIONS",
-                                                      "DESC_ADDS", "WGMMA_Q_BUFFERS"))  # fmt: skip
+                                                      "DESC_ADDS"))  # fmt: skip
 
 
 def _plan(problem: P.Problem) -> P.Plan:

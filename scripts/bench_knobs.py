@@ -14,7 +14,7 @@ three rounds each, TFLOP/s (the persistent dK/dV kernel's A/B; no ratio).  ``sha
 #13's (4, 16, 4096, 128), (4, 32, 4096, 64) and (16, 32, 1024, 64), full and causal, the
 same way (``NUMBA_FLASH_DESC_ADDS``' A/B).  ``walks``: ``window``'s two and 16 varlen sequences
 (NumPy offsets, mean 1024) against the padded batch of the same tokens, three rounds, both
-ratios (``NUMBA_FLASH_WGMMA_Q_BUFFERS``' A/B).  Appends one JSON line and prints a one-line summary.
+ratios (session 34's A/B of two Q buffers, a switch since removed, and of the descriptor adds).  Appends one JSON line and prints a one-line summary.
 """
 
 import json
@@ -85,7 +85,7 @@ def main(path, group, label):
         tf = {}
         ratio = (ms["alibi"][0] / ms["plain"][0], ms["alibi"][1] / ms["plain"][1])
     elif group == "walks":
-        # the short walks (session 34's two Q buffers): window (1024, 0) against causal at
+        # the short walks (session 34): window (1024, 0) against causal at
         # (1, 16, 16384, 128), and 16 varlen sequences (NumPy offsets, lengths of mean 1024)
         # against the padded batch of the same tokens, as bench_variants.py's rows
         B, H, N, d = 1, 16, 16384, 128

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Session 34, call 1 (machines scarce, the budget cut by failed starts: s34a and s34b in one call of 500 s): the descriptor adds
+# Session 34, call 1 (ran at b1d9b95; the Q buffers' switch was removed after it) (machines scarce, the budget cut by failed starts: s34a and s34b in one call of 500 s): the descriptor adds
 # (NUMBA_FLASH_DESC_ADDS; on the walks group's causal 16384, window, varlen and padded rows, forward and
 # backward, instead of s34a's issue #13 shapes; with them the persistent dK/dV kernel on, session 33's
 # 0.93x on the varlen backward at d = 128, 797 -> 716 instructions a step with the adds) and the two Q buffers with and without the

@@ -474,41 +474,11 @@ def test_wgmma_forward_epilogue_under_the_next_s(monkeypatch, rng, causal):
     """``NUMBA_FLASH_WGMMA_OVERLAP=1``: two persistent blocks over 10 varlen tiles (empty,
     single-row and partial sequences, four tiles past their sequence, GQA, ALiBi), each
     tile's first S issued behind the previous tile's last P·V where it can be, its O
-    written under that S, on the static order (the dynamic one: ``test_wgmma_forward_two_q_buffers``)."""
+    written under that S (the static order: the overlap walks its next tile)."""
     monkeypatch.setenv("NUMBA_FLASH_WGMMA_OVERLAP", "1")
     monkeypatch.setenv("NUMBA_FLASH_WGMMA_SCHEDULER", "static")
     slopes = (0.05 + 0.95 * rng.random(2)).astype(np.float32)
     check_varlen_forward(rng, "bfloat16", 128, causal, [5, 0, 70, 1, 33], [7, 4, 90, 1, 20], alibi_slopes=slopes)
-
-
-@pytest.mark.usefixtures("wgmma_on", "poisoned_outputs")
-@pytest.mark.parametrize("buffers,overlap,scheduler", [("2", "0", "dynamic"), ("2", "1", "dynamic"),
-                                                       ("2", "1", "static"), ("1", "1", "dynamic")])  # fmt: skip
-def test_wgmma_forward_two_q_buffers(monkeypatch, rng, buffers, overlap, scheduler):
-    """``NUMBA_FLASH_WGMMA_Q_BUFFERS=2``: two persistent blocks over 10 varlen tiles (empty,
-    single-row and partial sequences, four tiles past their sequence, GQA, causal ALiBi
-    off the tensor cores: its key ramp leaves no room for a second Q), tile t's Q in
-    buffer t mod 2; with the overlapped epilogue, whose next tile comes from the dynamic
-    scheduler's slot or the static order; and the overlapped epilogue on the dynamic
-    scheduler with one Q buffer."""
-    monkeypatch.setenv("NUMBA_FLASH_WGMMA_Q_BUFFERS", buffers)
-    monkeypatch.setenv("NUMBA_FLASH_WGMMA_OVERLAP", overlap)
-    monkeypatch.setenv("NUMBA_FLASH_WGMMA_SCHEDULER", scheduler)
-    monkeypatch.setenv("NUMBA_FLASH_ALIBI_PRODUCTS", "0")
-    slopes = (0.05 + 0.95 * rng.random(2)).astype(np.float32)
-    check_varlen_forward(rng, "float16", 128, True, [5, 0, 70, 1, 33], [7, 4, 90, 1, 20], alibi_slopes=slopes)
-
-
-def test_two_q_buffers_fit_where_they_can(monkeypatch):
-    """``q_buffers``: 2 where asked and two Q tiles fit (d = 64, 128), 1 at d = 192 / 256 and
-    with ALiBi's key ramp at d = 128 (224.1 KiB + 16 KiB), and 1 unless asked."""
-    from numba_flash.kernels import wgmma_forward as wf
-
-    assert wf.q_buffers(wf.tiles(128)) == 1
-    monkeypatch.setenv("NUMBA_FLASH_WGMMA_Q_BUFFERS", "2")
-    assert [wf.q_buffers(wf.tiles(d)) for d in (64, 128, 192, 256)] == [2, 2, 1, 1]
-    assert wf.q_buffers(wf.tiles(128), alibi_mma=True) == 1
-    assert wf.smem_bytes(wf.tiles(128), False, 2) == 224 * 1024 + 128
 
 
 @pytest.mark.usefixtures("wgmma_on", "poisoned_outputs")
@@ -691,24 +661,6 @@ def test_wgmma_forward_persistent_blocks_run_several_tiles(monkeypatch, rng, dty
     is O's staging rows in Q's, then Q, ``wgmma_forward.o_in_q``)."""
     monkeypatch.setenv("NUMBA_FLASH_WGMMA_PERSISTENT", "5")
     check_forward(rng, dtype, d, causal, B=2, H=4, H_kv=2, Nq=1000, Nk=517)
-
-
-@pytest.mark.gpu
-@pytest.mark.usefixtures("wgmma_on", "poisoned_outputs")
-@pytest.mark.parametrize("dtype,d,causal,overlap", [("float16", 64, True, "1"), ("bfloat16", 128, False, "0"),
-                                                    ("float16", 128, True, "1")])  # fmt: skip
-def test_wgmma_forward_two_q_buffers_on_the_gpu(monkeypatch, rng, dtype, d, causal, overlap):
-    """``NUMBA_FLASH_WGMMA_Q_BUFFERS=2`` over five persistent blocks (48 or 64 tiles each
-    handing two Q buffers on), with and without the overlapped epilogue (dynamic
-    scheduler); then a window with GQA and dropout, and varlen with an empty sequence."""
-    monkeypatch.setenv("NUMBA_FLASH_WGMMA_PERSISTENT", "5")
-    monkeypatch.setenv("NUMBA_FLASH_WGMMA_Q_BUFFERS", "2")
-    monkeypatch.setenv("NUMBA_FLASH_WGMMA_OVERLAP", overlap)
-    check_forward(rng, dtype, d, causal, B=2, H=4, H_kv=2, Nq=1000, Nk=517)
-    seed = int(rng.integers(0, 2**63))
-    check_forward(rng, dtype, d, True, B=2, H=8, H_kv=4, Nq=517, Nk=700, window_size=(300, 0), dropout_p=0.15,
-                  seed=seed)  # fmt: skip
-    check_varlen_forward(rng, dtype, d, causal, [300, 0, 1, 1000, 129], [517, 3, 1, 999, 128])
 
 
 @pytest.mark.gpu

@@ -77,7 +77,7 @@ past the sequence are not written; the lanes t = 0 write lse as before.  The war
 again before its next tile (persistent blocks) stages into the same rows.
 
 Shared memory (one dynamic array, 1024-byte aligned: a swizzled tile's repeat), per
-64-column atom of d a block of rows × 128 bytes: Q BLOCK_M·d·2 (twice with ``q_buffers``), K and V 2 stages of
+64-column atom of d a block of rows × 128 bytes: Q BLOCK_M·d·2, K and V 2 stages of
 128·d·2 each, with causal ALiBi on the tensor cores its key ramp (one atom of 128 rows,
 16 KiB), then the eleven 8-byte mbarriers (128 bytes), then the staging rows of O,
 16·d·2 bytes a consumer warp (warp w of consumer c at (4c + w)·16·d·2; 16-byte aligned;
@@ -116,12 +116,6 @@ in flight, and no ordinary instruction writes a wgmma's registers while one is: 
 otherwise serializes every wgmma of the kernel, silently (the SASS then has a
 ``WARPGROUP.DEPBAR`` after each HGMMA: a first version that deferred the wait across the
 tile loop's header ran 26% slower, docs/benchmarks/2026-12-03-s19).
-Switched on (``q_buffers``, off by default until measured), two Q buffers: tile t's Q in
-buffer t mod 2 (its own q_full and q_empty after the ring's barriers; the buffer and its fill
-``done & 1`` and ``done >> 1``), so the producer loads a tile's Q as soon as it reaches the
-tile, not after the previous tile's last S, and the overlap's next S need not wait for it;
-with the dynamic scheduler the overlap takes its next tile from the slot, which that Q's
-q_full publishes.
 With fewer tiles, a block a tile and the loop is compiled away.
 
 varlen: the virtual grid is (tiles of the longest sequence, heads, sequences), from
@@ -186,10 +180,6 @@ BARRIER_BYTES = 128  # q_full, k_full[2], v_full[2], k_empty[2], v_empty[2], q_e
 K_FULL, V_FULL, K_EMPTY, V_EMPTY, Q_EMPTY, V_LAND = (8 + 8 * STAGES * j for j in range(6))
 #: Byte offset from q_full of the dynamic scheduler's two tile slots (int32; after v_land, within BARRIER_BYTES).
 TILE_SLOT = V_LAND + 8
-#: Two Q buffers (``q_buffers``): buffer 1's q_full at q_full + Q_FULL_NEXT, its q_empty at
-#: q_full + Q_EMPTY + Q_EMPTY_NEXT (the last 16 of BARRIER_BYTES, after the tile slots).
-Q_FULL_NEXT = TILE_SLOT + 16
-Q_EMPTY_NEXT = Q_FULL_NEXT + 8 - Q_EMPTY
 
 
 def consumers(head_dim: int, causal: bool = False, seqlen_q: int = 4096, block_mask: bool = False,
@@ -320,7 +310,7 @@ def threads(t: TcTiles) -> int:
 def wgmma_forward_kernel(t: TcTiles, variant: Variant, dtype: str, persistent: bool = True, pingpong: bool = False,
                          domain: int = 1, emulate: int = 0, alibi_mma: bool = False, key_rows: int = 0,
                          overlap: bool = False, dynamic: bool = False, lazy: float = 0.0, prescale: bool = False,
-                         desc_adds: bool = False, q_buffers: int = 1):
+                         desc_adds: bool = False):
     """``kernel[grid, threads(t), stream, smem_bytes(t)](q, k, v, out32, lse, softmax_scale, params, alibi,
     cu_seqlens_q, cu_seqlens_k, fx, sched, tmaps)``: ``tc_forward_kernel``'s arguments and outputs, the
     scheduler's counter (a zeroed int32 pair; read only when ``dynamic``) and the tensor
@@ -335,8 +325,7 @@ def wgmma_forward_kernel(t: TcTiles, variant: Variant, dtype: str, persistent: b
     ``dynamic``: persistent blocks take their tiles from a counter (:func:`dynamic_tiles`);
     ``lazy``: :func:`lazy_rescale`'s threshold (0: acc rescaled every tile);
     ``prescale``: softcap's Q times scale / cap in shared memory once a tile (:func:`softcap_prescale`);
-    ``desc_adds``: each k-slice's wgmma descriptors a 32-bit add from its tile's (``hopper.descriptor_adds``);
-    ``q_buffers``: 2, the block's tiles' Q alternate between two buffers (:func:`q_buffers`)."""
+    ``desc_adds``: each k-slice's wgmma descriptors a 32-bit add from its tile's (``hopper.descriptor_adds``)."""
     HEAD_DIM, BLOCK_M, PERSISTENT, PINGPONG = t.head_dim, t.block_m, persistent, pingpong
     CONSUMERS = BLOCK_M // 64
     THREADS, CONSUMER_THREADS = threads(t), 128 * CONSUMERS
@@ -362,10 +351,7 @@ def wgmma_forward_kernel(t: TcTiles, variant: Variant, dtype: str, persistent: b
     # persistent blocks: the producer takes each next tile from the ``sched`` counter and
     # hands it to the consumers in a slot of shared memory (``dynamic_tiles``)
     DYNAMIC = persistent and dynamic
-    # persistent blocks, switched on (``q_buffers``): tile t's Q in buffer t mod QB, its own q_full and
-    # q_empty, so that the producer loads a tile's Q while the block's previous tile still runs
-    QB = q_buffers if persistent else 1  # (a power of 2: buffer done & (QB − 1), its fill done >> (QB − 1))
-    assert QB in (1, 2) and not (QB == 2 and o_in_q(t))  # d = 256 stages O in Q's rows: no room for two
+    assert not (OVERLAP and DYNAMIC)  # the overlap walks the static order's next tile
     KSTEPS = HEAD_DIM // 16  # k-slices of Q·Kᵀ
     NT_S = BLOCK_N // 8
     NT_O = HEAD_DIM // 8
@@ -477,28 +463,12 @@ def wgmma_forward_kernel(t: TcTiles, variant: Variant, dtype: str, persistent: b
             load_rows(dst, tmap, k0 + start_n, hk, b, bar, ATOMS, KV_ATOM)
 
     @device_function
-    def q_full_of(q_full, done):
-        """The q_full barrier of the block's ``done``-th tile's Q buffer (``QB``)."""
-        return q_full + Q_FULL_NEXT * (done & (QB - 1))
-
-    @device_function
-    def q_empty_of(q_full, done):
-        """The q_empty barrier of the block's ``done``-th tile's Q buffer."""
-        return q_full + Q_EMPTY + Q_EMPTY_NEXT * (done & (QB - 1))
-
-    @device_function
-    def q_phase(done):
-        """The parity of the ``done``-th tile's phase of its buffer's q_full (the buffer's fill)."""
-        return (done >> (QB - 1)) & 1
-
-    @device_function
     def hand_over(q_full, done, tile, lead):
         """The producer's turn at q_full for the block's ``done``-th tile: once the
-        consumers released the Q that last held its buffer (``q_empty``: tile done − QB's),
-        and DYNAMIC, lane 0 writes ``tile`` into its slot (q_full's completion publishes
-        it; n_tiles: the end)."""
-        if done >= QB:
-            wait_phase(q_empty_of(q_full, done), ((done >> (QB - 1)) - 1) & 1)
+        consumers released the previous tile's Q (``q_empty``), and DYNAMIC, lane 0 writes
+        ``tile`` into its slot (q_full's completion publishes it; n_tiles: the end)."""
+        if done > 0:
+            wait_phase(q_full + Q_EMPTY, (done - 1) & 1)
         if DYNAMIC and lead:
             ptx.st_shared_b32(q_full + TILE_SLOT + 4 * (done % 2), tile)
 
@@ -508,8 +478,8 @@ def wgmma_forward_kernel(t: TcTiles, variant: Variant, dtype: str, persistent: b
         after its ``hand_over``."""
         hand_over(q_full, done, tile, lead)
         if lead:
-            ptx.mbarrier_arrive_expect_tx(q_full_of(q_full, done), Q_BYTES)
-            load_rows(q_base + (done & (QB - 1)) * Q_BYTES, tmap, rows0, h, b, q_full_of(q_full, done), ATOMS, Q_ATOM)
+            ptx.mbarrier_arrive_expect_tx(q_full, Q_BYTES)
+            load_rows(q_base, tmap, rows0, h, b, q_full, ATOMS, Q_ATOM)
 
     @device_function
     def next_tile(sched, lead):
@@ -595,7 +565,7 @@ def wgmma_forward_kernel(t: TcTiles, variant: Variant, dtype: str, persistent: b
         ``seq``, head ``h``, mask info ``mi``) has rows of this consumer and key tiles; wait
         for its Q and issue its first S (ALiBi's bias fragment its head's) behind the P·V.
         The caller then waits for both."""
-        wait_phase(q_full_of(q_full, done), q_phase(done))  # its Q landed
+        wait_phase(q_full, done & 1)  # its Q landed
         if ALIBI_MMA:
             nsi, _ = score.head_info(params, alibi, fx, seq, h, softmax_scale, mi, SOFTMAX, F)
             fragments.bias_fragment(bias_frag, nsi[2], BF16)
@@ -638,7 +608,7 @@ def wgmma_forward_kernel(t: TcTiles, variant: Variant, dtype: str, persistent: b
         smem = cuda.shared.array(0, uint8, alignment=_ALIGN)
         words = cuda.shared.array(0, uint32, alignment=_ALIGN)  # the same memory seen as words (varlen's zeroed rows)
         q_base = ptx.smem_addr(smem, 0)
-        k_base = q_base + QB * Q_BYTES
+        k_base = q_base + Q_BYTES
         v_base = k_base + STAGES * KV_BYTES
         kx_base = v_base + STAGES * KV_BYTES  # ALiBi on the tensor cores: the key ramp (KX_BYTES, else none)
         q_full = kx_base + (KX_BYTES if ALIBI_MMA else 0)  # then k_full[s] at + K_FULL + 8s, v_full, … likewise
@@ -646,9 +616,6 @@ def wgmma_forward_kernel(t: TcTiles, variant: Variant, dtype: str, persistent: b
         if tid == 0:
             ptx.mbarrier_init(q_full, 1)
             ptx.mbarrier_init(q_full + Q_EMPTY, CONSUMER_THREADS)
-            if QB == 2:
-                ptx.mbarrier_init(q_full + Q_FULL_NEXT, 1)
-                ptx.mbarrier_init(q_full + Q_EMPTY + Q_EMPTY_NEXT, CONSUMER_THREADS)
             ptx.mbarrier_init(q_full + V_LAND, 1)
             for s in range(STAGES):
                 ptx.mbarrier_init(q_full + K_FULL + 8 * s, 1)
@@ -679,7 +646,8 @@ def wgmma_forward_kernel(t: TcTiles, variant: Variant, dtype: str, persistent: b
             ptx.setmaxnreg_dec(PRODUCER_REGS)
             if tid < 32:
                 lead = tid == 0
-                # (int32 counters: the producer has 24 registers)
+                # int32 counters: the producer has 24 registers (session 34: with int64 ones a second Q
+                # buffer's few more values spilled 56 bytes; int32 ones: no spills, 24 instructions fewer)
                 pos = int32(0)  # the K/V ring's position, over all of this block's tiles: stage pos mod 2, fill pos // 2
                 done = int32(0)  # the tiles this block loaded Q for
                 zeroed = int32(0)  # the V tiles zeroed past their sequence (v_land's phases)
@@ -690,7 +658,7 @@ def wgmma_forward_kernel(t: TcTiles, variant: Variant, dtype: str, persistent: b
                     elif tile >= n_tiles:  # the end: the consumers read it from the slot, released by q_full
                         hand_over(q_full, done, n_tiles, lead)
                         if lead:
-                            ptx.mbarrier_arrive(q_full_of(q_full, done))
+                            ptx.mbarrier_arrive(q_full)
                         break
                     start_m, b, h, hk, q0, k0, mi, seq, vr, n_lo, n_hi, live = tile_walk(tile, gx, gy, gz, q, k,
                                                                                          params, cu_q, cu_k, fx)
@@ -733,8 +701,7 @@ def wgmma_forward_kernel(t: TcTiles, variant: Variant, dtype: str, persistent: b
         ptx.setmaxnreg_inc(CONSUMER_REGS)
         cw = wg - 1  # this consumer's 64 rows of the block
         warp = (tid // 32) % 4  # this consumer's warp: rows 16·warp … of its 64
-        q_wg0 = q_base + cw * WG_ROWS  # this consumer's rows of Q buffer 0 (buffer b: + b·Q_BYTES)
-        q_wg = q_wg0
+        q_wg = q_base + cw * WG_ROWS
 
         acc_s = cuda.local.array(S_REGS, float32)
         acc_o = cuda.local.array(O_REGS, float32)
@@ -745,7 +712,7 @@ def wgmma_forward_kernel(t: TcTiles, variant: Variant, dtype: str, persistent: b
         alpha = cuda.local.array(2, float32)
         fin = cuda.local.array(4, float32)  # the epilogue's 1 / l (dropout's scale in it) and lse, rows g, g + 8
         if O_IN_Q:  # this warp's staging rows of O: its consumer's rows of Q's atom ``warp`` (``o_in_q``)
-            o_stage = q_wg0 + warp * Q_ATOM
+            o_stage = q_wg + warp * Q_ATOM
         else:
             o_stage = o_base + (4 * cw + warp) * O_WARP
         if PINGPONG and cw == CONSUMERS - 1:  # the last consumer credits the first with its first turn
@@ -761,7 +728,7 @@ def wgmma_forward_kernel(t: TcTiles, variant: Variant, dtype: str, persistent: b
         for it in range(tiles_start, tiles_end, tiles_step):
             tile = it
             if DYNAMIC:  # the producer's next tile (live), or n_tiles: the end
-                wait_phase(q_full_of(q_full, done), q_phase(done))
+                wait_phase(q_full, done & 1)
                 w0, w1, _, _ = ptx.ld_shared_v4_b32(q_full + TILE_SLOT)  # both slots (16-byte aligned)
                 tile = int64(w1 if done % 2 else w0)
                 if tile >= n_tiles:
@@ -774,10 +741,9 @@ def wgmma_forward_kernel(t: TcTiles, variant: Variant, dtype: str, persistent: b
             rows0 = start_m + 64 * cw  # this consumer's first query row
             # q_full's phase first, then q_empty's arrival (it must not count towards the previous tile's)
             if not DYNAMIC:
-                wait_phase(q_full_of(q_full, done), q_phase(done))
-            q_wg = q_wg0 + (done & (QB - 1)) * Q_BYTES
+                wait_phase(q_full, done & 1)
             if rows0 >= seqlen_q:  # rows past the sequence (the last block): release each tile, compute nothing
-                ptx.mbarrier_arrive(q_empty_of(q_full, done))
+                ptx.mbarrier_arrive(q_full + Q_EMPTY)
                 for j in range(n_lo, n_hi):
                     take_turn(cw)  # its turns as if it issued (S_j with P·V_{j−1}): the cycle goes on
                     pass_turn(cw)
@@ -842,8 +808,8 @@ def wgmma_forward_kernel(t: TcTiles, variant: Variant, dtype: str, persistent: b
                     for r in range(2):
                         softmax.rescale_row(acc_o, 2 * r, 4, NT_O, 2, alpha[r])
                 pack_p(p_frag, acc_s, row0, start_n, di)
-            if not O_IN_Q:  # every S of the tile is done: the producer may load Q again here (O_IN_Q: after O)
-                ptx.mbarrier_arrive(q_empty_of(q_full, done))
+            if not O_IN_Q:  # every S of the tile is done: the producer may load the next Q (O_IN_Q: after O)
+                ptx.mbarrier_arrive(q_full + Q_EMPTY)
             # The epilogue's factors now (m_i and l_i are final; the last P·V does not change them)
             finalize_rows(fin, m_i, l_i, si, di)
             g = pos + n_hi - n_lo - 1
@@ -856,20 +822,14 @@ def wgmma_forward_kernel(t: TcTiles, variant: Variant, dtype: str, persistent: b
                 ptx.wgmma_fence()
                 issue_pv(acc_o, p_frag, v_base + s * KV_BYTES)
                 pass_turn(cw)
-                # OVERLAP: the block's next tile (DYNAMIC: the producer's, in its slot once q_full completed)
-                n_next = tile + tiles_step
-                if OVERLAP and DYNAMIC:
-                    wait_phase(q_full_of(q_full, done), q_phase(done))
-                    w0, w1, _, _ = ptx.ld_shared_v4_b32(q_full + TILE_SLOT)
-                    n_next = int64(w1 if done % 2 else w0)
-                if OVERLAP and n_next < (n_tiles if DYNAMIC else tiles_end):
-                    # if it has rows of this consumer and key tiles, its first S goes behind this P·V
-                    # (``first_scores``)
-                    nm, _, nh, _, _, _, nmi, nseq, _, nlo, nhi, nlive = tile_walk(n_next, gx, gy, gz, q, k, params,
-                                                                                  cu_q, cu_k, fx)  # fmt: skip
+                if OVERLAP and tile + tiles_step < tiles_end:
+                    # the block's next tile: if it has rows of this consumer and key tiles, its first S
+                    # goes behind this P·V (``first_scores``)
+                    nm, _, nh, _, _, _, nmi, nseq, _, nlo, nhi, nlive = tile_walk(tile + tiles_step, gx, gy, gz, q, k,
+                                                                                  params, cu_q, cu_k, fx)  # fmt: skip
                     if nlive and nm + 64 * cw < nmi[0] and nhi > nlo:
                         first_scores(params, alibi, softmax_scale, fx, nseq, nh, nmi, cw, q_full, done, pos, acc_s,
-                                     bias_frag, q_wg0 + (done & (QB - 1)) * Q_BYTES, k_base, kx_base)  # fmt: skip
+                                     bias_frag, q_wg, k_base, kx_base)  # fmt: skip
                         # this tile's P·V landed (the next S, committed after it, may still run); the
                         # epilogue while that S runs; then the S done
                         ptx.wgmma_wait_group(1)
@@ -901,14 +861,14 @@ def ex2_emulated_every(variant: Variant) -> int:
     return int(forced) if forced.isdigit() else 0
 
 
-def smem_bytes(t: TcTiles, alibi_mma: bool = False, q_buffers: int = 1) -> int:
-    """Dynamic shared bytes: Q (``q_buffers`` of it), two stages of K and of V, ALiBi's key ramp (``alibi_mma``:
+def smem_bytes(t: TcTiles, alibi_mma: bool = False) -> int:
+    """Dynamic shared bytes: Q, two stages of K and of V, ALiBi's key ramp (``alibi_mma``:
     a key tile's rows × 128 bytes, 16 KiB at 128 keys), the mbarriers, then the consumer
     warps' staging rows of O (16 rows each; 2 bytes an element; none at d = 256, which
     stages O in Q: ``o_in_q``).  d = 192: 48 + 96 + 48 KiB; d = 256: 64 + 128 KiB.  At
     most 224.1 KiB (d = 128 with three consumers, only by ``NUMBA_FLASH_WGMMA_CONSUMERS``;
-    no key ramp there) of an H100/H200 block's 227 KiB; two Q buffers at d = 128: 224.1 KiB."""
-    return (2 * t.head_dim * (q_buffers * t.block_m + 2 * STAGES * t.block_n) + (t.block_n * 128 if alibi_mma else 0)
+    no key ramp there) of an H100/H200 block's 227 KiB."""
+    return (2 * t.head_dim * (t.block_m + 2 * STAGES * t.block_n) + (t.block_n * 128 if alibi_mma else 0)
             + BARRIER_BYTES + (0 if o_in_q(t) else t.warps * 16 * 2 * t.head_dim))  # fmt: skip
 
 
@@ -971,7 +931,12 @@ def overlap_epilogue() -> bool:
     (1, 16, 16384, 128) causal where it was (504 against 498 TF/s) and made the window
     (1024, 0) it was meant for 5% slower (0.341 against 0.323 ms): the consumer then
     waits for the next tile's Q and first K before the epilogue, where it used to write O
-    while they landed.  ``NUMBA_FLASH_WGMMA_OVERLAP=1`` turns it on."""
+    while they landed.  Session 34 gave the persistent blocks two Q buffers (the next tile's
+    Q loaded two key steps before a tile ends) and ran the overlap on the dynamic scheduler:
+    the window's forward 0.361 ms with the buffers alone and 0.386 / 0.386 with the overlap,
+    against 0.336 / 0.344 without either (H100, one process a setting,
+    docs/benchmarks/2026-12-06-s34); the buffers were removed.
+    ``NUMBA_FLASH_WGMMA_OVERLAP=1`` turns it on."""
     return os.environ.get("NUMBA_FLASH_WGMMA_OVERLAP", "0") == "1"
 
 
@@ -993,20 +958,6 @@ def pingpong(t: TcTiles, variant: Variant = Variant()) -> bool:
     return wanted and t.block_m == 128
 
 
-def q_buffers(t: TcTiles, alibi_mma: bool = False) -> int:
-    """Q buffers of a persistent block (``NUMBA_FLASH_WGMMA_Q_BUFFERS``, 1 by default): with
-    2, tile t's Q lies in buffer t mod 2 with a q_full and q_empty of its own, so the
-    producer loads the block's next tile's Q as soon as it reaches that tile (after the
-    current tile's last K/V copies, two key steps before its end) instead of after the
-    current tile's last S.  Where a tile's walk is short (a window, short varlen
-    sequences) its Q then lands before the previous tile's epilogue ends, and the
-    overlapped epilogue (``overlap_epilogue``), which waited for that Q, need not.
-    1 where two do not fit in shared memory (d = 192, 256; ALiBi's key ramp at d = 128)."""
-    if os.environ.get("NUMBA_FLASH_WGMMA_Q_BUFFERS", "1") != "2" or o_in_q(t):
-        return 1
-    return 2 if smem_bytes(t, alibi_mma, 2) <= SMEM_LIMIT else 1
-
-
 def dynamic_tiles() -> bool:
     """Persistent blocks take their tiles in turn from a counter in global memory
     (FlashAttention-3's dynamic scheduler) instead of tiles blockIdx.x, + gridDim.x, …:
@@ -1023,8 +974,8 @@ def dynamic_tiles() -> bool:
     0.910× (0.261 against 0.328 ms), the rest of the forward table within ±3% but causal;
     in one process (call 7, ``scripts/ab_scheduler.py``) causal (1, 16, 16384, 128) 1.069×
     and (4, 16, 4096, 128) 1.030× the static order's TF/s.  On
-    by default; ``NUMBA_FLASH_WGMMA_SCHEDULER=static`` walks the static order (until session 34
-    the only order the off-by-default ``overlap_epilogue`` ran on)."""
+    by default; ``NUMBA_FLASH_WGMMA_SCHEDULER=static`` walks the static order (and lets the
+    off-by-default ``overlap_epilogue`` run)."""
     return os.environ.get("NUMBA_FLASH_WGMMA_SCHEDULER", "dynamic") != "static"
 
 
@@ -1094,13 +1045,12 @@ def launches(t: TcTiles, variant: Variant, dtype: str, sz: spec.Sizes, page_rows
     dom = softmax.CAPPED if bias else softmax.domain(variant, capped=True)  # raw scores there too
     box = key_box(page_rows, t.block_n) if variant.paged else t.block_n
     dyn = n < tiles and dynamic_tiles()
-    qb = q_buffers(t, bias) if n < tiles else 1
     kern = wgmma_forward_kernel(t, variant, dtype, n < tiles, pingpong(t, variant), dom, ex2_emulated_every(variant),
-                                bias, box, overlap_epilogue(), dyn, lazy_rescale(),
-                                softcap_prescale(), descriptor_adds(), qb)  # fmt: skip
+                                bias, box, overlap_epilogue() and not dyn, dyn, lazy_rescale(),
+                                softcap_prescale(), descriptor_adds())  # fmt: skip
     # the scheduler's counter: a zeroed one a call (``sched``), or a stand-in it never reads
     # (split-KV: out and lse are the parts, fp32, that the merge kernel combines)
     args = spec.forward_args("u16", "f32" if variant.split else tc_out_view(t)) + (
         spec.Arg("sched" if dyn else "sched0"), spec.Arg("tmaps"))
-    return [spec.KernelLaunch("wgmma_forward", kern, t, (n, 1, 1), threads(t), smem_bytes(t, bias, qb), args,
+    return [spec.KernelLaunch("wgmma_forward", kern, t, (n, 1, 1), threads(t), smem_bytes(t, bias), args,
                               (t.block_m, t.block_n, False), boxes=(t.block_m, box))]  # fmt: skip
