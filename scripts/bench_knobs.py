@@ -12,9 +12,10 @@ ALiBi (slopes 2^-1 … 2^-16), forward and backward, five rounds, ALiBi's time o
 (the bar: ≤ 1.10).  ``short``: four short shapes' forward and backward (512 and 1024 rows),
 three rounds each, TFLOP/s (the persistent dK/dV kernel's A/B; no ratio).  ``shapes``: issue
 #13's (4, 16, 4096, 128), (4, 32, 4096, 64) and (16, 32, 1024, 64), full and causal, the
-same way (``NUMBA_FLASH_DESC_ADDS``' A/B).  ``walks``: ``window``'s two and 16 varlen sequences
-(NumPy offsets, mean 1024) against the padded batch of the same tokens, three rounds, both
-ratios (session 34's A/B of two Q buffers, a switch since removed, and of the descriptor adds).  Appends one JSON line and prints a one-line summary.
+same way (``NUMBA_FLASH_DESC_ADDS``' A/B).  ``walks``: ``window``'s two and 16 varlen
+sequences (NumPy offsets, mean 1024) against the padded batch of the same tokens, three
+rounds, both ratios (session 34's A/B of two Q buffers, a switch since removed, and of the
+descriptor adds).  Appends one JSON line and prints a one-line summary.
 """
 
 import json

@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
-# Session 34, call 1 (ran at b1d9b95; the Q buffers' switch was removed after it) (machines scarce, the budget cut by failed starts: s34a and s34b in one call of 500 s): the descriptor adds
-# (NUMBA_FLASH_DESC_ADDS; on the walks group's causal 16384, window, varlen and padded rows, forward and
-# backward, instead of s34a's issue #13 shapes; with them the persistent dK/dV kernel on, session 33's
-# 0.93x on the varlen backward at d = 128, 797 -> 716 instructions a step with the adds) and the two Q buffers with and without the
-# overlapped epilogue (s34b's A/B on issue #11's short walks), one process a setting, in turn, each
-# A/B twice; then the GPU tests of the two Q buffers (the forward's persistent, varlen and variant
-# tests with them on).
+# Session 34, call 1 (ran at b1d9b95; NUMBA_FLASH_WGMMA_Q_BUFFERS was removed after it, so its rows
+# now rerun the default): machines were scarce and failed starts took most of the device time, so
+# this one call of 500 s holds two A/Bs drafted as separate scripts (removed unrun), one process a
+# setting, in turn, on bench_knobs.py's walks group (window (1024, 0) against causal at
+# (1, 16, 16384, 128); 16 varlen sequences against the padded batch; forward and backward):
+# - two Q buffers in the persistent forward, alone and with the overlapped epilogue (twice);
+# - the descriptor adds (NUMBA_FLASH_DESC_ADDS), and with them the persistent dK/dV kernel at d = 128
+#   (session 33: 0.93x on the varlen backward; 797 -> 716 instructions a key step with the adds);
+# then the GPU tests of the two Q buffers and the forward's varlen and persistent-block tests.
 # Expected (written before the run): adds 0-5% faster where the consumers issue-bind (d = 64, short
 # shapes), noise elsewhere; Q buffers alone within noise; Q buffers + overlap: window forward ratio
 # 0.68 -> 0.72-0.76, varlen 0.85 -> 0.88-0.93; backward columns unchanged (noise); no test fails.

@@ -935,7 +935,8 @@ def overlap_epilogue() -> bool:
     Q loaded two key steps before a tile ends) and ran the overlap on the dynamic scheduler:
     the window's forward 0.361 ms with the buffers alone and 0.386 / 0.386 with the overlap,
     against 0.336 / 0.344 without either (H100, one process a setting,
-    docs/benchmarks/2026-12-06-s34); the buffers were removed.
+    docs/benchmarks/2026-12-06-s34); both the buffers and the overlap's dynamic order were
+    removed.
     ``NUMBA_FLASH_WGMMA_OVERLAP=1`` turns it on."""
     return os.environ.get("NUMBA_FLASH_WGMMA_OVERLAP", "0") == "1"
 
