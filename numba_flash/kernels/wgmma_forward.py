@@ -647,7 +647,8 @@ def wgmma_forward_kernel(t: TcTiles, variant: Variant, dtype: str, persistent: b
             if tid < 32:
                 lead = tid == 0
                 # int32 counters: the producer has 24 registers (session 34: with int64 ones a second Q
-                # buffer's few more values spilled 56 bytes; int32 ones: no spills, 24 instructions fewer)
+                # buffer's few more values spilled 56 bytes; int32 ones: no spills, 24 instructions fewer).
+                # 2**31 key steps would take one block over an hour (~2 µs a step)
                 pos = int32(0)  # the K/V ring's position, over all of this block's tiles: stage pos mod 2, fill pos // 2
                 done = int32(0)  # the tiles this block loaded Q for
                 zeroed = int32(0)  # the V tiles zeroed past their sequence (v_land's phases)
