@@ -152,9 +152,11 @@ def descriptor_adds() -> bool:
     """``NUMBA_FLASH_DESC_ADDS=1``: the chains below (their ``ADDS``) build one descriptor a
     tile and reach each k-slice's by :func:`desc_plus` (one 32-bit add), not a descriptor
     from each k-slice's address (an add, a mask, a shift and an OR); the Hopper kernels'
-    ``launches`` read it.  The descriptors are the same bits.  Off by default: not yet timed
-    on a GPU (session 33 counted its SASS offline, 2.7–10% fewer instructions a key step:
-    ``docs/benchmarks/2026-12-06-s33`` §6)."""
+    ``launches`` read it.  The descriptors are the same bits.  Off by default: session 33
+    counted its SASS offline (2.7–10% fewer instructions a key step:
+    ``docs/benchmarks/2026-12-06-s33`` §6), but on an H100 every row session 34 timed stayed
+    within the default's noise (causal (1, 16, 16384, 128) forward 2.081 against 1.983 / 2.149
+    ms, backward 6.334 against 6.400 / 6.397: ``docs/benchmarks/2026-12-06-s34`` §1)."""
     return os.environ.get("NUMBA_FLASH_DESC_ADDS", "0") == "1"
 
 
