@@ -16,10 +16,10 @@ timeout 220 ncu --clock-control none --profile-from-start off --csv --page raw -
   --metrics "$(python3 scripts/ncu_bars.py --metrics)" python3 scripts/ncu_bars.py > "$out/n_bars.txt" 2>&1
 echo "ncu rc=$? at ${SECONDS}s" >> "$out/n_bars.txt"
 python3 scripts/ncu_bars.py --table "$out/n_bars.csv" > "$out/n_table.md" 2>&1
-timeout $(( 500 - SECONDS )) python3 -m pytest -m gpu -q -n 16 -p no:cacheprovider tests/test_wgmma_forward.py \
+timeout $(( 430 - SECONDS )) python3 -m pytest -m gpu -q -n 16 -p no:cacheprovider tests/test_wgmma_forward.py \
   tests/test_wgmma_backward.py tests/test_arrays.py > "$out/p_pytest.txt" 2>&1
 echo "pytest rc=$? at ${SECONDS}s" >> "$out/p_pytest.txt"
-[ "$SECONDS" -lt 540 ] && sanitize memcheck wgmma_varlen $(( 585 - SECONDS ))
+[ "$SECONDS" -lt 440 ] && sanitize memcheck wgmma_varlen $(( 480 - SECONDS ))
 tail -n 4 "$out/n_bars.txt"
 cat "$out/n_table.md"
 tail -n 3 "$out/p_pytest.txt"; grep -E "^FAILED|^ERROR" "$out/p_pytest.txt" | head
