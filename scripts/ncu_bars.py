@@ -100,12 +100,17 @@ def table(path):
     rows = list(csv.DictReader(lines[start:]))
     units = rows[0]  # the row after the header: each column's unit
     rows = [r for r in rows if r.get("ID", "").isdigit()]
-    to_us = {"nsecond": 1e-3, "usecond": 1.0, "msecond": 1e3}[units["gpu__time_duration.sum"]]
-    to_mb = {"byte": 1e-6, "Kbyte": 1e-3, "Mbyte": 1.0, "Gbyte": 1e3}[units["dram__bytes_read.sum"]]
+    # ncu 2025's units ("ns", "byte"; older ones spell "nsecond", "Mbyte")
+    to_us = {"ns": 1e-3, "nsecond": 1e-3, "us": 1.0, "usecond": 1.0, "ms": 1e3, "msecond": 1e3}[
+        units["gpu__time_duration.sum"]]
+    to_mb = {"byte": 1e-6, "Kbyte": 1e-3, "KB": 1e-3, "Mbyte": 1.0, "MB": 1.0, "Gbyte": 1e3, "GB": 1e3}[
+        units["dram__bytes_read.sum"]]
     stall = [c for c in rows[0] if c.startswith("smsp__average_warps_issue_stalled_")]
 
     def col(r, prefix):
-        c = next((c for c in r if c.startswith(prefix)), None)
+        """The column named ``prefix`` or, for the short names below, its one
+        ``.avg.pct_of_peak_sustained_active`` reading."""
+        c = next((c for c in (prefix, prefix + ".avg.pct_of_peak_sustained_active") if c in r), None)
         return _num(r[c]) if c else float("nan")
 
     print("| case | kernel | µs | tensor pipe % | issue % | xu % | fma % | alu % | inst (M) | DRAM read MB | "
