@@ -15,7 +15,9 @@ three rounds each, TFLOP/s (the persistent dK/dV kernel's A/B; no ratio).  ``sha
 same way (``NUMBA_FLASH_DESC_ADDS``' A/B).  ``walks``: ``window``'s two and 16 varlen
 sequences (NumPy offsets, mean 1024) against the padded batch of the same tokens, three
 rounds, both ratios (session 34's A/B of two Q buffers, a switch since removed, and of the
-descriptor adds).  Appends one JSON line and prints a one-line summary.
+descriptor adds).  ``batched``: (16, 16, 1024 / 1536, 128) and (8, 16, 2048, 128) causal, and
+(4, 16, 4096, 128) causal as a control, the same way as ``shapes`` (``NUMBA_FLASH_L2_SECTIONS=
+unshared``' A/B).  Appends one JSON line and prints a one-line summary.
 """
 
 import json
@@ -120,13 +122,20 @@ def main(path, group, label):
         ms, tf = shape_rows([(16, 32, 1024, 64, True), (16, 16, 1024, 128, True), (16, 16, 1024, 128, False),
                              (32, 16, 512, 128, True)])
         ratio = (0.0, 0.0)
+    elif group == "batched":
+        # batches of mid-length sequences whose forward streams a K/V head a block
+        # (``spec.l2_sections``' ``unshared``, session 35), and (4, 16, 4096, 128) as a control
+        # (two blocks a stream: the rule leaves it in one section)
+        ms, tf = shape_rows([(16, 16, 1024, 128, True), (16, 16, 1536, 128, True), (8, 16, 2048, 128, True),
+                             (4, 16, 4096, 128, True)])
+        ratio = (0.0, 0.0)
     elif group == "shapes":
         # issue #13's shapes (a switch that touches every Hopper kernel), full and causal
         ms, tf = shape_rows([(B, H, N, d, c) for B, H, N, d in ((4, 16, 4096, 128), (4, 32, 4096, 64), (16, 32, 1024, 64))
                              for c in (False, True)])
         ratio = (0.0, 0.0)
     else:
-        raise SystemExit(f"group={group!r}: expected window, walks, alibi, short or shapes")
+        raise SystemExit(f"group={group!r}: expected window, walks, alibi, short, shapes or batched")
     row = {"group": group, "label": label, "ms": ms, "tflops": tf, "ratio": ratio}
     with open(path, "a") as f:
         f.write(json.dumps(row) + "\n")

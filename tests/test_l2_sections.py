@@ -6,6 +6,9 @@ forces several); the other families keep one.
 
 from __future__ import annotations
 
+import functools
+import types
+
 import numpy as np
 import pytest
 from conftest import SIMULATOR
@@ -36,6 +39,44 @@ def test_sections_where_the_heads_streamed_at_once_outgrow_l2():
     assert spec.l2_sections("backward", 4, 32, 4, 4096, 4096, 128, 2, l2, sms) == (32, 2)
     assert spec.l2_sections("backward", 16, 32, 1, 1024, 1024, 64, 2, l2, sms) == (0, 0)
     assert spec.l2_sections("backward", 1, 2, 2, 2**20, 2**20, 256, 4, l2, sms) == (2, 1)
+
+
+def test_unshared_streams_take_sections_past_one_l2():
+    """``unshared`` (``NUMBA_FLASH_L2_SECTIONS=unshared``): the forward takes sections over
+    one L2 where each K/V stream is read by fewer than two blocks at once, at d > 64 —
+    16 sequences of 1024 / 1590 / 2254 rows and (8, 16, 2048) (≥ 128 heads at once: one
+    block a stream) — and keeps session 32's rule elsewhere: (4, 16, 4096) (64 heads: two
+    blocks a stream), GQA groups of 4 (four query heads a stream), d = 64, streams that fit
+    one L2 ((16, 16, 512): 66 MB would not, 33 MB at 132 heads of 256 KiB do), and the
+    backward's grids (sectioned over one L2 already)."""
+    l2, sms = 50 * 2**20, 132
+
+    def fwd(B, H, g, N, d, unshared=True):
+        return spec.l2_sections("forward", B, H, g, N, N, d, 2, l2, sms, unshared=unshared)
+
+    assert fwd(16, 16, 1, 1024, 128) == (33, 0) and fwd(16, 16, 1, 1024, 128, False) == (0, 0)
+    assert fwd(16, 16, 1, 1590, 128) == (21, 0) and fwd(16, 16, 1, 2254, 128) == (15, 0)
+    assert fwd(8, 16, 1, 2048, 128) == (16, 0)
+    assert fwd(4, 16, 1, 4096, 128) == (0, 0) and fwd(4, 32, 4, 4096, 128) == (0, 0)
+    assert fwd(16, 16, 1, 1590, 64) == (0, 0) and fwd(16, 16, 1, 512, 128) == (0, 0)
+    assert fwd(4, 32, 1, 4096, 128) == fwd(4, 32, 1, 4096, 128, False) == (8, 0)  # over 3 L2s either way
+    for args in ((16, 16, 1, 1590, 1590, 128), (4, 16, 1, 4096, 4096, 128), (16, 32, 1, 1024, 1024, 64)):
+        assert (spec.l2_sections("backward", *args, 2, l2, sms, unshared=True)
+                == spec.l2_sections("backward", *args, 2, l2, sms))  # fmt: skip
+
+
+def test_unshared_sections_cut_the_models_dram_reads(monkeypatch):
+    """The DRAM model of the Hopper forward at 16 × 1024 rows, 16 heads, d = 128, causal
+    (the uniform batch of issue #11's varlen row): every block streams its own head's K
+    and V, 0.67 GB of reads; in sections of 33 heads 0.20 GB (an H100 read 3.007 GB where
+    the model counts 3.00 at 16 × 2254: docs/benchmarks/2026-12-06-s35)."""
+    hopper = (9, 0, "a")
+    (now,) = traffic.dram("forward", "float16", 16, 16, 1024, 1024, 128, causal=True, arch=hopper)
+    unshared = functools.partial(spec.l2_sections, unshared=True)
+    monkeypatch.setattr(spec, "l2_sections", unshared)
+    (cut,) = traffic.dram("forward", "float16", 16, 16, 1024, 1024, 128, causal=True, arch=hopper)
+    assert now.name == cut.name == "wgmma_forward"
+    assert 0.6e9 < now.read < 0.7e9 and cut.read < 0.35 * now.read
 
 
 @pytest.mark.parametrize("keys_are_rows", [False, True])
@@ -124,11 +165,25 @@ def test_sectioned_hopper_kernels_at_size(rng, dtype, monkeypatch):
 
 
 def test_a_bad_sections_switch_is_named(monkeypatch):
-    """``NUMBA_FLASH_L2_SECTIONS`` takes on, off, queries or keys; another value is a
-    ValueError naming the variable, before any launch."""
+    """``NUMBA_FLASH_L2_SECTIONS`` takes on, off, queries, keys or unshared; another value
+    is a ValueError naming the variable, before any launch."""
     import numba_flash
 
     monkeypatch.setenv("NUMBA_FLASH_L2_SECTIONS", "sideways")
     q = np.ones((1, 3, 1, 8), np.float32)
-    with pytest.raises(ValueError, match="NUMBA_FLASH_L2_SECTIONS='sideways': expected on, off, queries or keys"):
+    with pytest.raises(ValueError, match="NUMBA_FLASH_L2_SECTIONS='sideways': expected on, off, queries, keys or "
+                                         "unshared"):  # fmt: skip
         numba_flash.flash_attention(q, q, q, causal=True)
+
+
+@pytest.mark.parametrize("which,expected", [("on", 0), ("unshared", 33)])
+def test_the_unshared_switch_reaches_the_params(which, expected, monkeypatch):
+    """``NUMBA_FLASH_L2_SECTIONS=unshared`` puts the forward's section into the call's
+    ``params`` (16 × 1024 rows, 16 heads, d = 128, causal, on an H100's L2: 33 heads a
+    section); ``on`` leaves one section there.  No launch: the variants' step alone."""
+    monkeypatch.setenv("NUMBA_FLASH_L2_SECTIONS", which)
+    monkeypatch.setattr(api, "l2_cache", lambda: (50 * 2**20, 132))
+    # what ``_Variants`` reads of an operand: its view's shape and its dtype
+    q_op = types.SimpleNamespace(view=types.SimpleNamespace(shape=(16, 1024, 16, 128)), dtype=np.dtype(np.float16))
+    var = api._Variants(q_op, q_op, 16, 16, True, (-1, -1), 0.0, None, 0.0, None, 1024, seqlen_q=1024)
+    assert var.sections == (expected, 0)

@@ -105,10 +105,13 @@ L2_SECTION_SHARE = 3
 #: The forward's grid runs in sections only when the heads its blocks stream at once hold
 #: more than this many L2s (the backward's grids: more than one).
 FORWARD_SECTIONS_OVER = 3
+#: ``l2_sections(unshared=True)``: the forward's blocks at once per K/V stream below which
+#: (one L2 suffices then).
+UNSHARED_BELOW = 2
 
 
 def l2_sections(pass_: str, batch: int, heads: int, group: int, seqlen_q: int, seqlen_k: int, head_dim: int,
-                itemsize: int, l2_bytes: int, sms: int) -> tuple:  # fmt: skip
+                itemsize: int, l2_bytes: int, sms: int, unshared: bool = False) -> tuple:  # fmt: skip
     """``(SECTION_Q, SECTION_K)`` of ``variant.params``: how many (head, batch) positions
     of a heaviest-first grid run as one L2 section (``block_info.l2_section``); 0 for one
     section (the plain heaviest-first order).
@@ -134,14 +137,27 @@ def l2_sections(pass_: str, batch: int, heads: int, group: int, seqlen_q: int, s
     Query-row grids (forward, dQ) stream K and V, ``2·seqlen_k·d·itemsize`` bytes a KV
     head shared by ``group`` consecutive query heads, so a section holds whole groups;
     key-row grids (dK/dV, KV heads) stream Q and dO of the group's query heads.
-    Sections of one group or KV head are the floor (a head's tiles larger than the share)."""
+    Sections of one group or KV head are the floor (a head's tiles larger than the share).
+
+    ``unshared`` (opt-in, ``NUMBA_FLASH_L2_SECTIONS=unshared``; session 35, not yet timed): the
+    forward takes sections over one L2 too where each K/V stream is shared by fewer than two
+    blocks at once (``UNSHARED_BELOW``) at d > 64.  Such a block reads a K/V tile from DRAM a
+    step, 2/128 bytes a FLOP at 128 query rows: over an H100's 3.35 TB/s for ~500 TFLOP/s.
+    On an H100, 16 sequences of 1024–2254 rows, 16 heads, d = 128, causal, ran the forward at
+    2.9 TB/s of DRAM reads with the tensor pipe 37% active (ncu; the long causal kernel: 70%),
+    and ``traffic.dram`` counts 3.00 GB there (ncu: 3.007 GB), 0.44 GB with sections.  Where
+    s32 measured sections no faster, the streams were shared (GQA groups of 4, 16 heads ×
+    4 batches: ≥ 2 blocks a stream) or d = 64 (192-row blocks, two thirds the bytes a FLOP)."""
     share = l2_bytes // L2_SECTION_SHARE
     kv_head = 2 * seqlen_k * head_dim * itemsize
     q_group = 2 * group * seqlen_q * head_dim * itemsize
     kv_pairs = batch * (heads // group)
     over = FORWARD_SECTIONS_OVER if pass_ == "forward" else 1
-    at_once_q = max(1, min(batch * heads, sms) // group) * kv_head  # the K/V the forward's or dQ's blocks stream
+    streams = max(1, min(batch * heads, sms) // group)  # the K/V heads the forward's or dQ's blocks stream at once
+    at_once_q = streams * kv_head
     at_once_k = min(kv_pairs, sms) * q_group  # the Q/dO dK/dV's blocks stream
+    if unshared and pass_ == "forward" and head_dim > 64 and sms < UNSHARED_BELOW * streams:
+        over = 1  # each stream read by fewer than two blocks at once: bandwidth-bound past one L2
     section_q = group * max(1, share // max(kv_head, 1)) if at_once_q > over * l2_bytes else 0
     section_k = max(1, share // max(q_group, 1)) if pass_ != "forward" and at_once_k > l2_bytes else 0
     return section_q, section_k
