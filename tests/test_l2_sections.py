@@ -47,8 +47,8 @@ def test_unshared_streams_take_sections_past_one_l2():
     16 sequences of 1024 / 1590 / 2254 rows and (8, 16, 2048) (≥ 128 heads at once: one
     block a stream) — and keeps session 32's rule elsewhere: (4, 16, 4096) (64 heads: two
     blocks a stream), GQA groups of 4 (four query heads a stream), d = 64, streams that fit
-    one L2 ((16, 16, 512): 66 MB would not, 33 MB at 132 heads of 256 KiB do), and the
-    backward's grids (sectioned over one L2 already)."""
+    one L2 ((16, 16, 512): 132 heads of 256 KiB, 33 MB), and the backward's grids
+    (sectioned over one L2 already)."""
     l2, sms = 50 * 2**20, 132
 
     def fwd(B, H, g, N, d, unshared=True):

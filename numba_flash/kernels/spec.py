@@ -142,8 +142,8 @@ def l2_sections(pass_: str, batch: int, heads: int, group: int, seqlen_q: int, s
     ``unshared`` (opt-in, ``NUMBA_FLASH_L2_SECTIONS=unshared``; session 35, not yet timed): the
     forward takes sections over one L2 too where each K/V stream is shared by fewer than two
     blocks at once (``UNSHARED_BELOW``) at d > 64.  Such a block reads a K/V tile from DRAM a
-    step, 2/128 bytes a FLOP at 128 query rows: over an H100's 3.35 TB/s for ~500 TFLOP/s.
-    On an H100, 16 sequences of 1024–2254 rows, 16 heads, d = 128, causal, ran the forward at
+    step, 1/128 bytes a FLOP at 128 query rows: over an H100's 3.35 TB/s for ~500 TFLOP/s.
+    On an H100, 16 sequences padded to 2254 rows, 16 heads, d = 128, causal, ran the forward at
     2.9 TB/s of DRAM reads with the tensor pipe 37% active (ncu; the long causal kernel: 70%),
     and ``traffic.dram`` counts 3.00 GB there (ncu: 3.007 GB), 0.44 GB with sections.  Where
     s32 measured sections no faster, the streams were shared (GQA groups of 4, 16 heads ×
