@@ -27,7 +27,7 @@ import cupy as cp
 import numpy as np
 
 import numba_flash
-from numba_flash.bench.cases import visible_pairs
+from numba_flash.bench.cases import ragged_lengths, visible_pairs
 from bench_table import median_ms  # scripts/ is on sys.path
 
 rng = np.random.default_rng(20261206)
@@ -96,9 +96,7 @@ def main(path, group, label):
         cases = {"causal": case(q, k, v, dout, causal=True),
                  "window": case(q, k, v, dout, causal=True, window_size=(1024, 0))}
         pairs = {"causal": B * H * visible_pairs(N, N, True), "window": B * H * visible_pairs(N, N, True, (1024, 0))}
-        lens = rng.integers(256, 1793, 16)
-        lens = np.round(lens * 16384 / lens.sum()).astype(int)
-        lens[-1] += 16384 - lens.sum()
+        lens = ragged_lengths(rng)
         cu = np.concatenate([[0], np.cumsum(lens)]).astype(np.int32)
         n_max = int(lens.max())
         vq, vk, vv, vdo = (randn(int(lens.sum()), H, d) for _ in range(4))

@@ -14,7 +14,7 @@ import numpy as np
 import torch
 
 import numba_flash
-from numba_flash.bench.cases import visible_pairs
+from numba_flash.bench.cases import ragged_lengths, visible_pairs
 from bench_table import median_ms
 
 rng = np.random.default_rng(7)
@@ -59,9 +59,7 @@ def main(path):
         print(json.dumps(r), flush=True)
         del q, k, v
     # varlen (bench_variants' lengths, NumPy offsets)
-    lens = rng.integers(256, 1793, 16)
-    lens = np.round(lens * 16384 / lens.sum()).astype(int)
-    lens[-1] += 16384 - lens.sum()
+    lens = ragged_lengths(rng)
     cu = np.concatenate([[0], np.cumsum(lens)]).astype(np.int32)
     q, k, v = (randn(int(cu[-1]), 16, 128) for _ in range(3))
     mx = int(lens.max())

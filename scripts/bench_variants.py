@@ -34,7 +34,7 @@ import cupy as cp
 import numpy as np
 
 import numba_flash
-from numba_flash.bench.cases import visible_pairs  # (query, key) pairs a (batch, head) computes
+from numba_flash.bench.cases import ragged_lengths, visible_pairs  # visible_pairs: (query, key) pairs a (batch, head) computes
 from bench_table import median_ms  # the same timer as the shape table (scripts/ is on sys.path)
 
 rng = np.random.default_rng(20261201)
@@ -142,9 +142,7 @@ def main(path):
                "visible TFLOP/s >= 0.9x causal")  # fmt: skip
         del q, k, v, dout
         # varlen vs padded batch of the same tokens (causal)
-        lens = rng.integers(256, 1793, 16)
-        lens = np.round(lens * 16384 / lens.sum()).astype(int)
-        lens[-1] += 16384 - lens.sum()
+        lens = ragged_lengths(rng)
         H, d = 16, 128
         total = int(lens.sum())
         cu_host = np.concatenate([[0], np.cumsum(lens)]).astype(np.int32)

@@ -19,7 +19,7 @@ import numpy as np
 
 import numba_flash
 from numba_flash import api
-from numba_flash.bench.cases import visible_pairs
+from numba_flash.bench.cases import ragged_lengths, visible_pairs
 from bench_table import host_ms, median_ms
 
 rng = np.random.default_rng(20261201)
@@ -76,9 +76,7 @@ def main(path):
     rows = []
     H, d = 16, 128
     # varlen (bench_variants' lengths) against the uniform and padded batches, causal, forward and backward
-    lens = rng.integers(256, 1793, 16)
-    lens = np.round(lens * 16384 / lens.sum()).astype(int)
-    lens[-1] += 16384 - lens.sum()
+    lens = ragged_lengths(rng)
     total, mx = int(lens.sum()), int(lens.max())
     cu_h = np.concatenate([[0], np.cumsum(lens)]).astype(np.int32)
     cu_d = cp.asarray(cu_h)

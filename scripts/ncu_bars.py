@@ -35,6 +35,7 @@ def run():
     import numpy as np
 
     import numba_flash
+    from numba_flash.bench.cases import ragged_lengths
 
     rng = np.random.default_rng(20261201)
 
@@ -57,9 +58,7 @@ def run():
         calls.append((f"{name} bwd", lambda kw=kw, o=o, lse=lse: numba_flash.flash_attention_backward(
             dol, ql, kl, vl, o, lse, causal=True, **kw)))  # fmt: skip
     # bench_variants' varlen lengths (the same generator draws after its GQA rows': drawn anew here)
-    lens = rng.integers(256, 1793, 16)
-    lens = np.round(lens * 16384 / lens.sum()).astype(int)
-    lens[-1] += 16384 - lens.sum()
+    lens = ragged_lengths(rng)
     cu = np.concatenate([[0], np.cumsum(lens)]).astype(np.int32)
     Np, total = int(lens.max()), int(lens.sum())
     qp, kp, vp, dop = (randn(16, Np, H, d) for _ in range(4))

@@ -20,7 +20,7 @@ import cupy as cp
 import numpy as np
 
 import numba_flash
-from numba_flash.bench.cases import visible_pairs
+from numba_flash.bench.cases import ragged_lengths, visible_pairs
 
 NCU = "--ncu" in sys.argv
 rng = np.random.default_rng(20261203)
@@ -32,9 +32,7 @@ def randn(*shape):
 
 
 def main():
-    lens = rng.integers(256, 1793, 16)
-    lens = np.round(lens * 16384 / lens.sum()).astype(int)
-    lens[-1] += 16384 - lens.sum()
+    lens = ragged_lengths(rng)
     cases = []
     for tag, ls in (("varlen ragged", lens), ("varlen equal 1024", np.full(16, 1024))):
         cu = np.concatenate([[0], np.cumsum(ls)]).astype(np.int32)

@@ -11,6 +11,7 @@ import cupy as cp
 import numpy as np
 
 import numba_flash
+from numba_flash.bench.cases import ragged_lengths
 
 rng = np.random.default_rng(1)
 
@@ -25,9 +26,7 @@ if case in ("window", "causal"):
     kw = dict(causal=True, window_size=(1024, 0) if case == "window" else (-1, -1))
     run = lambda: numba_flash.flash_attention(q, k, v, return_lse=True, **kw)  # noqa: E731
 else:
-    lens = rng.integers(256, 1793, 16)
-    lens = np.round(lens * 16384 / lens.sum()).astype(int)
-    lens[-1] += 16384 - lens.sum()
+    lens = ragged_lengths(rng)
     if case == "varlen":
         cu = cp.asarray(np.concatenate([[0], np.cumsum(lens)]).astype(np.int32))
         q, k, v = (randn(int(lens.sum()), 16, 128) for _ in range(3))

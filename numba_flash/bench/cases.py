@@ -248,6 +248,17 @@ def varlen_seqlens(batch: int, mean: int, seed: int = VARLEN_SEED) -> tuple[int,
     return tuple(int(n) for n in lens)
 
 
+def ragged_lengths(rng, count: int = 16, total: int = 16384) -> np.ndarray:
+    """Issue #11's varlen row (the scripts' draw): ``count`` lengths drawn from
+    ``rng.integers(256, 1793, count)``, scaled to sum to ``total`` and rounded, the last
+    taking the rounding's rest.  One draw from ``rng``, so a script's later draws stay
+    where they were."""
+    lens = rng.integers(256, 1793, count)
+    lens = np.round(lens * total / lens.sum()).astype(int)
+    lens[-1] += total - lens.sum()
+    return lens
+
+
 def varlen_cases(cases: Sequence[BenchCase], seed: int = VARLEN_SEED) -> list[BenchCase]:
     """``cases`` as varlen cases: each a packed batch of its ``batch`` sequences with
     lengths from :func:`varlen_seqlens` (mean its seqlen; seqlen_q must equal seqlen_k)."""
