@@ -17,10 +17,19 @@ sequences (NumPy offsets, mean 1024) against the padded batch of the same tokens
 rounds, both ratios (session 34's A/B of two Q buffers, a switch since removed, and of the
 descriptor adds).  ``batched``: (16, 16, 1024 / 1536, 128) and (8, 16, 2048, 128) causal, and
 (4, 16, 4096, 128) causal as a control, the same way as ``shapes`` (``NUMBA_FLASH_L2_SECTIONS=
-unshared``' A/B).  Appends one JSON line and prints a one-line summary.
+unshared``' A/B).  ``varlen``: the varlen row's two parts apart: 16 ragged sequences (mean
+1024, as ``walks``) against their padded batch, and 16 sequences of 1024 rows as varlen
+against the (16, 16, 1024, 128) batch, causal, three rounds, both ratios (session 36: how much
+of the varlen row's gap is the mix of lengths, how much varlen's own costs); with
+``KNOBS_NO_ZEROS=1`` (a diagnostic: the results stay exact only while every row is finite) the
+Hopper kernels skip the producer's zeroing of rows past a sequence (``hopper.past_rows``
+returns "none"), and the row carries digests of the ragged batch's out and dq, which must
+match the default's.  Appends one JSON line and prints a one-line summary.
 """
 
+import hashlib
 import json
+import os
 import sys
 
 import cupy as cp
@@ -29,6 +38,18 @@ import numpy as np
 import numba_flash
 from numba_flash.bench.cases import ragged_lengths, visible_pairs
 from bench_table import median_ms  # scripts/ is on sys.path
+
+if os.environ.get("KNOBS_NO_ZEROS") == "1":  # before any kernel is built (and none from the disk cache)
+    os.environ["NUMBA_FLASH_CACHE"] = "0"
+    from numba_flash._numba_cuda import device_function
+    from numba_flash.kernels import wgmma_backward, wgmma_forward
+
+    @device_function
+    def no_zeros(start, ROWS, seqlen, row0, total, F):
+        """``hopper.past_rows`` that zeroes nothing (the diagnostic above)."""
+        return ROWS
+
+    wgmma_forward.past_rows = wgmma_backward.past_rows = no_zeros
 
 rng = np.random.default_rng(20261206)
 
@@ -115,6 +136,32 @@ def main(path, group, label):
         tf = {n: (4 * d * pairs[n] / ms[n][0] / 1e9, 10 * d * pairs[n] / ms[n][1] / 1e9) for n in ms}
         ratio = (tf["window"][0] / tf["causal"][0], tf["window"][1] / tf["causal"][1],
                  tf["varlen"][0] / tf["padded"][0], tf["varlen"][1] / tf["padded"][1])
+    elif group == "varlen":
+        H, d = 16, 128
+        lens = ragged_lengths(rng)
+        cases, pairs, digests = {}, {}, {}
+        for name, ls in (("ragged", lens), ("uniform", np.full(16, 1024))):
+            cu = np.concatenate([[0], np.cumsum(ls)]).astype(np.int32)
+            n_max = int(ls.max())
+            vq, vk, vv, vdo = (randn(int(ls.sum()), H, d) for _ in range(4))
+
+            def varlen(vq=vq, vk=vk, vv=vv, vdo=vdo, cu=cu, n_max=n_max):
+                out, lse = numba_flash.flash_attention_varlen(vq, vk, vv, cu, cu, n_max, n_max, causal=True,
+                                                              return_lse=True)  # fmt: skip
+                return out, lambda: numba_flash.flash_attention_varlen_backward(vdo, vq, vk, vv, out, lse, cu, cu,
+                                                                                n_max, n_max, causal=True)  # fmt: skip
+
+            if name == "ragged":
+                out, bwd = varlen()
+                digests = {"out": hashlib.sha1(cp.asnumpy(out).tobytes()).hexdigest()[:12],
+                           "dq": hashlib.sha1(cp.asnumpy(bwd()[0]).tobytes()).hexdigest()[:12]}
+            pq, pk, pv, pdo = (randn(len(ls), n_max, H, d) for _ in range(4))
+            cases.update({f"{name}_padded": case(pq, pk, pv, pdo, causal=True), f"{name}_varlen": varlen})
+            pairs.update({f"{name}_padded": len(ls) * H * visible_pairs(n_max, n_max, True),
+                          f"{name}_varlen": H * sum(visible_pairs(int(n), int(n), True) for n in ls)})
+        ms = timed(cases, 3)
+        tf = {n: (4 * d * pairs[n] / ms[n][0] / 1e9, 10 * d * pairs[n] / ms[n][1] / 1e9) for n in ms}
+        ratio = tuple(tf[f"{n}_varlen"][i] / tf[f"{n}_padded"][i] for n in ("ragged", "uniform") for i in (0, 1))
     elif group == "short":
         # short walks of the backward's dK/dV blocks: 512 and 1024 rows, causal and not
         ms, tf = shape_rows([(16, 32, 1024, 64, True), (16, 16, 1024, 128, True), (16, 16, 1024, 128, False),
@@ -133,14 +180,19 @@ def main(path, group, label):
                              for c in (False, True)])
         ratio = (0.0, 0.0)
     else:
-        raise SystemExit(f"group={group!r}: expected window, walks, alibi, short, shapes or batched")
+        raise SystemExit(f"group={group!r}: expected window, walks, varlen, alibi, short, shapes or batched")
     row = {"group": group, "label": label, "ms": ms, "tflops": tf, "ratio": ratio}
+    if group == "varlen":
+        row["digests"] = digests
     with open(path, "a") as f:
         f.write(json.dumps(row) + "\n")
     print(json.dumps(row))
     print(f"{group:7s} {label:16s} " + "  ".join(f"{n} {f:.4f}/{b:.4f} ms" for n, (f, b) in ms.items())
           + f"  ratio fwd {ratio[0]:.3f} bwd {ratio[1]:.3f}"
           + (f"  varlen/padded fwd {ratio[2]:.3f} bwd {ratio[3]:.3f}" if len(ratio) > 2 else ""))
+    if group == "varlen":
+        print(f"varlen  {label:16s} ragged varlen/padded fwd {ratio[0]:.3f} bwd {ratio[1]:.3f}  uniform (16 x 1024) "
+              f"varlen/padded fwd {ratio[2]:.3f} bwd {ratio[3]:.3f}  digests {digests}")
 
 
 if __name__ == "__main__":

@@ -45,12 +45,12 @@ sanitize() {
 
 # `knob LABEL GROUP [ENV=VALUE ...]`: bench_knobs.py GROUP LABEL with the switches given, in a process
 # of its own (the switches are read when a call is planned), into $out/knobs.jsonl and $out/k_LABEL.txt;
-# skipped once the call has run ${KNOB_UNTIL:-450} seconds.
+# skipped once the call has run ${KNOB_UNTIL:-450} seconds; each under ${KNOB_TIMEOUT:-150} seconds.
 knob() {
   local label=$1 group=$2
   shift 2
   [ "$SECONDS" -gt "${KNOB_UNTIL:-450}" ] && { echo "$label skipped at ${SECONDS}s"; return; }
-  env "$@" timeout 150 python3 scripts/bench_knobs.py "$out/knobs.jsonl" "$group" "$label" > "$out/k_$label.txt" 2>&1
+  env "$@" timeout "${KNOB_TIMEOUT:-150}" python3 scripts/bench_knobs.py "$out/knobs.jsonl" "$group" "$label" > "$out/k_$label.txt" 2>&1
   echo "$label rc=$? at ${SECONDS}s" >> "$out/k_$label.txt"
   tail -n 2 "$out/k_$label.txt"
 }
