@@ -103,13 +103,19 @@ def load_page_boxes(dst, tmap, page, row, start, seqlen, h, bar, lead, ATOMS, AT
 
 
 @device_function
-def zero_rows(words, tile, first, ROWS, ATOMS, ATOM_BYTES, lane):
-    """Zero rows ``first`` … ``ROWS − 1`` of each atom of the tile at byte ``tile`` of the
-    dynamic shared memory (``words``: it seen as uint32), a warp a row (a row of an atom
-    is one 128-byte line, so its swizzled chunk order does not matter)."""
+def zero_rows(tile, first, ROWS, ATOMS, ATOM_BYTES, lane):
+    """Zero rows ``first`` … ``ROWS − 1`` of each atom of the tile at shared address
+    ``tile``, a warp four rows a store (a row of an atom is one 128-byte line: eight lanes'
+    16-byte stores, so its swizzled chunk order does not matter).  The producer warp zeroes
+    while the consumers wait on the tile: as a row a store of 4-byte words (before session
+    36) it cost the 16-sequence varlen backward (issue #11's row) 6%, 1.027–1.043 ms against
+    0.961–0.967 with no zeroing at all (a diagnostic, exact only on finite rows); with 16-byte
+    stores 0.976–0.985 (H100, docs/benchmarks/2026-12-06-s36 §2)."""
+    zero = uint32(0)
+    chunk = (lane % 8) * 16
     for a in range(ATOMS):
-        for r in range(first, ROWS):
-            words[(tile + a * ATOM_BYTES + r * 128) // 4 + lane] = 0
+        for r in range(first + lane // 8, ROWS, 4):
+            ptx.st_shared_v4_b32(uint32(tile + a * ATOM_BYTES + r * 128 + chunk), zero, zero, zero, zero)
 
 
 @device_function
@@ -126,15 +132,15 @@ def past_rows(start, ROWS, seqlen, row0, total, F):
 
 
 @device_function
-def land_and_zero(words, base, tiles, first, land, parity, full, lane, ROWS, ATOMS, ATOM_BYTES):
-    """The producer warp's step after the copies of ``tiles`` walked tiles (at byte
-    offsets ``tiles[0]`` … from ``base`` = the dynamic shared memory's address) were
-    issued on the barrier ``land``: wait for them, zero their rows from ``first``
+def land_and_zero(tiles, first, land, parity, full, lane, ROWS, ATOMS, ATOM_BYTES):
+    """The producer warp's step after the copies of ``tiles`` walked tiles (at shared
+    addresses ``tiles[0]`` …) were issued on the barrier ``land``: wait for them, zero
+    their rows from ``first``
     (``zero_rows``), make the zeros visible to wgmma's reads (``fence.proxy.async``)
     and arrive on ``full`` (count 1), which the consumers wait on."""
     wait_phase(land, parity)
     for i in range(len(tiles)):
-        zero_rows(words, tiles[i] - base, first, ROWS, ATOMS, ATOM_BYTES, lane)
+        zero_rows(tiles[i], first, ROWS, ATOMS, ATOM_BYTES, lane)
     ptx.fence_proxy_async()  # this lane's zeros (generic proxy) before wgmma reads the tile (async proxy)
     cuda.syncwarp()  # every lane's zeros are written and fenced before lane 0 arrives
     if lane == 0:

@@ -752,7 +752,7 @@ def wgmma_bwd_kernel(t: WgmmaBwdTiles, variant: Variant, dtype: str, desc_adds: 
 
         smem = cuda.shared.array(0, uint8, alignment=_ALIGN)
         s_rows = cuda.shared.array(0, float32, alignment=_ALIGN)  # the same memory: the stats stages as floats
-        words = cuda.shared.array(0, uint32, alignment=_ALIGN)  # … and as words (varlen's zeroed rows)
+        words = cuda.shared.array(0, uint32, alignment=_ALIGN)  # … and as words (dS staged: ``stage_ds``)
         fix1 = ptx.smem_addr(smem, 0)  # the fixed tiles (persistent: buffer 0's), and the base of the rest
         fixed_full = fix1 + BARS_AT  # then full[s] at + FULL + 8s, empty[s] at + EMPTY + 8s
         if tid == 0:
@@ -815,7 +815,7 @@ def wgmma_bwd_kernel(t: WgmmaBwdTiles, variant: Variant, dtype: str, desc_adds: 
                         if WANT_G1:
                             load_rows(fk2, tmaps[FIX2], fix_row, fix_h, b, fix_bar, ATOMS, FIX_ATOM)
                     if fix_first < ROWS:  # (the ordered dQ: never persistent, one block, zeroed is 0)
-                        land_and_zero(words, fix1, (fk1 + 0, fk2), fix_first, fix_bar, 0, fixed_full, tid, ROWS, ATOMS,
+                        land_and_zero((fk1 + 0, fk2), fix_first, fix_bar, 0, fixed_full, tid, ROWS, ATOMS,
                                       FIX_ATOM)  # fmt: skip
                         zeroed = 1
                     for hq in range(group):
@@ -845,7 +845,7 @@ def wgmma_bwd_kernel(t: WgmmaBwdTiles, variant: Variant, dtype: str, desc_adds: 
                                     ptx.cp_async_bulk_g2s(at + STAT_BYTES, stats, (b, h, 1, s_row0 + other), STAT_BYTES,
                                                           bar)  # fmt: skip
                             if first < RING:
-                                land_and_zero(words, fix1, (b1, b2), first, bar, zeroed & 1, full, tid, RING, ATOMS,
+                                land_and_zero((b1, b2), first, bar, zeroed & 1, full, tid, RING, ATOMS,
                                               RING_ATOM)  # fmt: skip
                                 zeroed += 1
                             pos += 1

@@ -606,7 +606,6 @@ def wgmma_forward_kernel(t: TcTiles, variant: Variant, dtype: str, persistent: b
         wg = tid // 128
 
         smem = cuda.shared.array(0, uint8, alignment=_ALIGN)
-        words = cuda.shared.array(0, uint32, alignment=_ALIGN)  # the same memory seen as words (varlen's zeroed rows)
         q_base = ptx.smem_addr(smem, 0)
         k_base = q_base + Q_BYTES
         v_base = k_base + STAGES * KV_BYTES
@@ -690,7 +689,7 @@ def wgmma_forward_kernel(t: TcTiles, variant: Variant, dtype: str, persistent: b
                         # the next tile's pages, while this tile's copies land and the stage's next release comes
                         page, row = look_up_pages(k, j + 1, n_hi, vr, mi, fx, seq, tid)
                         if first < BLOCK_N:
-                            land_and_zero(words, q_base, (v_base + s * KV_BYTES,), first, v_bar, zeroed & 1,
+                            land_and_zero((v_base + s * KV_BYTES,), first, v_bar, zeroed & 1,
                                           q_full + V_FULL + 8 * s, tid, BLOCK_N, ATOMS, KV_ATOM)  # fmt: skip
                             zeroed = int32(zeroed + 1)
                         pos = int32(pos + 1)
