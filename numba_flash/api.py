@@ -228,14 +228,15 @@ class _Variants:
         self.causal = causal
         # a heaviest-first grid's L2 sections (none without ``seqlen_q``: a KV cache's calls);
         # NUMBA_FLASH_L2_SECTIONS=off: every head in one, the order before session 32; =queries,
-        # =keys: the query-row (forward, dQ) or key-row (dK/dV) grids' only; =unshared: on, and
-        # the forward's unshared streams past one L2 too (``spec.l2_sections``' ``unshared``)
+        # =keys: the query-row (forward, dQ) or key-row (dK/dV) grids' only; =shared: session 32's
+        # rule alone, without the forward's unshared streams past one L2 (``spec.l2_sections``'
+        # ``unshared``, on by default since session 36)
         d = q_op.view.shape[-1]
         which = os.environ.get("NUMBA_FLASH_L2_SECTIONS", "on")
-        if which not in ("on", "off", "queries", "keys", "unshared"):
-            raise ValueError(f"NUMBA_FLASH_L2_SECTIONS={which!r}: expected on, off, queries, keys or unshared")
+        if which not in ("on", "off", "queries", "keys", "shared"):
+            raise ValueError(f"NUMBA_FLASH_L2_SECTIONS={which!r}: expected on, off, queries, keys or shared")
         sq, sk = (spec.l2_sections(pass_, B, H, self.group, seqlen_q, seqlen_k, d, q_op.dtype.itemsize, *l2_cache(),
-                                   unshared=which == "unshared")
+                                   unshared=which != "shared")
                   if seqlen_q and which != "off" else (0, 0))  # fmt: skip
         self.sections = (0 if which == "keys" else sq, 0 if which == "queries" else sk)
         self.params = self._params()

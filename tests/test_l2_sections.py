@@ -42,8 +42,9 @@ def test_sections_where_the_heads_streamed_at_once_outgrow_l2():
 
 
 def test_unshared_streams_take_sections_past_one_l2():
-    """``unshared`` (``NUMBA_FLASH_L2_SECTIONS=unshared``): the forward takes sections over
-    one L2 where each K/V stream is read by fewer than two blocks at once, at d > 64 —
+    """``unshared`` (the default; ``NUMBA_FLASH_L2_SECTIONS=shared`` turns it off): the
+    forward takes sections over one L2 where each K/V stream is read by fewer than two
+    blocks at once, at d > 64 —
     16 sequences of 1024 / 1590 / 2254 rows and (8, 16, 2048) (≥ 128 heads at once: one
     block a stream) — and keeps session 32's rule elsewhere: (4, 16, 4096) (64 heads: two
     blocks a stream), GQA groups of 4 (four query heads a stream), d = 64, streams that fit
@@ -67,16 +68,17 @@ def test_unshared_streams_take_sections_past_one_l2():
 
 def test_unshared_sections_cut_the_models_dram_reads(monkeypatch):
     """The DRAM model of the Hopper forward at 16 × 1024 rows, 16 heads, d = 128, causal
-    (the uniform batch of issue #11's varlen row): every block streams its own head's K
-    and V, 0.67 GB of reads; in sections of 33 heads 0.20 GB (an H100 read 3.007 GB where
-    the model counts 3.00 at 16 × 2254: docs/benchmarks/2026-12-06-s35)."""
+    (the uniform batch of issue #11's varlen row): in session 32's order every block
+    streams its own head's K and V, 0.67 GB of reads; in the default's sections of 33 heads
+    0.20 GB (an H100 read 3.007 GB where the model counts 3.00 at 16 × 2254:
+    docs/benchmarks/2026-12-06-s35; the forward ran 1.36× with the sections: -s36)."""
     hopper = (9, 0, "a")
-    (now,) = traffic.dram("forward", "float16", 16, 16, 1024, 1024, 128, causal=True, arch=hopper)
-    unshared = functools.partial(spec.l2_sections, unshared=True)
-    monkeypatch.setattr(spec, "l2_sections", unshared)
     (cut,) = traffic.dram("forward", "float16", 16, 16, 1024, 1024, 128, causal=True, arch=hopper)
-    assert now.name == cut.name == "wgmma_forward"
-    assert 0.6e9 < now.read < 0.7e9 and cut.read < 0.35 * now.read
+    shared = functools.partial(spec.l2_sections, unshared=False)
+    monkeypatch.setattr(spec, "l2_sections", shared)
+    (before,) = traffic.dram("forward", "float16", 16, 16, 1024, 1024, 128, causal=True, arch=hopper)
+    assert before.name == cut.name == "wgmma_forward"
+    assert 0.6e9 < before.read < 0.7e9 and cut.read < 0.35 * before.read
 
 
 @pytest.mark.parametrize("keys_are_rows", [False, True])
@@ -165,22 +167,23 @@ def test_sectioned_hopper_kernels_at_size(rng, dtype, monkeypatch):
 
 
 def test_a_bad_sections_switch_is_named(monkeypatch):
-    """``NUMBA_FLASH_L2_SECTIONS`` takes on, off, queries, keys or unshared; another value
+    """``NUMBA_FLASH_L2_SECTIONS`` takes on, off, queries, keys or shared; another value
     is a ValueError naming the variable, before any launch."""
     import numba_flash
 
     monkeypatch.setenv("NUMBA_FLASH_L2_SECTIONS", "sideways")
     q = np.ones((1, 3, 1, 8), np.float32)
     with pytest.raises(ValueError, match="NUMBA_FLASH_L2_SECTIONS='sideways': expected on, off, queries, keys or "
-                                         "unshared"):  # fmt: skip
+                                         "shared"):  # fmt: skip
         numba_flash.flash_attention(q, q, q, causal=True)
 
 
-@pytest.mark.parametrize("which,expected", [("on", 0), ("unshared", 33)])
+@pytest.mark.parametrize("which,expected", [("on", 33), ("shared", 0)])
 def test_the_unshared_switch_reaches_the_params(which, expected, monkeypatch):
-    """``NUMBA_FLASH_L2_SECTIONS=unshared`` puts the forward's section into the call's
-    ``params`` (16 × 1024 rows, 16 heads, d = 128, causal, on an H100's L2: 33 heads a
-    section); ``on`` leaves one section there.  No launch: the variants' step alone."""
+    """The default (``on``) puts the forward's section into the call's ``params`` (16 × 1024
+    rows, 16 heads, d = 128, causal, on an H100's L2: 33 heads a section);
+    ``NUMBA_FLASH_L2_SECTIONS=shared`` (session 32's rule) leaves one section there.  No
+    launch: the variants' step alone."""
     monkeypatch.setenv("NUMBA_FLASH_L2_SECTIONS", which)
     monkeypatch.setattr(api, "l2_cache", lambda: (50 * 2**20, 132))
     # what ``_Variants`` reads of an operand: its view's shape and its dtype
