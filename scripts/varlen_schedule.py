@@ -58,8 +58,9 @@ def makespan(work):
 def main():
     lens = ragged_lengths(np.random.default_rng(20261206))
     print("ragged lengths", sorted(int(n) for n in lens))
-    for name, ls, nmax in (("ragged varlen", lens, int(lens.max())), ("padded", [int(lens.max())] * 16, int(lens.max())),
-                           ("16 x 1024", [1024] * 16, 1024)):  # fmt: skip
+    longest = int(lens.max())
+    for name, ls, nmax in (("ragged varlen", lens, longest), ("padded", [longest] * 16, longest),
+                           ("16 x 1024", [1024] * 16, 1024)):
         for kind, fn in (("dK/dV", blocks_dkdv), ("forward", blocks_fwd)):
             w = fn(ls, nmax)
             ms, ideal = makespan(w)

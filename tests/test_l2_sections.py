@@ -44,9 +44,8 @@ def test_sections_where_the_heads_streamed_at_once_outgrow_l2():
 def test_unshared_streams_take_sections_past_one_l2():
     """``unshared`` (the default; ``NUMBA_FLASH_L2_SECTIONS=shared`` turns it off): the
     forward takes sections over one L2 where each K/V stream is read by fewer than two
-    blocks at once, at d > 64 —
-    16 sequences of 1024 / 1590 / 2254 rows and (8, 16, 2048) (≥ 128 heads at once: one
-    block a stream) — and keeps session 32's rule elsewhere: (4, 16, 4096) (64 heads: two
+    blocks at once, at d > 64 — 16 sequences of 1024 / 1590 / 2254 rows and (8, 16, 2048)
+    (≥ 128 heads at once: one block a stream) — and keeps session 32's rule elsewhere: (4, 16, 4096) (64 heads: two
     blocks a stream), GQA groups of 4 (four query heads a stream), d = 64, streams that fit
     one L2 ((16, 16, 512): 132 heads of 256 KiB, 33 MB), and the backward's grids
     (sectioned over one L2 already)."""

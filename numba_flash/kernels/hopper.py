@@ -135,9 +135,8 @@ def past_rows(start, ROWS, seqlen, row0, total, F):
 def land_and_zero(tiles, first, land, parity, full, lane, ROWS, ATOMS, ATOM_BYTES):
     """The producer warp's step after the copies of ``tiles`` walked tiles (at shared
     addresses ``tiles[0]`` …) were issued on the barrier ``land``: wait for them, zero
-    their rows from ``first``
-    (``zero_rows``), make the zeros visible to wgmma's reads (``fence.proxy.async``)
-    and arrive on ``full`` (count 1), which the consumers wait on."""
+    their rows from ``first`` (``zero_rows``), make the zeros visible to wgmma's reads
+    (``fence.proxy.async``) and arrive on ``full`` (count 1), which the consumers wait on."""
     wait_phase(land, parity)
     for i in range(len(tiles)):
         zero_rows(tiles[i], first, ROWS, ATOMS, ATOM_BYTES, lane)

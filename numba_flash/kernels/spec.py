@@ -141,8 +141,9 @@ def l2_sections(pass_: str, batch: int, heads: int, group: int, seqlen_q: int, s
 
     ``unshared`` (the default since session 36; ``False``, session 32's rule alone:
     ``NUMBA_FLASH_L2_SECTIONS=shared``): the forward takes sections over one L2 too where each
-    K/V stream is shared by fewer than two blocks at once (``UNSHARED_BELOW``) at d > 64.  Such a block reads a K/V tile from DRAM a
-    step, 1/128 bytes a FLOP at 128 query rows: over an H100's 3.35 TB/s for ~500 TFLOP/s.
+    K/V stream is shared by fewer than two blocks at once (``UNSHARED_BELOW``) at d > 64.
+    Such a block reads a K/V tile from DRAM a step, 1/128 bytes a FLOP at 128 query rows:
+    over an H100's 3.35 TB/s for ~500 TFLOP/s.
     On an H100, 16 sequences padded to 2254 rows, 16 heads, d = 128, causal, ran the forward at
     2.9 TB/s of DRAM reads with the tensor pipe 37% active (ncu; the long causal kernel: 70%),
     and ``traffic.dram`` counts 3.00 GB there (ncu: 3.007 GB), 0.44 GB with sections.  Where
@@ -150,9 +151,9 @@ def l2_sections(pass_: str, batch: int, heads: int, group: int, seqlen_q: int, s
     4 batches: ≥ 2 blocks a stream) or d = 64 (192-row blocks, two thirds the bytes a FLOP).
     Timed on an H100 (session 36, two processes a side in turn, docs/benchmarks/2026-12-06-s36
     §1): causal forwards of (16, 16, 1024, 128) 0.260 → 0.190 ms (1.36×), (16, 16, 1536, 128)
-    0.515 → 0.353–0.364 (1.43×), (8, 16, 2048, 128) 0.430 → 0.301–0.313 (1.40×), the 16
-    sequences padded to 2254 0.591 → 0.425–0.431 (1.38×) and their varlen batch 0.330 →
-    0.292–0.301 (1.11×); the backwards and the control (4, 16, 4096, 128), whose sections the
+    0.515 → 0.353–0.364 (1.43×), (8, 16, 2048, 128) 0.430 → 0.301–0.313 (1.40×), 16
+    sequences of 265–1631 rows padded to 1631 0.591 → 0.425–0.431 (1.38×) and their varlen
+    batch 0.330 → 0.292–0.301 (1.11×); the backwards and the control (4, 16, 4096, 128), whose sections the
     rule leaves alone, within noise."""
     share = l2_bytes // L2_SECTION_SHARE
     kv_head = 2 * seqlen_k * head_dim * itemsize
