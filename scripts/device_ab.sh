@@ -10,6 +10,11 @@ unset NUMBA_FLASH_WGMMA
 # each failing test's traceback into $out/failures.txt as it fails (tests/conftest.py): kept
 # when a time limit kills pytest before its summary
 [ -n "${out:-}" ] && export NUMBA_FLASH_FAILURE_LOG=$out/failures.txt
+# the card and its clocks, first in every call's output
+if [ -n "${out:-}" ]; then
+  nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,power.limit --format=csv > "$out/gpu.txt" 2>&1
+  cat "$out/gpu.txt"
+fi
 base=$PYTHONPATH
 export PYTHONPATH=$PWD:$base
 

@@ -9,8 +9,6 @@
 set -u
 out=$1
 export NUMBA_CACHE_DIR=/tmp/nbcache
-nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,power.limit --format=csv > "$out/gpu.txt" 2>&1
-cat "$out/gpu.txt"
 . scripts/device_ab.sh
 export KNOB_UNTIL=${KNOB_UNTIL:-430}
 knob on batched

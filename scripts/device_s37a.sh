@@ -10,8 +10,6 @@
 set -u
 out=$1
 export NUMBA_CACHE_DIR=/tmp/nbcache
-nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,power.limit --format=csv > "$out/gpu.txt" 2>&1
-cat "$out/gpu.txt"
 . scripts/device_ab.sh
 sanitize memcheck wgmma_varlen 120
 sanitize racecheck wgmma_varlen 120
