@@ -16,8 +16,8 @@ same way (``NUMBA_FLASH_DESC_ADDS``' A/B).  ``walks``: ``window``'s two and 16 v
 sequences (NumPy offsets, mean 1024) against the padded batch of the same tokens, three
 rounds, both ratios (session 34's A/B of two Q buffers, a switch since removed, and of the
 descriptor adds).  ``batched``: (16, 16, 1024 / 1536, 128) and (8, 16, 2048, 128) causal, and
-(4, 16, 4096, 128) causal as a control, the same way as ``shapes`` (``NUMBA_FLASH_L2_SECTIONS=
-unshared``' A/B).  ``varlen``: the varlen row's two parts apart: 16 ragged sequences (mean
+(4, 16, 4096, 128) causal as a control, the same way as ``shapes`` (session 36's A/B of
+``NUMBA_FLASH_L2_SECTIONS=unshared``, then opt-in, since the default; ``=shared`` is the old rule).  ``varlen``: the varlen row's two parts apart: 16 ragged sequences (mean
 1024, as ``walks``) against their padded batch, and 16 sequences of 1024 rows as varlen
 against the (16, 16, 1024, 128) batch, causal, three rounds, both ratios (session 36: how much
 of the varlen row's gap is the mix of lengths, how much varlen's own costs); with
@@ -169,7 +169,7 @@ def main(path, group, label):
         ratio = (0.0, 0.0)
     elif group == "batched":
         # batches of mid-length sequences whose forward streams a K/V head a block
-        # (``spec.l2_sections``' ``unshared``, session 35), and (4, 16, 4096, 128) as a control
+        # (``spec.l2_sections``' ``unshared``, sessions 35-36), and (4, 16, 4096, 128) as a control
         # (two blocks a stream: the rule leaves it in one section)
         ms, tf = shape_rows([(16, 16, 1024, 128, True), (16, 16, 1536, 128, True), (8, 16, 2048, 128, True),
                              (4, 16, 4096, 128, True)])

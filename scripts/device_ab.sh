@@ -55,7 +55,8 @@ knob() {
   local label=$1 group=$2
   shift 2
   [ "$SECONDS" -gt "${KNOB_UNTIL:-450}" ] && { echo "$label skipped at ${SECONDS}s"; return; }
-  env "$@" timeout "${KNOB_TIMEOUT:-150}" python3 scripts/bench_knobs.py "$out/knobs.jsonl" "$group" "$label" > "$out/k_$label.txt" 2>&1
+  env "$@" timeout "${KNOB_TIMEOUT:-150}" python3 scripts/bench_knobs.py "$out/knobs.jsonl" "$group" "$label" \
+    > "$out/k_$label.txt" 2>&1
   echo "$label rc=$? at ${SECONDS}s" >> "$out/k_$label.txt"
   tail -n 2 "$out/k_$label.txt"
 }

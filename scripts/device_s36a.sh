@@ -6,6 +6,8 @@
 # Expected (written before the run, from traffic.dram and s35's ncu): batched forwards 1.3-1.8x
 # faster with `unshared`, their backwards and the control unchanged (within ~3%); walks'
 # padded and varlen forwards both faster, their ratio about as now (~0.9), window/causal unchanged.
+# (Ran at 23de609. The rule became the default in 9ce07f8, which dropped the value `unshared`:
+# `NUMBA_FLASH_L2_SECTIONS=shared` is now the other side of this A/B.)
 set -u
 out=$1
 export NUMBA_CACHE_DIR=/tmp/nbcache
