@@ -17,8 +17,9 @@ sequences (NumPy offsets, mean 1024) against the padded batch of the same tokens
 rounds, both ratios (session 34's A/B of two Q buffers, a switch since removed, and of the
 descriptor adds).  ``batched``: (16, 16, 1024 / 1536, 128) and (8, 16, 2048, 128) causal, and
 (4, 16, 4096, 128) causal as a control, the same way as ``shapes`` (session 36's A/B of
-``NUMBA_FLASH_L2_SECTIONS=unshared``, then opt-in, since the default; ``=shared`` is the old rule).  ``varlen``: the varlen row's two parts apart: 16 ragged sequences (mean
-1024, as ``walks``) against their padded batch, and 16 sequences of 1024 rows as varlen
+``NUMBA_FLASH_L2_SECTIONS=unshared``, then opt-in, since the default; ``=shared`` is the old
+rule).  ``varlen``: the varlen row's two parts apart: 16 ragged sequences (mean 1024, as
+``walks``) against their padded batch, and 16 sequences of 1024 rows as varlen
 against the (16, 16, 1024, 128) batch, causal, three rounds, both ratios (session 36: how much
 of the varlen row's gap is the mix of lengths, how much varlen's own costs); with
 ``KNOBS_NO_ZEROS=1`` (a diagnostic: the results stay exact only while every row is finite) the

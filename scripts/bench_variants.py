@@ -34,7 +34,8 @@ import cupy as cp
 import numpy as np
 
 import numba_flash
-from numba_flash.bench.cases import ragged_lengths, visible_pairs  # visible_pairs: (query, key) pairs a (batch, head) computes
+# visible_pairs: the (query, key) pairs a (batch, head) computes
+from numba_flash.bench.cases import ragged_lengths, visible_pairs
 from bench_table import median_ms  # the same timer as the shape table (scripts/ is on sys.path)
 
 rng = np.random.default_rng(20261201)
