@@ -627,29 +627,6 @@ def ex2_approx(x):
     return r
 
 
-def ex2_emulated(x):
-    """``ptx.ex2_emulated``'s steps in float32."""
-    from numba_flash.ptx import EX2_POLY
-
-    f32 = np.float32
-    x = f32(x)
-    if not np.isnan(x):
-        x = max(x, f32(-127.0))
-    magic = f32(12582912.0)
-    t = f32(x + magic)
-    j = f32(t - magic)
-    f = f32(x - j)
-    c0, c1, c2, c3 = (np.uint32(c).view(np.float32) for c in EX2_POLY)
-    p = f32(f32(f * c3) + c2)  # the PTX's fma, to within its rounding
-    p = f32(f32(p * f) + c1)
-    p = f32(f32(p * f) + c0)
-    if np.isnan(t):
-        return f32(np.nan)
-    e = np.uint32((int(t.view(np.uint32)) << 23) & 0xFFFFFFFF)
-    scale = np.uint32((int(e) + 0x3F800000) & 0xFFFFFFFF).view(np.float32)
-    return f32(p * scale)
-
-
 def tanh_approx(x):
     return np.tanh(np.float32(x), dtype=np.float32)
 

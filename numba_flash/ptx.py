@@ -110,7 +110,6 @@ __all__ = [
     "unpack_f16x2",
     "unpack_bf16x2",
     "ex2_approx",
-    "ex2_emulated",
     "tanh_approx",
     "mul_wide_u32",
     "prmt",
@@ -762,42 +761,6 @@ def ex2_approx(typingctx, x):
     """
     _require_numbers("ex2_approx", x=x)
     return types.float32(x), _unary_f32_codegen("ex2.approx.ftz.f32 $0, $1;", "=f,f", _F32)
-
-
-#: 2**f ≈ C0 + C1·f + C2·f² + C3·f³ on f in [−0.5, 0.5], relative error 7.5e-5 (a
-#: relative least-squares fit, equioscillating): :func:`ex2_emulated`'s polynomial.
-EX2_POLY = (0x3F7FFB4A, 0x3F31798D, 0x3E786EE6, 0x3D61FB53)
-
-
-@intrinsic
-def ex2_emulated(typingctx, x):
-    """``ex2_emulated(x: float32) -> float32``
-
-    2**x on the FMA pipe, not the SFU (FlashAttention-4's exponential emulation, for a
-    kernel whose SFU is its busiest unit: softcap's tanh and the softmax's ex2 each take
-    one SFU op an element, at 16 a clock an SM against 128 FMAs).  For x ≤ 0:
-    ``max.NaN`` clamps x at −127 (NaN stays NaN), ``x + 1.5·2**23`` rounds it to an
-    integer j in the low bits of the sum (``j = sum − 1.5·2**23``, ``f = x − j`` in
-    [−0.5, 0.5]), 2**f is the cubic :data:`EX2_POLY` by Horner's rule (three FFMA), and
-    2**j is the sum's bits shifted into the exponent field plus 1.0's bits: exactly 0
-    for j = −127, so ex2(−inf) = 0 as ``ex2.approx.ftz``.  Relative error ≤ 7.6e-5 for
-    x in [−126, 0] (the P it makes is rounded to 16 bits, whose half-ulp is 4.9e-4).
-    Seven FP32 pipe ops and two integer ops in place of one ``ex2.approx``.  The
-    simulator twin evaluates the same steps in float32.
-    """
-    _require_numbers("ex2_emulated", x=x)
-    c0, c1, c2, c3 = (f"0f{c:08X}" for c in EX2_POLY)
-    text = ("{ .reg .f32 x, t, j, f, p; .reg .b32 e;"
-            " max.NaN.f32 x, $1, 0fC2FE0000;"  # −127
-            " add.rn.f32 t, x, 0f4B400000;"  # 1.5·2**23
-            " sub.rn.f32 j, t, 0f4B400000;"
-            " sub.rn.f32 f, x, j;"
-            f" fma.rn.f32 p, f, {c3}, {c2};"
-            f" fma.rn.f32 p, p, f, {c1};"
-            f" fma.rn.f32 p, p, f, {c0};"
-            " mov.b32 e, t; shl.b32 e, e, 23; add.s32 e, e, 0x3F800000; mov.b32 t, e;"
-            " mul.rn.f32 $0, p, t; }")  # fmt: skip
-    return types.float32(x), _unary_f32_codegen(text, "=f,f", _F32)
 
 
 @intrinsic

@@ -4,8 +4,8 @@ the switch, on issue #13's shapes (fp16, causal off and on, and bf16) and a drop
     python3 scripts/bench_ab.py out.jsonl NAME=a,b [NAME2=c,d ...] [--dropout | --wide | --softcap | --window]
 
 Several switches take their values together, by position (NAME=a with NAME2=c, then b with d);
-an empty value leaves the variable unset (e.g. ``NUMBA_FLASH_WGMMA_KEYS=,64
-NUMBA_FLASH_WGMMA_CONSUMERS=,3``: the default, then three consumers on 64-key tiles).
+an empty value leaves the variable unset (e.g. ``NUMBA_FLASH_WGMMA_CONSUMERS=,3``: the
+default, then three consumers).
 
 ``--wide``: ``WIDE_CASES``, non-causal (the wider key tiles' cases).
 ``--window``: ``WINDOW_CASES``, d = 64 windows (the consumers' count).

@@ -1,8 +1,7 @@
 """Issue #11's window and ALiBi rows under the Hopper forward's switches, one process a
 setting (the switches are read when a call is planned; the caller sets them):
 
-    NUMBA_FLASH_WGMMA_SCHEDULER=static NUMBA_FLASH_WGMMA_OVERLAP=1 \\
-        python3 scripts/bench_knobs.py out.jsonl window LABEL
+    NUMBA_FLASH_WGMMA_SCHEDULER=static python3 scripts/bench_knobs.py out.jsonl window LABEL
     NUMBA_FLASH_ALIBI_PRODUCTS=0 python3 scripts/bench_knobs.py out.jsonl alibi LABEL
 
 ``window``: (1, 16, 16384, 128) fp16, causal and window (1024, 0), forward and backward,
@@ -12,10 +11,10 @@ ALiBi (slopes 2^-1 … 2^-16), forward and backward, five rounds, ALiBi's time o
 (the bar: ≤ 1.10).  ``short``: four short shapes' forward and backward (512 and 1024 rows),
 three rounds each, TFLOP/s (the persistent dK/dV kernel's A/B; no ratio).  ``shapes``: issue
 #13's (4, 16, 4096, 128), (4, 32, 4096, 64) and (16, 32, 1024, 64), full and causal, the
-same way (``NUMBA_FLASH_DESC_ADDS``' A/B).  ``walks``: ``window``'s two and 16 varlen
+same way (session 34's A/B of the descriptor adds, a switch since removed).  ``walks``: ``window``'s two and 16 varlen
 sequences (NumPy offsets, mean 1024) against the padded batch of the same tokens, three
-rounds, both ratios (session 34's A/B of two Q buffers, a switch since removed, and of the
-descriptor adds).  ``batched``: (16, 16, 1024 / 1536, 128) and (8, 16, 2048, 128) causal, and
+rounds, both ratios (session 34's A/B of two Q buffers and of the descriptor adds, switches
+since removed).  ``batched``: (16, 16, 1024 / 1536, 128) and (8, 16, 2048, 128) causal, and
 (4, 16, 4096, 128) causal as a control, the same way as ``shapes`` (session 36's A/B of
 ``NUMBA_FLASH_L2_SECTIONS=unshared``, then opt-in, since the default; ``=shared`` is the old
 rule).  ``varlen``: the varlen row's two parts apart: 16 ragged sequences (mean 1024, as

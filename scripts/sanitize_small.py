@@ -11,9 +11,6 @@
     compute-sanitizer --tool racecheck python3 scripts/sanitize_small.py wgmma_bwd  # the Hopper backward only (sm_90)
     compute-sanitizer --tool racecheck python3 scripts/sanitize_small.py wgmma_bwd wide  # … at d = 256 and 96
     compute-sanitizer --tool racecheck python3 scripts/sanitize_small.py wgmma wide  # the forward past d = 128
-    compute-sanitizer --tool racecheck python3 scripts/sanitize_small.py wgmma keys  # … on its wider key tiles
-    compute-sanitizer --tool racecheck python3 scripts/sanitize_small.py wgmma keys64  # … three consumers, 64 keys
-    compute-sanitizer --tool synccheck python3 scripts/sanitize_small.py wgmma softcap  # … softcap's Q prescaled
     compute-sanitizer --tool racecheck python3 scripts/sanitize_small.py wgmma_varlen  # both Hopper passes, varlen
     compute-sanitizer --tool racecheck python3 scripts/sanitize_small.py kvsplit  # a prefill's splits, Hopper forward
 
@@ -83,20 +80,6 @@ if sys.argv[1:2] == ["wgmma"]:  # issue #13's Hopper forward: TMA ring, mbarrier
     if sys.argv[2:] == ["wide"]:  # past d = 128: 64-key tiles; at d = 256 O staged in Q's rows, Q loaded late
         cases = ((200, 131, 256, False, {}), (130, 260, 256, True, variants), (77, 300, 200, True, {}),
                  (150, 333, 192, True, dict(alibi_slopes=slopes, dropout_p=0.1, seed=5)))
-    elif sys.argv[2:] == ["keys"]:  # wider key tiles (``wgmma_forward.forced_keys``): 160 at d = 128, 80 at d = 256
-        os.environ["NUMBA_FLASH_WGMMA_KEYS"] = "wide"
-        cases = ((200, 350, 128, False, {}), (130, 333, 128, False, dict(alibi_slopes=slopes, softcap=4.0,
-                                                                        dropout_p=0.2, seed=3)),
-                 (150, 250, 256, False, {}), (70, 170, 200, False, dict(softcap=4.0)))
-    elif sys.argv[2:] == ["softcap"]:  # softcap's Q scaled in shared memory (``softcap_prescale``, opt-in):
-        # three consumers, two with a window (d = 64's window tiles), persistent blocks rescaling each Q
-        os.environ["NUMBA_FLASH_SOFTCAP_PRESCALE"] = "1"
-        cases = ((77, 300, 64, True, dict(softcap=4.0)), (130, 260, 64, True, dict(window_size=(50, 0), softcap=4.0)),
-                 (200, 131, 128, False, dict(softcap=30.0, alibi_slopes=slopes)))
-    elif sys.argv[2:] == ["keys64"]:  # three consumers on 64-key tiles at d = 128 (``forced_keys``)
-        os.environ["NUMBA_FLASH_WGMMA_KEYS"] = "64"
-        os.environ["NUMBA_FLASH_WGMMA_CONSUMERS"] = "3"
-        cases = ((200, 350, 128, True, {}), (130, 333, 128, False, dict(softcap=4.0, dropout_p=0.2, seed=3)))
     else:
         cases = ((77, 300, 64, True, {}), (200, 131, 128, False, {}), (130, 260, 64, True, variants),
                  # ALiBi on the tensor cores: the key ramp every thread writes, with dropout

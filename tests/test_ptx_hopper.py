@@ -390,23 +390,6 @@ def test_wgmma_descriptor_bits():
     assert (d >> 16) & 0x3FFF == 128 >> 4 and (d >> 32) & 0x3FFF == 256 >> 4 and d >> 62 == 1
 
 
-def test_desc_plus_is_the_descriptor_of_the_offset_operand(rng):
-    """``hopper.desc_plus`` (``NUMBA_FLASH_DESC_ADDS``): a descriptor plus a 16-byte-multiple
-    offset is, bit for bit, the descriptor built from the offset address, for addresses
-    of the 228 KiB shared window (below 2**18), each LBO / SBO / swizzle the kernels use."""
-    from numba_flash import ptx
-    from numba_flash.kernels import hopper
-
-    plus = getattr(hopper.desc_plus, "py_func", hopper.desc_plus)
-    for lbo, sbo in ((16, 1024), (8192, 1024), (16384, 1024)):
-        for _ in range(200):
-            addr = int(rng.integers(0, 228 * 1024 // 16)) * 16
-            off = int(rng.integers(0, (228 * 1024 - addr) // 16 + 1)) * 16
-            want = ptx.wgmma_desc_host(addr + off, lbo, sbo, ptx.SWIZZLE_128B)
-            got = plus(np.uint64(ptx.wgmma_desc_host(addr, lbo, sbo, ptx.SWIZZLE_128B)), off)
-            assert int(got) == want, (hex(addr), off, lbo, hex(int(got)), hex(want))
-
-
 def check_wgmma_sw128(rng, dtype):
     """TMA boxes with the 128-byte swizzle read by wgmma: Q·Kᵀ's layout (both operands
     K-major, k-slices 32 bytes apart inside an atom, two atoms) and P·V's (A from

@@ -287,19 +287,6 @@ def test_wgmma_backward_persistent_dkdv(rng, monkeypatch, case):
         check_varlen_backward(rng, "bfloat16", 128, True, [5, 0, 150, 1, 33], [7, 4, 200, 1, 20])
 
 
-@pytest.mark.usefixtures("wgmma_on", "poisoned_outputs")
-@pytest.mark.parametrize("d,causal,extra", [(128, True, {}), (64, False, {"NUMBA_FLASH_WGMMA_BWD_PERSISTENT": "2"}),
-                                            (128, False, {"NUMBA_FLASH_WGMMA_DQ": "ordered"})])  # fmt: skip
-def test_wgmma_backward_with_descriptor_adds(rng, monkeypatch, d, causal, extra):
-    """``NUMBA_FLASH_DESC_ADDS=1`` (opt-in): the dK/dV and dQ kernels' k-slice descriptors as
-    32-bit adds to their tiles' (``hopper.desc_plus``), the persistent dK/dV kernel's fixed
-    tiles in either buffer, and the ordered dQ's MN-major chain, against the reference."""
-    monkeypatch.setenv("NUMBA_FLASH_DESC_ADDS", "1")
-    for name, value in extra.items():
-        monkeypatch.setenv(name, value)
-    check_backward(rng, "float16", d, causal, B=2, H=2, H_kv=1, Nq=70, Nk=300)
-
-
 @pytest.mark.parametrize("d,seqlen,features,env,want", [
     (64, 1024, {}, None, True),  # d <= 64, <= 1024 rows, causal: persistent by default (1.05-1.12x)
     (64, 512, {}, None, True),

@@ -72,21 +72,6 @@ def test_wgmma_forward_matches_the_reference(rng, dtype, d, causal, Nq, Nk):
 
 
 @pytest.mark.usefixtures("wgmma_on", "poisoned_outputs")
-@pytest.mark.parametrize("dtype,d,causal,Nq,Nk,kw", [
-    ("float16", 128, True, 150, 300, {"alibi": True}),  # two blocks, three key tiles; ALiBi's k-slice from the ramp's tile
-    ("bfloat16", 64, False, 200, 90, {"H_kv": 1}),  # three consumers, GQA
-])  # fmt: skip
-def test_wgmma_forward_with_descriptor_adds(monkeypatch, rng, dtype, d, causal, Nq, Nk, kw):
-    """``NUMBA_FLASH_DESC_ADDS=1`` (``hopper.descriptor_adds``, opt-in): S's and P·V's k-slice
-    descriptors as 32-bit adds to their tiles' (``hopper.desc_plus``), against the reference."""
-    monkeypatch.setenv("NUMBA_FLASH_DESC_ADDS", "1")
-    kw = dict(kw)
-    if kw.pop("alibi", False):
-        kw["alibi_slopes"] = _slopes(rng, 2)
-    check_forward(rng, dtype, d, causal, Nq=Nq, Nk=Nk, **kw)
-
-
-@pytest.mark.usefixtures("wgmma_on", "poisoned_outputs")
 @pytest.mark.parametrize("dtype,d,causal,Nq,Nk", [
     # d = 256: 64-key tiles, O staged in Q's rows, Q loaded after K_0 and V_0 (``o_in_q``); 2 query
     # tiles × 2 heads on 2 persistent blocks: each hands its Q over once
@@ -121,113 +106,6 @@ def test_wgmma_forward_dynamic_scheduler(monkeypatch, rng, d, causal, lens_q, le
         check_varlen_forward(rng, "float16", d, causal, lens_q, lens_k)
 
 
-def test_wide_key_tiles_only_where_nothing_bounds_the_walk(monkeypatch):
-    """``wgmma_forward.forced_keys``' ``wide``: 160 keys a tile at d = 128 and 80 at d = 256 with
-    ``NUMBA_FLASH_WGMMA_KEYS=wide``, where no causal bound, window, block mask or
-    paged cache bounds the walk (and at d = 256 no dropout: 32 keys a Philox call);
-    128 and 64 otherwise, and with the switch off."""
-    from numba_flash.kernels import wgmma_forward as W
-
-    def keys(d, **features):
-        (launch,) = P.plan(P.Problem("forward", "float16", d, features.get("causal", False), seqlen_q=4096,
-                                     seqlen_k=4096, arch=SM90A, features=Variant(**features))).launches
-        assert launch.smem <= W.SMEM_LIMIT
-        return launch.tiles.block_n
-
-    monkeypatch.setenv("NUMBA_FLASH_WGMMA", "1")
-    monkeypatch.setenv("NUMBA_FLASH_WGMMA_KEYS", "wide")
-    assert keys(128) == 160 and keys(96) == 160 and keys(256) == 80 and keys(200) == 80
-    assert keys(128, softcap=True, alibi=True, dropout=True, gqa=True) == 160
-    assert keys(128, causal=True) == 128 and keys(128, window_left=True) == 128 and keys(64) == 128
-    assert keys(256, dropout=True) == 64 and keys(256, causal=True) == 64 and keys(192) == 64
-    monkeypatch.delenv("NUMBA_FLASH_WGMMA_KEYS")
-    assert keys(128) == 128 and keys(256) == 64
-    # a number: those keys at every d (a multiple of 32 with dropout), tiles that fit or a ValueError
-    monkeypatch.setenv("NUMBA_FLASH_WGMMA_KEYS", "64")
-    assert keys(128) == 64 and keys(128, causal=True, dropout=True) == 64 and keys(64) == 64
-    monkeypatch.setenv("NUMBA_FLASH_WGMMA_KEYS", "80")
-    assert keys(128) == 80 and keys(128, dropout=True) == 128
-    for bad, match in (("256", "shared memory"), ("7", "expected 'wide' or one of"), ("16", "expected")):
-        monkeypatch.setenv("NUMBA_FLASH_WGMMA_KEYS", bad)
-        with pytest.raises(ValueError, match=match):
-            keys(128)
-
-
-@pytest.mark.usefixtures("wgmma_on", "poisoned_outputs")
-@pytest.mark.parametrize("dtype,d,Nq,Nk,kw", [
-    # 160-key tiles: two whole, the third 30 keys (TMA zero-fills past Nk); two persistent blocks
-    ("float16", 128, 150, 350, {}),
-    ("bfloat16", 112, 40, 200, {"softcap": 4.0, "alibi": True, "H_kv": 1}),  # d = 112 on d = 128's tiles, GQA
-    ("float16", 128, 30, 330, {"dropout_p": 0.2}),  # keep bits of 32-key stretches at 160·j
-    ("bfloat16", 256, 70, 170, {}),  # 80-key tiles: 80, 80, 10; O staged in Q's rows
-])  # fmt: skip
-def test_wgmma_forward_wide_key_tiles(monkeypatch, rng, dtype, d, Nq, Nk, kw):
-    """The walk on ``forced_keys``' wide tiles (160 keys at d = 128, 80 at d = 256), against the
-    reference: partial last tiles, softcap + ALiBi + GQA, dropout bit for bit through
-    the reference's mask, two persistent blocks handing Q on."""
-    monkeypatch.setenv("NUMBA_FLASH_WGMMA_PERSISTENT", "2")
-    check_wide(monkeypatch, rng, dtype, d, Nq, Nk, kw)
-
-
-def check_wide(monkeypatch, rng, dtype, d, Nq, Nk, kw, causal=False, keys="wide"):
-    """check_forward on ``forced_keys``' tiles (``NUMBA_FLASH_WGMMA_KEYS=keys``), non-causal
-    unless said; ``kw``'s ``H_kv`` and ``alibi`` (random slopes) are the test's, a dropout
-    case gets a fresh seed."""
-    monkeypatch.setenv("NUMBA_FLASH_WGMMA_KEYS", keys)
-    kw = dict(kw)
-    H_kv = kw.pop("H_kv", 2)
-    if kw.pop("alibi", False):
-        kw["alibi_slopes"] = _slopes(rng, 2)
-    if "dropout_p" in kw:
-        kw["seed"] = int(rng.integers(0, 2**63))
-    check_forward(rng, dtype, d, causal, H_kv=H_kv, Nq=Nq, Nk=Nk, **kw)
-
-
-@pytest.mark.gpu
-@pytest.mark.usefixtures("wgmma_on", "poisoned_outputs")
-@pytest.mark.parametrize("dtype,d,Nq,Nk,kw", [
-    ("float16", 128, 1000, 1000, {}), ("bfloat16", 128, 777, 4100, {}),  # 7 and 26 tiles, the last partial
-    ("float16", 128, 1000, 1017, {"softcap": 30.0, "alibi": True, "dropout_p": 0.1, "H_kv": 1}),
-    ("float16", 256, 1000, 1000, {}), ("bfloat16", 200, 300, 1017, {"softcap": 30.0}),
-])  # fmt: skip
-def test_wgmma_forward_wide_key_tiles_on_the_gpu(monkeypatch, rng, dtype, d, Nq, Nk, kw):
-    """``forced_keys``' wide tiles at sizes of many tiles and blocks (the default persistent
-    grid), against the reference."""
-    check_wide(monkeypatch, rng, dtype, d, Nq, Nk, kw)
-
-
-@pytest.mark.usefixtures("wgmma_on", "poisoned_outputs")
-def test_wgmma_forward_three_consumers_on_64_keys_at_d_128(monkeypatch, rng):
-    """``NUMBA_FLASH_WGMMA_KEYS=64`` with three consumers at d = 128 (192 query rows, 64-key
-    tiles: the A/B's other configuration), causal, against the reference: the second
-    query tile partial, three key tiles, the last partial."""
-    monkeypatch.setenv("NUMBA_FLASH_WGMMA_KEYS", "64")
-    monkeypatch.setenv("NUMBA_FLASH_WGMMA_CONSUMERS", "3")
-    p = P.Problem("forward", "float16", 128, True, seqlen_q=200, seqlen_k=150, arch=SM90A)
-    (launch,) = P.plan(p).launches
-    assert (launch.tiles.block_m, launch.tiles.block_n, launch.threads) == (192, 64, 512)
-    check_forward(rng, "float16", 128, True, H=1, H_kv=1, Nq=200, Nk=150)
-
-
-@pytest.mark.gpu
-@pytest.mark.usefixtures("wgmma_on", "poisoned_outputs")
-@pytest.mark.parametrize("dtype,causal,kw", [("float16", False, {}), ("bfloat16", True, {}),
-                                             ("float16", True, {"softcap": 30.0, "dropout_p": 0.1, "H_kv": 1})])
-def test_wgmma_forward_three_consumers_on_64_keys_on_the_gpu(monkeypatch, rng, dtype, causal, kw):
-    """Three consumers on 64-key tiles at d = 128 (``forced_keys``) over many tiles and
-    blocks, against the reference."""
-    monkeypatch.setenv("NUMBA_FLASH_WGMMA_CONSUMERS", "3")
-    check_wide(monkeypatch, rng, dtype, 128, 1000, 1017, kw, causal, keys="64")
-
-
-@pytest.mark.usefixtures("poisoned_outputs")
-def test_wgmma_forward_wide_varlen(monkeypatch, rng):
-    """Varlen on 160-key tiles: V's rows past a sequence zeroed in a 160-row tile."""
-    monkeypatch.setenv("NUMBA_FLASH_WGMMA", "1")
-    monkeypatch.setenv("NUMBA_FLASH_WGMMA_KEYS", "wide")
-    check_varlen_forward(rng, "float16", 128, False, [30, 0, 70], [170, 5, 200])
-
-
 @pytest.mark.usefixtures("wgmma_on", "poisoned_outputs")
 def test_wgmma_forward_variants(rng):
     """GQA + window + softcap + ALiBi through the shared score and mask steps."""
@@ -242,88 +120,6 @@ def test_wgmma_forward_raw_scores_and_signed_scales(rng, scale):
     positive scale; a negative or zero scale keeps scaled scores (the raw max is not the
     scaled one), and both match the reference."""
     check_forward(rng, "float16", 64, True, Nq=70, Nk=90, softmax_scale=scale)
-
-
-@pytest.mark.usefixtures("wgmma_on", "poisoned_outputs")
-@pytest.mark.parametrize("dtype,growth,kw", [("float16", 1.0, {}), ("bfloat16", 2.5, dict(causal_window=True)),
-                                             ("float16", 12.0, dict(softcap=20.0)),
-                                             ("float16", 2.5, dict(causal_alibi=True))])  # fmt: skip
-def test_wgmma_forward_lazy_rescale(monkeypatch, rng, dtype, growth, kw):
-    """FlashAttention-4's lazy rescaling (``NUMBA_FLASH_LAZY_RESCALE=8``): three key tiles
-    whose keys grow by ``growth`` a tile, so that rows keep a stale max (P up to 256:
-    1.0 and 2.5) or must rescale (12.0: scores up 12× past the first tile, far more than
-    2**8); against the reference, plain, causal with a window, softcap (CAPPED units), and
-    causal ALiBi (on the tensor cores: the max kept in S's frame)."""
-    monkeypatch.setenv("NUMBA_FLASH_LAZY_RESCALE", "8")
-    dt = DTYPES[dtype]
-    Nq, Nk, d = 40, 300, 64
-    q = rng.standard_normal((1, Nq, 2, d)).astype(dt)
-    k = rng.standard_normal((1, Nk, 2, d))
-    k *= (growth ** (np.arange(Nk) // 128))[None, :, None, None] / np.sqrt(growth ** 2)  # tile t: growth**(t-1)
-    k = k.astype(dt)
-    v = rng.standard_normal((1, Nk, 2, d)).astype(dt)
-    extra = dict(softcap=kw["softcap"]) if "softcap" in kw else {}
-    if kw.get("causal_window"):
-        extra.update(causal=True, window_size=(200, -1))
-    if kw.get("causal_alibi"):
-        extra.update(causal=True, alibi_slopes=_slopes(rng, 2))
-    with kernels_launched() as ran:
-        out, lse = numba_flash.flash_attention(device(q), device(k), device(v), return_lse=True, **extra)
-    assert ran == ["wgmma_forward"], ran
-    ref, ref_lse = R.attention(q, k, v, **extra)
-    tol = 2 * R.rel_error(R.attention_lowp(q, k, v, dtype=dt, **extra)[0], ref) + FLOOR
-    err = R.rel_error(host(out).astype(np.float64), ref)
-    assert err <= tol, f"{dtype} growth {growth} {kw}: O rel error {err:.3g} > {tol:.3g}"
-    lse_err = lse_error(host(lse), ref_lse)
-    assert lse_err <= FWD_TOL, f"{dtype} growth {growth} {kw}: LSE error {lse_err:.3g}"
-
-
-@pytest.mark.usefixtures("wgmma_on", "poisoned_outputs")
-@pytest.mark.parametrize("prescale,dtype,d,causal,persistent,kw", [
-    ("1", "float16", 64, True, "", dict(softcap=3.0)),  # three consumers, a block a tile
-    ("1", "bfloat16", 128, False, "2", dict(softcap=30.0, H=3, H_kv=3)),  # persistent: each tile's fresh Q scaled once
-    ("1", "float16", 128, True, "2", dict(softcap=5.0, H=4, H_kv=2, alibi_slopes=True, window_size=(60, -1))),
-    ("0", "float16", 64, True, "", dict(softcap=3.0)),  # off (the default): the scale in the tanh's FMUL
-])  # fmt: skip
-def test_wgmma_forward_softcap_prescaled_q(monkeypatch, rng, prescale, dtype, d, causal, persistent, kw):
-    """softcap with Q times scale / cap in shared memory (``wgmma_forward.softcap_prescale``,
-    ``NUMBA_FLASH_SOFTCAP_PRESCALE=1``, off by default: its LSE is off by Q's extra rounding at
-    large sizes), against the reference at FlashAttention-2's tolerance at these small sizes:
-    three consumers, persistent blocks running several tiles (a Q scaled twice would fail),
-    with GQA, ALiBi and a window; and switched off."""
-    monkeypatch.setenv("NUMBA_FLASH_SOFTCAP_PRESCALE", prescale)
-    monkeypatch.setenv("NUMBA_FLASH_WGMMA_PERSISTENT", persistent)
-    kw = dict(kw)
-    if kw.pop("alibi_slopes", False):
-        kw["alibi_slopes"] = _slopes(rng, kw.get("H", 2))
-    # on, q·scale/cap is rounded to the dtype once more: S, and so the LSE, move by up to about
-    # the dtype's epsilon (here 1.9e-5 to 1.9e-4 against fp32's 1e-5: why it is off by default)
-    lse_tol = FWD_TOL if prescale == "0" else float(ml_dtypes.finfo(DTYPES[dtype]).eps)
-    check_forward(rng, dtype, d, causal, Nq=150, Nk=200, lse_tol=lse_tol, **kw)
-
-
-def test_lazy_rescale_switch(monkeypatch):
-    """``NUMBA_FLASH_LAZY_RESCALE``: off (0) by default, a number of powers of 2 up to 15
-    (P ≤ 2**15 in fp16), else a ValueError naming the variable."""
-    from numba_flash.kernels.wgmma_forward import lazy_rescale
-
-    monkeypatch.delenv("NUMBA_FLASH_LAZY_RESCALE", raising=False)
-    assert lazy_rescale() == 0.0
-    monkeypatch.setenv("NUMBA_FLASH_LAZY_RESCALE", "8")
-    assert lazy_rescale() == 8.0
-    for bad in ("x", "16", "-1"):
-        monkeypatch.setenv("NUMBA_FLASH_LAZY_RESCALE", bad)
-        with pytest.raises(ValueError, match="NUMBA_FLASH_LAZY_RESCALE"):
-            lazy_rescale()
-
-
-@pytest.mark.usefixtures("wgmma_on", "poisoned_outputs")
-@pytest.mark.parametrize("every", [1, 2])
-def test_wgmma_forward_softcap_with_emulated_exponentials(monkeypatch, rng, every):
-    """softcap with every (every)-th n-tile's exponentials on the FMA pipe
-    (``ptx.ex2_emulated``; 1: all of them), causal with a partial tile, against the reference."""
-    monkeypatch.setenv("NUMBA_FLASH_EX2_EMULATE", str(every))
-    check_forward(rng, "float16", 128, True, Nq=150, Nk=200, softcap=3.0)
 
 
 def test_alibi_goes_on_the_tensor_cores_only_where_it_can(monkeypatch):
@@ -469,19 +265,6 @@ def check_varlen_forward(rng, dtype, d, causal, lens_q, lens_k, H=2, H_kv=1, **k
 
 
 @pytest.mark.usefixtures("wgmma_on", "poisoned_outputs")
-@pytest.mark.parametrize("causal", [False, True])
-def test_wgmma_forward_epilogue_under_the_next_s(monkeypatch, rng, causal):
-    """``NUMBA_FLASH_WGMMA_OVERLAP=1``: two persistent blocks over 10 varlen tiles (empty,
-    single-row and partial sequences, four tiles past their sequence, GQA, ALiBi), each
-    tile's first S issued behind the previous tile's last P·V where it can be, its O
-    written under that S (the static order: the overlap walks its next tile)."""
-    monkeypatch.setenv("NUMBA_FLASH_WGMMA_OVERLAP", "1")
-    monkeypatch.setenv("NUMBA_FLASH_WGMMA_SCHEDULER", "static")
-    slopes = (0.05 + 0.95 * rng.random(2)).astype(np.float32)
-    check_varlen_forward(rng, "bfloat16", 128, causal, [5, 0, 70, 1, 33], [7, 4, 90, 1, 20], alibi_slopes=slopes)
-
-
-@pytest.mark.usefixtures("wgmma_on", "poisoned_outputs")
 def test_wgmma_forward_varlen(rng):
     """Empty, length-1 and partial sequences, Nq ≠ Nk, GQA, causal; two persistent
     blocks over 10 tiles (the simulator's ``_sms``), four of them past their sequence."""
@@ -594,10 +377,6 @@ def test_wgmma_forward_compiles_for_sm_90a(monkeypatch, d, causal, seqlen, regs,
     from numba_flash.inspection import inspect_kernels
 
     monkeypatch.setenv("NUMBA_FLASH_WGMMA_PERSISTENT", persistent)
-    # one persistent case with the epilogue under the next tile's first S (``overlap_epilogue``)
-    overlap = persistent == "3" and d == 128 and not causal
-    monkeypatch.setenv("NUMBA_FLASH_WGMMA_OVERLAP", "1" if overlap else "0")
-    monkeypatch.setenv("NUMBA_FLASH_WGMMA_SCHEDULER", "static" if overlap else "dynamic")  # (the overlap: static)
 
     (r,) = inspect_kernels("forward", "float16", d, causal, arch="sm_90a", seqlen_q=seqlen)
     assert r.name == "wgmma_forward" and r.arch == "sm_90a"
@@ -605,8 +384,7 @@ def test_wgmma_forward_compiles_for_sm_90a(monkeypatch, d, causal, seqlen, regs,
     # S (n = BLOCK_N keys, both operands from shared memory) and P·V (n = d, A from
     # registers, B MN-major): d/16 of S and BLOCK_N/16 of P·V, each twice (the peeled first
     # tile's S and the loop's; the loop's P·V and the last tile's)
-    # (and with the overlap a third S: the next tile's first, behind the last P·V)
-    s_sites, bn = (3 if overlap else 2), (128 if d <= 128 else 64)
+    s_sites, bn = 2, (128 if d <= 128 else 64)
     s_count = r.ptx.count(f"wgmma.mma_async.sync.aligned.m64n{bn}k16.f32.f16.f16 ")
     pv = f"wgmma.mma_async.sync.aligned.m64n{d}k16.f32.f16.f16 "
     assert (s_count, r.ptx.count(pv)) == ((s_sites * d // 16 + 2 * bn // 16,) * 2 if d == bn
@@ -617,12 +395,11 @@ def test_wgmma_forward_compiles_for_sm_90a(monkeypatch, d, causal, seqlen, regs,
     assert f".maxntid {threads}" in r.ptx
     assert r.ptx.count("mbarrier.init.shared::cta.b64") == 3 + 4 * 2  # q_full, q_empty, v_land, the ring's four a stage
     assert ("%nctaid.x" in r.ptx) == bool(persistent)  # the tile loop's stride, gridDim.x: compiled away otherwise
-    # persistent blocks take their tiles from the counter (``dynamic_tiles``), but with the overlap
-    assert ("atom.global.add" in r.ptx) == (bool(persistent) and not overlap)
+    # persistent blocks take their tiles from the counter (``dynamic_tiles``)
+    assert ("atom.global.add" in r.ptx) == bool(persistent)
     assert r.local_bytes_ptx == 0 and "ld.local" not in r.ptx and "st.local" not in r.ptx
-    # the epilogue through shared memory: whole rows of O in 16-byte stores, d/64 · 4 a warp; with
-    # the overlap twice (``store_tile``: under the next tile's first S, or not)
-    assert r.ptx.count("st.global.v4.b32") == d // 16 * (2 if overlap else 1)
+    # the epilogue through shared memory: whole rows of O in 16-byte stores, d/64 · 4 a warp
+    assert r.ptx.count("st.global.v4.b32") == d // 16
     if r.registers is not None and not r.assembler.startswith("nvJitLink"):
         # ptxas assembles the whole program, as the driver's JIT does on the GPU
         # (``_numba_cuda.whole_program_dispatcher``); nvJitLink assembles a relocatable

@@ -18,10 +18,8 @@ starts 1024-byte aligned (the swizzle's repeat).
 
 from __future__ import annotations
 
-import os
-
 from numba_flash import ptx
-from numba_flash._numba_cuda import cuda, device_function, int32, uint32, uint64
+from numba_flash._numba_cuda import cuda, device_function, int32, uint32
 from numba_flash.kernels.copy import source_at
 from numba_flash.variant import PAGED, VARLEN
 
@@ -153,47 +151,21 @@ def sw128_desc(addr):
     return ptx.wgmma_desc(addr, 16, ROW_GROUP, ptx.SWIZZLE_128B)
 
 
-def descriptor_adds() -> bool:
-    """``NUMBA_FLASH_DESC_ADDS=1``: the chains below (their ``ADDS``) build one descriptor a
-    tile and reach each k-slice's by :func:`desc_plus` (one 32-bit add), not a descriptor
-    from each k-slice's address (an add, a mask, a shift and an OR); the Hopper kernels'
-    ``launches`` read it.  The descriptors are the same bits.  Off by default: session 33
-    counted its SASS offline (2.7–10% fewer instructions a key step:
-    ``docs/benchmarks/2026-12-06-s33`` §6), but on an H100 every row session 34 timed stayed
-    within the default's noise (causal (1, 16, 16384, 128) forward 2.081 against 1.983 / 2.149
-    ms, backward 6.334 against 6.400 / 6.397: ``docs/benchmarks/2026-12-06-s34`` §1)."""
-    return os.environ.get("NUMBA_FLASH_DESC_ADDS", "0") == "1"
-
-
-@device_function
-def desc_plus(desc, offset):
-    """The descriptor of the operand ``offset`` bytes (a multiple of 16) past ``desc``'s:
-    its start-address field (bits 0–13, the address >> 4) plus ``offset >> 4`` in the low
-    32-bit word.  Exact for shared addresses below 2**18 (the field's 14 bits hold any
-    address of the 228 KiB window, so the sum never carries past it), which
-    ``ptx.wgmma_desc``'s mask assumes too; the high word (SBO, swizzle) is ``desc``'s."""
-    lo = uint32(uint32(desc & uint64(0xFFFFFFFF)) + uint32(offset >> 4))
-    return (desc & uint64(0xFFFFFFFF00000000)) | uint64(lo)
-
-
-def ss_chain(wgmma, KSTEPS, A_ATOM, B_ATOM, COMMIT=True, ADDS=False):
+def ss_chain(wgmma, KSTEPS, A_ATOM, B_ATOM, COMMIT=True):
     """A device function ``(acc, a_tile, b_tile)``: ``acc`` (64 × N) = A·Bᵀ, A's 64 rows
     at ``a_tile`` and B's N rows at ``b_tile`` (tiles whose atoms are ``A_ATOM`` and
     ``B_ATOM`` bytes), ``KSTEPS`` = d / 16 wgmma (``wgmma``: an
     ``m64nNk16_*_acc`` of ``ptx``) chained on one accumulator (the first overwrites
     it), one commit group (not ``COMMIT``: the caller adds a product to it and commits).
-    ``ADDS`` (:func:`descriptor_adds`): each k-slice's descriptors are the tiles' plus its offset."""
+    Each k-slice's descriptors come from its address (session 33's 32-bit adds to a tile's
+    descriptor, fewer instructions, timed no faster on an H100 in session 34: removed)."""
 
     @device_function
     def chain(acc, a_tile, b_tile):
-        da, db = sw128_desc(a_tile), sw128_desc(b_tile)
         for kk in range(KSTEPS):
             at = (kk % 4) * 32  # the k-slice's 32 bytes within its atom's rows
-            if ADDS:
-                a_desc, b_desc = desc_plus(da, (kk // 4) * A_ATOM + at), desc_plus(db, (kk // 4) * B_ATOM + at)
-            else:
-                a_desc = sw128_desc(a_tile + (kk // 4) * A_ATOM + at)
-                b_desc = sw128_desc(b_tile + (kk // 4) * B_ATOM + at)
+            a_desc = sw128_desc(a_tile + (kk // 4) * A_ATOM + at)
+            b_desc = sw128_desc(b_tile + (kk // 4) * B_ATOM + at)
             wgmma(acc, 0, a_desc, b_desc, 1 if kk > 0 else 0)
         if COMMIT:
             ptx.wgmma_commit_group()
@@ -201,44 +173,35 @@ def ss_chain(wgmma, KSTEPS, A_ATOM, B_ATOM, COMMIT=True, ADDS=False):
     return chain
 
 
-def mn_chain(wgmma, KSTEPS, A_ATOM, B_ATOM, ADDS=False):
+def mn_chain(wgmma, KSTEPS, A_ATOM, B_ATOM):
     """A device function ``(acc, a_tile, b_tile)``: ``acc`` (64 × N) = A·B over ``KSTEPS``
     k-slices of 16 rows, both operands MN-major tiles (their rows are the product's k
     dimension; atoms ``A_ATOM``, ``B_ATOM`` bytes apart: the LBOs) read through
     descriptors (``wgmma``: an ``m64nNk16_*_amn_bmn_acc``), the first overwriting
     ``acc``, one commit group: the Hopper backward's dQ = dS·K, dSᵀ staged in shared memory
-    as the consumers hold it (keys are rows) and K as it lies in HBM.  ``ADDS``: as ``ss_chain``'s."""
+    as the consumers hold it (keys are rows) and K as it lies in HBM."""
 
     @device_function
     def chain(acc, a_tile, b_tile):
-        da = ptx.wgmma_desc(a_tile, A_ATOM, ROW_GROUP, ptx.SWIZZLE_128B)
-        db = ptx.wgmma_desc(b_tile, B_ATOM, ROW_GROUP, ptx.SWIZZLE_128B)
         for ks in range(KSTEPS):
-            if ADDS:
-                a_desc, b_desc = desc_plus(da, ks * K_SLICE), desc_plus(db, ks * K_SLICE)
-            else:
-                a_desc = ptx.wgmma_desc(a_tile + ks * K_SLICE, A_ATOM, ROW_GROUP, ptx.SWIZZLE_128B)
-                b_desc = ptx.wgmma_desc(b_tile + ks * K_SLICE, B_ATOM, ROW_GROUP, ptx.SWIZZLE_128B)
+            a_desc = ptx.wgmma_desc(a_tile + ks * K_SLICE, A_ATOM, ROW_GROUP, ptx.SWIZZLE_128B)
+            b_desc = ptx.wgmma_desc(b_tile + ks * K_SLICE, B_ATOM, ROW_GROUP, ptx.SWIZZLE_128B)
             wgmma(acc, 0, a_desc, b_desc, 1 if ks > 0 else 0)
         ptx.wgmma_commit_group()
 
     return chain
 
 
-def rs_chain(wgmma, PSTEPS, B_ATOM, ADDS=False):
+def rs_chain(wgmma, PSTEPS, B_ATOM):
     """A device function ``(acc, a_frag, b_tile)``: ``acc`` (64 × d) += A·B, A's k-slice
     ps in ``a_frag[4ps : 4ps + 4]`` (``fragments.pack_a``), B's rows 16ps … of the tile
     at ``b_tile`` (atoms ``B_ATOM`` bytes apart: the descriptor's LBO), ``PSTEPS``
-    wgmma (``wgmma``: an ``m64n{d}k16_*_rs_bmn_acc``), one commit group.  ``ADDS``: as ``ss_chain``'s."""
+    wgmma (``wgmma``: an ``m64n{d}k16_*_rs_bmn_acc``), one commit group."""
 
     @device_function
     def chain(acc, a_frag, b_tile):
-        db = ptx.wgmma_desc(b_tile, B_ATOM, ROW_GROUP, ptx.SWIZZLE_128B)
         for ps in range(PSTEPS):
-            if ADDS:
-                b_desc = desc_plus(db, ps * K_SLICE)
-            else:
-                b_desc = ptx.wgmma_desc(b_tile + ps * K_SLICE, B_ATOM, ROW_GROUP, ptx.SWIZZLE_128B)
+            b_desc = ptx.wgmma_desc(b_tile + ps * K_SLICE, B_ATOM, ROW_GROUP, ptx.SWIZZLE_128B)
             wgmma(acc, 0, a_frag, ps * 4, b_desc, 1)
         ptx.wgmma_commit_group()
 

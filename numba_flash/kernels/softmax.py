@@ -109,47 +109,26 @@ def online_softmax_row(s, S0, S_STEP, S_N, S_PAIR, acc, O0, O_STEP, O_N, O_PAIR,
 
 
 @device_function
-def growth_log2(m_old, m_new, LOG2, fold=LOG2E_F32):
-    """How much the running max grew, in the exponent's log2 units (``m_new − m_old``
-    times ``fold`` with FOLD and CAPPED; +inf from −inf, NaN from −inf to −inf)."""
-    if LOG2 == FOLD or LOG2 == CAPPED:
-        return (m_new - m_old) * fold
-    return m_new - m_old
-
-
-@device_function
-def softmax_row_step(s, S0, S_STEP, S_N, S_PAIR, m_i, l_i, r, LANES, LOG2, fold=LOG2E_F32, EMULATE=0, LAZY=0.0):
+def softmax_row_step(s, S0, S_STEP, S_N, S_PAIR, m_i, l_i, r, LANES, LOG2, fold=LOG2E_F32):
     """``online_softmax_row`` without touching the accumulator: P in place of the
     row's scores, ``m_i[r]`` and ``l_i[r]`` updated, and alpha returned for
     ``rescale_row`` (a kernel whose accumulator is still being written by an
     asynchronous P·V rescales it after that completes).  ``fold``: the exponent's
-    factor with FOLD (log2 e) and CAPPED (softcap's cap·log2 e).  ``EMULATE`` (a
-    literal, FOLD and CAPPED only): every EMULATE-th group of the row's values (n)
-    exponentiates on the FMA pipe (``ptx.ex2_emulated``), the rest on the SFU; 0: all
-    on the SFU.
-
-    ``LAZY`` (a literal; 0: off): FlashAttention-4's lazy rescaling.  Where the row's
-    max grew by at most ``LAZY`` (log2 units: :func:`growth_log2`) the row keeps its
-    stale max: alpha is exactly 1 and P is taken against the old max, so P ≤ 2**LAZY
-    (256 at 8: exact in fp16 and bf16, whose precision is relative) and the kernel may
-    skip ``rescale_row`` (:func:`needs_rescale`).  Exact: O = acc / l and lse = m + log l
-    hold for any m the row's P and l share."""
+    factor with FOLD (log2 e) and CAPPED (softcap's cap·log2 e).  (FlashAttention-4's
+    ex2 emulated on the FMA pipe and lazy rescaling, timed slower / no faster here in
+    sessions 17 and 29, were removed in session 37.)"""
     mx = NEG_INF
     for n in range(S_N):
         for e in range(S_PAIR):
             mx = max(mx, s[S0 + n * S_STEP + e])
     m_new, m_use, alpha = online_rescale(m_i[r], allreduce_max(mx, LANES), LOG2, fold)
-    if LAZY and growth_log2(m_i[r], m_new, LOG2, fold) <= LAZY:  # (False from −inf: the first max is taken)
-        m_new, m_use, alpha = m_i[r], m_i[r], float32(1.0)
     m_i[r] = m_new
     m_scaled = m_use * fold  # FOLD's and CAPPED's
     row_sum = NEG_ZERO  # −0 + x is x: the first add folds away
     for n in range(S_N):
         part = NEG_ZERO  # a pair's sum first: shorter dependency chains
         for e in range(S_PAIR):
-            if (LOG2 == FOLD or LOG2 == CAPPED) and EMULATE and n % EMULATE == EMULATE - 1:
-                p = ptx.ex2_emulated(s[S0 + n * S_STEP + e] * fold - m_scaled)
-            elif LOG2 == FOLD or LOG2 == CAPPED:  # one FFMA
+            if LOG2 == FOLD or LOG2 == CAPPED:  # one FFMA
                 p = ptx.ex2_approx(s[S0 + n * S_STEP + e] * fold - m_scaled)
             else:
                 p = softmax_exp(s[S0 + n * S_STEP + e] - m_use, LOG2)
@@ -158,17 +137,6 @@ def softmax_row_step(s, S0, S_STEP, S_N, S_PAIR, m_i, l_i, r, LANES, LOG2, fold=
         row_sum += part
     l_i[r] = l_i[r] * alpha + row_sum
     return alpha
-
-
-@device_function
-def needs_rescale(alpha, ROWS):
-    """True when a lane of the warp holds a row whose alpha (``alpha[0 .. ROWS)``) is
-    not 1: the warp then rescales its accumulator rows (``rescale_row``; 1 leaves a row
-    as it was), else skips the multiplies (:func:`softmax_row_step`'s ``LAZY``)."""
-    mine = False
-    for r in range(ROWS):
-        mine = mine or alpha[r] != float32(1.0)
-    return cuda.any_sync(FULL_MASK, mine)
 
 
 @device_function

@@ -119,7 +119,7 @@ from numba_flash.kernels import fragments, pipeline, score, spec
 from numba_flash.kernels.block_info import (block_at, grid_coords, group_size, key_tiles, linear_coords,
                                             query_grid_dims, query_tiles, read_walk_list, section_of, this_block,
                                             tile_at, tile_partial, walk_range)
-from numba_flash.kernels.hopper import (ATOM, SMEM_LIMIT, descriptor_adds, land_and_zero, load_rows, mn_chain,
+from numba_flash.kernels.hopper import (ATOM, SMEM_LIMIT, land_and_zero, load_rows, mn_chain,
                                         past_rows, rs_chain, ss_chain, tile_dim, wait_phase)
 from numba_flash.variant import CAUSAL, HAS_RIGHT, HEAVIEST_FIRST, VARLEN, Variant
 
@@ -325,7 +325,7 @@ def stats_row0(cu_q, seq):
 
 
 @functools.lru_cache(maxsize=None)
-def wgmma_bwd_kernel(t: WgmmaBwdTiles, variant: Variant, dtype: str, desc_adds: bool = False):
+def wgmma_bwd_kernel(t: WgmmaBwdTiles, variant: Variant, dtype: str):
     """dK/dV (``t.keys_are_rows``): ``kernel[grid, THREADS, stream, smem_bytes(t)](q, k, v, dout, stats, dk32, dv32,
     softmax_scale, params, alibi, cu_seqlens_q, cu_seqlens_k, fx, tmaps)`` (``t.part`` "dv" or "dk": that output
     only, the other never touched); dQ: the same with ``dq32, dq32`` for ``dk32, dv32`` (the second never
@@ -388,10 +388,9 @@ def wgmma_bwd_kernel(t: WgmmaBwdTiles, variant: Variant, dtype: str, desc_adds: 
     FIX1, FIX2, RING1, RING2 = (K_MAP, V_MAP, Q_MAP, DO_MAP) if KEYS_ARE_ROWS else (Q_MAP, DO_MAP, K_MAP, V_MAP)
     kind = "f16" if dtype == "float16" else "bf16"
     BF16 = dtype == "bfloat16"
-    # (``desc_adds``: each k-slice's descriptors a 32-bit add from its tile's, ``hopper.descriptor_adds``)
-    issue_t = ss_chain(getattr(ptx, f"wgmma_m64n{RING}k16_{kind}_acc"), KSTEPS, FIX_ATOM, RING_ATOM, True, desc_adds)
-    issue_grad = rs_chain(getattr(ptx, f"wgmma_m64n{HEAD_DIM}k16_{kind}_rs_bmn_acc"), PSTEPS, RING_ATOM, desc_adds)
-    issue_dq = mn_chain(getattr(ptx, f"wgmma_m64n64k16_{kind}_amn_bmn_acc"), ROWS // 16, DS_ATOM, FIX_ATOM, desc_adds)
+    issue_t = ss_chain(getattr(ptx, f"wgmma_m64n{RING}k16_{kind}_acc"), KSTEPS, FIX_ATOM, RING_ATOM, True)
+    issue_grad = rs_chain(getattr(ptx, f"wgmma_m64n{HEAD_DIM}k16_{kind}_rs_bmn_acc"), PSTEPS, RING_ATOM)
+    issue_dq = mn_chain(getattr(ptx, f"wgmma_m64n64k16_{kind}_amn_bmn_acc"), ROWS // 16, DS_ATOM, FIX_ATOM)
 
     @device_function
     def step_at(it, p_lo, p_hi):
@@ -1003,7 +1002,7 @@ def launches(variant: Variant, dtype: str, sz: spec.Sizes, head_dim: int) -> lis
                 tuple(spec.Arg(g, "u32") for g in outs) + (spec.Arg("scale"),) + spec.VARIANT_ARGS + dq_args +
                 (spec.Arg("tmaps"),))  # fmt: skip
         io = _IO_ORDERED if t.ordered_dq else _IO[t.part]
-        kern = wgmma_bwd_kernel(t, variant, dtype, descriptor_adds())
+        kern = wgmma_bwd_kernel(t, variant, dtype)
         out.append(spec.KernelLaunch(NAMES[t.part], kern, t, grid, THREADS, smem_bytes(t), args,
                                      (t.block_m, t.block_n, t.keys_are_rows), io))  # fmt: skip
     if ordered:

@@ -102,20 +102,11 @@ n_tiles there ends their loop), or with the static order blockIdx.x + gridDim.x,
 the producer loads a
 tile's Q once the consumers released the previous one (``q_empty``, after their last
 S) and the ring's position runs on across tiles, so a tile's Q and first K/V land while
-the previous tile's last P·V and epilogue run.  Switched on (``overlap_epilogue``,
-off by default: measured no faster), a consumer does not wait for a tile's last P·V
-either (``OVERLAP``): it takes the epilogue's factors (1 / l, lse) once the
-softmax is final, issues the block's next tile's first S behind that P·V
-(``first_scores``, when that tile has rows of this consumer and key tiles), then waits
-for the P·V (``wgmma_wait_group(1)``), releases its V stage and writes O
-(``store_tile``) while the S runs, and waits for the S; the next iteration starts from
-its scores (``prefetched``).  So the tensor cores are not idle through the last P·V's
-latency and the epilogue, the fixed costs a short walk (a window, short varlen
-sequences) pays a tile.  Every merge point of the control flow is reached with no wgmma
-in flight, and no ordinary instruction writes a wgmma's registers while one is: ptxas
-otherwise serializes every wgmma of the kernel, silently (the SASS then has a
-``WARPGROUP.DEPBAR`` after each HGMMA: a first version that deferred the wait across the
-tile loop's header ran 26% slower, docs/benchmarks/2026-12-03-s19).
+the previous tile's last P·V and epilogue run.  Every merge point of the control flow is
+reached with no wgmma in flight, and no ordinary instruction writes a wgmma's registers
+while one is: ptxas otherwise serializes every wgmma of the kernel, silently (the SASS
+then has a ``WARPGROUP.DEPBAR`` after each HGMMA: a version that deferred the wait across
+the tile loop's header ran 26% slower, docs/benchmarks/2026-12-03-s19).
 With fewer tiles, a block a tile and the loop is compiled away.
 
 varlen: the virtual grid is (tiles of the longest sequence, heads, sequences), from
@@ -136,16 +127,19 @@ tile's pages a tile ahead, boxes past the sequence are not copied), so pages of 
 48 or 256 rows are read in place; V's rows past the sequence are zeroed as varlen's
 (``hopper.past_rows``).
 
-Not yet (issue #13): a ping-pong of the consumers that pays (``pingpong``: measured
-slower, off); head dims not a multiple of 8 (TMA needs 16-byte row strides; the others run
-on the next of d = 64's, 128's, 192's or 256's tiles: ``hopper.tile_dim``); FlashAttention-3's
-80-key tiles at d = 256 (dropout's keep bits come 32 keys a Philox call); pages whose rows
-are not a multiple of 8 (the plan sends those to the mma.sync forward); O's
+Not yet (issue #13): head dims not a multiple of 8 (TMA needs 16-byte row strides; the
+others run on the next of d = 64's, 128's, 192's or 256's tiles: ``hopper.tile_dim``);
+FlashAttention-3's 80-key tiles at d = 256 (dropout's keep bits come 32 keys a Philox call);
+pages whose rows are not a multiple of 8 (the plan sends those to the mma.sync forward); O's
 staged rows stored by TMA (the warps store them with 16-byte ``st.global.v4``).
 A KV cache's splits run here since session 29 (each split's part in fp32 from the
-accumulators, the merge kernel after; ``plan.wgmma_split``).  Opt-in, for timing: softcap's
-Q prescaled in shared memory (:func:`softcap_prescale`: faster, but its LSE is off by Q's
-extra rounding) and FlashAttention-4's lazy rescaling (:func:`lazy_rescale`: no faster).
+accumulators, the merge kernel after; ``plan.wgmma_split``).
+
+Tried, measured no faster (or inexact), and removed in session 37 (figures: docs/hopper.md's
+"Tried and removed"): the consumers' ping-pong, the epilogue under the next tile's first S,
+FlashAttention-4's lazy rescaling and emulated ex2 (softcap), softcap's Q prescaled in
+shared memory, wgmma descriptors built by 32-bit adds, and other key tiles (160 / 80 keys
+where nothing bounds the walk, 64 with three consumers at d = 128).
 """
 
 from __future__ import annotations
@@ -159,12 +153,12 @@ from numba_flash._numba_cuda import (SIMULATOR, cuda, device_function, float32, 
                                      kernel, uint8, uint32)
 from numba_flash.config import TcTiles, tc_array_layout, tc_out_view
 from numba_flash.kernels import dropout, fragments, score, softmax, spec
-from numba_flash.kernels.hopper import (ATOM, SMEM_LIMIT, descriptor_adds, land_and_zero, load_page_boxes, load_rows,
-                                        page_of_box, past_rows, rs_chain, ss_chain, sw128_desc, tile_dim, wait_phase)
+from numba_flash.kernels.hopper import (ATOM, SMEM_LIMIT, land_and_zero, load_page_boxes, load_rows, page_of_box,
+                                        past_rows, rs_chain, ss_chain, sw128_desc, tile_dim, wait_phase)
 from numba_flash.kernels.block_info import (block_at, grid_coords, key_tiles, kv_pages, linear_coords, query_grid_dims,
                                             read_walk_list, section_of, tile_at, tile_needs_mask, tile_partial,
                                             walk_range)
-from numba_flash.variant import ALIBI, DROPOUT, HEAVIEST_FIRST, PAGED, SOFTCAP, SPLIT, Variant
+from numba_flash.variant import ALIBI, DROPOUT, HEAVIEST_FIRST, PAGED, SPLIT, Variant
 
 _ALIGN = None if SIMULATOR else 1024  # a module global, so numba sees a literal; the simulator aligns by itself
 
@@ -223,7 +217,7 @@ def tiles(head_dim: int, causal: bool = False, seqlen_q: int = 4096, block_mask:
           variant: Variant | None = None) -> TcTiles:
     """The tile shape for arrays of ``head_dim`` columns (on ``hopper.tile_dim``'s tiles:
     one of ``HEAD_DIMS``, ``data_dim`` the arrays' when they differ; ``consumers`` picks
-    the rows, ``key_tile`` the keys: ``variant``'s, for ``forced_keys``): ``warps``
+    the rows, ``variant``'s window among its reasons, and ``key_tile`` the keys): ``warps``
     counts the consumer warps (the producer warpgroup is ``threads(t)`` − 128·consumers
     more)."""
     tile_d = tile_dim(head_dim, HEAD_DIMS)
@@ -232,62 +226,21 @@ def tiles(head_dim: int, causal: bool = False, seqlen_q: int = 4096, block_mask:
                          f"below {HEAD_DIMS[-1]}")
     window = variant is not None and (variant.window_left or variant.window_right)
     c = consumers(tile_d, causal, seqlen_q, block_mask, window)
-    t = TcTiles(tile_d, 64 * c, key_tile(tile_d, variant), 4 * c, m_tiles=1, stages=STAGES, q_in_regs=False,
+    t = TcTiles(tile_d, 64 * c, key_tile(tile_d), 4 * c, m_tiles=1, stages=STAGES, q_in_regs=False,
                 data_dim=head_dim if head_dim != tile_d else 0)
-    if smem_bytes(t) > SMEM_LIMIT:  # (only a forced key tile gets here: the defaults fit)
-        raise ValueError(f"NUMBA_FLASH_WGMMA_KEYS={os.environ.get('NUMBA_FLASH_WGMMA_KEYS')!r}: {t.block_n} keys a "
-                         f"tile at d = {tile_d} need {smem_bytes(t)} bytes of shared memory, more than {SMEM_LIMIT}")
+    assert smem_bytes(t) <= SMEM_LIMIT  # every (d, consumers) above fits: at most 224.1 KiB
     return t
 
 
-#: Keys a K/V tile where a walk has no bound (``forced_keys``' ``wide``), by the tile's d: fewer,
-#: longer steps (FlashAttention-3 takes 176 at d = 128 and 80 at d = 256 there).
-WIDE_KEYS = {128: 160, 256: 80}
-
-
-def key_tile(head_dim: int, variant: Variant | None = None) -> int:
+def key_tile(head_dim: int) -> int:
     """Keys a K/V tile at ``head_dim`` (a tile's d): 128 up to d = 128, as FlashAttention-3;
     64 past it, where a stage of K and V is 64·d·2 bytes each (d = 256: Q's 64 KiB and two
     stages, 192 KiB of the 227; 128 keys would need 320).  A multiple of 32 (dropout's
     keep bits come 32 keys a Philox call, ``fragments.drop_packed``), so not
-    FlashAttention-3's 80 — except where :func:`forced_keys` (an A/B switch) says other."""
-    forced = forced_keys(head_dim, variant) if variant is not None else 0
-    if forced:
-        return forced
+    FlashAttention-3's 80.  Session 26 timed 160 keys at d = 128 and 80 at d = 256 where no
+    causal bound or window limits the walk (0.84–1.00× the default's speed), session 27 three
+    consumers on 64-key tiles at d = 128 (0.82–0.93×): both removed in session 37."""
     return BLOCK_N if head_dim <= 128 else WIDE_BLOCK_N
-
-
-def forced_keys(head_dim: int, variant: Variant) -> int:
-    """``NUMBA_FLASH_WGMMA_KEYS``, the key tile of an A/B (0: the default's):
-
-    * ``wide``: ``WIDE_KEYS[head_dim]`` keys (FlashAttention-3's longer steps) where nothing
-      bounds the walk — no causal or window (their diagonal tiles would be wider:
-      FlashAttention-3 keeps 128 there), no block mask (FlexAttention's 128-blocks), no
-      paged cache (its boxes divide the tile), no split; at d = 256 (80 keys) no dropout
-      either (its keep bits come 32 keys a Philox call).  A step's fixed work (the
-      barriers' waits, the row max and sum's shuffles, acc's rescale) is then spread over
-      more keys.  Shared memory: d = 128, 160 keys: Q 32 KiB, K and V 2 × 2 × 40 KiB, O's
-      staging rows 32 KiB: 224.1 KiB of 227 (176 would need 240); d = 256, 80 keys: Q
-      64 KiB and 2 × 2 × 40 KiB (O in Q's rows): 224.1 KiB.  Measured 0.84–1.00× the
-      default's speed (docs/benchmarks/2026-12-04-s26, call 1).
-    * a number n of ``ptx.WGMMA_N`` from 32 up (a multiple of 32 with dropout): n keys at
-      every d, but not with a block mask, a paged cache or a split; e.g. ``64`` with
-      ``NUMBA_FLASH_WGMMA_CONSUMERS=3`` at d = 128 (three consumers of 160 registers: S
-      32, O 64 and P 16 a thread; 160 KiB of shared memory; ptxas: no spills).
-      ``tiles`` raises ValueError when the tiles do not fit in shared memory."""
-    env = os.environ.get("NUMBA_FLASH_WGMMA_KEYS", "")
-    sparse = variant.mods is not None and variant.mods.block_sparse
-    if not env or sparse or variant.paged or variant.split:
-        return 0
-    if env == "wide":
-        bounded = variant.causal or variant.window_left or variant.window_right
-        n = WIDE_KEYS.get(head_dim, 0)
-        return 0 if bounded or (variant.dropout and n % 32) else n
-    n = int(env) if env.isdigit() else 0
-    if n not in ptx.WGMMA_N or n < 32:
-        raise ValueError(f"NUMBA_FLASH_WGMMA_KEYS={env!r}: expected 'wide' or one of "
-                         f"{[x for x in ptx.WGMMA_N if x >= 32]}")
-    return 0 if variant.dropout and n % 32 else n
 
 
 def o_in_q(t: TcTiles) -> bool:
@@ -307,26 +260,18 @@ def threads(t: TcTiles) -> int:
 
 
 @functools.lru_cache(maxsize=None)
-def wgmma_forward_kernel(t: TcTiles, variant: Variant, dtype: str, persistent: bool = True, pingpong: bool = False,
-                         domain: int = 1, emulate: int = 0, alibi_mma: bool = False, key_rows: int = 0,
-                         overlap: bool = False, dynamic: bool = False, lazy: float = 0.0, prescale: bool = False,
-                         desc_adds: bool = False):
+def wgmma_forward_kernel(t: TcTiles, variant: Variant, dtype: str, persistent: bool = True, domain: int = 1,
+                         alibi_mma: bool = False, key_rows: int = 0, dynamic: bool = False):
     """``kernel[grid, threads(t), stream, smem_bytes(t)](q, k, v, out32, lse, softmax_scale, params, alibi,
     cu_seqlens_q, cu_seqlens_k, fx, sched, tmaps)``: ``tc_forward_kernel``'s arguments and outputs, the
     scheduler's counter (a zeroed int32 pair; read only when ``dynamic``) and the tensor
     maps of q, k and v (``tma.attention_maps``).  ``persistent``: a block runs tiles blockIdx.x,
     + gridDim.x, … (``blocks``); else the grid has a block a tile and the tile loop is compiled
-    away (at d = 64 the loop's carried state costs the 160-register consumers spills).  ``pingpong``:
-    the consumers issue their wgmma in turns (``pingpong``'s docstring).  ``domain``: the softmax's
-    (``softmax.domain(variant, capped=True)``); ``emulate``: :func:`ex2_emulated_every`'s k;
-    ``alibi_mma``: ALiBi's bias on the tensor cores (:func:`alibi_on_products`; raw scores);
-    ``key_rows``: a paged cache's K/V boxes (:func:`key_box`; the maps' key boxes);
-    ``overlap``: the epilogue under the next tile's first S (:func:`overlap_epilogue`);
-    ``dynamic``: persistent blocks take their tiles from a counter (:func:`dynamic_tiles`);
-    ``lazy``: :func:`lazy_rescale`'s threshold (0: acc rescaled every tile);
-    ``prescale``: softcap's Q times scale / cap in shared memory once a tile (:func:`softcap_prescale`);
-    ``desc_adds``: each k-slice's wgmma descriptors a 32-bit add from its tile's (``hopper.descriptor_adds``)."""
-    HEAD_DIM, BLOCK_M, PERSISTENT, PINGPONG = t.head_dim, t.block_m, persistent, pingpong
+    away (at d = 64 the loop's carried state costs the 160-register consumers spills).  ``domain``: the
+    softmax's (``softmax.domain(variant, capped=True)``); ``alibi_mma``: ALiBi's bias on the tensor cores
+    (:func:`alibi_on_products`; raw scores); ``key_rows``: a paged cache's K/V boxes (:func:`key_box`; the
+    maps' key boxes); ``dynamic``: persistent blocks take their tiles from a counter (:func:`dynamic_tiles`)."""
+    HEAD_DIM, BLOCK_M, PERSISTENT = t.head_dim, t.block_m, persistent
     CONSUMERS = BLOCK_M // 64
     THREADS, CONSUMER_THREADS = threads(t), 128 * CONSUMERS
     PRODUCER_REGS, CONSUMER_REGS = REGS[CONSUMERS]
@@ -335,31 +280,21 @@ def wgmma_forward_kernel(t: TcTiles, variant: Variant, dtype: str, persistent: b
     # the score step's flags: with ALiBi on the tensor cores, S holds the bias's column term already
     F_S = tuple(False if i == ALIBI else f for i, f in enumerate(F)) if ALIBI_MMA else F
     SOFTMAX = domain  # softcap: the cap in the exponent's FFMA
-    EMULATE = emulate  # softcap: some of the exponentials off the SFU
-    LAZY = float(lazy)  # the running max kept until it grows by more than LAZY (log2 units): ``lazy_rescale``
-    # softcap: each consumer multiplies its rows of Q by scale / cap once a tile, so that S is the
-    # tanh's argument (one FMUL an element less in the key loop); not with the overlapped epilogue,
-    # whose next tile's first S is issued before the consumer could scale that tile's Q
-    PRESCALE = prescale and F[SOFTCAP] and not (persistent and overlap)
     BLOCK_N = t.block_n  # keys a K/V tile (``key_tile``)
     KEY_BOX = key_rows or BLOCK_N  # a paged cache's K/V tile: BLOCK_N / KEY_BOX TMA boxes, each within a page
     KX_BYTES = BLOCK_N * 128  # ALiBi on the tensor cores: its key ramp, one swizzled atom (``alibi_on_products``)
     # d = 256: O staged in the consumer's rows of Q, released after the epilogue, loaded after K_0, V_0 (``o_in_q``)
     O_IN_Q = Q_LATE = o_in_q(t)
-    # persistent blocks, switched on (``overlap_epilogue``): the next tile's first S behind a tile's last P·V
-    OVERLAP = persistent and overlap
     # persistent blocks: the producer takes each next tile from the ``sched`` counter and
     # hands it to the consumers in a slot of shared memory (``dynamic_tiles``)
     DYNAMIC = persistent and dynamic
-    assert not (OVERLAP and DYNAMIC)  # the overlap walks the static order's next tile
     KSTEPS = HEAD_DIM // 16  # k-slices of Q·Kᵀ
     NT_S = BLOCK_N // 8
     NT_O = HEAD_DIM // 8
     PSTEPS = BLOCK_N // 16  # k-slices of P·V
     S_REGS, O_REGS, P_REGS = NT_S * 4, NT_O * 4, PSTEPS * 4  # registers a thread (literals for local.array)
     STAGED_WORDS = 2 * NT_O  # the epilogue's staged words a lane (``fragments.store_staged_rows``)
-    STAGE_IN_P = P_REGS >= STAGED_WORDS and not OVERLAP  # p_frag, spent by then, holds them (not at d = 256)
-    assert not (OVERLAP and O_IN_Q)  # the next tile's Q cannot land before this tile's O left its rows
+    STAGE_IN_P = P_REGS >= STAGED_WORDS  # p_frag, spent by then, holds them (not at d = 256)
     DCOLS, NT_W, _, HALVES = tc_array_layout(t)
     if DCOLS % 8 or HALVES:  # the epilogue stores 16-byte chunks of 8 columns
         raise ValueError(f"tiles {t}: the wgmma forward writes rows of a multiple of 8 columns")
@@ -375,9 +310,9 @@ def wgmma_forward_kernel(t: TcTiles, variant: Variant, dtype: str, persistent: b
     BF16 = dtype == "bfloat16"
 
     # (acc_s, q_wg, k_tile): S = Q·Kᵀ (with ALiBi on the tensor cores its k-slice follows, and issue_bias commits)
-    issue_scores = ss_chain(wgmma_s, KSTEPS, Q_ATOM, KV_ATOM, not ALIBI_MMA, desc_adds)  # ALiBi: issue_bias commits
+    issue_scores = ss_chain(wgmma_s, KSTEPS, Q_ATOM, KV_ATOM, not ALIBI_MMA)  # ALiBi: issue_bias commits
     wgmma_bias = getattr(ptx, f"wgmma_m64n{BLOCK_N}k16_{kind}_rs_acc")  # ALiBi's k-slice: A from registers
-    issue_pv = rs_chain(wgmma_o, PSTEPS, KV_ATOM, desc_adds)  # (acc_o, p_frag, v_tile): acc += P·V
+    issue_pv = rs_chain(wgmma_o, PSTEPS, KV_ATOM)  # (acc_o, p_frag, v_tile): acc += P·V
 
     @device_function
     def scores_to_p(acc_s, alpha, m_i, l_i, j, start_n, d0, row0, rows0, si, di, mi, vr):
@@ -397,35 +332,9 @@ def wgmma_forward_kernel(t: TcTiles, variant: Variant, dtype: str, persistent: b
                 shift = -si[2] * (d0 + float32(2 * (cuda.threadIdx.x & 3) + 8 * r - BLOCK_N // 2))
                 m_i[r] -= shift
             alpha[r] = softmax.softmax_row_step(acc_s, 2 * r, 4, NT_S, 2, m_i, l_i, r, 4, SOFTMAX,
-                                                score.exponent_factor(si, SOFTMAX), EMULATE, LAZY)  # fmt: skip
+                                                score.exponent_factor(si, SOFTMAX))  # fmt: skip
             if ALIBI_MMA:
                 m_i[r] += shift
-
-    @device_function
-    def scaled_pair(w, mul):
-        """The two 16-bit values of ``w`` times ``mul``, each rounded once from its fp32 product."""
-        if BF16:
-            lo, hi = ptx.unpack_bf16x2(w)
-        else:
-            lo, hi = ptx.unpack_f16x2(w)
-        return fragments.pack16x2(lo * mul, hi * mul, BF16)
-
-    @device_function
-    def scale_q_rows(q_wg, mul, cw):
-        """``PRESCALE``: this consumer's 64 rows of Q (``WG_ROWS`` bytes of each 64-column
-        atom: the swizzle moves chunks within a row, so every byte is Q's) times ``mul`` in
-        place, 16 bytes a thread at a time; then each thread's fence.proxy.async (these
-        generic-proxy writes, before wgmma, the async proxy, reads them) and a barrier over
-        the consumer's 128 threads (named barrier 4 + cw: every row written before any S)."""
-        lane128 = cuda.threadIdx.x % 128
-        for a in range(ATOMS):
-            for i in range(WG_ROWS // (16 * 128)):
-                at = q_wg + a * Q_ATOM + (i * 128 + lane128) * 16
-                w0, w1, w2, w3 = ptx.ld_shared_v4_b32(at)
-                ptx.st_shared_v4_b32(at, scaled_pair(w0, mul), scaled_pair(w1, mul), scaled_pair(w2, mul),
-                                     scaled_pair(w3, mul))  # fmt: skip
-        ptx.fence_proxy_async()
-        ptx.named_barrier_sync(4 + cw, 128)
 
     @device_function
     def pack_p(p_frag, acc_s, row0, start_n, di):
@@ -523,9 +432,7 @@ def wgmma_forward_kernel(t: TcTiles, variant: Variant, dtype: str, persistent: b
         st.global.v4 needs: the API allocates out itself (C-contiguous, its base 256-byte
         aligned) and a row is d·2 bytes, d a multiple of 8 (plan's ``aligned`` covers only
         q, k and v, which TMA reads).  The staged words go through P's registers (spent by
-        then), but with OVERLAP through registers of their own: the next tile's S is in
-        flight, and ptxas serializes every wgmma when ordinary instructions write a
-        wgmma's operands then."""
+        then; at d = 256 through registers of their own)."""
         for r in range(2):
             lane = cuda.threadIdx.x & 31  # read here: held across the key walk, it spilled at d = 64 causal
             row = row0 + (lane >> 2) + 8 * r
@@ -539,7 +446,7 @@ def wgmma_forward_kernel(t: TcTiles, variant: Variant, dtype: str, persistent: b
         if not F[SPLIT]:  # the staged rows to HBM
             if STAGE_IN_P:  # nothing in flight: P's registers, spent by now (fewer registers: no spills added)
                 fragments.store_staged_rows(out32, b, q0 + row0, h, o_stage, seqlen_q - row0, NT_O, p_frag, CHUNKS)
-            else:  # OVERLAP (the next S in flight), or more words than P has (d = 256: acc_o's, dead by now)
+            else:  # more words than P has (d = 256)
                 words = cuda.local.array(STAGED_WORDS, uint32)
                 fragments.store_staged_rows(out32, b, q0 + row0, h, o_stage, seqlen_q - row0, NT_O, words, CHUNKS)
         if O_IN_Q:  # the staged rows were read: the producer may load the next Q over them (TMA, the async proxy)
@@ -547,42 +454,14 @@ def wgmma_forward_kernel(t: TcTiles, variant: Variant, dtype: str, persistent: b
             ptx.mbarrier_arrive(q_full + Q_EMPTY)
 
     @device_function
-    def issue_first_scores(acc_s, bias_frag, q_wg, k_base, kx_base, q_full, pos, cw):
+    def issue_first_scores(acc_s, bias_frag, q_wg, k_base, kx_base, q_full, pos):
         """A tile's first S, with no P·V of its own beside it: wait for its K (ring
-        position ``pos``), then ALiBi's k-slice and Q·Kᵀ in one group (in its turn)."""
+        position ``pos``), then ALiBi's k-slice and Q·Kᵀ in one group."""
         s = pos % STAGES
         wait_phase(q_full + K_FULL + 8 * s, (pos // STAGES) & 1)
-        take_turn(cw)
         ptx.wgmma_fence()  # acc_s was written by ordinary instructions
         issue_scores(acc_s, q_wg, k_base + s * KV_BYTES)
         issue_bias(acc_s, bias_frag, kx_base)
-        pass_turn(cw)
-
-    @device_function
-    def first_scores(params, alibi, softmax_scale, fx, seq, h, mi, cw, q_full, done, pos, acc_s, bias_frag, q_wg,
-                     k_base, kx_base):  # fmt: skip
-        """``OVERLAP``, with this tile's last P·V in flight: the block's next tile (sequence
-        ``seq``, head ``h``, mask info ``mi``) has rows of this consumer and key tiles; wait
-        for its Q and issue its first S (ALiBi's bias fragment its head's) behind the P·V.
-        The caller then waits for both."""
-        wait_phase(q_full, done & 1)  # its Q landed
-        if ALIBI_MMA:
-            nsi, _ = score.head_info(params, alibi, fx, seq, h, softmax_scale, mi, SOFTMAX, F)
-            fragments.bias_fragment(bias_frag, nsi[2], BF16)
-        issue_first_scores(acc_s, bias_frag, q_wg, k_base, kx_base, q_full, pos, cw)
-
-    @device_function
-    def take_turn(cw):
-        """Ping-pong: wait until the previous consumer issued its wgmma of this slot
-        (named barrier 1 + cw: its 128 arrivals and this warpgroup's)."""
-        if PINGPONG:
-            ptx.named_barrier_sync(1 + cw, 256)
-
-    @device_function
-    def pass_turn(cw):
-        """Ping-pong: this consumer's wgmma of the slot are issued; the next may issue."""
-        if PINGPONG:
-            ptx.named_barrier_arrive(1 + (cw + 1) % CONSUMERS, 256)
 
     @device_function
     def tile_walk(tile, gx, gy, gz, q, k, params, cu_q, cu_k, fx):
@@ -715,16 +594,8 @@ def wgmma_forward_kernel(t: TcTiles, variant: Variant, dtype: str, persistent: b
             o_stage = q_wg + warp * Q_ATOM
         else:
             o_stage = o_base + (4 * cw + warp) * O_WARP
-        if PINGPONG and cw == CONSUMERS - 1:  # the last consumer credits the first with its first turn
-            ptx.named_barrier_arrive(1, 256)
         pos = 0  # the ring's position, as the producer's
         done = 0
-        # OVERLAP: a tile's last P·V runs under the next tile's first S, issued at the end of
-        # this tile's iteration, and the epilogue under that S; ``prefetched``: the tile's first
-        # S was issued and waited for so (its scores are in acc_s).  Every path through the
-        # loop's control flow reaches a merge point with no wgmma in flight: ptxas serializes
-        # every wgmma of the kernel otherwise (S and P·V would no longer overlap anywhere).
-        prefetched = False
         for it in range(tiles_start, tiles_end, tiles_step):
             tile = it
             if DYNAMIC:  # the producer's next tile (live), or n_tiles: the end
@@ -745,8 +616,6 @@ def wgmma_forward_kernel(t: TcTiles, variant: Variant, dtype: str, persistent: b
             if rows0 >= seqlen_q:  # rows past the sequence (the last block): release each tile, compute nothing
                 ptx.mbarrier_arrive(q_full + Q_EMPTY)
                 for j in range(n_lo, n_hi):
-                    take_turn(cw)  # its turns as if it issued (S_j with P·V_{j−1}): the cycle goes on
-                    pass_turn(cw)
                     g = pos + j - n_lo
                     s = g % STAGES
                     # the full phase first: this fill's arrival must not count towards the stage's previous fill
@@ -754,17 +623,11 @@ def wgmma_forward_kernel(t: TcTiles, variant: Variant, dtype: str, persistent: b
                     ptx.mbarrier_arrive(q_full + K_EMPTY + 8 * s)
                     wait_phase(q_full + V_FULL + 8 * s, (g // STAGES) & 1)
                     ptx.mbarrier_arrive(q_full + V_EMPTY + 8 * s)
-                if n_hi > n_lo:  # the last P·V's turn
-                    take_turn(cw)
-                    pass_turn(cw)
                 pos += n_hi - n_lo
                 done += 1
                 continue
             row0 = rows0 + 16 * warp  # the warp's first query row
             si, di = score.head_info(params, alibi, fx, seq, h, softmax_scale, mi, SOFTMAX, F)
-            if PRESCALE:  # Q·(scale / cap) in shared memory: the score step's multiply is then by 1
-                scale_q_rows(q_wg, si[0], cw)
-                si = (float32(1.0),) + si[1:]
             if ALIBI_MMA:  # v = slope / scale (raw scores) split in three 16-bit values
                 fragments.bias_fragment(bias_frag, si[2], BF16)
             softmax.start_rows(acc_o, O_REGS, m_i, l_i, 2)
@@ -776,27 +639,21 @@ def wgmma_forward_kernel(t: TcTiles, variant: Variant, dtype: str, persistent: b
             if n_hi > n_lo:
                 s = pos % STAGES
                 start_n = tile_at(n_lo, vr, F) * BLOCK_N
-                if not prefetched:  # (each branch ends with nothing in flight: see OVERLAP)
-                    issue_first_scores(acc_s, bias_frag, q_wg, k_base, kx_base, q_full, pos, cw)
-                    d0 = fragments.lane_distance(row0, start_n, mi, False)  # while S runs (ALiBi's)
-                    ptx.wgmma_wait_group(0)
-                    ptx.mbarrier_arrive(q_full + K_EMPTY + 8 * s)  # this thread is done with K_0
-                else:  # issued and waited for at the end of the block's previous tile
-                    d0 = fragments.lane_distance(row0, start_n, mi, False)
+                issue_first_scores(acc_s, bias_frag, q_wg, k_base, kx_base, q_full, pos)
+                d0 = fragments.lane_distance(row0, start_n, mi, False)  # while S runs (ALiBi's)
+                ptx.wgmma_wait_group(0)
+                ptx.mbarrier_arrive(q_full + K_EMPTY + 8 * s)  # this thread is done with K_0
                 scores_to_p(acc_s, alpha, m_i, l_i, n_lo, start_n, d0, row0, rows0, si, di, mi, vr)
                 pack_p(p_frag, acc_s, row0, start_n, di)  # acc_o is 0: no rescale
-            prefetched = False
             for j in range(n_lo + 1, n_hi):
                 g = pos + j - n_lo
                 s, sp = g % STAGES, (g - 1) % STAGES
                 wait_phase(q_full + K_FULL + 8 * s, (g // STAGES) & 1)
                 wait_phase(q_full + V_FULL + 8 * sp, ((g - 1) // STAGES) & 1)
-                take_turn(cw)
                 ptx.wgmma_fence()  # acc_o and p_frag were written by ordinary instructions
                 issue_scores(acc_s, q_wg, k_base + s * KV_BYTES)
                 issue_bias(acc_s, bias_frag, kx_base)
                 issue_pv(acc_o, p_frag, v_base + sp * KV_BYTES)  # the previous tile's, behind this S
-                pass_turn(cw)
                 start_n = tile_at(j, vr, F) * BLOCK_N
                 d0 = fragments.lane_distance(row0, start_n, mi, False)  # while S runs (ALiBi's)
                 ptx.wgmma_wait_group(1)  # S done (groups complete in order); P·V may still run
@@ -804,9 +661,8 @@ def wgmma_forward_kernel(t: TcTiles, variant: Variant, dtype: str, persistent: b
                 scores_to_p(acc_s, alpha, m_i, l_i, j, start_n, d0, row0, rows0, si, di, mi, vr)
                 ptx.wgmma_wait_group(0)  # the previous P·V landed in acc_o and is done with p_frag
                 ptx.mbarrier_arrive(q_full + V_EMPTY + 8 * sp)  # … and with V_{i−1}
-                if not LAZY or softmax.needs_rescale(alpha, 2):  # (no wgmma in flight here: a branch is safe)
-                    for r in range(2):
-                        softmax.rescale_row(acc_o, 2 * r, 4, NT_O, 2, alpha[r])
+                for r in range(2):
+                    softmax.rescale_row(acc_o, 2 * r, 4, NT_O, 2, alpha[r])
                 pack_p(p_frag, acc_s, row0, start_n, di)
             if not O_IN_Q:  # every S of the tile is done: the producer may load the next Q (O_IN_Q: after O)
                 ptx.mbarrier_arrive(q_full + Q_EMPTY)
@@ -818,47 +674,13 @@ def wgmma_forward_kernel(t: TcTiles, variant: Variant, dtype: str, persistent: b
             if n_hi > n_lo:  # the last tile's P·V
                 s = g % STAGES
                 wait_phase(q_full + V_FULL + 8 * s, (g // STAGES) & 1)
-                take_turn(cw)
                 ptx.wgmma_fence()
                 issue_pv(acc_o, p_frag, v_base + s * KV_BYTES)
-                pass_turn(cw)
-                if OVERLAP and tile + tiles_step < tiles_end:
-                    # the block's next tile: if it has rows of this consumer and key tiles, its first S
-                    # goes behind this P·V (``first_scores``)
-                    nm, _, nh, _, _, _, nmi, nseq, _, nlo, nhi, nlive = tile_walk(tile + tiles_step, gx, gy, gz, q, k,
-                                                                                  params, cu_q, cu_k, fx)  # fmt: skip
-                    if nlive and nm + 64 * cw < nmi[0] and nhi > nlo:
-                        first_scores(params, alibi, softmax_scale, fx, nseq, nh, nmi, cw, q_full, done, pos, acc_s,
-                                     bias_frag, q_wg, k_base, kx_base)  # fmt: skip
-                        # this tile's P·V landed (the next S, committed after it, may still run); the
-                        # epilogue while that S runs; then the S done
-                        ptx.wgmma_wait_group(1)
-                        ptx.mbarrier_arrive(q_full + V_EMPTY + 8 * s)
-                        store_tile(acc_o, fin, p_frag, o_stage, out32, lse, b, h, q0, row0, seqlen_q, q_full)
-                        ptx.wgmma_wait_group(0)
-                        ptx.mbarrier_arrive(q_full + K_EMPTY + 8 * (pos % STAGES))  # done with the next K_0
-                        prefetched = True
-                        continue
                 ptx.wgmma_wait_group(0)
                 ptx.mbarrier_arrive(q_full + V_EMPTY + 8 * s)
             store_tile(acc_o, fin, p_frag, o_stage, out32, lse, b, h, q0, row0, seqlen_q, q_full)
-        if PINGPONG and cw == 0:  # the last consumer's credit past the block's last turn
-            ptx.named_barrier_sync(1, 256)
 
     return wgmma_forward
-
-
-def ex2_emulated_every(variant: Variant) -> int:
-    """With softcap, every k-th n-tile of S is exponentiated on the FMA pipe
-    (``ptx.ex2_emulated``, FlashAttention-4's emulation) and the rest on the SFU, which
-    softcap's tanh already loads with one op an element: the SFU (16 ops a clock an SM)
-    then carries 2 ops an element against the tensor cores' 512 FLOPs at d = 128, as
-    many clocks as the two GEMMs.  0 (all on the SFU) without softcap.
-    ``NUMBA_FLASH_EX2_EMULATE=k`` sets k (0 turns it off)."""
-    if not variant.softcap:
-        return 0
-    forced = os.environ.get("NUMBA_FLASH_EX2_EMULATE", "")
-    return int(forced) if forced.isdigit() else 0
 
 
 def smem_bytes(t: TcTiles, alibi_mma: bool = False) -> int:
@@ -888,77 +710,6 @@ def alibi_on_products(t: TcTiles, variant: Variant) -> bool:
             and t.block_m == 128 and smem_bytes(t, True) <= SMEM_LIMIT)  # fmt: skip
 
 
-def softcap_prescale() -> bool:
-    """With softcap, each consumer multiplies its 64 rows of Q by scale / cap in shared
-    memory once a tile (``scale_q_rows``: one rounding of each product to fp16 / bf16), so
-    that S is the tanh's argument and the key loop loses one FMUL an element (64 a
-    thread a tile at d = 128, of ~713).  Session 29 timed it (H100, one process, in turn:
-    1.00–1.14× the softcap forward's speed without it, never slower; 1.08–1.14× at d = 64,
-    1.00–1.04× at d = 128: docs/benchmarks/2026-12-06-s29), but it is not exact: the
-    rounding of q·scale/cap to fp16 / bf16 moves S and so the LSE (relative error ~3e-5 in
-    fp16, 2–4e-4 in bf16 at 1000 × 1000, against ≤ 1e-5 from the inputs' own Q), and the
-    backward, which recomputes P from the unscaled Q and that LSE, no longer matches.
-    Session 30's GPU run failed 16 softcap cases with it on (fp16 and bf16, 1000-key
-    sizes; 15 of them passed with it off in sessions 27 and 29: docs/benchmarks/2026-12-06-s30),
-    and the tests' LSE bound (fp32's) now fails it in the simulator too, so it stays off;
-    ``NUMBA_FLASH_SOFTCAP_PRESCALE=1`` turns it on, for timing only."""
-    return os.environ.get("NUMBA_FLASH_SOFTCAP_PRESCALE", "0") == "1"
-
-
-def lazy_rescale() -> float:
-    """FlashAttention-4's lazy rescaling (``softmax.softmax_row_step``'s ``LAZY``): a
-    row keeps its running max until a tile raises it by more than this many powers of 2
-    (8: P ≤ 256 against the stale max), and a warp whose rows all kept theirs skips the
-    rescale of acc (64 FMUL a thread a tile at d = 128, 32 at d = 64), which lies between
-    a tile's P·V completing and the next P·V's issue.  ``NUMBA_FLASH_LAZY_RESCALE=x``
-    sets the threshold; 0 (the default) rescales every tile: session 29 measured it no
-    faster (H100, one process, in turn: 0.955–1.015× the forward's speed with 8,
-    docs/benchmarks/2026-12-06-s29)."""
-    raw = os.environ.get("NUMBA_FLASH_LAZY_RESCALE", "0")
-    try:
-        value = float(raw)
-    except ValueError:
-        raise ValueError(f"NUMBA_FLASH_LAZY_RESCALE={raw!r}: expected a number of powers of 2 (0: off)") from None
-    if not 0 <= value <= 15:  # P ≤ 2**15: fp16's largest value is 65504
-        raise ValueError(f"NUMBA_FLASH_LAZY_RESCALE={raw!r}: expected 0 (off) to 15 (P up to 2**15 in fp16)")
-    return value
-
-
-def overlap_epilogue() -> bool:
-    """A persistent block's consumers issue the next tile's first S behind a tile's last
-    P·V and write the tile's O while that S runs (``OVERLAP``; the module docstring).
-    Off by default: on the H200 (docs/benchmarks/2026-12-03-s19, call 3) it left
-    (1, 16, 16384, 128) causal where it was (504 against 498 TF/s) and made the window
-    (1024, 0) it was meant for 5% slower (0.341 against 0.323 ms): the consumer then
-    waits for the next tile's Q and first K before the epilogue, where it used to write O
-    while they landed.  Session 34 gave the persistent blocks two Q buffers (the next tile's
-    Q loaded two key steps before a tile ends) and ran the overlap on the dynamic scheduler:
-    the window's forward 0.361 ms with the buffers alone and 0.386 / 0.386 with the overlap,
-    against 0.336 / 0.344 without either (H100, one process a setting,
-    docs/benchmarks/2026-12-06-s34); both the buffers and the overlap's dynamic order were
-    removed.
-    ``NUMBA_FLASH_WGMMA_OVERLAP=1`` turns it on."""
-    return os.environ.get("NUMBA_FLASH_WGMMA_OVERLAP", "0") == "1"
-
-
-def pingpong(t: TcTiles, variant: Variant = Variant()) -> bool:
-    """The consumers issue their wgmma in turns (FlashAttention-3's ping-pong): before a
-    slot's products (the peeled S, each S with the previous P·V, the last P·V) a
-    consumer waits on its named barrier (1 + its index) for the previous consumer to
-    have issued that slot's, and after issuing lets the next one go (the last consumer
-    credits the first at the start; the first takes that credit back at the end).  One
-    consumer's softmax then runs under the other's products instead of beside its own
-    in lockstep.  A consumer whose rows lie past the sequence takes its turns without
-    issuing.  Two consumers only: with three (d = 64, 160 registers each) the turns'
-    state spills (ptxas: 40 bytes).  Off by default: on the H200 it measured 2–3%
-    slower at d = 128 (docs/benchmarks/2026-12-03-s14); ``NUMBA_FLASH_WGMMA_PINGPONG=1``
-    turns it on, ``=softcap,dropout`` (names of ``Variant`` fields) only for the variants
-    with one of them on (their longer softmax may pay for the turns where plain's does not)."""
-    env = os.environ.get("NUMBA_FLASH_WGMMA_PINGPONG", "0")
-    wanted = env == "1" or any(getattr(variant, name, False) for name in env.split(",") if name.isidentifier())
-    return wanted and t.block_m == 128
-
-
 def dynamic_tiles() -> bool:
     """Persistent blocks take their tiles in turn from a counter in global memory
     (FlashAttention-3's dynamic scheduler) instead of tiles blockIdx.x, + gridDim.x, …:
@@ -975,8 +726,7 @@ def dynamic_tiles() -> bool:
     0.910× (0.261 against 0.328 ms), the rest of the forward table within ±3% but causal;
     in one process (call 7, ``scripts/ab_scheduler.py``) causal (1, 16, 16384, 128) 1.069×
     and (4, 16, 4096, 128) 1.030× the static order's TF/s.  On
-    by default; ``NUMBA_FLASH_WGMMA_SCHEDULER=static`` walks the static order (and lets the
-    off-by-default ``overlap_epilogue`` run)."""
+    by default; ``NUMBA_FLASH_WGMMA_SCHEDULER=static`` walks the static order."""
     return os.environ.get("NUMBA_FLASH_WGMMA_SCHEDULER", "dynamic") != "static"
 
 
@@ -1046,9 +796,7 @@ def launches(t: TcTiles, variant: Variant, dtype: str, sz: spec.Sizes, page_rows
     dom = softmax.CAPPED if bias else softmax.domain(variant, capped=True)  # raw scores there too
     box = key_box(page_rows, t.block_n) if variant.paged else t.block_n
     dyn = n < tiles and dynamic_tiles()
-    kern = wgmma_forward_kernel(t, variant, dtype, n < tiles, pingpong(t, variant), dom, ex2_emulated_every(variant),
-                                bias, box, overlap_epilogue() and not dyn, dyn, lazy_rescale(),
-                                softcap_prescale(), descriptor_adds())  # fmt: skip
+    kern = wgmma_forward_kernel(t, variant, dtype, n < tiles, dom, bias, box, dyn)
     # the scheduler's counter: a zeroed one a call (``sched``), or a stand-in it never reads
     # (split-KV: out and lse are the parts, fp32, that the merge kernel combines)
     args = spec.forward_args("u16", "f32" if variant.split else tc_out_view(t)) + (
