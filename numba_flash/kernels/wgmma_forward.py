@@ -164,7 +164,7 @@ _ALIGN = None if SIMULATOR else 1024  # a module global, so numba sees a literal
 
 #: The tiles: consumer warpgroups of 64 query rows each (``consumers``), 128 keys a tile, two stages;
 #: 64 keys a tile past d = 128 (``key_tile``: Q, K and V's stages fill shared memory otherwise).
-BLOCK_N, WIDE_BLOCK_N, STAGES = 128, 64, 2
+BLOCK_N, WIDE_D_BLOCK_N, STAGES = 128, 64, 2
 #: setmaxnreg of (the producer, each consumer) by the consumers a block: 128·24 + 256·240
 #: and 128·32 + 384·160 are the 65536 registers of an SM (FlashAttention-3's split).
 REGS = {2: (24, 240), 3: (32, 160)}
@@ -240,7 +240,7 @@ def key_tile(head_dim: int) -> int:
     FlashAttention-3's 80.  Session 26 timed 160 keys at d = 128 and 80 at d = 256 where no
     causal bound or window limits the walk (0.84–1.00× the default's speed), session 27 three
     consumers on 64-key tiles at d = 128 (0.82–0.93×): both removed in session 37."""
-    return BLOCK_N if head_dim <= 128 else WIDE_BLOCK_N
+    return BLOCK_N if head_dim <= 128 else WIDE_D_BLOCK_N
 
 
 def o_in_q(t: TcTiles) -> bool:
