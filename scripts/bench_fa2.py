@@ -174,9 +174,7 @@ def main(path):
 
 
 def report(rows, path):
-    with open(path, "w") as f:
-        for r in rows:
-            f.write(json.dumps(r) + "\n")
+    bv.write_jsonl(rows, path)
     print(f"\n{'case':28} {'ours/FA2 fwd':>12} {'bwd':>6}   {'bar: ours fwd':>13} {'bwd':>6}   {'FA2 fwd':>7} {'bwd':>6}")
     for r in rows:
         vs = ("", "")

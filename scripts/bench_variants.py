@@ -202,10 +202,15 @@ def main(path):
     report(rows, path)
 
 
-def report(rows, path):
+def write_jsonl(rows, path):
+    """The rows, a JSON line each, to ``path`` (this script's and ``bench_fa2.py``'s)."""
     with open(path, "w") as f:
         for r in rows:
             f.write(json.dumps(r) + "\n")
+
+
+def report(rows, path):
+    write_jsonl(rows, path)
     print(f"\n{'case':32} {'fwd TF/s':>9} {'bwd TF/s':>9}  {'fwd ratio':>9} {'bwd ratio':>9}  bar")
     for r in rows:
         ratio = ""
