@@ -175,7 +175,8 @@ def main(path):
 
 def report(rows, path):
     bv.write_jsonl(rows, path)
-    print(f"\n{'case':28} {'ours/FA2 fwd':>12} {'bwd':>6}   {'bar: ours fwd':>13} {'bwd':>6}   {'FA2 fwd':>7} {'bwd':>6}")
+    print(f"\n{'case':28} {'ours/FA2 fwd':>12} {'bwd':>6}   {'bar: ours fwd':>13} {'bwd':>6}   "
+          f"{'FA2 fwd':>7} {'bwd':>6}")  # fmt: skip
     for r in rows:
         vs = ("", "")
         if "fa2_fwd_ms" in r:

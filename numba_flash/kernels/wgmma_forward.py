@@ -41,7 +41,7 @@ specialization and tile sizes; past d = 128 two, on 64-key tiles):
   alpha (``softmax.rescale_row``) once the P·V completed.  The first tile is peeled
   so that no wgmma in flight crosses a divergent branch (ptxas would serialize them).
   Between the two consumers, the scheduler interleaves one's softmax with the other's
-  wgmma by itself (no named-barrier ping-pong yet).
+  wgmma by itself (a named-barrier ping-pong measured slower: removed, below).
 
 Assembly: the driver's JIT assembles the PTX as a whole program
 (``_numba_cuda.whole_program_dispatcher``).  numba-cuda's linker assembles a
@@ -135,11 +135,11 @@ staged rows stored by TMA (the warps store them with 16-byte ``st.global.v4``).
 A KV cache's splits run here since session 29 (each split's part in fp32 from the
 accumulators, the merge kernel after; ``plan.wgmma_split``).
 
-Tried, measured no faster (or inexact), and removed in session 37 (figures: docs/hopper.md's
-"Tried and removed"): the consumers' ping-pong, the epilogue under the next tile's first S,
-FlashAttention-4's lazy rescaling and emulated ex2 (softcap), softcap's Q prescaled in
-shared memory, wgmma descriptors built by 32-bit adds, and other key tiles (160 / 80 keys
-where nothing bounds the walk, 64 with three consumers at d = 128).
+Tried, measured no faster (or inexact), and removed in session 37 (figures: docs/hopper.md,
+each under its "measured and removed" heading): the consumers' ping-pong, the epilogue under
+the next tile's first S, FlashAttention-4's lazy rescaling and emulated ex2 (softcap),
+softcap's Q prescaled in shared memory, wgmma descriptors built by 32-bit adds, and other
+key tiles (160 / 80 keys where nothing bounds the walk, 64 with three consumers at d = 128).
 """
 
 from __future__ import annotations
