@@ -7,6 +7,8 @@ no slopes argument). softcap is not in torch's op: its row is ours alone.
 
     python3 scripts/bench_fa2.py out.jsonl [--queued]
 
+GQA (32 query heads over 8 KV heads) against MHA at the same q shape comes first.
+
 Two questions a row answers: how fast we are against FlashAttention-2 on the variant (``ours /
 FA2`` time), and what the variant costs FlashAttention-2 itself, measured the way the issue's
 bar measures ours (the window's visible TFLOP/s against causal's, varlen's against the padded
@@ -112,6 +114,21 @@ def tflops(pairs, d, ms):
 def main(path):
     randn, calls = bv.randn, bv.calls
     rows = []
+    # GQA (4, 32 q heads / 8 KV heads, 4096, 128) causal vs MHA at the same q shape (torch's op takes fewer
+    # KV heads as FlashAttention-2 does)
+    B, H, Hk, N, d = 4, 32, 8, 4096, 128
+    q, dout = randn(B, N, H, d), randn(B, N, H, d)
+    k, v, km, vm = randn(B, N, Hk, d), randn(B, N, Hk, d), randn(B, N, H, d), randn(B, N, H, d)
+    cases = {"mha": calls(q, km, vm, dout, causal=True), "gqa": calls(q, k, v, dout, causal=True),
+             "fa2 mha": checked(*fa2_calls(q, km, vm, dout, True)),
+             "fa2 gqa": checked(*fa2_calls(q, k, v, dout, True))}  # fmt: skip
+    ms = timed({n: c for n, c in cases.items() if not isinstance(c, str)})
+    get = lambda n: ms.get(n, cases[n])  # noqa: E731 (ms, or torch's refusal)
+    pairs = B * H * visible_pairs(N, N, True)
+    row(rows, "mha causal 4x32x4096", "mha", d, pairs, ms["mha"], get("fa2 mha"))
+    row(rows, "gqa 32/8 causal 4x32x4096", "gqa", d, pairs, ms["gqa"], get("fa2 gqa"), ms["mha"],
+        None if isinstance(get("fa2 mha"), str) else get("fa2 mha"))  # fmt: skip
+    del q, dout, k, v, km, vm
     # window (1024, 0) vs causal, (1, 16, 16384, 128)
     B, H, N, d = 1, 16, 16384, 128
     q, k, v, dout = (randn(B, N, H, d) for _ in range(4))
@@ -120,7 +137,7 @@ def main(path):
              "fa2 causal": checked(*fa2_calls(q, k, v, dout, True)),
              "fa2 window": checked(*fa2_calls(q, k, v, dout, True, window=(1024, 0)))}  # fmt: skip
     ms = timed({n: c for n, c in cases.items() if not isinstance(c, str)})
-    get = lambda n: ms.get(n, cases[n])  # noqa: E731 (ms, or torch's refusal)
+    get = lambda n: ms.get(n, cases[n])  # noqa: E731
     cp_, wp = B * H * visible_pairs(N, N, True), B * H * visible_pairs(N, N, True, (1024, 0))
     row(rows, "causal 1x16x16384", "causal", d, cp_, ms["causal"], get("fa2 causal"))
     row(rows, "window (1024,0) 1x16x16384", "window", d, wp, ms["window"], get("fa2 window"),
