@@ -19,6 +19,6 @@ timeout $(( total - SECONDS - 10 )) python3 -m pytest -m gpu -q -n 12 -p no:cach
   > "$out/q_variants.txt" 2>&1
 echo "pytest rc=$? at ${SECONDS}s" >> "$out/q_variants.txt"
 tail -n 8 "$out"/c_new*.txt
-tail -n 9 "$out"/f_new*.txt
+tail -n 12 "$out"/f_new*.txt
 tail -n 3 "$out/q_variants.txt"; grep -E "^FAILED|^ERROR" "$out/q_variants.txt" | head
 exit 0
