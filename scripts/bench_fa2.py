@@ -88,14 +88,14 @@ def timed(cases, rounds=3):
 def row(rows, case, variant, d, pairs, ours, fa2, ours_ref=None, fa2_ref=None, bar_kind="time"):
     """One case: our and FA2's ms and TFLOP/s over ``pairs`` visible pairs; with references
     (the variant's baseline, same kernel family), each side's ratio as the bar measures it."""
-    fl = 4 * pairs * d
-    r = dict(case=case, variant=variant, ours_fwd_ms=ours[0], ours_bwd_ms=ours[1],
-             ours_fwd_tflops=fl / ours[0] / 1e9, ours_bwd_tflops=2.5 * fl / ours[1] / 1e9)  # fmt: skip
+    fwd_tf, bwd_tf = tflops(pairs, d, ours)
+    r = dict(case=case, variant=variant, ours_fwd_ms=ours[0], ours_bwd_ms=ours[1], ours_fwd_tflops=fwd_tf,
+             ours_bwd_tflops=bwd_tf)  # fmt: skip
     if isinstance(fa2, str):
         r["fa2"] = fa2
     else:
-        r.update(fa2_fwd_ms=fa2[0], fa2_bwd_ms=fa2[1], fa2_fwd_tflops=fl / fa2[0] / 1e9,
-                 fa2_bwd_tflops=2.5 * fl / fa2[1] / 1e9)  # fmt: skip
+        fwd_tf, bwd_tf = tflops(pairs, d, fa2)
+        r.update(fa2_fwd_ms=fa2[0], fa2_bwd_ms=fa2[1], fa2_fwd_tflops=fwd_tf, fa2_bwd_tflops=bwd_tf)
     if ours_ref is not None:
         r["bar_kind"] = bar_kind
         r["ours_ref"] = ours_ref  # (fwd, bwd) ms, or TFLOP/s for bar_kind "tflops"
@@ -103,10 +103,11 @@ def row(rows, case, variant, d, pairs, ours, fa2, ours_ref=None, fa2_ref=None, b
             r["fa2_ref"] = fa2_ref
     rows.append(r)
     print(json.dumps(r), flush=True)
-    return r
 
 
 def tflops(pairs, d, ms):
+    """(forward, backward) TFLOP/s of ``pairs`` visible pairs at head dim ``d`` in ``ms``
+    milliseconds (4·d FLOPs a pair forward, 2.5× that backward)."""
     fl = 4 * pairs * d
     return (fl / ms[0] / 1e9, 2.5 * fl / ms[1] / 1e9)
 
