@@ -40,9 +40,9 @@ def _plan_env() -> tuple:
     (and ``L2_SECTIONS``, which the call's ``params`` read: a replayed call keeps its own)."""
     return (os.environ.get("NUMBA_FLASH_TILES"),) + tuple(
         os.environ.get(f"NUMBA_FLASH_{x}") for x in ("WGMMA", "WGMMA_PERSISTENT", "WGMMA_CONSUMERS", "WGMMA_BWD_RING",
-                                                      "RAW_SCORES", "ALIBI_PRODUCTS", "WGMMA_SCHEDULER", "CLUSTER_MERGE",
-                                                      "WGMMA_DQ", "WGMMA_BWD_PIPE", "WGMMA_SPLIT", "WGMMA_BWD_PERSISTENT",
-                                                      "L2_SECTIONS"))  # fmt: skip
+                                                      "RAW_SCORES", "ALIBI_PRODUCTS", "WGMMA_SCHEDULER",
+                                                      "CLUSTER_MERGE", "WGMMA_DQ", "WGMMA_BWD_PIPE", "WGMMA_SPLIT",
+                                                      "WGMMA_BWD_PERSISTENT", "L2_SECTIONS"))  # fmt: skip
 
 
 def _plan(problem: P.Problem) -> P.Plan:

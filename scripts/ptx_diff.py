@@ -8,8 +8,8 @@ records left out. No GPU needed (``numba.cuda.compile_ptx``, ``inspection.inspec
     python3 scripts/ptx_diff.py compare /tmp/ptx/base /tmp/ptx/new
 
 Session 37 removed seven opt-in switches from the Hopper kernels with this: all 25 kernels of
-the matrix (its first 16 configurations) compared equal (``compare`` prints each kernel's count of differing lines and exits
-1 when one differs or is missing).
+the matrix (its first 16 configurations) compared equal (``compare`` prints each kernel's count
+of differing lines and exits 1 when one differs or is missing).
 """
 
 import difflib
