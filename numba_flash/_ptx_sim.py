@@ -1022,12 +1022,12 @@ def _a_from_registers(inputs, dec):
     return A
 
 
-def _wgmma_twin(n, kind, a_in_regs, b_mn=False, a_mn=False):
-    """wgmma m64n{n}k16: A through its descriptor (``a_mn``: MN-major), or (``a_in_regs``)
-    from each thread's four words; B through its descriptor (``b_mn``: MN-major); D
-    scattered in the accumulator layout."""
+def _wgmma_twin(n, kind, a_in_regs, b_mn=False):
+    """wgmma m64n{n}k16: A through its descriptor (K-major), or (``a_in_regs``) from each
+    thread's four words; B through its descriptor (``b_mn``: MN-major); D scattered in
+    the accumulator layout."""
     dec = _dec_f16 if kind == "f16" else _dec_bf16
-    how = "amn_bmn_" if a_mn else f"{'rs_' if a_in_regs else ''}{'bmn_' if b_mn else ''}"
+    how = f"{'rs_' if a_in_regs else ''}{'bmn_' if b_mn else ''}"
     name = f"wgmma_m64n{n}k16_{kind}_{how}acc"
     regs = n // 2
     # thread (warp w, g, t) holds D[16w + g (+8), 8j + 2t (+1)] at 4j + e
@@ -1050,7 +1050,7 @@ def _wgmma_twin(n, kind, a_in_regs, b_mn=False, a_mn=False):
             first = inputs[0]
             if any(x[same] != first[same] for x in inputs):
                 raise ValueError(f"{name}: the warpgroup's threads passed different descriptors or scale_d")
-            A = _a_from_registers(inputs, dec) if a_in_regs else _wgmma_operand(st.smem, first[0], 64, dec, name, a_mn)
+            A = _a_from_registers(inputs, dec) if a_in_regs else _wgmma_operand(st.smem, first[0], 64, dec, name)
             out = (A @ _wgmma_operand(st.smem, first[1], n, dec, name, b_mn).T)[rows, cols]
             if first[2]:
                 out = out + np.stack([x[3] for x in inputs])
@@ -1074,7 +1074,6 @@ for _n in (8, 16, 32, 64, 80, 128, 160, 192, 256):  # ptx.WGMMA_N
         globals()[f"wgmma_m64n{_n}k16_{_k}_acc"] = _wgmma_twin(_n, _k, False)
         globals()[f"wgmma_m64n{_n}k16_{_k}_rs_acc"] = _wgmma_twin(_n, _k, True)
         globals()[f"wgmma_m64n{_n}k16_{_k}_rs_bmn_acc"] = _wgmma_twin(_n, _k, True, True)
-        globals()[f"wgmma_m64n{_n}k16_{_k}_amn_bmn_acc"] = _wgmma_twin(_n, _k, False, True, True)
 del _n, _k
 
 
@@ -1253,43 +1252,6 @@ def cp_async_bulk_g2s(dst, src, index, nbytes, mbar):
     view, doff = st.smem.resolve(dst, nbytes, 16, what)
     view[doff:doff + nbytes] = data[off:off + nbytes]
     _mbarrier_update(st, mbar, what, 0, -nbytes)
-
-
-def _bulk_s2g_twin(name, reduce):
-    """A bulk copy (or float32 add, ``reduce``) of shared bytes to global memory, done at
-    issue."""
-
-    def twin(dst, index, src, nbytes):
-        st = _block(_thread())
-        root, data, off, nbytes = _bulk_global(dst, index, nbytes, name, "destination")
-        view, soff = st.smem.resolve(src, nbytes, 16, name)
-        incoming = view[soff:soff + nbytes].copy()
-        with _GLOBAL_LOCK:
-            if reduce:
-                if root.dtype != np.float32:
-                    raise TypeError(f"{name}: dst must be float32, got {root.dtype}")
-                now = data[off:off + nbytes].copy().view(np.float32)
-                data[off:off + nbytes] = (now + incoming.view(np.float32)).view(np.uint8)
-            else:
-                data[off:off + nbytes] = incoming
-
-    twin.__name__ = name
-    return twin
-
-
-_GLOBAL_LOCK = threading.Lock()
-cp_async_bulk_s2g = _bulk_s2g_twin("cp_async_bulk_s2g", False)
-cp_reduce_async_bulk_add_f32 = _bulk_s2g_twin("cp_reduce_async_bulk_add_f32", True)
-cp_async_bulk_commit_group = _nothing("cp_async_bulk_commit_group")
-cp_async_bulk_wait_group = _nothing("cp_async_bulk_wait_group")
-
-
-def ld_acquire_gpu_s32(src, index):
-    a = _unwrap(src)
-    if a.dtype != np.int32:
-        raise TypeError(f"ld_acquire_gpu_s32: src must be int32, got {a.dtype}")
-    time.sleep(0)  # a spinning thread lets the others run
-    return np.int32(a[index])
 
 
 def _tma_twin(rank):

@@ -41,7 +41,7 @@ def _plan_env() -> tuple:
     return (os.environ.get("NUMBA_FLASH_TILES"),) + tuple(
         os.environ.get(f"NUMBA_FLASH_{x}") for x in ("WGMMA", "WGMMA_PERSISTENT", "WGMMA_CONSUMERS", "WGMMA_BWD_RING",
                                                       "RAW_SCORES", "ALIBI_PRODUCTS", "WGMMA_SCHEDULER",
-                                                      "CLUSTER_MERGE", "WGMMA_DQ", "WGMMA_BWD_PIPE", "WGMMA_SPLIT",
+                                                      "CLUSTER_MERGE", "WGMMA_BWD_PIPE", "WGMMA_SPLIT",
                                                       "WGMMA_BWD_PERSISTENT", "L2_SECTIONS"))  # fmt: skip
 
 
@@ -102,7 +102,7 @@ def _tensor_maps(k, buffers: dict, layout: str):
 
 
 #: The backward's own 4-D workspace (``_workspace_shapes``), in no caller's layout.
-_OWN = ("stats", "dqacc")
+_OWN = ("stats",)
 
 #: Roles whose arguments a call's signature pins (the scale: softmax_scale and d; the flex
 #: and scheduler's dummies: the device): a replay leaves their recorded slots as they are.
@@ -126,8 +126,8 @@ def _run(plan: P.Plan, buffers: dict, layout: str, rec: _replay.Recording | None
                 x = x(k.walk)
             if a.view:
                 x = x.view(_VIEW_DTYPES[a.view])
-            # q, k, v, out, dout and the grads in the caller's layout; ``stats`` and ``dqacc`` are
-            # the backward's own workspace, never transposed
+            # q, k, v, out, dout and the grads in the caller's layout; ``stats`` is the backward's
+            # own workspace, never transposed
             args.append(_bshd(x, layout) if getattr(x, "ndim", 0) == 4 and a.role not in _OWN else x)
         launch(k.kernel, k.grid, k.threads, k.smem, *args, cluster=k.cluster)
         if rec is not None:
@@ -382,32 +382,21 @@ def _backward(ops, lse_arr, dims, causal, scale, var, allow_tf32, layout, shapes
 
 def _workspace_shapes(plan: P.Plan, lse_shape, var, B: int, H: int, rows_q: int) -> dict:
     """The backward's own buffers by role: ``delta`` (lse's shape), or the Hopper
-    backward's ``stats`` (its lse and delta, padded: ``wgmma_backward.stats_shape``) and,
-    when its dK/dV kernel sums dQ, ``dqacc`` and ``dqsem`` (``wgmma_backward.dq_shapes``)."""
-    roles = {a.role: k for k in plan.launches for a in k.args}
+    backward's ``stats`` (its lse and delta, padded: ``wgmma_backward.stats_shape``)."""
+    roles = {a.role for k in plan.launches for a in k.args}
     spaces = {}
     if "delta" in roles:
         spaces["delta"] = tuple(lse_shape)
     if "stats" in roles:
-        from numba_flash.kernels.wgmma_backward import dq_shapes, stats_shape
+        from numba_flash.kernels.wgmma_backward import stats_shape
 
         spaces["stats"] = stats_shape(1, H, rows_q, B) if var.features.varlen else stats_shape(*lse_shape)
-        if "dqacc" in roles:
-            spaces.update(dq_shapes(spaces["stats"], roles["dqacc"].tiles.head_dim))
     return spaces
 
 
 def _workspace(kind: str, spaces: dict) -> dict:
-    """The arrays of :func:`_workspace_shapes`: float32, uninitialised, but the dQ
-    semaphores (int32 zeros: a call's count starts at 0)."""
-    out = {}
-    for role, shape in spaces.items():
-        if role == "dqsem":
-            out[role] = A.empty(kind, shape, np.int32)
-            out[role].fill(0)
-        else:
-            out[role] = A.empty(kind, shape, np.float32)
-    return out
+    """The arrays of :func:`_workspace_shapes`: float32, uninitialised."""
+    return {role: A.empty(kind, shape, np.float32) for role, shape in spaces.items()}
 
 
 def _backward_buffers(computed, grads, lse, scale, var, cu, workspace) -> dict:
@@ -415,7 +404,7 @@ def _backward_buffers(computed, grads, lse, scale, var, cu, workspace) -> dict:
     (``stats``: its own (1, H, 2, rows) already)."""
     buffers = dict(zip(("q", "k", "v", "dout", "out"), computed))
     buffers.update(zip(("dq", "dk", "dv"), grads))
-    buffers.update(lse=lse, scale=scale, **var.buffers(*cu), **workspace, sched0=SCHEDULER_BUFFERS["sched0"])
+    buffers.update(lse=lse, scale=scale, **var.buffers(*cu), **workspace)
     if var.features.varlen:
         buffers.update({r: buffers[r][None] for r in ("q", "k", "v", "dout", "out", "dq", "dk", "dv", "lse", "delta")
                         if r in buffers})  # fmt: skip

@@ -357,10 +357,8 @@ def argtypes(launch, work_dtype: str) -> tuple:
             out.append(types.Array(types.uint8, 2, "C"))
         elif a.role in ("lse", "delta"):
             out.append(types.Array(types.float32, 3, "C"))
-        elif a.role in ("stats", "dqacc"):
+        elif a.role == "stats":
             out.append(types.Array(types.float32, 4, "C"))
-        elif a.role == "dqsem":
-            out.append(types.Array(types.int32, 3, "C"))
         else:
             ty = elem.get(a.view) or numpy_support.from_dtype(np.dtype(work_dtype))
             out.append(types.Array(ty, 4, "A"))

@@ -1311,84 +1311,6 @@ def cp_async_bulk_g2s(typingctx, dst, src, index, nbytes, mbar):
     return types.void(dst, src, index, nbytes, mbar), codegen
 
 
-def _bulk_s2g(name, text, doc):
-    """``name(dst, index, src, nbytes) -> None``: one thread's bulk copy (``text``) of
-    ``nbytes`` from shared address ``src`` to global ``dst[index]``."""
-
-    @intrinsic
-    def impl(typingctx, dst, index, src, nbytes):
-        _check_array_index(name, dst, index)
-        _require_ints(name, src=src, nbytes=nbytes)
-
-        def codegen(context, builder, sig, args):
-            gptr = _global_ptr(context, builder, sig, args, at=0)
-            s_, n = (context.cast(builder, args[i], sig.args[i], types.uint32) for i in (2, 3))
-            _asm(builder, text, "l,r,r,~{memory}", [gptr, s_, n], [], side_effect=True)
-            return context.get_dummy_value()
-
-        return types.void(dst, index, src, nbytes), codegen
-
-    impl.__doc__ = doc
-    impl.__name__ = name
-    return impl
-
-
-cp_async_bulk_s2g = _bulk_s2g("cp_async_bulk_s2g", "cp.async.bulk.global.shared::cta.bulk_group [$0], [$1], $2;",
-                              """``cp_async_bulk_s2g(dst, index, src, nbytes) -> None``
-
-``cp.async.bulk.global.shared::cta.bulk_group [dst], [src], nbytes;``: one thread copies
-``nbytes`` (a multiple of 16) contiguous bytes from shared address ``src`` (uint32,
-16-byte aligned) to global ``dst[index]`` (16-byte aligned) on the async proxy, in this
-thread's current bulk async-group (:func:`cp_async_bulk_commit_group`,
-:func:`cp_async_bulk_wait_group`).  Shared stores before it need
-:func:`fence_proxy_async`.""")
-
-cp_reduce_async_bulk_add_f32 = _bulk_s2g(
-    "cp_reduce_async_bulk_add_f32", "cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [$0], [$1], $2;",
-    """``cp_reduce_async_bulk_add_f32(dst, index, src, nbytes) -> None``
-
-``cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [dst], [src], nbytes;``: as
-:func:`cp_async_bulk_s2g`, but each float32 of ``dst[index …]`` becomes itself plus the
-shared float32 at the same offset (element-wise adds done in L2, each atomic; the
-order of two such reductions of one address is their order of arrival).  The Hopper
-backward's dQ (``wgmma_backward``) orders them with a semaphore a query tile, so the
-sums are the same every run.""")
-
-cp_async_bulk_commit_group = _void_asm("cp.async.bulk.commit_group;", """``cp_async_bulk_commit_group() -> None``
-
-``cp.async.bulk.commit_group;``: closes this thread's bulk copies and reductions to
-global memory issued since the last commit (:func:`cp_async_bulk_s2g`,
-:func:`cp_reduce_async_bulk_add_f32`) into one bulk async-group.""")
-
-
-@intrinsic
-def cp_async_bulk_wait_group(typingctx, n):
-    """``cp_async_bulk_wait_group(n) -> None``  (n: compile-time integer constant, 0..7)
-
-    ``cp.async.bulk.wait_group n;``: waits until at most ``n`` of this thread's bulk
-    async-groups are pending, i.e. their copies and reductions are complete: their
-    global writes done (and visible to this thread) and their shared sources read."""
-    return _literal_asm(n, "cp_async_bulk_wait_group", lambda c: 0 <= c <= 7, "in 0..7", "cp.async.bulk.wait_group {};")
-
-
-@intrinsic
-def ld_acquire_gpu_s32(typingctx, src, index):
-    """``ld_acquire_gpu_s32(src, index) -> int32``
-
-    ``ld.acquire.gpu.global.s32``: an int32 load of ``src[index]`` with acquire semantics
-    at GPU scope: reads after it see what another thread wrote before its release
-    (``fence_acq_rel_gpu`` then an atomic) that this load observed.  A semaphore's wait
-    (the Hopper backward's ordered dQ)."""
-    _check_array_index("ld_acquire_gpu_s32", src, index)
-
-    def codegen(context, builder, sig, args):
-        g = _global_ptr(context, builder, sig, args, at=0)
-        return _asm(builder, "ld.acquire.gpu.global.s32 $0, [$1];", "=r,l,~{memory}", [g], [_I32],
-                    side_effect=True)[0]  # fmt: skip
-
-    return types.int32(src, index), codegen
-
-
 def _bulk_tensor_intrinsic(rank):
     coords = ", ".join(f"${2 + j}" for j in range(rank))
     text = (f"cp.async.bulk.tensor.{rank}d.shared::cluster.global.mbarrier::complete_tx::bytes "
@@ -1471,18 +1393,16 @@ def _wgmma_desc(addr, lbo, sbo, swizzle):
 wgmma_desc = device_function(_wgmma_desc)
 
 
-def _wgmma_asm(n, ptx_type, a_in_regs, b_mn=False, a_mn=False):
+def _wgmma_asm(n, ptx_type, a_in_regs, b_mn=False):
     """``(text, constraints)`` of wgmma m64n{n}k16: outputs $0 … the n/2 accumulators,
     then A (a descriptor, or four registers), B's descriptor, scale_d, and the
-    accumulators again as the tied inputs.  ``b_mn``: B is MN-major (imm-trans-b 1);
-    ``a_mn``: A (from shared memory) is MN-major (imm-trans-a 1)."""
+    accumulators again as the tied inputs.  ``b_mn``: B is MN-major (imm-trans-b 1)."""
     regs = n // 2
     outs = ",".join(f"${j}" for j in range(regs))
     a_ops = "{" + ", ".join(f"${regs + j}" for j in range(4)) + "}" if a_in_regs else f"${regs}"
     b_at = regs + (4 if a_in_regs else 1)
     tb = "1" if b_mn else "0"
-    ta = "1" if a_mn else "0"
-    trans = f"1, 1, {tb}" if a_in_regs else f"1, 1, {ta}, {tb}"  # scale-a, scale-b, (trans-a,) trans-b
+    trans = f"1, 1, {tb}" if a_in_regs else f"1, 1, 0, {tb}"  # scale-a, scale-b, (trans-a,) trans-b
     text = ("{ .reg .pred p; setp.ne.b32 p, $" + str(b_at + 1) + ", 0; "
             f"wgmma.mma_async.sync.aligned.m64n{n}k16.f32.{ptx_type}.{ptx_type} "
             "{" + outs + "}, " + a_ops + ", $" + str(b_at) + ", p, " + trans + "; }")  # fmt: skip
@@ -1502,12 +1422,11 @@ def _wgmma_emit(context, builder, sig, args, text, constraints, regs, operands):
     return context.get_dummy_value()
 
 
-def _wgmma_intrinsic(n, ptx_type, mn=False):
-    """``wgmma_m64n{n}k16_{type}_acc(acc, i, desc_a, desc_b, scale_d) -> None`` (``mn``:
-    ``_amn_bmn_acc``, both operands MN-major)."""
+def _wgmma_intrinsic(n, ptx_type):
+    """``wgmma_m64n{n}k16_{type}_acc(acc, i, desc_a, desc_b, scale_d) -> None``."""
     regs = n // 2
-    text, constraints = _wgmma_asm(n, ptx_type, False, mn, mn)
-    name = f"wgmma_m64n{n}k16_{ptx_type}_{'amn_bmn_' if mn else ''}acc"
+    text, constraints = _wgmma_asm(n, ptx_type, False)
+    name = f"wgmma_m64n{n}k16_{ptx_type}_acc"
 
     @intrinsic
     def impl(typingctx, acc, i, desc_a, desc_b, scale_d):
@@ -1534,18 +1453,10 @@ def _wgmma_intrinsic(n, ptx_type, mn=False):
         acc[i + 4j + 2] = D[16w + g + 8, 8j + 2t]    acc[i + 4j + 3] = D[16w + g + 8, 8j + 2t + 1]
 
     Asynchronous: issue between ``wgmma_fence()`` and ``wgmma_commit_group()``, and
-    read ``acc`` only after ``wgmma_wait_group``.{_MN_AB if mn else ""}"""
+    read ``acc`` only after ``wgmma_wait_group``."""
     impl.__name__ = name
     return impl
 
-
-_MN_AB = """
-
-    Both operands MN-major (imm-trans-a = imm-trans-b = 1): A's K index runs along its
-    tile's rows and its M = 64 rows are contiguous, B's likewise with its N columns
-    (128-byte swizzle: a K row is 128 bytes, 64 elements; LBO steps 64 elements, SBO 8
-    K rows).  The Hopper backward's dQ += dS·K: dSᵀ as the consumers hold it (keys are
-    rows, queries contiguous) and K as it lies in HBM."""
 
 _MN_B = """MN-major (imm-trans-b = 1): B's K index runs along the tile's
     rows and its N columns are contiguous, V as it lies in memory.  With the 128-byte
@@ -1596,7 +1507,6 @@ for _n in WGMMA_N:
         globals()[f"wgmma_m64n{_n}k16_{_t}_acc"] = _wgmma_intrinsic(_n, _t)
         globals()[f"wgmma_m64n{_n}k16_{_t}_rs_acc"] = _wgmma_rs_intrinsic(_n, _t)
         globals()[f"wgmma_m64n{_n}k16_{_t}_rs_bmn_acc"] = _wgmma_rs_intrinsic(_n, _t, True)
-        globals()[f"wgmma_m64n{_n}k16_{_t}_amn_bmn_acc"] = _wgmma_intrinsic(_n, _t, True)
 del _n, _t
 
 #: The Hopper intrinsics (their simulator twins: see the section's comment).
@@ -1605,11 +1515,9 @@ HOPPER = ("cluster_arrive_release", "cluster_wait_acquire", "cluster_ctarank", "
           "wgmma_commit_group", "wgmma_wait_group", "setmaxnreg_inc", "setmaxnreg_dec", "mbarrier_init",
           "mbarrier_arrive_expect_tx", "mbarrier_arrive", "mbarrier_try_wait_parity", "named_barrier_sync",
           "named_barrier_arrive", "cp_async_bulk_g2s",
-          "cp_async_bulk_tensor_2d_g2s", "cp_async_bulk_tensor_3d_g2s", "cp_async_bulk_tensor_4d_g2s",
-          "cp_async_bulk_s2g", "cp_reduce_async_bulk_add_f32", "cp_async_bulk_commit_group",
-          "cp_async_bulk_wait_group", "ld_acquire_gpu_s32") + tuple(
+          "cp_async_bulk_tensor_2d_g2s", "cp_async_bulk_tensor_3d_g2s", "cp_async_bulk_tensor_4d_g2s") + tuple(
     f"wgmma_m64n{n}k16_{t}_{how}acc" for n in WGMMA_N for t in ("f16", "bf16")
-    for how in ("", "rs_", "rs_bmn_", "amn_bmn_"))  # fmt: skip
+    for how in ("", "rs_", "rs_bmn_"))  # fmt: skip
 
 
 # ---------------------------------------------------------------------------

@@ -18,8 +18,7 @@ their tiles:
   tile's rows.
 * Visited tiles are clipped by causal and the window as ``block_info.key_tiles`` /
   ``query_tiles`` clip them (the reference's ranges).
-* Rows past the ends are zero-filled, not read. Outputs are written once; so is the
-  Hopper backward's float32 dQ (``dqacc``: the key tiles' reductions meet in L2).
+* Rows past the ends are zero-filled, not read. Outputs are written once.
 * A row is d elements of the dtype the kernels work in; lse and delta rows are 4 bytes.
 * Which roles a kernel reads and writes comes from its arguments
   (``KernelLaunch.args``), or from its own ``io`` where it writes only some of them.
@@ -85,8 +84,6 @@ def kernel_io(launch) -> tuple:
 def _row_bytes(role: str, d: int, item: int) -> int:
     if role == "stats":  # lse and delta
         return 8
-    if role == "dqacc":  # the Hopper backward's ordered dQ: float32 sums
-        return 4 * d
     return 4 if role in ("lse", "delta") else d * item
 
 
@@ -155,9 +152,7 @@ def flash(pass_: str, dtype: str, batch: int, heads: int, seqlen_q: int, seqlen_
         grid_heads = h_kv if keys_are_rows else heads
         for role, rw in io:
             row = _row_bytes(role, d, item)
-            if role == "dqacc":  # dQ's sums: added to in L2 by every key tile, written back once
-                n = batch * heads * seqlen_q * row
-            elif role in own:
+            if role in own:
                 n = batch * grid_heads * n_rows * row
             else:
                 n = batch * heads * steps * row

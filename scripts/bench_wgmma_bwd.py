@@ -2,7 +2,7 @@
 backward (``NUMBA_FLASH_WGMMA=0``) and torch SDPA's flash (FlashAttention-2) and cuDNN
 backends, same process, fp16 and bf16, the issue's shapes, causal off and on.
 
-    python3 scripts/bench_wgmma_bwd.py out.jsonl [--quick] [--mma] [--dq-ab] [--pipe-ab]
+    python3 scripts/bench_wgmma_bwd.py out.jsonl [--quick] [--mma] [--pipe-ab]
 
 Each row: medians of CUDA-event timings after warm-up, 10
 back-to-back calls between the events ("queued", as torch.utils.benchmark times
@@ -10,9 +10,8 @@ FlashAttention-2), of the backward alone (``flash_attention_backward``; SDPA: au
 of a saved forward); the time of each of our three kernels launched alone
 (``kernel_ms``); and the wgmma backward with other ring tiles
 (``NUMBA_FLASH_WGMMA_BWD_RING``, fp16 non-causal at N = 4096).  FLOPs 2.5 · 4·B·H·N²·d
-(×0.5 causal).  ``--quick``: fp16 only; ``--mma``: the mma.sync backward too; ``--dq-ab``:
-the dQ kernel (the default) against dQ summed in dK/dV (``NUMBA_FLASH_WGMMA_DQ=ordered``),
-timed in turn (``ordered_ms`` / ``pass_ms``: the medians of three); ``--pipe-ab``: the step
+(×0.5 causal).  ``--quick``: fp16 only; ``--mma``: the mma.sync backward too (session 24's
+``--dq-ab``, dQ summed in dK/dV, went with that kernel in session 38); ``--pipe-ab``: the step
 pipelined or not (``NUMBA_FLASH_WGMMA_BWD_PIPE`` 0, 1, 3: ``wgmma_backward.pipelined``) timed
 in turn (``pipe{x}_ms``, medians of three; ``pipe{x}_kernel_ms``: each kernel alone), and
 whether the pipelined gradients equal the unpipelined ones bit for bit.  The
@@ -47,13 +46,12 @@ PIPES = tuple(os.environ.get("PIPE_AB", "0,1,3").split(","))
 SMALL = {128: "32,64", 64: "64,128"}
 
 
-def ours(args, causal, wgmma, ring="", dq="", pipe=""):
+def ours(args, causal, wgmma, ring="", pipe=""):
     os.environ["NUMBA_FLASH_WGMMA"] = "1" if wgmma else "0"
     os.environ["NUMBA_FLASH_WGMMA_BWD_PIPE"] = pipe
     if not pipe:
         del os.environ["NUMBA_FLASH_WGMMA_BWD_PIPE"]
     os.environ["NUMBA_FLASH_WGMMA_BWD_RING"] = ring
-    os.environ["NUMBA_FLASH_WGMMA_DQ"] = dq
     fn = lambda: numba_flash.flash_attention_backward(*args, causal=causal)  # noqa: E731
     grads = fn()
     return queued(fn), grads
@@ -80,8 +78,6 @@ def kernel_ms(args, causal):
     bufs = got["buffers"]
 
     def alone(k):
-        if "dqsem" in bufs and any(a.role == "dqsem" for a in k.args):
-            bufs["dqsem"].fill(0)  # the ordered dQ's semaphores start each launch at 0 (a memset in the time)
         run(replace(got["plan"], launches=(k,)), bufs, got["layout"])
 
     return {k.name: queued(lambda k=k: alone(k)) for k in got["plan"].launches}
@@ -134,7 +130,7 @@ def pipe_ab(row, args, causal, fl):
     os.environ["NUMBA_FLASH_WGMMA_BWD_RING"] = ""
 
 
-def main(path, quick=False, mma=False, dq_ab=False, pipe=False):
+def main(path, quick=False, mma=False, pipe=False):
     rows = []
     dtypes = ("float16",) if quick else ("float16", "bfloat16")
     for dtype in dtypes:
@@ -152,15 +148,6 @@ def main(path, quick=False, mma=False, dq_ab=False, pipe=False):
                 row = dict(dtype=dtype, B=B, H=H, N=N, d=d, causal=causal, wgmma_ms=wg_ms, sdpa_flash_ms=fa2,
                            sdpa_cudnn_ms=cudnn, tflops=fl / wg_ms / 1e9, vs_fa2=fa2 / wg_ms, vs_cudnn=cudnn / wg_ms,
                            kernel_ms=kernel_ms(args, causal))  # fmt: skip
-                if dq_ab:  # in turn: the dQ kernel against dQ summed in dK/dV
-                    times = {"ordered": [], "pass": [wg_ms]}
-                    for how in ("ordered", "pass", "ordered", "pass", "ordered"):
-                        times[how].append(ours(args, causal, True, dq=how)[0])
-                    row.update(ordered_ms=float(np.median(times["ordered"])), pass_ms=float(np.median(times["pass"])),
-                               ordered_tflops=fl / float(np.median(times["ordered"])) / 1e9,
-                               pass_tflops=fl / float(np.median(times["pass"])) / 1e9)  # fmt: skip
-                    row["ordered_vs_pass"] = row["pass_ms"] / row["ordered_ms"]
-                    row["ordered_vs_cudnn"] = cudnn / row["ordered_ms"]
                 if pipe:
                     pipe_ab(row, args, causal, fl)
                 if mma:
@@ -201,18 +188,10 @@ def main(path, quick=False, mma=False, dq_ab=False, pipe=False):
                   f" {best:>5} {r[f'pipe{PIPES[0]}_ms'] / r[f'pipe{best}_ms']:6.3f} "
                   f"{r['tflops'] * r['wgmma_ms'] / r[f'pipe{best}_ms']:6.1f} {r['sdpa_cudnn_ms'] / r[f'pipe{best}_ms']:8.3f} "
                   f"{max(r[f'pipe{x}_maxdiff'] for x in PIPES):8.2g}")
-    if dq_ab:
-        print("\ndQ summed in dK/dV (ordered) against its own kernel (pass), timed in turn (medians)")
-        print(f"{'dtype':9} {'B,H,N,d':18} {'causal':6} {'ordered ms':>10} {'pass ms':>8} {'speedup':>7} "
-              f"{'TF/s':>6} {'vs FA2':>6} {'vs cuDNN':>8}")
-        for r in rows:
-            print(f"{r['dtype']:9} {str((r['B'], r['H'], r['N'], r['d'])):18} {str(r['causal']):6} "
-                  f"{r['ordered_ms']:10.3f} {r['pass_ms']:8.3f} {r['ordered_vs_pass']:7.3f} {r['ordered_tflops']:6.1f} "
-                  f"{r['sdpa_flash_ms'] / r['ordered_ms']:6.3f} {r['ordered_vs_cudnn']:8.3f}")
 
 
 if __name__ == "__main__":
-    main(sys.argv[1], "--quick" in sys.argv, "--mma" in sys.argv, "--dq-ab" in sys.argv, "--pipe-ab" in sys.argv)
+    main(sys.argv[1], "--quick" in sys.argv, "--mma" in sys.argv, "--pipe-ab" in sys.argv)
     from numba_flash._numba_cuda import ASSEMBLED
 
     for how in sorted(set(ASSEMBLED.values())):  # whole_program_dispatcher: what assembled the wgmma kernels

@@ -49,20 +49,30 @@ def dump(folder):
             print(name, flush=True)
 
 
-def normalised(path):
+def normalised(path, anonymous=False):
     """The PTX's lines without numba's environment globals (their mangled names carry
     function addresses and numbering), ``.loc`` / ``.file`` records (line numbers), with
-    addresses and numba's ``B<n>v<n>B`` ABI tags in names blanked."""
+    addresses, numba's ``B<n>v<n>B`` ABI tags and its shared arrays' numbering
+    (``_cudapy_smem_<n>``) in names blanked.  ``anonymous``: the registers' numbers blanked
+    too and their ``.reg`` declarations left out, so that one instruction gone (a dead read
+    of ``%dynamic_smem_size``) does not renumber every line after it: the instructions,
+    operands' kinds and immediates are compared, not the data flow."""
     out = []
     with open(path) as f:
         for line in f:
             if "NumbaEnv" in line or re.match(r"\s*\.(loc|file)\b", line):
                 continue
-            out.append(re.sub(r"B\d+v\d+B", "BvB", re.sub(r"0x7f[0-9a-f]+", "ADDR", line)))
+            if anonymous and re.match(r"\s*\.reg\b", line):
+                continue
+            line = re.sub(r"_cudapy_smem_\d+", "_cudapy_smem_N", line)
+            line = re.sub(r"B\d+v\d+B", "BvB", re.sub(r"0x7f[0-9a-f]+", "ADDR", line))
+            if anonymous:
+                line = re.sub(r"%(rd|rs|r|fd|f|p|hh|h)\d+\b", r"%\1", line)
+            out.append(line)
     return out
 
 
-def compare(a, b):
+def compare(a, b, anonymous=False):
     names = sorted(set(os.listdir(a)) | set(os.listdir(b)))
     bad = 0
     for name in names:
@@ -70,8 +80,9 @@ def compare(a, b):
             print(f"missing on one side: {name}")
             bad += 1
             continue
-        diff = [x for x in difflib.unified_diff(normalised(os.path.join(a, name)), normalised(os.path.join(b, name)),
-                                                 n=0) if x[:1] in "+-" and x[:3] not in ("+++", "---")]  # fmt: skip
+        diff = [x for x in difflib.unified_diff(normalised(os.path.join(a, name), anonymous),
+                                                 normalised(os.path.join(b, name), anonymous), n=0)
+                if x[:1] in "+-" and x[:3] not in ("+++", "---")]  # fmt: skip
         print(f"{len(diff):6d} {name}")
         bad += bool(diff)
     print(f"{len(names) - bad} of {len(names)} kernels the same")
@@ -81,7 +92,7 @@ def compare(a, b):
 if __name__ == "__main__":
     if sys.argv[1:2] == ["dump"] and len(sys.argv) == 3:
         dump(sys.argv[2])
-    elif sys.argv[1:2] == ["compare"] and len(sys.argv) == 4:
-        sys.exit(compare(sys.argv[2], sys.argv[3]))
+    elif sys.argv[1:2] == ["compare"] and len(sys.argv) in (4, 5) and sys.argv[4:] in ([], ["--anonymous"]):
+        sys.exit(compare(sys.argv[2], sys.argv[3], sys.argv[4:] == ["--anonymous"]))
     else:
         sys.exit(__doc__)

@@ -112,7 +112,7 @@ def assemble_masks(out):
         os.environ["NUMBA_FLASH_WGMMA_PERSISTENT"] = "3" if d == 128 else "0"  # as ``CASES``
         for pass_ in ("forward", "backward"):
             for r in inspect_kernels(pass_, "float16", d, causal, arch="sm_90a", variants=variants, seqlen_q=4096):
-                if r.name.startswith("wgmma") and r.name != "wgmma_bwd_dq_convert":
+                if r.name.startswith("wgmma"):
                     _ptxas(f"{out}/{r.name}_{label}", r.ptx)
 
 

@@ -138,8 +138,8 @@ def test_sectioned_hopper_forward(rng, monkeypatch):
 @pytest.mark.skipif(not SIMULATOR, reason="a simulator case; the GPU runs the sectioned Hopper tests at sizes")
 def test_sectioned_hopper_backward(rng, monkeypatch):
     """The Hopper backward's twins with sections (dQ: 2 query heads, dK/dV: 1 KV head; 4
-    each), two key tiles a head (the opt-in persistent and ordered-dQ dK/dV kernels keep
-    one section: ``wgmma_backward``'s ``SECTIONED``)."""
+    each), two key tiles a head (the persistent dK/dV kernel keeps one section:
+    ``wgmma_backward``'s ``SECTIONED``)."""
     monkeypatch.setenv("NUMBA_FLASH_WGMMA", "1")
     check_backward(rng, "bfloat16", 64, True, B=2, H=4, H_kv=2, Nq=140, Nk=150)
 

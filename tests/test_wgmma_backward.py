@@ -10,7 +10,6 @@ same checks at larger shapes, the variants, and determinism.
 
 from __future__ import annotations
 
-import os
 import re
 
 import ml_dtypes
@@ -26,15 +25,12 @@ from numba_flash.variant import Mods, Variant
 
 SM90A = (9, 0, "a")  # numba-cuda's target on an H100/H200 (``_numba_cuda.target_arch``)
 DTYPES = {"float16": np.float16, "bfloat16": ml_dtypes.bfloat16}
-KERNELS = ["tc_bwd_stats", "wgmma_bwd_dkdv", "wgmma_bwd_dq"]  # dQ its own pass (the default)
-KERNELS_ORDERED = ["tc_bwd_stats", "wgmma_bwd_dkdv", "wgmma_bwd_dq_convert"]  # dK/dV sums dQ (``ordered_dq``)
+KERNELS = ["tc_bwd_stats", "wgmma_bwd_dkdv", "wgmma_bwd_dq"]  # dQ its own pass (no atomics)
 #: past d = 128 (on d = 256's tiles) dV and dK are two kernels (``wgmma_backward.RINGS``: a thread cannot hold both)
 KERNELS_256 = ["tc_bwd_stats", "wgmma_bwd_dv", "wgmma_bwd_dk", "wgmma_bwd_dq"]
 
 
 def kernels(d):
-    if d <= 128 and os.environ.get("NUMBA_FLASH_WGMMA_DQ") in ("ordered", "light"):
-        return KERNELS_ORDERED
     return KERNELS_256 if d > 128 else KERNELS
 
 
@@ -98,25 +94,6 @@ def check_backward(rng, dtype, d, causal, B=1, H=2, H_kv=2, Nq=70, Nk=90, layout
 ])  # fmt: skip
 def test_wgmma_backward_matches_the_reference(rng, dtype, d, causal, H_kv, Nq, Nk):
     check_backward(rng, dtype, d, causal, H=2, H_kv=H_kv, Nq=Nq, Nk=Nk)
-
-
-@pytest.mark.usefixtures("wgmma_on", "poisoned_outputs")
-@pytest.mark.parametrize("order,case", [("ordered", "full"), ("ordered", "varlen"), ("light", "window")])
-def test_wgmma_backward_dq_orders(rng, monkeypatch, order, case):
-    """dQ summed in dK/dV (``NUMBA_FLASH_WGMMA_DQ=ordered``, opt-in): d = 128's column halves,
-    two key tiles adding to one query tile, GQA; varlen at d = 64 (query halves), causal (the walk from the
-    last query tile), the last sequence NaN (the fixed K and V rows past a sequence zeroed:
-    dS · K must not meet them); ``light``: causal's key tiles lightest first, each query tile's
-    sums from its last key tile down, with a window (both key tiles add to the first query
-    tile).  The simulator runs blocks in launch
-    order, so a block that waits for one started after it raises (``dq_writer``)."""
-    monkeypatch.setenv("NUMBA_FLASH_WGMMA_DQ", order)
-    if case == "full":
-        check_backward(rng, "float16", 128, False, H=2, H_kv=1, Nq=64, Nk=140)
-    elif case == "varlen":
-        check_varlen_backward(rng, "float16", 64, True, [5, 0, 70, 1, 33], [7, 4, 90, 1, 20])
-    else:
-        check_backward(rng, "bfloat16", 128, True, H=2, H_kv=1, Nq=70, Nk=200, window_size=(130, 40))
 
 
 @pytest.mark.usefixtures("wgmma_on", "poisoned_outputs")
@@ -188,10 +165,6 @@ def test_the_switch(monkeypatch):
     flex = P.Problem("backward", "float16", 64, False, seqlen_q=128, seqlen_k=128, arch=SM90A,
                      features=Variant(mods=Mods(None, None, None, block_sparse=True)))
     assert [k.name for k in P.plan(flex).launches] == kernels(64)
-    monkeypatch.setenv("NUMBA_FLASH_WGMMA_DQ", "ordered")  # dQ summed in dK/dV (opt-in), not under a block mask
-    p = P.Problem("backward", "bfloat16", 128, True, seqlen_q=128, seqlen_k=128, arch=SM90A)
-    assert [k.name for k in P.plan(p).launches] == KERNELS_ORDERED
-    assert [k.name for k in P.plan(flex).launches] == KERNELS
 
 
 def test_the_ring_override_reaches_the_api_plan(monkeypatch):
@@ -349,9 +322,8 @@ def test_wgmma_backward_varlen(rng):
     check_varlen_backward(rng, "float16", 64, True, [5, 0, 70, 1, 33], [7, 4, 90, 1, 20])
 
 
-@pytest.mark.parametrize("d,causal,dq,pipe", [(128, False, "", "0"), (64, True, "", "1"), (256, True, "", "3"),
-                                              (128, True, "ordered", "0"), (128, True, "", "3")])  # fmt: skip
-def test_wgmma_backward_compiles_for_sm_90a(d, causal, dq, pipe, monkeypatch):
+@pytest.mark.parametrize("d,causal,pipe", [(128, False, "0"), (64, True, "1"), (256, True, "3"), (128, True, "3")])
+def test_wgmma_backward_compiles_for_sm_90a(d, causal, pipe, monkeypatch):
     """``inspect --arch sm_90a`` of the plan: TMA copies (and the bulk copies of the
     stats rows in dK/dV), register reallocation, wgmma for S and dP (both operands from
     shared memory; no dP in d = 256's dV kernel) and for the gradients (A from
@@ -359,45 +331,31 @@ def test_wgmma_backward_compiles_for_sm_90a(d, causal, dq, pipe, monkeypatch):
     without spills; with the pipelined step (``pipe``) too, where it runs (dQ up to d = 128)."""
     from numba_flash.inspection import inspect_kernels
     from numba_flash.kernels.wgmma_backward import RINGS
-    from numba_flash.kernels.wgmma_backward import ROWS as ROWS_DQ  # dQ's k dimension: the block's keys
     from numba_flash.kernels.wgmma_backward import tiles as bwd_tiles
 
-    monkeypatch.setenv("NUMBA_FLASH_WGMMA_DQ", dq)
     monkeypatch.setenv("NUMBA_FLASH_WGMMA_BWD_PIPE", pipe)
     piped = {t.part: t.pipelined for t in bwd_tiles(d)}
     assert piped.get("dq") == (pipe != "0" and d <= 128) and not piped.get("dkdv")
     reports = inspect_kernels("backward", "float16", d, causal, arch="sm_90a", seqlen_q=4096)
     assert [r.name for r in reports] == kernels(d)
     for r in reports[1:]:
-        if r.name == "wgmma_bwd_dq_convert":  # dqacc's float32 sums to 16-bit dQ: plain loads and stores
-            assert "wgmma.mma_async" not in r.ptx and r.local_bytes_ptx == 0
-            continue
         part = r.name.removeprefix("wgmma_bwd_")
         ring = RINGS[d][part]  # the step of the walk
         products = 1 if part == "dv" else 2  # Sᵀ (and dPᵀ)
         grads = 2 if part == "dkdv" else 1
-        ordered = dq == "ordered" and part == "dkdv"  # dQ summed here: dQ = dS·K, 64 × 64 a consumer, both operands MN-major
         copies = 2 if piped[part] else 1  # pipelined: the walk's first step and the others issue their own S and dP,
         # and the others and the last step their gradients' products
         assert ".target sm_90a" in r.ptx
         # the function carries its launch's name (ncu, the sanitizers and ``traffic.measure`` find it by it)
         assert re.search(r"\.entry\s+\S*" + r.name + r"B", r.ptx), r.name
-        dq_products = re.findall(r"wgmma\.mma_async\.sync\.aligned\.m64n64k16\.f32\.f16\.f16 [^;]*1, 1, 1, 1;", r.ptx)
-        assert len(dq_products) == (ROWS_DQ // 16 if ordered else 0)
-        assert r.ptx.count(f"wgmma.mma_async.sync.aligned.m64n{ring}k16.f32.f16.f16 ") - (
-            len(dq_products) if ring == 64 else 0) == copies * products * d // 16
-        assert r.ptx.count(f"wgmma.mma_async.sync.aligned.m64n{d}k16.f32.f16.f16 ") - (
-            len(dq_products) if d == 64 else 0) == copies * grads * ring // 16
+        assert r.ptx.count(f"wgmma.mma_async.sync.aligned.m64n{ring}k16.f32.f16.f16 ") == copies * products * d // 16
+        assert r.ptx.count(f"wgmma.mma_async.sync.aligned.m64n{d}k16.f32.f16.f16 ") == copies * grads * ring // 16
         assert "cp.async.bulk.tensor.4d.shared::cluster.global.mbarrier::complete_tx::bytes" in r.ptx
         assert ("cp.async.bulk.shared::cluster.global.mbarrier" in r.ptx) == (part != "dq")  # the stats rows
-        # the ordered dQ's writer: a bulk reduction (or copy) of each step's tile, after its semaphore's turn
-        assert ("cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32" in r.ptx) == ordered
-        assert ("ld.acquire.gpu.global.s32" in r.ptx) == ordered
         assert "setmaxnreg.dec.sync.aligned.u32 24" in r.ptx and "setmaxnreg.inc.sync.aligned.u32 240" in r.ptx
         assert r.local_bytes_ptx == 0 and "ld.local" not in r.ptx and "st.local" not in r.ptx
         if r.registers is not None and not r.assembler.startswith("nvJitLink"):
-            # the ordered dK/dV kernel spills a few words: descriptors reloaded once a step, the writer's walk
-            assert r.spill_stores <= (96 if ordered else 0), f"{r.name}: {r.spill_stores} bytes of spills"
+            assert r.spill_stores == 0, f"{r.name}: {r.spill_stores} bytes of spills"
 
 
 @pytest.mark.parametrize("causal", [False, True])
@@ -463,20 +421,6 @@ def test_wgmma_backward_varlen_on_the_gpu(rng, dtype, d, causal):
     check_varlen_backward(rng, dtype, d, causal, lens_q, lens_k, H=8, H_kv=2)
     check_varlen_backward(rng, dtype, d, causal, lens_q, lens_k, H=8, H_kv=2, window_size=(200, 30), softcap=5.0,
                           alibi_slopes=_slopes(rng, 8))  # fmt: skip
-
-
-@pytest.mark.gpu
-@pytest.mark.usefixtures("wgmma_on", "poisoned_outputs")
-@pytest.mark.parametrize("order,dtype,d,causal", [("ordered", "float16", 128, False), ("ordered", "bfloat16", 64, True),
-                                                  ("light", "float16", 128, True)])  # fmt: skip
-def test_wgmma_backward_dq_orders_on_the_gpu(rng, monkeypatch, order, dtype, d, causal):
-    """dQ summed in dK/dV (opt-in) at sizes with many key tiles a query tile, GQA, against
-    the float64 reference, and bitwise the same over five runs (the semaphores' order)."""
-    monkeypatch.setenv("NUMBA_FLASH_WGMMA_DQ", order)
-    inputs, first = check_backward(rng, dtype, d, causal, B=2, H=4, H_kv=2, Nq=1000, Nk=1517)
-    for _ in range(5):
-        again, _ = run_backward(*inputs, causal, {})
-        assert all(np.array_equal(a.view(np.uint16), b.view(np.uint16)) for a, b in zip(first, again))
 
 
 @pytest.mark.gpu

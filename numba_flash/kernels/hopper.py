@@ -173,25 +173,6 @@ def ss_chain(wgmma, KSTEPS, A_ATOM, B_ATOM, COMMIT=True):
     return chain
 
 
-def mn_chain(wgmma, KSTEPS, A_ATOM, B_ATOM):
-    """A device function ``(acc, a_tile, b_tile)``: ``acc`` (64 × N) = A·B over ``KSTEPS``
-    k-slices of 16 rows, both operands MN-major tiles (their rows are the product's k
-    dimension; atoms ``A_ATOM``, ``B_ATOM`` bytes apart: the LBOs) read through
-    descriptors (``wgmma``: an ``m64nNk16_*_amn_bmn_acc``), the first overwriting
-    ``acc``, one commit group: the Hopper backward's dQ = dS·K, dSᵀ staged in shared memory
-    as the consumers hold it (keys are rows) and K as it lies in HBM."""
-
-    @device_function
-    def chain(acc, a_tile, b_tile):
-        for ks in range(KSTEPS):
-            a_desc = ptx.wgmma_desc(a_tile + ks * K_SLICE, A_ATOM, ROW_GROUP, ptx.SWIZZLE_128B)
-            b_desc = ptx.wgmma_desc(b_tile + ks * K_SLICE, B_ATOM, ROW_GROUP, ptx.SWIZZLE_128B)
-            wgmma(acc, 0, a_desc, b_desc, 1 if ks > 0 else 0)
-        ptx.wgmma_commit_group()
-
-    return chain
-
-
 def rs_chain(wgmma, PSTEPS, B_ATOM):
     """A device function ``(acc, a_frag, b_tile)``: ``acc`` (64 × d) += A·B, A's k-slice
     ps in ``a_frag[4ps : 4ps + 4]`` (``fragments.pack_a``), B's rows 16ps … of the tile

@@ -15,7 +15,7 @@ from typing import Any
 
 #: The buffers a kernel parameter can be (``scale`` is the float softmax scale).
 ROLES = ("q", "k", "v", "out", "lse", "dout", "delta", "dq", "dk", "dv", "scale", "params", "alibi", "cu_seqlens_q",
-         "cu_seqlens_k", "flex", "tmaps", "stats", "sched", "sched0", "dqacc", "dqsem")
+         "cu_seqlens_k", "flex", "tmaps", "stats", "sched", "sched0")
 #: ``tmaps``: the TMA tensor maps of q, k and v (and, in a backward, dout), a (3, 128)
 #: (or (4, 128)) uint8 device array that the launch makes from the arrays it binds
 #: (``numba_flash.tma.attention_maps``).
@@ -24,8 +24,6 @@ ROLES = ("q", "k", "v", "out", "lse", "dout", "delta", "dq", "dk", "dv", "scale"
 #: stand-in for a kernel that never reads it.
 #: ``stats``: the Hopper backward's (B, H, 2, rows) float32 workspace, lse (as the
 #: backward subtracts it) and delta of each query row, padded (``wgmma_backward.stats_shape``).
-#: ``dqacc``, ``dqsem``: its ordered dQ's float32 sums (B, H, rows, d) and int32 semaphores,
-#: zeroed each call (``wgmma_backward.dq_shapes``).
 #: How a 4-D buffer is viewed: as it is, 16-bit elements as uint16 (cp.async moves
 #: bytes; the dtype matters only to mma), pairs of 16-bit elements as uint32, or float32
 #: (split-KV's partial outputs of a 16-bit call: ``Variant.split``).

@@ -25,17 +25,9 @@ wgmma m64nN accumulator holds per thread an m16n8 accumulator's values for N/8 n
 
 dQ is its own pass (no atomics: every dQ element is written once, bitwise
 deterministic).  It costs recomputing S and dP there: 7 matrix products where an
-atomic dQ would make 5.  Opt-in (``ordered_dq``, ``NUMBA_FLASH_WGMMA_DQ=ordered``; session 24),
-the dK/dV kernel sums dQ itself in a deterministic order, then ``wgmma_bwd_dq_convert``:
-    dSᵀ → shared memory (bar.sync 1, 256)   dQ = dS·K   wgmma m64n64k16, both operands MN-major,
-                                            a consumer's 64 × 64 quarter into S's dead registers
-    dQ tile (float32) → shared memory       a writer warp (two, one a tile) waits for the query
-                                            tile's semaphore to count the key tiles started
-                                            before this one (``dq_rank``), adds the tile to
-                                            ``dqacc`` by a bulk reduction (the first copies),
-                                            waits for it and counts itself
-It measured 1.18–1.40× the dQ kernel's time on the H200 (the turns' waits, and an unpipelined
-step: docs/benchmarks/2026-12-04-s24), so the dQ kernel stays the default.
+atomic dQ would make 5.  Session 24's dK/dV kernel that summed dQ itself in a deterministic
+order (FlashAttention-3's: bulk reductions in L2, a semaphore a query tile) measured 1.18–1.40×
+the dQ kernel's time on the H200 and was removed in session 38 (docs/hopper.md).
 
 Grid and threads: dK/dV grid = (ceil(Nk / 128), H_kv, B) (``spec.key_grid``), dQ grid =
 (ceil(Nq / 128), H, B) (``spec.query_grid``); 384 threads a block:
@@ -63,8 +55,6 @@ parity is the fill's):
     land         varlen's such steps' copies landed (one at a time: the producer waits)
     empty[s]     256 consumer arrivals after the wait_group that retires their last
                  wgmma on the stage: the producer may overwrite it
-    dq_full[t]   (ordered dQ) 256 consumer arrivals: dQ tile t holds a step's dQ
-    dq_empty[t]  its writer's arrival once the tile's reduction landed
 No ``syncthreads`` after the roles split (one before it: the barriers are initialised).
 
 The pipelined step (``pipelined``, on by default: the dQ kernel up to d = 128, session 25): the
@@ -84,11 +74,10 @@ below): the gain is mostly the tensor cores' queue.  Not in dK/dV (``pipelined``
 Shared memory (one dynamic array, 1024-byte aligned: a swizzled tile's repeat; ``smem_layout``):
 the two fixed tiles (128·d·2 bytes each; one in d = 256's dV kernel), ``t.stages`` stages (two, or
 three in the pipelined dQ kernel) of the two
-ring tiles (ring·d·2 each), in dK/dV two stages of lse and delta (ring·8 bytes), with the
-ordered dQ two dSᵀ tiles (128 keys × ring queries, 2 bytes) and two float32 dQ tiles
-(ring × d), then the mbarriers: 128 KiB at d = 128 (dK/dV: 64 queries a step, dQ: 64 keys, 160
-KiB with its three stages; 225.1 KiB with the ordered dQ), 96 KiB at d = 64 (128 a step; dQ 128 KiB;
-226.1 KiB), 192 KiB at d = 256 (dK and dQ 32 rows a step, dV 64).
+ring tiles (ring·d·2 each), in dK/dV two stages of lse and delta (ring·8 bytes), then the
+mbarriers: 128 KiB at d = 128 (dK/dV: 64 queries a step, dQ: 64 keys, 160 KiB with its three
+stages), 96 KiB at d = 64 (128 a step; dQ 128 KiB), 192 KiB at d = 256 (dK and dQ 32 rows a
+step, dV 64).
 
 Persistent dK/dV (``persistent``, session 31; by default since session 33 at d ≤ 64 and ≤ 1024 query
 rows with no variant but causal, where the backward measured 1.05–1.12× (256–1024 rows); 0.93–1.02× on
@@ -117,11 +106,11 @@ from numba_flash._numba_cuda import SIMULATOR, cuda, device_function, float32, k
 from numba_flash.config import tc_array_layout
 from numba_flash.kernels import fragments, pipeline, score, spec
 from numba_flash.kernels.block_info import (block_at, grid_coords, group_size, key_tiles, linear_coords,
-                                            query_grid_dims, query_tiles, read_walk_list, section_of, this_block,
-                                            tile_at, tile_partial, walk_range)
-from numba_flash.kernels.hopper import (ATOM, SMEM_LIMIT, land_and_zero, load_rows, mn_chain,
-                                        past_rows, rs_chain, ss_chain, tile_dim, wait_phase)
-from numba_flash.variant import CAUSAL, HAS_RIGHT, HEAVIEST_FIRST, VARLEN, Variant
+                                            query_grid_dims, query_tiles, read_walk_list, section_of, tile_at,
+                                            tile_partial, walk_range)
+from numba_flash.kernels.hopper import (ATOM, SMEM_LIMIT, land_and_zero, load_rows, past_rows, rs_chain, ss_chain,
+                                        tile_dim, wait_phase)
+from numba_flash.variant import HEAVIEST_FIRST, VARLEN, Variant
 
 _ALIGN = None if SIMULATOR else 1024  # a module global, so numba sees a literal; the simulator aligns by itself
 
@@ -144,32 +133,20 @@ NAMES = {"dkdv": "wgmma_bwd_dkdv", "dv": "wgmma_bwd_dv", "dk": "wgmma_bwd_dk", "
 RINGS = {64: {"dkdv": 128, "dq": 128}, 128: {"dkdv": 64, "dq": 64}, 256: {"dv": 64, "dk": 32, "dq": 32}}
 #: The maps of ``tma.attention_maps`` (q, k, v, dout), by role in each kernel.
 Q_MAP, K_MAP, V_MAP, DO_MAP = 0, 1, 2, 3
-#: dQ summed in the dK/dV kernel (``ordered_dq``): two dS tiles and two dQ tiles (float32, a step's
-#: RING·d: 32 KiB at d = 64 and 128) in shared memory, and their four mbarriers (dq_full[2], dq_empty[2]).
-DQ_BUFS = 2
 #: The pipelined step by default (``pipelined``): backwards 0.98–1.05× as fast on the H200, median
 #: 1.014× (the dQ kernel 0.97–1.31×, median 1.04×), bitwise the same gradients
 #: (docs/benchmarks/2026-12-04-s25).
 PIPE_DEFAULT = "3"
-SEM_ROWS = 64  # query rows a dQ semaphore covers (a step is 64 or 128 rows: its first row // SEM_ROWS)
-#: Debugging (``NUMBA_FLASH_DQ_WATCHDOG=N``, read at import): a dQ writer that spun N times on its
-#: semaphore prints what it waits for and goes on (its dQ is then wrong); 0: it waits.
-WATCHDOG = int(os.environ.get("NUMBA_FLASH_DQ_WATCHDOG", "0"))
-#: Timing probes (``NUMBA_FLASH_DQ_PROBE``, read at import; the results are then wrong): "nowait", the writers
-#: never wait for their turn; "nowrite", they wait but issue no reduction; "" (default): neither.
-PROBE = os.environ.get("NUMBA_FLASH_DQ_PROBE", "")
-NO_WAIT, NO_WRITE = PROBE == "nowait", PROBE == "nowrite"
 
 
-def barrier_layout(stages: int, ordered: bool = False, persistent: bool = False) -> tuple:
-    """Byte offsets, from fixed_full (the first mbarrier), of ``(full[0], empty[0], land, dq_full[0],
-    dq_empty[0], the barriers' bytes)`` for a ring of ``stages`` stages (stage s: + 8·s; dq_full and
-    dq_empty only with the ordered dQ: ``DQ_BUFS`` each).  A persistent kernel (never with the
-    ordered dQ) has three more where dq_full[0] would be: the second fixed buffer's full barrier,
-    then both buffers' empty barriers (``FIX_FULL1``, ``FIX_EMPTY``: ``wgmma_bwd_kernel``)."""
+def barrier_layout(stages: int, persistent: bool = False) -> tuple:
+    """Byte offsets, from fixed_full (the first mbarrier), of ``(full[0], empty[0], land,
+    fix_full1, fix_empty[0], the barriers' bytes)`` for a ring of ``stages`` stages (stage s:
+    + 8·s).  Only a persistent kernel has the last three barriers: the second fixed buffer's
+    full barrier, then both buffers' empty barriers (``wgmma_bwd_kernel``'s ``FIX_FULL1``,
+    ``FIX_EMPTY``)."""
     full, empty, land, end = 8, 8 + 8 * stages, 8 + 16 * stages, 8 * (2 + 2 * stages)
-    extra = 16 * DQ_BUFS if ordered else (24 if persistent else 0)
-    return full, empty, land, end, end + 8 * DQ_BUFS, end + extra
+    return full, empty, land, end, end + 8, end + (24 if persistent else 0)
 
 
 @dataclass(frozen=True)
@@ -188,10 +165,6 @@ class WgmmaBwdTiles:
     data_dim: int = 0
     aligned: bool = True
     part: str = ""
-    #: dK/dV also sums dQ (``ordered_dq``): no dQ kernel, a convert launch after it.
-    ordered_dq: bool = False
-    #: … its key tiles lightest first under a right bound (``NUMBA_FLASH_WGMMA_DQ=light``; ``wgmma_bwd_kernel``'s LIGHT).
-    light_first: bool = False
     #: The ring's stages (the walked tiles' buffers in shared memory).
     stages: int = 2
     #: Each step's gradient products issued behind the next step's Sᵀ and dPᵀ, P computed apart from
@@ -214,9 +187,9 @@ class WgmmaBwdTiles:
     def l2_sections(self) -> bool:
         """Whether the kernel runs its heaviest-first grid in the call's L2 sections
         (``block_info.l2_section``): the one-block-a-tile kernels, where they were measured;
-        not the persistent and ordered-dQ dK/dV kernels, where the section math spilled 92 /
-        132 bytes (``traffic.dram`` asks this too)."""
-        return not (self.persistent or self.ordered_dq)
+        not the persistent dK/dV kernel, where the section math spilled 92 bytes
+        (``traffic.dram`` asks this too)."""
+        return not self.persistent
 
 
 def tiles(head_dim: int, short: bool = False) -> tuple[WgmmaBwdTiles, ...]:
@@ -278,8 +251,8 @@ PERSISTENT_MAX_DIM, PERSISTENT_MAX_ROWS = 64, 1024
 def persistent(t: WgmmaBwdTiles, short: bool = False) -> WgmmaBwdTiles:
     """``t`` persistent or not (``NUMBA_FLASH_WGMMA_BWD_PERSISTENT``: unset or ``auto`` where
     ``short``, ``0`` off, ``on`` a block an SM, a number n at most n blocks: the tests' small
-    shapes, so that a block runs several): the dK/dV kernel at d ≤ 128 (``part`` "dkdv"), not
-    with the ordered dQ.  A block then runs the virtual grid's blocks blockIdx.x, + gridDim.x,
+    shapes, so that a block runs several): the dK/dV kernel at d ≤ 128 (``part`` "dkdv").
+    A block then runs the virtual grid's blocks blockIdx.x, + gridDim.x,
     … (the order a full grid's would start in), with two buffers of K and V: the producer
     loads the next block's while the consumers walk this one, and its ring runs on, so a
     block's fixed costs (K and V's load, the ring's fill) hide under the previous block's walk
@@ -293,7 +266,7 @@ def persistent(t: WgmmaBwdTiles, short: bool = False) -> WgmmaBwdTiles:
     mode = os.environ.get("NUMBA_FLASH_WGMMA_BWD_PERSISTENT", "auto")
     if mode not in ("on", "auto") and not mode.isdigit():
         raise ValueError(f"NUMBA_FLASH_WGMMA_BWD_PERSISTENT={mode!r}: expected auto, 0, on or a number of blocks")
-    if mode == "0" or (mode == "auto" and not short) or t.part != "dkdv" or t.ordered_dq:
+    if mode == "0" or (mode == "auto" and not short) or t.part != "dkdv":
         return t
     on = replace(t, persistent=True)
     return on if smem_bytes(on) <= SMEM_LIMIT else t
@@ -333,12 +306,11 @@ def wgmma_bwd_kernel(t: WgmmaBwdTiles, variant: Variant, dtype: str):
     tensor maps of q, k, v and dout (``tma.attention_maps``)."""
     HEAD_DIM, BLOCK_M, BLOCK_N, KEYS_ARE_ROWS = t.head_dim, t.block_m, t.block_n, t.keys_are_rows
     RING, STAGES = t.ring, t.stages
-    FULL, EMPTY, LAND, DQ_FULL, DQ_EMPTY, _ = barrier_layout(STAGES, t.ordered_dq, t.persistent)
     # persistent (``persistent``): two buffers of the fixed tiles, buffer u's full barrier at fixed_full
-    # + u·FIX_FULL1 and its empty one at fixed_full + FIX_EMPTY + 8u (where the ordered dQ's would be)
+    # + u·FIX_FULL1 and its empty one at fixed_full + FIX_EMPTY + 8u
+    FULL, EMPTY, LAND, FIX_FULL1, FIX_EMPTY, _ = barrier_layout(STAGES, t.persistent)
     PERSIST = t.persistent
     NFIX = 2 if PERSIST else 1
-    FIX_FULL1, FIX_EMPTY = DQ_FULL, DQ_FULL + 8
     F = variant.flags
     WANT_G1 = t.part != "dv"  # dK (or dQ): dP and dS wanted, the second fixed tile (V, or dO) loaded
     WANT_DV = t.part in ("dkdv", "dv")
@@ -356,49 +328,23 @@ def wgmma_bwd_kernel(t: WgmmaBwdTiles, variant: Variant, dtype: str):
     WG_ROWS = 64 * 128  # bytes of a consumer's 64 rows within a fixed atom
     STAT_BYTES = 4 * RING  # one stage's lse (or delta) rows (dK/dV)
     RING_TX = 2 * RING_BYTES + (2 * STAT_BYTES if KEYS_ARE_ROWS else 0)  # bytes landing on full[s]
-    STATS_AT, DS_AT, DQ_AT, BARS_AT, _ = smem_layout(t)  # byte offsets: the stats stages, dS and dQ tiles, barriers
-    # dQ summed here (``ordered_dq``): a step's dQ (RING × d) = dS (RING × 128 keys) · K, the consumers
-    # splitting its rows (d = 64: RING = 128) or its columns (d = 128: RING = 64), 64 × 64 each
-    ORDERED = t.ordered_dq
+    STATS_AT, BARS_AT, _ = smem_layout(t)  # byte offsets: the stats stages, the barriers
     # each step's gradient products behind the next step's Sᵀ and dPᵀ (``pipelined_step``; ``pipelined`` chose
     # the tiles whose registers allow it)
-    PIPE = t.pipelined and not ORDERED
+    PIPE = t.pipelined
     # the pipelined step's waits: its groups are Sᵀ, dPᵀ (not in dv), then the previous step's dV (dkdv,
     # dv) and dK or dQ (not in dv); Sᵀ has landed when at most the others are in flight
     N_GRADS = int(WANT_DV) + int(WANT_G1)
     WAIT_DP = N_GRADS
     WAIT_S = N_GRADS + int(WANT_G1)
     WAIT_S_FIRST = int(WANT_G1)  # the walk's first step: no products before it
-    RIGHT = F[CAUSAL] or F[HAS_RIGHT]
-    # the order of a query tile's dQ sums (``dq_rank``), which is the order its key tiles' blocks start in: under a
-    # right bound the walk from the last query tile, the key tiles heaviest (first) first, all of them reaching a
-    # query tile together; or (``light_first``) the key tiles lightest first, each reaching a query tile after the
-    # next one did (FlashAttention-3's deterministic order)
-    LIGHT = ORDERED and RIGHT and t.light_first
     SECTIONED = t.l2_sections
-    REVERSE = ORDERED and RIGHT and not LIGHT
-    DESC = (F[HEAVIEST_FIRST] and not RIGHT) or LIGHT  # key tiles start last-first: later tiles add first
-    Q_SPLIT = RING == 128
-    DS_ATOM = ROWS * 128  # a 64-query atom of a dS tile: the block's 128 keys, 128 bytes a row
-    DS_BYTES = (RING // ATOM) * DS_ATOM
-    DQ_BYTES = RING * HEAD_DIM * 4
-    # the debugging knobs as closure values: part of the on-disk cache's key (``_cache``), not module globals
-    WATCH, SKIP_WAIT, SKIP_WRITE = WATCHDOG, NO_WAIT, NO_WRITE
     # the maps of the fixed and the ring tiles
     FIX1, FIX2, RING1, RING2 = (K_MAP, V_MAP, Q_MAP, DO_MAP) if KEYS_ARE_ROWS else (Q_MAP, DO_MAP, K_MAP, V_MAP)
     kind = "f16" if dtype == "float16" else "bf16"
     BF16 = dtype == "bfloat16"
     issue_t = ss_chain(getattr(ptx, f"wgmma_m64n{RING}k16_{kind}_acc"), KSTEPS, FIX_ATOM, RING_ATOM, True)
     issue_grad = rs_chain(getattr(ptx, f"wgmma_m64n{HEAD_DIM}k16_{kind}_rs_bmn_acc"), PSTEPS, RING_ATOM)
-    issue_dq = mn_chain(getattr(ptx, f"wgmma_m64n64k16_{kind}_amn_bmn_acc"), ROWS // 16, DS_ATOM, FIX_ATOM)
-
-    @device_function
-    def step_at(it, p_lo, p_hi):
-        """The ring tile of walk position ``it`` in ``[p_lo, p_hi)``: from the last one when
-        ``REVERSE``."""
-        if REVERSE:
-            return p_hi - 1 - (it - p_lo)
-        return it
 
     @device_function
     def stats_word(s):
@@ -488,18 +434,17 @@ def wgmma_bwd_kernel(t: WgmmaBwdTiles, variant: Variant, dtype: str):
                               2, False, di, partial, F)  # fmt: skip
 
     @device_function
-    def pipelined_step(acc_s, acc_dp, acc_g1, acc_g2, p_frag, ds_frag, s_rows, row_stats, fix1, a1, a2, vr, it, p_lo,
-                       p_hi, pos, start, row0, si, di, mi):  # fmt: skip
+    def pipelined_step(acc_s, acc_dp, acc_g1, acc_g2, p_frag, ds_frag, s_rows, row_stats, fix1, a1, a2, vr, it, pos,
+                       start, row0, si, di, mi):  # fmt: skip
         """Walk position ``pos`` (the walk's step ``it``, not its first) pipelined (``PIPE``):
         issue its Sᵀ and dPᵀ, then the previous step's gradient products (their packed P and dS
         in the fragments) behind them; P once Sᵀ landed, while the rest run; dS once dPᵀ
         landed; then, the products done, release the previous step's stage and pack this
         step's P and dS.  Nothing is in flight when it returns (ptxas serializes every wgmma
         of a kernel where wgmma in flight cross a branch or a loop's back edge)."""
-        i = step_at(it, p_lo, p_hi)
         s, sp = pos % STAGES, (pos - 1) % STAGES
-        other = tile_at(i, vr, F) * RING
-        partial = tile_partial(i, vr, F)
+        other = tile_at(it, vr, F) * RING
+        partial = tile_partial(it, vr, F)
         issue_sdp(acc_s, acc_dp, a1, a2, fix1, pos)  # (its wgmma.fence also covers the packed fragments)
         b1, b2 = stage_tiles(fix1, sp)
         issue_grads(acc_g1, acc_g2, p_frag, ds_frag, b1, b2)
@@ -512,13 +457,12 @@ def wgmma_bwd_kernel(t: WgmmaBwdTiles, variant: Variant, dtype: str):
         pack_p_ds(p_frag, ds_frag, acc_s, acc_dp)
 
     @device_function
-    def first_step(acc_s, acc_dp, p_frag, ds_frag, s_rows, row_stats, fix1, a1, a2, vr, it, p_lo, p_hi, pos, start,
-                   row0, si, di, mi):  # fmt: skip
+    def first_step(acc_s, acc_dp, p_frag, ds_frag, s_rows, row_stats, fix1, a1, a2, vr, it, pos, start, row0, si, di,
+                   mi):  # fmt: skip
         """The walk's first step pipelined: :func:`pipelined_step` with no products before it."""
-        i = step_at(it, p_lo, p_hi)
         s = pos % STAGES
-        other = tile_at(i, vr, F) * RING
-        partial = tile_partial(i, vr, F)
+        other = tile_at(it, vr, F) * RING
+        partial = tile_partial(it, vr, F)
         issue_sdp(acc_s, acc_dp, a1, a2, fix1, pos)
         ptx.wgmma_wait_group(WAIT_S_FIRST)  # Sᵀ landed: dPᵀ may still run
         p_part(acc_s, s_rows, row_stats, other, s, start, row0, si, mi, partial)
@@ -536,11 +480,10 @@ def wgmma_bwd_kernel(t: WgmmaBwdTiles, variant: Variant, dtype: str):
         if PERSIST:  # one L2 section (``t.l2_sections``)
             x, y, z = linear_coords(item, gx, gy)
             tt, hh, sq = grid_coords(x, y, z, gx, gy, gz, 0, fx, KEYS_ARE_ROWS, F)
-        else:  # LIGHT: the grid's key tiles from the last (the lightest under a right bound)
-            z = cuda.gridDim.z - 1 - cuda.blockIdx.z if LIGHT else cuda.blockIdx.z
+        else:
             section = section_of(params, KEYS_ARE_ROWS, F) if SECTIONED else 0
-            tt, hh, sq = grid_coords(cuda.blockIdx.x, cuda.blockIdx.y, z, cuda.gridDim.x, cuda.gridDim.y,
-                                     cuda.gridDim.z, section, fx, KEYS_ARE_ROWS, F)  # fmt: skip
+            tt, hh, sq = grid_coords(cuda.blockIdx.x, cuda.blockIdx.y, cuda.blockIdx.z, cuda.gridDim.x,
+                                     cuda.gridDim.y, cuda.gridDim.z, section, fx, KEYS_ARE_ROWS, F)  # fmt: skip
         start, b, h0, hk, q0, k0, mi, seq = block_at(tt, hh, sq, q, k, params, cu_q, cu_k, fx, ROWS, F, KEYS_ARE_ROWS)
         if KEYS_ARE_ROWS:
             lo, hi = query_tiles(start, BLOCK_M, BLOCK_N, mi)
@@ -560,84 +503,9 @@ def wgmma_bwd_kernel(t: WgmmaBwdTiles, variant: Variant, dtype: str):
         return vr, p_lo, p_hi
 
     @device_function
-    def stage_ds(words, ds_frag, tile, key0, lane):
-        """This warp's dSᵀ rows ``key0 + g`` and ``+ 8`` (``ds_frag``: ``pack_a``'s A fragments,
-        k-slice ps = queries 16ps …) into the dS tile at byte ``tile`` of shared memory: keys
-        are rows (128 bytes), 64 queries an atom (``DS_ATOM``), the 128-byte swizzle; a word a
-        store (a warp's 32 words of one store lie in 32 banks)."""
-        g, tq = lane >> 2, lane & 3
-        for ps in range(PSTEPS):
-            for e in range(4):
-                kr = key0 + g + 8 * (e & 1)
-                qc = 16 * ps + 8 * (e >> 1)  # the first query of the word's 8-query chunk
-                at = tile + (qc // ATOM) * DS_ATOM + kr * 128 + (((qc % ATOM) // 8) ^ (kr % 8)) * 16 + 4 * tq
-                words[at // 4] = ds_frag[ps * 4 + e]
-
-    @device_function
-    def dq_writer(q, k, params, cu_q, cu_k, fx, dqacc, dqsem, dq_tiles, bars, qb, lead):
-        """Warp 1 + ``qb`` of the producer warpgroup, the writer of dQ tile ``qb``: for each
-        step of the walk that tile holds (every other one), once both consumers stored it
-        (``dq_full``), add it to ``dqacc`` (a bulk reduction, or a copy for the first key
-        tile) after the key tiles before this one in the query tile's order did (``dqsem``:
-        its count of them, ``dq_rank``), count this one, and free the tile (``dq_empty``).
-        Two writers, so that one tile's reduction and wait overlap the other's (measured no
-        faster than one: the turns' waits set the pace, docs/benchmarks/2026-12-04-s24)."""
-        # (the ordered dQ: never persistent)
-        start, b, h0, hk, q0, k0, mi, seq, lo, hi, group = block_walk(q, k, params, cu_q, cu_k, fx, 0, 1, 1, 1)
-        j = start // ROWS
-        s_row0 = stats_row0(cu_q, seq) if F[VARLEN] else 0
-        pos = 0
-        for hq in range(group):
-            h = h0 + hq
-            for it in range(lo, hi):
-                i = step_at(it, lo, hi)
-                if pos % DQ_BUFS != qb:  # the other writer's step
-                    pos += 1
-                    continue
-                wait_phase(bars + DQ_FULL + 8 * qb, (pos // DQ_BUFS) & 1)
-                if lead:
-                    rank = dq_rank(i, j, mi)
-                    row = s_row0 + i * RING
-                    sem = (b, h, row // SEM_ROWS)
-                    spins = 0
-                    seen = ptx.ld_acquire_gpu_s32(dqsem, sem)
-                    if SKIP_WAIT:
-                        seen = rank
-                    while seen != rank:
-                        spins += 1
-                        if SIMULATOR and spins > 20000:  # the simulator runs blocks one by one
-                            raise RuntimeError("dq_writer: waits for a key tile that runs after this one")
-                        if WATCH and spins > WATCH:  # a debugging run: say who waits for what, go on
-                            print("dq_writer stuck: b h j i rank seen", b, h, j, i, rank, seen)
-                            break
-                        seen = ptx.ld_acquire_gpu_s32(dqsem, sem)
-                    if SKIP_WRITE:
-                        pass
-                    elif rank == 0:
-                        ptx.cp_async_bulk_s2g(dqacc, (b, h, row, 0), dq_tiles + qb * DQ_BYTES, DQ_BYTES)
-                    else:
-                        ptx.cp_reduce_async_bulk_add_f32(dqacc, (b, h, row, 0), dq_tiles + qb * DQ_BYTES, DQ_BYTES)
-                    ptx.cp_async_bulk_commit_group()
-                    ptx.cp_async_bulk_wait_group(0)  # the sums are in dqacc (and the tile was read)
-                    ptx.fence_acq_rel_gpu()  # … before the count that lets the next key tile add
-                    cuda.atomic.add(dqsem, sem, 1)
-                    ptx.mbarrier_arrive(bars + DQ_EMPTY + 8 * qb)
-                pos += 1
-
-    @device_function
-    def dq_rank(i, j, mi):
-        """Key tile ``j``'s place among the key tiles that add to query tile ``i``'s dQ
-        (``key_tiles``: exactly those whose walk holds ``i``): the order their blocks start
-        in, so a block waits only for blocks started before it."""
-        n_lo, n_hi = key_tiles(i * RING, RING, BLOCK_N, mi)
-        if DESC:
-            return n_hi - 1 - j
-        return j - n_lo
-
-    @device_function
     def consume_block(q, k, stats, g1, g2, softmax_scale, params, alibi, cu_q, cu_k, fx, fix1, fixed_full, s_rows,
-                      words, acc_s, acc_dp, acc_g1, acc_g2, p_frag, ds_frag, row_stats, cw, warp, lane, item, gx, gy,
-                      gz, pos, done):  # fmt: skip
+                      acc_s, acc_dp, acc_g1, acc_g2, p_frag, ds_frag, row_stats, cw, warp, lane, item, gx, gy, gz,
+                      pos, done):  # fmt: skip
         """A consumer's part of one block (block ``item`` of the virtual grid when PERSIST): its walk
         from ring position ``pos`` and, PERSIST, its K and V in buffer ``done`` mod 2, then the
         epilogue; returns ``(pos, done)`` after it.  A function, so that the kernel calls it once
@@ -668,12 +536,12 @@ def wgmma_bwd_kernel(t: WgmmaBwdTiles, variant: Variant, dtype: str):
                     row_stats[r], row_stats[2 + r] = stats[b, h, 0, row], stats[b, h, 1, row]
             if PIPE:  # each step's gradient products issued behind the next step's Sᵀ and dPᵀ
                 if p_lo < p_hi:
-                    first_step(acc_s, acc_dp, p_frag, ds_frag, s_rows, row_stats, fix1, a1, a2, vr, p_lo, p_lo, p_hi,
-                               pos, start, row0, si, di, mi)  # fmt: skip
+                    first_step(acc_s, acc_dp, p_frag, ds_frag, s_rows, row_stats, fix1, a1, a2, vr, p_lo, pos, start,
+                               row0, si, di, mi)  # fmt: skip
                     for it in range(p_lo + 1, p_hi):
                         pos += 1
                         pipelined_step(acc_s, acc_dp, acc_g1, acc_g2, p_frag, ds_frag, s_rows, row_stats, fix1, a1, a2,
-                                       vr, it, p_lo, p_hi, pos, start, row0, si, di, mi)  # fmt: skip
+                                       vr, it, pos, start, row0, si, di, mi)  # fmt: skip
                     s = pos % STAGES  # the last step's products, alone
                     ptx.wgmma_fence()  # the fragments were written by ordinary instructions
                     b1, b2 = stage_tiles(fix1, s)
@@ -682,8 +550,7 @@ def wgmma_bwd_kernel(t: WgmmaBwdTiles, variant: Variant, dtype: str):
                     ptx.mbarrier_arrive(fixed_full + EMPTY + 8 * s)  # this thread is done with the stage
                     pos += 1
                 continue
-            for it in range(p_lo, p_hi):
-                i = step_at(it, p_lo, p_hi)
+            for i in range(p_lo, p_hi):
                 s = pos % STAGES
                 other = tile_at(i, vr, F) * RING
                 b1, b2 = stage_tiles(fix1, s)
@@ -702,27 +569,10 @@ def wgmma_bwd_kernel(t: WgmmaBwdTiles, variant: Variant, dtype: str):
                     fragments.p_and_ds(acc_s, acc_dp, NT_S, start, BLOCK_M, other, BLOCK_N, row0, other, si, mi,
                                        row_stats, 0, 2, False, di, tile_partial(i, vr, F), F)  # fmt: skip
                 pack_p_ds(p_frag, ds_frag, acc_s, acc_dp)
-                ds_tile = fix1 + DS_AT + (pos % DQ_BUFS) * DS_BYTES
-                if ORDERED:  # dSᵀ to shared memory, for dQ = dS·K over both consumers' keys
-                    stage_ds(words, ds_frag, ds_tile - fix1, 64 * cw + 16 * warp, lane)
-                    ptx.fence_proxy_async()  # these stores (generic proxy) before the wgmma reads them (async proxy)
-                    ptx.named_barrier_sync(1, 128 * CONSUMERS)  # both halves of dSᵀ are written
                 ptx.wgmma_fence()  # the fragments were written by ordinary instructions
                 issue_grads(acc_g1, acc_g2, p_frag, ds_frag, b1, b2)
-                if ORDERED:  # this consumer's 64 × 64 of dQ into acc_s (Sᵀ was packed: dead until the next step)
-                    issue_dq(acc_s, ds_tile + (cw * DS_ATOM if Q_SPLIT else 0), fix1 + (0 if Q_SPLIT else cw * FIX_ATOM))
                 ptx.wgmma_wait_group(0)
                 ptx.mbarrier_arrive(fixed_full + EMPTY + 8 * s)  # this thread is done with the stage
-                if ORDERED:
-                    qb = pos % DQ_BUFS
-                    if pos >= DQ_BUFS:  # the writer's bulk reduction has read this buffer's last fill
-                        wait_phase(fixed_full + DQ_EMPTY + 8 * qb, ((pos // DQ_BUFS) - 1) & 1)
-                    at = fix1 + DQ_AT + qb * DQ_BYTES + (cw * 4 + warp) * 8 * 512 + lane * 16
-                    for nt in range(8):  # the fragment order (``dq_convert`` reads it back)
-                        ptx.st_shared_v4_f32(at + nt * 512, acc_s[4 * nt], acc_s[4 * nt + 1], acc_s[4 * nt + 2],
-                                             acc_s[4 * nt + 3])  # fmt: skip
-                    ptx.fence_proxy_async()  # these stores before the bulk reduction reads them (async proxy)
-                    ptx.mbarrier_arrive(fixed_full + DQ_FULL + 8 * qb)
                 pos += 1
         if PERSIST:  # every wgmma reading this buffer's K and V has completed (wait_group(0))
             ptx.mbarrier_arrive(fixed_full + FIX_EMPTY + 8 * u)
@@ -745,13 +595,12 @@ def wgmma_bwd_kernel(t: WgmmaBwdTiles, variant: Variant, dtype: str):
 
         return pos, done + 1
 
-    def wgmma_bwd(q, k, v, dout, stats, g1, g2, softmax_scale, params, alibi, cu_q, cu_k, fx, dqacc, dqsem, tmaps):
+    def wgmma_bwd(q, k, v, dout, stats, g1, g2, softmax_scale, params, alibi, cu_q, cu_k, fx, tmaps):
         tid = cuda.threadIdx.x
         wg = tid // 128
 
         smem = cuda.shared.array(0, uint8, alignment=_ALIGN)
         s_rows = cuda.shared.array(0, float32, alignment=_ALIGN)  # the same memory: the stats stages as floats
-        words = cuda.shared.array(0, uint32, alignment=_ALIGN)  # … and as words (dS staged: ``stage_ds``)
         fix1 = ptx.smem_addr(smem, 0)  # the fixed tiles (persistent: buffer 0's), and the base of the rest
         fixed_full = fix1 + BARS_AT  # then full[s] at + FULL + 8s, empty[s] at + EMPTY + 8s
         if tid == 0:
@@ -760,10 +609,6 @@ def wgmma_bwd_kernel(t: WgmmaBwdTiles, variant: Variant, dtype: str):
             for s in range(STAGES):
                 ptx.mbarrier_init(fixed_full + FULL + 8 * s, 1)
                 ptx.mbarrier_init(fixed_full + EMPTY + 8 * s, 128 * CONSUMERS)
-            if ORDERED:
-                for s in range(DQ_BUFS):
-                    ptx.mbarrier_init(fixed_full + DQ_FULL + 8 * s, 128 * CONSUMERS)
-                    ptx.mbarrier_init(fixed_full + DQ_EMPTY + 8 * s, 1)
             if PERSIST:  # the second fixed buffer's full barrier, both buffers' empty ones
                 ptx.mbarrier_init(fixed_full + FIX_FULL1, 1)
                 for u in range(2):
@@ -804,26 +649,18 @@ def wgmma_bwd_kernel(t: WgmmaBwdTiles, variant: Variant, dtype: str):
                     # array's rows)
                     seqlen, ring0, total = (mi[0], q0, q.shape[1]) if KEYS_ARE_ROWS else (mi[1], k0, k.shape[1])
                     s_row0 = stats_row0(cu_q, seq) if F[VARLEN] else 0  # the sequence's first row of stats
-                    # with the ordered dQ the fixed K and V rows past a varlen sequence (the next one's) are
-                    # zeroed too: dS of a masked key is 0 only if its S and dP are finite, and dQ sums dS·K
-                    fix_first = past_rows(start, ROWS, mi[1], k0, k.shape[1], F) if ORDERED else ROWS
-                    fix_bar = fixed_full + u * FIX_FULL1 if fix_first == ROWS else fixed_full + LAND
+                    fix_bar = fixed_full + u * FIX_FULL1
                     if lead:
                         ptx.mbarrier_arrive_expect_tx(fix_bar, FIXED * FIX_BYTES)
                         load_rows(fk1, tmaps[FIX1], fix_row, fix_h, b, fix_bar, ATOMS, FIX_ATOM)
                         if WANT_G1:
                             load_rows(fk2, tmaps[FIX2], fix_row, fix_h, b, fix_bar, ATOMS, FIX_ATOM)
-                    if fix_first < ROWS:  # (the ordered dQ: never persistent, one block, zeroed is 0)
-                        land_and_zero((fk1 + 0, fk2), fix_first, fix_bar, 0, fixed_full, tid, ROWS, ATOMS,
-                                      FIX_ATOM)  # fmt: skip
-                        zeroed = 1
                     for hq in range(group):
                         h = h0 + hq
                         if KEYS_ARE_ROWS:
                             ring_h = h
                         vr, p_lo, p_hi = head_walk(fx, seq, h, start, lo, hi)
-                        for it in range(p_lo, p_hi):
-                            i = step_at(it, p_lo, p_hi)
+                        for i in range(p_lo, p_hi):
                             s = pos % STAGES
                             other = tile_at(i, vr, F) * RING  # the ring tile's first row
                             full = fixed_full + FULL + 8 * s
@@ -849,9 +686,6 @@ def wgmma_bwd_kernel(t: WgmmaBwdTiles, variant: Variant, dtype: str):
                                 zeroed += 1
                             pos += 1
                     done += 1
-            elif ORDERED and tid < 32 * (1 + DQ_BUFS):  # warps 1, 2: the dQ writers, of dQ tiles 0, 1
-                dq_writer(q, k, params, cu_q, cu_k, fx, dqacc, dqsem, fix1 + DQ_AT, fixed_full, tid // 32 - 1,
-                          tid % 32 == 0)  # fmt: skip
             return
 
         ptx.setmaxnreg_inc(CONSUMER_REGS)
@@ -871,12 +705,12 @@ def wgmma_bwd_kernel(t: WgmmaBwdTiles, variant: Variant, dtype: str):
         if PERSIST:
             for item in range(items_start, items_end, items_step):
                 pos, done = consume_block(q, k, stats, g1, g2, softmax_scale, params, alibi, cu_q, cu_k, fx, fix1,
-                                          fixed_full, s_rows, words, acc_s, acc_dp, acc_g1, acc_g2, p_frag, ds_frag,
+                                          fixed_full, s_rows, acc_s, acc_dp, acc_g1, acc_g2, p_frag, ds_frag,
                                           row_stats, cw, warp, lane, item, gx, gy, gz, pos, done)  # fmt: skip
         else:
             consume_block(q, k, stats, g1, g2, softmax_scale, params, alibi, cu_q, cu_k, fx, fix1, fixed_full, s_rows,
-                          words, acc_s, acc_dp, acc_g1, acc_g2, p_frag, ds_frag, row_stats, cw, warp, lane, 0, 1, 1, 1,
-                          pos, done)  # fmt: skip
+                          acc_s, acc_dp, acc_g1, acc_g2, p_frag, ds_frag, row_stats, cw, warp, lane, 0, 1, 1, 1, pos,
+                          done)  # fmt: skip
 
     # the kernel's name in the PTX, ncu and the sanitizers: its launch's (``traffic.measure`` picks kernels by it)
     wgmma_bwd.__name__ = NAMES[t.part]
@@ -885,27 +719,20 @@ def wgmma_bwd_kernel(t: WgmmaBwdTiles, variant: Variant, dtype: str):
 
 
 def smem_layout(t: WgmmaBwdTiles) -> tuple:
-    """Byte offsets in the dynamic shared memory ``(stats, dS, dQ, barriers, total)``: the
-    two fixed tiles (one in dv) and ``t.stages`` stages of the two ring tiles (2 bytes an
-    element) from 0, dK/dV's stages of lse and delta rows, with ``ordered_dq`` two dSᵀ tiles
-    (1024-byte aligned: swizzled; 128 keys × ring queries, 2 bytes) and two float32 dQ
-    tiles (ring × d), then the mbarriers."""
+    """Byte offsets in the dynamic shared memory ``(stats, barriers, total)``: the two fixed
+    tiles (one in dv; persistent: two buffers of them) and ``t.stages`` stages of the two ring
+    tiles (2 bytes an element) from 0, dK/dV's stages of lse and delta rows, then the
+    mbarriers."""
     fixed = (1 if t.part == "dv" else 2) * (2 if t.persistent else 1)  # persistent: two buffers of them
     stats_at = 2 * t.head_dim * (fixed * ROWS + 2 * t.stages * t.ring)
-    ds_at = stats_at + (2 * t.stages * 4 * t.ring if t.keys_are_rows else 0)
-    dq_at = bars_at = ds_at
-    if t.ordered_dq:
-        ds_at = -(-ds_at // 1024) * 1024
-        dq_at = ds_at + DQ_BUFS * 2 * ROWS * t.ring
-        bars_at = dq_at + DQ_BUFS * 4 * t.ring * t.head_dim
-    return stats_at, ds_at, dq_at, bars_at, bars_at + barrier_layout(t.stages, t.ordered_dq, t.persistent)[5]
+    bars_at = stats_at + (2 * t.stages * 4 * t.ring if t.keys_are_rows else 0)
+    return stats_at, bars_at, bars_at + barrier_layout(t.stages, t.persistent)[5]
 
 
 def smem_bytes(t: WgmmaBwdTiles) -> int:
-    """Dynamic shared bytes (``smem_layout``): 128 KiB at d = 128 (225.1 KiB with
-    ``ordered_dq``; the pipelined dQ kernel's three stages 160 KiB), 96 KiB at d = 64 (226.1 KiB;
-    dQ's three stages 128 KiB), 192 KiB at d = 256."""
-    return smem_layout(t)[4]
+    """Dynamic shared bytes (``smem_layout``): 128 KiB at d = 128 (the pipelined dQ kernel's
+    three stages 160 KiB), 96 KiB at d = 64 (dQ's three stages 128 KiB), 192 KiB at d = 256."""
+    return smem_layout(t)[2]
 
 
 #: What each kernel reads and writes (``KernelLaunch.io``), by part.
@@ -913,66 +740,6 @@ _IO = {"dkdv": (("q", "r"), ("k", "r"), ("v", "r"), ("dout", "r"), ("stats", "r"
        "dv": (("q", "r"), ("k", "r"), ("dout", "r"), ("stats", "r"), ("dv", "w")),
        "dk": (("q", "r"), ("k", "r"), ("v", "r"), ("dout", "r"), ("stats", "r"), ("dk", "w")),
        "dq": (("q", "r"), ("k", "r"), ("v", "r"), ("dout", "r"), ("stats", "r"), ("dq", "w"))}  # fmt: skip
-#: With ``ordered_dq`` the dK/dV kernel also sums dqacc (in L2; written back once), the convert reads it.
-_IO_ORDERED = _IO["dkdv"] + (("dqacc", "w"),)
-_IO_CONVERT = (("dqacc", "r"), ("dq", "w"))
-
-
-def ordered_dq(variant: Variant, head_dim: int) -> bool:
-    """Whether the dK/dV kernel sums dQ too (``wgmma_bwd_kernel``'s ``ORDERED``, FlashAttention-3's
-    dQ with its deterministic order) instead of a dQ kernel recomputing S and dP: 5 matrix
-    products, not 7.  Tiles of d = 64 and 128 (a step's dQ is 64 × 128 or 128 × 64, 32 KiB
-    of float32, and the dS and dQ tiles fit beside the ring), not a block mask's visit lists
-    (the key tiles adding to a query tile come from ``key_tiles``).
-    Opt-in: ``NUMBA_FLASH_WGMMA_DQ=ordered`` (or ``=light``: a right bound's key tiles
-    lightest first, ``WgmmaBwdTiles.light_first``); otherwise the dQ kernel, which measured
-    faster on the H200 (docs/benchmarks/2026-12-04-s24)."""
-    if os.environ.get("NUMBA_FLASH_WGMMA_DQ", "") not in ("ordered", "light"):  # the dQ kernel unless asked
-        return False
-    if variant.mods is not None and variant.mods.block_sparse:
-        return False
-    t = tiles(head_dim)[0] if tile_dim(head_dim, HEAD_DIMS) in (64, 128) else None
-    return t is not None and t.ring * t.head_dim == 8192
-
-
-@functools.lru_cache(maxsize=None)
-def dq_convert_kernel(t: WgmmaBwdTiles, variant: Variant, dtype: str):
-    """``kernel[grid, 256, stream, 0](q, k, dqacc, dq, softmax_scale, params, alibi, cu_seqlens_q,
-    cu_seqlens_k, fx)``: dQ = softmax_scale · dqacc as 16-bit pairs, a block a query tile
-    of ``t.ring`` rows (``spec.query_grid``), each thread the fragment the consumer thread
-    of its place stored (``wgmma_bwd_kernel``'s dQ tiles, in that order); a query tile no key
-    tile added to (``key_tiles`` empty: dqacc never written there) gets 0."""
-    HEAD_DIM, RING = t.head_dim, t.ring
-    F = variant.flags
-    Q_SPLIT = RING == 128
-    BF16 = dtype == "bfloat16"
-    DCOLS, _, _, HALVES = tc_array_layout(t)
-
-    def wgmma_bwd_dq_convert(q, k, dqacc, dq, softmax_scale, params, alibi, cu_q, cu_k, fx):
-        start, b, h, hk, q0, k0, mi, seq = this_block(q, k, params, cu_q, cu_k, fx, RING, F, False)
-        if start >= mi[0]:
-            return
-        n_lo, n_hi = key_tiles(start, RING, ROWS, mi)
-        row0 = (stats_row0(cu_q, seq) if F[VARLEN] else 0) + start
-        tid = cuda.threadIdx.x
-        cw, warp, lane = tid // 128, (tid // 32) % 4, tid % 32
-        acc = cuda.local.array(32, float32)
-        for nt in range(8):
-            x = (float32(0.0), float32(0.0), float32(0.0), float32(0.0))
-            if n_hi > n_lo:
-                f = ((cw * 4 + warp) * 8 + nt) * 128 + lane * 4  # the float's place in the step's dQ tile
-                x = ptx.ld_global_cg_v4_f32(dqacc, (b, h, row0 + f // HEAD_DIM, f % HEAD_DIM))
-            for e in range(4):
-                acc[4 * nt + e] = x[e]
-        scale = float32(softmax_scale)
-        for r in range(2):
-            row = (64 * cw if Q_SPLIT else 0) + 16 * warp + (lane >> 2) + 8 * r
-            if start + row < mi[0]:
-                fragments.store_row_pairs(dq, b, q0 + start + row, h, acc, 2 * r, 8, lane & 3, scale, BF16, DCOLS,
-                                          HALVES, 0 if Q_SPLIT else 8 * cw)  # fmt: skip
-
-    return kernel(launch_bounds=(256, 1))(wgmma_bwd_dq_convert)
-
 
 def launches(variant: Variant, dtype: str, sz: spec.Sizes, head_dim: int) -> list:
     """``tc_backward``'s preprocess writing ``stats`` (lse and delta, padded), the dK/dV
@@ -984,10 +751,6 @@ def launches(variant: Variant, dtype: str, sz: spec.Sizes, head_dim: int) -> lis
     short = (head_dim <= PERSISTENT_MAX_DIM and sz.seqlen_q <= PERSISTENT_MAX_ROWS
              and replace(variant, causal=False, nonpositive_scale=False) == Variant())  # fmt: skip
     ts = tiles(head_dim, short)
-    ordered = ordered_dq(variant, head_dim)
-    if ordered:  # dK/dV sums dQ too: no dQ kernel
-        ts = (replace(ts[0], ordered_dq=True, light_first=os.environ.get("NUMBA_FLASH_WGMMA_DQ", "") == "light",
-                      pipelined=False, stages=2, persistent=False),)  # its dQ products take acc_s: not pipelined
     out = []
     for t in ts:
         if t.keys_are_rows:
@@ -996,29 +759,11 @@ def launches(variant: Variant, dtype: str, sz: spec.Sizes, head_dim: int) -> lis
                 grid = (persistent_blocks(grid[0] * grid[1] * grid[2]), 1, 1)
         else:
             grid, outs = spec.query_grid(sz, ROWS, variant.heaviest_first), ("dq", "dq")
-        # dQ's sums and semaphores (``ordered_dq``), or stand-ins never read
-        dq_args = (spec.Arg("dqacc"), spec.Arg("dqsem")) if t.ordered_dq else (spec.Arg("stats"), spec.Arg("sched0"))
         args = (tuple(spec.Arg(r, "u16") for r in ("q", "k", "v", "dout")) + (spec.Arg("stats"),) +
-                tuple(spec.Arg(g, "u32") for g in outs) + (spec.Arg("scale"),) + spec.VARIANT_ARGS + dq_args +
+                tuple(spec.Arg(g, "u32") for g in outs) + (spec.Arg("scale"),) + spec.VARIANT_ARGS +
                 (spec.Arg("tmaps"),))  # fmt: skip
-        io = _IO_ORDERED if t.ordered_dq else _IO[t.part]
         kern = wgmma_bwd_kernel(t, variant, dtype)
         out.append(spec.KernelLaunch(NAMES[t.part], kern, t, grid, THREADS, smem_bytes(t), args,
-                                     (t.block_m, t.block_n, t.keys_are_rows), io))  # fmt: skip
-    if ordered:
-        t = ts[0]
-        args = (spec.Arg("q", "u16"), spec.Arg("k", "u16"), spec.Arg("dqacc"), spec.Arg("dq", "u32"),
-                spec.Arg("scale")) + spec.VARIANT_ARGS  # fmt: skip
-        out.append(spec.KernelLaunch("wgmma_bwd_dq_convert", dq_convert_kernel(t, variant, dtype), t,
-                                     spec.query_grid(sz, t.ring, variant.heaviest_first), 256, 0, args, (),
-                                     _IO_CONVERT))  # fmt: skip
+                                     (t.block_m, t.block_n, t.keys_are_rows), _IO[t.part]))  # fmt: skip
     return [tc_backward.stats_launch(ts[0], dtype, sz, variant.varlen)] + out
 
-
-def dq_shapes(stats: tuple, head_dim: int) -> dict:
-    """The ordered dQ's workspace by role, from ``stats_shape``'s (batch, heads, 2, rows)
-    and the tiles' head dim: ``dqacc`` (batch, heads, rows, head_dim) float32, a step's
-    tile at its stats row (``dq_writer``), and ``dqsem`` (batch, heads, rows // SEM_ROWS
-    + 1) int32, to be zeroed each call."""
-    batch, heads, _, rows = stats
-    return {"dqacc": (batch, heads, rows, head_dim), "dqsem": (batch, heads, rows // SEM_ROWS + 1)}
