@@ -73,11 +73,10 @@ below): the gain is mostly the tensor cores' queue.  Not in dK/dV (``pipelined``
 
 Shared memory (one dynamic array, 1024-byte aligned: a swizzled tile's repeat; ``smem_layout``):
 the two fixed tiles (128·d·2 bytes each; one in d = 256's dV kernel), ``t.stages`` stages (two, or
-three in the pipelined dQ kernel) of the two
-ring tiles (ring·d·2 each), in dK/dV two stages of lse and delta (ring·8 bytes), then the
-mbarriers: 128 KiB at d = 128 (dK/dV: 64 queries a step, dQ: 64 keys, 160 KiB with its three
-stages), 96 KiB at d = 64 (128 a step; dQ 128 KiB), 192 KiB at d = 256 (dK and dQ 32 rows a
-step, dV 64).
+three in the pipelined dQ kernel) of the two ring tiles (ring·d·2 each), in dK/dV two stages of
+lse and delta (ring·8 bytes), then the mbarriers: 128 KiB at d = 128 (dK/dV: 64 queries a step,
+dQ: 64 keys, 160 KiB with its three stages), 96 KiB at d = 64 (128 a step; dQ 128 KiB), 192 KiB
+at d = 256 (dK and dQ 32 rows a step, dV 64).
 
 Persistent dK/dV (``persistent``, session 31; by default since session 33 at d ≤ 64 and ≤ 1024 query
 rows with no variant but causal, where the backward measured 1.05–1.12× (256–1024 rows); 0.93–1.02× on
@@ -251,9 +250,9 @@ PERSISTENT_MAX_DIM, PERSISTENT_MAX_ROWS = 64, 1024
 def persistent(t: WgmmaBwdTiles, short: bool = False) -> WgmmaBwdTiles:
     """``t`` persistent or not (``NUMBA_FLASH_WGMMA_BWD_PERSISTENT``: unset or ``auto`` where
     ``short``, ``0`` off, ``on`` a block an SM, a number n at most n blocks: the tests' small
-    shapes, so that a block runs several): the dK/dV kernel at d ≤ 128 (``part`` "dkdv").
-    A block then runs the virtual grid's blocks blockIdx.x, + gridDim.x,
-    … (the order a full grid's would start in), with two buffers of K and V: the producer
+    shapes, so that a block runs several): the dK/dV kernel at d ≤ 128 (``part`` "dkdv").  A
+    block then runs the virtual grid's blocks blockIdx.x, + gridDim.x, … (the order a full
+    grid's would start in), with two buffers of K and V: the producer
     loads the next block's while the consumers walk this one, and its ring runs on, so a
     block's fixed costs (K and V's load, the ring's fill) hide under the previous block's walk
     and epilogue, and blocks past a varlen sequence cost nothing.  Shared memory: 192 KiB at
