@@ -21,7 +21,8 @@ tests=tests/test_wgmma_backward.py
 [ "$call" = 2 ] && tests=tests/test_variants.py
 variants "new$call"
 side "new$call" $(( call == 1 ? 240 : 150 )) f scripts/bench_fa2.py --queued  # (call 1: cold cache, compiles)
-timeout $(( total - SECONDS - 10 )) python3 -m pytest -m gpu -q -n 12 -p no:cacheprovider "$tests" > "$out/q_$call.txt" 2>&1
+timeout $(( total - SECONDS - 10 )) python3 -m pytest -m gpu -q -n 12 -p no:cacheprovider "$tests" \
+  > "$out/q_$call.txt" 2>&1
 echo "pytest $tests rc=$? at ${SECONDS}s" >> "$out/q_$call.txt"
 tail -n 8 "$out"/c_new*.txt
 tail -n 14 "$out"/f_new*.txt
