@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# Session 38: issue #11's rows through bench_variants.py (--queued --dropout-only: plain, softcap, ALiBi,
-# dropout in turn; ALiBi 1.05-1.11x in sessions 33-35) and bench_fa2.py (--queued: FlashAttention-2's
-# kernels between ours; ALiBi 1.17-1.18x in session 37) in one call, to reconcile the ALiBi row; then GPU
+# Session 38: issue #11's rows through bench_fa2.py (--queued: FlashAttention-2's kernels between ours;
+# ALiBi 1.17-1.18x in session 37) and bench_variants.py (--queued --dropout-only: plain, softcap, ALiBi,
+# dropout in turn; ALiBi 1.05-1.11x in sessions 33-35) in one call, to reconcile the ALiBi row; then GPU
 # tests in what is left of the call.
 #   bash device_s38a.sh OUT SECONDS 1   call 1: then tests/test_wgmma_backward.py, on the tree without the
 #                                       ordered dQ (session 38's removal; its PTX the same up to a dead
@@ -19,8 +19,8 @@ export NUMBA_CACHE_DIR=/tmp/nbcache
 . scripts/device_ab.sh
 tests=tests/test_wgmma_backward.py
 [ "$call" = 2 ] && tests=tests/test_variants.py
-variants "new$call"
 side "new$call" $(( call == 1 ? 240 : 150 )) f scripts/bench_fa2.py --queued  # (call 1: cold cache, compiles)
+variants "new$call"
 timeout $(( total - SECONDS - 10 )) python3 -m pytest -m gpu -q -n 12 -p no:cacheprovider "$tests" \
   > "$out/q_$call.txt" 2>&1
 echo "pytest $tests rc=$? at ${SECONDS}s" >> "$out/q_$call.txt"
