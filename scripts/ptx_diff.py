@@ -5,11 +5,13 @@ records left out. No GPU needed (``numba.cuda.compile_ptx``, ``inspection.inspec
 
     PYTHONPATH=old_tree python3 scripts/ptx_diff.py dump /tmp/ptx/base
     PYTHONPATH=new_tree python3 scripts/ptx_diff.py dump /tmp/ptx/new
-    python3 scripts/ptx_diff.py compare /tmp/ptx/base /tmp/ptx/new
+    python3 scripts/ptx_diff.py compare /tmp/ptx/base /tmp/ptx/new [--anonymous]
 
 Session 37 removed seven opt-in switches from the Hopper kernels with this: all 25 kernels of
 the matrix (its first 16 configurations) compared equal (``compare`` prints each kernel's count
-of differing lines and exits 1 when one differs or is missing).
+of differing lines and exits 1 when one differs or is missing).  Session 38's removal of the
+ordered dQ took ``--anonymous`` (register numbers blanked: :func:`normalised`), since a dead
+read gone from the backward renumbered every register after it.
 """
 
 import difflib
