@@ -11,9 +11,9 @@ ALiBi (slopes 2^-1 … 2^-16), forward and backward, five rounds, ALiBi's time o
 (the bar: ≤ 1.10).  ``short``: four short shapes' forward and backward (512 and 1024 rows),
 three rounds each, TFLOP/s (the persistent dK/dV kernel's A/B; no ratio).  ``shapes``: issue
 #13's (4, 16, 4096, 128), (4, 32, 4096, 64) and (16, 32, 1024, 64), full and causal, the
-same way (session 34's A/B of the descriptor adds, a switch since removed).  ``walks``: ``window``'s two and 16 varlen
-sequences (NumPy offsets, mean 1024) against the padded batch of the same tokens, three
-rounds, both ratios (session 34's A/B of two Q buffers and of the descriptor adds, switches
+same way (session 34's A/B of the descriptor adds, a switch since removed).  ``walks``:
+``window``'s two and 16 varlen sequences (NumPy offsets, mean 1024) against the padded batch
+of the same tokens, three rounds, both ratios (session 34's A/B of two Q buffers and of the descriptor adds, switches
 since removed).  ``batched``: (16, 16, 1024 / 1536, 128) and (8, 16, 2048, 128) causal, and
 (4, 16, 4096, 128) causal as a control, the same way as ``shapes`` (session 36's A/B of
 ``NUMBA_FLASH_L2_SECTIONS=unshared``, then opt-in, since the default; ``=shared`` is the old
