@@ -724,6 +724,11 @@ def ld_global_cg_v4_f32(src, index):
     return tuple(np.float32(x) for x in data[off:off + 16].copy().view(np.float32))
 
 
+def ld_global_nc_v4_b32(src, index):
+    data, off = _global_16(src, index, "ld_global_nc_v4_b32")
+    return tuple(np.uint32(x) for x in data[off:off + 16].copy().view(np.uint32))
+
+
 def fence_acq_rel_gpu():
     return None
 
@@ -763,8 +768,20 @@ def shfl_xor_sync(mask, value, lane_mask):
 
 
 def shfl_sync(mask, value, src_lane):
-    s = int(src_lane)
-    return _shuffle(f"shfl.idx {s}", value, lambda lane: s, mask)
+    """``shfl.sync.idx``: each lane names its own source lane (they may differ)."""
+
+    def compute(inputs):
+        out = []
+        for dep in inputs:
+            if dep is None:  # not in the mask
+                out.append(None)
+                continue
+            own, src = dep
+            ok = 0 <= src < 32 and inputs[src] is not None
+            out.append(inputs[src][0] if ok else own)
+        return out
+
+    return type(value)(_warp_exchange("shfl.idx", (value, int(src_lane)), compute, mask))
 
 
 def shfl_down_sync(mask, value, delta):

@@ -120,6 +120,7 @@ __all__ = [
     "st_global_v4_b32",
     "ld_global_cg_f32",
     "ld_global_cg_v4_f32",
+    "ld_global_nc_v4_b32",
     "fence_acq_rel_gpu",
 ]
 
@@ -161,11 +162,13 @@ def _casted(context, builder, sig, args, kinds):
 
 
 def _asm(builder, text, constraints, args, outs, side_effect=False, pure=False,
-         convergent=False):
+         convergent=False, readonly=False):
     """Emit one inline-asm call; return a list of its results (maybe empty).
 
     ``outs`` lists the LLVM types of the outputs.  ``pure`` marks the call
     ``readnone`` so LLVM may schedule, CSE or drop it like arithmetic;
+    ``readonly`` (a load of data no thread writes during the kernel) lets LLVM
+    move it past other loads and unrolled iterations, not past stores;
     ``convergent`` (warp-collective ``.sync.aligned`` instructions) forbids
     LLVM to make it control-dependent on more values (e.g. duplicate it into
     the arms of a branch), as clang does for CUDA inline asm.
@@ -178,7 +181,7 @@ def _asm(builder, text, constraints, args, outs, side_effect=False, pure=False,
         ret = ir.LiteralStructType(outs)
     fnty = ir.FunctionType(ret, [a.type for a in args])
     asm = ir.InlineAsm(fnty, text, constraints, side_effect=side_effect)
-    attrs = ("nounwind",) + (("readnone",) if pure else ()) + (
+    attrs = ("nounwind",) + (("readnone",) if pure else ()) + (("readonly",) if readonly else ()) + (
         ("convergent",) if convergent else ())
     res = builder.call(asm, args, attrs=attrs)
     if not outs:
@@ -1008,6 +1011,29 @@ def ld_global_cg_v4_f32(typingctx, src, index):
         return context.make_tuple(builder, sig.return_type, vals)
 
     return types.UniTuple(types.float32, 4)(src, index), codegen
+
+
+@intrinsic
+def ld_global_nc_v4_b32(typingctx, src, index):
+    """``ld_global_nc_v4_b32(src: array, index) -> (u32, u32, u32, u32)``
+
+    ``ld.global.nc.v4.b32``: the 16 bytes from ``src[index]`` on (within a row of a
+    contiguous last axis: eight 16-bit elements of a uint16 view, as four words, the
+    lower-indexed element in each word's low half) in one load through the read-only
+    data path, so only for data no thread writes during the kernel (the backward's
+    O and dO in its preprocess, ``tc_backward._warp_deltas_fn``).  The address must be
+    16-byte aligned (the simulator raises).  Read-only for LLVM (no memory clobber), so
+    an unrolled loop's loads may all be in flight at once.
+    """
+    _check_array_index("ld_global_nc_v4_b32", src, index)
+
+    def codegen(context, builder, sig, args):
+        g = _global_ptr(context, builder, sig, args, at=0)
+        vals = _asm(builder, "ld.global.nc.v4.b32 {$0, $1, $2, $3}, [$4];", "=r,=r,=r,=r,l", [g], [_I32] * 4,
+                    readonly=True)
+        return context.make_tuple(builder, sig.return_type, vals)
+
+    return types.UniTuple(types.uint32, 4)(src, index), codegen
 
 
 @intrinsic

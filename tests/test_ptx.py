@@ -663,6 +663,24 @@ def test_sim_syncthreads_clears_every_flag_before_any_thread_runs_on():
         sys.setswitchinterval(interval)
 
 
+@cuda.jit
+def _shfl_idx_kernel(x, out):
+    lane = cuda.threadIdx.x & 31
+    out[cuda.threadIdx.x] = cuda.shfl_sync(0xFFFFFFFF, x[cuda.threadIdx.x], (lane * 7 + 3) % 32)
+
+
+def test_shfl_idx_each_lane_its_own_source():
+    """``shfl_sync`` with a different source lane in every lane (``tc_backward``'s
+    preprocess hands each row's delta to its lane so): lane l of each warp gets lane
+    (7l + 3) mod 32's value.  The simulator's twin took the calling lane's source for
+    all and reported lanes with other sources as divergent."""
+    x = np.random.default_rng().standard_normal(64).astype(np.float32)
+    out = np.full(64, np.nan, np.float32)
+    _, got = _run(_shfl_idx_kernel, 1, 64, x, out)
+    lane = np.arange(64) % 32
+    np.testing.assert_array_equal(got, x[(lane * 7 + 3) % 32 + 32 * (np.arange(64) // 32)])
+
+
 # ---------------------------------------------------------------------------
 # vectorised shared-memory access
 # ---------------------------------------------------------------------------
@@ -739,6 +757,34 @@ def test_sim_global_v4_store_checks_alignment():
         _v4_global_misaligned_kernel[1, 1](np.zeros((2, 8), np.uint32))
     with pytest.raises(TypeError, match="4-byte elements"):
         _v4_global_misaligned_kernel[1, 1](np.zeros((2, 8), np.uint16))
+
+
+@cuda.jit
+def _v4_nc_load_kernel(src, out):
+    lane = cuda.threadIdx.x
+    w0, w1, w2, w3 = ptx.ld_global_nc_v4_b32(src, (lane // 4, 1, 8 * (lane % 4)))
+    out[lane, 0], out[lane, 1], out[lane, 2], out[lane, 3] = w0, w1, w2, w3
+
+
+def test_global_v4_nc_load_reads_sixteen_bytes():
+    """ld.global.nc.v4.b32 of a 3-d uint16 array (rows of 80 bytes; the middle index
+    picks the second of two) against NumPy: eight 16-bit elements as four words, each
+    word's lower-indexed element in its low half."""
+    rng = np.random.default_rng()
+    src = rng.integers(0, 1 << 16, size=(8, 2, 40), dtype=np.uint16)
+    out = cuda.to_device(np.full((32, 4), 0xDEADBEEF, np.uint32))
+    _v4_nc_load_kernel[1, 32](cuda.to_device(src), out)
+    cuda.synchronize()
+    got = out.copy_to_host()
+    for lane in range(32):
+        row = src[lane // 4, 1, 8 * (lane % 4):8 * (lane % 4) + 8].astype(np.uint32)
+        np.testing.assert_array_equal(got[lane], row[0::2] | (row[1::2] << 16))
+
+
+@pytest.mark.skipif(not SIMULATOR, reason="simulator error reporting")
+def test_sim_global_v4_nc_load_checks_alignment():
+    with pytest.raises(ValueError, match="not 16-byte aligned"):
+        _v4_nc_load_kernel[1, 32](np.zeros((8, 2, 33), np.uint16), np.zeros((32, 4), np.uint32))
 
 
 # ---------------------------------------------------------------------------

@@ -84,6 +84,11 @@ _SCRIPT = textwrap.dedent(
         a, b, c, d = ptx.ld_global_cg_v4_f32(x, 4 * i)
         y[i] = a + b + c + d + ptx.ld_global_cg_f32(x, i)
 
+    def nc_loads(x, y):
+        i = cuda.grid(1)
+        a, b, c, d = ptx.ld_global_nc_v4_b32(x, (i, 0))
+        y[i] = a ^ b ^ c ^ d
+
     def convert(x, u, y):
         i = cuda.grid(1)
         p = ptx.pack_f16x2(x[2 * i], x[2 * i + 1])
@@ -100,6 +105,7 @@ _SCRIPT = textwrap.dedent(
         "cp_async": (cp_async, "void(uint16[:, :], int32, uint16[:])"),
         "convert": (convert, "void(float32[:], uint32[:], float32[:])"),
         "global_loads": (global_loads, "void(float32[:], float32[:])"),
+        "nc_loads": (nc_loads, "void(uint16[:, :], uint32[:])"),
     }
     result = {}
     for name, (fn, sig) in kernels.items():
@@ -152,6 +158,7 @@ EXPECTED = {
         "cp.async.wait_all;",
     ],
     "global_loads": ["fence.acq_rel.gpu;", "ld.global.cg.v4.f32 {", "ld.global.cg.f32 "],
+    "nc_loads": ["ld.global.nc.v4.b32 {"],
     "convert": [
         "cvt.rn.f16x2.f32 ",
         "cvt.rn.bf16x2.f32 ",

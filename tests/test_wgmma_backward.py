@@ -18,6 +18,7 @@ import pytest
 from conftest import device, device_kw, grad_errors, host, kernels_launched
 
 import numba_flash
+from numba_flash import _arrays
 from numba_flash import api as A
 from numba_flash import plan as P
 from numba_flash import reference as R
@@ -196,6 +197,53 @@ def test_stats_are_padded_to_whole_tiles():
         ends = [s0 + -(-n // 128) * 128 for s0, n in zip(starts, lens)]
         assert all(s0 % 4 == 0 for s0 in starts) and rows % 4 == 0
         assert all(e <= s1 for e, s1 in zip(ends, starts[1:])) and ends[-1] <= rows, (lens, starts, rows)
+
+
+STATS_CASES = [("float16", 64, 64, ()), ("bfloat16", 60, 64, ()), ("float16", 5, 8, ()),
+               ("float16", 200, 200, (0, 37, 1))]  # fmt: skip
+
+
+@pytest.mark.parametrize("dtype,d,width,lens", STATS_CASES, ids=[f"{c[0]}-{c[1]}-{len(c[3])}" for c in STATS_CASES])
+def test_stats_rows_match_numpy(rng, dtype, d, width, lens):
+    """The preprocess (``tc_backward.tc_bwd_stats_kernel``) alone against NumPy: delta
+    = Σ dO∘O over a row's d columns (rows of ``width`` columns, 16-byte aligned: the
+    16-byte chunks, the columns past the last whole chunk, a row narrower than a chunk,
+    25 chunks on 32 lanes) and lse·log2 e, +inf where lse is −inf, for every row of
+    ``stats`` up to each sequence's 128-row end (+inf and 0 past its rows); ``lens``:
+    varlen's sequences (an empty one among them), else one batch of 40 rows."""
+    from numba_flash.kernels import tc_backward as T
+    from numba_flash.kernels import wgmma_backward as W
+    from numba_flash.kernels.softmax import LOG2E
+
+    dt, H = DTYPES[dtype], 2
+    n_rows = sum(lens) if lens else 40
+    o_buf, do_buf = (rng.standard_normal((1, n_rows, H, width)).astype(dt) for _ in range(2))
+    o, do = o_buf[..., :d], do_buf[..., :d]  # the kernel must not read the columns past d
+    o_buf[..., d:], do_buf[..., d:] = np.nan, np.nan
+    lse = rng.standard_normal((1, H, n_rows)).astype(np.float32)
+    lse[0, 1, 3] = -np.inf  # a row that saw no key
+    cu = np.concatenate([[0], np.cumsum(lens)]).astype(np.int32) if lens else np.zeros(1, np.int32)
+    shape = W.stats_shape(1, H, n_rows, len(lens)) if lens else W.stats_shape(1, H, n_rows)
+    stats = np.full(shape, np.nan, np.float32)
+    seqs = [(int(cu[s]), int(cu[s + 1] - cu[s]), int(W.stats_row0.py_func(cu, s))) for s in range(len(lens))] or [
+        (0, n_rows, 0)]  # fmt: skip
+    grid = (-(-max(n for _, n, _ in seqs) // 128), H, len(seqs))
+    views = [device(x.view(np.uint16))[..., :d] for x in (o_buf, do_buf)]  # strided, as the caller's
+    stats_dev = device(stats)
+    T.tc_bwd_stats_kernel(d, dtype, bool(lens))[grid, 128](*(_arrays.kernel_arg(x) for x in views + [device(lse),
+                                                                                               stats_dev, device(cu)]))
+    got = host(stats_dev)
+    prod = o.astype(np.float64) * do.astype(np.float64)
+    want_delta, scale = prod.sum(-1), np.abs(prod).sum(-1)  # (1, rows, H)
+    for q0, n, s0 in seqs:
+        end = s0 + -(-n // 128) * 128
+        for h in range(H):
+            l2, dl = got[0, h, 0, s0:end], got[0, h, 1, s0:end]
+            lse_h = lse[0, h, q0:q0 + n]
+            np.testing.assert_array_equal(l2[:n], np.where(lse_h == -np.inf, np.inf, lse_h * np.float32(LOG2E)))
+            err = np.abs(dl[:n] - want_delta[0, q0:q0 + n, h])
+            np.testing.assert_array_less(err, 1e-5 * scale[0, q0:q0 + n, h] + 1e-30)
+            assert (l2[n:] == np.inf).all() and (dl[n:] == 0).all()
 
 
 def check_varlen_backward(rng, dtype, d, causal, lens_q, lens_k, H=2, H_kv=1, **kw):

@@ -95,6 +95,71 @@ def _row_delta_fn(head_dim: int, dtype: str):
     return row_delta
 
 
+def _warp_deltas_fn(head_dim: int, dtype: str):
+    """A device function ``(out16, dout16, b, h, q0, first, n, lane) -> float32``: lane
+    ``r`` of a warp gets delta of row ``q0 + first + r`` (0 where ``first + r >= n``), for
+    16-byte-aligned rows (the Hopper backward's, and the mma.sync one's ``aligned``
+    tiles).  ``L`` lanes a row (the row's 16-byte chunks rounded up to a power of two)
+    each load one chunk of O and of dO (``ptx.ld_global_nc_v4_b32``), ``R = 32 / L``
+    rows a step, ``L`` steps, two an iteration with both steps' loads issued first;
+    each step's sum is taken over its ``L`` lanes (``softmax.allreduce_sum``) and
+    handed to the lane of its row by one shuffle.  The
+    columns past the last whole chunk (``head_dim % 8``) are read one at a time by a
+    row's first lane.  One row a warp at a time, 16-bit loads, took 67 µs for (1, 16,
+    16384, 128)'s 135 MB on an H100 (2.0 TB/s, issue slots 54%: ncu,
+    docs/benchmarks/2026-12-06-s35)."""
+    CHUNKS = head_dim // 8  # whole 16-byte chunks a row
+    TAIL = head_dim % 8  # columns past them
+    L = 1
+    while L < CHUNKS:
+        L *= 2  # lanes a row
+    R = 32 // L  # rows a step
+    U = 2 if L > 1 else 1  # steps a loop iteration
+    unpack = ptx.unpack_f16x2 if dtype == "float16" else ptx.unpack_bf16x2
+
+    @device_function
+    def dot_words(o, g):
+        """Σ of the products of the 16-bit pairs in the words ``o`` and ``g``."""
+        o0, o1 = unpack(o)
+        g0, g1 = unpack(g)
+        return o0 * g0 + o1 * g1
+
+    @device_function
+    def row_part(out16, dout16, b, h, q0, first, n, r, c):
+        """This lane's part of row ``first + r``'s delta (its chunk, the tail on chunk 0)."""
+        acc = float32(0.0)
+        if first + r < n:
+            row = q0 + first + r
+            if c < CHUNKS:
+                o = ptx.ld_global_nc_v4_b32(out16, (b, row, h, 8 * c))
+                g = ptx.ld_global_nc_v4_b32(dout16, (b, row, h, 8 * c))
+                acc = (dot_words(o[0], g[0]) + dot_words(o[1], g[1])) + (dot_words(o[2], g[2]) + dot_words(o[3], g[3]))
+            if TAIL > 0 and c == 0:
+                for e in range(8 * CHUNKS, 8 * CHUNKS + TAIL):
+                    o0, _ = unpack(uint32(out16[b, row, h, e]))
+                    g0, _ = unpack(uint32(dout16[b, row, h, e]))
+                    acc += o0 * g0
+        return acc
+
+    @device_function
+    def warp_deltas(out16, dout16, b, h, q0, first, n, lane):
+        c, sub = lane & (L - 1), lane // L  # the lane's chunk, its row in a step
+        mine = float32(0.0)
+        for step in range(0, L, U):  # U steps' loads issued before the first one's shuffles
+            part0 = row_part(out16, dout16, b, h, q0, first, n, step * R + sub, c)
+            part1 = float32(0.0)
+            if U == 2:
+                part1 = row_part(out16, dout16, b, h, q0, first, n, (step + 1) * R + sub, c)
+            for u in range(U):
+                acc = softmax.allreduce_sum(part0 if u == 0 else part1, L)  # every lane: its row's delta
+                x = cuda.shfl_sync(softmax.FULL_MASK, acc, (lane % R) * L)  # row (step + u)·R + lane % R
+                if lane // R == step + u:
+                    mine = x
+        return mine
+
+    return warp_deltas
+
+
 @device_function
 def _warp_rows():
     """``(lane, first, h, b)`` of a preprocess thread: its lane, the first of its warp's
@@ -104,16 +169,25 @@ def _warp_rows():
 
 
 @functools.lru_cache(maxsize=None)
-def tc_bwd_preprocess_kernel(head_dim: int, dtype: str):
+def tc_bwd_preprocess_kernel(head_dim: int, dtype: str, aligned: bool = False):
     """``kernel[grid, 128, stream](out16, dout16, delta)``: delta = rowsum(dO∘O), from
     uint16 views of O and dO (any strides with the last axis contiguous); ``head_dim``
     is the arrays' (an odd one's last element is read alone).  A block owns 128 rows, a
-    warp 32 of them, one row at a time (``_row_delta_fn``)."""
+    warp 32 of them: ``aligned`` (every row 16-byte aligned) in 16-byte chunks, several
+    rows at once (``_warp_deltas_fn``), else one row at a time (``_row_delta_fn``)."""
     row_delta = _row_delta_fn(head_dim, dtype)
+    warp_deltas = _warp_deltas_fn(head_dim, dtype)
+    ALIGNED = aligned
 
     @cuda.jit
     def tc_bwd_preprocess(out16, dout16, delta):
         lane, first, h, b = _warp_rows()
+        if ALIGNED:
+            n = out16.shape[1]
+            acc = warp_deltas(out16, dout16, b, h, 0, first, n, lane)
+            if first + lane < n:
+                delta[b, h, first + lane] = acc
+            return
         for r in range(32):
             row = first + r
             if row < out16.shape[1]:  # the same for the whole warp: the shuffles see every lane
@@ -132,8 +206,10 @@ def tc_bwd_stats_kernel(head_dim: int, dtype: str, varlen: bool = False):
     ``stats[b, h, 1, row]`` = delta, for every row of ``stats`` (padded past the
     queries: +inf and 0 there, so that P and dS are exactly 0); the grid covers its
     rows.  ``varlen``: the grid's z is the sequence, whose rows lie from
-    ``wgmma_backward.stats_row0`` on, its length rounded up to 128 of them."""
-    row_delta = _row_delta_fn(head_dim, dtype)
+    ``wgmma_backward.stats_row0`` on, its length rounded up to 128 of them.  Rows are
+    16-byte aligned (the Hopper backward's rule): a warp reads its 32 rows in 16-byte
+    chunks, several at once (``_warp_deltas_fn``), and lane r writes row r's pair."""
+    warp_deltas = _warp_deltas_fn(head_dim, dtype)
     VARLEN = varlen
     from numba_flash.kernels.wgmma_backward import ROWS, stats_row0
 
@@ -145,16 +221,14 @@ def tc_bwd_stats_kernel(head_dim: int, dtype: str, varlen: bool = False):
             q0, n, s0 = cu_q[b], cu_q[b + 1] - cu_q[b], stats_row0(cu_q, b)
             end = s0 + (n + ROWS - 1) // ROWS * ROWS
             b = 0
-        for r in range(32):
-            row = first + r
-            if s0 + row < end:  # the same for the whole warp
-                lse2, acc = softmax.POS_INF, float32(0.0)
-                if row < n:
-                    lse2 = softmax.lse_for_recompute(lse[b, h, q0 + row], True)
-                    acc = row_delta(out16, dout16, b, h, q0 + row, lane)
-                if lane == 0:
-                    stats[b, h, 0, s0 + row] = lse2
-                    stats[b, h, 1, s0 + row] = acc
+        if s0 + first < end:  # the same for the whole warp (ends are multiples of 128)
+            acc = warp_deltas(out16, dout16, b, h, q0, first, n, lane)
+            row = first + lane
+            lse2 = softmax.POS_INF
+            if row < n:
+                lse2 = softmax.lse_for_recompute(lse[b, h, q0 + row], True)
+            stats[b, h, 0, s0 + row] = lse2
+            stats[b, h, 1, s0 + row] = acc
 
     return tc_bwd_stats
 
@@ -400,7 +474,7 @@ def launches(t: TcBwdTiles, variant: Variant, dtype: str, sz: spec.Sizes) -> lis
     parts = ("dv", "dk") if t.split_dkdv else ("dkdv",)
     out = tc_out_view(t)
     return [
-        spec.KernelLaunch("tc_bwd_preprocess", tc_bwd_preprocess_kernel(t.data_dim or t.head_dim, dtype), t,
+        spec.KernelLaunch("tc_bwd_preprocess", tc_bwd_preprocess_kernel(t.data_dim or t.head_dim, dtype, t.aligned), t,
                           spec.preprocess_grid(sz, PRE_THREADS), PRE_THREADS, 0, spec.preprocess_args("u16")),
         *(spec.KernelLaunch(f"tc_bwd_{part}", tc_bwd_dkdv_kernel(t, variant, dtype, part), t,
                             spec.key_grid(sz, t.kv_block_n, variant.heaviest_first), t.threads, smem_kv,
