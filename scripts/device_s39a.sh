@@ -4,14 +4,16 @@
 # in three orders; then GPU tests and memcheck.
 #   bash device_s39a.sh OUT SECONDS 1   bench_stats.py on tmp_old (session 38's tree) and tmp_new in turn,
 #                                       twice; bench_order.py with nvidia-smi's clock / power log beside it
-#   bash device_s39a.sh OUT SECONDS 2   pytest tests/test_wgmma_backward.py, test_ptx.py,
+#   bash device_s39a.sh OUT SECONDS 2   bench_order.py gqa (MHA against GQA 32 / 8 in three orders); then
+#                                       pytest tests/test_wgmma_backward.py, test_ptx.py,
 #                                       test_ptx_compile.py (every case, GPU sizes too);
 #                                       NUMBA_FLASH_WGMMA=0 test_kernels.py -k backward_half (the mma.sync
 #                                       backward's preprocess on aligned rows); memcheck of the Hopper backward
 # Expected (written before the run): the preprocess at (1, 16, 16384, 128) from ~67 us (H100 under ncu,
 # session 35; 2.0 TB/s) to <= 40 us on the H200 (135 MB at >= 3.4 TB/s); the window (1024, 0) backward
 # (~1.0 ms) 3-5% faster, the causal (4, 16, 4096, 128) backward (~2.0 ms) 1-2%; softcap / plain ~1.14 in
-# "pairs" and ~1.23 in "with backwards" if the order of the cases explains session 38's two figures.
+# "pairs" and ~1.23 in "with backwards" if the order of the cases explains session 38's two figures; GQA
+# within 1.05 of MHA in every order.
 set -u
 out=$1
 total=${2:-580}
@@ -31,6 +33,8 @@ if [ "$call" = 1 ]; then
   tail -n 9 "$out"/s1_*.txt "$out"/s2_*.txt
   tail -n 5 "$out/o_new.txt"
 else
+  side new 100 g scripts/bench_order.py gqa
+  tail -n 5 "$out/g_new.txt"
   timeout $(( total - SECONDS - 130 )) python3 -m pytest -q -n 12 -p no:cacheprovider tests/test_wgmma_backward.py \
     tests/test_ptx.py tests/test_ptx_compile.py > "$out/q_hopper.txt" 2>&1
   echo "pytest hopper rc=$? at ${SECONDS}s" >> "$out/q_hopper.txt"
