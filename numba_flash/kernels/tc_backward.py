@@ -17,8 +17,9 @@ element is written once by the warp that owns it: no atomics, bitwise determinis
 Kernels (4 warps, 16 rows a warp; fragment layouts as in ``numba_flash.ptx``):
 
 - ``preprocess``: grid (ceil(Nq / 128), H, B); a warp reads 32 query rows of dO and O
-  one row at a time, its lanes on consecutive 16-bit pairs, and writes delta (B, H, Nq)
-  float32.
+  and writes delta (B, H, Nq) float32: on 16-byte-aligned rows in 16-byte chunks,
+  several rows at once (``_warp_deltas_fn``, also the Hopper backward's ``stats``),
+  else one row at a time, its lanes on consecutive 16-bit pairs (``_row_delta_fn``).
 - ``dkdv``: grid (ceil(Nk / BLOCK_N), H, B); warp w owns keys start_n + 16w .. +15.  K
   and V of the block are staged once; Q, dO (and lse, delta) tiles of BLOCK_M queries
   are double-buffered with cp.async.  Per query tile a warp forms Sᵀ = K·Qᵀ and
