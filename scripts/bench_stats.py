@@ -1,5 +1,7 @@
-"""The Hopper backward's preprocess (``tc_backward.tc_bwd_stats_kernel``: lse·log2 e and
-delta = rowsum(dO∘O) into ``stats``) alone, and whole backwards around it, fp16, on one GPU:
+"""Session 39's A/B, fp16, on one GPU: the Hopper backward's preprocess
+(``tc_backward.tc_bwd_stats_kernel``: lse·log2 e and delta = rowsum(dO∘O) into ``stats``)
+alone, whole backwards around it, and forwards (``softmax.row_max``: a row's max as four
+chains):
 
     python3 scripts/bench_stats.py out.jsonl LABEL
 
@@ -9,7 +11,8 @@ CUDA events, median of 7) and the bandwidth of the bytes it must move (O and dO 
 read, the stats pairs written).  ``backward`` rows: milliseconds of
 ``flash_attention_backward`` (10 queued calls, median of 7; its preprocess included), the
 issue #11 rows it enters: causal (4, 16, 4096, 128), causal and window (1024, 0) at (1, 16,
-16384, 128).  Appends JSON lines; prints a short table.
+16384, 128).  ``forward`` rows: ``flash_attention`` the same way, on those three and softcap 30
+at (4, 16, 4096, 128).  Appends JSON lines; prints a short table.
 """
 
 import json
@@ -26,7 +29,7 @@ from bench_table import median_ms  # scripts/ is on sys.path
 
 rng = np.random.default_rng(20261207)
 STATS_SHAPES = [(1, 16, 16384, 128), (4, 16, 4096, 128), (16, 16, 1024, 64), (1, 16, 1024, 128), (2, 16, 4096, 256)]
-BACKWARD_CASES = [((4, 16, 4096, 128), {}), ((1, 16, 16384, 128), {}),
+CASES = [((4, 16, 4096, 128), {}), ((1, 16, 16384, 128), {}),
                   ((1, 16, 16384, 128), {"window_size": (1024, 0)})]  # fmt: skip
 
 
@@ -50,18 +53,27 @@ def stats_row(label, B, H, N, d):
     return dict(kind="stats", label=label, shape=[B, H, N, d], us=us, gbps=nbytes / us / 1e3, rel_err=err)
 
 
-def backward_row(label, shape, kw):
+def pass_rows(label, shape, kw, backward=True):
+    """The forward's row, and the backward's (``backward``), of a case."""
     B, H, N, d = shape
     q, k, v, dout = (randn(B, N, H, d) for _ in range(4))
-    out, lse = numba_flash.flash_attention(q, k, v, causal=True, return_lse=True, **kw)
-    ms = median_ms(lambda: numba_flash.flash_attention_backward(dout, q, k, v, out, lse, causal=True, **kw),
-                   warmup=1, rep=7, calls=10)  # fmt: skip
-    return dict(kind="backward", label=label, shape=list(shape), variant=kw.get("window_size", "causal"), ms=ms)
+    fwd = lambda: numba_flash.flash_attention(q, k, v, causal=True, return_lse=True, **kw)  # noqa: E731
+    out, lse = fwd()
+    variant = str(kw.get("window_size", "softcap" if "softcap" in kw else "causal"))
+    rows = [dict(kind="forward", label=label, shape=list(shape), variant=variant,
+                 ms=median_ms(fwd, warmup=1, rep=7, calls=10))]  # fmt: skip
+    if backward:
+        ms = median_ms(lambda: numba_flash.flash_attention_backward(dout, q, k, v, out, lse, causal=True, **kw),
+                       warmup=1, rep=7, calls=10)  # fmt: skip
+        rows.append(dict(kind="backward", label=label, shape=list(shape), variant=variant, ms=ms))
+    return rows
 
 
 def main(path, label):
     rows = [stats_row(label, *s) for s in STATS_SHAPES]
-    rows += [backward_row(label, s, kw) for s, kw in BACKWARD_CASES]
+    for shape, kw in CASES:
+        rows += pass_rows(label, shape, kw)
+    rows += pass_rows(label, (4, 16, 4096, 128), {"softcap": 30.0}, backward=False)
     with open(path, "a") as f:
         for r in rows:
             f.write(json.dumps(r) + "\n")
@@ -70,7 +82,7 @@ def main(path, label):
             print(f"{label:6} stats    {str(tuple(r['shape'])):22} {r['us']:8.1f} us {r['gbps']:7.0f} GB/s  "
                   f"err {r['rel_err']:.1e}")  # fmt: skip
         else:
-            print(f"{label:6} backward {str(tuple(r['shape'])):22} {str(r['variant']):10} {r['ms']:7.3f} ms")
+            print(f"{label:6} {r['kind']:8} {str(tuple(r['shape'])):22} {r['variant']:10} {r['ms']:7.3f} ms")
 
 
 if __name__ == "__main__":
