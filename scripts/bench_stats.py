@@ -1,7 +1,7 @@
 """Session 39's A/B, fp16, on one GPU: the Hopper backward's preprocess
 (``tc_backward.tc_bwd_stats_kernel``: lse·log2 e and delta = rowsum(dO∘O) into ``stats``)
-alone, whole backwards around it, and forwards (``softmax.row_max``: a row's max as four
-chains):
+alone, whole backwards around it, and forwards (where session 39 timed a row's max taken as
+four chains, ``softmax.row_max``: no faster, reverted):
 
     python3 scripts/bench_stats.py out.jsonl LABEL
 

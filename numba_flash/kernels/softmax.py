@@ -109,29 +109,6 @@ def online_softmax_row(s, S0, S_STEP, S_N, S_PAIR, acc, O0, O_STEP, O_N, O_PAIR,
 
 
 @device_function
-def row_max(s, S0, S_STEP, S_N, S_PAIR):
-    """Max of this lane's scores of a row (``softmax_row_step``'s layout) as four
-    interleaved chains joined at the end: a row of 32 elements a lane (the wgmma
-    forward's 128-key tiles) is a dependency chain of 8 + 2 maxima instead of 32, so
-    the chain ends soon after the row's last score is ready (with softcap, its last
-    ``tanh``)."""
-    m0, m1, m2, m3 = NEG_INF, NEG_INF, NEG_INF, NEG_INF
-    for n in range(S_N):
-        for e in range(S_PAIR):
-            x = s[S0 + n * S_STEP + e]
-            k = (n * S_PAIR + e) & 3  # a literal once unrolled
-            if k == 0:
-                m0 = max(m0, x)
-            elif k == 1:
-                m1 = max(m1, x)
-            elif k == 2:
-                m2 = max(m2, x)
-            else:
-                m3 = max(m3, x)
-    return max(max(m0, m1), max(m2, m3))
-
-
-@device_function
 def softmax_row_step(s, S0, S_STEP, S_N, S_PAIR, m_i, l_i, r, LANES, LOG2, fold=LOG2E_F32):
     """``online_softmax_row`` without touching the accumulator: P in place of the
     row's scores, ``m_i[r]`` and ``l_i[r]`` updated, and alpha returned for
@@ -140,8 +117,11 @@ def softmax_row_step(s, S0, S_STEP, S_N, S_PAIR, m_i, l_i, r, LANES, LOG2, fold=
     factor with FOLD (log2 e) and CAPPED (softcap's cap·log2 e).  (FlashAttention-4's
     ex2 emulated on the FMA pipe and lazy rescaling, timed slower / no faster here in
     sessions 17 and 29, were removed in session 37.)"""
-    m_new, m_use, alpha = online_rescale(m_i[r], allreduce_max(row_max(s, S0, S_STEP, S_N, S_PAIR), LANES), LOG2,
-                                         fold)  # fmt: skip
+    mx = NEG_INF
+    for n in range(S_N):
+        for e in range(S_PAIR):
+            mx = max(mx, s[S0 + n * S_STEP + e])
+    m_new, m_use, alpha = online_rescale(m_i[r], allreduce_max(mx, LANES), LOG2, fold)
     m_i[r] = m_new
     m_scaled = m_use * fold  # FOLD's and CAPPED's
     row_sum = NEG_ZERO  # −0 + x is x: the first add folds away
