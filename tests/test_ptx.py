@@ -1,16 +1,16 @@
 """numba_flash.ptx against NumPy, in the CUDA simulator or on a real GPU.
 
-The same kernels run in both modes.  Without a GPU the module runs in numba's
-simulator: NUMBA_ENABLE_CUDASIM=1 is set here when numba has not been
-imported yet (a conftest.py setting it for the whole suite supersedes this).
-On a GPU machine run ``NUMBA_ENABLE_CUDASIM=0 python -m pytest tests/test_ptx.py``.
+The same kernels run in both modes: the simulator where no GPU is present
+(``_gpu_probe.use_simulator_without_gpu``, as conftest.py decides for the suite).
+This module set NUMBA_ENABLE_CUDASIM=1 itself when numba was not imported yet,
+which on a GPU machine put an xdist worker that collected it first, and every test
+that worker ran after it, in the simulator (session 39: tests of other modules
+failed in the simulator's twins on an H100).
 """
 
-import os
-import sys
+from numba_flash._gpu_probe import use_simulator_without_gpu
 
-if "numba" not in sys.modules:
-    os.environ.setdefault("NUMBA_ENABLE_CUDASIM", "1")
+use_simulator_without_gpu()  # before numba's import (the suite's conftest.py did it already)
 
 import ml_dtypes  # noqa: E402
 import numpy as np  # noqa: E402
