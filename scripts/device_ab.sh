@@ -3,6 +3,11 @@
 # the committed tree, carried): leaves the shell in tmp_new with PYTHONPATH on it, and
 # defines `variants RUN [ENV=VALUE ...]`, issue #11's softcap / ALiBi / dropout rows
 # (bench_variants.py --queued --dropout-only) into $out/c_RUN.*, on tmp_old for RUN=old.
+# The device scripts' arguments, OUT [SECONDS [CALL]] (what a script set before sourcing this stays):
+out=${out:-$1}
+total=${total:-${2:-580}}
+call=${call:-${3:-1}}
+export NUMBA_CACHE_DIR=${NUMBA_CACHE_DIR:-/tmp/nbcache}
 root=$PWD
 cd tmp_new || exit 1
 . scripts/device_cli.sh

@@ -12,11 +12,7 @@
 # Expected (written before the run): bench_variants ~1.1x, bench_fa2 ~1.17x for ALiBi (the context, not
 # the kernel: the same PTX); the tests pass.
 set -u
-out=$1
-total=${2:-580}
-call=${3:-1}
-export NUMBA_CACHE_DIR=/tmp/nbcache
-. scripts/device_ab.sh
+. scripts/device_ab.sh  # out, total, call from the arguments
 tests=tests/test_wgmma_backward.py
 [ "$call" = 2 ] && tests=tests/test_variants.py
 side "new$call" $(( call == 1 ? 240 : 150 )) f scripts/bench_fa2.py --queued  # (call 1: cold cache, compiles)

@@ -19,11 +19,7 @@
 # within 1.05 of MHA in every order. The forwards with row_max 0-3% faster (plain), up to 5% (softcap:
 # the chain no longer follows the last tanh by 32 dependent maxima).
 set -u
-out=$1
-total=${2:-580}
-call=${3:-1}
-export NUMBA_CACHE_DIR=/tmp/nbcache
-. scripts/device_ab.sh
+. scripts/device_ab.sh  # out, total, call from the arguments
 if [ "$call" = 1 ]; then
   side old 150 s1 scripts/bench_stats.py old  # (cold cache: compiles)
   side new 150 s1 scripts/bench_stats.py new
