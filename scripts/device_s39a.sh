@@ -2,7 +2,9 @@
 # Session 39: the Hopper backward's preprocess reading 16-byte chunks, several rows a warp at once
 # (tc_backward._warp_deltas_fn), against session 38's (a row a warp, 16-bit loads), and the forwards' row
 # max as four chains (softmax.row_max; one chain of 32 before); softcap's forward cost in three orders;
-# then GPU tests and memcheck.
+# then GPU tests and memcheck. As run: call 1 as below; row_max reverted after it; call 2's steps were run as
+# single commands, the tests file by file (with test_ptx.py in the same pytest, the tests of the other files
+# ran in the simulator: fixed in tests/test_ptx.py since), memcheck not reached (docs/benchmarks/2026-12-06-s39).
 #   bash device_s39a.sh OUT SECONDS 1   bench_stats.py on tmp_old (session 38's tree) and tmp_new in turn,
 #                                       twice, with a quick GPU check between (the preprocess against NumPy,
 #                                       the new load and shuffle, the Hopper backward's variants)

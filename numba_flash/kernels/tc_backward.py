@@ -104,11 +104,11 @@ def _warp_deltas_fn(head_dim: int, dtype: str):
     each load one chunk of O and of dO (``ptx.ld_global_nc_v4_b32``), ``R = 32 / L``
     rows a step, ``L`` steps, two an iteration with both steps' loads issued first;
     each step's sum is taken over its ``L`` lanes (``softmax.allreduce_sum``) and
-    handed to the lane of its row by one shuffle.  The
-    columns past the last whole chunk (``head_dim % 8``) are read one at a time by a
-    row's first lane.  One row a warp at a time, 16-bit loads, took 67 µs for (1, 16,
-    16384, 128)'s 135 MB on an H100 (2.0 TB/s, issue slots 54%: ncu,
-    docs/benchmarks/2026-12-06-s35)."""
+    handed to the lane of its row by one shuffle.  The columns past the last whole
+    chunk (``head_dim % 8``) are read one at a time by a row's first lane.  On an H100
+    the Hopper preprocess at (1, 16, 16384, 128) (135 MB) took 50–52 µs this way (2.7
+    TB/s), 66–68 µs one row a warp at a time in 16-bit loads (``_row_delta_fn``);
+    docs/benchmarks/2026-12-06-s39."""
     CHUNKS = head_dim // 8  # whole 16-byte chunks a row
     TAIL = head_dim % 8  # columns past them
     L = 1
