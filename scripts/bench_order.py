@@ -12,8 +12,10 @@ Session 38 measured the same softcap kernel at 1.14× plain's forward time in ``
 ``pairs`` — forwards only, baseline then variant, seven rounds; ``pairs reversed`` — variant
 then baseline; ``with backwards`` — ``bench_variants``' round (baseline forward, its backward,
 the variant's forward, its backward), five rounds.  Every timing is 10 queued calls between
-two events (``bench_variants.queued_ms``); each line carries its wall-clock start (``t``), to be read
-against a clock and power log taken beside it (``nvidia-smi -lms``).  Prints the ratios last.
+two events (``bench_variants.queued_ms``); each line carries its wall-clock start (``t``), to
+be read against a clock and power log taken beside it (``nvidia-smi -lms``: session 39 found
+the GPU at its software power cap, the SM clock moving with each kernel's power).  Prints the
+ratios last.
 """
 
 import json

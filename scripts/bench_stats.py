@@ -29,8 +29,7 @@ from bench_table import median_ms  # scripts/ is on sys.path
 
 rng = np.random.default_rng(20261207)
 STATS_SHAPES = [(1, 16, 16384, 128), (4, 16, 4096, 128), (16, 16, 1024, 64), (1, 16, 1024, 128), (2, 16, 4096, 256)]
-CASES = [((4, 16, 4096, 128), {}), ((1, 16, 16384, 128), {}),
-                  ((1, 16, 16384, 128), {"window_size": (1024, 0)})]  # fmt: skip
+CASES = [((4, 16, 4096, 128), {}), ((1, 16, 16384, 128), {}), ((1, 16, 16384, 128), {"window_size": (1024, 0)})]
 
 
 def randn(*shape):
