@@ -1246,26 +1246,26 @@ def ld_shared_cluster_v4_f32(addr):
     return tuple(_shared_f32s(addr, 4, "ld_shared_cluster_v4_f32"))
 
 
-def _bulk_global(ary, index, nbytes, what, side):
-    """``(root array, its bytes, byte offset, nbytes)`` of a bulk copy's global side, the
-    ``nbytes`` at ``ary[index]``: a positive multiple of 16, 16-byte aligned, inside the
-    array (``side``, "source" or "destination", names it in the errors)."""
+def _bulk_global(ary, index, nbytes, what):
+    """``(the root array's bytes, byte offset, nbytes)`` of a bulk copy's global source,
+    the ``nbytes`` at ``ary[index]``: a positive multiple of 16, 16-byte aligned, inside
+    the array."""
     nbytes = int(nbytes)
     if nbytes <= 0 or nbytes % 16:
         raise ValueError(f"{what}: nbytes={nbytes}: expected a positive multiple of 16")
     root, off = _element(ary, index)
     if (root.ctypes.data + off) % 16:
-        raise ValueError(f"{what}: the global {side} is not 16-byte aligned")
+        raise ValueError(f"{what}: the global source is not 16-byte aligned")
     data = _bytes_of(root)
     if off + nbytes > data.size:
-        raise IndexError(f"{what}: {nbytes} bytes from the {side} index run past the array")
-    return root, data, off, nbytes
+        raise IndexError(f"{what}: {nbytes} bytes from the source index run past the array")
+    return data, off, nbytes
 
 
 def cp_async_bulk_g2s(dst, src, index, nbytes, mbar):
     what = "cp_async_bulk_g2s"
     st = _block(_thread())
-    _, data, off, nbytes = _bulk_global(src, index, nbytes, what, "source")
+    data, off, nbytes = _bulk_global(src, index, nbytes, what)
     view, doff = st.smem.resolve(dst, nbytes, 16, what)
     view[doff:doff + nbytes] = data[off:off + nbytes]
     _mbarrier_update(st, mbar, what, 0, -nbytes)
