@@ -1,10 +1,15 @@
-"""A variant's time against its baseline's, timed in three orders, fp16, causal:
+"""A variant against its baseline, timed in three orders, fp16, causal, d = 128:
 
-    python3 scripts/bench_order.py out.jsonl [softcap | gqa]
+    python3 scripts/bench_order.py out.jsonl [MODE ...]   (softcap | gqa | alibi | dropout | window | varlen)
 
-``softcap`` (the default): softcap 30 against plain at (4, 16, 4096, 128).  ``gqa``: 32 query
-heads over 8 KV heads against MHA at (4, 32, 4096, 128) (issue #11's bar: ≤ 1.05× MHA's time;
-session 38 measured its forward at 1.078 and 0.994 in two calls, MHA's own time 6% apart).
+issue #11's rows, each as its bar reads it: ``softcap`` (30, the default), ``alibi`` (slopes
+2^-1 .. 2^-16) and ``dropout`` (0.1) against plain at (4, 16, 4096, 128), the variant's time over
+plain's (bars 1.10, 1.10, 1.15 forward); ``gqa``: 32 query heads over 8 KV heads against MHA at
+(4, 32, 4096, 128), time (bar 1.05); ``window`` (1024, 0) against causal at (1, 16, 16384, 128)
+and ``varlen`` (16 causal sequences of mean 1024, total 16384, ``ragged_lengths``' draw as in
+``bench_fa2.py``) against the batch padded to the longest, each the variant's TFLOP/s over the
+baseline's, counting visible pairs (bar 0.9): printed as ``ratio`` with the work factor folded
+in, so that below 1 is slower in every mode but the TF/s ones, where below 1 is less efficient.
 
 Session 38 measured the same softcap kernel at 1.14× plain's forward time in ``bench_fa2.py``
 (softcap timed after dropout, FlashAttention-2's kernels between rounds) and 1.23–1.24× in
@@ -15,31 +20,67 @@ the variant's forward, its backward), five rounds.  Every timing is 10 queued ca
 two events (``bench_variants.queued_ms``); each line carries its wall-clock start (``t``), to
 be read against a clock and power log taken beside it (``nvidia-smi -lms``: session 39 found
 the GPU at its software power cap, the SM clock moving with each kernel's power).  Prints the
-ratios last.
+ratios last, and each one's median over the three orders.
 """
 
 import json
 import sys
 import time
 
+import cupy as cp
 import numpy as np
 
 import bench_variants as bv  # calls, queued_ms, randn (scripts/ is on sys.path)
+from numba_flash.bench.cases import ragged_lengths, visible_pairs
 
 
-def main(path, mode="softcap"):
+def cases_of(mode):
+    """``({baseline: calls, variant: calls}, work)``: ``work`` the variant's visible pairs over the
+    baseline's for the TF/s rows (window, varlen), else None (the bar reads time)."""
+    work = None
     if mode == "gqa":
         B, H, N, d = 4, 32, 4096, 128
         q, dout, km, vm = (bv.randn(B, N, H, d) for _ in range(4))
         k, v = bv.randn(B, N, 8, d), bv.randn(B, N, 8, d)
         cases = {"mha": bv.calls(q, km, vm, dout, causal=True), "gqa": bv.calls(q, k, v, dout, causal=True)}
-    elif mode == "softcap":
+    elif mode in ("softcap", "alibi", "dropout"):
         B, H, N, d = 4, 16, 4096, 128
         q, k, v, dout = (bv.randn(B, N, H, d) for _ in range(4))
-        cases = {"plain": bv.calls(q, k, v, dout, causal=True),
-                 "softcap": bv.calls(q, k, v, dout, causal=True, softcap=30.0)}  # fmt: skip
+        kw = {"softcap": dict(softcap=30.0), "dropout": dict(dropout_p=0.1, seed=1234),
+              "alibi": dict(alibi_slopes=cp.asarray((2.0 ** -np.arange(1, H + 1)).astype(np.float32)))}[mode]
+        cases = {"plain": bv.calls(q, k, v, dout, causal=True), mode: bv.calls(q, k, v, dout, causal=True, **kw)}
+    elif mode == "window":
+        B, H, N, d = 1, 16, 16384, 128
+        q, k, v, dout = (bv.randn(B, N, H, d) for _ in range(4))
+        cases = {"causal": bv.calls(q, k, v, dout, causal=True),
+                 "window": bv.calls(q, k, v, dout, causal=True, window_size=(1024, 0))}  # fmt: skip
+        work = visible_pairs(N, N, True, (1024, 0)) / visible_pairs(N, N, True)
+    elif mode == "varlen":
+        lens = ragged_lengths(np.random.default_rng(20261207))  # bench_fa2.py's draw
+        H, d, total, Np = 16, 128, int(lens.sum()), int(lens.max())
+        cu = cp.asarray(np.concatenate([[0], np.cumsum(lens)]).astype(np.int32))
+        q, k, v, dout = (bv.randn(total, H, d) for _ in range(4))
+        qp, kp, vp, dop = (bv.randn(len(lens), Np, H, d) for _ in range(4))
+        nf = bv.numba_flash
+        cases = {"padded": bv.calls(qp, kp, vp, dop, causal=True),
+                 "varlen": (lambda: nf.flash_attention_varlen(q, k, v, cu, cu, Np, Np, causal=True, return_lse=True),
+                            lambda o, l: nf.flash_attention_varlen_backward(dout, q, k, v, o, l, cu, cu, Np, Np,
+                                                                            causal=True))}  # fmt: skip
+        work = sum(visible_pairs(int(n), int(n), True) for n in lens) / (len(lens) * visible_pairs(Np, Np, True))
     else:
-        raise SystemExit(f"mode {mode!r}: expected softcap or gqa")
+        raise SystemExit(f"mode {mode!r}: expected softcap, gqa, alibi, dropout, window or varlen")
+    return cases, work
+
+
+def main(path, *modes):
+    """Each mode in turn (``softcap`` alone without one), its rows appended to ``path``."""
+    open(path, "w").close()
+    for mode in modes or ("softcap",):
+        one(path, mode)
+
+
+def one(path, mode):
+    cases, work = cases_of(mode)
     base, var = cases  # the baseline, the variant
     outs = {name: fwd() for name, (fwd, _) in cases.items()}  # compiled and warm
     for name, (_, bwd) in cases.items():
@@ -50,7 +91,7 @@ def main(path, mode="softcap"):
         fwd, bwd = cases[name]
         t = time.time()
         ms = bv.queued_ms(fwd if part == "fwd" else (lambda: bwd(*outs[name])))
-        rows.append(dict(order=order, case=name, part=part, round=rnd, t=t, ms=ms))
+        rows.append(dict(mode=mode, order=order, case=name, part=part, round=rnd, t=t, ms=ms))
 
     for rnd in range(7):
         timed("pairs", base, "fwd", rnd)
@@ -62,18 +103,24 @@ def main(path, mode="softcap"):
         for name in (base, var):
             timed("with backwards", name, "fwd", rnd)
             timed("with backwards", name, "bwd", rnd)
-    with open(path, "w") as f:
+    with open(path, "a") as f:
         for r in rows:
             f.write(json.dumps(r) + "\n")
+    # the bar's reading: time over the baseline's, or (work given) TF/s over the baseline's
+    ratio = (lambda x, y: y / x) if work is None else (lambda x, y: work * x / y)
+    print(f"{mode}: {'variant time / baseline' if work is None else f'variant TF/s / baseline (work {work:.4f})'}")
     print(f"{'order':16} {'part':4} {base + ' ms':>10} {var + ' ms':>10} {'ratio':>6}  per-round ratios")
+    medians = {"fwd": [], "bwd": []}
     for order, part in (("pairs", "fwd"), ("pairs reversed", "fwd"), ("with backwards", "fwd"),
                         ("with backwards", "bwd")):  # fmt: skip
         ms = {n: [r["ms"] for r in rows if r["order"] == order and r["case"] == n and r["part"] == part]
               for n in cases}  # fmt: skip
-        per = [y / x for x, y in zip(ms[base], ms[var])]
+        per = [ratio(x, y) for x, y in zip(ms[base], ms[var])]
         x, y = float(np.median(ms[base])), float(np.median(ms[var]))
-        print(f"{order:16} {part:4} {x:10.3f} {y:10.3f} {y / x:6.3f}  {' '.join(f'{r:.3f}' for r in per)}")
+        medians[part].append(ratio(x, y))
+        print(f"{order:16} {part:4} {x:10.3f} {y:10.3f} {ratio(x, y):6.3f}  {' '.join(f'{r:.3f}' for r in per)}")
+    print(f"{mode} median over orders: fwd {float(np.median(medians['fwd'])):.3f}  bwd {medians['bwd'][0]:.3f}", flush=True)
 
 
 if __name__ == "__main__":
-    main(*sys.argv[1:3])
+    main(*sys.argv[1:])
