@@ -6,8 +6,9 @@
 #   bash device_s40.sh OUT SECONDS 1   memcheck: the preprocess alone (test_stats_rows_match_numpy), the
 #                                      Hopper backward (sanitize_small.py wgmma_bwd, wgmma_varlen), the
 #                                      mma.sync backward's aligned preprocess (NUMBA_FLASH_WGMMA=0, small
-#                                      test_backward_half cases); then bench_order.py window varlen
-#   bash device_s40.sh OUT SECONDS 2   bench_order.py gqa softcap alibi dropout
+#                                      test_backward_half cases); then bench_order.py window varlen softcap
+#                                      dropout alibi gqa in one process (each mode's table printed as it ends)
+#   bash device_s40.sh OUT SECONDS 2   bench_order.py on the modes call 1 did not reach (MODES=...)
 #   bash device_s40.sh OUT SECONDS 3   bench_stats.py on tmp_old (aa20ba5, before the preprocess change) and
 #                                      tmp_new in turn, twice (the H200's figure of session 39's change)
 # Expected (written before the run): memcheck 0 errors; window 0.76-0.77 forward / 0.65-0.67 backward and
@@ -33,13 +34,13 @@ if [ "$call" = 1 ]; then
     > "$out/b_mma.txt" 2>&1
   echo "memcheck mma.sync backward_half rc=$? at ${SECONDS}s" >> "$out/b_mma.txt"
   smi 1
-  side new $(( total - SECONDS - 5 )) o1 scripts/bench_order.py window varlen
+  side new $(( total - SECONDS - 5 )) o1 scripts/bench_order.py window varlen softcap dropout alibi gqa
   kill $smi_pid
   grep -hE "SUMMARY|rc=|passed|failed" "$out"/b_*.txt
   grep -hE "median|rc=" "$out/o1_new.txt"
 elif [ "$call" = 2 ]; then
   smi 2
-  side new $(( total - SECONDS - 5 )) o2 scripts/bench_order.py gqa softcap alibi dropout
+  side new $(( total - SECONDS - 5 )) o2 scripts/bench_order.py ${MODES:-gqa softcap alibi dropout}
   kill $smi_pid
   grep -hE "median|rc=" "$out/o2_new.txt"
 else
