@@ -2,7 +2,9 @@
 # Session 40: what session 39 changed and ran only on an H100 without compute-sanitizer — the Hopper
 # backward's preprocess reading 16-byte chunks (tc_backward._warp_deltas_fn) — under memcheck, and issue
 # #11's rows on this GPU, each timed in three orders (bench_order.py: its median over orders is how the
-# bars are read here; nvidia-smi's clock / power log beside it).
+# bars are read here; nvidia-smi's clock / power log beside it). As run: call 1 alone, on an H100 with 350
+# seconds (13 refused starts took the rest): the memcheck runs of wgmma_bwd and wgmma_varlen stopped by their
+# limits (compiling under the sanitizer), bench_order.py left 53 s (docs/benchmarks/2026-12-07-s40).
 #   bash device_s40.sh OUT SECONDS 1   memcheck: the preprocess alone (test_stats_rows_match_numpy), the
 #                                      Hopper backward (sanitize_small.py wgmma_bwd, wgmma_varlen), the
 #                                      mma.sync backward's aligned preprocess (NUMBA_FLASH_WGMMA=0, small
