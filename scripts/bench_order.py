@@ -8,8 +8,8 @@ plain's (bars 1.10, 1.10, 1.15 forward); ``gqa``: 32 query heads over 8 KV heads
 (4, 32, 4096, 128), time (bar 1.05); ``window`` (1024, 0) against causal at (1, 16, 16384, 128)
 and ``varlen`` (16 causal sequences of mean 1024, total 16384, ``ragged_lengths``' draw as in
 ``bench_fa2.py``) against the batch padded to the longest, each the variant's TFLOP/s over the
-baseline's, counting visible pairs (bar 0.9): printed as ``ratio`` with the work factor folded
-in, so that below 1 is slower in every mode but the TF/s ones, where below 1 is less efficient.
+baseline's, counting visible pairs (bar 0.9). ``ratio`` is printed as the bar reads it: above 1
+is slower for the time rows; for the TF/s rows (the work factor folded in) below 1 is less efficient.
 
 Session 38 measured the same softcap kernel at 1.14× plain's forward time in ``bench_fa2.py``
 (softcap timed after dropout, FlashAttention-2's kernels between rounds) and 1.23–1.24× in
@@ -119,7 +119,8 @@ def one(path, mode):
         x, y = float(np.median(ms[base])), float(np.median(ms[var]))
         medians[part].append(ratio(x, y))
         print(f"{order:16} {part:4} {x:10.3f} {y:10.3f} {ratio(x, y):6.3f}  {' '.join(f'{r:.3f}' for r in per)}")
-    print(f"{mode} median over orders: fwd {float(np.median(medians['fwd'])):.3f}  bwd {medians['bwd'][0]:.3f}", flush=True)
+    fwd_median = float(np.median(medians["fwd"]))
+    print(f"{mode} median over orders: fwd {fwd_median:.3f}  bwd {medians['bwd'][0]:.3f}", flush=True)
 
 
 if __name__ == "__main__":
