@@ -153,10 +153,8 @@ def main(path):
     cu = np.concatenate([[0], np.cumsum(lens)]).astype(np.int32)
     q, k, v, dout = (randn(total, H, d) for _ in range(4))
     qp, kp, vp, dop = (randn(len(lens), Np, H, d) for _ in range(4))
-    ours_var = (lambda: bv.numba_flash.flash_attention_varlen(q, k, v, cu, cu, Np, Np, causal=True, return_lse=True),
-                lambda o, l: bv.numba_flash.flash_attention_varlen_backward(dout, q, k, v, o, l, cu, cu, Np, Np,
-                                                                            causal=True))  # fmt: skip
-    cases = {"varlen": ours_var, "padded": calls(qp, kp, vp, dop, causal=True),
+    cases = {"varlen": bv.varlen_calls(q, k, v, dout, cu, Np, causal=True),
+             "padded": calls(qp, kp, vp, dop, causal=True),
              "fa2 varlen": checked(*fa2_calls(q, k, v, dout, True, cu=cu, max_len=Np)),
              "fa2 padded": checked(*fa2_calls(qp, kp, vp, dop, True))}  # fmt: skip
     ms = timed({n: c for n, c in cases.items() if not isinstance(c, str)})

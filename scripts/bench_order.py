@@ -58,14 +58,11 @@ def cases_of(mode):
     elif mode == "varlen":
         lens = ragged_lengths(np.random.default_rng(20261207))  # bench_fa2.py's draw
         H, d, total, Np = 16, 128, int(lens.sum()), int(lens.max())
-        cu = cp.asarray(np.concatenate([[0], np.cumsum(lens)]).astype(np.int32))
+        cu = np.concatenate([[0], np.cumsum(lens)]).astype(np.int32)  # NumPy: no host wait a call
         q, k, v, dout = (bv.randn(total, H, d) for _ in range(4))
         qp, kp, vp, dop = (bv.randn(len(lens), Np, H, d) for _ in range(4))
-        nf = bv.numba_flash
         cases = {"padded": bv.calls(qp, kp, vp, dop, causal=True),
-                 "varlen": (lambda: nf.flash_attention_varlen(q, k, v, cu, cu, Np, Np, causal=True, return_lse=True),
-                            lambda o, l: nf.flash_attention_varlen_backward(dout, q, k, v, o, l, cu, cu, Np, Np,
-                                                                            causal=True))}  # fmt: skip
+                 "varlen": bv.varlen_calls(q, k, v, dout, cu, Np, causal=True)}  # fmt: skip
         work = sum(visible_pairs(int(n), int(n), True) for n in lens) / (len(lens) * visible_pairs(Np, Np, True))
     else:
         raise SystemExit(f"mode {mode!r}: expected softcap, gqa, alibi, dropout, window or varlen")

@@ -61,6 +61,17 @@ def calls(q, k, v, dout, **kw):
     return fwd, bwd
 
 
+def varlen_calls(q, k, v, dout, cu, max_len, **kw):
+    """:func:`calls` of the varlen API: packed (total, H, d) inputs, the same offsets ``cu``
+    and longest length ``max_len`` for queries and keys (NumPy offsets: checked on the host,
+    no wait for the GPU; device offsets are copied back to be checked, a sync a call)."""
+    fwd = lambda: numba_flash.flash_attention_varlen(q, k, v, cu, cu, max_len, max_len, return_lse=True,  # noqa: E731
+                                                     **kw)  # fmt: skip
+    bwd = lambda o, l: numba_flash.flash_attention_varlen_backward(dout, q, k, v, o, l, cu, cu,  # noqa: E731
+                                                                   max_len, max_len, **kw)  # fmt: skip
+    return fwd, bwd
+
+
 def interleaved(cases, rounds=5):
     """``{name: (forward ms, backward ms)}`` of ``cases`` (name: (forward, backward) as
     :func:`calls` gives them): medians over ``rounds`` rounds in which every case is
@@ -148,14 +159,6 @@ def main(path):
         total = int(lens.sum())
         cu_host = np.concatenate([[0], np.cumsum(lens)]).astype(np.int32)
         q, k, v, dout = (randn(total, H, d) for _ in range(4))
-
-        def varlen_calls(cu):
-            fwd = lambda: numba_flash.flash_attention_varlen(q, k, v, cu, cu, int(lens.max()), int(lens.max()),  # noqa: E731
-                                                             causal=True, return_lse=True)  # fmt: skip
-            bwd = lambda o, l: numba_flash.flash_attention_varlen_backward(dout, q, k, v, o, l, cu, cu,  # noqa: E731
-                                                                           int(lens.max()), int(lens.max()), causal=True)
-            return fwd, bwd
-
         pairs = H * sum(visible_pairs(n, n, True) for n in lens)
         Np = int(lens.max())
         Nu = total // len(lens)
@@ -163,7 +166,8 @@ def main(path):
         qu, ku, vu, dou = (randn(len(lens), Nu, H, d) for _ in range(4))
         # device offsets: copied to the host to be checked (a sync a call); NumPy offsets: checked
         # on the host, uploaded without waiting for the GPU; all five timed in turn
-        ms = interleaved({"device": varlen_calls(cp.asarray(cu_host)), "host": varlen_calls(cu_host),
+        ms = interleaved({"device": varlen_calls(q, k, v, dout, cp.asarray(cu_host), Np, causal=True),
+                          "host": varlen_calls(q, k, v, dout, cu_host, Np, causal=True),
                           "padded": calls(qp, kp, vp, dop, causal=True),
                           "uniform": calls(qu, ku, vu, dou, causal=True)}, rounds=3)  # fmt: skip
         var_ms, host_ms, pad_ms, uni_ms = ms["device"], ms["host"], ms["padded"], ms["uniform"]
