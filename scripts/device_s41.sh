@@ -4,7 +4,7 @@
 # step session 40's call never reached; then compute-sanitizer's memcheck of the Hopper backward and varlen
 # kernels with the time a cold cache needs (session 40's 120 s / 80 s stopped them part way).
 #   bash device_s41.sh OUT SECONDS 1   bench_order.py window varlen softcap dropout alibi gqa in one process
-#                                      (each mode's table printed as it ends; at most SECONDS - 150 s), then
+#                                      (each mode's table printed as it ends; at most SECONDS - RESERVE (150) s), then
 #                                      memcheck sanitize_small.py wgmma_bwd, and wgmma_varlen, with what is left
 #   bash device_s41.sh OUT SECONDS 2   bench_order.py on MODES (what call 1 did not reach), then bench_stats.py
 #                                      on tmp_old (aa20ba5, before session 39's preprocess) and tmp_new in
@@ -21,11 +21,11 @@ smi() {  # the clock / power log of the timings that follow, until `kill $smi_pi
 }
 if [ "$call" = 1 ]; then
   smi 1
-  side new $(( total - SECONDS - 150 )) o1 scripts/bench_order.py window varlen softcap dropout alibi gqa
+  side new $(( total - SECONDS - ${RESERVE:-150} )) o1 scripts/bench_order.py window varlen softcap dropout alibi gqa
   kill $smi_pid
   grep -hE "median|rc=" "$out/o1_new.txt"
   left=$(( total - SECONDS - 5 ))  # wgmma_bwd up to 220 s, wgmma_varlen the rest when 60 s or more
-  sanitize memcheck wgmma_bwd $(( left - 60 > 220 ? 220 : (left < 120 ? left : left - 60) ))
+  [ "$left" -ge 60 ] && sanitize memcheck wgmma_bwd $(( left - 60 > 220 ? 220 : (left < 120 ? left : left - 60) ))
   [ $(( total - SECONDS - 5 )) -ge 60 ] && sanitize memcheck wgmma_varlen $(( total - SECONDS - 5 ))
   grep -hE "SUMMARY|rc=" "$out/b_sanitize.txt"
   grep -hE "median|rc=" "$out/o1_new.txt"
