@@ -65,3 +65,10 @@ knob() {
   echo "$label rc=$? at ${SECONDS}s" >> "$out/k_$label.txt"
   tail -n 2 "$out/k_$label.txt"
 }
+
+# `smi NAME`: nvidia-smi's clock / power log, every 250 ms, into $out/smi_NAME.csv, until `kill $smi_pid`.
+smi() {
+  nvidia-smi --query-gpu=timestamp,clocks.sm,power.draw,temperature.gpu,clocks_throttle_reasons.active \
+    --format=csv -lms 250 > "$out/smi_$1.csv" 2>&1 &
+  smi_pid=$!
+}

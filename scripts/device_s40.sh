@@ -20,11 +20,6 @@
 # 4.8 TB/s DRAM).
 set -u
 . scripts/device_ab.sh  # out, total, call from the arguments
-smi() {  # the clock / power log of the timings that follow, until `kill $smi_pid`
-  nvidia-smi --query-gpu=timestamp,clocks.sm,power.draw,temperature.gpu,clocks_throttle_reasons.active \
-    --format=csv -lms 250 > "$out/smi_$1.csv" 2>&1 &
-  smi_pid=$!
-}
 if [ "$call" = 1 ]; then
   timeout 100 compute-sanitizer --tool memcheck --report-api-errors no python3 -m pytest -q -n 0 -p no:cacheprovider \
     tests/test_wgmma_backward.py -k stats_rows > "$out/b_stats.txt" 2>&1

@@ -3,8 +3,9 @@
 # median over orders is how the bars are read here, nvidia-smi's clock / power log beside it), first — the
 # step session 40's call never reached; then compute-sanitizer's memcheck of the Hopper backward and varlen
 # kernels with the time a cold cache needs (session 40's 120 s / 80 s stopped them part way).
-# As run: never. Fourteen requests refused (one more not tried: a cool-down) over ~2 h and one machine taken back before the call finished
-# (1 532 of the 1 800 device seconds); the budget left then started nothing (docs/benchmarks/2026-12-07-s41).
+# As run: never. Fourteen requests refused (one more not tried: a cool-down) over ~2 h and one machine taken
+# back before the call finished (1 532 of the 1 800 device seconds); the budget left then started nothing
+# (docs/benchmarks/2026-12-07-s41).
 #   bash device_s41.sh OUT SECONDS 1   bench_order.py window varlen softcap dropout alibi gqa in one process
 #                                      (each mode's table printed as it ends; at most SECONDS - RESERVE (150) s), then
 #                                      memcheck sanitize_small.py wgmma_bwd, and wgmma_varlen, with what is left
@@ -16,11 +17,6 @@
 # dropout 1.21-1.26 forward; memcheck 0 errors; the preprocess at (1, 16, 16384, 128) ~60 us -> <= 45 us.
 set -u
 . scripts/device_ab.sh  # out, total, call from the arguments
-smi() {  # the clock / power log of the timings that follow, until `kill $smi_pid`
-  nvidia-smi --query-gpu=timestamp,clocks.sm,power.draw,temperature.gpu,clocks_throttle_reasons.active \
-    --format=csv -lms 250 > "$out/smi_$1.csv" 2>&1 &
-  smi_pid=$!
-}
 if [ "$call" = 1 ]; then
   smi 1
   side new $(( total - SECONDS - ${RESERVE:-150} )) o1 scripts/bench_order.py window varlen softcap dropout alibi gqa
