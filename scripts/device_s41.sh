@@ -3,9 +3,9 @@
 # median over orders is how the bars are read here, nvidia-smi's clock / power log beside it), first — the
 # step session 40's call never reached; then compute-sanitizer's memcheck of the Hopper backward and varlen
 # kernels with the time a cold cache needs (session 40's 120 s / 80 s stopped them part way).
-# As run: never. Fourteen requests refused (one more not tried: a cool-down) over ~2 h and one machine taken
-# back before the call finished (1 532 of the 1 800 device seconds); the budget left then started nothing
-# (docs/benchmarks/2026-12-07-s41).
+# As run: not in session 41 (fourteen refused starts, one machine taken back mid-call: docs/benchmarks/2026-12-07-s41);
+# in session 42 on an H100, call 1 as `RESERVE=150 … 560 1` and call 2 as `… 400 2` without MODES, both whole
+# (docs/benchmarks/2026-12-07-s42).
 #   bash device_s41.sh OUT SECONDS 1   bench_order.py window varlen softcap dropout alibi gqa in one process
 #                                      (each mode's table printed as it ends; at most SECONDS - RESERVE (150) s), then
 #                                      memcheck sanitize_small.py wgmma_bwd, and wgmma_varlen, with what is left
