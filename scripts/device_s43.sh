@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# Session 43: the GPU tests that session 42's `pytest -m gpu` (524 passed, 0 failed) did not reach before its
+# time limit — the Hopper kernels' two files whole (not one of their tests had started: they are the default
+# path on sm_90, and session 39 changed the backward's preprocess) and the flex, head-dim and varlen-offset tests
+# that were running or waiting — then issue #11's window and varlen rows (bench_order.py) with what is left,
+# so that an H200 gives them beside session 38's figures.
+# As run: not yet.
+#   bash device_s43.sh OUT SECONDS 1   pytest -m gpu -v on test_wgmma_forward.py and test_wgmma_backward.py (at
+#                                      most SECONDS - RESERVE (150) s), then the rest (-k below) until 60 s
+#                                      are left, then bench_order.py window varlen with those (if >= 45 s)
+#   bash device_s43.sh OUT SECONDS 2   bench_order.py ${MODES:-window varlen softcap dropout alibi gqa}, clock log
+# Expected (written before the run): every test passes (sessions 32-39 passed these files on earlier trees;
+# since then only the preprocess changed: memcheck 6/6 + 6/6 clean, session 42); window ~0.76 / 0.66 and
+# varlen ~0.76 / 0.80 on an H200 (session 38), ~0.67 / 0.65 and 0.69 / 0.78 on an H100 (session 42).
+set -u
+. scripts/device_ab.sh  # out, total, call from the arguments
+# `tests NAME SECONDS ARGS...`: pytest -m gpu -v ARGS under a time limit, into $out/t_NAME.txt; a summary line
+tests() {
+  local name=$1 limit=$2
+  shift 2
+  timeout "$limit" python3 -m pytest -m gpu -v -W ignore -p no:cacheprovider "$@" > "$out/t_$name.txt" 2>&1
+  echo "tests $name rc=$? at ${SECONDS}s: $(grep -c ' PASSED ' "$out/t_$name.txt") passed," \
+    "$(grep -cE ' (FAILED|ERROR) ' "$out/t_$name.txt") failed" | tee -a "$out/t_$name.txt"
+}
+if [ "$call" = 1 ]; then
+  tests hopper $(( total - SECONDS - ${RESERVE:-150} )) tests/test_wgmma_forward.py tests/test_wgmma_backward.py
+  left=$(( total - SECONDS - 60 ))
+  [ "$left" -ge 30 ] && tests rest "$left" tests/test_flex_kernels.py tests/test_variants.py \
+    -k "flex_16k or flex_gpu_matrix or flex_large or flex_varlen_gpu or tensor_core_head_dims or offsets"
+  left=$(( total - SECONDS - 5 ))
+  if [ "$left" -ge 45 ]; then
+    smi 1
+    side new "$left" o1 scripts/bench_order.py window varlen
+    kill $smi_pid
+    grep -hE "median|rc=" "$out/o1_new.txt"
+  fi
+  grep -hE " (FAILED|ERROR) " "$out"/t_*.txt | head -20
+  grep -h "^tests " "$out"/t_*.txt
+else
+  smi 2
+  side new $(( total - SECONDS - 5 )) o2 scripts/bench_order.py ${MODES:-window varlen softcap dropout alibi gqa}
+  kill $smi_pid
+  grep -hE "median|rc=" "$out/o2_new.txt"
+fi
+exit 0
