@@ -9,9 +9,10 @@
 #                                      most SECONDS - RESERVE (150) s), then the rest (-k below) until 60 s
 #                                      are left, then bench_order.py window varlen with those (if >= 45 s)
 #   bash device_s43.sh OUT SECONDS 2   bench_order.py ${MODES:-window varlen softcap dropout alibi gqa}, clock log
-# Expected (written before the run): every test passes (sessions 32-39 passed these files on earlier trees;
-# since then only the preprocess changed: memcheck 6/6 + 6/6 clean, session 42); window ~0.76 / 0.66 and
-# varlen ~0.76 / 0.80 on an H200 (session 38), ~0.67 / 0.65 and 0.69 / 0.78 on an H100 (session 42).
+# Expected (written before the run): every test passes (session 35 passed both Hopper files whole, 84 tests with
+# test_arrays.py in 196 s, session 38 test_wgmma_backward.py, 33 in 125 s; since then only the backward's
+# preprocess changed: 7 of its GPU tests passed in session 39, memcheck 6/6 + 6/6 in session 42); window
+# ~0.76 / 0.66 and varlen ~0.76 / 0.80 on an H200 (session 38), ~0.67 / 0.65 and 0.69 / 0.78 on an H100 (session 42).
 set -u
 . scripts/device_ab.sh  # out, total, call from the arguments
 # `tests NAME SECONDS ARGS...`: pytest -m gpu -v ARGS under a time limit, into $out/t_NAME.txt; a summary line
