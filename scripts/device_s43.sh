@@ -4,7 +4,10 @@
 # path on sm_90, and session 39 changed the backward's preprocess) and the flex, head-dim and varlen-offset tests
 # that were running or waiting — then issue #11's window and varlen rows (bench_order.py) with what is left,
 # so that an H200 gives them beside session 38's figures.
-# As run: not yet.
+# As run (session 43, H100; docs/benchmarks/2026-12-07-s43): call 1 with RESERVE=150 560 — the Hopper files 70
+# passed, 0 failed (208 s), the rest 89 passed, 0 failed before its limit, bench_order.py window only (0.659 / 0.670);
+# call 2 with MODES="varlen softcap dropout alibi gqa" 550 (143 s): varlen 0.662 / 0.777, softcap 1.250, dropout
+# 1.300, ALiBi 1.130, GQA 1.005.
 #   bash device_s43.sh OUT SECONDS 1   pytest -m gpu -v on test_wgmma_forward.py and test_wgmma_backward.py (at
 #                                      most SECONDS - RESERVE (150) s), then the rest (-k below) until 60 s
 #                                      are left, then bench_order.py window varlen with those (if >= 45 s)
