@@ -42,6 +42,15 @@ side() {
   echo "$name $run rc=$? at ${SECONDS}s" >> "$out/${name}_$run.txt"
 }
 
+# `tests NAME SECONDS ARGS...`: pytest -m gpu -v ARGS under a time limit, into $out/t_NAME.txt; a summary line
+tests() {
+  local name=$1 limit=$2
+  shift 2
+  timeout "$limit" python3 -m pytest -m gpu -v -W ignore -p no:cacheprovider "$@" > "$out/t_$name.txt" 2>&1
+  echo "tests $name rc=$? at ${SECONDS}s: $(grep -c ' PASSED ' "$out/t_$name.txt") passed," \
+    "$(grep -cE ' (FAILED|ERROR) ' "$out/t_$name.txt") failed" | tee -a "$out/t_$name.txt"
+}
+
 # `sanitize TOOL MODE SECONDS`: compute-sanitizer's TOOL on sanitize_small.py MODE, appended
 # to $out/b_sanitize.txt (memcheck without the driver's host API errors).
 sanitize() {

@@ -17,15 +17,7 @@
 # preprocess changed: 7 of its GPU tests passed in session 39, memcheck 6/6 + 6/6 in session 42); window
 # ~0.76 / 0.66 and varlen ~0.76 / 0.80 on an H200 (session 38), ~0.67 / 0.65 and 0.69 / 0.78 on an H100 (session 42).
 set -u
-. scripts/device_ab.sh  # out, total, call from the arguments
-# `tests NAME SECONDS ARGS...`: pytest -m gpu -v ARGS under a time limit, into $out/t_NAME.txt; a summary line
-tests() {
-  local name=$1 limit=$2
-  shift 2
-  timeout "$limit" python3 -m pytest -m gpu -v -W ignore -p no:cacheprovider "$@" > "$out/t_$name.txt" 2>&1
-  echo "tests $name rc=$? at ${SECONDS}s: $(grep -c ' PASSED ' "$out/t_$name.txt") passed," \
-    "$(grep -cE ' (FAILED|ERROR) ' "$out/t_$name.txt") failed" | tee -a "$out/t_$name.txt"
-}
+. scripts/device_ab.sh  # out, total, call from the arguments; tests, side, smi
 if [ "$call" = 1 ]; then
   tests hopper $(( total - SECONDS - ${RESERVE:-150} )) tests/test_wgmma_forward.py tests/test_wgmma_backward.py
   left=$(( total - SECONDS - 60 ))
