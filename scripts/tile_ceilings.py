@@ -17,22 +17,17 @@ import argparse
 
 import numpy as np
 
-from numba_flash.bench.cases import ragged_lengths
+from numba_flash.bench.cases import ragged_lengths, visible_pairs
 
 BLOCK = 128
 
 
-def causal(n: int) -> tuple[int, int]:
-    """(visible pairs, pairs of the visited tiles) of one causal n × n attention."""
+def causal(n: int, left: int = -1) -> tuple[int, int]:
+    """(visible pairs, pairs of the visited tiles) of one causal n × n attention, with a
+    window of ``left`` keys (a multiple of BLOCK) or none (−1)."""
     t = -(-n // BLOCK)
-    return n * (n + 1) // 2, t * (t + 1) // 2 * BLOCK * BLOCK
-
-
-def window(n: int, left: int) -> tuple[int, int]:
-    """The same for causal with a window of ``left`` keys (query i sees i − left … i)."""
-    visible = sum(min(i, left) + 1 for i in range(n))
-    tiles = sum(min(m, -(-left // BLOCK)) + 1 for m in range(-(-n // BLOCK)))
-    return visible, tiles * BLOCK * BLOCK
+    tiles = t * (t + 1) // 2 if left < 0 else sum(min(m, left // BLOCK) + 1 for m in range(t))
+    return visible_pairs(n, n, causal=True, window=(left, 0)), tiles * BLOCK * BLOCK
 
 
 def efficiency(counts) -> float:
@@ -47,7 +42,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--draws", type=int, default=1000)
     draws = ap.parse_args().draws
-    print(f"window (1024, 0), 16384 rows: ceiling {efficiency([window(16384, 1024)]) / efficiency([causal(16384)]):.3f}")
+    print(f"window (1024, 0), 16384 rows: ceiling {efficiency([causal(16384, 1024)]) / efficiency([causal(16384)]):.3f}")
     lens = ragged_lengths(np.random.default_rng(20261207))
     print(f"varlen, the scripts' draw ({min(lens)}–{max(lens)} rows): ceiling {varlen_ceiling(lens):.3f}")
     c = np.array([varlen_ceiling(ragged_lengths(np.random.default_rng(s))) for s in range(draws)])
