@@ -1226,6 +1226,16 @@ def cluster_wait_acquire():
     t._numba_flash_cluster_round = None
 
 
+def sm_clock():
+    _thread()
+    return np.uint32(time.perf_counter_ns() & 0xFFFFFFFF)
+
+
+def global_timer_lo():
+    _thread()
+    return np.uint32(time.time_ns() & 0xFFFFFFFF)
+
+
 def cluster_ctarank():
     _thread()
     return np.uint32(0)

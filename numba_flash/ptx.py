@@ -122,6 +122,8 @@ __all__ = [
     "ld_global_cg_v4_f32",
     "ld_global_nc_v4_b32",
     "fence_acq_rel_gpu",
+    "sm_clock",
+    "global_timer_lo",
 ]
 
 #: ``alignment=`` for ``cuda.shared.array`` tiles used with ldmatrix/cp.async:
@@ -1034,6 +1036,34 @@ def ld_global_nc_v4_b32(typingctx, src, index):
         return context.make_tuple(builder, sig.return_type, vals)
 
     return types.UniTuple(types.uint32, 4)(src, index), codegen
+
+
+def _timer_intrinsic(register, name, doc):
+    """A ``uint32`` read of special register ``register``, volatile (never hoisted, merged
+    or dropped: each call reads the register anew, in program order with its neighbours)."""
+
+    @intrinsic
+    def impl(typingctx):
+        def codegen(context, builder, sig, args):
+            return _asm(builder, f"mov.u32 $0, {register};", "=r,~{memory}", [], [_I32], side_effect=True)[0]
+
+        return types.uint32(), codegen
+
+    impl.__name__ = name
+    impl.__doc__ = doc
+    return impl
+
+
+sm_clock = _timer_intrinsic("%clock", "sm_clock", """``sm_clock() -> uint32``
+
+``mov.u32 r, %clock;``: the SM's cycle counter, low 32 bits (wraps every ~2 s at 2 GHz:
+take differences modulo 2**32).  For traces only (``wgmma_forward.trace_tiles``): the
+threads of one SM share it.""")
+
+global_timer_lo = _timer_intrinsic("%globaltimer_lo", "global_timer_lo", """``global_timer_lo() -> uint32``
+
+``mov.u32 r, %globaltimer_lo;``: the GPU's nanosecond timer, low 32 bits (wraps every
+~4.3 s), the same on every SM; beside ``sm_clock`` it gives a trace's clock rate.""")
 
 
 @intrinsic

@@ -107,6 +107,43 @@ def test_wgmma_forward_dynamic_scheduler(monkeypatch, rng, d, causal, lens_q, le
 
 
 @pytest.mark.usefixtures("wgmma_on", "poisoned_outputs")
+def test_wgmma_forward_trace(monkeypatch, rng):
+    """``NUMBA_FLASH_WGMMA_TRACE`` (``wgmma_forward.trace_tiles``): two persistent blocks over
+    four tiles (two heads × 200 causal rows in 128-row tiles) leave one record a tile in the
+    ``sched`` buffer after the counter: each tile once, its key tiles walked (1 for rows
+    0–127, 2 for rows 128–199), the consumer's eight clock readings and the producer's three
+    in order; the output still matches the reference."""
+    from numba_flash import api
+    from numba_flash.kernels import wgmma_forward as W
+
+    tiles = 3  # records a block (the counter deals the four tiles: a block may run one, two or three)
+    monkeypatch.setenv("NUMBA_FLASH_WGMMA_SCHEDULER", "dynamic")
+    monkeypatch.setenv("NUMBA_FLASH_WGMMA_PERSISTENT", "2")
+    monkeypatch.setenv("NUMBA_FLASH_WGMMA_TRACE", str(tiles))
+    made = []
+
+    def traced(walk=None):
+        made.append(np.zeros(2 + 2 * tiles * W.TRACE_WORDS, np.int32))
+        return made[-1]
+
+    monkeypatch.setitem(api.SCHEDULER_BUFFERS, "sched", traced)
+    check_forward(rng, "float16", 64, True, Nq=200, Nk=200)
+    (buf,) = made
+    rec = buf[2:].reshape(2, tiles, W.TRACE_WORDS).view(np.uint32).astype(np.int64)
+    written = rec[..., 7] != 0
+    assert written.sum() == 4, rec
+    r = rec[written]
+    assert sorted(r[:, W.T_STEPS + 1].tolist()) == [0, 1, 2, 3]
+    assert sorted(r[:, W.T_STEPS].tolist()) == [1, 1, 2, 2]
+    for words in (list(range(8)), [W.T_PRODUCER + i for i in range(3)], [W.T_GLOBAL, W.T_GLOBAL + 1]):
+        steps = (np.diff(r[:, words], axis=1) % (1 << 32))
+        assert (steps < (1 << 31)).all(), r[:, words]  # each reading at or after the one before (mod 2**32)
+    # the other records: empty, or a block's end (the loop's top and the slot read: words 0, 1, the timer's)
+    end = np.delete(rec[~written], [0, 1, W.T_GLOBAL], axis=1)
+    assert (end == 0).all(), rec[~written]
+
+
+@pytest.mark.usefixtures("wgmma_on", "poisoned_outputs")
 def test_wgmma_forward_variants(rng):
     """GQA + window + softcap + ALiBi through the shared score and mask steps."""
     check_forward(rng, "float16", 64, True, H=2, H_kv=1, Nq=40, Nk=75, window_size=(30, -1), softcap=5.0,

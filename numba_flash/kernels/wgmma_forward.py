@@ -174,6 +174,10 @@ BARRIER_BYTES = 128  # q_full, k_full[2], v_full[2], k_empty[2], v_empty[2], q_e
 K_FULL, V_FULL, K_EMPTY, V_EMPTY, Q_EMPTY, V_LAND = (8 + 8 * STAGES * j for j in range(6))
 #: Byte offset from q_full of the dynamic scheduler's two tile slots (int32; after v_land, within BARRIER_BYTES).
 TILE_SLOT = V_LAND + 8
+#: A traced tile's record (``trace_tiles``): int32 words 0–7 the first consumer's SM clock at its
+#: steps, then the key tiles walked and the tile, the producer's clock at three points, the global
+#: timer at the consumer's first and last step, and one word unused.
+TRACE_WORDS, T_STEPS, T_PRODUCER, T_GLOBAL = 16, 8, 10, 13
 
 
 def consumers(head_dim: int, causal: bool = False, seqlen_q: int = 4096, block_mask: bool = False,
@@ -261,7 +265,7 @@ def threads(t: TcTiles) -> int:
 
 @functools.lru_cache(maxsize=None)
 def wgmma_forward_kernel(t: TcTiles, variant: Variant, dtype: str, persistent: bool = True, domain: int = 1,
-                         alibi_mma: bool = False, key_rows: int = 0, dynamic: bool = False):
+                         alibi_mma: bool = False, key_rows: int = 0, dynamic: bool = False, trace: int = 0):
     """``kernel[grid, threads(t), stream, smem_bytes(t)](q, k, v, out32, lse, softmax_scale, params, alibi,
     cu_seqlens_q, cu_seqlens_k, fx, sched, tmaps)``: ``tc_forward_kernel``'s arguments and outputs, the
     scheduler's counter (a zeroed int32 pair; read only when ``dynamic``) and the tensor
@@ -270,7 +274,9 @@ def wgmma_forward_kernel(t: TcTiles, variant: Variant, dtype: str, persistent: b
     away (at d = 64 the loop's carried state costs the 160-register consumers spills).  ``domain``: the
     softmax's (``softmax.domain(variant, capped=True)``); ``alibi_mma``: ALiBi's bias on the tensor cores
     (:func:`alibi_on_products`; raw scores); ``key_rows``: a paged cache's K/V boxes (:func:`key_box`; the
-    maps' key boxes); ``dynamic``: persistent blocks take their tiles from a counter (:func:`dynamic_tiles`)."""
+    maps' key boxes); ``dynamic``: persistent blocks take their tiles from a counter (:func:`dynamic_tiles`);
+    ``trace``: with ``dynamic``, the first ``trace`` tiles of each block leave timestamps after
+    the counter in ``sched`` (:func:`trace_tiles`)."""
     HEAD_DIM, BLOCK_M, PERSISTENT = t.head_dim, t.block_m, persistent
     CONSUMERS = BLOCK_M // 64
     THREADS, CONSUMER_THREADS = threads(t), 128 * CONSUMERS
@@ -288,6 +294,7 @@ def wgmma_forward_kernel(t: TcTiles, variant: Variant, dtype: str, persistent: b
     # persistent blocks: the producer takes each next tile from the ``sched`` counter and
     # hands it to the consumers in a slot of shared memory (``dynamic_tiles``)
     DYNAMIC = persistent and dynamic
+    TRACE = trace if DYNAMIC else 0  # tiles a block traced (``trace_tiles``); 0: no trace code
     KSTEPS = HEAD_DIM // 16  # k-slices of Q·Kᵀ
     NT_S = BLOCK_N // 8
     NT_O = HEAD_DIM // 8
@@ -464,6 +471,30 @@ def wgmma_forward_kernel(t: TcTiles, variant: Variant, dtype: str, persistent: b
         issue_bias(acc_s, bias_frag, kx_base)
 
     @device_function
+    def trace_word(sched, done, word, value, who):
+        """``TRACE``: word ``word`` of the block's ``done``-th tile's record (``trace_tiles``:
+        ``TRACE_WORDS`` int32 words a tile after the counter pair) is ``value``, written by
+        the thread ``who`` is true on, where the buffer holds it; nothing without a trace."""
+        if TRACE:
+            at = 2 + (int64(cuda.blockIdx.x) * TRACE + done) * TRACE_WORDS + word
+            if who and done < TRACE and at < sched.shape[0]:
+                sched[at] = int32(value)
+
+    @device_function
+    def trace_clock(sched, done, word, who):
+        """``TRACE``: the SM's clock now into the record's word ``word`` (``trace_word``)."""
+        if TRACE:
+            if who:
+                trace_word(sched, done, word, ptx.sm_clock(), who)
+
+    @device_function
+    def trace_timer(sched, done, word, who):
+        """``TRACE``: the global timer now into the record's word ``word`` (``trace_word``)."""
+        if TRACE:
+            if who:
+                trace_word(sched, done, word, ptx.global_timer_lo(), who)
+
+    @device_function
     def tile_walk(tile, gx, gy, gz, q, k, params, cu_q, cu_k, fx):
         """Tile ``tile`` of the virtual grid (gx, gy, gz): ``block_info.block_at``'s
         ``(start_m, b, h, hk, q0, k0, mi, seq)``, its walk list ``vr``, the key tiles
@@ -546,8 +577,10 @@ def wgmma_forward_kernel(t: TcTiles, variant: Variant, dtype: str, persistent: b
                             tile = next_tile(sched, lead)
                         continue
                     qb = 0 if F[SPLIT] else b  # split-KV: b is the split's part of out; every split reads q's one batch
+                    trace_clock(sched, done, T_PRODUCER, lead)
                     if not Q_LATE or n_hi == n_lo:
                         load_q(q_base, tmaps[0], q0 + start_m, h, qb, q_full, done, lead, tile)
+                    trace_clock(sched, done, T_PRODUCER + 1, lead)
                     page, row = look_up_pages(k, n_lo, n_hi, vr, mi, fx, seq, tid)  # a paged cache's first tile
                     for j in range(n_lo, n_hi):
                         s = pos % STAGES
@@ -572,6 +605,7 @@ def wgmma_forward_kernel(t: TcTiles, variant: Variant, dtype: str, persistent: b
                                           q_full + V_FULL + 8 * s, tid, BLOCK_N, ATOMS, KV_ATOM)  # fmt: skip
                             zeroed = int32(zeroed + 1)
                         pos = int32(pos + 1)
+                    trace_clock(sched, done, T_PRODUCER + 2, lead)
                     done = int32(done + 1)
                     if DYNAMIC:
                         tile = next_tile(sched, lead)
@@ -596,12 +630,16 @@ def wgmma_forward_kernel(t: TcTiles, variant: Variant, dtype: str, persistent: b
             o_stage = o_base + (4 * cw + warp) * O_WARP
         pos = 0  # the ring's position, as the producer's
         done = 0
+        tracer = tid == 128  # the first consumer's thread 0 writes the trace (``TRACE``)
         for it in range(tiles_start, tiles_end, tiles_step):
             tile = it
+            trace_clock(sched, done, 0, tracer)
+            trace_timer(sched, done, T_GLOBAL, tracer)
             if DYNAMIC:  # the producer's next tile (live), or n_tiles: the end
                 wait_phase(q_full, done & 1)
                 w0, w1, _, _ = ptx.ld_shared_v4_b32(q_full + TILE_SLOT)  # both slots (16-byte aligned)
                 tile = int64(w1 if done % 2 else w0)
+                trace_clock(sched, done, 1, tracer)
                 if tile >= n_tiles:
                     break
             start_m, b, h, hk, q0, k0, mi, seq, vr, n_lo, n_hi, live = tile_walk(tile, gx, gy, gz, q, k, params, cu_q,
@@ -631,6 +669,9 @@ def wgmma_forward_kernel(t: TcTiles, variant: Variant, dtype: str, persistent: b
             if ALIBI_MMA:  # v = slope / scale (raw scores) split in three 16-bit values
                 fragments.bias_fragment(bias_frag, si[2], BF16)
             softmax.start_rows(acc_o, O_REGS, m_i, l_i, 2)
+            trace_clock(sched, done, 2, tracer)
+            trace_word(sched, done, T_STEPS, n_hi - n_lo, tracer)
+            trace_word(sched, done, T_STEPS + 1, tile, tracer)
             # Tile i's S = Q·K_iᵀ is issued with tile i − 1's acc += P·V, and its softmax runs
             # while that P·V is still on the tensor cores (FlashAttention-3's intra-warpgroup
             # overlap); acc is rescaled by tile i's alpha once that P·V completed. The first
@@ -643,8 +684,10 @@ def wgmma_forward_kernel(t: TcTiles, variant: Variant, dtype: str, persistent: b
                 d0 = fragments.lane_distance(row0, start_n, mi, False)  # while S runs (ALiBi's)
                 ptx.wgmma_wait_group(0)
                 ptx.mbarrier_arrive(q_full + K_EMPTY + 8 * s)  # this thread is done with K_0
+                trace_clock(sched, done, 3, tracer)
                 scores_to_p(acc_s, alpha, m_i, l_i, n_lo, start_n, d0, row0, rows0, si, di, mi, vr)
                 pack_p(p_frag, acc_s, row0, start_n, di)  # acc_o is 0: no rescale
+                trace_clock(sched, done, 4, tracer)
             for j in range(n_lo + 1, n_hi):
                 g = pos + j - n_lo
                 s, sp = g % STAGES, (g - 1) % STAGES
@@ -664,13 +707,14 @@ def wgmma_forward_kernel(t: TcTiles, variant: Variant, dtype: str, persistent: b
                 for r in range(2):
                     softmax.rescale_row(acc_o, 2 * r, 4, NT_O, 2, alpha[r])
                 pack_p(p_frag, acc_s, row0, start_n, di)
+            trace_clock(sched, done, 5, tracer)
             if not O_IN_Q:  # every S of the tile is done: the producer may load the next Q (O_IN_Q: after O)
                 ptx.mbarrier_arrive(q_full + Q_EMPTY)
             # The epilogue's factors now (m_i and l_i are final; the last P·V does not change them)
             finalize_rows(fin, m_i, l_i, si, di)
             g = pos + n_hi - n_lo - 1
             pos += n_hi - n_lo
-            done += 1
+            done += 1  # (the trace's last two steps below are this tile's: done − 1)
             if n_hi > n_lo:  # the last tile's P·V
                 s = g % STAGES
                 wait_phase(q_full + V_FULL + 8 * s, (g // STAGES) & 1)
@@ -678,7 +722,10 @@ def wgmma_forward_kernel(t: TcTiles, variant: Variant, dtype: str, persistent: b
                 issue_pv(acc_o, p_frag, v_base + s * KV_BYTES)
                 ptx.wgmma_wait_group(0)
                 ptx.mbarrier_arrive(q_full + V_EMPTY + 8 * s)
+            trace_clock(sched, done - 1, 6, tracer)
             store_tile(acc_o, fin, p_frag, o_stage, out32, lse, b, h, q0, row0, seqlen_q, q_full)
+            trace_clock(sched, done - 1, 7, tracer)
+            trace_timer(sched, done - 1, T_GLOBAL + 1, tracer)
 
     return wgmma_forward
 
@@ -728,6 +775,22 @@ def dynamic_tiles() -> bool:
     and (4, 16, 4096, 128) 1.030× the static order's TF/s.  On
     by default; ``NUMBA_FLASH_WGMMA_SCHEDULER=static`` walks the static order."""
     return os.environ.get("NUMBA_FLASH_WGMMA_SCHEDULER", "dynamic") != "static"
+
+
+def trace_tiles() -> int:
+    """A diagnostic: ``NUMBA_FLASH_WGMMA_TRACE=n`` makes the persistent forward with the
+    dynamic scheduler record, for the first n tiles of each block, when its first consumer
+    reached each step of a tile (words 0–7 of a 16-word int32 record, the SM's clock, low
+    32 bits: the loop's top, Q landed, the tile set up, the first S done, the first P
+    packed, the walk done, the last P·V done, O written), the key tiles walked and the
+    tile (8, 9), the producer's clock when it set up the tile, issued its Q (after the
+    previous tile released Q) and issued its last K/V (10–12), and the global timer at the
+    consumer's first and last step (13, 14: the clock rate).  Record ``blockIdx.x · n + t``
+    starts at word 2 of the ``sched`` buffer, which must then be made that large
+    (``scripts/trace_forward.py`` replaces ``api.SCHEDULER_BUFFERS``; a smaller buffer
+    records what fits).  0 (the default): the kernels hold no trace code."""
+    n = os.environ.get("NUMBA_FLASH_WGMMA_TRACE", "0")
+    return int(n) if n.isdigit() else 0
 
 
 #: Query rows a sequence past which the blocks are not persistent (``blocks``).
@@ -796,7 +859,7 @@ def launches(t: TcTiles, variant: Variant, dtype: str, sz: spec.Sizes, page_rows
     dom = softmax.CAPPED if bias else softmax.domain(variant, capped=True)  # raw scores there too
     box = key_box(page_rows, t.block_n) if variant.paged else t.block_n
     dyn = n < tiles and dynamic_tiles()
-    kern = wgmma_forward_kernel(t, variant, dtype, n < tiles, dom, bias, box, dyn)
+    kern = wgmma_forward_kernel(t, variant, dtype, n < tiles, dom, bias, box, dyn, trace_tiles() if dyn else 0)
     # the scheduler's counter: a zeroed one a call (``sched``), or a stand-in it never reads
     # (split-KV: out and lse are the parts, fp32, that the merge kernel combines)
     args = spec.forward_args("u16", "f32" if variant.split else tc_out_view(t)) + (
