@@ -57,9 +57,10 @@ and per tile t of the block (parity t mod 2):
     q_full                 Q landed
     q_empty                128·consumers arrivals after the tile's last S (d = 256: after its
                            epilogue, ``o_in_q``): Q may be overwritten
-    tile slots             the dynamic scheduler's (``dynamic_tiles``): int32 slot t mod 2 holds
-                           the block's t-th tile (or n_tiles: the end), written by the producer
-                           before its arrival on q_full, read by the consumers after q_full
+    tile slots             the dynamic scheduler's (``dynamic_tiles``): slot t mod 2 holds the
+                           block's t-th tile (or n_tiles: the end) and its (row tile, head,
+                           batch), four int32 written by the producer before its arrival on
+                           q_full, read by the consumers after q_full
     v_land                 varlen: a V tile whose rows past the sequence the producer's warp
                            zeroes once it landed (``hopper.land_and_zero``), then arrives on
                            v_full[s]: a neighbour's inf or NaN never meets P's masked 0
@@ -172,8 +173,10 @@ HEAD_DIMS = (64, 128, 192, 256)  # the head dims this version runs (wgmma n = d 
 BARRIER_BYTES = 128  # q_full, k_full[2], v_full[2], k_empty[2], v_empty[2], q_empty, v_land: 8 bytes each
 #: Byte offsets from q_full of each stage-0 barrier (stage s: + 8·s), of q_empty and v_land.
 K_FULL, V_FULL, K_EMPTY, V_EMPTY, Q_EMPTY, V_LAND = (8 + 8 * STAGES * j for j in range(6))
-#: Byte offset from q_full of the dynamic scheduler's two tile slots (int32; after v_land, within BARRIER_BYTES).
-TILE_SLOT = V_LAND + 8
+#: Byte offset from q_full of the dynamic scheduler's two tile slots (after v_land, within BARRIER_BYTES): 16
+#: bytes each, the tile and its (row tile, head, batch) as int32 (``tile_coords``).
+TILE_SLOT, SLOT_BYTES = V_LAND + 8, 16
+assert TILE_SLOT % 16 == 0 and TILE_SLOT + 2 * SLOT_BYTES <= BARRIER_BYTES
 #: A traced tile's record (``trace_tiles``): int32 words 0–7 the first consumer's SM clock at its
 #: steps, then the key tiles walked and the tile, the producer's clock at three points, the global
 #: timer at the consumer's first and last step, and one word unused.
@@ -379,20 +382,23 @@ def wgmma_forward_kernel(t: TcTiles, variant: Variant, dtype: str, persistent: b
             load_rows(dst, tmap, k0 + start_n, hk, b, bar, ATOMS, KV_ATOM)
 
     @device_function
-    def hand_over(q_full, done, tile, lead):
+    def hand_over(q_full, done, tile, coords, lead):
         """The producer's turn at q_full for the block's ``done``-th tile: once the
         consumers released the previous tile's Q (``q_empty``), and DYNAMIC, lane 0 writes
-        ``tile`` into its slot (q_full's completion publishes it; n_tiles: the end)."""
+        ``tile`` and its ``coords`` (``tile_coords``) into its slot (q_full's completion
+        publishes them; n_tiles: the end).  The consumers read the coordinates instead of
+        computing them: ten integer divisions, ~1 µs of a tile's set-up on the path from
+        its Q to its first S (``trace_tiles``, docs/benchmarks/2026-12-07-s44)."""
         if done > 0:
             wait_phase(q_full + Q_EMPTY, (done - 1) & 1)
         if DYNAMIC and lead:
-            ptx.st_shared_b32(q_full + TILE_SLOT + 4 * (done % 2), tile)
+            ptx.st_shared_v4_b32(q_full + TILE_SLOT + SLOT_BYTES * (done % 2), tile, coords[0], coords[1], coords[2])
 
     @device_function
-    def load_q(q_base, tmap, rows0, h, b, q_full, done, lead, tile):
+    def load_q(q_base, tmap, rows0, h, b, q_full, done, lead, tile, coords):
         """The producer's copy of a tile's Q (rows ``rows0`` … of head ``h``) to ``q_base``
         after its ``hand_over``."""
-        hand_over(q_full, done, tile, lead)
+        hand_over(q_full, done, tile, coords, lead)
         if lead:
             ptx.mbarrier_arrive_expect_tx(q_full, Q_BYTES)
             load_rows(q_base, tmap, rows0, h, b, q_full, ATOMS, Q_ATOM)
@@ -495,15 +501,22 @@ def wgmma_forward_kernel(t: TcTiles, variant: Variant, dtype: str, persistent: b
                 trace_word(sched, done, word, ptx.global_timer_lo(), who)
 
     @device_function
-    def tile_walk(tile, gx, gy, gz, q, k, params, cu_q, cu_k, fx):
-        """Tile ``tile`` of the virtual grid (gx, gy, gz): ``block_info.block_at``'s
-        ``(start_m, b, h, hk, q0, k0, mi, seq)``, its walk list ``vr``, the key tiles
-        ``[n_lo, n_hi)`` it visits and whether it is ``live`` (not past the virtual grid
-        or past its sequence: varlen's grid is the launch's, of ``max_seqlen_q`` rows
-        a sequence); the producer and the consumers walk the same."""
-        n_tiles = gx * gy * gz
-        x, y, z = linear_coords(min(tile, n_tiles - 1), gx, gy)
+    def tile_coords(tile, gx, gy, gz, params, fx):
+        """``(row tile, head, batch)`` of tile ``tile`` of the virtual grid (gx, gy, gz), in
+        the order the grid runs (``block_info.linear_coords``, ``grid_coords``: the L2
+        sections); a tile past the grid as its last."""
+        x, y, z = linear_coords(min(tile, gx * gy * gz - 1), gx, gy)
         tm, th, tb = grid_coords(x, y, z, gx, gy, gz, section_of(params, False, F), fx, False, F)
+        return int64(tm), int64(th), int64(tb)
+
+    @device_function
+    def tile_walk(tile, coords, n_tiles, q, k, params, cu_q, cu_k, fx):
+        """Tile ``tile`` of the virtual grid (of ``n_tiles``) at ``coords`` (``tile_coords``):
+        ``block_info.block_at``'s ``(start_m, b, h, hk, q0, k0, mi, seq)``, its walk list ``vr``,
+        the key tiles ``[n_lo, n_hi)`` it visits and whether it is ``live`` (not past the
+        virtual grid or past its sequence: varlen's grid is the launch's, of ``max_seqlen_q``
+        rows a sequence); the producer and the consumers walk the same."""
+        tm, th, tb = coords
         start_m, b, h, hk, q0, k0, mi, seq = block_at(tm, th, tb, q, k, params, cu_q, cu_k, fx, BLOCK_M, F, False)
         # a block mask's list (the roles walk apart: not staged), or a split's key tiles (varlen: b is the split)
         vr = read_walk_list(fx, seq, h, tm, False, F, b if F[SPLIT] else 0)
@@ -566,11 +579,12 @@ def wgmma_forward_kernel(t: TcTiles, variant: Variant, dtype: str, persistent: b
                     if not DYNAMIC:
                         tile = it
                     elif tile >= n_tiles:  # the end: the consumers read it from the slot, released by q_full
-                        hand_over(q_full, done, n_tiles, lead)
+                        hand_over(q_full, done, n_tiles, (int64(0), int64(0), int64(0)), lead)
                         if lead:
                             ptx.mbarrier_arrive(q_full)
                         break
-                    start_m, b, h, hk, q0, k0, mi, seq, vr, n_lo, n_hi, live = tile_walk(tile, gx, gy, gz, q, k,
+                    coords = tile_coords(tile, gx, gy, gz, params, fx)
+                    start_m, b, h, hk, q0, k0, mi, seq, vr, n_lo, n_hi, live = tile_walk(tile, coords, n_tiles, q, k,
                                                                                          params, cu_q, cu_k, fx)
                     if not live:  # varlen: a tile past its sequence (the consumers skip it too)
                         if DYNAMIC:
@@ -579,7 +593,7 @@ def wgmma_forward_kernel(t: TcTiles, variant: Variant, dtype: str, persistent: b
                     qb = 0 if F[SPLIT] else b  # split-KV: b is the split's part of out; every split reads q's one batch
                     trace_clock(sched, done, T_PRODUCER, lead)
                     if not Q_LATE or n_hi == n_lo:
-                        load_q(q_base, tmaps[0], q0 + start_m, h, qb, q_full, done, lead, tile)
+                        load_q(q_base, tmaps[0], q0 + start_m, h, qb, q_full, done, lead, tile, coords)
                     trace_clock(sched, done, T_PRODUCER + 1, lead)
                     page, row = look_up_pages(k, n_lo, n_hi, vr, mi, fx, seq, tid)  # a paged cache's first tile
                     for j in range(n_lo, n_hi):
@@ -597,7 +611,7 @@ def wgmma_forward_kernel(t: TcTiles, variant: Variant, dtype: str, persistent: b
                         v_bar = q_full + (V_FULL + 8 * s if first == BLOCK_N else V_LAND)
                         load_keys(v_base + s * KV_BYTES, tmaps[2], start_n, mi[1], k0, hk, b, page, row, v_bar, lead)
                         if Q_LATE and j == n_lo:  # the tile's first K and V are on their way: now its Q
-                            load_q(q_base, tmaps[0], q0 + start_m, h, qb, q_full, done, lead, tile)
+                            load_q(q_base, tmaps[0], q0 + start_m, h, qb, q_full, done, lead, tile, coords)
                         # the next tile's pages, while this tile's copies land and the stage's next release comes
                         page, row = look_up_pages(k, j + 1, n_hi, vr, mi, fx, seq, tid)
                         if first < BLOCK_N:
@@ -637,13 +651,17 @@ def wgmma_forward_kernel(t: TcTiles, variant: Variant, dtype: str, persistent: b
             trace_timer(sched, done, T_GLOBAL, tracer)
             if DYNAMIC:  # the producer's next tile (live), or n_tiles: the end
                 wait_phase(q_full, done & 1)
-                w0, w1, _, _ = ptx.ld_shared_v4_b32(q_full + TILE_SLOT)  # both slots (16-byte aligned)
-                tile = int64(w1 if done % 2 else w0)
+                # the tile and its coordinates (16-byte aligned), in slot done mod 2
+                w0, w1, w2, w3 = ptx.ld_shared_v4_b32(q_full + TILE_SLOT + SLOT_BYTES * (done % 2))
+                tile = int64(w0)
+                coords = (int64(w1), int64(w2), int64(w3))
                 trace_clock(sched, done, 1, tracer)
                 if tile >= n_tiles:
                     break
-            start_m, b, h, hk, q0, k0, mi, seq, vr, n_lo, n_hi, live = tile_walk(tile, gx, gy, gz, q, k, params, cu_q,
-                                                                                 cu_k, fx)  # fmt: skip
+            if not DYNAMIC:
+                coords = tile_coords(tile, gx, gy, gz, params, fx)
+            start_m, b, h, hk, q0, k0, mi, seq, vr, n_lo, n_hi, live = tile_walk(tile, coords, n_tiles, q, k, params,
+                                                                                 cu_q, cu_k, fx)  # fmt: skip
             if not live:  # varlen: a tile past its sequence (the producer skips it too)
                 continue
             seqlen_q = mi[0]
