@@ -2,7 +2,8 @@
 (``wgmma_forward.trace_tiles``), fp16, d = 128, causal, issue #11's window and varlen rows
 beside their baselines.
 
-    python3 scripts/trace_forward.py out.jsonl [TILES]      (TILES traced a block, default 32)
+    python3 scripts/trace_forward.py out.jsonl [TILES [CASE ...]]   (TILES traced a block, default 32;
+                                                                     CASE: the cases whose names start so)
 
 Sets ``NUMBA_FLASH_WGMMA_TRACE`` before the library loads and replaces the API's ``sched``
 buffer with one large enough for the records.  Each case runs three warm calls, then one
@@ -94,6 +95,15 @@ def analyse(words):
     # Q issued (producer, word p + 1) → the consumer saw q_full (word 1); the same SM's clock
     q_latency = ((r[:, 1] - r[:, p + 1]) % (1 << 32)) / ghz / 1e3
     q_latency = q_latency[q_latency < 1e3]  # tile 0's Q may come before the consumer's loop top
+    # each block's span on the global timer (its first tile's loop top to its last tile's O written) and
+    # the sum of its tiles' times: the difference is the block's time outside its tiles (the end, the first
+    # tile's wait); the kernel's span (first start to last end over the blocks) against both
+    blk = np.nonzero(ok)[0]
+    g0, g1 = r[:, wf.T_GLOBAL], r[:, wf.T_GLOBAL + 1]
+    g0 = (g0 - g0.min()) % (1 << 32)  # the timer's low word may wrap: relative to the earliest start
+    g1 = (r[:, wf.T_GLOBAL + 1] - r[:, wf.T_GLOBAL].min()) % (1 << 32)
+    spans = np.array([g1[blk == i].max() - g0[blk == i].min() for i in np.unique(blk)]) / 1e3
+    busy = np.array([cyc(0, 7)[blk == i].sum() for i in np.unique(blk)]) / ghz / 1e3
     total = sum(us[n] for n, _, _ in PHASES)
     fixed = total - us["walk"]
     med_step = float(np.median(step_us)) if step_us.size else float("nan")
@@ -105,13 +115,20 @@ def analyse(words):
         "fixed share": round(float(fixed.sum() / total.sum()), 3),
         "producer waits for q_empty us": round(float(np.median(q_release)), 3),
         "Q latency us": round(float(np.median(q_latency)), 3) if q_latency.size else None,
+        "wait Q mean / max us": f"{us['wait Q'].mean():.2f} / {us['wait Q'].max():.1f}",
+        "kernel span us": round(float(g1.max() - g0.min()) / 1e3, 1),
+        "block span median / max us": f"{np.median(spans):.1f} / {spans.max():.1f}",
+        "block tiles' sum median / max us": f"{np.median(busy):.1f} / {busy.max():.1f}",
+        "tiles a block min / max": f"{np.bincount(blk).min()} / {np.bincount(blk).max()}",
     }  # fmt: skip
 
 
-def main(path):
+def main(path, only=()):
     rows = []
     with open(path, "w") as f:
         for name, fwd in cases():
+            if only and not any(name.startswith(o) for o in only):
+                continue
             for _ in range(3):
                 fwd()
             cp.cuda.runtime.deviceSynchronize()
@@ -131,4 +148,4 @@ def main(path):
 
 
 if __name__ == "__main__":
-    main(sys.argv[1])
+    main(sys.argv[1], sys.argv[3:])
