@@ -3,7 +3,9 @@
 # and [bfloat16-96]: running when session 42's run was cut, outside session 43's selection), then issue #11's
 # rows in three orders (bench_order.py) with nvidia-smi's clock log — on an H200 if one comes, beside session
 # 38's H200 figures (the issue's bars are stated for an H200; sessions 42–43 ran on H100s at their power cap).
-# As run: not yet.
+# As run (session 44, call 1, an H100, at 34e091b): both tests passed (35 s); the rows' medians window 0.652 / 0.658,
+# varlen 0.689 / 0.794, softcap 1.244 / 1.064, dropout 1.277 / 1.172, ALiBi 1.122 / 1.013, GQA 0.998 / 0.996
+# (docs/benchmarks/2026-12-07-s44).
 #   bash device_s44.sh OUT SECONDS      the two tests (at most 200 s), then bench_order.py ${MODES:-every row}
 # Expected (written before the run): both tests pass (their head dims pass in test_tensor_core_head_dims, and the
 # mma.sync paths they take have not changed since session 38); on an H200 the rows near session 38's (window
