@@ -5,7 +5,7 @@
 # causal, varlen / padded, forward and backward) and `shapes` on the session's start (tmp_old, 34e091b)
 # and this tree (tmp_new), a process each, in turn; then the forward's GPU tests.
 # As run (session 44, call 3, an H100, tmp_new 3046334 / tmp_old 34e091b, 483 s): set-up 0.25-0.30 µs, as expected;
-# the window 3-6% and the padded batch 2-5% faster a pair, causal unchanged; varlen 0.280 / 0.349 (new) against
+# the window 3-4% and the padded batch 2-3% faster a pair, causal unchanged; varlen 0.280 / 0.349 (new) against
 # 0.294 / 0.292 (old); the GPU tests did not fit (call 4 ran them: 58 passed); the trace's files did not come back
 # (docs/benchmarks/2026-12-07-s44, call3/output_tail.txt).
 #   bash device_s44c.sh OUT SECONDS
