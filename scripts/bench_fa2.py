@@ -24,7 +24,7 @@ import cupy as cp
 import numpy as np
 
 import bench_variants as bv  # calls, interleaved, randn (scripts/ is on sys.path)
-from numba_flash.bench.cases import ragged_lengths, visible_pairs
+from numba_flash.bench.cases import ragged_draw, visible_pairs
 
 
 def fa2_calls(q, k, v, dout, causal, window=(-1, -1), slopes=None, dropout_p=0.0, cu=None, max_len=None):
@@ -146,8 +146,7 @@ def main(path):
         "tflops")  # fmt: skip
     del q, k, v, dout
     # varlen, 16 ragged sequences (mean 1024, total 16384), causal, vs the batch padded to the longest
-    rng = np.random.default_rng(20261207)
-    lens = ragged_lengths(rng)
+    lens = ragged_draw()
     H, d = 16, 128
     total, Np = int(lens.sum()), int(lens.max())
     cu = np.concatenate([[0], np.cumsum(lens)]).astype(np.int32)

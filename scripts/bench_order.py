@@ -6,7 +6,7 @@ issue #11's rows, each as its bar reads it: ``softcap`` (30, the default), ``ali
 2^-1 .. 2^-16) and ``dropout`` (0.1) against plain at (4, 16, 4096, 128), the variant's time over
 plain's (bars 1.10, 1.10, 1.15 forward); ``gqa``: 32 query heads over 8 KV heads against MHA at
 (4, 32, 4096, 128), time (bar 1.05); ``window`` (1024, 0) against causal at (1, 16, 16384, 128)
-and ``varlen`` (16 causal sequences of mean 1024, total 16384, ``ragged_lengths``' draw as in
+and ``varlen`` (16 causal sequences of mean 1024, total 16384, ``ragged_draw``, as
 ``bench_fa2.py``) against the batch padded to the longest, each the variant's TFLOP/s over the
 baseline's, counting visible pairs (bar 0.9). ``ratio`` is printed as the bar reads it: above 1
 is slower for the time rows; for the TF/s rows (the work factor folded in) below 1 is less efficient.
@@ -31,7 +31,7 @@ import cupy as cp
 import numpy as np
 
 import bench_variants as bv  # calls, queued_ms, randn (scripts/ is on sys.path)
-from numba_flash.bench.cases import ragged_lengths, visible_pairs
+from numba_flash.bench.cases import ragged_draw, visible_pairs
 
 
 def cases_of(mode):
@@ -56,7 +56,7 @@ def cases_of(mode):
                  "window": bv.calls(q, k, v, dout, causal=True, window_size=(1024, 0))}  # fmt: skip
         work = visible_pairs(N, N, True, (1024, 0)) / visible_pairs(N, N, True)
     elif mode == "varlen":
-        lens = ragged_lengths(np.random.default_rng(20261207))  # bench_fa2.py's draw
+        lens = ragged_draw()  # bench_fa2.py's draw
         H, d, total, Np = 16, 128, int(lens.sum()), int(lens.max())
         cu = np.concatenate([[0], np.cumsum(lens)]).astype(np.int32)  # NumPy: no host wait a call
         q, k, v, dout = (bv.randn(total, H, d) for _ in range(4))

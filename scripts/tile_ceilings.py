@@ -7,7 +7,7 @@ ratio the row would read if every visited tile cost the same, masked or not (a m
 tile costs more, so the ceiling can only be lower than this).
 
 * window (1024, 0) at (1, 16, 16384), causal, against plain causal at the same shape;
-* varlen: 16 causal sequences from ``ragged_lengths`` (the scripts' draw, seed 20261207),
+* varlen: 16 causal sequences from ``ragged_draw`` (the scripts' draw),
   against the batch padded to the longest, and the same over ``--draws`` other seeds.
 
     python3 scripts/tile_ceilings.py [--draws 1000]
@@ -17,7 +17,7 @@ import argparse
 
 import numpy as np
 
-from numba_flash.bench.cases import ragged_lengths, visible_pairs
+from numba_flash.bench.cases import ragged_draw, ragged_lengths, visible_pairs
 
 BLOCK = 128
 
@@ -43,7 +43,7 @@ def main():
     ap.add_argument("--draws", type=int, default=1000)
     draws = ap.parse_args().draws
     print(f"window (1024, 0), 16384 rows: ceiling {efficiency([causal(16384, 1024)]) / efficiency([causal(16384)]):.3f}")
-    lens = ragged_lengths(np.random.default_rng(20261207))
+    lens = ragged_draw()
     print(f"varlen, the scripts' draw ({min(lens)}–{max(lens)} rows): ceiling {varlen_ceiling(lens):.3f}")
     c = np.array([varlen_ceiling(ragged_lengths(np.random.default_rng(s))) for s in range(draws)])
     p10, p25, p50, p90 = np.percentile(c, [10, 25, 50, 90])

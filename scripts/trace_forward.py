@@ -22,7 +22,7 @@ and the producer's wait for the previous tile's Q to be released, and how long a
 producer issued a tile's Q the consumer saw it land (``Q latency``).  ``per tile`` is the
 sum; ``fixed`` all but the walk, in steps of the case's own walk.  The cases: causal and
 window (1024, 0) at (1, 16, 16384, 128); the varlen draw of ``bench_order.py`` (16
-sequences, seed 20261207) and its batch padded to the longest.  Times with the trace on
+sequences, ``ragged_draw``) and its batch padded to the longest.  Times with the trace on
 (10 queued calls) are printed beside the tables, to be read against untraced runs.
 """
 
@@ -38,7 +38,7 @@ import numpy as np  # noqa: E402
 
 import bench_variants as bv  # noqa: E402  (scripts/ is on sys.path)
 from numba_flash import api  # noqa: E402
-from numba_flash.bench.cases import ragged_lengths  # noqa: E402
+from numba_flash.bench.cases import ragged_draw  # noqa: E402
 from numba_flash.kernels import wgmma_forward as wf  # noqa: E402
 
 SMS = wf._sms()
@@ -66,7 +66,7 @@ def cases():
     q, k, v, dout = (bv.randn(B, N, H, d) for _ in range(4))
     yield "causal 16384", bv.calls(q, k, v, dout, causal=True)[0]
     yield "window (1024, 0)", bv.calls(q, k, v, dout, causal=True, window_size=(1024, 0))[0]
-    lens = ragged_lengths(np.random.default_rng(20261207))  # bench_order.py's draw
+    lens = ragged_draw()  # bench_order.py's draw
     total, Np = int(lens.sum()), int(lens.max())
     cu = np.concatenate([[0], np.cumsum(lens)]).astype(np.int32)
     qp, kp, vp, dop = (bv.randn(len(lens), Np, H, d) for _ in range(4))

@@ -332,6 +332,17 @@ def test_flop_formula():
         B.attention_flops(1, 1, 1, 1, 8, False, "sideways")
 
 
+def test_ragged_draw_is_the_documented_varlen_row():
+    """``bench.cases.ragged_draw``: the draw issue #11's varlen row is timed and modelled on
+    (the docs cite its 282–1744 rows), the same every call: 16 lengths summing to 16384."""
+    from numba_flash.bench.cases import RAGGED_SEED, ragged_draw, ragged_lengths
+
+    lens = ragged_draw()
+    assert len(lens) == 16 and lens.sum() == 16384 and (lens.min(), lens.max()) == (282, 1744)
+    assert (ragged_draw() == lens).all()
+    assert (ragged_lengths(np.random.default_rng(RAGGED_SEED + 1)) != lens).any()
+
+
 def test_fa2_preset():
     cases = B.preset_cases("fa2")
     assert len(cases) == 2 * 2 * 6

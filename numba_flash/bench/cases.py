@@ -259,6 +259,17 @@ def ragged_lengths(rng, count: int = 16, total: int = 16384) -> np.ndarray:
     return lens
 
 
+#: The seed of issue #11's varlen row as the scripts time and model it (:func:`ragged_draw`).
+RAGGED_SEED = 20261207
+
+
+def ragged_draw(count: int = 16, total: int = 16384) -> np.ndarray:
+    """Issue #11's varlen row as the scripts draw it (``bench_fa2``, ``bench_order``,
+    ``tile_ceilings``, ``trace_forward``): :func:`ragged_lengths` from a fresh generator
+    seeded :data:`RAGGED_SEED` (16 lengths from 282 to 1744 rows, total 16384)."""
+    return ragged_lengths(np.random.default_rng(RAGGED_SEED), count, total)
+
+
 def varlen_cases(cases: Sequence[BenchCase], seed: int = VARLEN_SEED) -> list[BenchCase]:
     """``cases`` as varlen cases: each a packed batch of its ``batch`` sequences with
     lengths from :func:`varlen_seqlens` (mean its seqlen; seqlen_q must equal seqlen_k)."""
