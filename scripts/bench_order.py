@@ -19,8 +19,9 @@ then baseline; ``with backwards`` — ``bench_variants``' round (baseline forwar
 the variant's forward, its backward), five rounds.  Every timing is 10 queued calls between
 two events (``bench_variants.queued_ms``); each line carries its wall-clock start (``t``), to
 be read against a clock and power log taken beside it (``nvidia-smi -lms``: session 39 found
-the GPU at its software power cap, the SM clock moving with each kernel's power).  Prints the
-ratios last, and each one's median over the three orders.
+the GPU at its software power cap, the SM clock moving with each kernel's power).  Prints each
+forward's host time a call (``bench_table.host_ms``: where it nears the events' time a call, the
+row times the host), the ratios last, and each one's median over the three orders.
 """
 
 import json
@@ -31,6 +32,7 @@ import cupy as cp
 import numpy as np
 
 import bench_variants as bv  # calls, queued_ms, randn (scripts/ is on sys.path)
+from bench_table import host_ms
 from numba_flash.bench.cases import ragged_draw, visible_pairs
 
 
@@ -82,7 +84,11 @@ def one(path, mode):
     outs = {name: fwd() for name, (fwd, _) in cases.items()}  # compiled and warm
     for name, (_, bwd) in cases.items():
         bwd(*outs[name])
-    rows = []
+    # each forward's host time a call (20 calls issued without a wait): where it nears the events' time
+    # a call, the queued calls wait for the host and the row times the host (session 44's slow varlen)
+    host = {name: host_ms(fwd) for name, (fwd, _) in cases.items()}
+    rows = [dict(mode=mode, order="host", case=name, part="fwd", round=0, t=time.time(), ms=ms)
+            for name, ms in host.items()]
 
     def timed(order, name, part, rnd):
         fwd, bwd = cases[name]
@@ -107,6 +113,7 @@ def one(path, mode):
     ratio = (lambda x, y: y / x) if work is None else (lambda x, y: work * x / y)
     print(f"{mode}: {'variant time / baseline' if work is None else f'variant TF/s / baseline (work {work:.4f})'}")
     print(f"{'order':16} {'part':4} {base + ' ms':>10} {var + ' ms':>10} {'ratio':>6}  per-round ratios")
+    print(f"{'host a call':16} {'fwd':4} {host[base]:10.3f} {host[var]:10.3f}")
     medians = {"fwd": [], "bwd": []}
     for order, part in (("pairs", "fwd"), ("pairs reversed", "fwd"), ("with backwards", "fwd"),
                         ("with backwards", "bwd")):  # fmt: skip
