@@ -387,8 +387,8 @@ def wgmma_forward_kernel(t: TcTiles, variant: Variant, dtype: str, persistent: b
         consumers released the previous tile's Q (``q_empty``), and DYNAMIC, lane 0 writes
         ``tile`` and its ``coords`` (``tile_coords``) into its slot (q_full's completion
         publishes them; n_tiles: the end).  The consumers read the coordinates instead of
-        computing them: ten integer divisions, ~1 µs of a tile's set-up on the path from
-        its Q to its first S (``trace_tiles``, docs/benchmarks/2026-12-07-s44)."""
+        computing them: up to ten integer divisions (seven of them 64-bit), 1.1–1.6 µs of a
+        tile's set-up on the path from its Q to its first S on an H100 (``trace_tiles``, docs/benchmarks/2026-12-07-s44)."""
         if done > 0:
             wait_phase(q_full + Q_EMPTY, (done - 1) & 1)
         if DYNAMIC and lead:
@@ -804,7 +804,8 @@ def trace_tiles() -> int:
     tile (8, 9), the producer's clock when it set up the tile, issued its Q (after the
     previous tile released Q) and issued its last K/V (10–12), and the global timer at the
     consumer's first and last step (13, 14: the clock rate).  Record ``blockIdx.x · n + t``
-    starts at word 2 of the ``sched`` buffer, which must then be made that large
+    follows the counter pair (words ``2 + 16·(blockIdx.x · n + t)`` … of the ``sched``
+    buffer), which must then be made that large
     (``scripts/trace_forward.py`` replaces ``api.SCHEDULER_BUFFERS``; a smaller buffer
     records what fits).  0 (the default): the kernels hold no trace code."""
     n = os.environ.get("NUMBA_FLASH_WGMMA_TRACE", "0")
