@@ -99,9 +99,8 @@ def analyse(words):
     # the sum of its tiles' times: the difference is the block's time outside its tiles (the end, the first
     # tile's wait); the kernel's span (first start to last end over the blocks) against both
     blk = np.nonzero(ok)[0]
-    g0, g1 = r[:, wf.T_GLOBAL], r[:, wf.T_GLOBAL + 1]
-    g0 = (g0 - g0.min()) % (1 << 32)  # the timer's low word may wrap: relative to the earliest start
-    g1 = (r[:, wf.T_GLOBAL + 1] - r[:, wf.T_GLOBAL].min()) % (1 << 32)
+    start = r[:, wf.T_GLOBAL].min()  # the timer's low word may wrap: both ends relative to the earliest start
+    g0, g1 = ((r[:, wf.T_GLOBAL + i] - start) % (1 << 32) for i in (0, 1))
     spans = np.array([g1[blk == i].max() - g0[blk == i].min() for i in np.unique(blk)]) / 1e3
     busy = np.array([cyc(0, 7)[blk == i].sum() for i in np.unique(blk)]) / ghz / 1e3
     total = sum(us[n] for n, _, _ in PHASES)
