@@ -4,7 +4,7 @@
 # (3046334), which the GPU suite's small shapes mostly skip (a block a tile below 132 tiles: the tile loop is
 # compiled away); the varlen and window rows with their host times; then the variant files as they run.
 # As run: not yet.
-#   bash device_s45b.sh OUT SECONDS
+#   bash device_s45b.sh OUT SECONDS   (SECONDS at least 400: steps 1 and 2 take up to 340)
 # 1. `NUMBA_FLASH_WGMMA_PERSISTENT=3` (three blocks, every call's tiles dealt among them by the dynamic
 #    scheduler): test_variants.py and test_flex_kernels.py.
 # 2. bench_order.py varlen window: the events' and the host's time a call.
