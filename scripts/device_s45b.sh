@@ -3,7 +3,7 @@
 # variants on hardware with every block running several tiles, the path session 44's handover changed
 # (3046334), which the GPU suite's small shapes mostly skip (a block a tile below 132 tiles: the tile loop is
 # compiled away); the varlen and window rows with their host times; then the variant files as they run.
-# As run: not yet.
+# As run: not run in session 45 (no device machine came). The first step for a later session.
 #   bash device_s45b.sh OUT SECONDS   (SECONDS at least 400: steps 1 and 2 take up to 340)
 # 1. `NUMBA_FLASH_WGMMA_PERSISTENT=3` (three blocks, every call's tiles dealt among them by the dynamic
 #    scheduler): test_variants.py and test_flex_kernels.py.
