@@ -3,8 +3,8 @@
 # coordinates (3046334: only its forward's 58 tests ran on a GPU), in three calls, and issue #11's rows with
 # each forward's host time a call (bench_order.py now prints it: were session 44's slow varlen processes
 # host-bound?).
-# As run: not run in session 45 (no device machine came; sixteen requests refused). Still the plan for a
-# later session, after device_s45b.sh.
+# As run: not run as written. Session 46 ran the same test files in calls 2-4 of its own (the commands in
+# docs/benchmarks/2026-12-07-s46) after device_s45b.sh; its rows other than varlen and window did not run.
 #   bash device_s45.sh OUT SECONDS 1   bench_order.py on every row (clock log), then test_kernels.py
 #   bash device_s45.sh OUT SECONDS 2   test_variants.py, test_kvcache.py, test_flex_kernels.py
 #   bash device_s45.sh OUT SECONDS 3   the other GPU test files
