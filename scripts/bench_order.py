@@ -128,4 +128,6 @@ def one(path, mode):
 
 
 if __name__ == "__main__":
+    if len(sys.argv) < 2 or sys.argv[1].startswith("-"):  # `--help` was once taken for the output path
+        raise SystemExit(__doc__)
     main(*sys.argv[1:])
