@@ -5,8 +5,8 @@
 # varlen (session 44 ran racecheck only after the handover).
 # As run: not yet run.
 #   bash device_s46.sh OUT SECONDS 1   bench_order.py softcap dropout alibi gqa (~150 s: session 46's two
-#                                      rows took 70), then memcheck and
-#                                      synccheck of sanitize_small.py wgmma to the call's end
+#                                      rows took 70), then memcheck and synccheck of sanitize_small.py wgmma
+#                                      to the call's end
 #   bash device_s46.sh OUT SECONDS 2   memcheck and synccheck of sanitize_small.py wgmma_varlen, then
 #                                      bench_order.py window varlen (on an H200: issue #11's acceptance
 #                                      machine, last timed in session 38)
