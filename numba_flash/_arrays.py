@@ -298,8 +298,12 @@ def check_packed(name: str, x) -> Operand:
 
 
 def check_alibi(alibi_slopes, q: Operand, B: int, H: int):
-    """ALiBi slopes, float32 of shape (H,) or (B, H), on q's side; returned as a
-    C-contiguous (B, H) float32 array on the compute side (a copy: it is tiny)."""
+    """ALiBi slopes, float32 of shape (H,) or (B, H), on q's side; returned on the compute
+    side as a C-contiguous float32 array the kernels read (``score.score_info``): (1, H)
+    for (H,) slopes (a view of them when they are contiguous), else (B, H).  The (B, H)
+    broadcast copy this once made of (H,) slopes was a kernel a call: without it ALiBi's
+    forward went from 1.13× plain's time to 1.05–1.07× on an H100 (session 47,
+    ``bench_order.py alibi``)."""
     kind, arr = _as_array("alibi_slopes", alibi_slopes)
     if kind != q.kind:
         raise TypeError("alibi_slopes: must be on the same side (host/device) as q")
@@ -308,9 +312,15 @@ def check_alibi(alibi_slopes, q: Operand, B: int, H: int):
     if tuple(arr.shape) not in ((H,), (B, H)):
         raise ValueError(f"alibi_slopes: expected shape (heads,) = {(H,)} or (batch, heads) = {(B, H)}, got "
                          f"{tuple(arr.shape)}")  # fmt: skip
-    arr = to_compute(arr, kind)
+    return alibi_rows(to_compute(arr, kind))
+
+
+def alibi_rows(arr):
+    """Slopes of shape (H,) or (B, H) (checked) as the C-contiguous (1, H) or (B, H) float32
+    array the kernels index by ``[batch if rows > 1 else 0, head]``: as they are when
+    contiguous, else a copy."""
     xp = np if isinstance(arr, np.ndarray) else _cupy()
-    return xp.ascontiguousarray(xp.broadcast_to(arr, (B, H)))
+    return xp.ascontiguousarray(arr.reshape((-1, arr.shape[-1])))
 
 
 def check_cu_seqlens(name: str, cu, q: Operand, total: int, max_name: str, max_seqlen) -> tuple:

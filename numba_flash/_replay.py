@@ -68,7 +68,7 @@ def signature(pass_: str, arrays, keywords, optional_arrays=(), env=()):
     """What a call's checked path depends on, as a dict key, or None when the call does
     not replay: ``arrays`` (each its type, shape, strides, dtype, 16-byte alignment and
     device), ``keywords`` (type and value), ``optional_arrays`` (None, or an array whose
-    type, shape and dtype alone are pinned: the ALiBi slopes, copied every call; varlen's
+    type, shape and dtype alone are pinned: the ALiBi slopes, read every call; varlen's
     offsets, checked every call), ``env`` (the environment the plan reads), and the current
     device."""
     global _array_type

@@ -247,7 +247,7 @@ class _Variants:
     def again(self, dropout_p, seed, alibi_slopes) -> "_Variants":
         """These variants for a replayed call (``_replay``), whose signature pinned every
         argument but the seed's value and the ALiBi slopes' data: the seed checked, the
-        params made again, the slopes copied as ``check_alibi`` copies them."""
+        params made again, the slopes shaped as ``check_alibi`` shapes them."""
         p, seed = V.check_dropout(dropout_p, seed)
         if p == 0.0 and alibi_slopes is None:  # nothing of this call's own: the recorded ones
             return self
@@ -255,8 +255,7 @@ class _Variants:
         new.dropout_p, new.seed = p, seed
         new.params = new._params()
         if alibi_slopes is not None:
-            xp = np if SIMULATOR else A._cupy()
-            new.alibi = xp.ascontiguousarray(xp.broadcast_to(alibi_slopes, self.alibi.shape))
+            new.alibi = A.alibi_rows(alibi_slopes)
         return new
 
     def buffers(self, cu_q=None, cu_k=None) -> dict:

@@ -533,6 +533,42 @@ def test_varlen_equals_padded_batch(rng):
     assert np.array_equal(host(lse_v), host(lse).transpose(1, 0, 2).reshape(H, B * N))
 
 
+@pytest.mark.usefixtures("poisoned_outputs")
+@pytest.mark.parametrize("fam", ["fp32-blocked"] + ([] if SIMULATOR else [pytest.param("fp16", marks=pytest.mark.gpu)]))
+def test_alibi_slopes_per_head_are_read_in_place(rng, fam):
+    """(heads,) slopes reach the kernels as a (1, heads) view, not a (batch, heads) copy a
+    call (``_arrays.alibi_rows``; session 47): the same numbers as the broadcast (batch,
+    heads) slopes bit for bit, forward and backward; a replayed call reads its own slopes;
+    strided slopes are copied; the slopes are not modified."""
+    dtype, d, tf32, _ = FAMILIES[fam]
+    B, H, Nq, Nk = 2, 3, 17, 23
+    q, k, v, dout = _inputs(rng, dtype, B, H, H, Nq, Nk, d)
+    xp = _xp()
+    dev = [xp.asarray(x) for x in (q, k, v, dout)]
+    fwd_base, _, low = _baselines(fam, dtype)
+    for call in range(2):  # the second call of the same signature replays the first's launches
+        slopes = (0.5 * np.abs(rng.standard_normal(H))).astype(np.float32)
+        s_dev = xp.asarray(slopes)
+        out, lse = numba_flash.flash_attention(*dev[:3], causal=True, alibi_slopes=s_dev, return_lse=True)
+        ref_out, _ = reference.attention(q, k, v, causal=True, alibi_slopes=slopes)
+        err = reference.rel_error(host(out), ref_out)
+        tol = FWD_TOL if fwd_base is None else (
+            2 * reference.rel_error(fwd_base(q, k, v, causal=True, alibi_slopes=slopes, **low)[0], ref_out) + FLOOR)
+        assert err <= tol, f"call {call}: O rel error {err:.3g} > {tol:.3g}, seed {rng.seed_value}"
+        wide = xp.asarray(np.broadcast_to(slopes, (B, H)).copy())
+        out_b, lse_b = numba_flash.flash_attention(*dev[:3], causal=True, alibi_slopes=wide, return_lse=True)
+        assert np.array_equal(host(out), host(out_b)) and np.array_equal(host(lse), host(lse_b))
+        grads = numba_flash.flash_attention_backward(dev[3], *dev[:3], out, lse, causal=True, alibi_slopes=s_dev)
+        grads_b = numba_flash.flash_attention_backward(dev[3], *dev[:3], out, lse, causal=True, alibi_slopes=wide)
+        assert all(np.array_equal(host(g), host(gb)) for g, gb in zip(grads, grads_b))
+        assert np.array_equal(host(s_dev), slopes), "the slopes were modified"
+    strided = xp.asarray(np.repeat(slopes, 2))[::2]  # (H,), stride 2 elements: copied to a contiguous row
+    assert np.array_equal(host(numba_flash.flash_attention(*dev[:3], causal=True, alibi_slopes=strided)), host(out))
+    rows = _arrays.alibi_rows(s_dev)
+    assert rows.shape == (1, H)
+    assert (np.shares_memory(rows, s_dev) if xp is np else rows.data.ptr == s_dev.data.ptr), "(H,) slopes copied"
+
+
 # --- determinism and the API's checks -------------------------------------------------
 
 

@@ -40,7 +40,8 @@ from numba_flash.variant import ALIBI, CAUSAL, SCORE_MOD, SOFTCAP, SOFTCAP_VALUE
 @device_function
 def score_info(params, alibi, fx, seq, h, scale, LOG2, F):
     """``(mul, cap, slope, inv_cap, seq, h, fx)`` of query head ``h`` of sequence
-    ``seq`` (``alibi`` is (B, H) float32 slopes; read only with ALiBi) for the softmax
+    ``seq`` (``alibi`` is (B, H) float32 slopes, or (1, H) for every sequence alike:
+    ``_arrays.alibi_rows``; read only with ALiBi) for the softmax
     scale ``scale``; the last three are FlexAttention's (``kernels.flex``: the user's
     functions take (b, h) and read ``fx``)."""
     # a user's score_mod takes natural units: then the step stays natural, and the
@@ -61,7 +62,7 @@ def score_info(params, alibi, fx, seq, h, scale, LOG2, F):
         inv_cap = float32(1.0)
     slope = float32(0.0)
     if F[ALIBI]:  # CAPPED: in tanh units, slope / cap (the cap·log2 e is the softmax's exponent factor)
-        slope = alibi[seq, h] * (inv_cap if LOG2 == CAPPED else log2e)
+        slope = alibi[seq if alibi.shape[0] > 1 else 0, h] * (inv_cap if LOG2 == CAPPED else log2e)
     return mul, cap, slope, inv_cap, seq, h, fx
 
 
