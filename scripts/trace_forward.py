@@ -22,7 +22,8 @@ and the producer's wait for the previous tile's Q to be released, and how long a
 producer issued a tile's Q the consumer saw it land (``Q latency``).  ``per tile`` is the
 sum; ``fixed`` all but the walk, in steps of the case's own walk.  The cases: causal and
 window (1024, 0) at (1, 16, 16384, 128); the varlen draw of ``bench_order.py`` (16
-sequences, ``ragged_draw``) and its batch padded to the longest.  Times with the trace on
+sequences, ``ragged_draw``) and its batch padded to the longest; plain and ALiBi (slopes
+2^-1 .. 2^-16) at (4, 16, 4096, 128), ``bench_order.py``'s ALiBi row.  Times with the trace on
 (10 queued calls) are printed beside the tables, to be read against untraced runs.
 """
 
@@ -73,6 +74,11 @@ def cases():
     yield f"padded 16 × {Np}", bv.calls(qp, kp, vp, dop, causal=True)[0]
     qv, kv, vv, dov = (bv.randn(total, H, d) for _ in range(4))
     yield "varlen", bv.varlen_calls(qv, kv, vv, dov, cu, Np, causal=True)[0]
+    B, H, N = 4, 16, 4096  # bench_order.py's alibi row: plain beside ALiBi (slopes 2^-1 .. 2^-16)
+    q, k, v, dout = (bv.randn(B, N, H, d) for _ in range(4))
+    slopes = cp.asarray((2.0 ** -np.arange(1, H + 1)).astype(np.float32))
+    yield "plain 4 × 4096", bv.calls(q, k, v, dout, causal=True)[0]
+    yield "alibi 4 × 4096", bv.calls(q, k, v, dout, causal=True, alibi_slopes=slopes)[0]
 
 
 def analyse(words):
