@@ -302,7 +302,7 @@ def check_alibi(alibi_slopes, q: Operand, B: int, H: int):
     side as a C-contiguous float32 array the kernels read (``score.score_info``): (1, H)
     for (H,) slopes (a view of them when they are contiguous), else (B, H).  The (B, H)
     broadcast copy this once made of (H,) slopes was a kernel a call: without it ALiBi's
-    forward went from 1.13× plain's time to 1.05–1.07× on an H100 (session 47,
+    forward went from 1.12–1.13× plain's time to 1.05–1.07× on an H100 (session 47,
     ``bench_order.py alibi``)."""
     kind, arr = _as_array("alibi_slopes", alibi_slopes)
     if kind != q.kind:
