@@ -59,7 +59,10 @@ def primed_ms(fn, calls=10, rep=7):
     (0.07–0.14 ms a call for issue #11's rows, session 47's ``host a call``) is inside the
     events, a tenth of it a call.  Here the start event fires as the untimed call ends,
     the next one already queued: the events hold the GPU's time a call alone, as long as
-    the host issues calls faster than the GPU runs them (else the host's time a call)."""
+    the host issues calls faster than the GPU runs them (else the host's time a call).
+    The loop is ``numba_flash.bench.decode._event_ms``'s with the untimed call added, kept
+    here rather than as a library option: ``device_ab.sh``'s ``side old`` runs these scripts
+    on older library trees, which would not have it."""
     fn()
     cp.cuda.runtime.deviceSynchronize()
     times = []
