@@ -19,7 +19,7 @@ starts 1024-byte aligned (the swizzle's repeat).
 from __future__ import annotations
 
 from numba_flash import ptx
-from numba_flash._numba_cuda import cuda, device_function, int32, uint32
+from numba_flash._numba_cuda import cuda, device_function, float32, int32, uint32
 from numba_flash.kernels.copy import source_at
 from numba_flash.variant import PAGED, VARLEN
 
@@ -49,6 +49,19 @@ def wait_phase(bar, parity):
     """Spin until the mbarrier at ``bar`` has completed the phase of this ``parity``."""
     while ptx.mbarrier_try_wait_parity(bar, parity) == 0:
         pass
+
+
+@device_function
+def hold_before_wait(row_sum):
+    """End a basic block here, so that ptxas keeps the instructions above before the
+    ``wgmma.wait_group`` that follows.  ptxas schedules a block at a time, and within one
+    it hoisted the key loop's wait for P·V above the softmax's row max: all 64
+    exponentials of a step ran after the wait, none under the P·V they should hide
+    behind (session 26; session 48 read it in the SASS).  ``row_sum`` (a row's l_i) is
+    never negative, so the fence never runs; its branch is the boundary (a predicated
+    ``MEMBAR`` and a ``BSSY``/``BSYNC`` pair a step)."""
+    if row_sum < float32(0.0):
+        cuda.threadfence_block()
 
 
 @device_function

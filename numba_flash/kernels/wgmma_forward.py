@@ -154,7 +154,7 @@ from numba_flash._numba_cuda import (SIMULATOR, cuda, device_function, float32, 
                                      kernel, uint8, uint32)
 from numba_flash.config import TcTiles, tc_array_layout, tc_out_view
 from numba_flash.kernels import dropout, fragments, score, softmax, spec
-from numba_flash.kernels.hopper import (ATOM, SMEM_LIMIT, land_and_zero, load_page_boxes, load_rows, page_of_box,
+from numba_flash.kernels.hopper import (ATOM, SMEM_LIMIT, hold_before_wait, land_and_zero, load_page_boxes, load_rows, page_of_box,
                                         past_rows, rs_chain, ss_chain, sw128_desc, tile_dim, wait_phase)
 from numba_flash.kernels.block_info import (block_at, grid_coords, key_tiles, kv_pages, linear_coords, query_grid_dims,
                                             read_walk_list, section_of, tile_at, tile_needs_mask, tile_partial,
@@ -720,6 +720,7 @@ def wgmma_forward_kernel(t: TcTiles, variant: Variant, dtype: str, persistent: b
                 ptx.wgmma_wait_group(1)  # S done (groups complete in order); P·V may still run
                 ptx.mbarrier_arrive(q_full + K_EMPTY + 8 * s)  # this thread is done with K_i
                 scores_to_p(acc_s, alpha, m_i, l_i, j, start_n, d0, row0, rows0, si, di, mi, vr)
+                hold_before_wait(min(l_i[0], l_i[1]))  # the softmax above runs under that P·V
                 ptx.wgmma_wait_group(0)  # the previous P·V landed in acc_o and is done with p_frag
                 ptx.mbarrier_arrive(q_full + V_EMPTY + 8 * sp)  # … and with V_{i−1}
                 for r in range(2):
