@@ -1,25 +1,35 @@
 #!/usr/bin/env bash
-# Session 48: the key loop's exponentials ahead of the wait for P·V (hopper.hold_before_wait), timed against
-# the tree before it (tmp_old = e3bf0f1) in one call, and the wgmma forward's GPU tests.
-# As run: not yet run.
-#   bash device_s48.sh OUT SECONDS   softcap and dropout rows (bench_order.py) new then old, the wgmma forward's
-#                                    GPU tests, then the window row on both trees while time is left
-# Written before the run: ptxas now puts all 66 MUFU.EX2 of a d = 128 step before WARPGROUP.DEPBAR 0 (none
-# before), and the code between the wait and the next wgmma issue shrinks from ~530 to ~250 instructions
-# (sass_mix.py assemble_variants, then loops). Expected: plain's forward a few % faster; softcap and dropout
-# more (their softmax is longer), their ratios toward ~1.15; backwards unchanged (not touched).
-# Keep $OUT to 8 files or fewer (the reply's limit): the .jsonl files are removed at the end.
+# Session 49 (written in session 48): the key loop's softmax ahead of the wait for P·V
+# (NUMBA_FLASH_WGMMA_HOLD=1: hopper.hold_before_wait, off by default until this is timed), on one tree,
+# each setting in its own process (the plan reads it once), and the GPU tests of the change.
+# As run: not yet run (session 48's device time ran out before a machine came).
+#   bash device_s48.sh OUT SECONDS 1   softcap, dropout, ALiBi and window rows (bench_order.py): the hold on,
+#                                      then off, then on again; then the wgmma forward's GPU tests with it on
+#   bash device_s48.sh OUT SECONDS 2   test_variants.py with it on (the family × variant matrix)
+# Written before the run: ptxas puts all 66 MUFU.EX2 of a d = 128 step before WARPGROUP.DEPBAR 0 with it
+# (none without), and the code between that wait and the next wgmma issue shrinks from ~530 to ~250
+# instructions (NUMBA_FLASH_WGMMA_HOLD=1 sass_mix.py assemble_variants DIR, then waits DIR). Expected: plain's
+# forward a few % faster; softcap and dropout more (their softmax is longer), so their ratios fall toward
+# ~1.15; the backward unchanged (not touched); every test passes, the hold's outputs bitwise the same.
+# If it holds, turn it on by default (wgmma_forward.hold_exponentials) and run the whole GPU suite.
+# Keep $OUT to 8 files or fewer (the reply's limit): each row's lines go to the call's output, its files to
+# one log.
 set -u
-. scripts/device_ab.sh  # out, total from the arguments; side, tests
-row() {  # row NAME: the bench_order row on the new tree then the old, its lines printed
-  for t in new old; do
-    side $t 75 "$1" scripts/bench_order.py "$1"
-    grep -hE "^pairs |median|rc=" "$out/$1_$t.txt" | sed "s/^/$t /"
+. scripts/device_ab.sh  # out, total, call from the arguments; side, tests
+row() {  # row NAME: the bench_order row with the hold on, off, on; its lines printed and kept in rows.txt
+  local h
+  for h in 1 0 1; do
+    NUMBA_FLASH_WGMMA_HOLD=$h side new 75 "r" scripts/bench_order.py "$1"
+    grep -hE "^pairs |^with backwards|median|rc=" "$out/r_new.txt" | sed "s/^/$1 hold=$h /" | tee -a "$out/rows.txt"
+    rm -f "$out/r_new.txt" "$out/r_new.jsonl"
   done
 }
-row softcap
-row dropout
-tests wf $(( total - SECONDS - 80 > 60 ? total - SECONDS - 80 : 60 )) -n 16 tests/test_wgmma_forward.py
-[ $(( total - SECONDS )) -gt 75 ] && row window
-rm -f "$out"/*.jsonl
+if [ "$call" = 1 ]; then
+  row softcap
+  row dropout
+  NUMBA_FLASH_WGMMA_HOLD=1 tests wf 150 -n 16 tests/test_wgmma_forward.py
+  for r in alibi window; do [ $(( total - SECONDS )) -gt 120 ] && row $r; done
+else
+  NUMBA_FLASH_WGMMA_HOLD=1 tests variants $(( total - SECONDS - 5 )) -n 16 tests/test_variants.py
+fi
 exit 0

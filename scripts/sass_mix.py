@@ -6,6 +6,7 @@
     python3 scripts/sass_mix.py assemble_masks DIR   # the built-in masks' configurations (MASK_CASES), both passes
     python3 scripts/sass_mix.py count DIR      # the opcode table (cuobjdump, or nvdisasm: pip install nvidia-cuda-nvdisasm)
     python3 scripts/sass_mix.py loops DIR      # each kernel's key loops: opcodes between a branch back and its target
+    python3 scripts/sass_mix.py waits DIR      # the forward's key loop: the softmax's SFU ops before / after the wait for P·V
 
 ``assemble`` compiles the plan's kernel for fp16 in the configurations the issue's
 shapes run (``CASES``: d = 128 persistent; d = 64 three consumers a block a tile, and
@@ -193,6 +194,28 @@ def loops(out):
                   ", ".join(f"{op} {n}" for op, n in body.most_common(16)))
 
 
+def waits(out):
+    """Per forward cubin, per ``WARPGROUP.DEPBAR.LE gsb0, 0x1`` (the key loop's wait for S):
+    the instructions, MUFU.EX2 and MUFU.TANH up to the next ``DEPBAR.LE gsb0, 0x0`` (the
+    wait for the previous tile's P·V: these run under it), and from there to the next
+    wgmma issue (these run with the tensor cores idle for this consumer).  Static counts:
+    a masked tile's branch included.  ``NUMBA_FLASH_WGMMA_HOLD=1 … assemble_variants``
+    builds the kernels with ``hopper.hold_before_wait``."""
+    for cubin in sorted(glob.glob(f"{out}/wgmma_forward*.cubin")):
+        ins = [ln for ln in _sass(cubin).split("\n") if re.search(r"/\*[0-9a-f]{4}\*/", ln)]
+        for i1 in (i for i, ln in enumerate(ins) if "DEPBAR.LE gsb0, 0x1" in ln):
+            i0 = next(i for i in range(i1 + 1, len(ins)) if "DEPBAR.LE gsb0, 0x0" in ins[i])
+            end = next((i for i in range(i0 + 1, len(ins)) if "WARPGROUP.ARRIVE" in ins[i] or "HGMMA" in ins[i]),
+                       len(ins))  # fmt: skip
+
+            def n(a, b, op):
+                return sum(op in ins[i] for i in range(a, b))
+
+            print(f"{os.path.basename(cubin)[:-6]}: under P·V {i0 - i1} instructions, EX2 {n(i1, i0, 'MUFU.EX2')}, "
+                  f"TANH {n(i1, i0, 'MUFU.TANH')}; after its wait {end - i0} instructions, "
+                  f"EX2 {n(i0, end, 'MUFU.EX2')}, TANH {n(i0, end, 'MUFU.TANH')}")
+
+
 if __name__ == "__main__":
     {"assemble": assemble, "assemble_backward": assemble_backward, "assemble_variants": assemble_variants,
-     "assemble_masks": assemble_masks, "count": count, "loops": loops}[sys.argv[1]](sys.argv[2])  # fmt: skip
+     "assemble_masks": assemble_masks, "count": count, "loops": loops, "waits": waits}[sys.argv[1]](sys.argv[2])  # fmt: skip

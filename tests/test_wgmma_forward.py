@@ -159,6 +159,37 @@ def test_wgmma_forward_raw_scores_and_signed_scales(rng, scale):
     check_forward(rng, "float16", 64, True, Nq=70, Nk=90, softmax_scale=scale)
 
 
+def check_hold(monkeypatch, rng, dtype, d, causal, B, H, H_kv, Nq, Nk, **kw):
+    """``NUMBA_FLASH_WGMMA_HOLD=1`` (``wgmma_forward.hold_exponentials``) moves where ptxas
+    waits for P·V, not what is computed: O and the LSE bit for bit those without it, on
+    the same inputs (``kw`` the variants), and O to FlashAttention-2's tolerance."""
+    dt = DTYPES[dtype]
+    q = rng.standard_normal((B, Nq, H, d)).astype(dt)
+    k = rng.standard_normal((B, Nk, H_kv, d)).astype(dt)
+    v = rng.standard_normal((B, Nk, H_kv, d)).astype(dt)
+    got = {}
+    for hold in ("0", "1"):
+        monkeypatch.setenv("NUMBA_FLASH_WGMMA_HOLD", hold)
+        with kernels_launched() as ran:
+            out, lse = numba_flash.flash_attention(device(q), device(k), device(v), causal=causal, return_lse=True,
+                                                   **device_kw(kw))  # fmt: skip
+        assert ran == ["wgmma_forward"], ran
+        got[hold] = host(out), host(lse)
+    assert np.array_equal(got["0"][0], got["1"][0], equal_nan=True)
+    assert np.array_equal(got["0"][1], got["1"][1], equal_nan=True)
+    ref, _ = R.attention(q, k, v, causal=causal, **kw)
+    tol = 2 * R.rel_error(R.attention_lowp(q, k, v, dtype=dt, causal=causal, **kw)[0], ref) + FLOOR
+    err = R.rel_error(got["1"][0].astype(np.float64), ref)
+    assert err <= tol, f"{dtype} d={d} causal={causal} {kw}: O rel error {err:.3g} > {tol:.3g}"
+
+
+@pytest.mark.usefixtures("wgmma_on", "poisoned_outputs")
+def test_wgmma_forward_hold_changes_no_bit(monkeypatch, rng):
+    """``check_hold`` with softcap and dropout over three key tiles (the key loop's steps)."""
+    check_hold(monkeypatch, rng, "float16", 64, True, 1, 2, 1, 40, 300, softcap=5.0, dropout_p=0.2,
+               seed=int(rng.integers(0, 2**63)))  # fmt: skip
+
+
 def test_alibi_goes_on_the_tensor_cores_only_where_it_can(monkeypatch):
     """``alibi_on_products``: causal ALiBi without softcap, a positive scale, raw scores
     and two consumers; its switch; the plan's kernel takes the key ramp's 16 KiB."""
@@ -490,6 +521,17 @@ def test_wgmma_forward_alibi_on_the_tensor_cores_on_the_gpu(rng, dtype, d):
     slopes2 = (0.01 + 0.5 * rng.random((2, 8))).astype(np.float32)
     check_forward(rng, dtype, d, True, B=2, H=8, H_kv=4, Nq=517, Nk=700, alibi_slopes=slopes2, window_size=(300, 0),
                   dropout_p=0.15, seed=seed)  # fmt: skip
+
+
+@pytest.mark.gpu
+@pytest.mark.usefixtures("wgmma_on", "poisoned_outputs")
+@pytest.mark.parametrize("dtype,d,causal", [("float16", 128, True), ("bfloat16", 64, False), ("float16", 256, True)])
+def test_wgmma_forward_hold_changes_no_bit_on_the_gpu(monkeypatch, rng, dtype, d, causal):
+    """``check_hold`` where ptxas schedules the real kernel: plain, then softcap + ALiBi +
+    dropout + GQA, over many key tiles."""
+    check_hold(monkeypatch, rng, dtype, d, causal, 2, 8, 8, 777, 1000)
+    check_hold(monkeypatch, rng, dtype, d, causal, 1, 8, 2, 517, 1300, softcap=5.0, alibi_slopes=_slopes(rng, 8),
+               dropout_p=0.15, seed=int(rng.integers(0, 2**63)))  # fmt: skip
 
 
 @pytest.mark.gpu

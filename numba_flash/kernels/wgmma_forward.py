@@ -154,8 +154,8 @@ from numba_flash._numba_cuda import (SIMULATOR, cuda, device_function, float32, 
                                      kernel, uint8, uint32)
 from numba_flash.config import TcTiles, tc_array_layout, tc_out_view
 from numba_flash.kernels import dropout, fragments, score, softmax, spec
-from numba_flash.kernels.hopper import (ATOM, SMEM_LIMIT, hold_before_wait, land_and_zero, load_page_boxes, load_rows, page_of_box,
-                                        past_rows, rs_chain, ss_chain, sw128_desc, tile_dim, wait_phase)
+from numba_flash.kernels.hopper import (ATOM, SMEM_LIMIT, hold_before_wait, land_and_zero, load_page_boxes, load_rows,
+                                        page_of_box, past_rows, rs_chain, ss_chain, sw128_desc, tile_dim, wait_phase)
 from numba_flash.kernels.block_info import (block_at, grid_coords, key_tiles, kv_pages, linear_coords, query_grid_dims,
                                             read_walk_list, section_of, tile_at, tile_needs_mask, tile_partial,
                                             walk_range)
@@ -268,7 +268,8 @@ def threads(t: TcTiles) -> int:
 
 @functools.lru_cache(maxsize=None)
 def wgmma_forward_kernel(t: TcTiles, variant: Variant, dtype: str, persistent: bool = True, domain: int = 1,
-                         alibi_mma: bool = False, key_rows: int = 0, dynamic: bool = False, trace: int = 0):
+                         alibi_mma: bool = False, key_rows: int = 0, dynamic: bool = False, trace: int = 0,
+                         hold: bool = False):
     """``kernel[grid, threads(t), stream, smem_bytes(t)](q, k, v, out32, lse, softmax_scale, params, alibi,
     cu_seqlens_q, cu_seqlens_k, fx, sched, tmaps)``: ``tc_forward_kernel``'s arguments and outputs, the
     scheduler's counter (a zeroed int32 pair; read only when ``dynamic``) and the tensor
@@ -279,7 +280,8 @@ def wgmma_forward_kernel(t: TcTiles, variant: Variant, dtype: str, persistent: b
     (:func:`alibi_on_products`; raw scores); ``key_rows``: a paged cache's K/V boxes (:func:`key_box`; the
     maps' key boxes); ``dynamic``: persistent blocks take their tiles from a counter (:func:`dynamic_tiles`);
     ``trace``: with ``dynamic``, the first ``trace`` tiles of each block leave timestamps after
-    the counter in ``sched`` (:func:`trace_tiles`)."""
+    the counter in ``sched`` (:func:`trace_tiles`); ``hold``: a step's softmax kept ahead of the
+    wait for P·V (:func:`hold_exponentials`)."""
     HEAD_DIM, BLOCK_M, PERSISTENT = t.head_dim, t.block_m, persistent
     CONSUMERS = BLOCK_M // 64
     THREADS, CONSUMER_THREADS = threads(t), 128 * CONSUMERS
@@ -298,6 +300,7 @@ def wgmma_forward_kernel(t: TcTiles, variant: Variant, dtype: str, persistent: b
     # hands it to the consumers in a slot of shared memory (``dynamic_tiles``)
     DYNAMIC = persistent and dynamic
     TRACE = trace if DYNAMIC else 0  # tiles a block traced (``trace_tiles``); 0: no trace code
+    HOLD = hold  # the step's softmax before the wait for P·V (``hold_exponentials``)
     KSTEPS = HEAD_DIM // 16  # k-slices of Q·Kᵀ
     NT_S = BLOCK_N // 8
     NT_O = HEAD_DIM // 8
@@ -720,7 +723,8 @@ def wgmma_forward_kernel(t: TcTiles, variant: Variant, dtype: str, persistent: b
                 ptx.wgmma_wait_group(1)  # S done (groups complete in order); P·V may still run
                 ptx.mbarrier_arrive(q_full + K_EMPTY + 8 * s)  # this thread is done with K_i
                 scores_to_p(acc_s, alpha, m_i, l_i, j, start_n, d0, row0, rows0, si, di, mi, vr)
-                hold_before_wait(min(l_i[0], l_i[1]))  # the softmax above runs under that P·V
+                if HOLD:  # the softmax above stays under that P·V (``hold_exponentials``)
+                    hold_before_wait(min(l_i[0], l_i[1]))
                 ptx.wgmma_wait_group(0)  # the previous P·V landed in acc_o and is done with p_frag
                 ptx.mbarrier_arrive(q_full + V_EMPTY + 8 * sp)  # … and with V_{i−1}
                 for r in range(2):
@@ -813,6 +817,18 @@ def trace_tiles() -> int:
     return int(n) if n.isdigit() else 0
 
 
+def hold_exponentials() -> bool:
+    """``NUMBA_FLASH_WGMMA_HOLD=1`` (off by default until timed on a GPU): the key loop ends
+    a basic block between a step's softmax and its ``wgmma.wait_group 0``
+    (``hopper.hold_before_wait``).  Without it ptxas hoists that wait, for the previous
+    tile's P·V, above the row max, and the step's exponentials run after the P·V instead
+    of under it (docs/hopper.md, "Where ptxas puts the wait").  Read in the SASS (ptxas
+    13.0, d = 128 causal, session 48): the MUFU.EX2 of a step before the wait go from 0
+    to all 66 (plain, softcap, dropout, ALiBi), and the code between the wait and the
+    next wgmma issue from ~530 instructions to ~250 (``scripts/sass_mix.py waits``)."""
+    return os.environ.get("NUMBA_FLASH_WGMMA_HOLD", "0") == "1"
+
+
 #: Query rows a sequence past which the blocks are not persistent (``blocks``).
 PERSISTENT_MAX_ROWS = 16384
 
@@ -879,7 +895,8 @@ def launches(t: TcTiles, variant: Variant, dtype: str, sz: spec.Sizes, page_rows
     dom = softmax.CAPPED if bias else softmax.domain(variant, capped=True)  # raw scores there too
     box = key_box(page_rows, t.block_n) if variant.paged else t.block_n
     dyn = n < tiles and dynamic_tiles()
-    kern = wgmma_forward_kernel(t, variant, dtype, n < tiles, dom, bias, box, dyn, trace_tiles() if dyn else 0)
+    kern = wgmma_forward_kernel(t, variant, dtype, n < tiles, dom, bias, box, dyn, trace_tiles() if dyn else 0,
+                                hold_exponentials())
     # the scheduler's counter: a zeroed one a call (``sched``), or a stand-in it never reads
     # (split-KV: out and lse are the parts, fp32, that the merge kernel combines)
     args = spec.forward_args("u16", "f32" if variant.split else tc_out_view(t)) + (
