@@ -972,9 +972,9 @@ def _nothing(name):
     return twin
 
 
-fence_proxy_async, wgmma_fence, wgmma_commit_group, wgmma_wait_group, setmaxnreg_inc, setmaxnreg_dec = (
-    _nothing(n) for n in ("fence_proxy_async", "wgmma_fence", "wgmma_commit_group", "wgmma_wait_group",
-                          "setmaxnreg_inc", "setmaxnreg_dec"))  # fmt: skip
+(fence_proxy_async, wgmma_fence, wgmma_commit_group, wgmma_wait_group, setmaxnreg_inc, setmaxnreg_dec,
+ hold_u32x4) = (_nothing(n) for n in ("fence_proxy_async", "wgmma_fence", "wgmma_commit_group", "wgmma_wait_group",
+                          "setmaxnreg_inc", "setmaxnreg_dec", "hold_u32x4"))  # fmt: skip
 
 
 def _desc_fields(desc):

@@ -1125,6 +1125,25 @@ whenever the accumulator registers were touched by other instructions since: mak
 those register writes visible to the warpgroup's wgmma.  All threads of the warp
 execute it (aligned).""")
 
+@intrinsic
+def hold_u32x4(typingctx, a, b, c, d):
+    """``hold_u32x4(a, b, c, d) -> None``
+
+No instruction: a ``volatile`` inline asm of a PTX comment that reads a, b, c and d
+(CuTe's ``warpgroup_fence_operand``).  LLVM must compute them before this point and
+cannot sink that work past it into a later basic block, where ptxas would schedule it
+after a wait: the wgmma forward makes dropout's keep words under the previous tile's
+P·V so (``wgmma_forward.hold_exponentials`` 2)."""
+    _require_numbers("hold_u32x4", a=a, b=b, c=c, d=d)
+
+    def codegen(context, builder, sig, args):
+        _asm(builder, "// hold $0 $1 $2 $3", "r,r,r,r", _casted(context, builder, sig, args, ["u32"] * 4), [],
+             side_effect=True)  # fmt: skip
+        return context.get_dummy_value()
+
+    return types.void(a, b, c, d), codegen
+
+
 wgmma_commit_group = _void_asm("wgmma.commit_group.sync.aligned;", """``wgmma_commit_group() -> None``
 
 ``wgmma.commit_group.sync.aligned;``: closes the wgmma operations issued since the last
@@ -1567,7 +1586,7 @@ del _n, _t
 
 #: The Hopper intrinsics (their simulator twins: see the section's comment).
 HOPPER = ("cluster_arrive_release", "cluster_wait_acquire", "cluster_ctarank", "mapa_shared_cluster",
-          "ld_shared_cluster_f32", "ld_shared_cluster_v4_f32", "fence_proxy_async", "wgmma_fence",
+          "ld_shared_cluster_f32", "ld_shared_cluster_v4_f32", "fence_proxy_async", "wgmma_fence", "hold_u32x4",
           "wgmma_commit_group", "wgmma_wait_group", "setmaxnreg_inc", "setmaxnreg_dec", "mbarrier_init",
           "mbarrier_arrive_expect_tx", "mbarrier_arrive", "mbarrier_try_wait_parity", "named_barrier_sync",
           "named_barrier_arrive", "cp_async_bulk_g2s",

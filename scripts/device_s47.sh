@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Session 48 (written in session 47): issue #11's six rows with the primed timer beside the usual orders, and the
 # whole GPU suite after session 47's ALiBi change (66443b4: (heads,) slopes read in place; docs/benchmarks/2026-12-07-s47).
-# As run: not yet run.
+# As run: session 48, calls 1–3 on one H100 (docs/benchmarks/2026-12-07-s48): 630 / 630 tests passed.
 #   bash device_s47.sh OUT SECONDS 1   bench_order.py alibi softcap dropout gqa window varlen with a clock log
 #                                      (~260 s: session 47 took 132 s for four rows and 65 s for two, without
 #                                      the primed pairs), then test_variants.py to the call's end

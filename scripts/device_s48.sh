@@ -1,35 +1,37 @@
 #!/usr/bin/env bash
 # Session 49 (written in session 48): the key loop's softmax ahead of the wait for P·V
-# (NUMBA_FLASH_WGMMA_HOLD=1: hopper.hold_before_wait, off by default until this is timed), on one tree,
-# each setting in its own process (the plan reads it once), and the GPU tests of the change.
+# (NUMBA_FLASH_WGMMA_HOLD=1: hopper.hold_before_wait; =2: dropout's keep words too), off by default until
+# this is timed, on one tree, each setting in its own process (the plan reads it once), and the change's tests.
 # As run: not yet run (session 48's device time ran out before a machine came).
-#   bash device_s48.sh OUT SECONDS 1   softcap, dropout, ALiBi and window rows (bench_order.py): the hold on,
-#                                      then off, then on again; then the wgmma forward's GPU tests with it on
-#   bash device_s48.sh OUT SECONDS 2   test_variants.py with it on (the family × variant matrix)
-# Written before the run: ptxas puts all 66 MUFU.EX2 of a d = 128 step before WARPGROUP.DEPBAR 0 with it
-# (none without), and the code between that wait and the next wgmma issue shrinks from ~530 to ~250
-# instructions (NUMBA_FLASH_WGMMA_HOLD=1 sass_mix.py assemble_variants DIR, then waits DIR). Expected: plain's
-# forward a few % faster; softcap and dropout more (their softmax is longer), so their ratios fall toward
-# ~1.15; the backward unchanged (not touched); every test passes, the hold's outputs bitwise the same.
+#   bash device_s48.sh OUT SECONDS 1   softcap (hold 1, 0, 1) and dropout (2, 0, 1, 2) rows (bench_order.py),
+#                                      then test_wgmma_forward.py with hold 2
+#   bash device_s48.sh OUT SECONDS 2   ALiBi, window, GQA and varlen rows (hold 1, 0), then
+#                                      test_variants.py with hold 2 to the call's end
+# Written before the run: ptxas puts all 66 MUFU.EX2 of a d = 128 step before WARPGROUP.DEPBAR 0 with
+# hold 1 (none without), and the code between that wait and the next wgmma issue shrinks from ~530 to
+# ~250 instructions (dropout: ~500 -> ~315 with 2) (NUMBA_FLASH_WGMMA_HOLD=1 sass_mix.py assemble_variants
+# DIR, then waits DIR). Expected: plain's forward a few % faster; softcap and dropout more (their softmax is
+# longer), so their ratios fall toward ~1.15; the backward unchanged (not touched); every test passes and
+# the hold's outputs are bitwise those without (test_wgmma_forward_hold_changes_no_bit_on_the_gpu).
 # If it holds, turn it on by default (wgmma_forward.hold_exponentials) and run the whole GPU suite.
-# Keep $OUT to 8 files or fewer (the reply's limit): each row's lines go to the call's output, its files to
-# one log.
+# Keep $OUT to 8 files or fewer (the reply's limit): the rows' lines go to the call's output and rows.txt.
 set -u
 . scripts/device_ab.sh  # out, total, call from the arguments; side, tests
-row() {  # row NAME: the bench_order row with the hold on, off, on; its lines printed and kept in rows.txt
-  local h
-  for h in 1 0 1; do
-    NUMBA_FLASH_WGMMA_HOLD=$h side new 75 "r" scripts/bench_order.py "$1"
-    grep -hE "^pairs |^with backwards|median|rc=" "$out/r_new.txt" | sed "s/^/$1 hold=$h /" | tee -a "$out/rows.txt"
+row() {  # row NAME HOLD...: the bench_order row with each hold setting in turn, its lines printed and kept
+  local name=$1 h
+  shift
+  for h in "$@"; do
+    NUMBA_FLASH_WGMMA_HOLD=$h side new 75 "r" scripts/bench_order.py "$name"
+    grep -hE "^pairs |^with backwards|median|rc=" "$out/r_new.txt" | sed "s/^/$name hold=$h /" | tee -a "$out/rows.txt"
     rm -f "$out/r_new.txt" "$out/r_new.jsonl"
   done
 }
 if [ "$call" = 1 ]; then
-  row softcap
-  row dropout
-  NUMBA_FLASH_WGMMA_HOLD=1 tests wf 150 -n 16 tests/test_wgmma_forward.py
-  for r in alibi window; do [ $(( total - SECONDS )) -gt 120 ] && row $r; done
+  row softcap 1 0 1
+  row dropout 2 0 1 2
+  NUMBA_FLASH_WGMMA_HOLD=2 tests wf $(( total - SECONDS - 5 )) -n 16 tests/test_wgmma_forward.py
 else
-  NUMBA_FLASH_WGMMA_HOLD=1 tests variants $(( total - SECONDS - 5 )) -n 16 tests/test_variants.py
+  for r in alibi window gqa varlen; do row $r 1 0; done
+  NUMBA_FLASH_WGMMA_HOLD=2 tests variants $(( total - SECONDS - 5 )) -n 16 tests/test_variants.py
 fi
 exit 0

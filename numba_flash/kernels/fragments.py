@@ -224,6 +224,33 @@ def drop_packed(frag, PSTEPS, row0, col0, di):
 
 
 @device_function
+def keep_words(keep, PSTEPS, row0, col0, di):
+    """:func:`drop_packed`'s keep words, made before the P they drop exists (the wgmma
+    forward's key loop with ``wgmma_forward.hold_exponentials`` 2: the Philox calls run
+    under the previous tile's P·V): ``keep[2ps]``, ``keep[2ps + 1]`` are k-slice ps's
+    (rows g and g + 8, ``dropout.keep_chunk``'s), for :func:`drop_kept`."""
+    lane = cuda.threadIdx.x & 31
+    i = row0 + (lane >> 2)
+    for a in range((PSTEPS + 1) // 2):
+        ka0, kb0, ka1, kb1 = dropout.keep_chunk(i, (((col0 >> 5) + a) << 2) | (lane & 3), di)
+        keep[4 * a] = ka0
+        keep[4 * a + 1] = kb0
+        if 2 * a + 1 < PSTEPS:
+            keep[4 * a + 2] = ka1
+            keep[4 * a + 3] = kb1
+            ptx.hold_u32x4(ka0, kb0, ka1, kb1)  # made here, not sunk past a later branch to their use
+        else:
+            ptx.hold_u32x4(ka0, kb0, ka0, kb0)
+
+
+@device_function
+def drop_kept(frag, keep, PSTEPS):
+    """:func:`drop_packed` with the keep words :func:`keep_words` made."""
+    for ps in range(PSTEPS):
+        dropout.apply_keep(frag, 4 * ps, keep[2 * ps], keep[2 * ps + 1])
+
+
+@device_function
 def softmax_grad_tile(acc_s, acc_dp, NT, stats, LSE_AT, DELTA_AT, q_end, KEYS_ARE_ROWS):
     """P and dS in place of S (scaled and masked, ``scale_and_mask``) and dP, over NT
     n-tiles (``softmax.softmax_grad``, log2 domain).  An element's query has its lse

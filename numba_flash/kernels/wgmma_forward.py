@@ -37,8 +37,10 @@ specialization and tile sizes; past d = 128 two, on 64-key tiles):
   memory (below).
 * within a consumer (FlashAttention-3's intra-warpgroup overlap): tile i's S is
   issued together with tile i − 1's P·V, and tile i's softmax runs while that P·V is
-  on the tensor cores (``softmax.softmax_row_step``); acc is rescaled by tile i's
-  alpha (``softmax.rescale_row``) once the P·V completed.  The first tile is peeled
+  on the tensor cores (``softmax.softmax_row_step``; ptxas hoists the wait for that
+  P·V above the softmax unless a block boundary holds it there: ``hold_exponentials``,
+  off until timed); acc is rescaled by tile i's alpha (``softmax.rescale_row``) once
+  the P·V completed.  The first tile is peeled
   so that no wgmma in flight crosses a divergent branch (ptxas would serialize them).
   Between the two consumers, the scheduler interleaves one's softmax with the other's
   wgmma by itself (a named-barrier ping-pong measured slower: removed, below).
@@ -269,7 +271,7 @@ def threads(t: TcTiles) -> int:
 @functools.lru_cache(maxsize=None)
 def wgmma_forward_kernel(t: TcTiles, variant: Variant, dtype: str, persistent: bool = True, domain: int = 1,
                          alibi_mma: bool = False, key_rows: int = 0, dynamic: bool = False, trace: int = 0,
-                         hold: bool = False):
+                         hold: int = 0):
     """``kernel[grid, threads(t), stream, smem_bytes(t)](q, k, v, out32, lse, softmax_scale, params, alibi,
     cu_seqlens_q, cu_seqlens_k, fx, sched, tmaps)``: ``tc_forward_kernel``'s arguments and outputs, the
     scheduler's counter (a zeroed int32 pair; read only when ``dynamic``) and the tensor
@@ -280,8 +282,8 @@ def wgmma_forward_kernel(t: TcTiles, variant: Variant, dtype: str, persistent: b
     (:func:`alibi_on_products`; raw scores); ``key_rows``: a paged cache's K/V boxes (:func:`key_box`; the
     maps' key boxes); ``dynamic``: persistent blocks take their tiles from a counter (:func:`dynamic_tiles`);
     ``trace``: with ``dynamic``, the first ``trace`` tiles of each block leave timestamps after
-    the counter in ``sched`` (:func:`trace_tiles`); ``hold``: a step's softmax kept ahead of the
-    wait for P·V (:func:`hold_exponentials`)."""
+    the counter in ``sched`` (:func:`trace_tiles`); ``hold``: a step's softmax (2: and dropout's keep
+    words) kept ahead of the wait for P·V (:func:`hold_exponentials`)."""
     HEAD_DIM, BLOCK_M, PERSISTENT = t.head_dim, t.block_m, persistent
     CONSUMERS = BLOCK_M // 64
     THREADS, CONSUMER_THREADS = threads(t), 128 * CONSUMERS
@@ -300,12 +302,15 @@ def wgmma_forward_kernel(t: TcTiles, variant: Variant, dtype: str, persistent: b
     # hands it to the consumers in a slot of shared memory (``dynamic_tiles``)
     DYNAMIC = persistent and dynamic
     TRACE = trace if DYNAMIC else 0  # tiles a block traced (``trace_tiles``); 0: no trace code
-    HOLD = hold  # the step's softmax before the wait for P·V (``hold_exponentials``)
+    HOLD = hold  # the step's softmax (2: and dropout's keep words) before the wait for P·V (``hold_exponentials``)
+    # … not with three consumers: their 160 registers spill the keep words (96 bytes at d = 64)
+    KEEP_AHEAD = hold >= 2 and variant.flags[DROPOUT] and CONSUMERS == 2
     KSTEPS = HEAD_DIM // 16  # k-slices of Q·Kᵀ
     NT_S = BLOCK_N // 8
     NT_O = HEAD_DIM // 8
     PSTEPS = BLOCK_N // 16  # k-slices of P·V
     S_REGS, O_REGS, P_REGS = NT_S * 4, NT_O * 4, PSTEPS * 4  # registers a thread (literals for local.array)
+    KEEP_WORDS = PSTEPS * 2  # rows g, g + 8 a k-slice (``fragments.keep_words``)
     STAGED_WORDS = 2 * NT_O  # the epilogue's staged words a lane (``fragments.store_staged_rows``)
     STAGE_IN_P = P_REGS >= STAGED_WORDS  # p_frag, spent by then, holds them (not at d = 256)
     DCOLS, NT_W, _, HALVES = tc_array_layout(t)
@@ -358,6 +363,13 @@ def wgmma_forward_kernel(t: TcTiles, variant: Variant, dtype: str, persistent: b
             fragments.pack_a(p_frag, ps * 4, acc_s, ps * 8, BF16)
         if F[DROPOUT]:
             fragments.drop_packed(p_frag, PSTEPS, row0, start_n, di)
+
+    @device_function
+    def pack_kept(p_frag, acc_s, keep):
+        """``pack_p`` with dropout's keep words made before the wait (``KEEP_AHEAD``)."""
+        for ps in range(PSTEPS):
+            fragments.pack_a(p_frag, ps * 4, acc_s, ps * 8, BF16)
+        fragments.drop_kept(p_frag, keep, PSTEPS)
 
     @device_function
     def issue_bias(acc_s, bias_frag, kx_base):
@@ -636,6 +648,7 @@ def wgmma_forward_kernel(t: TcTiles, variant: Variant, dtype: str, persistent: b
         acc_s = cuda.local.array(S_REGS, float32)
         acc_o = cuda.local.array(O_REGS, float32)
         p_frag = cuda.local.array(P_REGS, uint32)  # one A fragment a k-slice: wgmma reads them late
+        keep = cuda.local.array(KEEP_WORDS, uint32)  # dropout's keep words a k-slice (``KEEP_AHEAD``)
         bias_frag = cuda.local.array(4, uint32)  # ALiBi on the tensor cores: its k-slice's A fragment
         m_i = cuda.local.array(2, float32)  # rows g, g + 8 of the warp's m-tile
         l_i = cuda.local.array(2, float32)
@@ -723,13 +736,18 @@ def wgmma_forward_kernel(t: TcTiles, variant: Variant, dtype: str, persistent: b
                 ptx.wgmma_wait_group(1)  # S done (groups complete in order); P·V may still run
                 ptx.mbarrier_arrive(q_full + K_EMPTY + 8 * s)  # this thread is done with K_i
                 scores_to_p(acc_s, alpha, m_i, l_i, j, start_n, d0, row0, rows0, si, di, mi, vr)
+                if KEEP_AHEAD:  # the Philox calls under that P·V too
+                    fragments.keep_words(keep, PSTEPS, row0, start_n, di)
                 if HOLD:  # the softmax above stays under that P·V (``hold_exponentials``)
                     hold_before_wait(min(l_i[0], l_i[1]))
                 ptx.wgmma_wait_group(0)  # the previous P·V landed in acc_o and is done with p_frag
                 ptx.mbarrier_arrive(q_full + V_EMPTY + 8 * sp)  # … and with V_{i−1}
                 for r in range(2):
                     softmax.rescale_row(acc_o, 2 * r, 4, NT_O, 2, alpha[r])
-                pack_p(p_frag, acc_s, row0, start_n, di)
+                if KEEP_AHEAD:
+                    pack_kept(p_frag, acc_s, keep)
+                else:
+                    pack_p(p_frag, acc_s, row0, start_n, di)
             trace_clock(sched, done, 5, tracer)
             if not O_IN_Q:  # every S of the tile is done: the producer may load the next Q (O_IN_Q: after O)
                 ptx.mbarrier_arrive(q_full + Q_EMPTY)
@@ -817,7 +835,7 @@ def trace_tiles() -> int:
     return int(n) if n.isdigit() else 0
 
 
-def hold_exponentials() -> bool:
+def hold_exponentials() -> int:
     """``NUMBA_FLASH_WGMMA_HOLD=1`` (off by default until timed on a GPU): the key loop ends
     a basic block between a step's softmax and its ``wgmma.wait_group 0``
     (``hopper.hold_before_wait``).  Without it ptxas hoists that wait, for the previous
@@ -825,8 +843,14 @@ def hold_exponentials() -> bool:
     of under it (docs/hopper.md, "Where ptxas puts the wait").  Read in the SASS (ptxas
     13.0, d = 128 causal, session 48): the MUFU.EX2 of a step before the wait go from 0
     to all 66 (plain, softcap, dropout, ALiBi), and the code between the wait and the
-    next wgmma issue from ~530 instructions to ~250 (``scripts/sass_mix.py waits``)."""
-    return os.environ.get("NUMBA_FLASH_WGMMA_HOLD", "0") == "1"
+    next wgmma issue from ~530 instructions to ~250 (``scripts/sass_mix.py waits``).
+    ``=2`` also makes dropout's keep words (its Philox calls, ``fragments.keep_words``)
+    before the wait, with two consumers (three spill them); with 1 they follow P's packing,
+    after it.  With 2 the code after the wait of a d = 128 dropout step goes from ~500
+    instructions to ~315, no spills; with softcap too ptxas spills 52 bytes of a tile's
+    state, outside the key loop."""
+    hold = os.environ.get("NUMBA_FLASH_WGMMA_HOLD", "0")
+    return int(hold) if hold in ("1", "2") else 0
 
 
 #: Query rows a sequence past which the blocks are not persistent (``blocks``).
