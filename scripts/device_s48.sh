@@ -1,18 +1,19 @@
 #!/usr/bin/env bash
 # Session 49 (written in session 48): the key loop's softmax ahead of the wait for P·V
-# (NUMBA_FLASH_WGMMA_HOLD=1: hopper.hold_before_wait; =2: dropout's keep words too), off by default until
-# this is timed, on one tree, each setting in its own process (the plan reads it once), and the change's tests.
+# (NUMBA_FLASH_WGMMA_HOLD, cumulative: 1 hopper.hold_before_wait; 2 dropout's keep words too; 3 acc rescaled
+# before the P·V's issue), off by default until this is timed, on one tree, each setting in its own process
+# (the plan reads it once), and the change's tests.
 # As run: not yet run (session 48's device time ran out before a machine came).
-#   bash device_s48.sh OUT SECONDS 1   softcap (hold 1, 0, 1) and dropout (2, 0, 1, 2) rows (bench_order.py),
-#                                      then test_wgmma_forward.py with hold 2
-#   bash device_s48.sh OUT SECONDS 2   ALiBi, window, GQA and varlen rows (hold 1, 0), then
-#                                      test_variants.py with hold 2 to the call's end
-# Written before the run: ptxas puts all 66 MUFU.EX2 of a d = 128 step before WARPGROUP.DEPBAR 0 with
-# hold 1 (none without), and the code between that wait and the next wgmma issue shrinks from ~530 to
-# ~250 instructions (dropout: ~500 -> ~315 with 2) (NUMBA_FLASH_WGMMA_HOLD=1 sass_mix.py assemble_variants
-# DIR, then waits DIR). Expected: plain's forward a few % faster; softcap and dropout more (their softmax is
-# longer), so their ratios fall toward ~1.15; the backward unchanged (not touched); every test passes and
-# the hold's outputs are bitwise those without (test_wgmma_forward_hold_changes_no_bit_on_the_gpu).
+#   bash device_s48.sh OUT SECONDS 1   softcap (hold 3, 0, 1) and dropout (3, 0, 2) rows (bench_order.py),
+#                                      then test_wgmma_forward.py with hold 3, then softcap (0, 3) again
+#   bash device_s48.sh OUT SECONDS 2   ALiBi, window, GQA and varlen rows (hold 3, 0), then
+#                                      test_variants.py with hold 3 to the call's end
+# Written before the run: ptxas puts all 66 MUFU.EX2 of a d = 128 step under its P·V from hold 1 on (none
+# without), and a step's instructions with none of its wgmma in flight go, 0 -> 1 -> 2 -> 3, plain 441 -> 161
+# -> 161 -> 96, softcap 439 -> 161 -> 161 -> 96, dropout 689 -> 411 -> 223 -> 159 (NUMBA_FLASH_WGMMA_HOLD=n
+# sass_mix.py assemble_variants DIR, then waits DIR). Expected: plain's forward a few % faster; softcap and
+# dropout more (their softmax is longer), so their ratios fall toward ~1.15; the backward unchanged (not
+# touched); every test passes, outputs at 1 and 2 bitwise those without (test_wgmma_forward_hold_changes_no_bit*).
 # If it holds, turn it on by default (wgmma_forward.hold_exponentials) and run the whole GPU suite.
 # Keep $OUT to 8 files or fewer (the reply's limit): the rows' lines go to the call's output and rows.txt.
 set -u
@@ -27,11 +28,12 @@ row() {  # row NAME HOLD...: the bench_order row with each hold setting in turn,
   done
 }
 if [ "$call" = 1 ]; then
-  row softcap 1 0 1
-  row dropout 2 0 1 2
-  NUMBA_FLASH_WGMMA_HOLD=2 tests wf $(( total - SECONDS - 5 )) -n 16 tests/test_wgmma_forward.py
+  row softcap 3 0 1
+  row dropout 3 0 2
+  NUMBA_FLASH_WGMMA_HOLD=3 tests wf 200 -n 16 tests/test_wgmma_forward.py
+  [ $(( total - SECONDS )) -gt 90 ] && row softcap 0 3
 else
-  for r in alibi window gqa varlen; do row $r 1 0; done
-  NUMBA_FLASH_WGMMA_HOLD=2 tests variants $(( total - SECONDS - 5 )) -n 16 tests/test_variants.py
+  for r in alibi window gqa varlen; do row $r 3 0; done
+  NUMBA_FLASH_WGMMA_HOLD=3 tests variants $(( total - SECONDS - 5 )) -n 16 tests/test_variants.py
 fi
 exit 0

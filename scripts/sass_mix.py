@@ -6,7 +6,7 @@
     python3 scripts/sass_mix.py assemble_masks DIR   # the built-in masks' configurations (MASK_CASES), both passes
     python3 scripts/sass_mix.py count DIR      # the opcode table (cuobjdump, or nvdisasm: pip install nvidia-cuda-nvdisasm)
     python3 scripts/sass_mix.py loops DIR      # each kernel's key loops: opcodes between a branch back and its target
-    python3 scripts/sass_mix.py waits DIR      # the forward's key loop: the softmax's SFU ops before / after the wait for P·V
+    python3 scripts/sass_mix.py waits DIR      # the forward's key loop: what runs under P·V, what with no wgmma
 
 ``assemble`` compiles the plan's kernel for fp16 in the configurations the issue's
 shapes run (``CASES``: d = 128 persistent; d = 64 three consumers a block a tile, and
@@ -195,27 +195,41 @@ def loops(out):
 
 
 def waits(out):
-    """Per forward cubin, per ``WARPGROUP.DEPBAR.LE gsb0, 0x1`` (the key loop's wait for S):
-    the instructions, MUFU.EX2 and MUFU.TANH up to the next ``DEPBAR.LE gsb0, 0x0`` (the
-    wait for the previous tile's P·V: these run under it), and from there to the next
-    wgmma issue (these run with the tensor cores idle for this consumer).  Static counts:
-    a masked tile's branch included.  ``NUMBA_FLASH_WGMMA_HOLD=1 … assemble_variants``
-    builds the kernels with ``hopper.hold_before_wait``."""
+    """Per forward cubin, per key loop (its ``WARPGROUP.DEPBAR.LE gsb0, 0x1``, the wait for
+    S): the instructions from there to the ``DEPBAR.LE gsb0, 0x0`` (the wait for the
+    previous tile's P·V: these run under it), with their MUFU.EX2 and MUFU.TANH; and the
+    step's instructions the consumer issues with none of its wgmma in flight: from that
+    wait to the loop's branch back, plus from the loop's top to its first
+    ``WARPGROUP.ARRIVE`` (with the FMULs of acc's rescale among them).  Static counts: a
+    masked tile's branch included.  ``NUMBA_FLASH_WGMMA_HOLD=n … assemble_variants``
+    builds the kernels with ``wgmma_forward.hold_exponentials``."""
     for cubin in sorted(glob.glob(f"{out}/wgmma_forward*.cubin")):
-        ins = [ln for ln in _sass(cubin).split("\n") if re.search(r"/\*[0-9a-f]{4}\*/", ln)]
+        lines = _sass(cubin).split("\n")
+        ins, addr, labels, label = [], [], {}, None
+        for ln in lines:
+            if m := re.match(r"\s*(\.L_x_\d+):", ln):
+                label = m.group(1)
+            elif a := re.search(r"/\*([0-9a-f]{4,5})\*/", ln):
+                ins.append(ln)
+                addr.append(int(a.group(1), 16))
+                if label:
+                    labels[label], label = addr[-1], None
+
+        def n(a, b, op):
+            return sum(op in ins[i] for i in range(a, b))
+
         for i1 in (i for i, ln in enumerate(ins) if "DEPBAR.LE gsb0, 0x1" in ln):
             i0 = next(i for i in range(i1 + 1, len(ins)) if "DEPBAR.LE gsb0, 0x0" in ins[i])
-            end = next((i for i in range(i0 + 1, len(ins)) if "WARPGROUP.ARRIVE" in ins[i] or "HGMMA" in ins[i]),
-                       len(ins))  # fmt: skip
-
-            def n(a, b, op):
-                return sum(op in ins[i] for i in range(a, b))
-
-            print(f"{os.path.basename(cubin)[:-6]}: under P·V {i0 - i1} instructions, EX2 {n(i1, i0, 'MUFU.EX2')}, "
-                  f"TANH {n(i1, i0, 'MUFU.TANH')}; after its wait {end - i0} instructions, "
-                  f"EX2 {n(i0, end, 'MUFU.EX2')}, TANH {n(i0, end, 'MUFU.TANH')}")
+            back = next(i for i in range(i0, len(ins)) if (m := re.search(r"BRA.*`\((\.L_x_\d+)\)", ins[i]))
+                        and labels.get(m.group(1), 1 << 40) < addr[i1])  # fmt: skip
+            top = addr.index(labels[re.search(r"`\((\.L_x_\d+)\)", ins[back]).group(1)])
+            arrive = next(i for i in range(top, i1) if "WARPGROUP.ARRIVE" in ins[i])
+            print(f"{os.path.basename(cubin)[:-6]}: under P·V {i0 - i1} instructions (EX2 {n(i1, i0, 'MUFU.EX2')}, "
+                  f"TANH {n(i1, i0, 'MUFU.TANH')}); none in flight {back - i0 + arrive - top} "
+                  f"(FMUL {n(i0, back, 'FMUL') + n(top, arrive, 'FMUL')}, EX2 {n(i0, back, 'MUFU.EX2')})")
 
 
 if __name__ == "__main__":
     {"assemble": assemble, "assemble_backward": assemble_backward, "assemble_variants": assemble_variants,
-     "assemble_masks": assemble_masks, "count": count, "loops": loops, "waits": waits}[sys.argv[1]](sys.argv[2])  # fmt: skip
+     "assemble_masks": assemble_masks, "count": count, "loops": loops,
+     "waits": waits}[sys.argv[1]](sys.argv[2])  # fmt: skip

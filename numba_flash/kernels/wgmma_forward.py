@@ -305,6 +305,9 @@ def wgmma_forward_kernel(t: TcTiles, variant: Variant, dtype: str, persistent: b
     HOLD = hold  # the step's softmax (2: and dropout's keep words) before the wait for P·V (``hold_exponentials``)
     # … not with three consumers: their 160 registers spill the keep words (96 bytes at d = 64)
     KEEP_AHEAD = hold >= 2 and variant.flags[DROPOUT] and CONSUMERS == 2
+    # 3: acc rescaled by the previous tile's alpha while S runs, before that tile's P·V is issued
+    # (FlashAttention-3's order), instead of after the wait for it
+    RESCALE_EARLY = hold >= 3
     KSTEPS = HEAD_DIM // 16  # k-slices of Q·Kᵀ
     NT_S = BLOCK_N // 8
     NT_O = HEAD_DIM // 8
@@ -730,6 +733,10 @@ def wgmma_forward_kernel(t: TcTiles, variant: Variant, dtype: str, persistent: b
                 ptx.wgmma_fence()  # acc_o and p_frag were written by ordinary instructions
                 issue_scores(acc_s, q_wg, k_base + s * KV_BYTES)
                 issue_bias(acc_s, bias_frag, kx_base)
+                if RESCALE_EARLY:  # acc to tile i − 1's max while S runs (its P·V adds at that max)
+                    for r in range(2):
+                        softmax.rescale_row(acc_o, 2 * r, 4, NT_O, 2, alpha[r])
+                    ptx.wgmma_fence()  # acc_o was written by ordinary instructions
                 issue_pv(acc_o, p_frag, v_base + sp * KV_BYTES)  # the previous tile's, behind this S
                 start_n = tile_at(j, vr, F) * BLOCK_N
                 d0 = fragments.lane_distance(row0, start_n, mi, False)  # while S runs (ALiBi's)
@@ -742,8 +749,9 @@ def wgmma_forward_kernel(t: TcTiles, variant: Variant, dtype: str, persistent: b
                     hold_before_wait(min(l_i[0], l_i[1]))
                 ptx.wgmma_wait_group(0)  # the previous P·V landed in acc_o and is done with p_frag
                 ptx.mbarrier_arrive(q_full + V_EMPTY + 8 * sp)  # … and with V_{i−1}
-                for r in range(2):
-                    softmax.rescale_row(acc_o, 2 * r, 4, NT_O, 2, alpha[r])
+                if not RESCALE_EARLY:
+                    for r in range(2):
+                        softmax.rescale_row(acc_o, 2 * r, 4, NT_O, 2, alpha[r])
                 if KEEP_AHEAD:
                     pack_kept(p_frag, acc_s, keep)
                 else:
@@ -758,6 +766,9 @@ def wgmma_forward_kernel(t: TcTiles, variant: Variant, dtype: str, persistent: b
             done += 1  # (the trace's last two steps below are this tile's: done − 1)
             if n_hi > n_lo:  # the last tile's P·V
                 s = g % STAGES
+                if RESCALE_EARLY:  # acc to the last tile's max (the loop's steps rescale before their P·V)
+                    for r in range(2):
+                        softmax.rescale_row(acc_o, 2 * r, 4, NT_O, 2, alpha[r])
                 wait_phase(q_full + V_FULL + 8 * s, (g // STAGES) & 1)
                 ptx.wgmma_fence()
                 issue_pv(acc_o, p_frag, v_base + s * KV_BYTES)
@@ -836,21 +847,26 @@ def trace_tiles() -> int:
 
 
 def hold_exponentials() -> int:
-    """``NUMBA_FLASH_WGMMA_HOLD=1`` (off by default until timed on a GPU): the key loop ends
-    a basic block between a step's softmax and its ``wgmma.wait_group 0``
-    (``hopper.hold_before_wait``).  Without it ptxas hoists that wait, for the previous
-    tile's P·V, above the row max, and the step's exponentials run after the P·V instead
-    of under it (docs/hopper.md, "Where ptxas puts the wait").  Read in the SASS (ptxas
-    13.0, d = 128 causal, session 48): the MUFU.EX2 of a step before the wait go from 0
-    to all 66 (plain, softcap, dropout, ALiBi), and the code between the wait and the
-    next wgmma issue from ~530 instructions to ~250 (``scripts/sass_mix.py waits``).
-    ``=2`` also makes dropout's keep words (its Philox calls, ``fragments.keep_words``)
-    before the wait, with two consumers (three spill them); with 1 they follow P's packing,
-    after it.  With 2 the code after the wait of a d = 128 dropout step goes from ~500
-    instructions to ~315, no spills; with softcap too ptxas spills 52 bytes of a tile's
-    state, outside the key loop."""
+    """``NUMBA_FLASH_WGMMA_HOLD`` (0, off, by default until timed on a GPU), cumulative:
+
+    * ``1``: the key loop ends a basic block between a step's softmax and its
+      ``wgmma.wait_group 0`` (``hopper.hold_before_wait``).  Without it ptxas hoists that
+      wait, for the previous tile's P·V, above the row max, and the step's exponentials
+      run after the P·V instead of under it (docs/hopper.md, "Where ptxas puts the wait").
+    * ``2``: dropout's keep words (its Philox calls, ``fragments.keep_words``) made before
+      the wait too, with two consumers (three consumers' 160 registers spill them).
+    * ``3``: acc rescaled by the previous tile's alpha while S runs, before that tile's P·V
+      is issued (FlashAttention-3's order: acc·alpha + P·V instead of (acc + P·V)·alpha, so
+      O is not bit for bit the others'), so that only P's packing follows the wait.
+
+    Read in the SASS (ptxas 13.0, d = 128 causal, ``scripts/sass_mix.py waits``), the
+    instructions a step issues with none of its wgmma in flight, 0 → 1 → 2 → 3: plain 441
+    → 161 → 161 → 96, softcap 439 → 161 → 161 → 96, dropout 689 → 411 → 223 → 159; every
+    MUFU.EX2 of a step under the P·V from 1 on.  No spills at d = 64 (two and three
+    consumers), 128, 192 or 256, except softcap with dropout at 2 and 3: 52 bytes of a
+    tile's state, outside the key loop."""
     hold = os.environ.get("NUMBA_FLASH_WGMMA_HOLD", "0")
-    return int(hold) if hold in ("1", "2") else 0
+    return int(hold) if hold in ("1", "2", "3") else 0
 
 
 #: Query rows a sequence past which the blocks are not persistent (``blocks``).
