@@ -42,7 +42,8 @@ def _plan_env() -> tuple:
         os.environ.get(f"NUMBA_FLASH_{x}") for x in ("WGMMA", "WGMMA_PERSISTENT", "WGMMA_CONSUMERS", "WGMMA_BWD_RING",
                                                       "RAW_SCORES", "ALIBI_PRODUCTS", "WGMMA_SCHEDULER",
                                                       "CLUSTER_MERGE", "WGMMA_BWD_PIPE", "WGMMA_SPLIT",
-                                                      "WGMMA_BWD_PERSISTENT", "L2_SECTIONS", "WGMMA_HOLD"))  # fmt: skip
+                                                      "WGMMA_BWD_PERSISTENT", "L2_SECTIONS", "WGMMA_HOLD",
+                                                      "WGMMA_BWD_HOLD"))  # fmt: skip
 
 
 def _plan(problem: P.Problem) -> P.Plan:

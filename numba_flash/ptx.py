@@ -1125,23 +1125,31 @@ whenever the accumulator registers were touched by other instructions since: mak
 those register writes visible to the warpgroup's wgmma.  All threads of the warp
 execute it (aligned).""")
 
-@intrinsic
-def hold_u32x4(typingctx, a, b, c, d):
-    """``hold_u32x4(a, b, c, d) -> None``
+def _hold4(name, kind, constraint, what):
+    @intrinsic
+    def impl(typingctx, a, b, c, d):
+        _require_numbers(name, a=a, b=b, c=c, d=d)
+
+        def codegen(context, builder, sig, args):
+            _asm(builder, "// hold $0 $1 $2 $3", ",".join([constraint] * 4),
+                 _casted(context, builder, sig, args, [kind] * 4), [], side_effect=True)  # fmt: skip
+            return context.get_dummy_value()
+
+        return types.void(a, b, c, d), codegen
+
+    impl.__doc__ = f"""``{name}(a, b, c, d) -> None``
 
 No instruction: a ``volatile`` inline asm of a PTX comment that reads a, b, c and d
-(CuTe's ``warpgroup_fence_operand``).  LLVM must compute them before this point and
-cannot sink that work past it into a later basic block, where ptxas would schedule it
-after a wait: the wgmma forward makes dropout's keep words under the previous tile's
-P·V so (``wgmma_forward.hold_exponentials`` 2)."""
-    _require_numbers("hold_u32x4", a=a, b=b, c=c, d=d)
+({what}; CuTe's ``warpgroup_fence_operand``).  LLVM must compute them before this point
+and cannot sink that work past it into a later basic block, where ptxas would schedule
+it after a wait (``hopper.hold_before_wait``): the wgmma forward makes dropout's keep
+words under the previous tile's P·V so (``wgmma_forward.hold_exponentials`` 2), the
+backward its P and dS under the products in flight (``wgmma_backward.hold``)."""
+    return impl
 
-    def codegen(context, builder, sig, args):
-        _asm(builder, "// hold $0 $1 $2 $3", "r,r,r,r", _casted(context, builder, sig, args, ["u32"] * 4), [],
-             side_effect=True)  # fmt: skip
-        return context.get_dummy_value()
 
-    return types.void(a, b, c, d), codegen
+hold_u32x4 = _hold4("hold_u32x4", "u32", "r", "32-bit integers")
+hold_f32x4 = _hold4("hold_f32x4", "f32", "f", "floats")
 
 
 wgmma_commit_group = _void_asm("wgmma.commit_group.sync.aligned;", """``wgmma_commit_group() -> None``
@@ -1586,7 +1594,7 @@ del _n, _t
 
 #: The Hopper intrinsics (their simulator twins: see the section's comment).
 HOPPER = ("cluster_arrive_release", "cluster_wait_acquire", "cluster_ctarank", "mapa_shared_cluster",
-          "ld_shared_cluster_f32", "ld_shared_cluster_v4_f32", "fence_proxy_async", "wgmma_fence", "hold_u32x4",
+          "ld_shared_cluster_f32", "ld_shared_cluster_v4_f32", "fence_proxy_async", "wgmma_fence", "hold_u32x4", "hold_f32x4",
           "wgmma_commit_group", "wgmma_wait_group", "setmaxnreg_inc", "setmaxnreg_dec", "mbarrier_init",
           "mbarrier_arrive_expect_tx", "mbarrier_arrive", "mbarrier_try_wait_parity", "named_barrier_sync",
           "named_barrier_arrive", "cp_async_bulk_g2s",

@@ -109,13 +109,17 @@ def test_wgmma_backward_pipelined(rng, monkeypatch, pipe, dtype, d, causal, Nk, 
     """The pipelined step (``NUMBA_FLASH_WGMMA_BWD_PIPE``: each step's gradient products issued
     behind the next step's S and dP, P computed apart from dS) against the float64 reference,
     and bitwise the same gradients as the unpipelined step (the same operations in the same
-    order)."""
+    order); so with ``NUMBA_FLASH_WGMMA_BWD_HOLD=1`` (``wgmma_backward.hold``)."""
     monkeypatch.setenv("NUMBA_FLASH_WGMMA_BWD_PIPE", pipe)
     inputs, piped = check_backward(rng, dtype, d, causal, H=2, H_kv=1, Nq=40, Nk=Nk, **kw)
+    monkeypatch.setenv("NUMBA_FLASH_WGMMA_BWD_HOLD", "1")  # ``wgmma_backward.hold``: P and dS before the waits
+    held, _ = run_backward(*inputs, causal, dict(kw, layout="bshd"))
+    monkeypatch.setenv("NUMBA_FLASH_WGMMA_BWD_HOLD", "0")
     monkeypatch.setenv("NUMBA_FLASH_WGMMA_BWD_PIPE", "0")
     plain, _ = run_backward(*inputs, causal, dict(kw, layout="bshd"))
-    for name, a, b in zip(("dq", "dk", "dv"), piped, plain):
+    for name, a, b, c in zip(("dq", "dk", "dv"), piped, plain, held):
         assert np.array_equal(a.view(np.uint16), b.view(np.uint16)), name
+        assert np.array_equal(c.view(np.uint16), b.view(np.uint16)), name
 
 
 @pytest.mark.usefixtures("wgmma_on", "poisoned_outputs")
@@ -370,6 +374,30 @@ def test_wgmma_backward_varlen(rng):
     check_varlen_backward(rng, "float16", 64, True, [5, 0, 70, 1, 33], [7, 4, 90, 1, 20])
 
 
+@pytest.mark.parametrize("d,causal", [(128, True), (64, False)])
+def test_wgmma_backward_hold_compiles_for_sm_90a(monkeypatch, d, causal):
+    """``NUMBA_FLASH_WGMMA_BWD_HOLD=1`` (``wgmma_backward.hold``): the pipelined dQ kernel's
+    never-taken fences (``hopper.hold_before_wait``), one after P in the walk's first step and
+    two in the pipelined step (after P, after dS), P and dS held before them (``hopper.hold_tile``:
+    a ``ptx.hold_f32x4`` a 4 floats, S_REGS / 4 a tile); none in the dK/dV kernel; nothing in
+    local memory, no spills where ptxas assembles the whole program."""
+    from numba_flash.inspection import inspect_kernels
+
+    monkeypatch.setenv("NUMBA_FLASH_WGMMA_BWD_PIPE", "3")
+    monkeypatch.setenv("NUMBA_FLASH_WGMMA_BWD_PERSISTENT", "0")
+    base = {r.name: r for r in inspect_kernels("backward", "float16", d, causal, arch="sm_90a", seqlen_q=4096)}
+    monkeypatch.setenv("NUMBA_FLASH_WGMMA_BWD_HOLD", "1")
+    held = {r.name: r for r in inspect_kernels("backward", "float16", d, causal, arch="sm_90a", seqlen_q=4096)}
+    words = 64 // 8 * 4 if d == 128 else 128 // 8 * 4  # S_REGS: the dQ step's 64 keys at d = 128, 128 at d = 64
+    dq = held["wgmma_bwd_dq"]
+    assert dq.ptx.count("membar.cta;") == 3 and dq.ptx.count("// hold ") == 3 * words // 4
+    assert "membar.cta;" not in base["wgmma_bwd_dq"].ptx and "// hold " not in base["wgmma_bwd_dq"].ptx
+    assert "membar.cta;" not in held["wgmma_bwd_dkdv"].ptx and "// hold " not in held["wgmma_bwd_dkdv"].ptx
+    assert dq.local_bytes_ptx == 0 and "ld.local" not in dq.ptx and "st.local" not in dq.ptx
+    if dq.registers is not None and not dq.assembler.startswith("nvJitLink"):
+        assert dq.spill_stores == 0
+
+
 @pytest.mark.parametrize("d,causal,pipe", [(128, False, "0"), (64, True, "1"), (256, True, "3"), (128, True, "3")])
 def test_wgmma_backward_compiles_for_sm_90a(d, causal, pipe, monkeypatch):
     """``inspect --arch sm_90a`` of the plan: TMA copies (and the bulk copies of the
@@ -469,6 +497,22 @@ def test_wgmma_backward_varlen_on_the_gpu(rng, dtype, d, causal):
     check_varlen_backward(rng, dtype, d, causal, lens_q, lens_k, H=8, H_kv=2)
     check_varlen_backward(rng, dtype, d, causal, lens_q, lens_k, H=8, H_kv=2, window_size=(200, 30), softcap=5.0,
                           alibi_slopes=_slopes(rng, 8))  # fmt: skip
+
+
+@pytest.mark.gpu
+@pytest.mark.usefixtures("wgmma_on", "poisoned_outputs")
+@pytest.mark.parametrize("dtype,d,causal", [("float16", 128, True), ("bfloat16", 64, False), ("bfloat16", 128, False)])
+def test_wgmma_backward_hold_changes_no_bit_on_the_gpu(rng, monkeypatch, dtype, d, causal):
+    """``NUMBA_FLASH_WGMMA_BWD_HOLD=1`` where ptxas schedules the real kernels: the gradients
+    bit for bit those without, plain and with ALiBi + GQA, over many key steps, and to
+    FlashAttention-2's tolerance (``check_backward``)."""
+    for kw in ({}, {"alibi_slopes": _slopes(rng, 8)}):
+        monkeypatch.setenv("NUMBA_FLASH_WGMMA_BWD_HOLD", "1")
+        inputs, held = check_backward(rng, dtype, d, causal, B=2, H=8, H_kv=2, Nq=777, Nk=1000, **kw)
+        monkeypatch.setenv("NUMBA_FLASH_WGMMA_BWD_HOLD", "0")
+        base, _ = run_backward(*inputs, causal, dict(kw, layout="bshd"))
+        for name, a, b in zip(("dq", "dk", "dv"), held, base):
+            assert np.array_equal(a.view(np.uint16), b.view(np.uint16)), (name, kw.keys())
 
 
 @pytest.mark.gpu

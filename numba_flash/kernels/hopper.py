@@ -55,13 +55,25 @@ def wait_phase(bar, parity):
 def hold_before_wait(row_sum):
     """End a basic block here, so that ptxas keeps the instructions above before the
     ``wgmma.wait_group`` that follows.  ptxas schedules a block at a time, and within one
-    it hoisted the key loop's wait for P·V above the softmax's row max: all 64
-    exponentials of a step ran after the wait, none under the P·V they should hide
-    behind (session 26; session 48 read it in the SASS).  ``row_sum`` (a row's l_i) is
-    never negative, so the fence never runs; its branch is the boundary (a predicated
-    ``MEMBAR`` and a ``BSSY``/``BSYNC`` pair a step)."""
+    it hoisted the forward's wait for P·V above the softmax's row max (all 66
+    exponentials of a step after the wait, none under the P·V they should hide behind)
+    and the backward's waits for dP and the products above P (session 26; session 48
+    read both in the SASS).  ``row_sum`` (a row's l_i, or a P) is never negative, so the
+    fence never runs; its branch is the boundary (a predicated ``MEMBAR`` and a
+    ``BSSY``/``BSYNC`` pair a step).  What the condition does not read may still be sunk
+    into the next block: by LLVM unless :func:`hold_tile` holds it first, and even then by
+    ptxas (8 of the backward step's 32 exponentials).
+    (``wgmma_forward.hold_exponentials``, ``wgmma_backward.hold``.)"""
     if row_sum < float32(0.0):
         cuda.threadfence_block()
+
+
+@device_function
+def hold_tile(acc, N):
+    """``acc[0:N]`` (N a multiple of 4) computed here, before a following
+    :func:`hold_before_wait`'s branch, not sunk past it by LLVM (``ptx.hold_f32x4``)."""
+    for i in range(N // 4):
+        ptx.hold_f32x4(acc[4 * i], acc[4 * i + 1], acc[4 * i + 2], acc[4 * i + 3])
 
 
 @device_function

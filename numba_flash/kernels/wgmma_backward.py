@@ -107,8 +107,8 @@ from numba_flash.kernels import fragments, pipeline, score, spec
 from numba_flash.kernels.block_info import (block_at, grid_coords, group_size, key_tiles, linear_coords,
                                             query_grid_dims, query_tiles, read_walk_list, section_of, tile_at,
                                             tile_partial, walk_range)
-from numba_flash.kernels.hopper import (ATOM, SMEM_LIMIT, land_and_zero, load_rows, past_rows, rs_chain, ss_chain,
-                                        tile_dim, wait_phase)
+from numba_flash.kernels.hopper import (ATOM, SMEM_LIMIT, hold_before_wait, hold_tile, land_and_zero, load_rows,
+                                        past_rows, rs_chain, ss_chain, tile_dim, wait_phase)
 from numba_flash.variant import HEAVIEST_FIRST, VARLEN, Variant
 
 _ALIGN = None if SIMULATOR else 1024  # a module global, so numba sees a literal; the simulator aligns by itself
@@ -172,6 +172,8 @@ class WgmmaBwdTiles:
     #: A block an SM running the virtual grid's blocks blockIdx.x, + gridDim.x, …, with two buffers of
     #: the fixed tiles, so that the next block's load under the current one's walk (``persistent``).
     persistent: bool = False
+    #: The pipelined step's P and dS held before the waits that follow them (``hold``).
+    hold: bool = False
 
     def __post_init__(self):
         if not self.part:  # the default: the one kernel of its axis
@@ -236,8 +238,20 @@ def pipelined(t: WgmmaBwdTiles) -> WgmmaBwdTiles:
     if mode == "0" or t.head_dim > 128:
         return t
     if mode != "1" and smem_bytes(three) <= SMEM_LIMIT:
-        return replace(three, pipelined=True)
-    return replace(t, pipelined=True)
+        return replace(three, pipelined=True, hold=hold())
+    return replace(t, pipelined=True, hold=hold())
+
+
+def hold() -> bool:
+    """``NUMBA_FLASH_WGMMA_BWD_HOLD=1`` (off by default until timed on a GPU): the pipelined
+    step ends a basic block after P (``hopper.hold_tile``, ``hopper.hold_before_wait``) and
+    after dS, so that ptxas keeps them before the waits for dP and for the previous step's
+    products.  Without it ptxas hoisted both waits above P's exponentials: in the SASS of
+    the d = 128 dQ kernel (ptxas 13.0, session 48) 1 of a step's 32 MUFU.EX2 ran between
+    the wait for Sᵀ and the wait for dP, 5 before the wait for the products and 26 after
+    it, so the step was pipelined in name only (session 25 measured 0.98–1.05× the
+    unpipelined step).  As ``wgmma_forward.hold_exponentials``; outputs bit for bit."""
+    return os.environ.get("NUMBA_FLASH_WGMMA_BWD_HOLD", "0") == "1"
 
 
 #: The persistent dK/dV kernel by default (``persistent``'s ``auto``) for d ≤ this and query
@@ -331,6 +345,7 @@ def wgmma_bwd_kernel(t: WgmmaBwdTiles, variant: Variant, dtype: str):
     # each step's gradient products behind the next step's Sᵀ and dPᵀ (``pipelined_step``; ``pipelined`` chose
     # the tiles whose registers allow it)
     PIPE = t.pipelined
+    HOLD = t.hold  # P, then dS, kept before the waits that follow them (``hold``)
     # the pipelined step's waits: its groups are Sᵀ, dPᵀ (not in dv), then the previous step's dV (dkdv,
     # dv) and dK or dQ (not in dv); Sᵀ has landed when at most the others are in flight
     N_GRADS = int(WANT_DV) + int(WANT_G1)
@@ -449,8 +464,14 @@ def wgmma_bwd_kernel(t: WgmmaBwdTiles, variant: Variant, dtype: str):
         issue_grads(acc_g1, acc_g2, p_frag, ds_frag, b1, b2)
         ptx.wgmma_wait_group(WAIT_S)  # Sᵀ landed: dPᵀ and the previous step's products may still run
         p_part(acc_s, s_rows, row_stats, other, s, start, row0, si, mi, partial)
+        if HOLD:  # P under dPᵀ and the products
+            hold_tile(acc_s, S_REGS)
+            hold_before_wait(acc_s[0])
         ptx.wgmma_wait_group(WAIT_DP)  # dPᵀ landed
         ds_part(acc_s, acc_dp, s_rows, row_stats, other, s, start, row0, si, di, mi, partial)
+        if HOLD:  # dS under the products
+            hold_tile(acc_dp, S_REGS)
+            hold_before_wait(acc_s[0])
         ptx.wgmma_wait_group(0)  # the previous step's products are done with its stage and the fragments
         ptx.mbarrier_arrive(fix1 + BARS_AT + EMPTY + 8 * sp)
         pack_p_ds(p_frag, ds_frag, acc_s, acc_dp)
@@ -465,6 +486,9 @@ def wgmma_bwd_kernel(t: WgmmaBwdTiles, variant: Variant, dtype: str):
         issue_sdp(acc_s, acc_dp, a1, a2, fix1, pos)
         ptx.wgmma_wait_group(WAIT_S_FIRST)  # Sᵀ landed: dPᵀ may still run
         p_part(acc_s, s_rows, row_stats, other, s, start, row0, si, mi, partial)
+        if HOLD:  # P under dPᵀ
+            hold_tile(acc_s, S_REGS)
+            hold_before_wait(acc_s[0])
         ptx.wgmma_wait_group(0)
         ds_part(acc_s, acc_dp, s_rows, row_stats, other, s, start, row0, si, di, mi, partial)
         pack_p_ds(p_frag, ds_frag, acc_s, acc_dp)
