@@ -973,8 +973,9 @@ def _nothing(name):
 
 
 (fence_proxy_async, wgmma_fence, wgmma_commit_group, wgmma_wait_group, setmaxnreg_inc, setmaxnreg_dec,
- hold_u32x4, hold_f32x4) = (_nothing(n) for n in ("fence_proxy_async", "wgmma_fence", "wgmma_commit_group", "wgmma_wait_group",
-                          "setmaxnreg_inc", "setmaxnreg_dec", "hold_u32x4", "hold_f32x4"))  # fmt: skip
+ hold_u32x4, hold_f32x4) = (_nothing(n) for n in ("fence_proxy_async", "wgmma_fence", "wgmma_commit_group",
+                                                  "wgmma_wait_group", "setmaxnreg_inc", "setmaxnreg_dec",
+                                                  "hold_u32x4", "hold_f32x4"))  # fmt: skip
 
 
 def _desc_fields(desc):

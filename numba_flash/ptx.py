@@ -1594,7 +1594,8 @@ del _n, _t
 
 #: The Hopper intrinsics (their simulator twins: see the section's comment).
 HOPPER = ("cluster_arrive_release", "cluster_wait_acquire", "cluster_ctarank", "mapa_shared_cluster",
-          "ld_shared_cluster_f32", "ld_shared_cluster_v4_f32", "fence_proxy_async", "wgmma_fence", "hold_u32x4", "hold_f32x4",
+          "ld_shared_cluster_f32", "ld_shared_cluster_v4_f32", "fence_proxy_async", "wgmma_fence",
+          "hold_u32x4", "hold_f32x4",
           "wgmma_commit_group", "wgmma_wait_group", "setmaxnreg_inc", "setmaxnreg_dec", "mbarrier_init",
           "mbarrier_arrive_expect_tx", "mbarrier_arrive", "mbarrier_try_wait_parity", "named_barrier_sync",
           "named_barrier_arrive", "cp_async_bulk_g2s",

@@ -47,6 +47,7 @@ elif [ "$call" = 2 ]; then
   NUMBA_FLASH_WGMMA_BWD_HOLD=1 tests wb $(( total - SECONDS - 5 )) -n 16 tests/test_wgmma_backward.py
 else
   for r in alibi window gqa varlen; do row $r 3 0; done
-  NUMBA_FLASH_WGMMA_HOLD=3 NUMBA_FLASH_WGMMA_BWD_HOLD=1 tests variants $(( total - SECONDS - 5 )) -n 16 tests/test_variants.py
+  NUMBA_FLASH_WGMMA_HOLD=3 NUMBA_FLASH_WGMMA_BWD_HOLD=1 \
+    tests variants $(( total - SECONDS - 5 )) -n 16 tests/test_variants.py
 fi
 exit 0
