@@ -1125,6 +1125,7 @@ whenever the accumulator registers were touched by other instructions since: mak
 those register writes visible to the warpgroup's wgmma.  All threads of the warp
 execute it (aligned).""")
 
+
 def _hold4(name, kind, constraint, what):
     @intrinsic
     def impl(typingctx, a, b, c, d):
