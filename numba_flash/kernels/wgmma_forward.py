@@ -40,7 +40,8 @@ specialization and tile sizes; past d = 128 two, on 64-key tiles):
   on the tensor cores (``softmax.softmax_row_step``; ptxas hoists the wait for that
   P·V above the softmax unless a block boundary holds it there: ``hold_exponentials``,
   off until timed); acc is rescaled by tile i's alpha (``softmax.rescale_row``) once
-  the P·V completed.  The first tile is peeled
+  the P·V completed (with ``hold_exponentials`` 3, while tile i + 1's S runs, before
+  tile i's P·V is issued).  The first tile is peeled
   so that no wgmma in flight crosses a divergent branch (ptxas would serialize them).
   Between the two consumers, the scheduler interleaves one's softmax with the other's
   wgmma by itself (a named-barrier ping-pong measured slower: removed, below).
@@ -283,7 +284,8 @@ def wgmma_forward_kernel(t: TcTiles, variant: Variant, dtype: str, persistent: b
     maps' key boxes); ``dynamic``: persistent blocks take their tiles from a counter (:func:`dynamic_tiles`);
     ``trace``: with ``dynamic``, the first ``trace`` tiles of each block leave timestamps after
     the counter in ``sched`` (:func:`trace_tiles`); ``hold``: a step's softmax (2: and dropout's keep
-    words) kept ahead of the wait for P·V (:func:`hold_exponentials`)."""
+    words; 3: and acc's rescale, before the P·V's issue) kept ahead of the wait for P·V
+    (:func:`hold_exponentials`)."""
     HEAD_DIM, BLOCK_M, PERSISTENT = t.head_dim, t.block_m, persistent
     CONSUMERS = BLOCK_M // 64
     THREADS, CONSUMER_THREADS = threads(t), 128 * CONSUMERS
@@ -302,7 +304,7 @@ def wgmma_forward_kernel(t: TcTiles, variant: Variant, dtype: str, persistent: b
     # hands it to the consumers in a slot of shared memory (``dynamic_tiles``)
     DYNAMIC = persistent and dynamic
     TRACE = trace if DYNAMIC else 0  # tiles a block traced (``trace_tiles``); 0: no trace code
-    HOLD = hold  # the step's softmax (2: and dropout's keep words) before the wait for P·V (``hold_exponentials``)
+    HOLD = hold  # the step's softmax before the wait for P·V (``hold_exponentials``; 2 and 3 below)
     # … not with three consumers: their 160 registers spill the keep words (96 bytes at d = 64)
     KEEP_AHEAD = hold >= 2 and variant.flags[DROPOUT] and CONSUMERS == 2
     # 3: acc rescaled by the previous tile's alpha while S runs, before that tile's P·V is issued
