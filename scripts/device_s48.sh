@@ -17,7 +17,7 @@
 # -> 161 -> 96, softcap 439 -> 161 -> 161 -> 96, dropout 689 -> 411 -> 223 -> 159 (NUMBA_FLASH_WGMMA_HOLD=n
 # sass_mix.py assemble_variants DIR, then waits DIR). Expected: plain's forward a few % faster; softcap and
 # dropout more (their softmax is longer), so their ratios fall toward ~1.15; the backward unchanged (not
-# touched); every test passes, outputs at 1 and 2 bitwise those without (test_wgmma_forward_hold_changes_no_bit*).
+# touched); every test passes, outputs at 1 and 2 bitwise those without (test_wgmma_forward_hold_settings*).
 # The backward's dQ kernel (d = 128): its pipelined step's MUFU.EX2 after the wait for the previous products go
 # from 26 of 32 to 0 (24 under dP, 8 under the products); expected: the dQ kernel a few % faster, the whole
 # backward ~1-3 % (dK/dV, not pipelined, is most of its time); gradients bit for bit.

@@ -189,7 +189,7 @@ def check_hold(monkeypatch, rng, dtype, d, causal, B, H, H_kv, Nq, Nk, holds=("0
 
 
 @pytest.mark.usefixtures("wgmma_on", "poisoned_outputs")
-def test_wgmma_forward_hold_changes_no_bit(monkeypatch, rng):
+def test_wgmma_forward_hold_settings(monkeypatch, rng):
     """``check_hold`` with softcap and dropout over three key tiles (the key loop's steps;
     two consumers: from 2 on, the keep words made before the wait); not setting 1, which 2
     contains (the GPU test runs it)."""
@@ -559,7 +559,7 @@ def test_wgmma_forward_alibi_on_the_tensor_cores_on_the_gpu(rng, dtype, d):
 @pytest.mark.gpu
 @pytest.mark.usefixtures("wgmma_on", "poisoned_outputs")
 @pytest.mark.parametrize("dtype,d,causal", [("float16", 128, True), ("bfloat16", 64, False), ("float16", 256, True)])
-def test_wgmma_forward_hold_changes_no_bit_on_the_gpu(monkeypatch, rng, dtype, d, causal):
+def test_wgmma_forward_hold_settings_on_the_gpu(monkeypatch, rng, dtype, d, causal):
     """``check_hold`` where ptxas schedules the real kernel: plain, then softcap + ALiBi +
     dropout + GQA, over many key tiles."""
     check_hold(monkeypatch, rng, dtype, d, causal, 2, 8, 8, 777, 1000)
