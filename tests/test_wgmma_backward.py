@@ -111,6 +111,7 @@ def test_wgmma_backward_pipelined(rng, monkeypatch, pipe, dtype, d, causal, Nk, 
     and bitwise the same gradients as the unpipelined step (the same operations in the same
     order); so with ``NUMBA_FLASH_WGMMA_BWD_HOLD=1`` (``wgmma_backward.hold``)."""
     monkeypatch.setenv("NUMBA_FLASH_WGMMA_BWD_PIPE", pipe)
+    monkeypatch.setenv("NUMBA_FLASH_WGMMA_BWD_HOLD", "0")
     inputs, piped = check_backward(rng, dtype, d, causal, H=2, H_kv=1, Nq=40, Nk=Nk, **kw)
     monkeypatch.setenv("NUMBA_FLASH_WGMMA_BWD_HOLD", "1")  # ``wgmma_backward.hold``: P and dS before the waits
     held, _ = run_backward(*inputs, causal, dict(kw, layout="bshd"))
@@ -385,6 +386,7 @@ def test_wgmma_backward_hold_compiles_for_sm_90a(monkeypatch, d, causal):
 
     monkeypatch.setenv("NUMBA_FLASH_WGMMA_BWD_PIPE", "3")
     monkeypatch.setenv("NUMBA_FLASH_WGMMA_BWD_PERSISTENT", "0")
+    monkeypatch.setenv("NUMBA_FLASH_WGMMA_BWD_HOLD", "0")
     base = {r.name: r for r in inspect_kernels("backward", "float16", d, causal, arch="sm_90a", seqlen_q=4096)}
     monkeypatch.setenv("NUMBA_FLASH_WGMMA_BWD_HOLD", "1")
     held = {r.name: r for r in inspect_kernels("backward", "float16", d, causal, arch="sm_90a", seqlen_q=4096)}
