@@ -206,6 +206,15 @@ def apply_dropout(acc, S0, NT, MT, row0, col0, di):
 
 
 @device_function
+def keep_stretch(row0, col0, a, di):
+    """``dropout.keep_chunk`` of this lane's row pair (rows ``row0`` + g, g + 8) for the
+    a-th 32-key stretch from key ``col0`` (its Philox call ``(col0 / 32 + a)·4 + t``):
+    :func:`drop_packed`'s and :func:`keep_words`'s one call."""
+    lane = cuda.threadIdx.x & 31
+    return dropout.keep_chunk(row0 + (lane >> 2), (((col0 >> 5) + a) << 2) | (lane & 3), di)
+
+
+@device_function
 def drop_packed(frag, PSTEPS, row0, col0, di):
     """P ∘ Z on packed P, in place: ``frag`` holds PSTEPS k-slices of one m-tile as
     :func:`pack_a` packs them (rows are queries ``row0`` …, a multiple of 16; keys
@@ -214,10 +223,8 @@ def drop_packed(frag, PSTEPS, row0, col0, di):
     by ``dropout.out_scale`` in the epilogue instead of each P by 1 / (1 − p): the
     16-bit forward on the H200 spent a third of its time on the per-element
     dropout (1.48× the plain forward, with 64-bit Philox)."""
-    lane = cuda.threadIdx.x & 31
-    i = row0 + (lane >> 2)
     for a in range((PSTEPS + 1) // 2):
-        ka0, kb0, ka1, kb1 = dropout.keep_chunk(i, (((col0 >> 5) + a) << 2) | (lane & 3), di)
+        ka0, kb0, ka1, kb1 = keep_stretch(row0, col0, a, di)
         dropout.apply_keep(frag, 8 * a, ka0, kb0)
         if 2 * a + 1 < PSTEPS:
             dropout.apply_keep(frag, 8 * a + 4, ka1, kb1)
@@ -229,10 +236,8 @@ def keep_words(keep, PSTEPS, row0, col0, di):
     forward's key loop with ``wgmma_forward.hold_exponentials`` 2: the Philox calls run
     under the previous tile's P·V): ``keep[2ps]``, ``keep[2ps + 1]`` are k-slice ps's
     (rows g and g + 8, ``dropout.keep_chunk``'s), for :func:`drop_kept`."""
-    lane = cuda.threadIdx.x & 31
-    i = row0 + (lane >> 2)
     for a in range((PSTEPS + 1) // 2):
-        ka0, kb0, ka1, kb1 = dropout.keep_chunk(i, (((col0 >> 5) + a) << 2) | (lane & 3), di)
+        ka0, kb0, ka1, kb1 = keep_stretch(row0, col0, a, di)
         keep[4 * a] = ka0
         keep[4 * a + 1] = kb0
         if 2 * a + 1 < PSTEPS:

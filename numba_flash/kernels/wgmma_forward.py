@@ -360,6 +360,12 @@ def wgmma_forward_kernel(t: TcTiles, variant: Variant, dtype: str, persistent: b
                 m_i[r] += shift
 
     @device_function
+    def rescale_acc(acc_o, alpha):
+        """acc's rows g, g + 8 times their alpha (``softmax.rescale_row``)."""
+        for r in range(2):
+            softmax.rescale_row(acc_o, 2 * r, 4, NT_O, 2, alpha[r])
+
+    @device_function
     def pack_p(p_frag, acc_s, row0, start_n, di):
         """P's k-slice ps is S's n-tiles 2ps, 2ps + 1 packed to 16-bit pairs (V's keys 16ps …);
         with dropout, the dropped values zeroed in the pairs (the epilogue scales O by
@@ -736,8 +742,7 @@ def wgmma_forward_kernel(t: TcTiles, variant: Variant, dtype: str, persistent: b
                 issue_scores(acc_s, q_wg, k_base + s * KV_BYTES)
                 issue_bias(acc_s, bias_frag, kx_base)
                 if RESCALE_EARLY:  # acc to tile i − 1's max while S runs (its P·V adds at that max)
-                    for r in range(2):
-                        softmax.rescale_row(acc_o, 2 * r, 4, NT_O, 2, alpha[r])
+                    rescale_acc(acc_o, alpha)
                     ptx.wgmma_fence()  # acc_o was written by ordinary instructions
                 issue_pv(acc_o, p_frag, v_base + sp * KV_BYTES)  # the previous tile's, behind this S
                 start_n = tile_at(j, vr, F) * BLOCK_N
@@ -752,8 +757,7 @@ def wgmma_forward_kernel(t: TcTiles, variant: Variant, dtype: str, persistent: b
                 ptx.wgmma_wait_group(0)  # the previous P·V landed in acc_o and is done with p_frag
                 ptx.mbarrier_arrive(q_full + V_EMPTY + 8 * sp)  # … and with V_{i−1}
                 if not RESCALE_EARLY:
-                    for r in range(2):
-                        softmax.rescale_row(acc_o, 2 * r, 4, NT_O, 2, alpha[r])
+                    rescale_acc(acc_o, alpha)
                 if KEEP_AHEAD:
                     pack_kept(p_frag, acc_s, keep)
                 else:
@@ -769,8 +773,7 @@ def wgmma_forward_kernel(t: TcTiles, variant: Variant, dtype: str, persistent: b
             if n_hi > n_lo:  # the last tile's P·V
                 s = g % STAGES
                 if RESCALE_EARLY:  # acc to the last tile's max (the loop's steps rescale before their P·V)
-                    for r in range(2):
-                        softmax.rescale_row(acc_o, 2 * r, 4, NT_O, 2, alpha[r])
+                    rescale_acc(acc_o, alpha)
                 wait_phase(q_full + V_FULL + 8 * s, (g // STAGES) & 1)
                 ptx.wgmma_fence()
                 issue_pv(acc_o, p_frag, v_base + s * KV_BYTES)
