@@ -10,7 +10,12 @@
 # Written before the run (session 48's SASS counts, device_s48.sh's header): plain's forward a few % faster with
 # the switches on; softcap and dropout more, their ratios toward ~1.15; the backward 1-3 % faster; ALiBi and GQA
 # about where they were; window and varlen unchanged in ratio (both sides gain). Every test passes.
-# As run: (filled in after the run)
+# As run (H100, one start after two refused requests): call 1 as written (405 s; the shapes A/B skipped for time).
+# Call 2 was not run as written: after call 1 (setting 3 slower, setting 2's dropout 11 % slower) calls 2-4 were
+# written on the command line: settings 1 and 2 (softcap, dropout), then 0 / 1 / 0 / 1 alternated in processes of
+# their own, the Hopper and variant GPU tests at 1, racecheck at 1 (docs/benchmarks/2026-12-07-s49 has the
+# commands). Found: at 1 plain's forward 2-4 % slower, softcap's and dropout's 0-3 % faster, the backward within
+# the noise; tests and racecheck clean. Both switches stay off.
 set -u
 . scripts/device_ab.sh  # out, total, call from the arguments; side, smi, tests, knob, sanitize
 if [ "$call" = 1 ]; then

@@ -243,14 +243,16 @@ def pipelined(t: WgmmaBwdTiles) -> WgmmaBwdTiles:
 
 
 def hold() -> bool:
-    """``NUMBA_FLASH_WGMMA_BWD_HOLD=1`` (off by default until timed on a GPU): the pipelined
+    """``NUMBA_FLASH_WGMMA_BWD_HOLD=1`` (off by default: no faster when timed): the pipelined
     step ends a basic block after P (``hopper.hold_tile``, ``hopper.hold_before_wait``) and
     after dS, so that ptxas keeps them before the waits for dP and for the previous step's
     products.  Without it ptxas hoisted both waits above P's exponentials: in the SASS of
     the d = 128 dQ kernel (ptxas 13.0, session 48) 1 of a step's 32 MUFU.EX2 ran between
     the wait for Sᵀ and the wait for dP, 5 before the wait for the products and 26 after
     it, so the step was pipelined in name only (session 25 measured 0.98–1.05× the
-    unpipelined step).  As ``wgmma_forward.hold_exponentials``; outputs bit for bit."""
+    unpipelined step).  As ``wgmma_forward.hold_exponentials``; outputs bit for bit.  Timed
+    (session 49, H100, processes alternated): plain's backward moved −2.6 to +1.9 %, within
+    the noise between processes on the power-capped card."""
     return os.environ.get("NUMBA_FLASH_WGMMA_BWD_HOLD", "0") == "1"
 
 
