@@ -436,9 +436,9 @@ def test_info_names_the_wgmma_forward_on_sm_90a():
     assert all("wgmma" not in r["forward"] + r["backward"] for r in P.table((8, 0)) + P.table(SM90A, simulator=True))
 
 
-@pytest.mark.parametrize("hold", ["2", "3"])
-def test_wgmma_forward_hold_compiles_for_sm_90a(monkeypatch, hold):
-    """``hold_exponentials``'s kernel for sm_90a (d = 128 causal, dropout, persistent):
+def test_wgmma_forward_hold_compiles_for_sm_90a(monkeypatch):
+    """``hold_exponentials``'s kernel for sm_90a at setting 3, which holds setting 2's work too
+    (d = 128 causal, dropout, persistent; off by default: slower when timed, session 49):
     the key loop's never-taken fence (``hopper.hold_before_wait``, the block
     boundary) once, dropout's keep words held before it (``ptx.hold_u32x4``,
     one a Philox call: four a 128-key tile), with 3 a second ``wgmma.fence`` a step (after acc's
@@ -447,7 +447,7 @@ def test_wgmma_forward_hold_compiles_for_sm_90a(monkeypatch, hold):
     tile's state, outside the key loop: read in its SASS, session 48)."""
     from numba_flash.inspection import inspect_kernels
 
-    monkeypatch.setenv("NUMBA_FLASH_WGMMA_HOLD", hold)
+    monkeypatch.setenv("NUMBA_FLASH_WGMMA_HOLD", "3")
     monkeypatch.setenv("NUMBA_FLASH_WGMMA_PERSISTENT", "3")
     (r,) = inspect_kernels("forward", "float16", 128, True, arch="sm_90a", seqlen_q=4096,
                            variants={"dropout": True})  # fmt: skip
@@ -456,7 +456,7 @@ def test_wgmma_forward_hold_compiles_for_sm_90a(monkeypatch, hold):
     (r0,) = inspect_kernels("forward", "float16", 128, True, arch="sm_90a", seqlen_q=4096, variants={"dropout": True})
     fence = "wgmma.fence.sync.aligned;"
     assert "membar.cta;" not in r0.ptx and "// hold " not in r0.ptx
-    assert r.ptx.count(fence) == r0.ptx.count(fence) + (hold == "3")
+    assert r.ptx.count(fence) == r0.ptx.count(fence) + 1
     assert r.local_bytes_ptx == 0 and "ld.local" not in r.ptx and "st.local" not in r.ptx
     if r.registers is not None and not r.assembler.startswith("nvJitLink"):
         assert r.spill_stores == 0
