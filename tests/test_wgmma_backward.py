@@ -381,7 +381,8 @@ def test_wgmma_backward_hold_compiles_for_sm_90a(monkeypatch):
     two in the pipelined step (after P, after dS), P and dS held before them (``hopper.hold_tile``:
     a ``ptx.hold_f32x4`` a 4 floats, S_REGS / 4 a tile); none in the dK/dV kernel; nothing in
     local memory, no spills where ptxas assembles the whole program.  d = 128 causal only (the
-    switch is off by default, no faster when timed in session 49; d = 64 left CI's budget)."""
+    switch is off by default, no faster when timed in session 49; its d = 64 case was dropped for
+    CI's time)."""
     from numba_flash.inspection import inspect_kernels
 
     d, causal = 128, True

@@ -873,8 +873,8 @@ def hold_exponentials() -> int:
 
     Timed (session 49, H100 at its power cap, (4, 16, 4096, 128) fp16 causal, processes
     alternated): at 1 plain's forward ran 2–4 % slower, softcap's and dropout's 0–3 %
-    faster; at 2 dropout's 11 % slower; at 3 every forward over 4 096 keys 2–5 % slower.
-    So the default stays 0 (docs/hopper.md, "A block boundary before the wait")."""
+    faster; at 2 dropout's 11 % slower; at 3 every forward at 4 096 keys or more 1.6–5.4 %
+    slower.  So the default stays 0 (docs/hopper.md, "A block boundary before the wait")."""
     hold = os.environ.get("NUMBA_FLASH_WGMMA_HOLD", "0")
     return int(hold) if hold in ("1", "2", "3") else 0
 
