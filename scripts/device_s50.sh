@@ -7,7 +7,7 @@
 #                                      (the forward's bf16 d = 64 case did not finish in session 49); then
 #                                      test_variants.py to the call's end
 #   bash device_s50.sh OUT SECONDS 2   test_kernels, test_wgmma_backward, test_tf32 and the fourteen small files
-#   bash device_s50.sh OUT SECONDS 3   test_kvcache.py and test_flex_kernels.py
+#   bash device_s50.sh OUT SECONDS 3   test_kvcache.py and test_flex_kernels.py (2 and 3: device_s47.sh's calls)
 # Compare each hold pair with `python3 scripts/order_ms.py` (absolute times: a ratio to plain hides a switch that
 # moves plain too). On an H100, calls 2 and 3 only repeat session 48's 630 / 630 (no kernel changed since: the
 # default PTX is e3bf0f1's); run them on an H200.
@@ -18,6 +18,8 @@
 # As run: (filled in after the run)
 # Keep $OUT to 8 files or fewer (the reply's limit): the A/B's lines go to the call's output and ab.txt.
 set -u
+# calls 2 and 3 are session 48's (device_s47.sh's calls 2 and 3: the same files)
+[ "${3:-1}" != 1 ] && exec bash tmp_new/scripts/device_s47.sh "$@"
 . scripts/device_ab.sh  # out, total, call from the arguments; side, smi, tests
 if [ "$call" = 1 ]; then
   smi 1
@@ -34,12 +36,5 @@ if [ "$call" = 1 ]; then
   done
   tests hold 150 -n 16 -k "hold" tests/test_wgmma_forward.py tests/test_wgmma_backward.py
   tests variants $(( total - SECONDS - 5 )) -n 16 tests/test_variants.py
-elif [ "$call" = 2 ]; then
-  tests kernels $(( total - SECONDS - 5 )) -n 16 tests/test_kernels.py tests/test_wgmma_backward.py tests/test_tf32.py \
-    tests/test_wgmma_forward.py tests/test_numerics.py tests/test_ptx_hopper.py tests/test_determinism.py \
-    tests/test_replay.py tests/test_ptx_cluster.py tests/test_ptx.py tests/test_cli.py tests/test_arrays.py \
-    tests/test_l2_sections.py tests/test_traffic.py tests/test_merge.py tests/test_cache.py tests/test_bench_decode.py
-else
-  tests rest $(( total - SECONDS - 5 )) -n 16 tests/test_kvcache.py tests/test_flex_kernels.py
 fi
 exit 0
