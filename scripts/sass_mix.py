@@ -161,21 +161,33 @@ def count(out):
         print(name.ljust(width), *(f"{ops[op]:>9}" for op in OPS), f"{total:>7}")
 
 
-def key_loops(sass):
-    """``(start, end, opcode counts)`` of each backward branch's range that holds an
-    HGMMA, shortest first (branch targets are nvdisasm's ``.L_x_N`` labels)."""
-    lines, labels, pending = [], {}, []
+def sass_lines(sass):
+    """``(instructions, labels)`` of a disassembly: ``(address, line)`` of each instruction in
+    order, and each nvdisasm ``.L_x_N`` label's address (the instruction after it)."""
+    ins, labels, pending = [], {}, []
     for ln in sass.splitlines():
         lab = re.match(r"\s*(\.L_x_\d+):", ln)
         if lab:
             pending.append(lab.group(1))
             continue
-        m = re.match(r"\s*/\*([0-9a-f]+)\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_.]*)(.*)", ln)
+        m = re.match(r"\s*/\*([0-9a-f]+)\*/\s", ln)
         if m:
             addr = int(m.group(1), 16)
             labels.update((name, addr) for name in pending)
             pending = []
-            lines.append((addr, m.group(2).split(".")[0], m.group(3)))
+            ins.append((addr, ln))
+    return ins, labels
+
+
+def key_loops(sass):
+    """``(start, end, opcode counts)`` of each backward branch's range that holds an
+    HGMMA, shortest first (branch targets are nvdisasm's ``.L_x_N`` labels)."""
+    ins, labels = sass_lines(sass)
+    lines = []
+    for addr, ln in ins:
+        m = re.match(r"\s*/\*[0-9a-f]+\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_.]*)(.*)", ln)
+        if m:
+            lines.append((addr, m.group(1).split(".")[0], m.group(2)))
     out = []
     for addr, op, rest in lines:
         t = re.search(r"(\.L_x_\d+)", rest) if op == "BRA" else None
@@ -204,16 +216,8 @@ def waits(out):
     masked tile's branch included.  ``NUMBA_FLASH_WGMMA_HOLD=n … assemble_variants``
     builds the kernels with ``wgmma_forward.hold_exponentials``."""
     for cubin in sorted(glob.glob(f"{out}/wgmma_forward*.cubin")):
-        lines = _sass(cubin).split("\n")
-        ins, addr, labels, label = [], [], {}, None
-        for ln in lines:
-            if m := re.match(r"\s*(\.L_x_\d+):", ln):
-                label = m.group(1)
-            elif a := re.search(r"/\*([0-9a-f]{4,5})\*/", ln):
-                ins.append(ln)
-                addr.append(int(a.group(1), 16))
-                if label:
-                    labels[label], label = addr[-1], None
+        lines, labels = sass_lines(_sass(cubin))
+        addr, ins = [a for a, _ in lines], [ln for _, ln in lines]
 
         def n(a, b, op):
             return sum(op in ins[i] for i in range(a, b))
